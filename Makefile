@@ -1,0 +1,118 @@
+# ternlab: one Makefile for the runtime, the CLI, tests, experiments, sweeps, figures.
+#   make            build everything this machine can (CUDA objects too when nvcc exists)
+#   make test       build and run the test suite (prints "N passed, N failed")
+#   DEBUG=1         -g -O0        SANITIZE=1   AddressSanitizer + UBSan (leak checking on)
+#   NO_DEPS=1       do not call scripts/deps.sh when a dependency is missing
+
+CC       ?= cc
+BUILD    ?= build
+PKGS     := hdf5 openblas libcjson
+DEPS_OK  := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && echo yes)
+
+ifeq ($(DEPS_OK),yes)
+PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
+PKG_LIBS   := $(shell pkg-config --libs $(PKGS))
+endif
+
+OPT      := -O2
+ifeq ($(DEBUG),1)
+OPT      := -g -O0
+endif
+SAN      :=
+ifeq ($(SANITIZE),1)
+SAN      := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+OPT      := -g -O1
+BUILD    := build-san
+endif
+
+WARN     := -Wall -Wextra -Werror -Wno-unused-parameter
+CFLAGS   += -std=c11 -D_GNU_SOURCE $(OPT) $(SAN) $(WARN) -fopenmp -Isrc -Ikernels -I. $(PKG_CFLAGS)
+LDLIBS   += $(PKG_LIBS) -lm -lpthread -fopenmp $(SAN)
+
+# SIMD kernels: the file name says which instruction set it may use; the
+# choice among them is made at run time from cpuid (kernels/cpu/dispatch.c).
+FLAGS_avx2   := -mavx2 -mfma -mf16c
+FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
+
+LIB_SRC  := $(sort $(wildcard src/core/*.c src/load/*.c src/quant/*.c src/kv/*.c src/tp/*.c \
+              src/runtime/*.c src/eval/*.c src/log/*.c kernels/cpu/*.c))
+CLI_SRC  := $(wildcard src/cli/*.c)
+TEST_SRC := $(wildcard tests/*.c)
+EXP_SRC  := $(wildcard experiments/*.c)
+LIB_OBJ  := $(LIB_SRC:%.c=$(BUILD)/obj/%.o)
+CLI_OBJ  := $(CLI_SRC:%.c=$(BUILD)/obj/%.o)
+TEST_OBJ := $(TEST_SRC:%.c=$(BUILD)/obj/%.o)
+EXP_BIN  := $(EXP_SRC:experiments/%.c=$(BUILD)/%)
+LIB      := $(BUILD)/libternlab.a
+
+# CUDA objects are built when nvcc exists (HAVE_CUDA=0 turns them off).
+NVCC     ?= $(shell command -v nvcc 2>/dev/null || ls /usr/local/cuda/bin/nvcc 2>/dev/null)
+CU_SRC   := $(wildcard kernels/cuda/*.cu src/runtime/*.cu)
+ifneq ($(NVCC),)
+ifneq ($(HAVE_CUDA),0)
+ifneq ($(CU_SRC),)
+CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
+CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
+CFLAGS   += -DTL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
+LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
+NVFLAGS  := -O3 -arch=sm_90a -std=c++17 -Isrc -Ikernels -I. --compiler-options -Wall,-Werror,-fPIC
+endif
+endif
+endif
+
+.PHONY: all deps test test-san check-ppl clean bench
+all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
+
+# A fresh machine: install what is missing, then re-run make with the flags.
+ifneq ($(DEPS_OK),yes)
+ifneq ($(NO_DEPS),1)
+$(LIB_OBJ) $(CLI_OBJ) $(TEST_OBJ): | deps
+endif
+endif
+deps:
+	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v parallel >/dev/null; then \
+	  echo "ternlab: installing missing dependencies (scripts/deps.sh)"; bash scripts/deps.sh; \
+	  echo "ternlab: dependencies installed; re-running make"; $(MAKE) $(MAKECMDGOALS); exit $$?; fi
+
+$(BUILD)/obj/%_avx2.o: %_avx2.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FLAGS_avx2) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%_avx512.o: %_avx512.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(FLAGS_avx512) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+$(BUILD)/obj/%.o: %.cu
+	@mkdir -p $(dir $@)
+	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@
+
+$(LIB): $(LIB_OBJ) $(CU_OBJ)
+	@rm -f $@
+	ar rcs $@ $^
+
+$(BUILD)/ternlab: $(CLI_OBJ) $(LIB)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/test_runner: $(TEST_OBJ) $(LIB)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+$(BUILD)/exp_%: experiments/exp_%.c $(LIB)
+	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
+
+# The test suite (CI runs exactly this; see README).
+test: $(BUILD)/ternlab $(BUILD)/test_runner
+	TERNLAB_BIN=$(BUILD)/ternlab $(BUILD)/test_runner $(T)
+
+# The same suite under ASan/UBSan.
+test-san:
+	$(MAKE) SANITIZE=1 test
+
+# Full WikiText-2 test perplexity vs the transformers reference (a minute or two).
+check-ppl: $(BUILD)/ternlab $(BUILD)/test_runner
+	TERNLAB_BIN=$(BUILD)/ternlab TERNLAB_SLOW=1 $(BUILD)/test_runner check_ppl
+
+clean:
+	rm -rf build build-san
+
+-include $(shell find $(BUILD) build-san -name '*.d' 2>/dev/null)

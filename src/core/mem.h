@@ -1,0 +1,33 @@
+/* Memory helpers and read-only file mapping. */
+#ifndef TL_MEM_H
+#define TL_MEM_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* Small bookkeeping allocations: on failure print what was asked and exit(2).
+ * Big buffers (weights, KV cache, workspaces) use mem_alloc, which returns NULL
+ * with err_set so the caller can report needed vs available. */
+void *xmalloc(size_t n);
+void *xcalloc(size_t n, size_t size);
+void *xrealloc(void *p, size_t n);
+char *xstrdup(const char *s);
+
+/* 64-byte aligned (SIMD loads, cache lines); NULL + err_set on failure. */
+void *mem_alloc(size_t n, const char *what);
+void mem_free(void *p);
+
+typedef struct {
+    const uint8_t *data; /* read-only mapping, NULL for an empty file */
+    size_t size;
+    char *path;
+} MappedFile;
+
+/* Maps a whole file read-only. Returns 0 or -1 with err_set naming the file. */
+int file_map(const char *path, MappedFile *mf);
+void file_unmap(MappedFile *mf);
+
+/* Reads a whole file into a NUL-terminated heap buffer. Returns 0 or -1. */
+int file_read_all(const char *path, char **out, size_t *size);
+
+#endif

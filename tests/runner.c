@@ -1,0 +1,134 @@
+/* Test runner: runs every registered test (or those whose name contains one
+ * of the arguments) in a child process each; prints "N passed, N failed". */
+#include "test.h"
+
+#include <stdarg.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define MAX_TESTS 1024
+
+static struct {
+    const char *name;
+    test_fn fn;
+} tests[MAX_TESTS];
+static int n_tests;
+static int failures;
+static char tmpdir[512];
+
+void test_register(const char *name, test_fn fn) {
+    if (n_tests == MAX_TESTS) {
+        fprintf(stderr, "too many tests\n");
+        exit(2);
+    }
+    tests[n_tests].name = name;
+    tests[n_tests].fn = fn;
+    n_tests++;
+}
+
+void test_fail(const char *file, int line, const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "    FAIL %s:%d: ", file, line);
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    failures++;
+}
+
+int test_failures(void) { return failures; }
+
+const char *test_path(const char *rel) {
+    static _Thread_local char buf[8][1024];
+    static _Thread_local int k;
+    const char *root = getenv("TERNLAB_ROOT");
+    char *b = buf[k++ & 7];
+    snprintf(b, sizeof buf[0], "%s/%s", root ? root : ".", rel);
+    return b;
+}
+
+const char *test_tmpdir(void) {
+    if (!tmpdir[0]) {
+        snprintf(tmpdir, sizeof tmpdir, "/tmp/ternlab-test-XXXXXX");
+        if (!mkdtemp(tmpdir)) {
+            perror("mkdtemp");
+            exit(2);
+        }
+    }
+    return tmpdir;
+}
+
+int test_run(const char *cmd, char **out) {
+    char full[8192];
+    snprintf(full, sizeof full, "%s 2>&1", cmd);
+    FILE *p = popen(full, "r");
+    if (!p) return -1;
+    size_t n = 0, cap = 4096;
+    char *buf = malloc(cap);
+    for (;;) {
+        if (cap - n < 1024) buf = realloc(buf, cap *= 2);
+        size_t got = fread(buf + n, 1, cap - n - 1, p);
+        if (!got) break;
+        n += got;
+    }
+    buf[n] = 0;
+    int st = pclose(p);
+    if (out) *out = buf;
+    else free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static int selected(const char *name, int argc, char **argv) {
+    if (argc <= 1) return 1;
+    for (int i = 1; i < argc; i++)
+        if (strstr(name, argv[i])) return 1;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    int passed = 0, failed = 0;
+    setvbuf(stdout, NULL, _IOLBF, 0);
+    for (int i = 0; i < n_tests; i++) {
+        if (!selected(tests[i].name, argc, argv)) continue;
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        fflush(stdout);
+        fflush(stderr);
+        pid_t pid = fork();
+        if (pid < 0) {
+            perror("fork");
+            return 2;
+        }
+        if (pid == 0) {
+            tests[i].fn();
+            if (tmpdir[0]) {
+                char cmd[600];
+                snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+                if (system(cmd) != 0) fprintf(stderr, "could not remove %s\n", tmpdir);
+            }
+            fflush(stdout);
+            fflush(stderr);
+            _exit(failures ? 1 : 0);
+        }
+        int st = 0;
+        waitpid(pid, &st, 0);
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+        int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
+        if (ok) {
+            passed++;
+            printf("ok   %-48s %7.2fs\n", tests[i].name, dt);
+        } else {
+            failed++;
+            if (WIFSIGNALED(st))
+                printf("FAIL %-48s (killed by signal %d)\n", tests[i].name, WTERMSIG(st));
+            else
+                printf("FAIL %-48s %7.2fs\n", tests[i].name, dt);
+        }
+    }
+    printf("%d passed, %d failed\n", passed, failed);
+    return failed ? 1 : 0;
+}
