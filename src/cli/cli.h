@@ -1,0 +1,25 @@
+/* ternlab command line: shared option parsing for the commands. */
+#ifndef TL_CLI_H
+#define TL_CLI_H
+
+#include <stdint.h>
+
+typedef struct {
+    const char *model, *tokens, *quant, *kv, *device, *out, *prompt, *windows, *dump_layers;
+    int window, tp, block_size, batch, have_windows;
+    int64_t max_windows, max_new, win_a, win_b, kv_blocks;
+    int help;
+} CliOpts;
+
+/* Parses argv[1..] (argv[0] is the command name).  `allowed` is a string of the
+ * long option names the command takes, e.g. "model tokens window".  Unknown or
+ * malformed options are an error (message printed, returns -1). */
+int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o);
+
+int cmd_info(int argc, char **argv);
+int cmd_ppl(int argc, char **argv);
+int cmd_logits(int argc, char **argv);
+int cmd_generate(int argc, char **argv);
+int cmd_bench(int argc, char **argv);
+
+#endif

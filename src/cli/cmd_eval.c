@@ -1,0 +1,264 @@
+/* ternlab ppl | logits | generate | info */
+#include "cli/cli.h"
+#include "core/blas_setup.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/ppl.h"
+#include "load/tokens.h"
+#include "runtime/engine.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#define PPL_TOKENS_PER_CALL 2048 /* windows batched per forward: GEMMs with M = 2048 */
+
+static int fail(const char *cmd) {
+    fprintf(stderr, "ternlab %s: %s\n", cmd, err_msg());
+    return 1;
+}
+
+static int need(const char *cmd, const char *what, const void *v) {
+    if (v) return 0;
+    fprintf(stderr, "ternlab %s: --%s is required (see ternlab %s --help)\n", cmd, what, cmd);
+    return -1;
+}
+
+static int check_kv_policy(const char *cmd, const CliOpts *o) {
+    if (strcmp(o->kv, "none") == 0) return 0;
+    fprintf(stderr, "ternlab %s: --kv %s: only 'none' is available in this build\n", cmd, o->kv);
+    return -1;
+}
+
+static int open_model(const CliOpts *o, Model *m) {
+    ModelLoadOpts lo = {.quant = o->quant};
+    return model_load(o->model, &lo, m);
+}
+
+static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, int64_t seqs,
+                       int64_t seq_len) {
+    EngineOpts eo = {.max_tok = max_tok, .block_size = o->block_size};
+    eo.n_blocks = o->kv_blocks ? o->kv_blocks
+                               : seqs * ((seq_len + o->block_size - 1) / o->block_size);
+    return engine_init(e, m, &eo);
+}
+
+int cmd_ppl(int argc, char **argv) {
+    CliOpts o;
+    if (cli_parse(argc, argv, "model tokens window max-windows quant kv device tp out block-size "
+                              "kv-blocks dump-layers", &o) != 0)
+        return 2;
+    if (o.help) {
+        printf("ternlab ppl --model PATH --tokens FILE [--window 256] [--max-windows N]\n"
+               "            [--quant SPEC] [--kv POLICY] [--device cpu] [--tp 1] [--out run.h5]\n"
+               "            [--block-size 16] [--dump-layers FILE]\n"
+               "Perplexity over non-overlapping windows of --window tokens (GPTQ protocol:\n"
+               "positions 0..T-2 predict 1..T-1, no BOS, partial tail dropped).\n"
+               "Last stdout line: ppl <value> windows <n> predicted <n>\n");
+        return 0;
+    }
+    if (need("ppl", "model", o.model) || need("ppl", "tokens", o.tokens) || check_kv_policy("ppl", &o))
+        return 2;
+    if (o.out || o.dump_layers) {
+        fprintf(stderr, "ternlab ppl: --out/--dump-layers are not available in this build\n");
+        return 2;
+    }
+    Model m;
+    if (open_model(&o, &m) != 0) return fail("ppl");
+    int32_t *tok;
+    int64_t n;
+    if (tokens_load(o.tokens, m.cfg.vocab, &tok, &n) != 0) {
+        model_free(&m);
+        return fail("ppl");
+    }
+    int64_t per_call = PPL_TOKENS_PER_CALL > o.window ? PPL_TOKENS_PER_CALL / o.window * o.window
+                                                      : o.window;
+    Engine e;
+    if (open_engine(&e, &m, &o, per_call, per_call / o.window, o.window) != 0) {
+        free(tok);
+        model_free(&m);
+        return fail("ppl");
+    }
+    PplOpts po = {.window = o.window, .max_windows = o.max_windows, .progress = 1};
+    PplResult r;
+    int rc = eval_ppl(&e, tok, n, &po, &r);
+    if (rc == 0) {
+        fprintf(stderr, "ppl: %lld windows in %.2fs (%.0f tokens/s, BLAS core %s)\n",
+                (long long)r.n_windows, r.seconds, r.tok_per_s, blas_core_report());
+        printf("ppl %.6f windows %lld predicted %lld\n", r.ppl, (long long)r.n_windows,
+               (long long)r.n_pred);
+    }
+    engine_free(&e);
+    free(tok);
+    model_free(&m);
+    return rc ? fail("ppl") : 0;
+}
+
+typedef struct {
+    FILE *f;
+    const char *path;
+} LogitsSink;
+
+static int write_window_logits(void *ctx, int64_t w, const float *logits, const int32_t *tokens,
+                               int T, int V) {
+    LogitsSink *s = ctx;
+    size_t cnt = (size_t)T * (size_t)V;
+    if (fwrite(logits, sizeof(float), cnt, s->f) != cnt)
+        return err_set("%s: write failed: %s", s->path, strerror(errno));
+    return 0;
+}
+
+int cmd_logits(int argc, char **argv) {
+    CliOpts o;
+    if (cli_parse(argc, argv, "model tokens window windows quant kv device tp out block-size",
+                  &o) != 0)
+        return 2;
+    if (o.help) {
+        printf("ternlab logits --model PATH --tokens FILE --window T --windows A:B --out FILE\n"
+               "               [--quant SPEC]\n"
+               "Writes raw little-endian f32 [(B-A)*T, vocab]: the logits of windows A..B-1,\n"
+               "rows in token order.\n");
+        return 0;
+    }
+    if (need("logits", "model", o.model) || need("logits", "tokens", o.tokens) ||
+        need("logits", "out", o.out) || check_kv_policy("logits", &o))
+        return 2;
+    if (!o.have_windows) {
+        fprintf(stderr, "ternlab logits: --windows A:B is required\n");
+        return 2;
+    }
+    Model m;
+    if (open_model(&o, &m) != 0) return fail("logits");
+    int32_t *tok;
+    int64_t n;
+    if (tokens_load(o.tokens, m.cfg.vocab, &tok, &n) != 0) {
+        model_free(&m);
+        return fail("logits");
+    }
+    int rc = 0;
+    if (o.win_b * o.window > n)
+        rc = err_set("--windows %s of %d tokens needs %lld tokens, %s has %lld", o.windows,
+                     o.window, (long long)(o.win_b * o.window), o.tokens, (long long)n);
+    Engine e;
+    int64_t per_call = PPL_TOKENS_PER_CALL > o.window ? PPL_TOKENS_PER_CALL / o.window * o.window
+                                                      : o.window;
+    if (rc == 0) rc = open_engine(&e, &m, &o, per_call, per_call / o.window, o.window);
+    if (rc == 0) {
+        char tmp[4096];
+        snprintf(tmp, sizeof tmp, "%s.tmp.%d", o.out, (int)getpid());
+        LogitsSink sink = {fopen(tmp, "wb"), tmp};
+        if (!sink.f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+        PplOpts po = {.window = o.window, .first_window = o.win_a,
+                      .max_windows = o.win_b - o.win_a, .on_logits = write_window_logits,
+                      .ctx = &sink};
+        PplResult r;
+        if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
+        if (sink.f && fclose(sink.f) != 0 && rc == 0)
+            rc = err_set("%s: write failed: %s", tmp, strerror(errno));
+        if (rc == 0 && rename(tmp, o.out) != 0)
+            rc = err_set("%s: cannot rename to %s: %s", tmp, o.out, strerror(errno));
+        if (rc != 0) remove(tmp);
+        engine_free(&e);
+    }
+    free(tok);
+    model_free(&m);
+    return rc ? fail("logits") : 0;
+}
+
+int cmd_generate(int argc, char **argv) {
+    CliOpts o;
+    if (cli_parse(argc, argv, "model prompt max-new quant kv device tp block-size batch kv-blocks",
+                  &o) != 0)
+        return 2;
+    if (o.help) {
+        printf("ternlab generate --model PATH --prompt 1,2,3 --max-new N [--quant SPEC]\n"
+               "                 [--batch B] [--block-size 16]\n"
+               "Greedy decoding with the paged KV cache; prints the generated ids,\n"
+               "comma-separated.  --batch B decodes B copies of the prompt together\n"
+               "(batched decode) and prints one line per sequence.\n");
+        return 0;
+    }
+    if (need("generate", "model", o.model) || need("generate", "prompt", o.prompt) ||
+        check_kv_policy("generate", &o))
+        return 2;
+    Model m;
+    if (open_model(&o, &m) != 0) return fail("generate");
+    int32_t *prompt;
+    int64_t plen;
+    if (tokens_parse_list(o.prompt, m.cfg.vocab, &prompt, &plen) != 0) {
+        model_free(&m);
+        return fail("generate");
+    }
+    Engine e;
+    int64_t max_tok = plen > o.batch ? plen : o.batch;
+    if (max_tok > 4096) max_tok = 4096;
+    int rc = open_engine(&e, &m, &o, max_tok, o.batch, plen + o.max_new);
+    const int32_t **prompts = xmalloc(sizeof(int32_t *) * (size_t)o.batch);
+    int64_t *lens = xmalloc(sizeof(int64_t) * (size_t)o.batch);
+    int32_t **out = xmalloc(sizeof(int32_t *) * (size_t)o.batch);
+    for (int b = 0; b < o.batch; b++) {
+        prompts[b] = prompt;
+        lens[b] = plen;
+        out[b] = xmalloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
+    }
+    if (rc == 0) {
+        rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
+        engine_free(&e);
+    }
+    for (int b = 0; b < o.batch && rc == 0; b++) {
+        for (int64_t i = 0; i < o.max_new; i++) printf(i ? ",%d" : "%d", out[b][i]);
+        printf("\n");
+    }
+    for (int b = 0; b < o.batch; b++) free(out[b]);
+    free(out);
+    free(lens);
+    free(prompts);
+    free(prompt);
+    model_free(&m);
+    return rc ? fail("generate") : 0;
+}
+
+int cmd_info(int argc, char **argv) {
+    CliOpts o;
+    if (cli_parse(argc, argv, "model quant", &o) != 0) return 2;
+    if (o.help) {
+        printf("ternlab info --model PATH [--quant SPEC]\n"
+               "Prints the configuration, every tensor (dtype, shape, bytes) and what the\n"
+               "forward pass will use for each linear.\n");
+        return 0;
+    }
+    if (need("info", "model", o.model)) return 2;
+    Model m;
+    if (open_model(&o, &m) != 0) return fail("info");
+    const ModelConfig *c = &m.cfg;
+    printf("model        %s\n", o.model);
+    printf("architecture %s (model_type %s)\n", arch_name(c->arch), c->model_type);
+    printf("hidden %d  layers %d  heads %d  kv_heads %d  head_dim %d  intermediate %d  vocab %d\n",
+           c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->inter, c->vocab);
+    printf("rms_norm_eps %g  rope_theta %g  hidden_act %s  max_position_embeddings %d\n",
+           (double)c->eps, c->rope_theta, c->act == ACT_SILU ? "silu" : "relu2", c->max_pos);
+    if (c->arch == ARCH_BITNET)
+        printf("bitnet linear_class %s (weight_scale %s)\n",
+               c->bitnet_scale == BITNET_BITLINEAR ? "bitlinear" : "autobitlinear",
+               c->bitnet_scale == BITNET_BITLINEAR ? "divides" : "multiplies");
+    if (m.load_notes[0]) printf("note: %s\n", m.load_notes);
+    printf("blas core    %s\n", blas_core_report());
+    size_t total = 0;
+    printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
+    for (int i = 0; i < m.st.n_tensors; i++) {
+        const StTensor *t = &m.st.tensors[i];
+        char shape[128] = "";
+        for (int d = 0; d < t->ndim; d++) {
+            size_t l = strlen(shape);
+            snprintf(shape + l, sizeof shape - l, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+        }
+        printf("  %-52s %-5s [%s] %zu bytes\n", t->name, dtype_name(t->dtype), shape, t->nbytes);
+        total += t->nbytes;
+    }
+    printf("checkpoint bytes %zu\n", total);
+    printf("forward weight bytes %zu\n", model_weight_bytes(&m));
+    model_free(&m);
+    return 0;
+}

@@ -1,0 +1,158 @@
+/* ternlab: the command-line entry point.  Dispatches to one command; every
+ * command has --help.  Exit status: 0 ok, 1 bad input or failed run, 2 usage. */
+#include "cli/cli.h"
+#include "core/blas_setup.h"
+#include "core/err.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static const char *usage_text =
+    "ternlab: a testbed for ternary-weight LLM inference\n"
+    "\n"
+    "usage: ternlab COMMAND [options]   (ternlab COMMAND --help for each)\n"
+    "\n"
+    "  info      --model PATH                        config, tensors, bytes, quant format\n"
+    "  ppl       --model PATH --tokens FILE [--window 256] [--max-windows N] [--quant SPEC]\n"
+    "            [--kv POLICY] [--device cpu|cuda] [--tp N] [--out run.h5]\n"
+    "  logits    --model PATH --tokens FILE --window T --windows A:B --out FILE [--quant SPEC]\n"
+    "  generate  --model PATH --prompt 1,2,3 --max-new N [--quant SPEC] [--batch B]\n"
+    "  bench     kernel benchmarks (ternlab bench --help)\n";
+
+static struct option all_opts[] = {
+    {"model", required_argument, 0, 'm'},      {"tokens", required_argument, 0, 't'},
+    {"window", required_argument, 0, 'w'},     {"max-windows", required_argument, 0, 'n'},
+    {"windows", required_argument, 0, 'W'},    {"quant", required_argument, 0, 'q'},
+    {"kv", required_argument, 0, 'k'},         {"device", required_argument, 0, 'd'},
+    {"tp", required_argument, 0, 'p'},         {"out", required_argument, 0, 'o'},
+    {"prompt", required_argument, 0, 'P'},     {"max-new", required_argument, 0, 'N'},
+    {"block-size", required_argument, 0, 'b'}, {"batch", required_argument, 0, 'B'},
+    {"kv-blocks", required_argument, 0, 'K'},  {"dump-layers", required_argument, 0, 'D'},
+    {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+
+static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi) {
+        fprintf(stderr, "ternlab: --%s '%s': expected an integer in [%lld, %lld]\n", name, s,
+                (long long)lo, (long long)hi);
+        return -1;
+    }
+    *out = v;
+    return 0;
+}
+
+static int allowed_opt(const char *allowed, const char *name) {
+    size_t n = strlen(name);
+    for (const char *p = allowed; (p = strstr(p, name)); p += n)
+        if ((p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
+    memset(o, 0, sizeof *o);
+    o->window = 256;
+    o->tp = 1;
+    o->block_size = 16;
+    o->batch = 1;
+    o->device = "cpu";
+    o->kv = "none";
+    optind = 1;
+    opterr = 0;
+    int c, idx = 0;
+    while ((c = getopt_long(argc, argv, "", all_opts, &idx)) != -1) {
+        if (c == '?' || c == ':') {
+            fprintf(stderr, "ternlab %s: unknown option or missing value: %s\n", argv[0],
+                    argv[optind - 1]);
+            return -1;
+        }
+        const char *name = all_opts[idx].name;
+        if (c != 'h' && !allowed_opt(allowed, name)) {
+            fprintf(stderr, "ternlab %s: option --%s does not apply to this command\n", argv[0], name);
+            return -1;
+        }
+        int64_t v;
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 't': o->tokens = optarg; break;
+        case 'q': o->quant = optarg; break;
+        case 'k': o->kv = optarg; break;
+        case 'd': o->device = optarg; break;
+        case 'o': o->out = optarg; break;
+        case 'P': o->prompt = optarg; break;
+        case 'D': o->dump_layers = optarg; break;
+        case 'h': o->help = 1; break;
+        case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
+        case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
+        case 'p': if (parse_i64(name, optarg, 1, 1024, &v)) return -1; o->tp = (int)v; break;
+        case 'N': if (parse_i64(name, optarg, 0, 1 << 24, &o->max_new)) return -1; break;
+        case 'b': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->block_size = (int)v; break;
+        case 'B': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->batch = (int)v; break;
+        case 'K': if (parse_i64(name, optarg, 1, 1 << 30, &o->kv_blocks)) return -1; break;
+        case 'W': {
+            char *colon = strchr(optarg, ':');
+            char a[32] = {0};
+            if (!colon || colon - optarg >= (long)sizeof a) {
+                fprintf(stderr, "ternlab: --windows '%s': expected A:B\n", optarg);
+                return -1;
+            }
+            memcpy(a, optarg, (size_t)(colon - optarg));
+            if (parse_i64("windows", a, 0, INT64_MAX, &o->win_a) ||
+                parse_i64("windows", colon + 1, 1, INT64_MAX, &o->win_b))
+                return -1;
+            if (o->win_b <= o->win_a) {
+                fprintf(stderr, "ternlab: --windows %s: B must be greater than A\n", optarg);
+                return -1;
+            }
+            o->have_windows = 1;
+            o->windows = optarg;
+            break;
+        }
+        }
+    }
+    if (optind < argc) {
+        fprintf(stderr, "ternlab %s: unexpected argument '%s'\n", argv[0], argv[optind]);
+        return -1;
+    }
+    if (!o->help && strcmp(o->device, "cpu") != 0) {
+        if (strcmp(o->device, "cuda") == 0)
+            fprintf(stderr, "ternlab: --device cuda: this build has no CUDA backend yet\n");
+        else
+            fprintf(stderr, "ternlab: --device '%s': expected cpu or cuda\n", o->device);
+        return -1;
+    }
+    if (!o->help && o->tp != 1) {
+        fprintf(stderr, "ternlab: --tp %d: tensor parallelism is not available in this build "
+                        "(only --tp 1)\n", o->tp);
+        return -1;
+    }
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    blas_setup(argc, argv);
+    if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
+        strcmp(argv[1], "help") == 0) {
+        fputs(usage_text, argc < 2 ? stderr : stdout);
+        return argc < 2 ? 2 : 0;
+    }
+    static const struct {
+        const char *name;
+        int (*fn)(int, char **);
+    } cmds[] = {{"info", cmd_info},         {"ppl", cmd_ppl}, {"logits", cmd_logits},
+                {"generate", cmd_generate}, {"bench", cmd_bench}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
+    fprintf(stderr, "ternlab: unknown command '%s'\n\n%s", argv[1], usage_text);
+    return 2;
+}
+
+/* Replaced by src/cli/cmd_bench.c when the kernel benchmarks are built. */
+__attribute__((weak)) int cmd_bench(int argc, char **argv) {
+    fprintf(stderr, "ternlab bench: not available in this build\n");
+    return 2;
+}

@@ -1,0 +1,19 @@
+/* OpenBLAS core selection.
+ *
+ * Debian's OpenBLAS is built with DYNAMIC_ARCH and picks its kernels from cpuid
+ * when the library loads.  On some virtual machines that detection falls back
+ * to "Prescott" (SSE3) on an AVX-512 CPU, which makes sgemm about 6x slower
+ * (measured here: 33 vs 200 GFLOP/s on 2 cores).  The only way to choose the
+ * core is the OPENBLAS_CORETYPE variable, read before main() runs, so
+ * blas_setup() sets it from our own cpuid check and re-executes the program
+ * once (also setting OMP_WAIT_POLICY=passive, see blas_setup).  Variables the
+ * user set are always respected; TERNLAB_BLAS_AUTO=0
+ * turns this off. */
+#ifndef TL_BLAS_SETUP_H
+#define TL_BLAS_SETUP_H
+
+void blas_setup(int argc, char **argv);
+/* "SkylakeX (set by ternlab: library detected Prescott)" etc., for load reports. */
+const char *blas_core_report(void);
+
+#endif

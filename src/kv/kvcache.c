@@ -1,0 +1,155 @@
+#include "kv/kvcache.h"
+#include "core/err.h"
+#include "core/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+size_t kv_bytes_needed(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks) {
+    return 2 * (size_t)n_layers * (size_t)n_blocks * (size_t)n_kv_heads * (size_t)block_size *
+           (size_t)head_dim * sizeof(float);
+}
+
+int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks) {
+    memset(kv, 0, sizeof *kv);
+    if (block_size < 1 || n_blocks < 1)
+        return err_set("KV cache: block size (%d) and block count (%d) must be >= 1", block_size,
+                       n_blocks);
+    kv->n_layers = n_layers;
+    kv->n_kv_heads = n_kv_heads;
+    kv->head_dim = head_dim;
+    kv->block_size = block_size;
+    kv->n_blocks = n_blocks;
+    size_t half = kv_bytes_needed(n_layers, n_kv_heads, head_dim, block_size, n_blocks) / 2;
+    kv->k = mem_alloc(half, "KV cache keys");
+    kv->v = kv->k ? mem_alloc(half, "KV cache values") : NULL;
+    if (!kv->k || !kv->v) {
+        kv_free(kv);
+        return err_prefix("KV cache (%d blocks of %d tokens, try a smaller --max-seq or --batch): ",
+                          n_blocks, block_size);
+    }
+    kv->free_list = xmalloc(sizeof(int) * (size_t)n_blocks);
+    /* stack: pop from the end; lowest block ids come out first */
+    for (int i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
+    kv->n_free = n_blocks;
+    return 0;
+}
+
+void kv_free(KvCache *kv) {
+    mem_free(kv->k);
+    mem_free(kv->v);
+    free(kv->free_list);
+    for (int i = 0; i < kv->n_seqs; i++) free(kv->seqs[i].blocks);
+    free(kv->seqs);
+    memset(kv, 0, sizeof *kv);
+}
+
+int kv_seq_new(KvCache *kv) {
+    for (int i = 0; i < kv->n_seqs; i++)
+        if (!kv->seqs[i].active) {
+            kv->seqs[i].active = 1;
+            kv->seqs[i].len = 0;
+            kv->seqs[i].n_blocks = 0;
+            return i;
+        }
+    if (kv->n_seqs == kv->seq_cap) {
+        kv->seq_cap = kv->seq_cap ? 2 * kv->seq_cap : 8;
+        kv->seqs = xrealloc(kv->seqs, sizeof(KvSeq) * (size_t)kv->seq_cap);
+    }
+    KvSeq *s = &kv->seqs[kv->n_seqs];
+    memset(s, 0, sizeof *s);
+    s->active = 1;
+    return kv->n_seqs++;
+}
+
+int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len) {
+    KvSeq *s = &kv->seqs[seq];
+    int64_t need = (new_len + kv->block_size - 1) / kv->block_size;
+    if (need <= s->n_blocks) return 0;
+    int64_t extra = need - s->n_blocks;
+    if (extra > kv->n_free)
+        return err_set("KV cache out of blocks: sequence %d needs %lld more block(s) of %d "
+                       "tokens for length %lld, %d of %d free (raise --kv-blocks or lower "
+                       "--batch/--max-seq)", seq, (long long)extra, kv->block_size,
+                       (long long)new_len, kv->n_free, kv->n_blocks);
+    if (need > s->cap) {
+        s->cap = (int)(need > 2 * (int64_t)s->cap ? need : 2 * (int64_t)s->cap);
+        s->blocks = xrealloc(s->blocks, sizeof(int) * (size_t)s->cap);
+    }
+    while (s->n_blocks < need) s->blocks[s->n_blocks++] = kv->free_list[--kv->n_free];
+    return 0;
+}
+
+void kv_seq_set_len(KvCache *kv, int seq, int64_t len) { kv->seqs[seq].len = len; }
+
+void kv_seq_free(KvCache *kv, int seq) {
+    KvSeq *s = &kv->seqs[seq];
+    /* return in reverse so that a free followed by a reserve reuses the same blocks */
+    for (int i = s->n_blocks - 1; i >= 0; i--) kv->free_list[kv->n_free++] = s->blocks[i];
+    s->n_blocks = 0;
+    s->len = 0;
+    s->active = 0;
+}
+
+void kv_reset(KvCache *kv) {
+    for (int i = 0; i < kv->n_seqs; i++)
+        if (kv->seqs[i].active) kv_seq_free(kv, i);
+}
+
+static inline size_t kv_offset(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
+    const KvSeq *s = &kv->seqs[seq];
+    int blk = s->blocks[pos / kv->block_size];
+    int64_t off = pos % kv->block_size;
+    return ((((size_t)layer * (size_t)kv->n_blocks + (size_t)blk) * (size_t)kv->n_kv_heads +
+             (size_t)head) * (size_t)kv->block_size + (size_t)off) * (size_t)kv->head_dim;
+}
+
+float *kv_k_at(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
+    return kv->k + kv_offset(kv, layer, seq, pos, head);
+}
+
+float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
+    return kv->v + kv_offset(kv, layer, seq, pos, head);
+}
+
+void kv_shuffle_free_list(KvCache *kv, uint64_t seed) {
+    uint64_t x = seed * 0x9E3779B97F4A7C15ull + 1;
+    for (int i = kv->n_free - 1; i > 0; i--) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int j = (int)(x % (uint64_t)(i + 1));
+        int t = kv->free_list[i];
+        kv->free_list[i] = kv->free_list[j];
+        kv->free_list[j] = t;
+    }
+}
+
+int kv_check(const KvCache *kv) {
+    int rc = 0;
+    unsigned char *owner = xcalloc((size_t)kv->n_blocks, 1);
+    for (int i = 0; i < kv->n_free && rc == 0; i++) {
+        int b = kv->free_list[i];
+        if (b < 0 || b >= kv->n_blocks) rc = err_set("free list holds invalid block %d", b);
+        else if (owner[b]++) rc = err_set("block %d is on the free list twice", b);
+    }
+    for (int s = 0; s < kv->n_seqs && rc == 0; s++) {
+        const KvSeq *q = &kv->seqs[s];
+        if (!q->active) {
+            if (q->n_blocks) rc = err_set("freed sequence %d still holds blocks", s);
+            continue;
+        }
+        if (q->len > (int64_t)q->n_blocks * kv->block_size)
+            rc = err_set("sequence %d has length %lld but only %d blocks", s, (long long)q->len,
+                         q->n_blocks);
+        for (int i = 0; i < q->n_blocks && rc == 0; i++) {
+            int b = q->blocks[i];
+            if (b < 0 || b >= kv->n_blocks) rc = err_set("sequence %d maps invalid block %d", s, b);
+            else if (owner[b]++) rc = err_set("block %d is owned twice (sequence %d)", b, s);
+        }
+    }
+    for (int b = 0; b < kv->n_blocks && rc == 0; b++)
+        if (!owner[b]) rc = err_set("block %d leaked: neither free nor owned", b);
+    free(owner);
+    return rc;
+}

@@ -1,0 +1,62 @@
+/* Paged KV cache: a pool of fixed-size blocks (block_size tokens each), a
+ * block allocator with a free list, and per-sequence block tables.  Prefill,
+ * decode and batched decode all write and read K/V through here.
+ *
+ * Storage per layer: [n_blocks][n_kv_heads][block_size][head_dim] f32, so that
+ * one head's keys inside a block are contiguous (attention copies or reads a
+ * block per head at a time).  Full precision: the reference keeps f32 K/V. */
+#ifndef TL_KVCACHE_H
+#define TL_KVCACHE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct {
+    int *blocks; /* block table: logical block i -> physical block */
+    int n_blocks, cap;
+    int64_t len; /* tokens stored (positions 0..len-1) */
+    int active;
+} KvSeq;
+
+typedef struct {
+    int n_layers, n_kv_heads, head_dim, block_size;
+    int n_blocks;   /* pool size */
+    float *k, *v;   /* (n_layers, n_blocks, n_kv_heads, block_size, head_dim) */
+    int *free_list; /* stack of free physical blocks */
+    int n_free;
+    KvSeq *seqs;
+    int n_seqs, seq_cap;
+} KvCache;
+
+/* Bytes kv_init would allocate for this geometry. */
+size_t kv_bytes_needed(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
+int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
+void kv_free(KvCache *kv);
+
+/* A new empty sequence; returns its id (>= 0). */
+int kv_seq_new(KvCache *kv);
+/* Makes room for positions [0, new_len) of sequence `seq`.  On failure (out of
+ * blocks) returns -1 with err_set and leaves the sequence and the free list as
+ * they were: nothing is overwritten, nothing leaks. */
+int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len);
+/* Marks positions [0, len) as written (len <= reserved capacity). */
+void kv_seq_set_len(KvCache *kv, int seq, int64_t len);
+/* Returns the sequence's blocks to the free list; the id becomes invalid. */
+void kv_seq_free(KvCache *kv, int seq);
+/* Drops every sequence and returns all blocks. */
+void kv_reset(KvCache *kv);
+
+/* Pointers to the K and V rows (head_dim floats) of (layer, seq, pos, head).
+ * pos must be reserved. */
+float *kv_k_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
+float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
+
+/* Permutes the free list with a seeded generator, so that tests can check
+ * results do not depend on which physical blocks a sequence gets. */
+void kv_shuffle_free_list(KvCache *kv, uint64_t seed);
+/* Checks the allocator invariants: every block is free exactly once or owned by
+ * exactly one block-table slot, and tables cover their sequence length.
+ * Returns 0 or -1 with err_set describing the first violation. */
+int kv_check(const KvCache *kv);
+
+#endif

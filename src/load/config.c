@@ -1,0 +1,178 @@
+#include "load/config.h"
+#include "core/err.h"
+#include "core/mem.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+const char *arch_name(Arch a) { return a == ARCH_BITNET ? "bitnet" : "llama"; }
+
+static int get_int(const cJSON *root, const char *key, int *out, int required, const char *path) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
+    if (!j || cJSON_IsNull(j)) {
+        if (required) return err_set("%s: missing field '%s'", path, key);
+        return 1;
+    }
+    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 1 ||
+        j->valuedouble > 1e9)
+        return err_set("%s: field '%s' must be a positive integer", path, key);
+    *out = (int)j->valuedouble;
+    return 0;
+}
+
+static int get_num(const cJSON *j, const char *key, double *out, const char *path) {
+    if (!cJSON_IsNumber(j) || !(j->valuedouble > 0) || !isfinite(j->valuedouble))
+        return err_set("%s: field '%s' must be a positive number", path, key);
+    *out = j->valuedouble;
+    return 0;
+}
+
+int config_parse(const char *json, const char *path, ModelConfig *cfg) {
+    memset(cfg, 0, sizeof *cfg);
+    cJSON *root = cJSON_Parse(json);
+    if (!root || !cJSON_IsObject(root)) {
+        cJSON_Delete(root);
+        return err_set("%s: not a well-formed JSON object", path);
+    }
+    int rc = -1;
+    const cJSON *mt = cJSON_GetObjectItemCaseSensitive(root, "model_type");
+    if (!cJSON_IsString(mt)) {
+        err_set("%s: missing field 'model_type' (supported: llama, bitnet)", path);
+        goto done;
+    }
+    snprintf(cfg->model_type, sizeof cfg->model_type, "%s", mt->valuestring);
+    if (strcmp(mt->valuestring, "llama") == 0) cfg->arch = ARCH_LLAMA;
+    else if (strcmp(mt->valuestring, "bitnet") == 0) cfg->arch = ARCH_BITNET;
+    else {
+        err_set("%s: model_type '%s' is not supported (supported: llama, bitnet)", path,
+                mt->valuestring);
+        goto done;
+    }
+    if (get_int(root, "hidden_size", &cfg->hidden, 1, path) < 0 ||
+        get_int(root, "num_hidden_layers", &cfg->n_layers, 1, path) < 0 ||
+        get_int(root, "num_attention_heads", &cfg->n_heads, 1, path) < 0 ||
+        get_int(root, "num_key_value_heads", &cfg->n_kv_heads, 1, path) < 0 ||
+        get_int(root, "intermediate_size", &cfg->inter, 1, path) < 0 ||
+        get_int(root, "vocab_size", &cfg->vocab, 1, path) < 0)
+        goto done;
+    int r = get_int(root, "head_dim", &cfg->head_dim, 0, path);
+    if (r < 0) goto done;
+    if (r == 1) {
+        if (cfg->hidden % cfg->n_heads != 0) {
+            err_set("%s: hidden_size %d is not a multiple of num_attention_heads %d and no "
+                    "head_dim is given", path, cfg->hidden, cfg->n_heads);
+            goto done;
+        }
+        cfg->head_dim = cfg->hidden / cfg->n_heads;
+    }
+    if (cfg->head_dim % 2 != 0) {
+        err_set("%s: head_dim %d must be even for RoPE", path, cfg->head_dim);
+        goto done;
+    }
+    if (cfg->n_heads % cfg->n_kv_heads != 0) {
+        err_set("%s: num_attention_heads %d is not a multiple of num_key_value_heads %d", path,
+                cfg->n_heads, cfg->n_kv_heads);
+        goto done;
+    }
+    if (get_int(root, "max_position_embeddings", &cfg->max_pos, 0, path) < 0) goto done;
+
+    double eps = 0;
+    const cJSON *je = cJSON_GetObjectItemCaseSensitive(root, "rms_norm_eps");
+    if (!je) {
+        err_set("%s: missing field 'rms_norm_eps'", path);
+        goto done;
+    }
+    if (get_num(je, "rms_norm_eps", &eps, path) < 0) goto done;
+    cfg->eps = (float)eps;
+
+    /* rope_theta: top level (older checkpoints) or rope_parameters (transformers 5);
+     * both present and different is a contradiction. */
+    const cJSON *top = cJSON_GetObjectItemCaseSensitive(root, "rope_theta");
+    const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
+    const cJSON *nested = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "rope_theta")
+                                             : NULL;
+    if (cJSON_IsObject(rp)) {
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
+        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") != 0) {
+            err_set("%s: rope_type '%s' is not supported (only 'default')", path, rt->valuestring);
+            goto done;
+        }
+    }
+    const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
+    if (rs && !cJSON_IsNull(rs)) {
+        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "default") != 0) {
+            err_set("%s: rope_scaling is not supported", path);
+            goto done;
+        }
+    }
+    double th_top = 0, th_nested = 0;
+    if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
+    if (nested && get_num(nested, "rope_parameters.rope_theta", &th_nested, path) < 0) goto done;
+    if (!top && !nested) {
+        err_set("%s: missing field 'rope_theta' (top level or in 'rope_parameters')", path);
+        goto done;
+    }
+    if (top && nested && th_top != th_nested) {
+        err_set("%s: rope_theta %g at the top level contradicts rope_parameters.rope_theta %g",
+                path, th_top, th_nested);
+        goto done;
+    }
+    cfg->rope_theta = nested ? th_nested : th_top;
+
+    const cJSON *ha = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
+    if (!cJSON_IsString(ha)) {
+        err_set("%s: missing field 'hidden_act'", path);
+        goto done;
+    }
+    if (strcmp(ha->valuestring, "silu") == 0) cfg->act = ACT_SILU;
+    else if (strcmp(ha->valuestring, "relu2") == 0) cfg->act = ACT_RELU2;
+    else {
+        err_set("%s: hidden_act '%s' is not supported (silu, relu2)", path, ha->valuestring);
+        goto done;
+    }
+
+    const cJSON *tie = cJSON_GetObjectItemCaseSensitive(root, "tie_word_embeddings");
+    if (!tie || cJSON_IsNull(tie)) cfg->tie = TIE_ABSENT;
+    else if (cJSON_IsBool(tie)) cfg->tie = cJSON_IsTrue(tie) ? TIE_TRUE : TIE_FALSE;
+    else {
+        err_set("%s: tie_word_embeddings must be true or false", path);
+        goto done;
+    }
+
+    if (cfg->arch == ARCH_BITNET) {
+        const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+        const cJSON *lc = cJSON_IsObject(qc) ? cJSON_GetObjectItemCaseSensitive(qc, "linear_class")
+                                             : NULL;
+        if (!cJSON_IsString(lc)) {
+            err_set("%s: bitnet model without quantization_config.linear_class (bitlinear or "
+                    "autobitlinear): cannot tell whether weight_scale divides or multiplies",
+                    path);
+            goto done;
+        }
+        if (strcmp(lc->valuestring, "bitlinear") == 0) cfg->bitnet_scale = BITNET_BITLINEAR;
+        else if (strcmp(lc->valuestring, "autobitlinear") == 0)
+            cfg->bitnet_scale = BITNET_AUTOBITLINEAR;
+        else {
+            err_set("%s: linear_class '%s' is not supported (bitlinear, autobitlinear)", path,
+                    lc->valuestring);
+            goto done;
+        }
+    }
+    rc = 0;
+done:
+    cJSON_Delete(root);
+    return rc;
+}
+
+int config_load(const char *dir, ModelConfig *cfg) {
+    char path[4096], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    if (file_read_all(path, &text, NULL) != 0) return -1;
+    int rc = config_parse(text, path, cfg);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,41 @@
+/* Model hyperparameters from a Hugging Face config.json (through cJSON).
+ * Missing or contradictory fields are errors: a silent default could change
+ * every number a run reports. */
+#ifndef TL_CONFIG_H
+#define TL_CONFIG_H
+
+#include <stdint.h>
+
+typedef enum { ARCH_LLAMA = 0, ARCH_BITNET } Arch;
+typedef enum { ACT_SILU = 0, ACT_RELU2 } HiddenAct;
+/* How a BitNet checkpoint's per-tensor weight_scale is applied. */
+typedef enum { BITNET_SCALE_NONE = 0, BITNET_BITLINEAR, BITNET_AUTOBITLINEAR } BitnetScale;
+/* tie_word_embeddings: given true/false, or absent (then decided by whether
+ * the checkpoint has lm_head.weight, and reported). */
+typedef enum { TIE_ABSENT = -1, TIE_FALSE = 0, TIE_TRUE = 1 } Tie;
+
+typedef struct {
+    Arch arch;
+    char model_type[32];
+    int hidden;       /* hidden_size */
+    int n_layers;     /* num_hidden_layers */
+    int n_heads;      /* num_attention_heads */
+    int n_kv_heads;   /* num_key_value_heads */
+    int head_dim;     /* head_dim, default hidden / heads */
+    int inter;        /* intermediate_size */
+    int vocab;        /* vocab_size */
+    int max_pos;      /* max_position_embeddings (informational; 0 if absent) */
+    float eps;        /* rms_norm_eps */
+    double rope_theta;
+    HiddenAct act;
+    Tie tie;
+    BitnetScale bitnet_scale; /* BitNet only */
+} ModelConfig;
+
+/* Parses JSON text; `path` is used in messages only. */
+int config_parse(const char *json, const char *path, ModelConfig *cfg);
+/* Reads DIR/config.json. */
+int config_load(const char *dir, ModelConfig *cfg);
+const char *arch_name(Arch a);
+
+#endif

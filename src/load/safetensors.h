@@ -1,0 +1,50 @@
+/* Hugging Face safetensors: single file or sharded (model.safetensors.index.json).
+ * Files are mmap'd; tensors point into the mapping (no copies).  The header is
+ * validated in full before any tensor is handed out: JSON well-formed, known
+ * dtype, shape × dtype size == byte range, every range inside the file's data
+ * section and no two ranges overlapping. */
+#ifndef TL_SAFETENSORS_H
+#define TL_SAFETENSORS_H
+
+#include "core/dtype.h"
+#include "core/mem.h"
+
+#include <stdint.h>
+
+#define ST_MAX_DIMS 8
+
+typedef struct {
+    char *name;
+    DType dtype;
+    int ndim;
+    int64_t shape[ST_MAX_DIMS];
+    int64_t numel;
+    const void *data; /* into the mapping of files[file] */
+    size_t nbytes;
+    int file;
+} StTensor;
+
+typedef struct {
+    MappedFile *files;
+    int n_files;
+    StTensor *tensors; /* sorted by name */
+    int n_tensors;
+} SafeTensors;
+
+/* Opens one .safetensors file.  Returns 0, or -1 with err_set naming the file
+ * (and the tensor, when one is at fault). */
+int st_open_file(const char *path, SafeTensors *st);
+/* Opens a checkpoint folder: model.safetensors.index.json when present (every
+ * shard it names, every tensor in the file the index says), else
+ * model.safetensors. */
+int st_open_dir(const char *dir, SafeTensors *st);
+void st_close(SafeTensors *st);
+const StTensor *st_find(const SafeTensors *st, const char *name);
+
+/* Parses and validates a header held in memory (used by st_open_file and the
+ * fuzzing harness).  `file_size` is the size of the whole file; tensors are
+ * appended to *st with file index `file`. */
+int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int file,
+                    SafeTensors *st);
+
+#endif

@@ -1,0 +1,89 @@
+#include "runtime/engine.h"
+#include "core/err.h"
+#include "core/mem.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+int engine_init(Engine *e, Model *m, const EngineOpts *o) {
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    int bs = o->block_size > 0 ? o->block_size : 16;
+    if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
+        return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
+    if (kv_init(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
+                (int)o->n_blocks) != 0)
+        return -1;
+    if (runstate_init(&e->rs, m, o->max_tok > 0 ? o->max_tok : 256) != 0) {
+        kv_free(&e->kv);
+        return -1;
+    }
+    return 0;
+}
+
+void engine_free(Engine *e) {
+    runstate_free(&e->rs);
+    kv_free(&e->kv);
+}
+
+int64_t argmax_f32(const float *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return best;
+}
+
+int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *prompt_len, int n_seq,
+                    int64_t max_new, int32_t **out) {
+    const int64_t V = e->m->cfg.vocab, cap = e->rs.max_tok;
+    if (n_seq > cap) return err_set("generate: batch %d exceeds the run state (%lld tokens)", n_seq,
+                                    (long long)cap);
+    int rc = 0;
+    int *seq = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
+    int *ids = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
+    int *tok = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_seq + cap));
+    int64_t *lidx = xmalloc(sizeof(int64_t) * (size_t)n_seq);
+    float *logits = mem_alloc(sizeof(float) * (size_t)(n_seq * V), "logits");
+    if (!logits) rc = -1;
+    for (int s = 0; s < n_seq; s++) ids[s] = kv_seq_new(&e->kv);
+    /* prefill each prompt in chunks; keep the last chunk's last logits */
+    for (int s = 0; s < n_seq && rc == 0; s++) {
+        if (prompt_len[s] < 1) {
+            rc = err_set("generate: empty prompt");
+            break;
+        }
+        for (int64_t p0 = 0; p0 < prompt_len[s] && rc == 0; p0 += cap) {
+            int64_t cnt = prompt_len[s] - p0 < cap ? prompt_len[s] - p0 : cap;
+            for (int64_t i = 0; i < cnt; i++) {
+                tok[i] = prompts[s][p0 + i];
+                seq[i] = ids[s];
+                pos[i] = p0 + i;
+            }
+            int last = p0 + cnt == prompt_len[s];
+            int64_t li = cnt - 1;
+            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, cnt, &li, 1,
+                         last ? logits + s * V : NULL);
+        }
+    }
+    /* batched greedy decode */
+    for (int64_t step = 0; step < max_new && rc == 0; step++) {
+        for (int s = 0; s < n_seq; s++) {
+            out[s][step] = (int32_t)argmax_f32(logits + s * V, V);
+            tok[s] = out[s][step];
+            seq[s] = ids[s];
+            pos[s] = prompt_len[s] + step;
+            lidx[s] = s;
+        }
+        if (step + 1 < max_new)
+            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq, logits);
+    }
+    for (int s = 0; s < n_seq; s++) kv_seq_free(&e->kv, ids[s]);
+    mem_free(logits);
+    free(seq);
+    free(ids);
+    free(tok);
+    free(pos);
+    free(lidx);
+    return rc;
+}

@@ -1,0 +1,271 @@
+#include "runtime/forward.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "runtime/linear.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <string.h>
+
+#define ATT_Q_CHUNK 128 /* query rows per attention tile: bounds the scores buffer */
+
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+int runstate_init(RunState *s, const Model *m, int64_t max_tok) {
+    memset(s, 0, sizeof *s);
+    const ModelConfig *c = &m->cfg;
+    int64_t qd = (int64_t)c->n_heads * c->head_dim, kvd = (int64_t)c->n_kv_heads * c->head_dim;
+    int64_t wide = max64(max64(c->hidden, qd), c->inter);
+    s->max_tok = max_tok;
+    s->x = mem_alloc(sizeof(float) * (size_t)(max_tok * c->hidden), "activations");
+    s->xb = mem_alloc(sizeof(float) * (size_t)(max_tok * wide), "activations");
+    s->q = mem_alloc(sizeof(float) * (size_t)(max_tok * qd), "activations");
+    s->k = mem_alloc(sizeof(float) * (size_t)(max_tok * kvd), "activations");
+    s->v = mem_alloc(sizeof(float) * (size_t)(max_tok * kvd), "activations");
+    s->att = mem_alloc(sizeof(float) * (size_t)(max_tok * qd), "activations");
+    s->hb = mem_alloc(sizeof(float) * (size_t)(max_tok * c->inter), "activations");
+    s->hb2 = mem_alloc(sizeof(float) * (size_t)(max_tok * c->inter), "activations");
+    s->hout = mem_alloc(sizeof(float) * (size_t)(max_tok * c->hidden), "activations");
+    s->lin_scratch = mem_alloc(linear_scratch_bytes(max_tok, wide), "activations");
+    if (!s->x || !s->xb || !s->q || !s->k || !s->v || !s->att || !s->hb || !s->hb2 || !s->hout ||
+        !s->lin_scratch) {
+        runstate_free(s);
+        return err_prefix("run state for %lld tokens: ", (long long)max_tok);
+    }
+    return 0;
+}
+
+void runstate_free(RunState *s) {
+    void *ps[] = {s->x, s->xb, s->q, s->k, s->v, s->att, s->hb, s->hb2, s->hout, s->lin_scratch,
+                  s->kc, s->vc, s->scores};
+    for (size_t i = 0; i < sizeof ps / sizeof ps[0]; i++) mem_free(ps[i]);
+    memset(s, 0, sizeof *s);
+}
+
+static int ensure_ctx(RunState *s, int64_t ctx, int head_dim) {
+    if (ctx <= s->ctx_cap) return 0;
+    int64_t cap = max64(ctx, 2 * s->ctx_cap);
+    mem_free(s->kc);
+    mem_free(s->vc);
+    mem_free(s->scores);
+    s->kc = mem_alloc(sizeof(float) * (size_t)(cap * head_dim), "attention keys");
+    s->vc = mem_alloc(sizeof(float) * (size_t)(cap * head_dim), "attention values");
+    s->scores = mem_alloc(sizeof(float) * (size_t)(cap * ATT_Q_CHUNK), "attention scores");
+    if (!s->kc || !s->vc || !s->scores) {
+        s->ctx_cap = 0;
+        return -1;
+    }
+    s->ctx_cap = cap;
+    return 0;
+}
+
+void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t dim, float eps) {
+#pragma omp parallel for schedule(static) if (n * dim > 32768)
+    for (int64_t t = 0; t < n; t++) {
+        const float *xr = x + t * dim;
+        float *o = out + t * dim;
+        float ss = 0.0f;
+        for (int64_t i = 0; i < dim; i++) ss += xr[i] * xr[i];
+        float r = 1.0f / sqrtf(ss / (float)dim + eps);
+        for (int64_t i = 0; i < dim; i++) o[i] = w[i] * (xr[i] * r);
+    }
+}
+
+/* RoPE tables cos/sin (len, head_dim/2) with transformers' arithmetic:
+ * inv_freq_i = 1 / theta^(2i/d) in fp32, angle = pos * inv_freq_i in fp32. */
+static int rope_ensure(Model *m, int64_t len) {
+    if (len <= m->rope_len) return 0;
+    int64_t cap = max64(len, max64(2 * m->rope_len, 4096));
+    int half = m->cfg.head_dim / 2;
+    float *c = mem_alloc(sizeof(float) * (size_t)(cap * half), "RoPE table");
+    float *sn = mem_alloc(sizeof(float) * (size_t)(cap * half), "RoPE table");
+    if (!c || !sn) {
+        mem_free(c);
+        mem_free(sn);
+        return -1;
+    }
+    for (int i = 0; i < half; i++) {
+        float inv = 1.0f / powf((float)m->cfg.rope_theta, (float)(2 * i) / (float)m->cfg.head_dim);
+        for (int64_t p = 0; p < cap; p++) {
+            float a = (float)p * inv;
+            c[p * half + i] = (float)cos((double)a);
+            sn[p * half + i] = (float)sin((double)a);
+        }
+    }
+    mem_free(m->rope_cos);
+    mem_free(m->rope_sin);
+    m->rope_cos = c;
+    m->rope_sin = sn;
+    m->rope_len = cap;
+    return 0;
+}
+
+/* Rotate-half RoPE on n_heads heads of one token: pairs (i, i + d/2). */
+static void rope_apply(float *x, int n_heads, int hd, const float *cs, const float *sn) {
+    int half = hd / 2;
+    for (int h = 0; h < n_heads; h++) {
+        float *v = x + (int64_t)h * hd;
+        for (int i = 0; i < half; i++) {
+            float x1 = v[i], x2 = v[i + half];
+            v[i] = x1 * cs[i] - x2 * sn[i];
+            v[i + half] = x2 * cs[i] + x1 * sn[i];
+        }
+    }
+}
+
+/* Attention for tokens [i0, i1) of one sequence: for each query head, scores
+ * against positions 0..pos (causal), softmax, weighted sum of values. */
+static void attention_run(const Model *m, const KvCache *kv, RunState *s, int layer, int seq,
+                          const int64_t *pos, int64_t i0, int64_t i1) {
+    const ModelConfig *c = &m->cfg;
+    int hd = c->head_dim, grp = c->n_heads / c->n_kv_heads, bs = kv->block_size;
+    int64_t qd = (int64_t)c->n_heads * hd;
+    int64_t ctx = 0;
+    for (int64_t i = i0; i < i1; i++) ctx = max64(ctx, pos[i] + 1);
+    float scale = 1.0f / sqrtf((float)hd);
+    for (int h = 0; h < c->n_kv_heads; h++) {
+        /* gather this head's K and V for positions [0, ctx) from the pages */
+        for (int64_t p0 = 0; p0 < ctx; p0 += bs) {
+            int64_t cnt = ctx - p0 < bs ? ctx - p0 : bs;
+            memcpy(s->kc + p0 * hd, kv_k_at(kv, layer, seq, p0, h), sizeof(float) * (size_t)(cnt * hd));
+            memcpy(s->vc + p0 * hd, kv_v_at(kv, layer, seq, p0, h), sizeof(float) * (size_t)(cnt * hd));
+        }
+        for (int g = 0; g < grp; g++) {
+            int hq = h * grp + g;
+            for (int64_t r0 = i0; r0 < i1; r0 += ATT_Q_CHUNK) {
+                int64_t nr = i1 - r0 < ATT_Q_CHUNK ? i1 - r0 : ATT_Q_CHUNK;
+                int64_t rctx = 0; /* keys this tile needs */
+                for (int64_t r = r0; r < r0 + nr; r++) rctx = max64(rctx, pos[r] + 1);
+                /* S (nr, rctx) = Q (nr, hd) @ K^T * scale */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)nr, (int)rctx, hd, scale,
+                            s->q + r0 * qd + (int64_t)hq * hd, (int)qd, s->kc, hd, 0.0f, s->scores,
+                            (int)rctx);
+#pragma omp parallel for schedule(static) if (nr * rctx > 16384)
+                for (int64_t r = 0; r < nr; r++) {
+                    float *row = s->scores + r * rctx;
+                    int64_t valid = pos[r0 + r] + 1;
+                    float mx = -INFINITY;
+                    for (int64_t j = 0; j < valid; j++) mx = row[j] > mx ? row[j] : mx;
+                    float sum = 0.0f;
+                    for (int64_t j = 0; j < valid; j++) {
+                        row[j] = expf(row[j] - mx);
+                        sum += row[j];
+                    }
+                    float inv = 1.0f / sum;
+                    for (int64_t j = 0; j < valid; j++) row[j] *= inv;
+                    for (int64_t j = valid; j < rctx; j++) row[j] = 0.0f;
+                }
+                /* O (nr, hd) = P (nr, rctx) @ V (rctx, hd) */
+                cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, (int)nr, hd, (int)rctx, 1.0f,
+                            s->scores, (int)rctx, s->vc, hd, 0.0f,
+                            s->att + r0 * qd + (int64_t)hq * hd, (int)qd);
+            }
+        }
+    }
+}
+
+static void dump_rows(RunState *s, int slot, const float *x, int64_t n, int64_t dim) {
+    if (s->dump) memcpy(s->dump + (size_t)slot * (size_t)(n * dim), x, sizeof(float) * (size_t)(n * dim));
+}
+
+int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
+            const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits,
+            float *logits) {
+    const ModelConfig *c = &m->cfg;
+    const int64_t H = c->hidden, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
+                  kvd = (int64_t)c->n_kv_heads * hd, n_inter = c->inter;
+    if (n > s->max_tok) return err_set("forward: %lld tokens but the run state holds %lld",
+                                       (long long)n, (long long)s->max_tok);
+    /* reserve KV space for every sequence first, so a failure writes nothing */
+    int64_t max_pos = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tok[i] < 0 || tok[i] >= c->vocab)
+            return err_set("forward: token id %d outside the vocabulary (0..%d)", tok[i],
+                           c->vocab - 1);
+        if (kv_seq_reserve(kv, seq[i], pos[i] + 1) != 0) return -1;
+        max_pos = max64(max_pos, pos[i]);
+    }
+    if (rope_ensure((Model *)m, max_pos + 1) != 0 || ensure_ctx(s, max_pos + 1, (int)hd) != 0)
+        return -1;
+    int half = (int)hd / 2;
+
+    for (int64_t i = 0; i < n; i++) memcpy(s->x + i * H, m->embed + (int64_t)tok[i] * H, sizeof(float) * (size_t)H);
+    dump_rows(s, 0, s->x, n, H);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        /* attention block */
+        rmsnorm_rows(s->xb, s->x, L->attn_norm, n, H, c->eps);
+        linear_forward(&L->q, s->xb, n, s->q, s->lin_scratch); /* (n,H) @ Wq^T -> (n,qd) */
+        linear_forward(&L->k, s->xb, n, s->k, s->lin_scratch); /* (n,H) @ Wk^T -> (n,kvd) */
+        linear_forward(&L->v, s->xb, n, s->v, s->lin_scratch); /* (n,H) @ Wv^T -> (n,kvd) */
+#pragma omp parallel for schedule(static) if (n > 64)
+        for (int64_t i = 0; i < n; i++) {
+            const float *cs = m->rope_cos + pos[i] * half, *sn = m->rope_sin + pos[i] * half;
+            rope_apply(s->q + i * qd, c->n_heads, (int)hd, cs, sn);
+            rope_apply(s->k + i * kvd, c->n_kv_heads, (int)hd, cs, sn);
+            for (int h = 0; h < c->n_kv_heads; h++) {
+                memcpy(kv_k_at(kv, l, seq[i], pos[i], h), s->k + i * kvd + h * hd, sizeof(float) * (size_t)hd);
+                memcpy(kv_v_at(kv, l, seq[i], pos[i], h), s->v + i * kvd + h * hd, sizeof(float) * (size_t)hd);
+            }
+        }
+        /* runs of consecutive tokens of the same sequence share one gather of K/V */
+        for (int64_t i0 = 0; i0 < n;) {
+            int64_t i1 = i0 + 1;
+            while (i1 < n && seq[i1] == seq[i0]) i1++;
+            attention_run(m, kv, s, l, seq[i0], pos, i0, i1);
+            i0 = i1;
+        }
+        const float *ao = s->att;
+        if (L->attn_sub_norm) {
+            rmsnorm_rows(s->xb, s->att, L->attn_sub_norm, n, qd, c->eps);
+            ao = s->xb;
+        }
+        linear_forward(&L->o, ao, n, s->hout, s->lin_scratch); /* (n,qd) @ Wo^T -> (n,H) */
+        for (int64_t i = 0; i < n * H; i++) s->x[i] += s->hout[i];
+
+        /* MLP block: down(act(gate(x)) * up(x)) */
+        rmsnorm_rows(s->xb, s->x, L->ffn_norm, n, H, c->eps);
+        linear_forward(&L->gate, s->xb, n, s->hb, s->lin_scratch); /* (n,H) -> (n,n_inter) */
+        linear_forward(&L->up, s->xb, n, s->hb2, s->lin_scratch);  /* (n,H) -> (n,n_inter) */
+        if (c->act == ACT_SILU) {
+#pragma omp parallel for schedule(static) if (n * n_inter > 65536)
+            for (int64_t i = 0; i < n * n_inter; i++) {
+                float g = s->hb[i];
+                s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
+            }
+        } else {
+            for (int64_t i = 0; i < n * n_inter; i++) {
+                float g = s->hb[i] > 0.0f ? s->hb[i] : 0.0f;
+                s->hb[i] = g * g * s->hb2[i];
+            }
+        }
+        const float *mi = s->hb;
+        if (L->ffn_sub_norm) {
+            rmsnorm_rows(s->hb2, s->hb, L->ffn_sub_norm, n, n_inter, c->eps);
+            mi = s->hb2;
+        }
+        linear_forward(&L->down, mi, n, s->hout, s->lin_scratch); /* (n,n_inter) -> (n,H) */
+        for (int64_t i = 0; i < n * H; i++) s->x[i] += s->hout[i];
+        dump_rows(s, l + 1, s->x, n, H);
+    }
+    for (int64_t i = 0; i < n; i++) {
+        KvSeq *sq = &kv->seqs[seq[i]];
+        if (pos[i] + 1 > sq->len) sq->len = pos[i] + 1;
+    }
+
+    /* final norm + lm_head on the rows whose logits are wanted */
+    if (s->dump) {
+        rmsnorm_rows(s->xb, s->x, m->final_norm, n, H, c->eps);
+        dump_rows(s, c->n_layers + 1, s->xb, n, H);
+    }
+    if (!logits) return 0;
+    int64_t nl = logit_idx ? n_logits : n;
+    for (int64_t j = 0; j < nl; j++) {
+        int64_t i = logit_idx ? logit_idx[j] : j;
+        memcpy(s->hout + j * H, s->x + i * H, sizeof(float) * (size_t)H);
+    }
+    rmsnorm_rows(s->xb, s->hout, m->final_norm, nl, H, c->eps);
+    linear_forward(&m->lm_head, s->xb, nl, logits, s->lin_scratch); /* (nl,H) -> (nl,vocab) */
+    return 0;
+}

@@ -1,0 +1,64 @@
+/* A loaded model: configuration plus the weights every forward pass reads.
+ *
+ * Dense weights are held as f32 (upcast once from the stored BF16/F16: the
+ * reference computes in fp32, as transformers does after from_pretrained with
+ * dtype=float32).  Ternary linears hold packed codes + scales (src/quant). */
+#ifndef TL_MODEL_H
+#define TL_MODEL_H
+
+#include "load/config.h"
+#include "load/safetensors.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+struct TernaryMatrix;
+
+typedef struct {
+    char name[96];           /* checkpoint name, e.g. model.layers.0.self_attn.q_proj */
+    int64_t out, in;         /* y (n,out) = x (n,in) @ W^T */
+    float *w;                /* dense (out, in), owned; NULL when ternary */
+    struct TernaryMatrix *t; /* ternary, owned; NULL when dense */
+    int act_int8;            /* quantise activations per token (BitNet) before this linear */
+} Linear;
+
+typedef struct {
+    float *attn_norm;     /* (hidden) input_layernorm */
+    float *ffn_norm;      /* (hidden) post_attention_layernorm */
+    float *attn_sub_norm; /* (n_heads*head_dim) BitNet only, before o_proj */
+    float *ffn_sub_norm;  /* (inter) BitNet only, before down_proj */
+    Linear q, k, v, o, gate, up, down;
+} Layer;
+
+typedef struct {
+    ModelConfig cfg;
+    char *path;
+    SafeTensors st;
+    float *embed;      /* (vocab, hidden) */
+    float *final_norm; /* (hidden) */
+    Linear lm_head;    /* (vocab, hidden); shares embed when tied (w == embed, not owned) */
+    int lm_head_tied;
+    Layer *layers;
+    /* RoPE tables: cos/sin (rope_len, head_dim/2), grown on demand */
+    float *rope_cos, *rope_sin;
+    int64_t rope_len;
+    char load_notes[1024]; /* decisions taken while loading (tied head, scale convention) */
+} Model;
+
+typedef struct {
+    const char *quant; /* QuantSpec string, NULL = weights as loaded */
+    int dense;         /* 1: dequantise native ternary weights to dense f32 (reference) */
+} ModelLoadOpts;
+
+/* Loads config.json + safetensors from a folder.  Returns 0 or -1 (err_set). */
+int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
+void model_free(Model *m);
+
+/* Calls fn for each linear of the decoder (layer index, kind "q".."down"). */
+typedef void (*linear_visit_fn)(Linear *lin, int layer, const char *kind, void *ctx);
+void model_for_each_linear(Model *m, linear_visit_fn fn, void *ctx);
+
+/* Bytes held by the model's weights as the forward reads them. */
+size_t model_weight_bytes(const Model *m);
+
+#endif
