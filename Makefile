@@ -110,9 +110,11 @@ test-san:
 
 # Full WikiText-2 test perplexity vs the transformers reference (a minute or two).
 check-ppl: $(BUILD)/ternlab $(BUILD)/test_runner
-	TERNLAB_BIN=$(BUILD)/ternlab TERNLAB_SLOW=1 $(BUILD)/test_runner check_ppl
+	TERNLAB_BIN=$(BUILD)/ternlab $(BUILD)/test_runner slow_ppl
 
 clean:
 	rm -rf build build-san
+
+include scripts/paper.mk
 
 -include $(shell find $(BUILD) build-san -name '*.d' 2>/dev/null)

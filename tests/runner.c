@@ -1,6 +1,7 @@
 /* Test runner: runs every registered test (or those whose name contains one
  * of the arguments) in a child process each; prints "N passed, N failed". */
 #include "test.h"
+#include "core/blas_setup.h"
 
 #include <stdarg.h>
 #include <stdlib.h>
@@ -81,8 +82,10 @@ int test_run(const char *cmd, char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
+/* Tests named slow_* (full-data checks, minutes) run only when an argument
+ * selects them: `make check-ppl`. */
 static int selected(const char *name, int argc, char **argv) {
-    if (argc <= 1) return 1;
+    if (argc <= 1) return strncmp(name, "slow_", 5) != 0;
     for (int i = 1; i < argc; i++)
         if (strstr(name, argv[i])) return 1;
     return 0;
@@ -90,6 +93,7 @@ static int selected(const char *name, int argc, char **argv) {
 
 int main(int argc, char **argv) {
     int passed = 0, failed = 0;
+    blas_setup(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 0; i < n_tests; i++) {
         if (!selected(tests[i].name, argc, argv)) continue;

@@ -1,0 +1,145 @@
+/* Run-time choice among the ternary kernel variants (cpuid via
+ * __builtin_cpu_supports, TERNLAB_KERNEL to force one) and the helpers the
+ * variants share. */
+#include "cpu/tern_kernels.h"
+
+#include "core/err.h"
+#include "core/mem.h"
+#include "ternary_format.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *short_names[TK_COUNT] = {"ref", "generic", "avx2", "avx512"};
+
+const char *tern_kernel_short_name(TernKernel k) {
+    return (unsigned)k < TK_COUNT ? short_names[k] : "?";
+}
+
+int tern_kernel_supported(TernKernel k) {
+    switch (k) {
+    case TK_REF:
+    case TK_GENERIC: return 1;
+    case TK_AVX2:
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+               __builtin_cpu_supports("f16c");
+    case TK_AVX512:
+        /* the AVX-512 file is compiled with VNNI (vpdpbusd) in its int8 path */
+        __builtin_cpu_init();
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq") &&
+               __builtin_cpu_supports("avx512vnni");
+    default: return 0;
+    }
+}
+
+static int forced = -1; /* tern_kernel_force; -1 = none */
+
+int tern_kernel_force(TernKernel k) {
+    if (!tern_kernel_supported(k))
+        return err_set("ternary kernel '%s' is not supported on this CPU", tern_kernel_short_name(k));
+    forced = (int)k;
+    return 0;
+}
+
+int tern_kernel_choose(TernKernel *k) {
+    if (forced >= 0) {
+        *k = (TernKernel)forced;
+        return 0;
+    }
+    const char *env = getenv("TERNLAB_KERNEL");
+    if (env && *env) {
+        for (int i = 0; i < TK_COUNT; i++)
+            if (strcmp(env, short_names[i]) == 0) {
+                if (!tern_kernel_supported((TernKernel)i))
+                    return err_set("TERNLAB_KERNEL=%s: this CPU does not support it (unset "
+                                   "TERNLAB_KERNEL to pick the best supported one)",
+                                   env);
+                *k = (TernKernel)i;
+                return 0;
+            }
+        return err_set("TERNLAB_KERNEL=%s: unknown kernel (valid: ref, generic, avx2, avx512)",
+                       env);
+    }
+    *k = tern_kernel_supported(TK_AVX512) ? TK_AVX512
+         : tern_kernel_supported(TK_AVX2) ? TK_AVX2
+                                          : TK_GENERIC;
+    return 0;
+}
+
+const char *tern_kernel_name(void) {
+    TernKernel k;
+    if (tern_kernel_choose(&k) < 0) return "unavailable";
+    switch (k) {
+    case TK_REF: return "gemm_ternary_ref";
+    case TK_GENERIC: return "gemm_ternary_generic";
+    case TK_AVX2: return "gemm_ternary_avx2";
+    case TK_AVX512: return "gemm_ternary_avx512_vnni";
+    default: return "unavailable";
+    }
+}
+
+int tern_matmul_f32(const TernaryMatrix *W, const float *x, int64_t n, float *y) {
+    TernKernel k;
+    if (tern_kernel_choose(&k) < 0) return -1;
+    switch (k) {
+    case TK_REF: return tern_matmul_f32_ref(W, x, n, y);
+    case TK_GENERIC: return tern_matmul_f32_generic(W, x, n, y);
+    case TK_AVX2: return tern_matmul_f32_avx2(W, x, n, y);
+    default: return tern_matmul_f32_avx512(W, x, n, y);
+    }
+}
+
+int tern_matmul_i8(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                   float *y) {
+    TernKernel k;
+    if (tern_kernel_choose(&k) < 0) return -1;
+    switch (k) {
+    case TK_REF: return tern_matmul_i8_ref(W, xq, sx, n, y);
+    case TK_GENERIC: return tern_matmul_i8_generic(W, xq, sx, n, y);
+    case TK_AVX2: return tern_matmul_i8_avx2(W, xq, sx, n, y);
+    default: return tern_matmul_i8_avx512(W, xq, sx, n, y);
+    }
+}
+
+int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
+                    const char *who) {
+    if (!W || !W->codes || !W->scales || W->rows < 1 || W->cols < 1)
+        return err_set("%s: empty or freed ternary matrix", who);
+    if (W->row_bytes != tern_row_bytes(W->cols))
+        return err_set("%s: row stride %lld does not match the packed layout (%lld)", who,
+                       (long long)W->row_bytes, (long long)tern_row_bytes(W->cols));
+    if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
+    if (n > 0 && (!x || !y)) return err_set("%s: NULL activations or output", who);
+    return 0;
+}
+
+const void *tern_pad_act(const void *x, int64_t n, int64_t cols, size_t esize, void **owned) {
+    *owned = NULL;
+    int64_t pc = tern_row_blocks(cols) * TERN_BLOCK;
+    if (pc == cols) return x;
+    uint8_t *p = mem_alloc((size_t)(n * pc) * esize, "padded activations");
+    if (!p) return NULL;
+    for (int64_t t = 0; t < n; t++) {
+        memcpy(p + (size_t)(t * pc) * esize, (const uint8_t *)x + (size_t)(t * cols) * esize,
+               (size_t)cols * esize);
+        memset(p + (size_t)(t * pc + cols) * esize, 0, (size_t)(pc - cols) * esize);
+    }
+    *owned = p;
+    return p;
+}
+
+int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n) {
+    int32_t *s = mem_alloc((size_t)(n * W->n_groups) * sizeof *s, "activation group sums");
+    if (!s) return NULL;
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t g = 0; g < W->n_groups; g++) {
+            int64_t k0 = g * W->group_cols;
+            int64_t k1 = k0 + W->group_cols < W->cols ? k0 + W->group_cols : W->cols;
+            int32_t a = 0;
+            for (int64_t k = k0; k < k1; k++) a += xq[t * W->cols + k];
+            s[t * W->n_groups + g] = a;
+        }
+    return s;
+}

@@ -1,0 +1,74 @@
+/* CPU ternary matmul: y (n, rows) = x (n, cols) @ W^T, W a TernaryMatrix
+ * (rows = output features).  Two activation modes:
+ *
+ *   f32:  y[t][r] = sum_g s_rg * sum_{k in g} q_rk * x[t][k]
+ *   int8: y[t][r] = (sum_g s_rg * (float)D_trg) / sx[t],
+ *         D_trg = sum_{k in g} q_rk * xq[t][k]   (exact integer)
+ *         the float sum over groups runs in group order, starting from 0.0f,
+ *         so every int8 kernel is bit-identical to the reference.
+ *
+ * Variants: *_ref (plain C, the definition), *_generic (plain C, faster loop
+ * order, any CPU), *_avx2, *_avx512 (AVX-512BW + VNNI).  tern_matmul_f32 /
+ * tern_matmul_i8 dispatch at run time: the best supported variant, or the one
+ * named by TERNLAB_KERNEL=ref|generic|avx2|avx512 (an unsupported or unknown
+ * name is an error, never a silent fallback).  Large shapes run on OpenMP
+ * threads over rows.  x and y are dense row-major; x is never read past
+ * n*cols elements (tails use a zero-padded copy).  All return 0, or -1 with
+ * err_set (bad shape, no memory, unsupported kernel). */
+#ifndef TL_TERN_KERNELS_H
+#define TL_TERN_KERNELS_H
+
+#include <stdint.h>
+
+#include "quant/quant.h"
+
+typedef enum { TK_REF = 0, TK_GENERIC, TK_AVX2, TK_AVX512, TK_COUNT } TernKernel;
+
+/* "ref", "generic", "avx2", "avx512". */
+const char *tern_kernel_short_name(TernKernel k);
+/* 1 when this CPU can run variant k. */
+int tern_kernel_supported(TernKernel k);
+/* The variant tern_matmul_* use: TERNLAB_KERNEL if set, else the best one.
+ * Returns 0 and *k, or -1 (err_set) when the forced one is unknown or
+ * unsupported here. */
+int tern_kernel_choose(TernKernel *k);
+/* Overrides the choice for this process (tests, bench); -1 if unsupported. */
+int tern_kernel_force(TernKernel k);
+/* Descriptive name of the chosen variant for load reports, e.g.
+ * "gemm_ternary_avx512_vnni"; "unavailable" when the choice is an error. */
+const char *tern_kernel_name(void);
+
+int tern_matmul_f32(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+int tern_matmul_i8(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                   float *y);
+
+/* The variants (same contract). */
+int tern_matmul_f32_ref(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+int tern_matmul_i8_ref(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                       float *y);
+int tern_matmul_f32_generic(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+int tern_matmul_i8_generic(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                           float *y);
+int tern_matmul_f32_avx2(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+int tern_matmul_i8_avx2(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                        float *y);
+int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
+                          float *y);
+
+/* Shared helpers for the variants (tern_common.c). */
+/* Checks shapes/pointers; returns 0 or -1 (err_set). */
+int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
+                    const char *who);
+/* Work (n*rows*cols) above which the variants use OpenMP threads. */
+#define TERN_PAR_MIN_WORK (1 << 20)
+/* A zero-padded copy of activations: n rows of `cols` elements of `esize`
+ * bytes each -> n rows of row_blocks*256 elements.  Returns x itself (and
+ * *owned = NULL) when cols is already a multiple of 256, else a mem_alloc'd
+ * buffer in *owned (caller mem_frees).  NULL + err_set on failure. */
+const void *tern_pad_act(const void *x, int64_t n, int64_t cols, size_t esize, void **owned);
+/* Per-token, per-group sums of xq (n, n_groups) int32 for the "code = q+1"
+ * trick: D = sum(c*x) - sum(x).  Returns a mem_alloc'd array or NULL. */
+int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n);
+
+#endif

@@ -1,0 +1,120 @@
+#!/usr/bin/python3
+"""Draws the paper's figures from the HDF5 run files (make figures).
+
+usage: /usr/bin/python3 scripts/figures.py [--results results] [--out paper/figures]
+                                           [--configs configs] [EXP ...]
+
+For every experiment that varies a quantisation or KV setting:
+  <out>/<exp>.png  PPL (solid, with the BF16 reference PPL of the same points
+                   dashed) and mean KL to the reference, against the factor's
+                   values, one colour per model.
+For exp-throughput:
+  <out>/exp-throughput.png  prefill and decode tokens/s against batch size,
+                   one line per model x weights x device.
+Numbers are plotted as the C programs wrote them (/metrics, /throughput)."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ternlab_runs as tr  # noqa: E402
+
+try:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+except ImportError:
+    sys.exit("figures need matplotlib: run with /usr/bin/python3 (Debian python3-matplotlib)")
+
+NAN = float("nan")
+
+
+def quality_figure(exp, runs, out):
+    values = tr.values_in_order(runs)
+    models = tr.models_in_order(runs)
+    factor = runs[0]["attrs"].get("factor", "value")
+    x = list(range(len(values)))
+    fig, (ax_ppl, ax_kl) = plt.subplots(1, 2, figsize=(10, 3.8))
+    colors = plt.rcParams["axes.prop_cycle"].by_key()["color"]
+    all_kl = []
+    for mi, model in enumerate(models):
+        c = colors[mi % len(colors)]
+        by_value = {r["value"]: r["metrics"] for r in runs if r["model_name"] == model}
+        ppl = [by_value.get(v, {}).get("ppl", NAN) for v in values]
+        ref = [by_value.get(v, {}).get("ppl_ref", NAN) for v in values]
+        kl = [by_value.get(v, {}).get("kl_mean", NAN) for v in values]
+        all_kl += [k for k in kl if k == k]
+        ax_ppl.plot(x, ppl, "o-", color=c, label=f"{model}")
+        ax_ppl.plot(x, ref, "--", color=c, alpha=0.7, label=f"{model} BF16 reference")
+        ax_kl.plot(x, kl, "o-", color=c, label=model)
+    ax_ppl.set_yscale("log")
+    ax_ppl.set_ylabel("perplexity (log scale)")
+    ax_kl.set_ylabel("mean KL(reference || run), nats/token")
+    if all_kl and min(all_kl) > 0:
+        ax_kl.set_yscale("log")
+    for ax in (ax_ppl, ax_kl):
+        ax.set_xticks(x)
+        ax.set_xticklabels(values, rotation=20)
+        ax.set_xlabel(factor)
+        ax.grid(True, alpha=0.3)
+    ax_ppl.legend(fontsize=7)
+    ax_kl.legend(fontsize=7)
+    fig.suptitle(f"{exp}: {tr.TITLES.get(exp, factor)}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=150)
+    plt.close(fig)
+
+
+def throughput_figure(exp, runs, out):
+    fig, (ax_p, ax_d) = plt.subplots(1, 2, figsize=(10, 3.8))
+    for r in runs:
+        t = r["throughput"]
+        if not t.get("batch"):
+            continue
+        label = f"{r['model_name']} {r['value']} ({r['attrs'].get('device', '?')})"
+        ax_p.plot(t["batch"], t.get("prefill_tok_s", [NAN] * len(t["batch"])), "o-", label=label)
+        ax_d.plot(t["batch"], t.get("decode_tok_s", [NAN] * len(t["batch"])), "o-", label=label)
+    batches = sorted({b for r in runs for b in r["throughput"].get("batch", [])})
+    for ax, what in ((ax_p, "prefill"), (ax_d, "decode")):
+        ax.set_xscale("log", base=2)
+        ax.set_xticks(batches)
+        ax.set_xticklabels([str(b) for b in batches])
+        ax.set_yscale("log")
+        ax.set_xlabel("batch (sequences)")
+        ax.set_ylabel(f"{what} tokens/s")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=7)
+    fig.suptitle(f"{exp}: {tr.TITLES.get(exp, '')}")
+    fig.tight_layout()
+    fig.savefig(out, dpi=150)
+    plt.close(fig)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--out", default="paper/figures")
+    ap.add_argument("--configs", default="configs")
+    ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    exps = a.exps or tr.experiments(a.results)
+    if not exps:
+        print(f"figures: no results under {a.results}/exp-* (run make exp-... first)")
+        return 0
+    for exp in exps:
+        runs = tr.load(a.results, exp, a.configs)
+        if not runs:
+            print(f"figures: {exp}: no complete run files in {a.results}/{exp}, skipped")
+            continue
+        out = os.path.join(a.out, exp + ".png")
+        if tr.is_throughput(runs):
+            throughput_figure(exp, runs, out)
+        else:
+            quality_figure(exp, runs, out)
+        print(f"figures: {out} ({len(runs)} runs)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

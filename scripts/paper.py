@@ -1,0 +1,147 @@
+#!/usr/bin/python3
+"""Regenerates paper/paper.md from the run files, the tables and the figures
+(make paper runs figures.py and tables.py first).
+
+usage: /usr/bin/python3 scripts/paper.py [--results results] [--paper paper]
+                                         [--configs configs]
+
+The setup section (models and their hashes, token file, window, protocol,
+machine, versions) is taken from the runs' HDF5 root attributes; the result
+sections include paper/tables/<exp>.md and link paper/figures/<exp>.png.
+Nothing is computed here: the text states what the files say."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ternlab_runs as tr  # noqa: E402
+
+INTRO = {
+    "exp-threshold": "Post-training ternarisation of each linear layer's weights with "
+                     "different threshold/scale rules (BitNet b1.58 absmean, TWN, a "
+                     "standard-deviation threshold, the exact L2-optimal threshold per "
+                     "group, TQ2_0-style absmax) at group 128 with f16 scales.",
+    "exp-scale-dtype": "The same ternary codes with the per-group scales stored (and rounded) "
+                       "as f32, bf16, f16, fp8 e4m3 or e8m0 (power of two); absmean rule, "
+                       "group 128.",
+    "exp-group-size": "One scale per tensor, per output row, or per 256/128/64/32 inputs of a "
+                      "row; absmean rule, f16 scales.",
+    "exp-kv-ternary": "Keys and values stored as ternary pages for the prompt ('encoder'), "
+                      "for generated tokens ('decoder'), for both ('all'), or not at all; "
+                      "weights as loaded. Each window's first half is prefilled and its second "
+                      "half decoded token by token and scored, for the reference as well.",
+    "exp-throughput": "Prefill and decode throughput of dense BF16 against packed ternary "
+                      "weights for several batch sizes.",
+}
+
+
+def uniq(runs, key):
+    out = []
+    for r in runs:
+        v = r["attrs"].get(key)
+        if v is not None and str(v) not in out:
+            out.append(str(v))
+    return out
+
+
+def setup_section(all_runs):
+    lines = ["## Setup", ""]
+    if not all_runs:
+        return lines + ["No run files yet: run `make exp-threshold` (and the other "
+                        "experiments), then `make paper`.", ""]
+    models = {}
+    for r in all_runs:
+        a = r["attrs"]
+        models.setdefault(str(a.get("model", "?")), set()).add(str(a.get("model_sha256", "?")))
+    lines.append("**Models.**")
+    for m, shas in sorted(models.items()):
+        lines.append(f"- `{m}` (sha256 {', '.join(sorted(s[:16] for s in shas))}…)")
+    lines += ["",
+              f"**Data.** Token file(s): {', '.join(f'`{t}`' for t in uniq(all_runs, 'tokens'))}; "
+              f"window {', '.join(uniq(all_runs, 'window'))} tokens"
+              + (f"; windows per run: {', '.join(uniq(all_runs, 'windows'))}"
+                 if uniq(all_runs, "windows") else "") + ".",
+              "",
+              "**Protocol.** Perplexity over non-overlapping windows (GPTQ style): window *w* is "
+              "tokens [*wT*, (*w*+1)*T*), positions 0..*T*−2 predict 1..*T*−1, no BOS is "
+              "inserted and a partial tail is dropped; PPL = exp(mean NLL). Every run computes "
+              "(or reuses, keyed by model, tokens, window and protocol) a reference with the same "
+              "forward pass, dense BF16 weights with fp32 accumulation and a full-precision KV "
+              "cache, over the same windows; KL, top-1 agreement and logit relative L2 compare "
+              "each scored position's logits with the reference's. Definitions: "
+              "`paper/SCHEMA.md`.",
+              "",
+              f"**Machine.** Host(s): {', '.join(uniq(all_runs, 'host'))}; device(s): "
+              f"{', '.join(uniq(all_runs, 'device'))}; tensor parallel ranks: "
+              f"{', '.join(uniq(all_runs, 'tp'))}.",
+              "",
+              f"**Software.** ternlab {', '.join(uniq(all_runs, 'ternlab_version'))}, commit(s) "
+              f"{', '.join(f'`{c}`' for c in uniq(all_runs, 'git_commit'))}; runs made "
+              f"{min(uniq(all_runs, 'created_utc'))} to {max(uniq(all_runs, 'created_utc'))} "
+              f"(UTC). Sweeps ran under GNU Parallel [1].",
+              ""]
+    return lines
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--paper", default="paper")
+    ap.add_argument("--configs", default="configs")
+    a = ap.parse_args()
+    exps = tr.experiments(a.results)
+    per_exp = {e: tr.load(a.results, e, a.configs) for e in exps}
+    all_runs = [r for e in exps for r in per_exp[e]]
+
+    lines = ["# Ternary weights and ternary KV caches in small language models", "",
+             "<!-- Generated by scripts/paper.py from the HDF5 run files in "
+             f"{a.results}/ (make paper). Do not edit: edit scripts/paper.py. -->", "",
+             "Each experiment varies one factor of ternary inference and measures, against a "
+             "BF16 reference of the same model, perplexity, the KL divergence of the "
+             "next-token distributions and related logit statistics; one experiment measures "
+             "throughput. Every number below was written by the C programs into one HDF5 "
+             "file per run (`paper/SCHEMA.md`); the tables and figures are regenerated "
+             "from those files.", ""]
+    lines += setup_section(all_runs)
+    lines += ["## Results", ""]
+    shown = tr.EXPERIMENTS + [e for e in exps if e not in tr.EXPERIMENTS]
+    for exp in shown:
+        runs = per_exp.get(exp, [])
+        lines += [f"### {tr.TITLES.get(exp, exp)} (`{exp}`)", ""]
+        if exp in INTRO:
+            lines += [INTRO[exp], ""]
+        if not runs:
+            lines += [f"*No results yet: `make {exp}`.*", ""]
+            continue
+        models = tr.models_in_order(runs)
+        lines += [f"{len(runs)} runs on {', '.join(models)}; factor `"
+                  f"{runs[0]['attrs'].get('factor', '?')}` = "
+                  f"{', '.join(f'`{v}`' for v in tr.values_in_order(runs))}.", ""]
+        table = os.path.join(a.paper, "tables", exp + ".md")
+        if os.path.exists(table):
+            with open(table, encoding="utf-8") as f:
+                lines += [f"Table: {exp} (`tables/{exp}.md`, LaTeX `tables/{exp}.tex`).", "",
+                          f.read().rstrip("\n"), ""]
+        else:
+            lines += [f"*Table missing: run `make tables`.*", ""]
+        fig = os.path.join(a.paper, "figures", exp + ".png")
+        if os.path.exists(fig):
+            lines += [f"![{exp}](figures/{exp}.png)", ""]
+        else:
+            lines += [f"*Figure missing: run `make figures`.*", ""]
+    lines += ["## Reproducing", "",
+              "```", "make exp-threshold exp-scale-dtype exp-group-size exp-kv-ternary "
+              "exp-throughput   # or scripts/sweep.sh EXP --jobs N",
+              "make paper                  # figures, tables and this file", "```", "",
+              "## References", "",
+              "[1] O. Tange, *GNU Parallel 20221122 ('Херсо́н')*, Zenodo, 2022. "
+              "doi:10.5281/zenodo.7347980.", ""]
+    out = os.path.join(a.paper, "paper.md")
+    with open(out, "w", encoding="utf-8") as f:
+        f.write("\n".join(lines))
+    print(f"paper: {out} ({len(all_runs)} runs, {len(exps)} experiments)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

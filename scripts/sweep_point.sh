@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# usage: scripts/sweep_point.sh OUT -- COMMAND [ARGS...]
+# Runs one point of a sweep (one line of a sweep's jobs file):
+#  - OUT already a finished run file (scripts/verify_run.sh) -> skipped, exit 0;
+#  - otherwise OUT and OUT.tmp.* left by an earlier, killed run are removed,
+#    COMMAND runs (it writes OUT through h5log: OUT.tmp.<pid>, renamed when
+#    complete), and OUT must verify afterwards (else it is removed, exit 3).
+#  - SIGTERM/SIGINT/SIGHUP stop COMMAND and remove its temporary file, so a
+#    killed sweep leaves no half-written file (a SIGKILLed one may leave a
+#    temporary; the next sweep removes it).
+set -u
+[ $# -ge 3 ] && [ "$2" = "--" ] || { echo "usage: $0 OUT -- COMMAND [ARGS...]" >&2; exit 2; }
+out=$1; shift 2
+here=$(dirname "$0")
+
+if [ -e "$out" ]; then
+  if reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
+    echo "sweep: $out complete, skipped"
+    exit 0
+  fi
+  echo "sweep: $out is not a finished run file ($reason); rerunning"
+fi
+rm -f -- "$out" "$out".tmp.*
+mkdir -p -- "$(dirname "$out")"
+
+"$@" &
+child=$!
+stop() {
+  kill -TERM "$child" 2>/dev/null
+  wait "$child" 2>/dev/null
+  rm -f -- "$out".tmp.*
+  exit 143
+}
+trap stop TERM INT HUP
+wait "$child"
+rc=$?
+trap - TERM INT HUP
+if [ $rc -ne 0 ]; then
+  rm -f -- "$out".tmp.*
+  echo "sweep: FAILED (exit $rc): $*" >&2
+  exit $rc
+fi
+if ! reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
+  rm -f -- "$out" "$out".tmp.*
+  echo "sweep: FAILED: the command exited 0 but $out does not verify: $reason" >&2
+  exit 3
+fi
+echo "sweep: $out done"

@@ -1,0 +1,131 @@
+#!/usr/bin/python3
+"""Writes the paper's tables from the HDF5 run files (make tables).
+
+usage: /usr/bin/python3 scripts/tables.py [--results results] [--out paper/tables]
+                                          [--configs configs] [EXP ...]
+
+<out>/<exp>.md and <out>/<exp>.tex for every experiment found:
+  quality experiments: per model and factor value, PPL, the BF16 reference PPL,
+    mean KL, top-1 agreement, logit relative L2 (and KV bytes per token for
+    exp-kv-ternary), all from /metrics and /kv as the run wrote them;
+  exp-throughput: per model, weights, device and batch size, prefill and
+    decode tokens/s and decode-step latency p50/p99 from /throughput.
+Values are printed, never recomputed (no ratios or differences)."""
+import argparse
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import ternlab_runs as tr  # noqa: E402
+
+
+def fmt(v, spec):
+    if v is None or (isinstance(v, float) and v != v):
+        return "–"
+    return format(v, spec)
+
+
+def quality_rows(exp, runs):
+    factor = runs[0]["attrs"].get("factor", "value")
+    header = ["model", factor, "PPL", "PPL (BF16 ref.)", "KL (nats/tok)", "top-1 agree",
+              "logit rel. L2"]
+    kv = exp == "exp-kv-ternary" or any("bytes_per_token" in r["kv"] and r["kv"].get("policy",
+                                        "none") != "none" for r in runs)
+    if kv:
+        header.append("KV bytes/token")
+    rows = []
+    for r in runs:
+        m = r["metrics"]
+        row = [r["model_name"], r["value"], fmt(m.get("ppl"), ".3f"), fmt(m.get("ppl_ref"), ".3f"),
+               fmt(m.get("kl_mean"), ".4g"), fmt(m.get("top1_agree"), ".4f"),
+               fmt(m.get("logit_rel_l2"), ".4g")]
+        if kv:
+            row.append(fmt(r["kv"].get("bytes_per_token"), ".1f"))
+        rows.append(row)
+    return header, rows
+
+
+def throughput_rows(runs):
+    header = ["model", "weights", "device", "batch", "prefill tok/s", "decode tok/s",
+              "latency p50 (ms)", "latency p99 (ms)"]
+    rows = []
+    for r in runs:
+        t = r["throughput"]
+        for i, b in enumerate(t.get("batch", [])):
+            def col(k, spec):
+                v = t.get(k, [])
+                return fmt(v[i] if i < len(v) else None, spec)
+            rows.append([r["model_name"], r["value"], str(r["attrs"].get("device", "?")), str(b),
+                         col("prefill_tok_s", ".1f"), col("decode_tok_s", ".1f"),
+                         col("latency_ms_p50", ".2f"), col("latency_ms_p99", ".2f")])
+    return header, rows
+
+
+def markdown(header, rows):
+    def number(c):
+        try:
+            float(c)
+            return True
+        except ValueError:
+            return c == "–"
+    right = [bool(rows) and all(number(r[i]) for r in rows) for i in range(len(header))]
+    out = ["| " + " | ".join(header) + " |",
+           "| " + " | ".join("---:" if r else "---" for r in right) + " |"]
+    out += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(out) + "\n"
+
+
+def latex_escape(s):
+    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"),
+                 ("#", r"\#"), ("{", r"\{"), ("}", r"\}"), ("–", "--"), ("$", r"\$")):
+        s = s.replace(a, b)
+    return s
+
+
+def latex(header, rows, caption, label):
+    cols = "ll" + "r" * (len(header) - 2)
+    out = [r"\begin{table}[t]", r"\centering", r"\small", rf"\begin{{tabular}}{{{cols}}}",
+           r"\toprule", " & ".join(latex_escape(h) for h in header) + r" \\", r"\midrule"]
+    prev = None
+    for row in rows:
+        if prev is not None and row[0] != prev:
+            out.append(r"\midrule")
+        prev = row[0]
+        out.append(" & ".join(latex_escape(c) for c in row) + r" \\")
+    out += [r"\bottomrule", r"\end{tabular}", rf"\caption{{{latex_escape(caption)}}}",
+            rf"\label{{tab:{label}}}", r"\end{table}"]
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--out", default="paper/tables")
+    ap.add_argument("--configs", default="configs")
+    ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    exps = a.exps or tr.experiments(a.results)
+    if not exps:
+        print(f"tables: no results under {a.results}/exp-* (run make exp-... first)")
+        return 0
+    for exp in exps:
+        runs = tr.load(a.results, exp, a.configs)
+        if not runs:
+            print(f"tables: {exp}: no complete run files in {a.results}/{exp}, skipped")
+            continue
+        if tr.is_throughput(runs):
+            header, rows = throughput_rows(runs)
+        else:
+            header, rows = quality_rows(exp, runs)
+        caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs)"
+        with open(os.path.join(a.out, exp + ".md"), "w", encoding="utf-8") as f:
+            f.write(markdown(header, rows))
+        with open(os.path.join(a.out, exp + ".tex"), "w", encoding="utf-8") as f:
+            f.write(latex(header, rows, caption, exp))
+        print(f"tables: {a.out}/{exp}.md, .tex ({len(rows)} rows)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,139 @@
+"""Reading ternlab run files (HDF5, schema in paper/SCHEMA.md) for the figure,
+table and paper scripts.  Only reads: every number comes from a file the C
+programs wrote; nothing here recomputes a metric.
+
+Needs h5py: run the scripts with Debian's /usr/bin/python3 (python3-h5py,
+python3-matplotlib; scripts/deps.sh installs them)."""
+import glob
+import os
+import re
+import sys
+
+try:
+    import h5py
+except ImportError:  # pragma: no cover - a clear message instead of a trace
+    sys.exit("ternlab scripts need h5py: run them with /usr/bin/python3 "
+             "(Debian python3-h5py; scripts/deps.sh installs it)")
+
+# Experiments in the order the paper presents them; anything else found in
+# the results folder follows, sorted.
+EXPERIMENTS = ["exp-threshold", "exp-scale-dtype", "exp-group-size", "exp-kv-ternary",
+               "exp-throughput"]
+# What each experiment varies, for captions.
+TITLES = {
+    "exp-threshold": "Threshold and scale rule",
+    "exp-scale-dtype": "Storage format of the scales",
+    "exp-group-size": "Weights per scale (group size)",
+    "exp-kv-ternary": "Ternary KV cache policy",
+    "exp-throughput": "Throughput: dense BF16 vs ternary weights",
+}
+METRICS = ["ppl", "ppl_ref", "nll_mean", "kl_mean", "top1_agree", "logit_rel_l2"]
+
+
+def text(v):
+    """An HDF5 attribute or string value as str (h5py gives str for
+    variable-length strings, bytes / numpy.bytes_ for fixed-width ones)."""
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    if hasattr(v, "item"):
+        v = v.item()
+        if isinstance(v, bytes):
+            return v.decode("utf-8", "replace")
+    return str(v)
+
+
+def scalar(v):
+    if hasattr(v, "item"):
+        v = v.item()
+    return v
+
+
+def conf_list(configs_dir, exp, key):
+    """A list setting (values, models) in the order configs/<exp>.conf gives
+    it ([] when there is no config).  Same comment rules as src/log/expconf.c."""
+    path = os.path.join(configs_dir, exp + ".conf")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        for line in f:
+            m = re.match(r"\s*" + key + r"\s*=(.*)$", line)
+            if m:
+                return re.split(r"(?:^|\s)#", " " + m.group(1))[0].split()
+    return []
+
+
+def conf_values(configs_dir, exp):
+    return conf_list(configs_dir, exp, "values")
+
+
+def read_run(path):
+    """One run file as a dict, or None (with a warning) when it cannot be
+    read or is not complete -- scripts/sweep.sh reruns such files."""
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        print(f"warning: skipping {path}: cannot open ({e})", file=sys.stderr)
+        return None
+    with f:
+        attrs = {k: scalar(v) for k, v in f.attrs.items()}
+        if int(attrs.get("complete", 0)) != 1:
+            print(f"warning: skipping {path}: incomplete (no complete = 1)", file=sys.stderr)
+            return None
+        attrs = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in attrs.items()}
+        run = {"path": path, "attrs": attrs, "metrics": {}, "throughput": {}, "kv": {}}
+        if "metrics" in f:
+            for k in f["metrics"]:
+                run["metrics"][k] = float(f["metrics"][k][()])
+        if "throughput" in f:
+            for k in f["throughput"]:
+                run["throughput"][k] = f["throughput"][k][()].tolist()
+        if "kv" in f:
+            for k in f["kv"]:
+                v = f["kv"][k][()]
+                run["kv"][k] = text(v) if isinstance(v, (bytes, str)) else scalar(v)
+        if "weights" in f and "name" in f["weights"]:
+            run["n_linears"] = len(f["weights"]["name"])
+    run["model_name"] = os.path.basename(str(attrs.get("model", "?")).rstrip("/"))
+    run["value"] = str(attrs.get("factor_value", "?"))
+    return run
+
+
+def load(results_dir, exp, configs_dir="configs"):
+    """Every readable run of one experiment, sorted by model then by the
+    config's order of values."""
+    runs = [r for p in sorted(glob.glob(os.path.join(results_dir, exp, "*.h5")))
+            if (r := read_run(p)) is not None]
+    rank = {v: i for i, v in enumerate(conf_values(configs_dir, exp))}
+    mrank = {os.path.basename(m.rstrip("/")): i
+             for i, m in enumerate(conf_list(configs_dir, exp, "models"))}
+    runs.sort(key=lambda r: (mrank.get(r["model_name"], len(mrank)), r["model_name"],
+                             rank.get(r["value"], len(rank)), r["value"],
+                             str(r["attrs"].get("device", ""))))
+    return runs
+
+
+def experiments(results_dir):
+    found = sorted(os.path.basename(d) for d in glob.glob(os.path.join(results_dir, "exp-*"))
+                   if os.path.isdir(d))
+    return [e for e in EXPERIMENTS if e in found] + [e for e in found if e not in EXPERIMENTS]
+
+
+def values_in_order(runs):
+    seen = []
+    for r in runs:
+        if r["value"] not in seen:
+            seen.append(r["value"])
+    return seen
+
+
+def models_in_order(runs):
+    seen = []
+    for r in runs:
+        if r["model_name"] not in seen:
+            seen.append(r["model_name"])
+    return seen
+
+
+def is_throughput(runs):
+    return any(len(r["throughput"].get("batch", [])) > 0 for r in runs) and \
+        all(r["attrs"].get("experiment", "") == "exp-throughput" for r in runs)

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# usage: scripts/verify_run.sh FILE...
+# Exit 0 when every FILE is a finished ternlab run file; otherwise print the
+# reason for the first that is not and exit 1.  The checker is, in order:
+#   $TERNLAB_VERIFY_CMD FILE            (a command prefix, e.g. for tests)
+#   ${TERNLAB_BIN:-build/ternlab} verify FILE   (h5log_verify: opens, complete == 1,
+#                                        every schema dataset present and readable)
+#   h5dump -a /complete FILE            (fallback while `ternlab verify` is missing:
+#                                        opens, and the root attribute complete is 1)
+set -u
+[ $# -ge 1 ] || { echo "usage: $0 FILE..." >&2; exit 2; }
+
+bin=${TERNLAB_BIN:-build/ternlab}
+mode=h5dump
+if [ -n "${TERNLAB_VERIFY_CMD:-}" ]; then
+  mode=custom
+elif [ -x "$bin" ] && "$bin" verify --help >/dev/null 2>&1; then
+  mode=ternlab
+fi
+
+for f in "$@"; do
+  if [ ! -f "$f" ]; then echo "$f: no such file"; exit 1; fi
+  case $mode in
+    custom)  out=$($TERNLAB_VERIFY_CMD "$f" 2>&1) || { echo "$f: ${out:-verification failed}"; exit 1; } ;;
+    ternlab) out=$("$bin" verify "$f" 2>&1) || { echo "${out:-$f: verification failed}"; exit 1; } ;;
+    h5dump)
+      out=$(h5dump -a /complete "$f" 2>&1) || { echo "$f: h5dump cannot read it (truncated or corrupt?)"; exit 1; }
+      printf '%s\n' "$out" | grep -Eq '^[[:space:]]*\(0\):[[:space:]]*1[[:space:]]*$' \
+        || { echo "$f: incomplete (root attribute complete is not 1)"; exit 1; } ;;
+  esac
+done
+exit 0

@@ -1,0 +1,263 @@
+/* ternlab bench: ternary GEMV/GEMM kernels against OpenBLAS on the same
+ * matrix in f32, in one run.
+ *
+ * For each shape W (rows, cols) and batch n: y (n, rows) = x (n, cols) @ W^T with
+ *   tern_f32  tern_matmul_f32 (dispatched variant), f32 activations
+ *   tern_i8   tern_matmul_i8, int8 per-token activations (BitNet), without
+ *             the activation quantisation itself
+ *   blas_f32  cblas_sgemv (n = 1) / cblas_sgemm (n > 1) on the dequantised W.
+ *             The BF16 dense reference path upcasts BF16 weights to f32 once
+ *             at load and then runs exactly this sgemm, so this column is
+ *             also the BF16 dense baseline.
+ * Each timing: one warm-up call (weights then L3-resident where they fit),
+ * then repetitions until ~0.3 s (at least 3, at most 200); the median is
+ * reported.  GFLOP/s counts 2*n*rows*cols; GB/s counts the weight bytes
+ * read once (2-bit codes + scales, or 4-byte floats) plus activations and
+ * outputs.  Correctness is the tests' job: a benchmark only prints a max
+ * relative difference to the dense result as a sanity line.
+ * Output: a table on stdout; with --out FILE.h5 the same numbers in HDF5
+ * (src/log/h5log.h: written to a temporary name, renamed when complete). */
+#include "cli/cli.h"
+
+#include "core/blas_setup.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "cpu/tern_kernels.h"
+#include "log/h5log.h"
+#include "quant/quant.h"
+
+#include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define BENCH_TARGET_S 0.3
+#define BENCH_MIN_REPS 3
+#define BENCH_MAX_REPS 200
+
+typedef struct {
+    int64_t rows, cols, n;
+    double ms[3], gflops[3], gbs[3]; /* tern_f32, tern_i8, blas_f32 */
+    double max_rel_diff;             /* tern_f32 vs blas, max |d| / max |y| */
+} BenchRow;
+
+typedef enum { B_TF32, B_TI8, B_BLAS } BenchWhat;
+
+typedef struct {
+    BenchWhat what;
+    const TernaryMatrix *tm;
+    const float *w, *x, *sx;
+    const int8_t *xq;
+    float *y;
+    int64_t n;
+} BenchCall;
+
+static int call(const BenchCall *c) {
+    const TernaryMatrix *m = c->tm;
+    switch (c->what) {
+    case B_TF32: return tern_matmul_f32(m, c->x, c->n, c->y);
+    case B_TI8: return tern_matmul_i8(m, c->xq, c->sx, c->n, c->y);
+    case B_BLAS:
+        if (c->n == 1)
+            cblas_sgemv(CblasRowMajor, CblasNoTrans, (int)m->rows, (int)m->cols, 1.0f, c->w,
+                        (int)m->cols, c->x, 1, 0.0f, c->y, 1);
+        else /* y (n, rows) = x (n, cols) @ W^T, W (rows, cols) */
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)c->n, (int)m->rows,
+                        (int)m->cols, 1.0f, c->x, (int)m->cols, c->w, (int)m->cols, 0.0f, c->y,
+                        (int)m->rows);
+        return 0;
+    }
+    return -1;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* Median seconds of one call, after a warm-up. */
+static int time_call(const BenchCall *c, int quick, double *median) {
+    if (call(c) < 0) return -1; /* warm-up */
+    double t0 = time_now();
+    if (call(c) < 0) return -1;
+    double first = time_now() - t0;
+    int reps = first > 0 ? (int)((quick ? BENCH_TARGET_S / 4 : BENCH_TARGET_S) / first) : BENCH_MAX_REPS;
+    if (reps < BENCH_MIN_REPS) reps = BENCH_MIN_REPS;
+    if (reps > BENCH_MAX_REPS) reps = BENCH_MAX_REPS;
+    double ts[BENCH_MAX_REPS];
+    for (int i = 0; i < reps; i++) {
+        double a = time_now();
+        if (call(c) < 0) return -1;
+        ts[i] = time_now() - a;
+    }
+    qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
+    *median = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
+    return 0;
+}
+
+static uint64_t rng = 88172645463325252ull;
+static uint32_t rnd(void) {
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (uint32_t)(rng >> 16);
+}
+
+static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, int quick,
+                       BenchRow *out) {
+    int rc = -1;
+    int64_t nmax = 0;
+    for (int i = 0; i < n_ns; i++) nmax = ns[i] > nmax ? ns[i] : nmax;
+    int8_t *q = mem_alloc((size_t)(rows * cols), "bench codes");
+    float *w = mem_alloc((size_t)(rows * cols) * sizeof(float), "bench dense weights");
+    float *x = mem_alloc((size_t)(nmax * cols) * sizeof(float), "bench activations");
+    int8_t *xq = mem_alloc((size_t)(nmax * cols), "bench int8 activations");
+    float *sx = mem_alloc((size_t)nmax * sizeof(float), "bench activation scales");
+    float *y = mem_alloc((size_t)(nmax * rows) * sizeof(float), "bench output");
+    float *yb = mem_alloc((size_t)(nmax * rows) * sizeof(float), "bench output");
+    TernaryMatrix tm = {0};
+    if (!q || !w || !x || !xq || !sx || !y || !yb) goto done;
+    /* codes with about a third zeros, like absmean on Gaussian weights */
+    for (int64_t i = 0; i < rows * cols; i++) q[i] = (int8_t)((int)(rnd() % 3) - 1);
+    float scale = 0.02f;
+    if (tern_from_codes(q, &scale, rows, cols, QG_TENSOR, DT_F32, &tm) < 0) goto done;
+    tern_dequant(&tm, w);
+    for (int64_t i = 0; i < nmax * cols; i++) x[i] = (float)(rnd() % 20001) / 10000.0f - 1.0f;
+    act_quant_int8_ref(x, nmax, cols, xq, sx);
+    for (int i = 0; i < n_ns; i++) {
+        int64_t n = ns[i];
+        BenchRow *r = &out[i];
+        memset(r, 0, sizeof *r);
+        r->rows = rows, r->cols = cols, r->n = n;
+        double flops = 2.0 * (double)n * (double)rows * (double)cols;
+        double act_f32 = (double)n * (double)cols * 4 + (double)n * (double)rows * 4;
+        double bytes[3] = {(double)tern_bytes(&tm) + act_f32,
+                           (double)tern_bytes(&tm) + (double)n * (double)cols + (double)n * (double)rows * 4,
+                           (double)rows * (double)cols * 4 + act_f32};
+        for (int what = 0; what < 3; what++) {
+            BenchCall c = {(BenchWhat)what, &tm, w, x, sx, xq, what == B_BLAS ? yb : y, n};
+            double s;
+            if (time_call(&c, quick, &s) < 0) goto done;
+            r->ms[what] = s * 1e3;
+            r->gflops[what] = flops / s * 1e-9;
+            r->gbs[what] = bytes[what] / s * 1e-9;
+        }
+        if (tern_matmul_f32(&tm, x, n, y) < 0) goto done; /* sanity line vs blas (in yb) */
+        double dmax = 0, ymax = 0;
+        for (int64_t k = 0; k < n * rows; k++) {
+            dmax = fmax(dmax, fabs((double)y[k] - yb[k]));
+            ymax = fmax(ymax, fabs((double)yb[k]));
+        }
+        r->max_rel_diff = ymax > 0 ? dmax / ymax : dmax;
+        printf("%6lld x %-6lld n=%-4lld | %9.4f %8.1f %7.1f | %9.4f %8.1f %7.1f | %9.4f %8.1f "
+               "%7.1f | %6.2fx %6.2fx | %.1e\n",
+               (long long)rows, (long long)cols, (long long)n, r->ms[0], r->gflops[0], r->gbs[0],
+               r->ms[1], r->gflops[1], r->gbs[1], r->ms[2], r->gflops[2], r->gbs[2],
+               r->ms[2] / r->ms[0], r->ms[2] / r->ms[1], r->max_rel_diff);
+        fflush(stdout);
+    }
+    rc = 0;
+done:
+    tern_free(&tm);
+    mem_free(q), mem_free(w), mem_free(x), mem_free(xq), mem_free(sx), mem_free(y), mem_free(yb);
+    return rc;
+}
+
+static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
+    H5Log *lg = h5log_create(path);
+    if (!lg) return -1;
+    int64_t *iv = xmalloc((size_t)nr * sizeof *iv);
+    double *dv = xmalloc((size_t)nr * sizeof *dv);
+    static const char *names[3] = {"tern_f32", "tern_i8", "blas_f32"};
+    int rc = h5log_write_provenance(lg, "0", NULL);
+    rc = rc ? rc : h5log_attr_str(lg, "/", "experiment", "bench-kernels");
+    rc = rc ? rc : h5log_attr_str(lg, "/", "kernel", tern_kernel_name());
+    rc = rc ? rc : h5log_attr_str(lg, "/", "blas_core", blas_core_report());
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "threads", omp_get_max_threads());
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "quick", quick);
+    rc = rc ? rc : h5log_attr_str(lg, "/", "note",
+                                  "blas_f32 = cblas_sgemv (n=1) / cblas_sgemm on the dequantised "
+                                  "f32 matrix; the BF16 dense path upcasts to f32 at load and "
+                                  "runs the same sgemm. Times are medians after warm-up.");
+    for (int f = 0; f < 3 && !rc; f++) {
+        int64_t v;
+        for (int i = 0; i < nr; i++) {
+            v = f == 0 ? rows[i].rows : f == 1 ? rows[i].cols : rows[i].n;
+            iv[i] = v;
+        }
+        rc = h5log_i64(lg, f == 0 ? "/bench/rows" : f == 1 ? "/bench/cols" : "/bench/n", iv, nr);
+    }
+    for (int k = 0; k < 3 && !rc; k++) {
+        char p[96];
+        for (int m = 0; m < 3 && !rc; m++) {
+            for (int i = 0; i < nr; i++)
+                dv[i] = m == 0 ? rows[i].ms[k] : m == 1 ? rows[i].gflops[k] : rows[i].gbs[k];
+            snprintf(p, sizeof p, "/bench/%s_%s", names[k], m == 0 ? "ms" : m == 1 ? "gflops" : "gbs");
+            rc = h5log_f64(lg, p, dv, nr);
+        }
+    }
+    for (int k = 0; k < 2 && !rc; k++) {
+        for (int i = 0; i < nr; i++) dv[i] = rows[i].ms[2] / rows[i].ms[k];
+        rc = h5log_f64(lg, k == 0 ? "/bench/speedup_f32_vs_blas" : "/bench/speedup_i8_vs_blas", dv, nr);
+    }
+    free(iv);
+    free(dv);
+    if (rc) {
+        h5log_abort(lg);
+        return -1;
+    }
+    return h5log_commit(lg);
+}
+
+int cmd_bench(int argc, char **argv) {
+    int quick = 0;
+    const char *out = NULL;
+    for (int i = 1; i < argc; i++) {
+        if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
+        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+            printf("ternlab bench [--quick] [--out FILE.h5]\n"
+                   "Ternary GEMV/GEMM (f32 and int8 activations) vs OpenBLAS sgemv/sgemm on the\n"
+                   "same matrix, at 4096x14336, 14336x4096 and the fixture shapes (rows x cols)\n"
+                   "for n = 1, 8, 512 tokens. Medians after warm-up. --quick: fixture shapes and\n"
+                   "4096x14336 at n = 1 and 8 only, shorter timing. Kernel variant: TERNLAB_KERNEL.\n");
+            return 0;
+        } else {
+            fprintf(stderr, "ternlab bench: unknown option '%s' (see ternlab bench --help)\n", argv[i]);
+            return 2;
+        }
+    }
+    static const int64_t shapes[][2] = {{4096, 14336}, {14336, 4096}, {256, 256},
+                                        {128, 256},    {768, 256},    {256, 768}};
+    static const int64_t ns_full[] = {1, 8, 512}, ns_quick[] = {1, 8};
+    const int64_t *ns = quick ? ns_quick : ns_full;
+    int n_ns = quick ? 2 : 3, n_shapes = 6;
+    BenchRow *res = xcalloc((size_t)(n_shapes * n_ns), sizeof *res);
+    printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d\n", tern_kernel_name(),
+           blas_core_report(), omp_get_max_threads());
+    printf("%-22s | %-27s | %-27s | %-27s | %-15s | %s\n", "shape (rows x cols)",
+           "tern f32: ms GFLOP/s GB/s", "tern i8: ms GFLOP/s GB/s", "OpenBLAS f32: ms GFLOP/s GB/s",
+           "speedup f32 i8", "f32 vs blas");
+    int nr = 0;
+    for (int s = 0; s < n_shapes; s++) {
+        if (quick && s == 1) continue;
+        if (bench_shape(shapes[s][0], shapes[s][1], ns, n_ns, quick, res + nr) < 0) {
+            fprintf(stderr, "ternlab bench: %s\n", err_msg());
+            free(res);
+            return 1;
+        }
+        nr += n_ns;
+    }
+    int rc = 0;
+    if (out && write_h5(out, res, nr, quick) < 0) {
+        fprintf(stderr, "ternlab bench: %s\n", err_msg());
+        rc = 1;
+    } else if (out) {
+        printf("wrote %s\n", out);
+    }
+    free(res);
+    return rc;
+}

@@ -1,0 +1,108 @@
+#include "fixtures.h"
+#include "test.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/ppl.h"
+#include "load/tokens.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static cJSON *read_json(const char *path) {
+    char *text;
+    if (file_read_all(test_path(path), &text, NULL) != 0) return NULL;
+    cJSON *j = cJSON_Parse(text);
+    free(text);
+    return j;
+}
+
+int64_t fixture_ref_ints(const char *dir, const char *field, int32_t **out) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/reference.json", dir);
+    cJSON *j = read_json(path);
+    cJSON *a = j ? cJSON_GetObjectItem(j, field) : NULL;
+    if (!cJSON_IsArray(a)) {
+        cJSON_Delete(j);
+        return -1;
+    }
+    int64_t n = cJSON_GetArraySize(a);
+    *out = xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) (*out)[i] = cJSON_GetArrayItem(a, (int)i)->valueint;
+    cJSON_Delete(j);
+    return n;
+}
+
+double fixture_json_number(const char *path, const char *field) {
+    cJSON *j = read_json(path);
+    cJSON *v = j ? cJSON_GetObjectItem(j, field) : NULL;
+    double d = cJSON_IsNumber(v) ? v->valuedouble : NAN;
+    cJSON_Delete(j);
+    return d;
+}
+
+int64_t fixture_read_f32(const char *path, float **out) {
+    char *buf;
+    size_t n;
+    if (file_read_all(test_path(path), &buf, &n) != 0) return -1;
+    *out = (float *)buf;
+    return (int64_t)(n / 4);
+}
+
+double rel_l2(const float *a, const float *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        double d = (double)a[i] - (double)b[i];
+        num += d * d;
+        den += (double)b[i] * (double)b[i];
+    }
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
+                   int64_t seqs, int64_t seq_len, Model *m, Engine *e) {
+    if (model_load(test_path(dir), opts, m) != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        return -1;
+    }
+    EngineOpts eo = {.max_tok = max_tok, .block_size = block_size};
+    eo.n_blocks = seqs * ((seq_len + block_size - 1) / block_size);
+    if (engine_init(e, m, &eo) != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}
+
+typedef struct {
+    float *dst;
+    int64_t first;
+} Collect;
+
+static int collect(void *ctx, int64_t w, const float *logits, const int32_t *tokens, int T, int V) {
+    Collect *c = ctx;
+    memcpy(c->dst + (size_t)(w - c->first) * (size_t)T * (size_t)V, logits,
+           sizeof(float) * (size_t)T * (size_t)V);
+    return 0;
+}
+
+float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b) {
+    int32_t *tok;
+    int64_t n;
+    if (tokens_load(test_path(TOKENS_FILE), e->m->cfg.vocab, &tok, &n) != 0) return NULL;
+    int V = e->m->cfg.vocab;
+    Collect c = {xmalloc(sizeof(float) * (size_t)((b - a) * T) * (size_t)V), a};
+    PplOpts po = {.window = T, .first_window = a, .max_windows = b - a, .on_logits = collect,
+                  .ctx = &c};
+    PplResult r;
+    int rc = eval_ppl(e, tok, n, &po, &r);
+    free(tok);
+    if (rc != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        free(c.dst);
+        return NULL;
+    }
+    return c.dst;
+}

@@ -1,0 +1,28 @@
+/* Shared helpers for tests that use the embedded fixtures (data/). */
+#ifndef TL_TEST_FIXTURES_H
+#define TL_TEST_FIXTURES_H
+
+#include "runtime/engine.h"
+
+#include <stdint.h>
+
+#define LLAMA_DIR "data/llama-tiny"
+#define BITNET_DIR "data/bitnet-tiny"
+#define TOKENS_FILE "data/wikitext2-test.tokens.i32"
+
+/* Reads an int array field of DIR/reference.json (e.g. "greedy_out"); returns count or -1. */
+int64_t fixture_ref_ints(const char *dir, const char *field, int32_t **out);
+/* Reads a number field of a JSON file. */
+double fixture_json_number(const char *path, const char *field);
+/* Reads a whole f32 file; returns element count or -1. */
+int64_t fixture_read_f32(const char *path, float **out);
+/* ||a-b|| / ||b|| */
+double rel_l2(const float *a, const float *b, int64_t n);
+/* Loads a model (opts may be NULL) and an engine with room for `seqs` sequences
+ * of `seq_len` tokens; returns 0 or -1. */
+int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
+                   int64_t seqs, int64_t seq_len, Model *m, Engine *e);
+/* Logits of windows [a, b) of the test tokens: ((b-a)*T, vocab), heap. */
+float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b);
+
+#endif

@@ -1,0 +1,140 @@
+/* Experiment configs: the shipped configs parse and are complete; the format's
+ * rules (comments, duplicates, bad lines with their line number, overrides of
+ * known keys only, {} substitution, value lists). */
+#include "test.h"
+#include "core/err.h"
+#include "log/expconf.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+static const char *const SHIPPED[] = {"exp-threshold", "exp-scale-dtype", "exp-group-size",
+                                      "exp-kv-ternary", "exp-throughput", NULL};
+
+TEST(expconf_shipped_configs_parse) {
+    for (int i = 0; SHIPPED[i]; i++) {
+        char rel[128];
+        snprintf(rel, sizeof rel, "configs/%s.conf", SHIPPED[i]);
+        ExpConf c;
+        CHECK_MSG(expconf_load(test_path(rel), &c) == 0, "%s", err_msg());
+        CHECK_MSG(expconf_check(&c) == 0, "%s: %s", rel, err_msg());
+        int nv = 0, nm = 0;
+        char **v = expconf_list(&c, "values", &nv), **m = expconf_list(&c, "models", &nm);
+        CHECK_MSG(nv >= 2, "%s: %d values", rel, nv);
+        CHECK(nm == 2 && strcmp(m[0], "data/llama-tiny") == 0 &&
+              strcmp(m[1], "data/bitnet-tiny") == 0);
+        /* The factor's value lands somewhere (except throughput, whose factor
+         * selects dense vs ternary weights rather than a setting string). */
+        int has_placeholder = 0;
+        for (int k = 0; k < c.n; k++)
+            if (strcmp(c.entries[k].key, "values") && strstr(c.entries[k].value, "{}"))
+                has_placeholder = 1;
+        CHECK_MSG(has_placeholder || !strcmp(SHIPPED[i], "exp-throughput"),
+                  "%s has no {} placeholder", rel);
+        expconf_free_list(v);
+        expconf_free_list(m);
+        expconf_free(&c);
+    }
+}
+
+TEST(expconf_format_rules) {
+    const char *text = "# header comment\n"
+                       "\n"
+                       "factor = rule\n"
+                       "  values=absmean   twn\tstd   # inline comment\n"
+                       "models = data/a data/b\n"
+                       "tokens = t.i32\n"
+                       "window = 256\n"
+                       "max_windows = 0\n"
+                       "quant = rule={},group=128,scale=f16\n"
+                       "kv = none@layers=0-1#not-a-comment\n"
+                       "empty =\n"
+                       "   # indented comment\n"
+                       "last = no newline at end";
+    ExpConf c;
+    REQUIRE(expconf_parse(text, "mem.conf", &c) == 0 || (fprintf(stderr, "%s\n", err_msg()), 0));
+    CHECK(expconf_check(&c) == 0);
+    CHECK(c.n == 10);
+    CHECK(strcmp(expconf_get(&c, "values"), "absmean   twn\tstd") == 0);
+    CHECK(strcmp(expconf_get(&c, "kv"), "none@layers=0-1#not-a-comment") == 0);
+    CHECK(strcmp(expconf_get(&c, "empty"), "") == 0);
+    CHECK(strcmp(expconf_get(&c, "last"), "no newline at end") == 0);
+    CHECK(expconf_get(&c, "nope") == NULL);
+    CHECK(strcmp(expconf_get_or(&c, "nope", "dflt"), "dflt") == 0);
+    int64_t w = 0;
+    CHECK(expconf_get_i64(&c, "window", &w) == 0 && w == 256);
+    CHECK(expconf_get_i64(&c, "factor", &w) != 0);
+    CHECK(expconf_get_i64(&c, "nope", &w) != 0);
+    int n = 0;
+    char **v = expconf_list(&c, "values", &n);
+    CHECK(n == 3 && !strcmp(v[0], "absmean") && !strcmp(v[1], "twn") && !strcmp(v[2], "std") &&
+          v[3] == NULL);
+    expconf_free_list(v);
+    v = expconf_list(&c, "empty", &n);
+    CHECK(n == 0 && v[0] == NULL);
+    expconf_free_list(v);
+
+    /* Overrides: known keys only; values may contain '=' and blanks. */
+    char *args[] = {"--model", "x", "window=128", "quant = rule={},group=64", "-v", "plain"};
+    int used = 0;
+    CHECK(expconf_apply_args(&c, 6, args, &used) == 0 && used == 2);
+    CHECK(expconf_get_i64(&c, "window", &w) == 0 && w == 128);
+    CHECK(strcmp(expconf_get(&c, "quant"), "rule={},group=64") == 0);
+    CHECK(expconf_override(&c, "windw=64") != 0);
+    CHECK_MSG(strstr(err_msg(), "unknown key 'windw'") && strstr(err_msg(), "window"), "%s",
+              err_msg());
+    CHECK(expconf_override(&c, "=5") != 0);
+    CHECK(expconf_override(&c, "window") != 0);
+    char *bad[] = {"Window=3"};
+    CHECK(expconf_apply_args(&c, 1, bad, NULL) != 0);
+
+    /* Binding the factor's value. */
+    CHECK(expconf_bind(&c, "twn") == 0);
+    CHECK(strcmp(expconf_get(&c, "quant"), "rule=twn,group=64") == 0);
+    CHECK(strcmp(expconf_get(&c, "value"), "twn") == 0);
+    CHECK(strstr(expconf_get(&c, "values"), "absmean") != NULL); /* untouched */
+    CHECK(expconf_bind(&c, "") != 0);
+    expconf_free(&c);
+
+    char *s = expconf_subst("a{}b{}{}", "XY");
+    CHECK(strcmp(s, "aXYbXYXY") == 0);
+    free(s);
+    s = expconf_subst("{", "v");
+    CHECK(strcmp(s, "{") == 0);
+    free(s);
+}
+
+TEST(expconf_errors_name_file_and_line) {
+    struct {
+        const char *text, *expect;
+    } cases[] = {
+        {"factor = a\nfactor = b\n", "bad.conf:2: key 'factor' already set on line 1"},
+        {"factor = a\njust words\n", "bad.conf:2:"},
+        {"# c\n\nKey = v\n", "bad.conf:3:"},
+        {"a.b = c\n", "bad.conf:1: bad character '.'"},
+        {"= v\n", "bad.conf:1: expected a key"},
+        {"k = a\x01b\n", "bad.conf:1: control character"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        ExpConf c;
+        CHECK_MSG(expconf_parse(cases[i].text, "bad.conf", &c) != 0, "case %zu parsed", i);
+        CHECK_MSG(strstr(err_msg(), cases[i].expect) != NULL, "case %zu: %s", i, err_msg());
+    }
+    /* Parses, but incomplete or wrong. */
+    const char *incomplete[] = {
+        "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4\n",                  /* max_windows */
+        "factor = a\nvalues =\nmodels = m\ntokens = t\nwindow = 4\nmax_windows = 1\n",   /* empty values */
+        "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4k\nmax_windows = 1\n", /* window */
+        "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 1\nmax_windows = 1\n",
+    };
+    for (size_t i = 0; i < sizeof incomplete / sizeof incomplete[0]; i++) {
+        ExpConf c;
+        REQUIRE(expconf_parse(incomplete[i], "inc.conf", &c) == 0);
+        CHECK_MSG(expconf_check(&c) != 0, "incomplete case %zu passed the check", i);
+        CHECK(strstr(err_msg(), "inc.conf") != NULL);
+        expconf_free(&c);
+    }
+    ExpConf c;
+    CHECK(expconf_load("/nonexistent/x.conf", &c) != 0);
+    CHECK(strstr(err_msg(), "/nonexistent/x.conf") != NULL);
+}

@@ -1,0 +1,203 @@
+/* The BF16 Llama forward against transformers (data/llama-tiny/ref_logits.f32,
+ * reference.json), and the paged KV cache's consistency properties. */
+#include "test.h"
+#include "fixtures.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/ppl.h"
+#include "load/tokens.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* fp32 forward vs fp32 forward (transformers): only summation order differs.
+ * An independent numpy forward lands at 1.9e-6 (fixtures README). */
+#define TOL_LOGITS_FP32 1e-4
+/* decode-after-prefill vs full prefill: same code, different GEMM shapes */
+#define TOL_DECODE_VS_PREFILL 1e-5
+/* same tokens through the paged cache with other block sizes/placements:
+ * only the attention GEMM's K dimension blocking may change the sums */
+#define TOL_PAGING 1e-6
+
+static const int T = 256;
+
+TEST(llama_logits_match_transformers) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 512, 16, 2, T, &m, &e) == 0);
+    float *got = fixture_window_logits(&e, T, 0, 2);
+    float *ref;
+    int64_t n = fixture_read_f32(LLAMA_DIR "/ref_logits.f32", &ref);
+    int V = m.cfg.vocab;
+    REQUIRE(got && n == 2 * T * V);
+    double all = rel_l2(got, ref, n), worst = 0;
+    for (int r = 0; r < 2 * T; r++) {
+        double e_r = rel_l2(got + (int64_t)r * V, ref + (int64_t)r * V, V);
+        if (e_r > worst) worst = e_r;
+    }
+    printf("    logits rel L2 %.3g overall, worst row %.3g\n", all, worst);
+    CHECK_MSG(all <= TOL_LOGITS_FP32, "overall rel L2 %.3g", all);
+    CHECK_MSG(worst <= TOL_LOGITS_FP32, "worst row rel L2 %.3g", worst);
+    free(got);
+    free(ref);
+    engine_free(&e);
+    model_free(&m);
+}
+
+static void check_greedy(const char *dir, int batch) {
+    int32_t *prompt, *want;
+    int64_t np = fixture_ref_ints(dir, "greedy_prompt", &prompt);
+    int64_t nw = fixture_ref_ints(dir, "greedy_out", &want);
+    REQUIRE(np > 0 && nw == 64);
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(dir, NULL, 64, 16, batch, np + nw, &m, &e) == 0);
+    const int32_t *prompts[16];
+    int64_t lens[16];
+    int32_t *out[16];
+    for (int b = 0; b < batch; b++) {
+        prompts[b] = prompt;
+        lens[b] = np;
+        out[b] = xmalloc(sizeof(int32_t) * (size_t)nw);
+    }
+    REQUIRE(engine_generate(&e, prompts, lens, batch, nw, out) == 0);
+    for (int b = 0; b < batch; b++) {
+        int same = 0;
+        while (same < nw && out[b][same] == want[same]) same++;
+        CHECK_MSG(same == nw, "sequence %d: first difference at token %d (%d vs %d)", b, same,
+                  same < nw ? out[b][same] : -1, same < nw ? want[same] : -1);
+        free(out[b]);
+    }
+    free(prompt);
+    free(want);
+    engine_free(&e);
+    model_free(&m);
+}
+
+TEST(llama_greedy_matches_transformers) { check_greedy(LLAMA_DIR, 1); }
+TEST(llama_greedy_batched_8) { check_greedy(LLAMA_DIR, 8); }
+
+/* Prefill the first half of window 0 in one call, feed the rest one token at a
+ * time through decode; the logits must equal a full prefill's. */
+TEST(llama_decode_after_prefill_equals_prefill) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, T, 16, 2, T, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    int V = m.cfg.vocab;
+    float *full = fixture_window_logits(&e, T, 0, 1);
+    REQUIRE(full);
+    float *step = xmalloc(sizeof(float) * (size_t)T * (size_t)V);
+    int ids[256], seq[256];
+    int64_t pos[256];
+    int sid = kv_seq_new(&e.kv);
+    int half = T / 2;
+    for (int i = 0; i < half; i++) {
+        ids[i] = tok[i];
+        seq[i] = sid;
+        pos[i] = i;
+    }
+    REQUIRE(forward(&m, &e.kv, &e.rs, ids, seq, pos, half, NULL, 0, step) == 0);
+    for (int i = half; i < T; i++) {
+        int64_t p = i;
+        REQUIRE(forward(&m, &e.kv, &e.rs, &tok[i], &sid, &p, 1, NULL, 0, step + (int64_t)i * V) == 0);
+    }
+    double worst = 0;
+    for (int i = 0; i < T; i++) {
+        double r = rel_l2(step + (int64_t)i * V, full + (int64_t)i * V, V);
+        if (r > worst) worst = r;
+    }
+    printf("    decode vs prefill worst row rel L2 %.3g\n", worst);
+    CHECK_MSG(worst <= TOL_DECODE_VS_PREFILL, "worst row %.3g", worst);
+    free(step);
+    free(full);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
+
+/* Block size 1, 16, 64 and shuffled free lists give the same logits. */
+TEST(llama_paged_kv_block_size_and_placement) {
+    float *base = NULL;
+    int V = 0;
+    int sizes[] = {16, 1, 64, 16, 1};
+    int shuffle[] = {0, 0, 0, 1, 1};
+    for (int c = 0; c < 5; c++) {
+        Model m;
+        Engine e;
+        /* spare blocks so that a shuffled free list really scatters the pages */
+        REQUIRE(fixture_engine(LLAMA_DIR, NULL, 2 * T, sizes[c], 6, T, &m, &e) == 0);
+        if (shuffle[c]) kv_shuffle_free_list(&e.kv, 1234 + (uint64_t)c);
+        V = m.cfg.vocab;
+        float *got = fixture_window_logits(&e, T, 3, 5);
+        REQUIRE(got);
+        CHECK(kv_check(&e.kv) == 0);
+        if (!base) base = got;
+        else {
+            double r = rel_l2(got, base, 2 * (int64_t)T * V);
+            CHECK_MSG(r <= TOL_PAGING, "block size %d shuffle %d: rel L2 %.3g vs block 16", sizes[c],
+                      shuffle[c], r);
+            free(got);
+        }
+        engine_free(&e);
+        model_free(&m);
+    }
+    free(base);
+}
+
+/* Decode of several interleaved sequences whose pages come from a shuffled
+ * pool equals decoding each alone. */
+TEST(llama_batched_decode_independent_of_neighbours) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 64, 4, 8, 80, &m, &e) == 0);
+    kv_shuffle_free_list(&e.kv, 99);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    const int32_t *prompts[4];
+    int64_t lens[4] = {5, 17, 9, 30};
+    int32_t *batched[4], *single[4];
+    for (int s = 0; s < 4; s++) {
+        prompts[s] = tok + 1000 * (s + 1);
+        batched[s] = xmalloc(40 * sizeof(int32_t));
+        single[s] = xmalloc(40 * sizeof(int32_t));
+    }
+    REQUIRE(engine_generate(&e, prompts, lens, 4, 40, batched) == 0);
+    for (int s = 0; s < 4; s++) REQUIRE(engine_generate(&e, &prompts[s], &lens[s], 1, 40, &single[s]) == 0);
+    for (int s = 0; s < 4; s++) {
+        CHECK_MSG(memcmp(batched[s], single[s], 40 * sizeof(int32_t)) == 0,
+                  "sequence %d differs between batched and single decode", s);
+        free(batched[s]);
+        free(single[s]);
+    }
+    CHECK(kv_check(&e.kv) == 0);
+    CHECK(e.kv.n_free == e.kv.n_blocks);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
+
+/* Full WikiText-2 test perplexity (a minute or two): `make check-ppl`. */
+TEST(slow_ppl_llama_full) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 2048, 16, 8, T, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    PplOpts po = {.window = T, .progress = 1};
+    PplResult r;
+    REQUIRE(eval_ppl(&e, tok, n, &po, &r) == 0);
+    double want = fixture_json_number(LLAMA_DIR "/reference.json", "ppl");
+    printf("    ppl %.6f (transformers %.6f), %lld windows, %.1fs, %.0f tokens/s\n", r.ppl, want,
+           (long long)r.n_windows, r.seconds, r.tok_per_s);
+    CHECK(r.n_windows == 1701 && r.n_pred == 433755);
+    CHECK_MSG(fabs(r.ppl / want - 1) <= 1e-4, "ppl %.6f vs %.6f", r.ppl, want);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}

@@ -1,0 +1,446 @@
+/* HDF5 run files: every schema dataset written and read back (through the
+ * HDF5 API, h5dump and h5py), and the "no lost results" guarantees: a
+ * truncated or unfinished file fails verification, a full disk (simulated with
+ * RLIMIT_FSIZE, since we run as root and permissions do not stop us) or a
+ * killed writer leaves the previous file intact and no temporary behind. */
+#include "test.h"
+#include "core/err.h"
+#include "log/h5log.h"
+
+#include <dirent.h>
+#include <hdf5.h>
+#include <signal.h>
+#include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define P_POS 3  /* logit rows */
+#define V_VOC 7  /* vocabulary (awkward on purpose) */
+#define N_TOK 11 /* scored tokens */
+#define N_LIN 4  /* linears */
+#define N_BATCH 3
+
+static const char *const LIN_NAMES[N_LIN] = {"layers.0.attn.wq", "layers.0.attn.wk",
+                                             "layers.0.mlp.w_gate", "lm_head"};
+
+/* Writes a run file with every schema dataset and attribute; values are
+ * simple functions of the index so the reader can check them. */
+static int write_full(const char *path) {
+    H5Log *lg = h5log_create(path);
+    if (!lg) return -1;
+    float nll[N_TOK], nll_ref[N_TOK], kl[N_TOK], test[P_POS * V_VOC], ref[P_POS * V_VOC];
+    for (int i = 0; i < N_TOK; i++) nll[i] = 0.5f * (float)i, nll_ref[i] = 0.25f * (float)i,
+                                    kl[i] = 0.125f * (float)i;
+    for (int i = 0; i < P_POS * V_VOC; i++) test[i] = (float)i - 10.0f, ref[i] = (float)i * 0.5f;
+    int64_t pos[P_POS] = {0, 100, 254};
+    int64_t batch[N_BATCH] = {1, 4, 16};
+    double pre[N_BATCH] = {100.5, 300.25, 900.0}, dec[N_BATCH] = {10.0, 35.5, 120.0};
+    double p50[N_BATCH] = {5.0, 6.0, 9.5}, p99[N_BATCH] = {7.0, 8.0, 12.5};
+    double sp[N_LIN] = {0.3, 0.31, 0.29, 0.0}, re[N_LIN] = {0.5, 0.51, 0.49, 0.0};
+    double smin[N_LIN] = {0.01, 0.02, 0.03, 1}, smax[N_LIN] = {0.1, 0.2, 0.3, 1};
+    int64_t bytes[N_LIN] = {4160, 4160, 11200, 65536};
+    int rc = 0;
+    rc |= h5log_write_provenance(lg, "0.1-test", "deadbeef");
+    rc |= h5log_attr_str(lg, "/", "experiment", "exp-threshold");
+    rc |= h5log_attr_str(lg, "/", "factor", "rule");
+    rc |= h5log_attr_str(lg, "/", "factor_value", "twn");
+    rc |= h5log_attr_str(lg, "/", "model", "data/llama-tiny");
+    rc |= h5log_attr_str(lg, "/", "model_sha256", "0123abcd");
+    rc |= h5log_attr_str(lg, "/", "tokens", "data/wikitext2-test.tokens.i32");
+    rc |= h5log_attr_i64(lg, "/", "window", 256);
+    rc |= h5log_attr_str(lg, "/", "quant_spec", "rule=twn,group=128,scale=f16");
+    rc |= h5log_attr_str(lg, "/", "kv_policy", "none");
+    rc |= h5log_attr_str(lg, "/", "device", "cpu");
+    rc |= h5log_attr_i64(lg, "/", "tp", 1);
+    rc |= h5log_scalar_f64(lg, "/metrics/ppl", 12.5);
+    rc |= h5log_scalar_f64(lg, "/metrics/ppl_ref", 11.25);
+    rc |= h5log_scalar_f64(lg, "/metrics/nll_mean", 2.5257);
+    rc |= h5log_scalar_f64(lg, "/metrics/kl_mean", 0.0625);
+    rc |= h5log_scalar_f64(lg, "/metrics/top1_agree", 0.875);
+    rc |= h5log_scalar_f64(lg, "/metrics/logit_rel_l2", 0.1875);
+    rc |= h5log_f32(lg, "/per_token/nll", nll, N_TOK);
+    rc |= h5log_f32(lg, "/per_token/nll_ref", nll_ref, N_TOK);
+    rc |= h5log_f32(lg, "/per_token/kl", kl, N_TOK);
+    rc |= h5log_i64(lg, "/logits/positions", pos, P_POS);
+    rc |= h5log_f32_2d(lg, "/logits/test", test, P_POS, V_VOC);
+    rc |= h5log_f32_2d(lg, "/logits/ref", ref, P_POS, V_VOC);
+    rc |= h5log_i64(lg, "/throughput/batch", batch, N_BATCH);
+    rc |= h5log_f64(lg, "/throughput/prefill_tok_s", pre, N_BATCH);
+    rc |= h5log_f64(lg, "/throughput/decode_tok_s", dec, N_BATCH);
+    rc |= h5log_f64(lg, "/throughput/latency_ms_p50", p50, N_BATCH);
+    rc |= h5log_f64(lg, "/throughput/latency_ms_p99", p99, N_BATCH);
+    rc |= h5log_strings(lg, "/weights/name", LIN_NAMES, N_LIN);
+    rc |= h5log_f64(lg, "/weights/sparsity", sp, N_LIN);
+    rc |= h5log_f64(lg, "/weights/rel_err", re, N_LIN);
+    rc |= h5log_f64(lg, "/weights/scale_min", smin, N_LIN);
+    rc |= h5log_f64(lg, "/weights/scale_max", smax, N_LIN);
+    rc |= h5log_i64(lg, "/weights/bytes", bytes, N_LIN);
+    rc |= h5log_scalar_f64(lg, "/kv/bytes_per_token", 1536.0);
+    rc |= h5log_scalar_str(lg, "/kv/policy", "none");
+    /* Not in the schema, but the API offers them: attributes on a dataset,
+     * fixed-width strings, i32, empty datasets. */
+    int32_t small[3] = {-1, 0, 2147483647};
+    rc |= h5log_attr_str(lg, "/throughput/prefill_tok_s", "units", "tokens/s");
+    rc |= h5log_strings_fixed(lg, "/extra/fixed", LIN_NAMES, N_LIN, 0);
+    rc |= h5log_i32(lg, "/extra/i32", small, 3);
+    rc |= h5log_f64(lg, "/extra/empty", NULL, 0);
+    if (rc) {
+        h5log_abort(lg);
+        return -1;
+    }
+    return h5log_commit(lg);
+}
+
+static int count_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return -1;
+    int n = 0;
+    struct dirent *e;
+    while ((e = readdir(d)))
+        if (strstr(e->d_name, ".tmp")) n++;
+    closedir(d);
+    return n;
+}
+
+static double read_scalar_f64(hid_t f, const char *path) {
+    double v = -1;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d < 0) return -1;
+    if (H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v) < 0) v = -1;
+    H5Dclose(d);
+    return v;
+}
+
+static int read_all(hid_t f, const char *path, hid_t mtype, void *buf, int rank_expect,
+                    hsize_t *dims) {
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d < 0) return -1;
+    hid_t s = H5Dget_space(d);
+    int rank = H5Sget_simple_extent_ndims(s);
+    H5Sget_simple_extent_dims(s, dims, NULL);
+    int rc = rank == rank_expect ? 0 : -1;
+    if (rc == 0 && H5Dread(d, mtype, H5S_ALL, H5S_ALL, H5P_DEFAULT, buf) < 0) rc = -1;
+    H5Sclose(s);
+    H5Dclose(d);
+    return rc;
+}
+
+TEST(h5log_schema_roundtrip) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/run.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0 || (fprintf(stderr, "%s\n", err_msg()), 0));
+    CHECK(count_tmp(test_tmpdir()) == 0);
+    CHECK_MSG(h5log_verify_schema(path) == 0, "%s", err_msg());
+    CHECK_MSG(h5log_verify(path, H5LOG_SCHEMA_DATASETS) == 0, "%s", err_msg());
+
+    /* Back through the HDF5 API. */
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    CHECK(read_scalar_f64(f, "/metrics/ppl") == 12.5);
+    CHECK(read_scalar_f64(f, "/metrics/ppl_ref") == 11.25);
+    CHECK(read_scalar_f64(f, "/metrics/kl_mean") == 0.0625);
+    CHECK(read_scalar_f64(f, "/kv/bytes_per_token") == 1536.0);
+    hsize_t dims[2] = {0, 0};
+    float nll[N_TOK], logits[P_POS * V_VOC];
+    CHECK(read_all(f, "/per_token/nll", H5T_NATIVE_FLOAT, nll, 1, dims) == 0 && dims[0] == N_TOK);
+    for (int i = 0; i < N_TOK; i++) CHECK(nll[i] == 0.5f * (float)i);
+    CHECK(read_all(f, "/logits/test", H5T_NATIVE_FLOAT, logits, 2, dims) == 0);
+    CHECK(dims[0] == P_POS && dims[1] == V_VOC);
+    for (int i = 0; i < P_POS * V_VOC; i++) CHECK(logits[i] == (float)i - 10.0f);
+    int64_t batch[N_BATCH], bytes[N_LIN];
+    CHECK(read_all(f, "/throughput/batch", H5T_NATIVE_INT64, batch, 1, dims) == 0);
+    CHECK(batch[0] == 1 && batch[1] == 4 && batch[2] == 16);
+    CHECK(read_all(f, "/weights/bytes", H5T_NATIVE_INT64, bytes, 1, dims) == 0);
+    CHECK(bytes[2] == 11200);
+    int32_t small[3];
+    CHECK(read_all(f, "/extra/i32", H5T_NATIVE_INT32, small, 1, dims) == 0);
+    CHECK(small[0] == -1 && small[2] == 2147483647);
+    hid_t sd = H5Dopen2(f, "/extra/empty", H5P_DEFAULT);
+    CHECK(sd >= 0);
+    if (sd >= 0) {
+        hid_t ss = H5Dget_space(sd);
+        CHECK(H5Sget_simple_extent_npoints(ss) == 0);
+        H5Sclose(ss);
+        H5Dclose(sd);
+    }
+
+    /* Variable-length strings. */
+    hid_t st = H5Tcopy(H5T_C_S1);
+    H5Tset_size(st, H5T_VARIABLE);
+    char *names[N_LIN] = {0};
+    CHECK(read_all(f, "/weights/name", st, names, 1, dims) == 0 && dims[0] == N_LIN);
+    for (int i = 0; i < N_LIN; i++) CHECK(names[i] && strcmp(names[i], LIN_NAMES[i]) == 0);
+    for (int i = 0; i < N_LIN; i++) H5free_memory(names[i]);
+    char *pol = NULL;
+    CHECK(read_all(f, "/kv/policy", st, &pol, 0, dims) == 0 && pol && !strcmp(pol, "none"));
+    H5free_memory(pol);
+    hid_t a = H5Aopen_by_name(f, "/", "factor_value", H5P_DEFAULT, H5P_DEFAULT);
+    char *fv = NULL;
+    CHECK(a >= 0 && H5Aread(a, st, &fv) >= 0 && fv && strcmp(fv, "twn") == 0);
+    H5free_memory(fv);
+    H5Aclose(a);
+    int64_t win = 0, complete = 0;
+    a = H5Aopen_by_name(f, "/", "window", H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Aread(a, H5T_NATIVE_INT64, &win) >= 0 && win == 256);
+    H5Aclose(a);
+    a = H5Aopen_by_name(f, "/", "complete", H5P_DEFAULT, H5P_DEFAULT);
+    CHECK(a >= 0 && H5Aread(a, H5T_NATIVE_INT64, &complete) >= 0 && complete == 1);
+    H5Aclose(a);
+    H5Tclose(st);
+    /* Fixed-width strings: width of the longest name, NUL-padded. */
+    hid_t fd = H5Dopen2(f, "/extra/fixed", H5P_DEFAULT);
+    hid_t ft = H5Dget_type(fd);
+    CHECK(H5Tget_size(ft) == strlen("layers.0.mlp.w_gate"));
+    char fixed[N_LIN * 32] = {0};
+    CHECK(H5Dread(fd, ft, H5S_ALL, H5S_ALL, H5P_DEFAULT, fixed) >= 0);
+    CHECK(strncmp(fixed + 3 * H5Tget_size(ft), "lm_head", 8) == 0);
+    H5Tclose(ft);
+    H5Dclose(fd);
+    H5Fclose(f);
+
+    /* h5dump reads it. */
+    char cmd[1200], *out = NULL;
+    snprintf(cmd, sizeof cmd, "h5dump -H '%s'", path);
+    CHECK(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "GROUP \"metrics\"") && strstr(out, "DATASET \"ppl\"") &&
+                  strstr(out, "ATTRIBUTE \"complete\""),
+              "h5dump -H output:\n%s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "h5dump -d /weights/name '%s'", path);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "\"lm_head\""));
+    free(out);
+
+    /* h5py reads it (Debian's python3 has it; the pyenv one on PATH may not). */
+    if (test_run("/usr/bin/python3 -c 'import h5py'", NULL) != 0) {
+        fprintf(stderr, "    note: /usr/bin/python3 has no h5py; h5py check skipped\n");
+        return;
+    }
+    snprintf(cmd, sizeof cmd,
+             "/usr/bin/python3 -c \"import h5py,sys; f=h5py.File(sys.argv[1],'r'); "
+             "print(float(f['/metrics/ppl'][()]), f['/logits/ref'].shape, "
+             "float(f['/logits/ref'][2,6]), list(f['/weights/name'].asstr()[:])[3], "
+             "f['/kv/policy'].asstr()[()], f.attrs['factor_value'], int(f.attrs['window']), "
+             "int(f.attrs['complete']), list(f['/throughput/batch'][:]))\" '%s'",
+             path);
+    CHECK(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "12.5 (3, 7) 10.0 lm_head none twn 256 1 [1, 4, 16]"),
+              "h5py output: %s", out ? out : "");
+    free(out);
+}
+
+TEST(h5log_verify_detects_truncation) {
+    char path[512], cut[600];
+    snprintf(path, sizeof path, "%s/full.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0);
+    struct stat st;
+    REQUIRE(stat(path, &st) == 0 && st.st_size > 200);
+    off_t sizes[] = {st.st_size / 2, st.st_size - 1, st.st_size * 9 / 10, 100, 0};
+    for (size_t i = 0; i < sizeof sizes / sizeof sizes[0]; i++) {
+        snprintf(cut, sizeof cut, "%s/cut%zu.h5", test_tmpdir(), i);
+        char cmd[1400];
+        snprintf(cmd, sizeof cmd, "cp '%s' '%s'", path, cut);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        REQUIRE(truncate(cut, sizes[i]) == 0);
+        err_clear();
+        CHECK_MSG(h5log_verify(cut, H5LOG_SCHEMA_DATASETS) != 0, "cut to %lld bytes verified",
+                  (long long)sizes[i]);
+        CHECK_MSG(strstr(err_msg(), cut) != NULL, "message does not name the file: %s",
+                  err_msg());
+    }
+    /* Not HDF5 at all, and no file. */
+    snprintf(cut, sizeof cut, "%s/text.h5", test_tmpdir());
+    FILE *fp = fopen(cut, "w");
+    REQUIRE(fp);
+    fputs("this is not an HDF5 file\n", fp);
+    fclose(fp);
+    CHECK(h5log_verify(cut, NULL) != 0);
+    snprintf(cut, sizeof cut, "%s/none.h5", test_tmpdir());
+    CHECK(h5log_verify(cut, NULL) != 0);
+}
+
+TEST(h5log_verify_detects_incomplete_and_missing) {
+    char path[512];
+    /* A file written straight through HDF5 without the final `complete`. */
+    snprintf(path, sizeof path, "%s/nocomplete.h5", test_tmpdir());
+    hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    H5Fclose(f);
+    CHECK(h5log_verify(path, NULL) != 0);
+    CHECK_MSG(strstr(err_msg(), "incomplete") != NULL, "%s", err_msg());
+
+    /* complete = 0 */
+    f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    hid_t sp = H5Screate(H5S_SCALAR);
+    hid_t a = H5Acreate2(f, "complete", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    int64_t zero = 0;
+    H5Awrite(a, H5T_NATIVE_INT64, &zero);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+    CHECK(h5log_verify(path, NULL) != 0);
+    CHECK_MSG(strstr(err_msg(), "complete = 0") != NULL, "%s", err_msg());
+
+    /* Complete, but a schema dataset is missing. */
+    snprintf(path, sizeof path, "%s/partial.h5", test_tmpdir());
+    H5Log *lg = h5log_create(path);
+    REQUIRE(lg);
+    CHECK(h5log_scalar_f64(lg, "/metrics/ppl", 1.0) == 0);
+    CHECK(h5log_attr_f64(lg, "/metrics", "note", 2.0) == 0); /* attribute on a group */
+    REQUIRE(h5log_commit(lg) == 0);
+    const char *just_ppl[] = {"/metrics/ppl", NULL};
+    CHECK_MSG(h5log_verify(path, just_ppl) == 0, "%s", err_msg());
+    CHECK(h5log_verify(path, H5LOG_SCHEMA_DATASETS) != 0);
+    CHECK_MSG(strstr(err_msg(), "missing dataset /metrics/ppl_ref") != NULL, "%s", err_msg());
+    const char *group_not_ds[] = {"/metrics", NULL};
+    CHECK(h5log_verify(path, group_not_ds) != 0);
+    CHECK(h5log_verify_schema(path) != 0);
+}
+
+TEST(h5log_api_errors) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/no/such/dir/run.h5", test_tmpdir());
+    err_clear();
+    CHECK(h5log_create(path) == NULL);
+    CHECK_MSG(strstr(err_msg(), "no/such/dir/run.h5.tmp."), "%s", err_msg());
+
+    snprintf(path, sizeof path, "%s/api.h5", test_tmpdir());
+    H5Log *lg = h5log_create(path);
+    REQUIRE(lg);
+    CHECK(strstr(h5log_tmp_path(lg), "api.h5.tmp.") != NULL);
+    CHECK(strcmp(h5log_final_path(lg), path) == 0);
+    struct stat st;
+    CHECK(stat(h5log_tmp_path(lg), &st) == 0);
+    CHECK(stat(path, &st) != 0); /* nothing at the final name before commit */
+    double v = 1;
+    int64_t d3[3] = {1, 1, 1}, dneg = -1;
+    CHECK(h5log_scalar_f64(lg, "/a/b", 1.0) == 0);
+    CHECK(h5log_scalar_f64(lg, "/a/b", 2.0) != 0); /* written twice */
+    CHECK(strstr(err_msg(), "already written") != NULL);
+    CHECK(h5log_scalar_f64(lg, "a/b", 1.0) != 0);  /* not absolute */
+    CHECK(h5log_scalar_f64(lg, "/a//c", 1.0) != 0);
+    CHECK(h5log_scalar_f64(lg, "/a/c/", 1.0) != 0);
+    CHECK(h5log_dataset(lg, "/r3", H5LOG_F64, 3, d3, &v) != 0);
+    CHECK(h5log_dataset(lg, "/neg", H5LOG_F64, 1, &dneg, &v) != 0);
+    CHECK(h5log_f64(lg, "/nodata", NULL, 2) != 0);
+    const char *s2[] = {"abc", "abcdef"};
+    CHECK(h5log_strings_fixed(lg, "/fx", s2, 2, 4) != 0); /* does not fit */
+    CHECK(h5log_attr_str(lg, "/a/b", "units", "x") == 0);  /* on a dataset */
+    CHECK(h5log_attr_i64(lg, "/", "tp", 1) == 0);
+    CHECK(h5log_attr_i64(lg, "/", "tp", 2) == 0);  /* replaced */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s", h5log_tmp_path(lg));
+    h5log_abort(lg);
+    CHECK(stat(tmp, &st) != 0);
+    CHECK(stat(path, &st) != 0);
+    CHECK(count_tmp(test_tmpdir()) == 0);
+}
+
+/* In a child with RLIMIT_FSIZE = limit (SIGXFSZ ignored, so write() fails
+ * with EFBIG as on a full disk), tries to replace `path` with a larger run
+ * file.  metadata_only writes many small scalars, which HDF5 keeps in its
+ * cache until commit flushes them, so that the failure comes out of
+ * h5log_commit instead of a dataset writer.  Exit status: 0 the failure was
+ * reported by a writer and h5log_abort removed the temporary, 10 the same but
+ * reported by h5log_commit, 1 no failure or a message without the file name,
+ * 2 the temporary was left behind. */
+static int write_under_limit(const char *path, rlim_t limit, int metadata_only) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        signal(SIGXFSZ, SIG_IGN);
+        struct rlimit rl = {limit, limit};
+        if (setrlimit(RLIMIT_FSIZE, &rl) != 0) _exit(3);
+        static float big[64 * 1024];
+        for (size_t i = 0; i < sizeof big / sizeof big[0]; i++) big[i] = (float)i;
+        H5Log *lg = h5log_create(path);
+        if (!lg) {
+            fprintf(stderr, "    (limit %llu) create: %s\n", (unsigned long long)limit, err_msg());
+            _exit(strstr(err_msg(), path) ? 0 : 1);
+        }
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s", h5log_tmp_path(lg));
+        int rc = h5log_attr_str(lg, "/", "experiment", "full-disk");
+        for (int i = 0; rc == 0 && metadata_only && i < 200; i++) {
+            char name[64];
+            snprintf(name, sizeof name, "/metrics/m%03d", i);
+            rc = h5log_scalar_f64(lg, name, (double)i);
+        }
+        if (rc == 0 && !metadata_only) rc = h5log_f32(lg, "/per_token/nll", big, 1000);
+        if (rc == 0 && !metadata_only) rc = h5log_f32_2d(lg, "/logits/test", big, 64, 1024);
+        int in_commit = rc == 0;
+        if (rc == 0) rc = h5log_commit(lg);
+        else h5log_abort(lg);
+        if (rc == 0) _exit(1);
+        fprintf(stderr, "    (limit %llu%s) %s\n", (unsigned long long)limit,
+                metadata_only ? ", metadata only" : "", err_msg());
+        if (!strstr(err_msg(), path)) _exit(1);
+        if (access(tmp, F_OK) == 0) _exit(2);
+        _exit(in_commit ? 10 : 0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 100 + WTERMSIG(st);
+}
+
+TEST(h5log_full_disk_keeps_previous_file) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/keep.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0);
+    char *before = NULL, *after = NULL, cmd[700];
+    snprintf(cmd, sizeof cmd, "cksum < '%s'", path);
+    REQUIRE(test_run(cmd, &before) == 0);
+    /* Limits below the superblock, inside the metadata, inside the raw data
+     * and just under the final size (~262 KB): each fails in another call. */
+    rlim_t limits[] = {512, 3000, 16384, 200000, 262000};
+    for (size_t i = 0; i < sizeof limits / sizeof limits[0]; i++) {
+        int rc = write_under_limit(path, limits[i], 0);
+        CHECK_MSG(rc == 0 || rc == 10, "limit %llu: child status %d",
+                  (unsigned long long)limits[i], rc);
+    }
+    /* The metadata-only file is ~20 KB: these limits cut it at commit. */
+    rlim_t meta_limits[] = {8192, 16384};
+    int in_commit = 0;
+    for (size_t i = 0; i < sizeof meta_limits / sizeof meta_limits[0]; i++) {
+        int rc = write_under_limit(path, meta_limits[i], 1);
+        CHECK_MSG(rc == 0 || rc == 10, "limit %llu (metadata only): child status %d",
+                  (unsigned long long)meta_limits[i], rc);
+        in_commit += rc == 10;
+    }
+    CHECK_MSG(in_commit > 0, "no case failed inside h5log_commit");
+    CHECK(h5log_verify_schema(path) == 0);
+    CHECK(count_tmp(test_tmpdir()) == 0);
+    REQUIRE(test_run(cmd, &after) == 0);
+    CHECK_MSG(strcmp(before, after) == 0, "previous file changed: %s vs %s", before, after);
+    free(before);
+    free(after);
+}
+
+TEST(h5log_killed_writer_leaves_previous_file) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/killed.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        H5Log *lg = h5log_create(path);
+        static float big[32 * 1024];
+        if (lg) h5log_f32_2d(lg, "/logits/test", big, 32, 1024);
+        raise(SIGKILL); /* dies mid-run, before commit */
+        _exit(0);
+    }
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK(WIFSIGNALED(st));
+    CHECK_MSG(h5log_verify_schema(path) == 0, "%s", err_msg());
+    /* The killed writer's temporary is left (nothing can clean up after
+     * SIGKILL); it is not a valid run file and sweeps delete it. */
+    char tmp[600];
+    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)pid);
+    CHECK(access(tmp, F_OK) == 0);
+    CHECK(h5log_verify(tmp, NULL) != 0);
+}

@@ -1,0 +1,80 @@
+/* The paged KV cache's block allocator under random load. */
+#include "test.h"
+#include "core/err.h"
+#include "kv/kvcache.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+TEST(kv_allocator_stress) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 1, 1, 2, 4, 97) == 0);
+    enum { NS = 40 };
+    int ids[NS];
+    int64_t lens[NS];
+    for (int i = 0; i < NS; i++) ids[i] = -1;
+    uint64_t x = 88172645463325252ull;
+    int fails = 0, grows = 0, frees = 0;
+    for (int step = 0; step < 20000; step++) {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        int s = (int)(x % NS), op = (int)((x >> 20) % 10);
+        if (ids[s] < 0) {
+            ids[s] = kv_seq_new(&kv);
+            lens[s] = 0;
+        } else if (op < 7) {
+            int64_t want = lens[s] + (int64_t)((x >> 30) % 9) + 1;
+            int free_before = kv.n_free, blocks_before = kv.seqs[ids[s]].n_blocks;
+            if (kv_seq_reserve(&kv, ids[s], want) == 0) {
+                /* stamp every new position; a block handed out twice would be overwritten */
+                for (int64_t p = lens[s]; p < want; p++) {
+                    float *k = kv_k_at(&kv, 0, ids[s], p, 0);
+                    k[0] = (float)ids[s];
+                    k[1] = (float)p;
+                }
+                kv_seq_set_len(&kv, ids[s], want);
+                lens[s] = want;
+                grows++;
+            } else {
+                fails++;
+                CHECK(strstr(err_msg(), "out of blocks") != NULL);
+                CHECK(kv.n_free == free_before && kv.seqs[ids[s]].n_blocks == blocks_before);
+            }
+        } else {
+            kv_seq_free(&kv, ids[s]);
+            ids[s] = -1;
+            frees++;
+        }
+        if (kv_check(&kv) != 0) {
+            test_fail(__FILE__, __LINE__, "step %d: %s", step, err_msg());
+            break;
+        }
+    }
+    /* every live sequence still reads back its own stamps */
+    for (int s = 0; s < NS; s++)
+        for (int64_t p = 0; ids[s] >= 0 && p < lens[s]; p++) {
+            float *k = kv_k_at(&kv, 0, ids[s], p, 0);
+            CHECK_MSG(k[0] == (float)ids[s] && k[1] == (float)p, "seq %d pos %lld overwritten", s,
+                      (long long)p);
+        }
+    CHECK(fails > 100 && grows > 1000 && frees > 500); /* the load really hit the limit */
+    kv_reset(&kv);
+    CHECK(kv.n_free == kv.n_blocks && kv_check(&kv) == 0);
+    kv_free(&kv);
+}
+
+TEST(kv_reserve_failure_leaves_state) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 2, 2, 4, 16, 3) == 0);
+    int a = kv_seq_new(&kv), b = kv_seq_new(&kv);
+    CHECK(kv_seq_reserve(&kv, a, 33) == 0); /* 3 blocks */
+    CHECK(kv_seq_reserve(&kv, b, 1) != 0);
+    CHECK(kv.n_free == 0 && kv.seqs[b].n_blocks == 0);
+    kv_seq_free(&kv, a);
+    CHECK(kv_seq_reserve(&kv, b, 48) == 0);
+    CHECK(kv_check(&kv) == 0);
+    KvCache bad;
+    CHECK(kv_init(&bad, 1, 1, 1, 0, 4) != 0);
+    kv_free(&kv);
+}

@@ -1,0 +1,345 @@
+/* Sweeps (scripts/sweep.sh): a sweep killed midway and started again ends with
+ * every point's file present exactly once, verified, no temporary left, the
+ * points finished before the kill not rerun, and the joblog showing the
+ * resume; corrupt files and failed points are rerun; the grid and overrides
+ * expand as documented.
+ *
+ * The experiment programs are stood in for by tests/tools/fake_exp.py (same
+ * command line, writes every schema dataset to a temporary name and renames
+ * it), through the TERNLAB_EXP_CMD template that sweep.sh honours.  It needs
+ * Debian's /usr/bin/python3 with h5py (scripts/deps.sh installs it): without
+ * it these tests fail rather than skip. */
+#include "test.h"
+#include "core/err.h"
+#include "log/h5log.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#define FAKE_CMD "/usr/bin/python3 tests/tools/fake_exp.py --model {model} --value {value} --out {out}"
+
+static const char *const POINTS6[] = {"m1__a.h5", "m1__b.h5", "m1__c.h5",
+                                      "m2__a.h5", "m2__b.h5", "m2__c.h5", NULL};
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Writes a sweep config with the given values into dir/fake.conf. */
+static void write_conf(const char *dir, const char *values, char *path, size_t n) {
+    snprintf(path, n, "%s/fake.conf", dir);
+    FILE *f = fopen(path, "w");
+    if (!f) return;
+    fprintf(f, "# test config\nfactor = value\nvalues = %s\nmodels = data/m1 data/m2\n"
+               "tokens = none\nwindow = 16   # a comment\nmax_windows = 1\n",
+            values);
+    fclose(f);
+}
+
+/* Counts run files (*.h5) and temporaries (*.tmp*) in dir. */
+static void count_files(const char *dir, int *h5, int *tmp) {
+    *h5 = *tmp = 0;
+    DIR *d = opendir(dir);
+    if (!d) return;
+    struct dirent *e;
+    while ((e = readdir(d))) {
+        size_t l = strlen(e->d_name);
+        if (strstr(e->d_name, ".tmp")) (*tmp)++;
+        else if (l > 3 && strcmp(e->d_name + l - 3, ".h5") == 0) (*h5)++;
+    }
+    closedir(d);
+}
+
+static int deps_ok(void) {
+    if (test_run("/usr/bin/python3 -c 'import h5py'", NULL) != 0) {
+        test_fail(__FILE__, __LINE__,
+                  "/usr/bin/python3 cannot import h5py (install python3-h5py: scripts/deps.sh)");
+        return 0;
+    }
+    if (test_run("command -v parallel", NULL) != 0) {
+        test_fail(__FILE__, __LINE__, "GNU parallel is missing (scripts/deps.sh)");
+        return 0;
+    }
+    return 1;
+}
+
+/* Seq -> count of successful joblog lines; returns the number of lines. */
+static int read_joblog(const char *path, int *ok_count, int max_seq) {
+    FILE *f = fopen(path, "r");
+    if (!f) return -1;
+    char line[4096];
+    int lines = 0;
+    for (int i = 0; i <= max_seq; i++) ok_count[i] = 0;
+    if (!fgets(line, sizeof line, f)) {
+        fclose(f);
+        return -1;
+    }
+    while (fgets(line, sizeof line, f)) {
+        int seq = 0, exitval = -1;
+        /* Seq Host Starttime JobRuntime Send Receive Exitval ... (tabs) */
+        char *fld[8] = {0}, *save = NULL, *p = strtok_r(line, "\t", &save);
+        for (int i = 0; p && i < 8; i++, p = strtok_r(NULL, "\t", &save)) fld[i] = p;
+        if (!fld[6]) continue;
+        seq = atoi(fld[0]);
+        exitval = atoi(fld[6]);
+        lines++;
+        if (seq >= 1 && seq <= max_seq && exitval == 0) ok_count[seq]++;
+    }
+    fclose(f);
+    return lines;
+}
+
+TEST(sweep_resume_after_kill) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], logp[700], script[1024];
+    write_conf(dir, "a b c", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
+    snprintf(logp, sizeof logp, "%s/first.log", dir);
+    snprintf(script, sizeof script, "%s", test_path("scripts/sweep.sh"));
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    unsetenv("TERNLAB_VERIFY_CMD");
+    setenv("FAKE_SLEEP", "1.0", 1); /* long enough to be killed inside a job */
+
+    /* First run, in its own process group, killed after >= 2 points. */
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        setpgid(0, 0);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl("/bin/bash", "bash", script, "exp-fake", "--config", conf, "--results", res,
+              "--jobs", "1", (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int h5 = 0, tmp = 0;
+    double t0 = now_s();
+    while (now_s() - t0 < 30) {
+        count_files(out_dir, &h5, &tmp);
+        if (h5 >= 2) break;
+        usleep(50 * 1000);
+    }
+    REQUIRE(h5 >= 2 || (kill(-pid, SIGKILL), 0));
+    usleep(300 * 1000); /* into the next job's sleep: its temporary exists */
+    kill(-pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    t0 = now_s();
+    while (kill(-pid, 0) == 0 && now_s() - t0 < 10) usleep(50 * 1000);
+    if (kill(-pid, 0) == 0) {
+        kill(-pid, SIGKILL);
+        test_fail(__FILE__, __LINE__, "the killed sweep did not stop within 10 s");
+    }
+    usleep(200 * 1000);
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 >= 2 && h5 < 6, "%d points finished before the kill (want 2..5)", h5);
+    CHECK_MSG(tmp == 0, "%d temporary file(s) left by the killed sweep", tmp);
+
+    /* Remember the finished files: the resumed sweep must not redo them. */
+    struct stat before[6];
+    int had[6];
+    for (int i = 0; POINTS6[i]; i++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/%s", out_dir, POINTS6[i]);
+        had[i] = stat(p, &before[i]) == 0;
+    }
+
+    /* Restart: finishes the rest. */
+    setenv("FAKE_SLEEP", "0.05", 1);
+    char cmd[2400], *out = NULL;
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 1", script,
+             conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "restarted sweep exit %d:\n%s", rc, out);
+    CHECK_MSG(out && strstr(out, "already complete") && strstr(out, "resume: joblog keeps"),
+              "restart output:\n%s", out ? out : "");
+    free(out);
+
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 6, "%d run files after the restart (want 6)", h5);
+    CHECK_MSG(tmp == 0, "%d temporary files after the restart", tmp);
+    for (int i = 0; POINTS6[i]; i++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/%s", out_dir, POINTS6[i]);
+        CHECK_MSG(h5log_verify_schema(p) == 0, "%s", err_msg());
+        struct stat now;
+        if (had[i] && stat(p, &now) == 0)
+            CHECK_MSG(now.st_ino == before[i].st_ino &&
+                          now.st_mtim.tv_sec == before[i].st_mtim.tv_sec &&
+                          now.st_mtim.tv_nsec == before[i].st_mtim.tv_nsec,
+                      "%s was rewritten by the resumed sweep", POINTS6[i]);
+    }
+    /* The joblog: every point exactly once, successful. */
+    char jl[800];
+    snprintf(jl, sizeof jl, "%s/joblog", out_dir);
+    int okc[7];
+    int lines = read_joblog(jl, okc, 6);
+    CHECK_MSG(lines == 6, "joblog has %d job lines (want 6)", lines);
+    for (int s = 1; s <= 6; s++) CHECK_MSG(okc[s] == 1, "joblog: seq %d succeeded %d times", s, okc[s]);
+
+    /* A third run does nothing. */
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "6 points, 6 already complete"), "third run:\n%s", out);
+    free(out);
+}
+
+TEST(sweep_reruns_corrupt_and_failed_points) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], cmd[2400], *out = NULL;
+    write_conf(dir, "a b", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    unsetenv("TERNLAB_VERIFY_CMD");
+    setenv("FAKE_SLEEP", "0", 1);
+    setenv("FAKE_FAIL", "b", 1); /* the b points fail */
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2",
+             test_path("scripts/sweep.sh"), conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "2 of 4 point(s) have no finished file") &&
+                  strstr(out, "m1__b.h5") && strstr(out, "m2__b.h5"),
+              "sweep with failing points (rc %d):\n%s", rc, out);
+    free(out);
+
+    char a1[800], a2[800], b1[800];
+    snprintf(a1, sizeof a1, "%s/exp-fake/m1__a.h5", res);
+    snprintf(a2, sizeof a2, "%s/exp-fake/m2__a.h5", res);
+    snprintf(b1, sizeof b1, "%s/exp-fake/m1__b.h5", res);
+    CHECK(h5log_verify_schema(a1) == 0);
+    CHECK(access(b1, F_OK) != 0);
+    /* Half of m1__a.h5 is lost; m2__a.h5 stays as it is. */
+    struct stat sa, sa2;
+    REQUIRE(stat(a1, &sa) == 0 && stat(a2, &sa2) == 0);
+    REQUIRE(truncate(a1, sa.st_size / 2) == 0);
+    CHECK(h5log_verify(a1, NULL) != 0);
+
+    unsetenv("FAKE_FAIL");
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "m1__a.h5: ") && strstr(out, "will rerun") &&
+                  strstr(out, "all 4 points complete"),
+              "rerun (rc %d):\n%s", rc, out);
+    free(out);
+    CHECK_MSG(h5log_verify_schema(a1) == 0, "%s", err_msg());
+    CHECK_MSG(h5log_verify_schema(b1) == 0, "%s", err_msg());
+    struct stat now;
+    CHECK(stat(a2, &now) == 0 && now.st_ino == sa2.st_ino);
+    int okc[5];
+    char jl[800];
+    snprintf(jl, sizeof jl, "%s/exp-fake/joblog", res);
+    CHECK(read_joblog(jl, okc, 4) == 4);
+    for (int s = 1; s <= 4; s++) CHECK_MSG(okc[s] == 1, "joblog: seq %d ok %d times", s, okc[s]);
+}
+
+TEST(sweep_grid_and_overrides) {
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], cmd[2400], *out = NULL;
+    write_conf(dir, "x all@layers=0-1", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    setenv("TERNLAB_EXP_CMD", "prog --model {model} --value {value} --out {out} --exp {exp}", 1);
+    const char *sweep = test_path("scripts/sweep.sh");
+
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --dry-run window=8",
+             sweep, conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "dry run rc %d:\n%s", rc, out);
+    CHECK_MSG(strstr(out, "4 points (0 complete)"), "%s", out);
+    CHECK_MSG(strstr(out, "m2__all_layers_0-1.h5 -- prog --model data/m2 --value "
+                          "all@layers=0-1 --out ") &&
+                  strstr(out, "--exp exp-fake window=8"),
+              "%s", out);
+    CHECK(strstr(out, "--joblog") && strstr(out, "--resume-failed"));
+    free(out);
+    CHECK(access(res, F_OK) != 0); /* a dry run changes nothing */
+
+    /* --model replaces the config's models; values= changes the grid. */
+    snprintf(cmd, sizeof cmd,
+             "bash '%s' exp-fake --config '%s' --results '%s' --dry-run --model /x/mA --model "
+             "mB 'values=p q r'",
+             sweep, conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "6 points") && strstr(out, "mA__r.h5") &&
+                  strstr(out, "--model mB --value q"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+
+    /* Errors: unknown key, unknown option, no config, two points one file. */
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --dry-run windw=8", sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "unknown key 'windw'"), "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --bogus", sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "unknown option --bogus"), "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-nope --dry-run", sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "no config"), "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "bash '%s' exp-fake --config '%s' --dry-run --model a/m --model b/m", sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "two points write"), "rc %d:\n%s", rc, out);
+    free(out);
+
+    /* The shipped configs expand to models x values with the real programs. */
+    unsetenv("TERNLAB_EXP_CMD");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-group-size --dry-run --results '%s'", sweep, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "12 points") &&
+                  strstr(out, "build/exp_group_size --model data/bitnet-tiny --value 32 --out "),
+              "rc %d:\n%s", rc, out);
+    free(out);
+}
+
+/* The read-and-draw scripts on a sweep's output: a figure, the tables (with
+ * the number the run wrote, 1.5 -> "1.500") and the paper that includes them. */
+TEST(sweep_results_to_figures_tables_paper) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], cmd[3000], *out = NULL;
+    write_conf(dir, "a b", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2",
+             test_path("scripts/sweep.sh"), conf, res);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && /usr/bin/python3 scripts/figures.py --results '%s' --out '%s/paper/figures'"
+             " && /usr/bin/python3 scripts/tables.py --results '%s' --out '%s/paper/tables'"
+             " && /usr/bin/python3 scripts/paper.py --results '%s' --paper '%s/paper'",
+             test_path(""), res, dir, res, dir, res, dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "scripts failed (%d):\n%s", rc, out);
+    free(out);
+    char p[800];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/paper/figures/exp-fake.png", dir);
+    CHECK_MSG(stat(p, &st) == 0 && st.st_size > 1000, "no figure %s", p);
+    snprintf(p, sizeof p, "%s/paper/tables/exp-fake.tex", dir);
+    CHECK(stat(p, &st) == 0);
+    snprintf(cmd, sizeof cmd, "cat '%s/paper/tables/exp-fake.md'", dir);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "| m1 | a | 1.500 | 1.500 |"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "cat '%s/paper/paper.md'", dir);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "## Setup") &&
+          strstr(out, "| m2 | b | 1.500") && strstr(out, "figures/exp-fake.png") &&
+          strstr(out, "`data/m1`"));
+    free(out);
+}

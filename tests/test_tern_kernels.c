@@ -1,0 +1,249 @@
+/* Ternary CPU kernels: every variant against tern_matmul_*_ref on random
+ * inputs of awkward shapes for every group kind (golden check 4), sentinels
+ * and guard pages around every buffer a kernel touches (golden check 2),
+ * dispatch and TERNLAB_KERNEL. */
+#include "test.h"
+
+#include "core/err.h"
+#include "core/mem.h"
+#include "cpu/tern_kernels.h"
+#include "ternary_format.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+/* f32 activations: fast kernels sum in another order (vector lanes, fused
+ * multiply-add); reordering n terms moves the result by ~sqrt(n)*2^-24 of
+ * sum|terms| (about 2e-6 at n = 1000), so 1e-5 of sum|s*q*x| is a safe bound
+ * that still catches any wrong or missing term. */
+#define TOL_F32 1e-5
+
+static uint64_t st = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    st ^= st << 13;
+    st ^= st >> 7;
+    st ^= st << 17;
+    return (uint32_t)(st >> 20);
+}
+static float rndf(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; }
+
+static const int64_t shapes[][3] = { /* rows, cols, n */
+    {1, 1, 1}, {3, 5, 2}, {5, 256, 1}, {37, 300, 3}, {8, 512, 4}, {130, 523, 5},
+    {67, 1000, 9}, {4, 63, 7}, {33, 129, 1}, {300, 1000, 5}, /* > TERN_PAR_MIN_WORK: threads */
+    {9, 4500, 5}, {70, 8300, 1}, /* several column chunks of the blocked kernels */
+    {17, 523, 61}, {5, 70, 48}, {40, 300, 50} /* n >= 48: the f32 GEMM path (panels) */
+};
+#define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
+
+static void random_matrix(int64_t rows, int64_t cols, QuantGroup g, TernaryMatrix *m) {
+    int8_t *q = xmalloc((size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++) q[i] = (int8_t)((int)(rnd() % 3) - 1);
+    int64_t ns = tern_n_scales(g, rows, cols);
+    float *s = xmalloc((size_t)ns * sizeof *s);
+    for (int64_t i = 0; i < ns; i++) s[i] = 0.01f + fabsf(rndf());
+    if (tern_from_codes(q, s, rows, cols, g, DT_F32, m) < 0) test_fail(__FILE__, __LINE__, "%s", err_msg());
+    free(q);
+    free(s);
+}
+
+typedef int (*f32_fn)(const TernaryMatrix *, const float *, int64_t, float *);
+typedef int (*i8_fn)(const TernaryMatrix *, const int8_t *, const float *, int64_t, float *);
+static const f32_fn f32_fns[TK_COUNT] = {tern_matmul_f32_ref, tern_matmul_f32_generic,
+                                         tern_matmul_f32_avx2, tern_matmul_f32_avx512};
+static const i8_fn i8_fns[TK_COUNT] = {tern_matmul_i8_ref, tern_matmul_i8_generic,
+                                       tern_matmul_i8_avx2, tern_matmul_i8_avx512};
+
+/* sum |s*q*x| per output: the scale of the rounding error */
+static void magnitude(const TernaryMatrix *m, const float *x, int64_t n, double *mag) {
+    float *w = xmalloc((size_t)(m->rows * m->cols) * sizeof *w);
+    tern_dequant(m, w);
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < m->rows; r++) {
+            double a = 0;
+            for (int64_t k = 0; k < m->cols; k++) a += fabs((double)w[r * m->cols + k] * x[t * m->cols + k]);
+            mag[t * m->rows + r] = a;
+        }
+    free(w);
+}
+
+TEST(tern_kernels_match_ref) {
+    int tested = 0;
+    for (int si = 0; si < N_SHAPES; si++)
+        for (int g = 0; g < QG_COUNT; g++) {
+            int64_t rows = shapes[si][0], cols = shapes[si][1], n = shapes[si][2];
+            TernaryMatrix m;
+            random_matrix(rows, cols, (QuantGroup)g, &m);
+            REQUIRE(m.codes);
+            float *x = xmalloc((size_t)(n * cols) * sizeof *x);
+            int8_t *xq = xmalloc((size_t)(n * cols));
+            float *sx = xmalloc((size_t)n * sizeof *sx);
+            for (int64_t i = 0; i < n * cols; i++) {
+                x[i] = rndf();
+                xq[i] = (int8_t)((int)(rnd() % 256) - 128); /* full range, -128 included */
+            }
+            for (int64_t t = 0; t < n; t++) sx[t] = 1.0f + (float)t * 3.7f;
+            float *yr = xmalloc((size_t)(n * rows) * sizeof *yr), *yf = xmalloc((size_t)(n * rows) * sizeof *yf);
+            float *yri = xmalloc((size_t)(n * rows) * sizeof *yri);
+            double *mag = xmalloc((size_t)(n * rows) * sizeof *mag);
+            magnitude(&m, x, n, mag);
+            REQUIRE(tern_matmul_f32_ref(&m, x, n, yr) == 0);
+            REQUIRE(tern_matmul_i8_ref(&m, xq, sx, n, yri) == 0);
+            for (int k = TK_GENERIC; k < TK_COUNT; k++) {
+                if (!tern_kernel_supported((TernKernel)k)) continue;
+                const char *kn = tern_kernel_short_name((TernKernel)k);
+                memset(yf, 0xff, (size_t)(n * rows) * sizeof *yf); /* NaN: unwritten shows */
+                REQUIRE(f32_fns[k](&m, x, n, yf) == 0);
+                int bad = 0;
+                double worst = 0;
+                for (int64_t i = 0; i < n * rows; i++) {
+                    double e = fabs((double)yf[i] - yr[i]) / (mag[i] > 1e-30 ? mag[i] : 1e-30);
+                    if (!(e <= TOL_F32)) bad++;
+                    if (e > worst) worst = e;
+                }
+                CHECK_MSG(bad == 0, "f32 %s %lldx%lld n=%lld group=%s: %d outputs off (worst %.3g)",
+                          kn, (long long)rows, (long long)cols, (long long)n,
+                          quant_group_name((QuantGroup)g), bad, worst);
+                memset(yf, 0xff, (size_t)(n * rows) * sizeof *yf);
+                REQUIRE(i8_fns[k](&m, xq, sx, n, yf) == 0);
+                CHECK_MSG(memcmp(yf, yri, (size_t)(n * rows) * sizeof *yf) == 0,
+                          "int8 %s %lldx%lld n=%lld group=%s: not bit-identical to the reference",
+                          kn, (long long)rows, (long long)cols, (long long)n,
+                          quant_group_name((QuantGroup)g));
+                tested++;
+            }
+            free(x), free(xq), free(sx), free(yr), free(yf), free(yri), free(mag);
+            tern_free(&m);
+        }
+    CHECK(tested > 0);
+}
+
+/* The int8 reference itself against a hand-worked case: W (2, 3) row scales
+ * 0.5 and 2; q row0 = [1, -1, 0], row1 = [1, 1, 1]; xq = [10, 3, -7], sx = 4:
+ * row0: 0.5*(10-3)/4 = 0.875; row1: 2*(10+3-7)/4 = 3. */
+TEST(tern_kernels_i8_ref_hand) {
+    const int8_t q[6] = {1, -1, 0, 1, 1, 1};
+    const float s[2] = {0.5f, 2.0f};
+    TernaryMatrix m;
+    REQUIRE(tern_from_codes(q, s, 2, 3, QG_ROW, DT_F32, &m) == 0);
+    const int8_t xq[3] = {10, 3, -7};
+    const float sx = 4.0f, x[3] = {2.5f, 0.75f, -1.75f};
+    float y[2];
+    REQUIRE(tern_matmul_i8_ref(&m, xq, &sx, 1, y) == 0);
+    CHECK(y[0] == 0.875f && y[1] == 3.0f);
+    REQUIRE(tern_matmul_f32_ref(&m, x, 1, y) == 0); /* same numbers as x = xq/sx */
+    CHECK(y[0] == 0.875f && y[1] == 3.0f);
+    tern_free(&m);
+}
+
+/* ---- Golden check 2: sentinels and guard pages -------------------------- */
+
+/* A buffer of `size` bytes that ends exactly at a PROT_NONE page: any read or
+ * write past its end faults (the test runner counts the crash as a failure),
+ * and SENT bytes just before it catch writes before the start. */
+typedef struct {
+    uint8_t *map;
+    size_t map_len;
+    uint8_t *p;
+} Guarded;
+#define SENT 0x5A
+#define SENT_N 64
+
+static uint8_t *guarded_alloc(Guarded *g, size_t size) {
+    size_t pg = (size_t)sysconf(_SC_PAGESIZE);
+    size_t body = (size + SENT_N + pg - 1) / pg * pg;
+    g->map_len = body + pg;
+    g->map = mmap(NULL, g->map_len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (g->map == MAP_FAILED) return NULL;
+    mprotect(g->map + body, pg, PROT_NONE);
+    g->p = g->map + body - size;
+    memset(g->map, SENT, body - size);
+    return g->p;
+}
+static int guarded_ok(const Guarded *g) {
+    for (int i = 1; i <= SENT_N; i++)
+        if (g->p[-i] != SENT) return 0;
+    return 1;
+}
+static void guarded_free(Guarded *g) { munmap(g->map, g->map_len); }
+
+TEST(tern_kernels_guard_pages) {
+    /* rows not a multiple of 4/32/128, columns not a multiple of 4/32/128/256 */
+    static const int64_t gs[][3] = {{3, 5, 1}, {33, 300, 2}, {131, 257, 8}, {5, 512, 3}, {2, 1000, 5}, {3, 4353, 2}, {19, 300, 49}};
+    for (size_t si = 0; si < sizeof gs / sizeof gs[0]; si++)
+        for (int g = 0; g < QG_COUNT; g++) {
+            int64_t rows = gs[si][0], cols = gs[si][1], n = gs[si][2];
+            TernaryMatrix src;
+            random_matrix(rows, cols, (QuantGroup)g, &src);
+            REQUIRE(src.codes);
+            Guarded gc, gsc, gx, gxq, gsx, gy;
+            size_t cb = (size_t)(rows * src.row_bytes), sb = (size_t)src.n_scales * sizeof(float);
+            TernaryMatrix m = src;
+            m.codes = guarded_alloc(&gc, cb);
+            m.scales = (float *)guarded_alloc(&gsc, sb);
+            float *x = (float *)guarded_alloc(&gx, (size_t)(n * cols) * sizeof(float));
+            int8_t *xq = (int8_t *)guarded_alloc(&gxq, (size_t)(n * cols));
+            float *sx = (float *)guarded_alloc(&gsx, (size_t)n * sizeof(float));
+            float *y = (float *)guarded_alloc(&gy, (size_t)(n * rows) * sizeof(float));
+            REQUIRE(m.codes && m.scales && x && xq && sx && y);
+            /* repack into the guarded buffer: the packer writes exactly cb bytes */
+            int8_t *q = xmalloc((size_t)(rows * cols));
+            tern_unpack_codes(&src, q);
+            REQUIRE(tern_pack_codes(q, rows, cols, m.codes) == 0);
+            CHECK(memcmp(m.codes, src.codes, cb) == 0);
+            memcpy(m.scales, src.scales, sb);
+            for (int64_t i = 0; i < n * cols; i++) {
+                x[i] = rndf();
+                xq[i] = (int8_t)((int)(rnd() % 255) - 127);
+            }
+            for (int64_t t = 0; t < n; t++) sx[t] = 2.0f;
+            for (int k = 0; k < TK_COUNT; k++) {
+                if (!tern_kernel_supported((TernKernel)k)) continue;
+                REQUIRE(f32_fns[k](&m, x, n, y) == 0);
+                REQUIRE(i8_fns[k](&m, xq, sx, n, y) == 0);
+                CHECK_MSG(guarded_ok(&gc) && guarded_ok(&gsc) && guarded_ok(&gx) &&
+                              guarded_ok(&gxq) && guarded_ok(&gsx) && guarded_ok(&gy),
+                          "%s %lldx%lld group=%s: sentinel before a buffer changed",
+                          tern_kernel_short_name((TernKernel)k), (long long)rows, (long long)cols,
+                          quant_group_name((QuantGroup)g));
+            }
+            CHECK(memcmp(m.codes, src.codes, cb) == 0); /* kernels never write weights */
+            free(q);
+            guarded_free(&gc), guarded_free(&gsc), guarded_free(&gx), guarded_free(&gxq);
+            guarded_free(&gsx), guarded_free(&gy);
+            tern_free(&src);
+        }
+}
+
+/* ---- Dispatch ------------------------------------------------------------ */
+
+TEST(tern_kernels_dispatch) {
+    TernKernel k;
+    unsetenv("TERNLAB_KERNEL");
+    REQUIRE(tern_kernel_choose(&k) == 0);
+    CHECK(tern_kernel_supported(k));
+    CHECK(k != TK_REF);
+    CHECK(strncmp(tern_kernel_name(), "gemm_ternary_", 13) == 0);
+    if (tern_kernel_supported(TK_AVX512)) CHECK(strcmp(tern_kernel_name(), "gemm_ternary_avx512_vnni") == 0);
+    setenv("TERNLAB_KERNEL", "generic", 1);
+    REQUIRE(tern_kernel_choose(&k) == 0);
+    CHECK(k == TK_GENERIC && strcmp(tern_kernel_name(), "gemm_ternary_generic") == 0);
+    setenv("TERNLAB_KERNEL", "ref", 1);
+    REQUIRE(tern_kernel_choose(&k) == 0);
+    CHECK(k == TK_REF);
+    setenv("TERNLAB_KERNEL", "neon", 1);
+    CHECK(tern_kernel_choose(&k) < 0 && strstr(err_msg(), "avx512"));
+    CHECK(strcmp(tern_kernel_name(), "unavailable") == 0);
+    /* an error from the dispatcher, not a silent fallback */
+    TernaryMatrix m;
+    const int8_t q[1] = {1};
+    const float s[1] = {1}, x[1] = {1};
+    float y[1];
+    REQUIRE(tern_from_codes(q, s, 1, 1, QG_TENSOR, DT_F32, &m) == 0);
+    CHECK(tern_matmul_f32(&m, x, 1, y) < 0);
+    unsetenv("TERNLAB_KERNEL");
+    CHECK(tern_matmul_f32(&m, x, 1, y) == 0 && y[0] == 1.0f);
+    tern_free(&m);
+}
