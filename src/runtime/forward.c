@@ -9,6 +9,11 @@
 
 #define ATT_Q_CHUNK 128 /* query rows per attention tile: bounds the scores buffer */
 
+#define LIN(...)                                                                  \
+    do {                                                                          \
+        if (linear_forward(__VA_ARGS__) != 0) return -1;                          \
+    } while (0)
+
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
 int runstate_init(RunState *s, const Model *m, int64_t max_tok) {
@@ -196,9 +201,9 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
         const Layer *L = &m->layers[l];
         /* attention block */
         rmsnorm_rows(s->xb, s->x, L->attn_norm, n, H, c->eps);
-        linear_forward(&L->q, s->xb, n, s->q, s->lin_scratch); /* (n,H) @ Wq^T -> (n,qd) */
-        linear_forward(&L->k, s->xb, n, s->k, s->lin_scratch); /* (n,H) @ Wk^T -> (n,kvd) */
-        linear_forward(&L->v, s->xb, n, s->v, s->lin_scratch); /* (n,H) @ Wv^T -> (n,kvd) */
+        LIN(&L->q, s->xb, n, s->q, s->lin_scratch); /* (n,H) @ Wq^T -> (n,qd) */
+        LIN(&L->k, s->xb, n, s->k, s->lin_scratch); /* (n,H) @ Wk^T -> (n,kvd) */
+        LIN(&L->v, s->xb, n, s->v, s->lin_scratch); /* (n,H) @ Wv^T -> (n,kvd) */
 #pragma omp parallel for schedule(static) if (n > 64)
         for (int64_t i = 0; i < n; i++) {
             const float *cs = m->rope_cos + pos[i] * half, *sn = m->rope_sin + pos[i] * half;
@@ -221,13 +226,13 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
             rmsnorm_rows(s->xb, s->att, L->attn_sub_norm, n, qd, c->eps);
             ao = s->xb;
         }
-        linear_forward(&L->o, ao, n, s->hout, s->lin_scratch); /* (n,qd) @ Wo^T -> (n,H) */
+        LIN(&L->o, ao, n, s->hout, s->lin_scratch); /* (n,qd) @ Wo^T -> (n,H) */
         for (int64_t i = 0; i < n * H; i++) s->x[i] += s->hout[i];
 
         /* MLP block: down(act(gate(x)) * up(x)) */
         rmsnorm_rows(s->xb, s->x, L->ffn_norm, n, H, c->eps);
-        linear_forward(&L->gate, s->xb, n, s->hb, s->lin_scratch); /* (n,H) -> (n,n_inter) */
-        linear_forward(&L->up, s->xb, n, s->hb2, s->lin_scratch);  /* (n,H) -> (n,n_inter) */
+        LIN(&L->gate, s->xb, n, s->hb, s->lin_scratch); /* (n,H) -> (n,n_inter) */
+        LIN(&L->up, s->xb, n, s->hb2, s->lin_scratch);  /* (n,H) -> (n,n_inter) */
         if (c->act == ACT_SILU) {
 #pragma omp parallel for schedule(static) if (n * n_inter > 65536)
             for (int64_t i = 0; i < n * n_inter; i++) {
@@ -245,7 +250,7 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
             rmsnorm_rows(s->hb2, s->hb, L->ffn_sub_norm, n, n_inter, c->eps);
             mi = s->hb2;
         }
-        linear_forward(&L->down, mi, n, s->hout, s->lin_scratch); /* (n,n_inter) -> (n,H) */
+        LIN(&L->down, mi, n, s->hout, s->lin_scratch); /* (n,n_inter) -> (n,H) */
         for (int64_t i = 0; i < n * H; i++) s->x[i] += s->hout[i];
         dump_rows(s, l + 1, s->x, n, H);
     }
@@ -266,6 +271,6 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
         memcpy(s->hout + j * H, s->x + i * H, sizeof(float) * (size_t)H);
     }
     rmsnorm_rows(s->xb, s->hout, m->final_norm, nl, H, c->eps);
-    linear_forward(&m->lm_head, s->xb, nl, logits, s->lin_scratch); /* (nl,H) -> (nl,vocab) */
+    LIN(&m->lm_head, s->xb, nl, logits, s->lin_scratch); /* (nl,H) -> (nl,vocab) */
     return 0;
 }

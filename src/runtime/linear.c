@@ -1,42 +1,146 @@
 #include "runtime/linear.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "cpu/tern_kernels.h"
 
 #include <cblas.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 size_t linear_scratch_bytes(int64_t n, int64_t in) {
-    return (size_t)n * (size_t)in * (sizeof(float) + 1) + (size_t)n * sizeof(float) + 128;
+    /* int8 activations (n, in) + per-token scales (n) + dequantised activations (n, in) */
+    return (size_t)n * (size_t)in * (sizeof(float) + 1) + (size_t)n * sizeof(float) + 256;
 }
 
-void linear_forward(const Linear *lin, const float *x, int64_t n, float *y, void *scratch) {
-    (void)scratch;
+int linear_forward(const Linear *lin, const float *x, int64_t n, float *y, void *scratch) {
+    if (n == 0) return 0;
+    int8_t *xq = scratch;
+    float *sx = (float *)((uintptr_t)(xq + n * lin->in + 63) & ~(uintptr_t)63);
+    float *xdq = (float *)((uintptr_t)(sx + n + 15) & ~(uintptr_t)63);
+    if (lin->act_int8) act_quant_int8_ref(x, n, lin->in, xq, sx);
+    if (lin->t) {
+        if (lin->act_int8) return tern_matmul_i8(lin->t, xq, sx, n, y);
+        return tern_matmul_f32(lin->t, x, n, y);
+    }
+    if (lin->act_int8) {
+        /* reference twin of the int8 path: x' = xq / sx, then the dense GEMM */
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t i = 0; i < lin->in; i++)
+                xdq[t * lin->in + i] = (float)xq[t * lin->in + i] / sx[t];
+        x = xdq;
+    }
     /* W (out,in) @ x (n,in)^T -> y (n,out): row-major C = A B^T with A = x, B = W */
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)lin->out, (int)lin->in, 1.0f,
                 x, (int)lin->in, lin->w, (int)lin->in, 0.0f, y, (int)lin->out);
+    return 0;
 }
 
 void linear_free(Linear *lin) {
     mem_free(lin->w);
     lin->w = NULL;
+    if (lin->t) {
+        tern_free(lin->t);
+        free(lin->t);
+        lin->t = NULL;
+    }
 }
 
-int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
-    return err_set("%s: packed BitNet weights are not supported yet", lin->name);
-}
-
-int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
-                          const ModelLoadOpts *opts) {
-    if (opts->quant) return err_set("--quant is not supported yet");
-    return 0;
-}
-
-static size_t linear_bytes(const Linear *lin) {
+size_t linear_bytes(const Linear *lin) {
+    if (lin->t) return (size_t)tern_bytes(lin->t);
     return lin->w ? sizeof(float) * (size_t)(lin->out * lin->in) : 0;
 }
 
+void linear_describe(const Linear *lin, char *buf, size_t n) {
+    if (lin->t)
+        snprintf(buf, n, "ternary packed, group %s, scale %s, %.3f bits/weight, act %s, kernel %s",
+                 quant_group_name(lin->t->group), dtype_name(lin->t->scale_dtype),
+                 tern_bits_per_weight(lin->t), lin->act_int8 ? "int8" : "f32", tern_kernel_name());
+    else
+        snprintf(buf, n, "dense f32 (sgemm), act %s", lin->act_int8 ? "int8" : "f32");
+}
+
+/* Makes a dense f32 copy of a ternary linear (the reference twin) and drops the
+ * packed form. */
+static int linear_densify(Linear *lin) {
+    float *w = mem_alloc(sizeof(float) * (size_t)(lin->out * lin->in), lin->name);
+    if (!w) return -1;
+    tern_dequant(lin->t, w);
+    tern_free(lin->t);
+    free(lin->t);
+    lin->t = NULL;
+    lin->w = w;
+    return 0;
+}
+
+/* Native BitNet: packed U8 (ceil(out/4), in) + per-tensor weight_scale. */
+int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
+    char name[160];
+    snprintf(name, sizeof name, "%s.weight", lin->name);
+    const StTensor *t = st_find(&m->st, name);
+    int64_t prow = (lin->out + 3) / 4;
+    if (t->ndim != 2 || t->shape[0] != prow || t->shape[1] != lin->in)
+        return err_set("tensor '%s': packed BitNet shape [%lld, %lld] expected for %lldx%lld, "
+                       "file has [%lld, %lld]", name, (long long)prow, (long long)lin->in,
+                       (long long)lin->out, (long long)lin->in, (long long)t->shape[0],
+                       (long long)(t->ndim > 1 ? t->shape[1] : 0));
+    snprintf(name, sizeof name, "%s.weight_scale", lin->name);
+    const StTensor *s = st_find(&m->st, name);
+    if (!s) return err_set("tensor '%s' is missing (packed BitNet weights need it)", name);
+    if (s->numel != 1) return err_set("tensor '%s': one value expected, found %lld", name,
+                                      (long long)s->numel);
+    float ws;
+    if (s->dtype == DT_BF16) ws = bf16_to_f32(*(const uint16_t *)s->data);
+    else if (s->dtype == DT_F16) ws = f16_to_f32(*(const uint16_t *)s->data);
+    else if (s->dtype == DT_F32) memcpy(&ws, s->data, 4);
+    else return err_set("tensor '%s': dtype %s, expected a float", name, dtype_name(s->dtype));
+    if (!(ws > 0)) return err_set("tensor '%s': weight_scale %g must be positive", name, (double)ws);
+    lin->t = xcalloc(1, sizeof(TernaryMatrix));
+    if (tern_from_bitnet_packed(t->data, lin->out, lin->in, ws,
+                                m->cfg.bitnet_scale == BITNET_AUTOBITLINEAR, lin->t) != 0) {
+        free(lin->t);
+        lin->t = NULL;
+        return err_prefix("%s: ", lin->name);
+    }
+    m->native_ternary = 1;
+    lin->act_int8 = 1; /* BitNet b1.58: per-token int8 activations into every packed linear */
+    return 0;
+}
+
+/* Applies --quant to one decoder linear (after it was loaded) and --dense. */
+int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
+                          const ModelLoadOpts *opts) {
+    if (opts->quant && !m->has_quant) {
+        if (quant_spec_parse(opts->quant, &m->quant) != 0) return err_prefix("--quant: ");
+        m->has_quant = 1;
+    }
+    if (m->has_quant) {
+        int sel = quant_layer_selected(&m->quant, layer, kind);
+        if (sel < 0) return -1;
+        if (sel) {
+            /* re-ternarise: from the dense weights, or (native ternary) from their dequantised
+             * values, because the spec asks for it */
+            if (lin->t && linear_densify(lin) != 0) return -1;
+            TernaryMatrix *tm = xcalloc(1, sizeof *tm);
+            if (tern_from_dense(lin->w, lin->out, lin->in, &m->quant, tm) != 0) {
+                free(tm);
+                return err_prefix("%s: ", lin->name);
+            }
+            mem_free(lin->w);
+            lin->w = NULL;
+            lin->t = tm;
+            if (m->quant.act_explicit) lin->act_int8 = m->quant.act == QA_INT8;
+            /* without an explicit act, keep the model's own (int8 for BitNet, f32 for BF16) */
+        } else if (m->quant.act_explicit && lin->t) {
+            lin->act_int8 = m->quant.act == QA_INT8;
+        }
+    }
+    if (opts->dense && lin->t) return linear_densify(lin);
+    return 0;
+}
+
 size_t model_weight_bytes(const Model *m) {
-    size_t b = linear_bytes(&m->lm_head) * (m->lm_head_tied ? 0 : 1);
+    size_t b = m->lm_head_tied ? 0 : linear_bytes(&m->lm_head);
     b += sizeof(float) * (size_t)m->cfg.vocab * (size_t)m->cfg.hidden;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];

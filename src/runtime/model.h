@@ -8,17 +8,16 @@
 
 #include "load/config.h"
 #include "load/safetensors.h"
+#include "quant/quant.h"
 
 #include <stddef.h>
 #include <stdint.h>
-
-struct TernaryMatrix;
 
 typedef struct {
     char name[96];           /* checkpoint name, e.g. model.layers.0.self_attn.q_proj */
     int64_t out, in;         /* y (n,out) = x (n,in) @ W^T */
     float *w;                /* dense (out, in), owned; NULL when ternary */
-    struct TernaryMatrix *t; /* ternary, owned; NULL when dense */
+    TernaryMatrix *t;        /* ternary, owned; NULL when dense */
     int act_int8;            /* quantise activations per token (BitNet) before this linear */
 } Linear;
 
@@ -43,11 +42,16 @@ typedef struct {
     float *rope_cos, *rope_sin;
     int64_t rope_len;
     char load_notes[1024]; /* decisions taken while loading (tied head, scale convention) */
+    int has_quant;         /* a QuantSpec was applied */
+    QuantSpec quant;       /* the spec applied (valid when has_quant) */
+    int native_ternary;    /* the checkpoint stores packed ternary linears (BitNet) */
 } Model;
 
 typedef struct {
     const char *quant; /* QuantSpec string, NULL = weights as loaded */
-    int dense;         /* 1: dequantise native ternary weights to dense f32 (reference) */
+    int dense;         /* 1: keep every linear dense f32: ternary weights (native or from
+                        * --quant) are dequantised, int8 activations still apply — the
+                        * reference twin of the packed-kernel path */
 } ModelLoadOpts;
 
 /* Loads config.json + safetensors from a folder.  Returns 0 or -1 (err_set). */
