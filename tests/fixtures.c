@@ -81,7 +81,8 @@ typedef struct {
     int64_t first;
 } Collect;
 
-static int collect(void *ctx, int64_t w, const float *logits, const int32_t *tokens, int T, int V) {
+static int collect(void *ctx, int64_t w, const float *logits, const int32_t *tokens, int T, int V,
+                   int r0) {
     Collect *c = ctx;
     memcpy(c->dst + (size_t)(w - c->first) * (size_t)T * (size_t)V, logits,
            sizeof(float) * (size_t)T * (size_t)V);

@@ -102,7 +102,7 @@ typedef struct {
 } LogitsSink;
 
 static int write_window_logits(void *ctx, int64_t w, const float *logits, const int32_t *tokens,
-                               int T, int V) {
+                               int T, int V, int r0) {
     LogitsSink *s = ctx;
     size_t cnt = (size_t)T * (size_t)V;
     if (fwrite(logits, sizeof(float), cnt, s->f) != cnt)

@@ -15,6 +15,8 @@ double nll_of(const float *logits, int64_t vocab, int32_t target) {
     return log(sum) + (double)mx - (double)logits[target];
 }
 
+int ppl_scored_per_window(int T, int kv_split) { return kv_split ? T - T / 2 : T - 1; }
+
 int64_t ppl_window_count(int64_t n_tok, const PplOpts *o) {
     int64_t T = o->window > 0 ? o->window : 256;
     int64_t nw = n_tok / T - o->first_window;
@@ -33,6 +35,7 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
         return err_set("no complete window of %d tokens (after skipping %lld) in %lld tokens", T,
                        (long long)o->first_window, (long long)n_tok);
     int64_t B = e->rs.max_tok / T; /* windows per forward call */
+    if (B > 4096) B = 4096;
     if (B < 1) return err_set("window %d is longer than the run state (%lld tokens)", T,
                               (long long)e->rs.max_tok);
     float *logits = mem_alloc(sizeof(float) * (size_t)(B * T) * (size_t)V, "logits");
@@ -46,34 +49,82 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
     progress_init(&pr, "ppl windows", nw);
     if (!o->progress) pr.enabled = 0;
     double t0 = time_now();
+    const int r0 = o->kv_split ? T / 2 - 1 : 0; /* first scored row */
+    const int per_w = T - 1 - r0;
     for (int64_t w0 = 0; w0 < nw && rc == 0; w0 += B) {
         int64_t nb = nw - w0 < B ? nw - w0 : B;
         kv_reset(&e->kv);
+        int sids[4096];
         for (int64_t b = 0; b < nb; b++) {
-            int sid = kv_seq_new(&e->kv);
+            sids[b] = kv_seq_new(&e->kv);
             for (int t = 0; t < T; t++) {
                 ids[b * T + t] = tok[(o->first_window + w0 + b) * T + t];
-                seq[b * T + t] = sid;
+                seq[b * T + t] = sids[b];
                 pos[b * T + t] = t;
             }
         }
-        rc = forward(e->m, &e->kv, &e->rs, ids, seq, pos, nb * T, NULL, 0, logits);
+        if (!o->kv_split) {
+            e->rs.decode = 0;
+            rc = forward(e->m, &e->kv, &e->rs, ids, seq, pos, nb * T, NULL, 0, logits);
+        } else {
+            /* prefill the first halves (all windows in one call), keeping row r0's logits */
+            int h = T / 2;
+            int *pid = xmalloc(sizeof(int) * (size_t)(nb * h));
+            int *psq = xmalloc(sizeof(int) * (size_t)(nb * h));
+            int64_t *pps = xmalloc(sizeof(int64_t) * (size_t)(nb * h));
+            int64_t *lidx = xmalloc(sizeof(int64_t) * (size_t)nb);
+            float *lg = mem_alloc(sizeof(float) * (size_t)nb * (size_t)V, "logits");
+            for (int64_t b = 0; b < nb; b++) {
+                for (int t = 0; t < h; t++) {
+                    pid[b * h + t] = ids[b * T + t];
+                    psq[b * h + t] = sids[b];
+                    pps[b * h + t] = t;
+                }
+                lidx[b] = b * h + h - 1;
+            }
+            e->rs.decode = 0;
+            rc = lg ? forward(e->m, &e->kv, &e->rs, pid, psq, pps, nb * h, lidx, nb, lg) : -1;
+            for (int64_t b = 0; b < nb && rc == 0; b++)
+                memcpy(logits + ((size_t)b * T + (size_t)r0) * V, lg + b * V, sizeof(float) * V);
+            /* then one decode step per position, batched over the windows */
+            e->rs.decode = 1;
+            double td = time_now();
+            for (int t = h; t < T - 1 && rc == 0; t++) {
+                for (int64_t b = 0; b < nb; b++) {
+                    pid[b] = ids[b * T + t];
+                    psq[b] = sids[b];
+                    pps[b] = t;
+                    lidx[b] = b;
+                }
+                rc = forward(e->m, &e->kv, &e->rs, pid, psq, pps, nb, lidx, nb, lg);
+                for (int64_t b = 0; b < nb && rc == 0; b++)
+                    memcpy(logits + ((size_t)b * T + (size_t)t) * V, lg + b * V, sizeof(float) * V);
+            }
+            r->decode_seconds += time_now() - td;
+            r->decode_tokens += nb * (T - 1 - h);
+            e->rs.decode = 0;
+            mem_free(lg);
+            free(pid);
+            free(psq);
+            free(pps);
+            free(lidx);
+        }
         if (rc) break;
 #pragma omp parallel for schedule(static)
         for (int64_t i = 0; i < nb * T; i++) {
             int t = (int)(i % T);
-            wnll[i] = t < T - 1 ? nll_of(logits + i * V, V, ids[i + 1]) : 0.0;
+            wnll[i] = t >= r0 && t < T - 1 ? nll_of(logits + i * V, V, ids[i + 1]) : 0.0;
         }
         for (int64_t b = 0; b < nb && rc == 0; b++) {
-            for (int t = 0; t < T - 1; t++) {
+            for (int t = r0; t < T - 1; t++) {
                 r->nll_sum += wnll[b * T + t];
-                if (o->nll_out) o->nll_out[(w0 + b) * (T - 1) + t] = (float)wnll[b * T + t];
+                if (o->nll_out) o->nll_out[(w0 + b) * per_w + (t - r0)] = (float)wnll[b * T + t];
             }
             if (o->on_logits)
                 rc = o->on_logits(o->ctx, o->first_window + w0 + b, logits + b * T * V, ids + b * T,
-                                  T, V);
+                                  T, V, r0);
         }
-        r->n_pred += nb * (T - 1);
+        r->n_pred += nb * per_w;
         progress_update(&pr, w0 + nb);
     }
     kv_reset(&e->kv);

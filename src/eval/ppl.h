@@ -7,9 +7,11 @@
 
 #include "runtime/engine.h"
 
-/* Called once per window with its logits (T, vocab), row = position. */
+/* Called once per window with its logits (T, vocab), row = position; rows
+ * r0..T-2 are the scored predictions (r0 = 0, or T/2-1 under kv_split; rows
+ * before r0 hold no data then). */
 typedef int (*ppl_logits_fn)(void *ctx, int64_t window, const float *logits, const int32_t *tokens,
-                             int T, int vocab);
+                             int T, int vocab, int r0);
 
 typedef struct {
     int window;            /* T, default 256 */
@@ -17,15 +19,24 @@ typedef struct {
     int64_t max_windows;   /* 0 = all */
     ppl_logits_fn on_logits;
     void *ctx;
-    float *nll_out;        /* optional: (n_windows, T-1) per-token nll */
+    float *nll_out;        /* optional: per-token nll of the scored positions, in order */
     int progress;
+    /* KV-policy protocol: each window's first half (T/2 tokens) is prefilled, the
+     * rest fed token by token through the decode path (batched over windows);
+     * only predictions of tokens T/2..T-1 are scored (T - T/2 per window). */
+    int kv_split;
 } PplOpts;
 
 typedef struct {
     double nll_sum, ppl;
     int64_t n_pred, n_windows;
     double seconds, tok_per_s;
+    double decode_seconds; /* kv_split: time spent in the decode steps */
+    int64_t decode_tokens;
 } PplResult;
+
+/* Scored predictions per window: T-1, or T - T/2 under kv_split. */
+int ppl_scored_per_window(int T, int kv_split);
 
 /* Number of windows eval_ppl will run for these options. */
 int64_t ppl_window_count(int64_t n_tok, const PplOpts *o);

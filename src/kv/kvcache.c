@@ -38,6 +38,11 @@ int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_s
 void kv_free(KvCache *kv) {
     mem_free(kv->k);
     mem_free(kv->v);
+    mem_free(kv->fmt);
+    mem_free(kv->kq);
+    mem_free(kv->vq);
+    mem_free(kv->ks);
+    mem_free(kv->vs);
     free(kv->free_list);
     for (int i = 0; i < kv->n_seqs; i++) free(kv->seqs[i].blocks);
     free(kv->seqs);
@@ -152,4 +157,80 @@ int kv_check(const KvCache *kv) {
         if (!owner[b]) rc = err_set("block %d leaked: neither free nor owned", b);
     free(owner);
     return rc;
+}
+
+int kv_set_policy(KvCache *kv, const KvPolicy *p) {
+    kv->policy = *p;
+    if (p->kind == KVP_NONE || kv->fmt) return 0;
+    size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
+    size_t rows = tokens * (size_t)kv->n_kv_heads;
+    kv->code_bytes = (kv->head_dim + 3) / 4;
+    kv->k_scales = kvt_n_scales(kv->head_dim, 1);
+    kv->fmt = mem_alloc(tokens, "KV page formats");
+    kv->kq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
+    kv->vq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
+    kv->ks = mem_alloc(rows * (size_t)kv->k_scales * 2, "ternary KV scales");
+    kv->vs = mem_alloc(rows * 2, "ternary KV scales");
+    if (!kv->fmt || !kv->kq || !kv->vq || !kv->ks || !kv->vs) return -1;
+    memset(kv->fmt, 0, tokens);
+    return 0;
+}
+
+/* index of (layer, physical block, pos-in-block) and of (..., head, pos-in-block) */
+static inline size_t kv_tok_index(const KvCache *kv, int layer, int seq, int64_t pos) {
+    int blk = kv->seqs[seq].blocks[pos / kv->block_size];
+    return ((size_t)layer * (size_t)kv->n_blocks + (size_t)blk) * (size_t)kv->block_size +
+           (size_t)(pos % kv->block_size);
+}
+static inline size_t kv_row_index(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
+    int blk = kv->seqs[seq].blocks[pos / kv->block_size];
+    return (((size_t)layer * (size_t)kv->n_blocks + (size_t)blk) * (size_t)kv->n_kv_heads +
+            (size_t)head) * (size_t)kv->block_size + (size_t)(pos % kv->block_size);
+}
+
+void kv_write_token(KvCache *kv, int layer, int seq, int64_t pos, const float *k, const float *v,
+                    int decode) {
+    int hd = kv->head_dim;
+    int tern = kv->fmt && kv_policy_ternary(&kv->policy, layer, decode);
+    if (kv->fmt) kv->fmt[kv_tok_index(kv, layer, seq, pos)] = (uint8_t)tern;
+    for (int h = 0; h < kv->n_kv_heads; h++) {
+        if (tern) {
+            size_t r = kv_row_index(kv, layer, seq, pos, h);
+            kvt_quant_row(k + h * hd, hd, 1, kv->kq + r * (size_t)kv->code_bytes,
+                          kv->ks + r * (size_t)kv->k_scales);
+            kvt_quant_row(v + h * hd, hd, 0, kv->vq + r * (size_t)kv->code_bytes, kv->vs + r);
+        } else {
+            memcpy(kv_k_at(kv, layer, seq, pos, h), k + h * hd, sizeof(float) * (size_t)hd);
+            memcpy(kv_v_at(kv, layer, seq, pos, h), v + h * hd, sizeof(float) * (size_t)hd);
+        }
+    }
+}
+
+void kv_gather_head(const KvCache *kv, int layer, int seq, int head, int64_t ctx, float *kc,
+                    float *vc) {
+    int hd = kv->head_dim, bs = kv->block_size;
+    for (int64_t p0 = 0; p0 < ctx; p0 += bs) {
+        int64_t cnt = ctx - p0 < bs ? ctx - p0 : bs;
+        /* a block's rows of one head are contiguous: one copy per block when all f32 */
+        memcpy(kc + p0 * hd, kv_k_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
+        memcpy(vc + p0 * hd, kv_v_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
+        if (!kv->fmt) continue;
+        const uint8_t *f = kv->fmt + kv_tok_index(kv, layer, seq, p0);
+        for (int64_t i = 0; i < cnt; i++)
+            if (f[i]) {
+                size_t r = kv_row_index(kv, layer, seq, p0 + i, head);
+                kvt_dequant_row(kv->kq + r * (size_t)kv->code_bytes,
+                                kv->ks + r * (size_t)kv->k_scales, hd, 1, kc + (p0 + i) * hd);
+                kvt_dequant_row(kv->vq + r * (size_t)kv->code_bytes, kv->vs + r, hd, 0,
+                                vc + (p0 + i) * hd);
+            }
+    }
+}
+
+size_t kv_bytes_per_token(const KvCache *kv, int decode) {
+    size_t b = 0;
+    for (int l = 0; l < kv->n_layers; l++)
+        b += (size_t)kv->n_kv_heads *
+             kvt_bytes_per_token_head(kv->head_dim, kv_policy_ternary(&kv->policy, l, decode));
+    return b;
 }

@@ -8,6 +8,8 @@
 #ifndef TL_KVCACHE_H
 #define TL_KVCACHE_H
 
+#include "kv/kv_ternary.h"
+
 #include <stddef.h>
 #include <stdint.h>
 
@@ -26,6 +28,12 @@ typedef struct {
     int n_free;
     KvSeq *seqs;
     int n_seqs, seq_cap;
+    /* ternary pages (kv_set_policy with a policy other than none) */
+    KvPolicy policy;
+    uint8_t *fmt;       /* (n_layers, n_blocks, block_size): 1 = this token's K/V are ternary */
+    uint8_t *kq, *vq;   /* (n_layers, n_blocks, n_kv_heads, block_size, code_bytes) */
+    uint16_t *ks, *vs;  /* (..., block_size, n_scales) f16 scales */
+    int code_bytes, k_scales;
 } KvCache;
 
 /* Bytes kv_init would allocate for this geometry. */
@@ -50,6 +58,21 @@ void kv_reset(KvCache *kv);
  * pos must be reserved. */
 float *kv_k_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
 float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
+
+/* Sets which tokens are stored as ternary pages (allocates the ternary pools
+ * the first time a policy other than none is set).  Returns 0 or -1. */
+int kv_set_policy(KvCache *kv, const KvPolicy *p);
+/* Stores one token's K and V rows (n_kv_heads*head_dim each) at (layer, seq, pos),
+ * ternary when the policy says so for this layer and phase (decode = generated
+ * token), else f32. */
+void kv_write_token(KvCache *kv, int layer, int seq, int64_t pos, const float *k, const float *v,
+                    int decode);
+/* Gathers head `head`'s K and V for positions [0, ctx) of a sequence into
+ * kc/vc (ctx, head_dim), dequantising ternary rows. */
+void kv_gather_head(const KvCache *kv, int layer, int seq, int head, int64_t ctx, float *kc,
+                    float *vc);
+/* KV bytes one token occupies over all layers under the policy (phase as above). */
+size_t kv_bytes_per_token(const KvCache *kv, int decode);
 
 /* Permutes the free list with a seeded generator, so that tests can check
  * results do not depend on which physical blocks a sequence gets. */

@@ -67,6 +67,7 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
         }
     }
     /* batched greedy decode */
+    e->rs.decode = 1;
     for (int64_t step = 0; step < max_new && rc == 0; step++) {
         for (int s = 0; s < n_seq; s++) {
             out[s][step] = (int32_t)argmax_f32(logits + s * V, V);
@@ -78,6 +79,7 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
         if (step + 1 < max_new)
             rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq, logits);
     }
+    e->rs.decode = 0;
     for (int s = 0; s < n_seq; s++) kv_seq_free(&e->kv, ids[s]);
     mem_free(logits);
     free(seq);

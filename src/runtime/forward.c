@@ -123,18 +123,14 @@ static void rope_apply(float *x, int n_heads, int hd, const float *cs, const flo
 static void attention_run(const Model *m, const KvCache *kv, RunState *s, int layer, int seq,
                           const int64_t *pos, int64_t i0, int64_t i1) {
     const ModelConfig *c = &m->cfg;
-    int hd = c->head_dim, grp = c->n_heads / c->n_kv_heads, bs = kv->block_size;
+    int hd = c->head_dim, grp = c->n_heads / c->n_kv_heads;
     int64_t qd = (int64_t)c->n_heads * hd;
     int64_t ctx = 0;
     for (int64_t i = i0; i < i1; i++) ctx = max64(ctx, pos[i] + 1);
     float scale = 1.0f / sqrtf((float)hd);
     for (int h = 0; h < c->n_kv_heads; h++) {
         /* gather this head's K and V for positions [0, ctx) from the pages */
-        for (int64_t p0 = 0; p0 < ctx; p0 += bs) {
-            int64_t cnt = ctx - p0 < bs ? ctx - p0 : bs;
-            memcpy(s->kc + p0 * hd, kv_k_at(kv, layer, seq, p0, h), sizeof(float) * (size_t)(cnt * hd));
-            memcpy(s->vc + p0 * hd, kv_v_at(kv, layer, seq, p0, h), sizeof(float) * (size_t)(cnt * hd));
-        }
+        kv_gather_head(kv, layer, seq, h, ctx, s->kc, s->vc);
         for (int g = 0; g < grp; g++) {
             int hq = h * grp + g;
             for (int64_t r0 = i0; r0 < i1; r0 += ATT_Q_CHUNK) {
@@ -209,10 +205,7 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
             const float *cs = m->rope_cos + pos[i] * half, *sn = m->rope_sin + pos[i] * half;
             rope_apply(s->q + i * qd, c->n_heads, (int)hd, cs, sn);
             rope_apply(s->k + i * kvd, c->n_kv_heads, (int)hd, cs, sn);
-            for (int h = 0; h < c->n_kv_heads; h++) {
-                memcpy(kv_k_at(kv, l, seq[i], pos[i], h), s->k + i * kvd + h * hd, sizeof(float) * (size_t)hd);
-                memcpy(kv_v_at(kv, l, seq[i], pos[i], h), s->v + i * kvd + h * hd, sizeof(float) * (size_t)hd);
-            }
+            kv_write_token(kv, l, seq[i], pos[i], s->k + i * kvd, s->v + i * kvd, s->decode);
         }
         /* runs of consecutive tokens of the same sequence share one gather of K/V */
         for (int64_t i0 = 0; i0 < n;) {

@@ -26,6 +26,9 @@ typedef struct {
     /* optional: when non-NULL, the residual stream is copied here as
      * (n_layers+2, n, hidden): embedding, after each layer, after the final norm */
     float *dump;
+    /* 1 while the caller feeds generated tokens (decode), 0 for prompt tokens
+     * (prefill): the KV policy stores "decoder" and "encoder" tokens differently */
+    int decode;
 } RunState;
 
 int runstate_init(RunState *s, const Model *m, int64_t max_tok);

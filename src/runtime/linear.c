@@ -13,16 +13,42 @@ size_t linear_scratch_bytes(int64_t n, int64_t in) {
     return (size_t)n * (size_t)in * (sizeof(float) + 1) + (size_t)n * sizeof(float) + 256;
 }
 
+/* The int8 dense twin: per scale group, D_g (n, out) = xq[:, g] @ q[:, g]^T by
+ * sgemm (integer-valued, exact in f32 below 2^24), then y = sum_g s_g * D_g / sx. */
+static int twin_int8(const Linear *lin, const int8_t *xq, const float *sx, int64_t n, float *y,
+                     float *xf) {
+    const TernaryMatrix *t = lin->t;
+    int64_t in = lin->in, out = lin->out;
+    float *d = mem_alloc(sizeof(float) * (size_t)(n * out), "int8 twin");
+    if (!d) return -1;
+    for (int64_t i = 0; i < n * in; i++) xf[i] = (float)xq[i];
+    for (int64_t i = 0; i < n * out; i++) y[i] = 0.0f;
+    for (int64_t g = 0; g < t->n_groups; g++) {
+        int64_t k0 = g * t->group_cols;
+        int64_t kn = k0 + t->group_cols < in ? t->group_cols : in - k0;
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)n, (int)out, (int)kn, 1.0f,
+                    xf + k0, (int)in, lin->qf + k0, (int)in, 0.0f, d, (int)out);
+        for (int64_t s = 0; s < n; s++)
+            for (int64_t r = 0; r < out; r++)
+                y[s * out + r] += t->scales[r * t->scale_stride + g] * d[s * out + r];
+    }
+    for (int64_t s = 0; s < n; s++)
+        for (int64_t r = 0; r < out; r++) y[s * out + r] /= sx[s];
+    mem_free(d);
+    return 0;
+}
+
 int linear_forward(const Linear *lin, const float *x, int64_t n, float *y, void *scratch) {
     if (n == 0) return 0;
     int8_t *xq = scratch;
     float *sx = (float *)((uintptr_t)(xq + n * lin->in + 63) & ~(uintptr_t)63);
     float *xdq = (float *)((uintptr_t)(sx + n + 15) & ~(uintptr_t)63);
     if (lin->act_int8) act_quant_int8_ref(x, n, lin->in, xq, sx);
-    if (lin->t) {
+    if (lin->t && !lin->twin) {
         if (lin->act_int8) return tern_matmul_i8(lin->t, xq, sx, n, y);
         return tern_matmul_f32(lin->t, x, n, y);
     }
+    if (lin->twin && lin->act_int8) return twin_int8(lin, xq, sx, n, y, xdq);
     if (lin->act_int8) {
         /* reference twin of the int8 path: x' = xq / sx, then the dense GEMM */
         for (int64_t t = 0; t < n; t++)
@@ -38,7 +64,8 @@ int linear_forward(const Linear *lin, const float *x, int64_t n, float *y, void 
 
 void linear_free(Linear *lin) {
     mem_free(lin->w);
-    lin->w = NULL;
+    mem_free(lin->qf);
+    lin->w = lin->qf = NULL;
     if (lin->t) {
         tern_free(lin->t);
         free(lin->t);
@@ -47,12 +74,17 @@ void linear_free(Linear *lin) {
 }
 
 size_t linear_bytes(const Linear *lin) {
+    if (lin->twin) return sizeof(float) * (size_t)(lin->out * lin->in);
     if (lin->t) return (size_t)tern_bytes(lin->t);
     return lin->w ? sizeof(float) * (size_t)(lin->out * lin->in) : 0;
 }
 
 void linear_describe(const Linear *lin, char *buf, size_t n) {
-    if (lin->t)
+    if (lin->twin)
+        snprintf(buf, n, "dense twin of ternary (group %s, scale %s) through sgemm, act %s",
+                 quant_group_name(lin->t->group), dtype_name(lin->t->scale_dtype),
+                 lin->act_int8 ? "int8" : "f32");
+    else if (lin->t)
         snprintf(buf, n, "ternary packed, group %s, scale %s, %.3f bits/weight, act %s, kernel %s",
                  quant_group_name(lin->t->group), dtype_name(lin->t->scale_dtype),
                  tern_bits_per_weight(lin->t), lin->act_int8 ? "int8" : "f32", tern_kernel_name());
@@ -60,8 +92,28 @@ void linear_describe(const Linear *lin, char *buf, size_t n) {
         snprintf(buf, n, "dense f32 (sgemm), act %s", lin->act_int8 ? "int8" : "f32");
 }
 
-/* Makes a dense f32 copy of a ternary linear (the reference twin) and drops the
- * packed form. */
+/* Makes the dense reference twin of a ternary linear (see Linear.twin). */
+static int linear_make_twin(Linear *lin) {
+    int64_t cnt = lin->out * lin->in;
+    lin->w = mem_alloc(sizeof(float) * (size_t)cnt, lin->name);
+    if (!lin->w) return -1;
+    tern_dequant(lin->t, lin->w);
+    if (lin->act_int8) {
+        int8_t *q = xmalloc((size_t)cnt);
+        lin->qf = mem_alloc(sizeof(float) * (size_t)cnt, lin->name);
+        if (!lin->qf) {
+            free(q);
+            return -1;
+        }
+        tern_unpack_codes(lin->t, q);
+        for (int64_t i = 0; i < cnt; i++) lin->qf[i] = (float)q[i];
+        free(q);
+    }
+    lin->twin = 1;
+    return 0;
+}
+
+/* Replaces a ternary linear by its dense f32 dequantisation (input to re-ternarising). */
 static int linear_densify(Linear *lin) {
     float *w = mem_alloc(sizeof(float) * (size_t)(lin->out * lin->in), lin->name);
     if (!w) return -1;
@@ -135,7 +187,7 @@ int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
             lin->act_int8 = m->quant.act == QA_INT8;
         }
     }
-    if (opts->dense && lin->t) return linear_densify(lin);
+    if (opts->dense && lin->t) return linear_make_twin(lin);
     return 0;
 }
 

@@ -19,6 +19,13 @@ typedef struct {
     float *w;                /* dense (out, in), owned; NULL when ternary */
     TernaryMatrix *t;        /* ternary, owned; NULL when dense */
     int act_int8;            /* quantise activations per token (BitNet) before this linear */
+    /* Dense reference twin of a ternary linear (ModelLoadOpts.dense): `t` keeps the
+     * groups and scales, the forward runs OpenBLAS instead of the packed kernels.
+     * f32 activations: w = dequantised weights.  int8 activations: qf = codes as
+     * f32 and y = sum_g s_g * (xq . q)_g / sx in group order, the kernels' own
+     * formula, so both paths agree bit for bit on integer-exact group sums. */
+    int twin;
+    float *qf;               /* (out, in) codes in {-1,0,1} as f32, int8 twin only */
 } Linear;
 
 typedef struct {

@@ -1,0 +1,93 @@
+#include "kv/kv_ternary.h"
+#include "core/dtype.h"
+#include "core/err.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int kv_policy_parse(const char *s, KvPolicy *p) {
+    static const char *names[] = {"none", "encoder", "decoder", "all"};
+    memset(p, 0, sizeof *p);
+    p->layer_lo = p->layer_hi = -1;
+    const char *at = strchr(s, '@');
+    size_t len = at ? (size_t)(at - s) : strlen(s);
+    int found = 0;
+    for (int i = 0; i < 4; i++)
+        if (strlen(names[i]) == len && strncmp(s, names[i], len) == 0) {
+            p->kind = (KvPolicyKind)i;
+            found = 1;
+        }
+    if (!found)
+        return err_set("KV policy '%s': expected none, encoder, decoder or all, optionally "
+                       "followed by @layers=a-b", s);
+    if (at) {
+        char *end;
+        if (strncmp(at, "@layers=", 8) != 0)
+            return err_set("KV policy '%s': after '@' expected layers=a-b", s);
+        long lo = strtol(at + 8, &end, 10), hi = lo;
+        if (end == at + 8 || lo < 0) return err_set("KV policy '%s': bad layer range", s);
+        if (*end == '-') {
+            const char *h = end + 1;
+            hi = strtol(h, &end, 10);
+            if (end == h) return err_set("KV policy '%s': bad layer range", s);
+        }
+        if (*end || hi < lo || hi > 1 << 20) return err_set("KV policy '%s': bad layer range", s);
+        p->layer_lo = (int)lo;
+        p->layer_hi = (int)hi;
+    }
+    return 0;
+}
+
+void kv_policy_format(const KvPolicy *p, char *buf, size_t n) {
+    static const char *names[] = {"none", "encoder", "decoder", "all"};
+    if (p->layer_lo < 0) snprintf(buf, n, "%s", names[p->kind]);
+    else if (p->layer_lo == p->layer_hi) snprintf(buf, n, "%s@layers=%d", names[p->kind], p->layer_lo);
+    else snprintf(buf, n, "%s@layers=%d-%d", names[p->kind], p->layer_lo, p->layer_hi);
+}
+
+int kv_policy_ternary(const KvPolicy *p, int layer, int decode) {
+    if (p->kind == KVP_NONE) return 0;
+    if (p->layer_lo >= 0 && (layer < p->layer_lo || layer > p->layer_hi)) return 0;
+    if (p->kind == KVP_ALL) return 1;
+    return decode ? p->kind == KVP_DECODER : p->kind == KVP_ENCODER;
+}
+
+int kvt_n_scales(int head_dim, int is_key) {
+    return is_key ? (head_dim + KV_K_GROUP - 1) / KV_K_GROUP : 1;
+}
+
+void kvt_quant_row(const float *x, int head_dim, int is_key, uint8_t *codes, uint16_t *scales) {
+    int gsz = is_key ? KV_K_GROUP : head_dim;
+    memset(codes, 0x55, (size_t)(head_dim + 3) / 4); /* code 1 = zero, also for padding */
+    for (int g0 = 0, gi = 0; g0 < head_dim; g0 += gsz, gi++) {
+        int g1 = g0 + gsz < head_dim ? g0 + gsz : head_dim;
+        float sum = 0.0f;
+        for (int i = g0; i < g1; i++) sum += fabsf(x[i]);
+        float gam = sum / (float)(g1 - g0);
+        if (gam < 1e-8f) gam = 1e-8f;
+        for (int i = g0; i < g1; i++) {
+            float q = rintf(x[i] / gam);
+            q = q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q);
+            int c = (int)q + 1;
+            codes[i / 4] = (uint8_t)((codes[i / 4] & ~(3u << (2 * (i % 4)))) | ((unsigned)c << (2 * (i % 4))));
+        }
+        scales[gi] = f32_to_f16(gam);
+    }
+}
+
+void kvt_dequant_row(const uint8_t *codes, const uint16_t *scales, int head_dim, int is_key,
+                     float *x) {
+    int gsz = is_key ? KV_K_GROUP : head_dim;
+    for (int i = 0; i < head_dim; i++) {
+        int c = (codes[i / 4] >> (2 * (i % 4))) & 3;
+        x[i] = (float)(c - 1) * f16_to_f32(scales[i / gsz]);
+    }
+}
+
+size_t kvt_bytes_per_token_head(int head_dim, int ternary) {
+    if (!ternary) return 2 * (size_t)head_dim * sizeof(float);
+    return 2 * (size_t)((head_dim + 3) / 4) +
+           sizeof(uint16_t) * (size_t)(kvt_n_scales(head_dim, 1) + kvt_n_scales(head_dim, 0));
+}

@@ -1,0 +1,293 @@
+/* A llama-architecture GGUF (llama.cpp's converter output) into a Model — the
+ * same struct model_load fills from an HF folder, so every command runs on it.
+ * Contract in load/gguf.h (model_load_gguf). */
+#include "core/err.h"
+#include "core/mem.h"
+#include "load/gguf.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
+                          const ModelLoadOpts *opts);
+
+int64_t gguf_hf_row_of(int64_t r, int64_t hd) {
+    int64_t h = r / hd, j = r % hd;
+    return h * hd + (j % 2) * (hd / 2) + j / 2;
+}
+
+static void note(Model *m, const char *fmt, const char *arg) {
+    size_t l = strlen(m->load_notes);
+    if (l + 3 >= sizeof m->load_notes) return;
+    if (l) l += (size_t)snprintf(m->load_notes + l, sizeof m->load_notes - l, "; ");
+    snprintf(m->load_notes + l, sizeof m->load_notes - l, fmt, arg);
+}
+
+/* The tensor `name` with shape (rows, cols) (rows 0: a vector of cols). */
+static int find_shaped(const GgufFile *g, const char *name, int64_t rows, int64_t cols,
+                       const GgufTensor **out) {
+    const GgufTensor *t = gguf_find_tensor(g, name);
+    if (!t) return err_set("tensor '%s' is missing from the file", name);
+    int ok = rows ? (t->n_dims == 2 && t->ne[0] == cols && t->ne[1] == rows)
+                  : (t->n_dims == 1 && t->ne[0] == cols);
+    if (!ok) {
+        if (rows)
+            return err_set("tensor '%s': ne [%lld, %lld] (cols, rows) expected from the llama.* "
+                           "metadata, the file has %d dims [%lld, %lld, ...]", name,
+                           (long long)cols, (long long)rows, t->n_dims, (long long)t->ne[0],
+                           (long long)t->ne[1]);
+        return err_set("tensor '%s': ne [%lld] expected from the llama.* metadata, the file has "
+                       "%d dims [%lld, ...]", name, (long long)cols, t->n_dims,
+                       (long long)t->ne[0]);
+    }
+    *out = t;
+    return 0;
+}
+
+/* Any readable type -> new f32 buffer (rows, cols); perm_hd > 0 undoes the q/k
+ * permutation with that head size. */
+static int load_f32(const GgufFile *g, const char *name, int64_t rows, int64_t cols,
+                    int64_t perm_hd, float **out) {
+    const GgufTensor *t;
+    if (find_shaped(g, name, rows, cols, &t) != 0) return -1;
+    float *w = mem_alloc(sizeof(float) * (size_t)t->n_elements, name);
+    if (!w) return -1;
+    if (gguf_tensor_to_f32(t, w) != 0) {
+        mem_free(w);
+        return -1;
+    }
+    if (perm_hd > 0) {
+        float *p = mem_alloc(sizeof(float) * (size_t)t->n_elements, name);
+        if (!p) {
+            mem_free(w);
+            return -1;
+        }
+        for (int64_t r = 0; r < rows; r++)
+            memcpy(p + gguf_hf_row_of(r, perm_hd) * cols, w + r * cols, sizeof(float) * (size_t)cols);
+        mem_free(w);
+        w = p;
+    }
+    *out = w;
+    return 0;
+}
+
+/* TQ1_0/TQ2_0 -> packed ternary: codes straight into int8 and then the packed
+ * layout, one f16 scale per 256-weight block (group 256). */
+static int load_ternary(const GgufTensor *t, int64_t rows, int64_t cols, int64_t perm_hd,
+                        TernaryMatrix **out) {
+    int64_t nb = cols / GGUF_QK_K;
+    size_t bb = gguf_type_block_bytes(t->type);
+    int8_t *q = mem_alloc((size_t)(rows * cols), t->name);
+    float *sc = mem_alloc(sizeof(float) * (size_t)(rows * nb), t->name);
+    int rc = (q && sc) ? 0 : -1;
+    for (int64_t r = 0; r < rows && rc == 0; r++) {
+        int64_t dst = perm_hd > 0 ? gguf_hf_row_of(r, perm_hd) : r;
+        for (int64_t b = 0; b < nb; b++) {
+            const uint8_t *blk = t->data + (size_t)(r * nb + b) * bb;
+            uint16_t d;
+            int8_t *qb = q + dst * cols + b * GGUF_QK_K;
+            if (t->type == GGML_TYPE_TQ1_0) {
+                gguf_tq1_0_decode(blk, qb, &d);
+            } else if (gguf_tq2_0_decode(blk, qb, &d) != 0) {
+                rc = err_set("tensor '%s': row %lld block %lld holds code 3 (value +2), which "
+                             "is not ternary", t->name, (long long)r, (long long)b);
+                break;
+            }
+            sc[dst * nb + b] = f16_to_f32(d);
+        }
+    }
+    if (rc == 0) {
+        TernaryMatrix *tm = xcalloc(1, sizeof *tm);
+        rc = tern_from_codes(q, sc, rows, cols, QG_256, DT_F16, tm);
+        if (rc == 0) *out = tm;
+        else {
+            free(tm);
+            err_prefix("tensor '%s': ", t->name);
+        }
+    }
+    mem_free(q);
+    mem_free(sc);
+    return rc;
+}
+
+static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, const char *gname,
+                       const char *hfname, const char *kind, int64_t out, int64_t in,
+                       int64_t perm_hd, int act_int8, const ModelLoadOpts *opts) {
+    char name[96];
+    snprintf(name, sizeof name, "blk.%d.%s.weight", layer, gname);
+    snprintf(lin->name, sizeof lin->name, "model.layers.%d.%s", layer, hfname);
+    lin->out = out;
+    lin->in = in;
+    const GgufTensor *t;
+    if (find_shaped(g, name, out, in, &t) != 0) return -1;
+    if (t->type == GGML_TYPE_TQ1_0 || t->type == GGML_TYPE_TQ2_0) {
+        if (load_ternary(t, out, in, perm_hd, &lin->t) != 0) return -1;
+        lin->act_int8 = act_int8;
+    } else if (load_f32(g, name, out, in, perm_hd, &lin->w) != 0) {
+        return -1;
+    }
+    return model_quantise_linear(m, lin, layer, kind, opts);
+}
+
+/* A required positive llama.* integer that fits an int. */
+static int req_int(const GgufFile *g, const char *key, int required, int *out) {
+    int64_t v;
+    int r = gguf_get_int(g, key, &v);
+    if (r < 0) return -1;
+    if (r == 0) return required ? err_set("%s: missing metadata key '%s'", g->path, key) : 0;
+    if (v < 1 || v > (1 << 30)) return err_set("%s: %s = %lld is out of range", g->path, key,
+                                               (long long)v);
+    *out = (int)v;
+    return 1;
+}
+
+static int load_config(const GgufFile *g, Model *m) {
+    ModelConfig *c = &m->cfg;
+    const char *s;
+    size_t len;
+    int r = gguf_get_str(g, "general.architecture", &s, &len);
+    if (r <= 0) return r < 0 ? -1 : err_set("%s: missing metadata key 'general.architecture'", g->path);
+    if (len != 5 || memcmp(s, "llama", 5) != 0)
+        return err_set("%s: architecture '%.*s' is not supported (only 'llama')", g->path,
+                       (int)(len > 64 ? 64 : len), s);
+    c->arch = ARCH_LLAMA;
+    snprintf(c->model_type, sizeof c->model_type, "llama");
+    c->act = ACT_SILU;
+    int64_t experts = 0;
+    if (gguf_get_int(g, "llama.expert_count", &experts) < 0) return -1;
+    if (experts > 0) return err_set("%s: mixture-of-experts llama (%lld experts) is not supported",
+                                    g->path, (long long)experts);
+    if (req_int(g, "llama.embedding_length", 1, &c->hidden) < 0 ||
+        req_int(g, "llama.block_count", 1, &c->n_layers) < 0 ||
+        req_int(g, "llama.attention.head_count", 1, &c->n_heads) < 0 ||
+        req_int(g, "llama.feed_forward_length", 1, &c->inter) < 0)
+        return -1;
+    c->n_kv_heads = c->n_heads; /* llama.cpp's default when head_count_kv is absent */
+    if (req_int(g, "llama.attention.head_count_kv", 0, &c->n_kv_heads) < 0) return -1;
+    if ((r = req_int(g, "llama.attention.key_length", 0, &c->head_dim)) < 0) return -1;
+    if (r == 0) {
+        if (c->hidden % c->n_heads != 0)
+            return err_set("%s: embedding_length %d is not a multiple of head_count %d and "
+                           "attention.key_length is absent", g->path, c->hidden, c->n_heads);
+        c->head_dim = c->hidden / c->n_heads;
+    }
+    int vlen = c->head_dim, rot = c->head_dim;
+    if (req_int(g, "llama.attention.value_length", 0, &vlen) < 0 ||
+        req_int(g, "llama.rope.dimension_count", 0, &rot) < 0)
+        return -1;
+    if (vlen != c->head_dim)
+        return err_set("%s: attention.value_length %d differs from key_length %d (not supported)",
+                       g->path, vlen, c->head_dim);
+    if (rot != c->head_dim)
+        return err_set("%s: rope.dimension_count %d differs from the head size %d (partial "
+                       "rotary embeddings are not supported)", g->path, rot, c->head_dim);
+    if (c->head_dim % 2 != 0)
+        return err_set("%s: head size %d must be even for RoPE", g->path, c->head_dim);
+    if (c->n_heads % c->n_kv_heads != 0)
+        return err_set("%s: head_count %d is not a multiple of head_count_kv %d", g->path,
+                       c->n_heads, c->n_kv_heads);
+    if (req_int(g, "llama.context_length", 0, &c->max_pos) < 0) return -1;
+    double eps;
+    if ((r = gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps)) <= 0)
+        return r < 0 ? -1 : err_set("%s: missing metadata key "
+                                    "'llama.attention.layer_norm_rms_epsilon'", g->path);
+    c->eps = (float)eps;
+    c->rope_theta = 10000.0;
+    if ((r = gguf_get_float(g, "llama.rope.freq_base", &c->rope_theta)) < 0) return -1;
+    if (r == 0) note(m, "%s", "llama.rope.freq_base absent: 10000 (llama.cpp's default)");
+    if (gguf_get_str(g, "llama.rope.scaling.type", &s, &len) < 0) return -1;
+    if (gguf_find_kv(g, "llama.rope.scaling.type") && !(len == 4 && memcmp(s, "none", 4) == 0))
+        return err_set("%s: llama.rope.scaling.type '%.*s' is not supported", g->path,
+                       (int)(len > 64 ? 64 : len), s);
+    int vocab = 0;
+    if ((r = req_int(g, "llama.vocab_size", 0, &vocab)) < 0) return -1;
+    if (r == 0) {
+        const GgufKV *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
+        if (tok && tok->type == GGUF_TYPE_ARRAY && tok->n > 0 && tok->n < (1u << 30))
+            vocab = (int)tok->n;
+        const GgufTensor *e = gguf_find_tensor(g, "token_embd.weight");
+        if (!vocab && e && e->n_dims == 2 && e->ne[1] > 0 && e->ne[1] < (1 << 30))
+            vocab = (int)e->ne[1];
+        if (!vocab)
+            return err_set("%s: vocabulary size unknown (no llama.vocab_size, tokenizer.ggml.tokens "
+                           "or token_embd.weight)", g->path);
+    }
+    c->vocab = vocab;
+    c->tie = gguf_find_tensor(g, "output.weight") ? TIE_FALSE : TIE_TRUE;
+    return 0;
+}
+
+int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
+    static const ModelLoadOpts none = {0};
+    if (!opts) opts = &none;
+    memset(m, 0, sizeof *m);
+    m->path = xstrdup(path);
+    GgufFile g;
+    if (gguf_open(path, &g) != 0) {
+        model_free(m);
+        return -1;
+    }
+    int rc = load_config(&g, m);
+    /* a file this writer made from an act=int8 model: restore int8 activations */
+    int act_int8 = 0;
+    const char *spec;
+    size_t slen;
+    if (rc == 0 && gguf_get_str(&g, "ternlab.quant_spec", &spec, &slen) == 1 && slen < 256) {
+        char buf[256];
+        QuantSpec qs;
+        memcpy(buf, spec, slen);
+        buf[slen] = '\0';
+        if (quant_spec_parse(buf, &qs) == 0) {
+            act_int8 = qs.act_explicit && qs.act == QA_INT8;
+            note(m, "written by ternlab from a model quantised with %s", buf);
+        }
+        err_clear();
+    }
+    const ModelConfig *c = &m->cfg;
+    int64_t H = c->hidden, hd = c->head_dim, Q = (int64_t)c->n_heads * hd,
+            KV = (int64_t)c->n_kv_heads * hd, I = c->inter;
+    if (rc == 0) rc = load_f32(&g, "token_embd.weight", c->vocab, H, 0, &m->embed);
+    if (rc == 0) rc = load_f32(&g, "output_norm.weight", 0, H, 0, &m->final_norm);
+    if (rc == 0) m->layers = xcalloc((size_t)c->n_layers, sizeof(Layer));
+    char name[96];
+    for (int l = 0; l < c->n_layers && rc == 0; l++) {
+        Layer *L = &m->layers[l];
+#define NAME(t) (snprintf(name, sizeof name, "blk.%d." t ".weight", l), name)
+        rc = load_f32(&g, NAME("attn_norm"), 0, H, 0, &L->attn_norm);
+        if (rc == 0) rc = load_f32(&g, NAME("ffn_norm"), 0, H, 0, &L->ffn_norm);
+#undef NAME
+        /* q and k: un-permute with the head size (k has n_kv_heads heads of it) */
+        if (rc == 0) rc = load_linear(m, &g, &L->q, l, "attn_q", "self_attn.q_proj", "q", Q, H, hd, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->k, l, "attn_k", "self_attn.k_proj", "k", KV, H, hd, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->v, l, "attn_v", "self_attn.v_proj", "v", KV, H, 0, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->o, l, "attn_output", "self_attn.o_proj", "o", H, Q, 0, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->gate, l, "ffn_gate", "mlp.gate_proj", "gate", I, H, 0, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->up, l, "ffn_up", "mlp.up_proj", "up", I, H, 0, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->down, l, "ffn_down", "mlp.down_proj", "down", H, I, 0, act_int8, opts);
+    }
+    if (rc == 0) {
+        snprintf(m->lm_head.name, sizeof m->lm_head.name, "lm_head");
+        m->lm_head.out = c->vocab;
+        m->lm_head.in = H;
+        if (c->tie == TIE_TRUE) {
+            m->lm_head.w = m->embed;
+            m->lm_head_tied = 1;
+            note(m, "%s", "lm_head tied to the embedding (no output.weight in the GGUF)");
+        } else {
+            rc = load_f32(&g, "output.weight", c->vocab, H, 0, &m->lm_head.w);
+        }
+    }
+    for (int64_t i = 0; i < g.n_tensors && rc == 0; i++)
+        if (g.tensors[i].type == GGML_TYPE_TQ1_0 || g.tensors[i].type == GGML_TYPE_TQ2_0) {
+            note(m, "%s", "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
+            break;
+        }
+    gguf_close(&g);
+    if (rc != 0) {
+        err_prefix("loading %s: ", path);
+        model_free(m);
+        return -1;
+    }
+    return 0;
+}

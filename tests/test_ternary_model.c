@@ -1,0 +1,182 @@
+/* Ternary models end to end: the native BitNet checkpoint against transformers,
+ * post-training ternarisation against the PyTorch reference perplexities, and
+ * the packed-kernel path against its dequantised dense twin. */
+#include "test.h"
+#include "fixtures.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/ppl.h"
+#include "load/tokens.h"
+
+#include <cJSON.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* BitNet: int8 activation rounding flips on last-bit differences and the flips
+ * cascade (an independent fp32 numpy forward is 8.2e-3 from transformers and
+ * 9e-3 from its own float64 twin): a loose bound plus top-1 agreement. */
+#define TOL_BITNET_LOGITS 3e-2
+#define MIN_BITNET_TOP1 0.97
+/* Perplexity vs the PyTorch references: different summation orders move a few
+ * codes across a threshold; 0.5% as the issue sets. */
+#define TOL_PPL_REL 5e-3
+
+static const int T = 256;
+
+TEST(bitnet_logits_match_transformers) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(BITNET_DIR, NULL, 512, 16, 2, T, &m, &e) == 0);
+    float *got = fixture_window_logits(&e, T, 0, 2);
+    float *ref;
+    int64_t n = fixture_read_f32(BITNET_DIR "/ref_logits.f32", &ref);
+    int V = m.cfg.vocab;
+    REQUIRE(got && n == 2 * T * V);
+    int agree = 0;
+    for (int r = 0; r < 2 * T; r++)
+        agree += argmax_f32(got + (int64_t)r * V, V) == argmax_f32(ref + (int64_t)r * V, V);
+    double rel = rel_l2(got, ref, n), top1 = agree / (2.0 * T);
+    printf("    bitnet logits rel L2 %.3g, top-1 agreement %.4f\n", rel, top1);
+    CHECK_MSG(rel <= TOL_BITNET_LOGITS, "rel L2 %.3g", rel);
+    CHECK_MSG(top1 >= MIN_BITNET_TOP1, "top-1 %.4f", top1);
+    free(got);
+    free(ref);
+    engine_free(&e);
+    model_free(&m);
+}
+
+/* Greedy tokens of a model loaded with `opts`, batch copies of the prompt. */
+static int greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
+                  int64_t n_new, int batch, int32_t **out) {
+    Model m;
+    Engine e;
+    if (fixture_engine(dir, opts, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
+    const int32_t *prompts[8];
+    int64_t lens[8];
+    for (int b = 0; b < batch; b++) {
+        prompts[b] = prompt;
+        lens[b] = np;
+    }
+    int rc = engine_generate(&e, prompts, lens, batch, n_new, out);
+    if (rc) fprintf(stderr, "    %s\n", err_msg());
+    engine_free(&e);
+    model_free(&m);
+    return rc;
+}
+
+TEST(bitnet_greedy_matches_transformers) {
+    int32_t *prompt, *want, *out[1];
+    int64_t np = fixture_ref_ints(BITNET_DIR, "greedy_prompt", &prompt);
+    int64_t nw = fixture_ref_ints(BITNET_DIR, "greedy_out", &want);
+    REQUIRE(np > 0 && nw == 64);
+    out[0] = xmalloc(sizeof(int32_t) * 64);
+    REQUIRE(greedy(BITNET_DIR, NULL, prompt, np, 64, 1, out) == 0);
+    int same = 0;
+    while (same < 64 && out[0][same] == want[same]) same++;
+    CHECK_MSG(same == 64, "first difference at token %d", same);
+    free(out[0]);
+    free(prompt);
+    free(want);
+}
+
+/* Golden check 3: on the same ternary weights, 100 greedy tokens from the packed
+ * kernels equal those of the dequantised dense path, at batch 1 and 8. */
+static void check_fast_vs_dense(const char *dir, const char *quant) {
+    int32_t *prompt;
+    int64_t np = fixture_ref_ints(dir, "greedy_prompt", &prompt);
+    REQUIRE(np > 0);
+    for (int batch = 1; batch <= 8; batch += 7) {
+        int32_t *fast[8], *dense[8];
+        for (int b = 0; b < batch; b++) {
+            fast[b] = xmalloc(sizeof(int32_t) * 100);
+            dense[b] = xmalloc(sizeof(int32_t) * 100);
+        }
+        ModelLoadOpts of = {.quant = quant}, od = {.quant = quant, .dense = 1};
+        REQUIRE(greedy(dir, &of, prompt, np, 100, batch, fast) == 0);
+        REQUIRE(greedy(dir, &od, prompt, np, 100, batch, dense) == 0);
+        for (int b = 0; b < batch; b++) {
+            int same = 0;
+            while (same < 100 && fast[b][same] == dense[b][same]) same++;
+            CHECK_MSG(same == 100, "%s quant=%s batch %d seq %d: first difference at %d", dir,
+                      quant ? quant : "(native)", batch, b, same);
+            free(fast[b]);
+            free(dense[b]);
+        }
+    }
+    free(prompt);
+}
+
+TEST(ternary_fast_path_equals_dense_bitnet) { check_fast_vs_dense(BITNET_DIR, NULL); }
+TEST(ternary_fast_path_equals_dense_llama_ptq) {
+    check_fast_vs_dense(LLAMA_DIR, "rule=twn,group=64,scale=f16");
+    check_fast_vs_dense(LLAMA_DIR, "rule=absmean,group=128,scale=bf16,act=int8");
+}
+
+/* ppl over the first 100 windows under `spec` vs ptq_reference.json. */
+static void check_ptq_spec(const char *spec, const cJSON *specs) {
+    const cJSON *ent = cJSON_GetObjectItem(specs, spec);
+    const cJSON *want = ent ? cJSON_GetObjectItem(ent, "ppl") : NULL;
+    REQUIRE(cJSON_IsNumber(want));
+    Model m;
+    Engine e;
+    ModelLoadOpts o = {.quant = spec};
+    REQUIRE(fixture_engine(LLAMA_DIR, &o, 2048, 16, 8, T, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    PplOpts po = {.window = T, .max_windows = 100};
+    PplResult r;
+    REQUIRE(eval_ppl(&e, tok, n, &po, &r) == 0);
+    double rel = fabs(r.ppl / want->valuedouble - 1);
+    printf("    %-46s ppl %11.4f  ref %11.4f  rel %.2e\n", spec, r.ppl, want->valuedouble, rel);
+    CHECK_MSG(rel <= TOL_PPL_REL, "%s: ppl %.4f vs %.4f", spec, r.ppl, want->valuedouble);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
+
+static void check_ptq(int all) {
+    char *text;
+    REQUIRE(file_read_all(test_path(LLAMA_DIR "/ptq_reference.json"), &text, NULL) == 0);
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *specs = cJSON_GetObjectItem(root, "specs");
+    REQUIRE(cJSON_IsObject(specs));
+    /* the default suite covers every rule, group kind, scale dtype and both act modes */
+    static const char *subset[] = {
+        "rule=absmean,group=tensor,scale=f32", "rule=twn,group=row,scale=f32",
+        "rule=std,group=128,scale=f32",        "rule=l2opt,group=64,scale=f32",
+        "rule=absmax,group=128,scale=f32",     "rule=absmean,group=128,scale=fp8_e4m3",
+        "rule=absmean,group=128,scale=e8m0",   "rule=twn,group=64,scale=f16,act=int8"};
+    int count = 0;
+    if (all)
+        for (const cJSON *it = specs->child; it; it = it->next, count++) check_ptq_spec(it->string, specs);
+    else
+        for (size_t i = 0; i < sizeof subset / sizeof subset[0]; i++, count++)
+            check_ptq_spec(subset[i], specs);
+    CHECK(count == (all ? 26 : 8));
+    cJSON_Delete(root);
+}
+
+TEST(ptq_reference_subset) { check_ptq(0); }
+TEST(slow_ppl_ptq_reference_all) { check_ptq(1); }
+
+TEST(slow_ppl_bitnet_full) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(BITNET_DIR, NULL, 2048, 16, 8, T, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    PplOpts po = {.window = T, .progress = 1};
+    PplResult r;
+    REQUIRE(eval_ppl(&e, tok, n, &po, &r) == 0);
+    double want = fixture_json_number(BITNET_DIR "/reference.json", "ppl");
+    printf("    bitnet ppl %.4f (transformers %.4f), %.1fs, %.0f tokens/s\n", r.ppl, want, r.seconds,
+           r.tok_per_s);
+    CHECK_MSG(fabs(r.ppl / want - 1) <= TOL_PPL_REL, "ppl %.4f vs %.4f", r.ppl, want);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
