@@ -6,7 +6,7 @@
 
 CC       ?= cc
 BUILD    ?= build
-PKGS     := hdf5 openblas libcjson
+PKGS     := hdf5 openblas libcjson libcrypto
 DEPS_OK  := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && echo yes)
 
 ifeq ($(DEPS_OK),yes)
@@ -116,5 +116,16 @@ clean:
 	rm -rf build build-san
 
 include scripts/paper.mk
+
+# The experiments: `make exp-kv-ternary` (the main job) runs the sweep of that
+# experiment's config on both embedded models through GNU Parallel (resumable),
+# then draws its figure and table.  MODEL="path ..." JOBS=N ARGS="key=value ..."
+EXPERIMENTS := exp-threshold exp-scale-dtype exp-group-size exp-kv-ternary exp-throughput
+.PHONY: $(EXPERIMENTS) experiments
+$(EXPERIMENTS): all
+	bash scripts/sweep.sh $@ --jobs $(JOBS) --results $(RESULTS) $(foreach m,$(MODEL),--model $(m)) $(ARGS)
+	$(PY) scripts/figures.py --results $(RESULTS) --out paper/figures
+	$(PY) scripts/tables.py --results $(RESULTS) --out paper/tables
+experiments: $(EXPERIMENTS)
 
 -include $(shell find $(BUILD) build-san -name '*.d' 2>/dev/null)

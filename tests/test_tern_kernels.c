@@ -34,7 +34,10 @@ static const int64_t shapes[][3] = { /* rows, cols, n */
     {1, 1, 1}, {3, 5, 2}, {5, 256, 1}, {37, 300, 3}, {8, 512, 4}, {130, 523, 5},
     {67, 1000, 9}, {4, 63, 7}, {33, 129, 1}, {300, 1000, 5}, /* > TERN_PAR_MIN_WORK: threads */
     {9, 4500, 5}, {70, 8300, 1}, /* several column chunks of the blocked kernels */
-    {17, 523, 61}, {5, 70, 48}, {40, 300, 50} /* n >= 48: the f32 GEMM path (panels) */
+    {17, 523, 61}, {5, 70, 48}, {40, 300, 50}, /* n >= 48: the f32 GEMM path (panels) */
+    /* n >= 16: the int8 GEMM path (32-row panels x 12-token tiles): rows and
+     * tokens not multiples of 32 / 12, columns not of 4 / 64 / 256 */
+    {1, 3, 16}, {33, 4353, 17}, {97, 1000, 29}, {64, 256, 24}, {130, 129, 37}
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -171,7 +174,7 @@ static void guarded_free(Guarded *g) { munmap(g->map, g->map_len); }
 
 TEST(tern_kernels_guard_pages) {
     /* rows not a multiple of 4/32/128, columns not a multiple of 4/32/128/256 */
-    static const int64_t gs[][3] = {{3, 5, 1}, {33, 300, 2}, {131, 257, 8}, {5, 512, 3}, {2, 1000, 5}, {3, 4353, 2}, {19, 300, 49}};
+    static const int64_t gs[][3] = {{3, 5, 1}, {33, 300, 2}, {131, 257, 8}, {5, 512, 3}, {2, 1000, 5}, {3, 4353, 2}, {19, 300, 49}, {3, 4353, 20}, {35, 61, 16}};
     for (size_t si = 0; si < sizeof gs / sizeof gs[0]; si++)
         for (int g = 0; g < QG_COUNT; g++) {
             int64_t rows = gs[si][0], cols = gs[si][1], n = gs[si][2];
@@ -215,6 +218,38 @@ TEST(tern_kernels_guard_pages) {
             guarded_free(&gsx), guarded_free(&gy);
             tern_free(&src);
         }
+}
+
+/* tern_act_quant_i8 (AVX-512) against act_quant_int8_ref: bit-identical codes
+ * and scales on awkward widths, an all-zero row (scale from the 1e-5 floor),
+ * exact .5 ties (round half to even), huge values, -0.0, NaN and inf. */
+TEST(tern_act_quant_matches_ref) {
+    static const int64_t widths[] = {1, 3, 15, 16, 17, 255, 300, 1000, 4353};
+    for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
+        const int64_t cols = widths[wi], n = 7;
+        float *x = xmalloc((size_t)(n * cols) * sizeof *x), *s1 = xmalloc(n * sizeof *s1), *s2 = xmalloc(n * sizeof *s2);
+        int8_t *q1 = xmalloc((size_t)(n * cols)), *q2 = xmalloc((size_t)(n * cols));
+        for (int64_t i = 0; i < n * cols; i++) x[i] = rndf();
+        for (int64_t k = 0; k < cols; k++) {
+            x[1 * cols + k] = 0.0f;                                 /* zero row */
+            x[2 * cols + k] = (float)((int)(rnd() % 255) - 127) + 0.5f; /* ties */
+            x[3 * cols + k] = rndf() * 3e30f;                       /* huge */
+        }
+        x[2 * cols] = 127.0f; /* max 127: scale 1, x*s keeps the .5 ties */
+        x[4 * cols + cols / 2] = -0.0f;
+        x[5 * cols + cols / 3] = NAN;
+        x[6 * cols + cols / 3] = INFINITY;
+        act_quant_int8_ref(x, n, cols, q1, s1);
+        if (tern_kernel_supported(TK_AVX512)) {
+            memset(q2, 0x33, (size_t)(n * cols));
+            tern_act_quant_i8_avx512(x, n, cols, q2, s2);
+            CHECK_MSG(memcmp(q1, q2, (size_t)(n * cols)) == 0 && memcmp(s1, s2, n * sizeof *s1) == 0,
+                      "act quant avx512 cols=%lld: not bit-identical to act_quant_int8_ref", (long long)cols);
+        }
+        tern_act_quant_i8(x, n, cols, q2, s2); /* the dispatcher, whatever it picks */
+        CHECK(memcmp(q1, q2, (size_t)(n * cols)) == 0 && memcmp(s1, s2, n * sizeof *s1) == 0);
+        free(x), free(s1), free(s2), free(q1), free(q2);
+    }
 }
 
 /* ---- Dispatch ------------------------------------------------------------ */

@@ -26,6 +26,7 @@
 #include "ternary_format.h"
 
 #include <immintrin.h>
+#include <omp.h>
 
 #define TILE_T 64 /* tokens whose activations stay in L2 while rows stream */
 
@@ -134,6 +135,368 @@ static void i8_row_n(const TernaryMatrix *W, int64_t r, int64_t b0, int64_t b1,
     }
 }
 
+/* ------------------------------------------------------------ int8 GEMM */
+
+/* int8 GEMM for many tokens (n >= I8_GEMM_MIN_N), the shape of prefill and of
+ * a ppl run (n = 2048 tokens per call).  The GEMV-style path above reduces
+ * every (row, token) dot horizontally, which at 256 columns costs more than
+ * the four vpdpbusd of the dot itself; here the lanes of an accumulator are
+ * 16 rows, so nothing is reduced horizontally:
+ *
+ *   panel P (per worker, L2): rows r0..r0+31 decoded to signed q, four
+ *     consecutive columns per dword, k-major: P[m*32 + j] = q(r0+j, 4m..4m+3)
+ *   activations xu (per call): xq ^ 0x80 = xq + 128 as unsigned bytes, rows
+ *     padded to ldx (a multiple of 64) with 0x80 (x = 0)
+ *   tile: 32 rows x TB tokens, acc[token] += vpdpbusd(bcast xu[t][4m..4m+3],
+ *     P[m]): sum (x+128)*q = sum x*q + 128*sum q, and C = 128*sum q per row
+ *     and group comes from the panel (vpdpbusd against 0x80 bytes), so
+ *     D = acc - C is exact and the float combination over groups runs in
+ *     group order exactly as tern_matmul_i8_ref: bit-identical.
+ *
+ * One group per row (tensor, row): TB = 12 tokens, 24 accumulators.  Groups
+ * of 32..256 columns: TB = 6 (24 int + float accumulators); the group
+ * epilogue (sub, convert, mul, add) then costs up to half the dots at
+ * group 32.  Work items are (panel, token chunk) pairs over OpenMP threads;
+ * a panel (32 x cols bytes, 448 KB at 14336 columns) stays in L2 while all
+ * token tiles of its chunk stream through. */
+/* GEMM from 12 tokens, or from 4 when rows are short (<= 4 blocks): the
+ * GEMV-style path reuses each decoded block for 4 tokens only but decodes
+ * nothing up front, which wins at 4096 x 14336, n = 8 (3.7 vs 4.6 ms). */
+#define I8_GEMM_MIN_N 12
+#define I8_GEMM_MIN_N_SHORT 4
+#define IG_R 32 /* rows per panel: two zmm of 16 rows */
+#define IG_T 12 /* most tokens per tile */
+
+/* Loads 4 bytes without an aliasing-unsafe cast. */
+ALWAYS_INLINE int32_t ld32(const uint8_t *p) {
+    int32_t v;
+    __builtin_memcpy(&v, p, 4);
+    return v;
+}
+
+/* One group per row: rows of the panel x TB tokens over quads [0, nq). */
+ALWAYS_INLINE void ig_tile1(const int32_t *P, int64_t nq, const uint8_t *xt, int64_t ldx,
+                            const int32_t *C, const float *S, const float *sxt, float *yt,
+                            int64_t ldy, __mmask16 m0, __mmask16 m1, const int TB) {
+    __m512i a0[IG_T], a1[IG_T];
+#pragma GCC unroll 16
+    for (int u = 0; u < TB; u++) a0[u] = a1[u] = _mm512_setzero_si512();
+    for (int64_t m = 0; m < nq; m++) {
+        const __m512i w0 = _mm512_load_si512((const void *)(P + m * IG_R));
+        const __m512i w1 = _mm512_load_si512((const void *)(P + m * IG_R + 16));
+        const uint8_t *xm = xt + 4 * m;
+#pragma GCC unroll 16
+        for (int u = 0; u < TB; u++) {
+            const __m512i xb = _mm512_set1_epi32(ld32(xm + u * ldx));
+            a0[u] = _mm512_dpbusd_epi32(a0[u], xb, w0);
+            a1[u] = _mm512_dpbusd_epi32(a1[u], xb, w1);
+        }
+    }
+    const __m512i c0 = _mm512_load_si512((const void *)C), c1 = _mm512_load_si512((const void *)(C + 16));
+    const __m512 s0 = _mm512_load_ps(S), s1 = _mm512_load_ps(S + 16), z = _mm512_setzero_ps();
+#pragma GCC unroll 16
+    for (int u = 0; u < TB; u++) {
+        /* ref: acc = 0.0f; acc += s * (float)D; y = acc / sx (0 + keeps -0 -> +0) */
+        const __m512 d = _mm512_set1_ps(sxt[u]);
+        __m512 f0 = _mm512_add_ps(z, _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(a0[u], c0))));
+        __m512 f1 = _mm512_add_ps(z, _mm512_mul_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(a1[u], c1))));
+        _mm512_mask_storeu_ps(yt + u * ldy, m0, _mm512_div_ps(f0, d));
+        _mm512_mask_storeu_ps(yt + u * ldy + 16, m1, _mm512_div_ps(f1, d));
+    }
+}
+
+/* Several groups per row: group g covers quads [g*gq, min((g+1)*gq, nq)). */
+ALWAYS_INLINE void ig_tileg(const int32_t *P, int64_t nq, int64_t gq, int64_t ng,
+                            const uint8_t *xt, int64_t ldx, const int32_t *C, const float *S,
+                            const float *sxt, float *yt, int64_t ldy, __mmask16 m0,
+                            __mmask16 m1, const int TB) {
+    __m512 f0[IG_T / 2], f1[IG_T / 2];
+#pragma GCC unroll 16
+    for (int u = 0; u < TB; u++) f0[u] = f1[u] = _mm512_setzero_ps();
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i a0[IG_T / 2], a1[IG_T / 2];
+#pragma GCC unroll 16
+        for (int u = 0; u < TB; u++) a0[u] = a1[u] = _mm512_setzero_si512();
+        const int64_t q1 = (g + 1) * gq < nq ? (g + 1) * gq : nq;
+        for (int64_t m = g * gq; m < q1; m++) {
+            const __m512i w0 = _mm512_load_si512((const void *)(P + m * IG_R));
+            const __m512i w1 = _mm512_load_si512((const void *)(P + m * IG_R + 16));
+            const uint8_t *xm = xt + 4 * m;
+#pragma GCC unroll 16
+            for (int u = 0; u < TB; u++) {
+                const __m512i xb = _mm512_set1_epi32(ld32(xm + u * ldx));
+                a0[u] = _mm512_dpbusd_epi32(a0[u], xb, w0);
+                a1[u] = _mm512_dpbusd_epi32(a1[u], xb, w1);
+            }
+        }
+        const __m512i c0 = _mm512_load_si512((const void *)(C + g * IG_R));
+        const __m512i c1 = _mm512_load_si512((const void *)(C + g * IG_R + 16));
+        const __m512 s0 = _mm512_load_ps(S + g * IG_R), s1 = _mm512_load_ps(S + g * IG_R + 16);
+#pragma GCC unroll 16
+        for (int u = 0; u < TB; u++) {
+            f0[u] = _mm512_add_ps(f0[u], _mm512_mul_ps(s0, _mm512_cvtepi32_ps(_mm512_sub_epi32(a0[u], c0))));
+            f1[u] = _mm512_add_ps(f1[u], _mm512_mul_ps(s1, _mm512_cvtepi32_ps(_mm512_sub_epi32(a1[u], c1))));
+        }
+    }
+#pragma GCC unroll 16
+    for (int u = 0; u < TB; u++) {
+        const __m512 d = _mm512_set1_ps(sxt[u]);
+        _mm512_mask_storeu_ps(yt + u * ldy, m0, _mm512_div_ps(f0[u], d));
+        _mm512_mask_storeu_ps(yt + u * ldy + 16, m1, _mm512_div_ps(f1[u], d));
+    }
+}
+
+typedef struct {
+    const int32_t *P, *C;
+    const float *S;
+    int64_t nq, gq, ng, ldx, ldy;
+    __mmask16 m0, m1;
+} IgPanel;
+
+/* Tokens [t0, t0+tbn) of the panel, tbn <= IG_T. */
+static void ig_tile(const IgPanel *pn, const uint8_t *xt, const float *sxt, float *yt, int tbn) {
+#define T1(N) ig_tile1(pn->P, pn->nq, xt, pn->ldx, pn->C, pn->S, sxt, yt, pn->ldy, pn->m0, pn->m1, N)
+#define TG(N) ig_tileg(pn->P, pn->nq, pn->gq, pn->ng, xt, pn->ldx, pn->C, pn->S, sxt, yt, pn->ldy, pn->m0, pn->m1, N)
+    if (pn->ng == 1) {
+        switch (tbn) {
+        case 12: T1(12); break; case 11: T1(11); break; case 10: T1(10); break;
+        case 9: T1(9); break;   case 8: T1(8); break;   case 7: T1(7); break;
+        case 6: T1(6); break;   case 5: T1(5); break;   case 4: T1(4); break;
+        case 3: T1(3); break;   case 2: T1(2); break;   default: T1(1); break;
+        }
+        return;
+    }
+    for (int u0 = 0; u0 < tbn; u0 += IG_T / 2) {
+        const int k = tbn - u0 < IG_T / 2 ? tbn - u0 : IG_T / 2;
+        const uint8_t *x0 = xt;
+        xt += (int64_t)u0 * pn->ldx, sxt += u0, yt += u0 * pn->ldy;
+        switch (k) {
+        case 6: TG(6); break; case 5: TG(5); break; case 4: TG(4); break;
+        case 3: TG(3); break; case 2: TG(2); break; default: TG(1); break;
+        }
+        xt = x0, sxt -= u0, yt -= u0 * pn->ldy;
+    }
+#undef T1
+#undef TG
+}
+
+/* Decodes rows [r0, r0+nr) into P (nb*64 quads x 32 rows; rows >= nr are
+ * zero weights), S[g*32 + j] = scale of (r0+j, g) and C[g*32 + j] = 128 *
+ * sum of q over the quads of group g.  One dword gather per 16 rows fetches
+ * bytes 4j..4j+3 of each row's block = columns 64i + 4j..4j+3 in field i,
+ * i.e. quad 16i + j: four quads per gather, two ops each, no transpose. */
+static void ig_decode(const TernaryMatrix *W, int64_t r0, int nr, int64_t nq, int64_t gq,
+                      int32_t *P, int32_t *C, float *S) {
+    const int64_t nb = tern_row_blocks(W->cols), ng = W->n_groups;
+    const __m512i m3 = _mm512_set1_epi8(3), one = _mm512_set1_epi8(1);
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const uint8_t *base = W->codes + r0 * W->row_bytes;
+    for (int h = 0; h < 2; h++) {
+        const __mmask16 live = (__mmask16)(h * 16 >= nr ? 0 : nr - h * 16 >= 16 ? 0xffff : (1u << (nr - h * 16)) - 1);
+        const __m512i rix = _mm512_add_epi32(lane, _mm512_set1_epi32(h * 16));
+        const __m512i off = _mm512_mullo_epi32(rix, _mm512_set1_epi32((int)W->row_bytes));
+        for (int64_t b = 0; b < nb; b++) {
+            const __m512i ob = _mm512_add_epi32(off, _mm512_set1_epi32((int)(b * TERN_BLOCK_BYTES)));
+            int32_t *pb = P + b * 64 * IG_R + 16 * h;
+            for (int j = 0; j < 16; j++) {
+                /* dead rows gather nothing: 0 bytes -> q = -1, zeroed below */
+                const __m512i g4 = _mm512_mask_i32gather_epi32(_mm512_setzero_si512(), live,
+                                                               _mm512_add_epi32(ob, _mm512_set1_epi32(4 * j)), base, 1);
+#pragma GCC unroll 4
+                for (int i = 0; i < 4; i++) {
+                    __m512i q = _mm512_sub_epi8(_mm512_and_si512(_mm512_srli_epi32(g4, 2 * i), m3), one);
+                    _mm512_store_si512((void *)(pb + (16 * i + j) * IG_R), _mm512_maskz_mov_epi32(live, q));
+                }
+            }
+        }
+    }
+    for (int j = 0; j < IG_R; j++)
+        for (int64_t g = 0; g < ng; g++)
+            S[g * IG_R + j] = j < nr ? W->scales[(r0 + j) * W->scale_stride + g] : 0.0f;
+    const __m512i k80 = _mm512_set1_epi8((char)0x80);
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i c0 = _mm512_setzero_si512(), c1 = _mm512_setzero_si512();
+        const int64_t q1 = (g + 1) * gq < nq ? (g + 1) * gq : nq;
+        for (int64_t m = g * gq; m < q1; m++) {
+            c0 = _mm512_dpbusd_epi32(c0, k80, _mm512_load_si512((const void *)(P + m * IG_R)));
+            c1 = _mm512_dpbusd_epi32(c1, k80, _mm512_load_si512((const void *)(P + m * IG_R + 16)));
+        }
+        _mm512_store_si512((void *)(C + g * IG_R), c0);
+        _mm512_store_si512((void *)(C + g * IG_R + 16), c1);
+    }
+}
+
+static int i8_gemm(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n, float *y) {
+    const int64_t rows = W->rows, cols = W->cols, nb = tern_row_blocks(cols), ng = W->n_groups;
+    const int64_t nq = (cols + 3) / 4;                 /* quads holding real columns */
+    const int64_t ldx = (cols + 63) & ~(int64_t)63;    /* padded activation row */
+    const int64_t gq = ng == 1 ? nq : W->group_cols / 4;
+    if (ng > 1 && W->group_cols % 4)
+        return err_set("tern_matmul_i8_avx512: group of %lld columns is not a multiple of 4",
+                       (long long)W->group_cols);
+    uint8_t *xu = tern_scratch(TERN_SCRATCH_ACT, (size_t)(n * ldx), "int8 GEMM activations");
+    if (!xu) return -1;
+    const int64_t nrp = (rows + IG_R - 1) / IG_R, ntiles = (n + IG_T - 1) / IG_T;
+    const int par = (double)n * rows * cols > TERN_PAR_MIN_WORK;
+    const int nth = par ? omp_get_max_threads() : 1;
+    /* enough work items for dynamic balance on few panels (rows 128: 4 panels) */
+    int64_t ntc = nrp >= 4 * nth ? 1 : (4 * nth + nrp - 1) / nrp;
+    if (ntc > ntiles) ntc = ntiles;
+    const int64_t items = nrp * ntc;
+    int failed = 0;
+#pragma omp parallel if (par)
+    {
+        /* xu[t] = xq[t] + 128 as bytes, padded with 0x80 (x = 0) */
+        const __m512i k80 = _mm512_set1_epi8((char)0x80);
+#pragma omp for schedule(static)
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t k = 0; k < ldx; k += 64) {
+                const int64_t left = cols - k;
+                const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
+                __m512i v = _mm512_maskz_loadu_epi8(mk, xq + t * cols + k);
+                _mm512_store_si512((void *)(xu + t * ldx + k), _mm512_xor_si512(v, k80));
+            }
+        int32_t *P = tern_scratch(TERN_SCRATCH_PANEL, (size_t)(nb * 64 * IG_R) * 4, "int8 GEMM panel");
+        int32_t *C = tern_scratch(TERN_SCRATCH_PANEL2, (size_t)(ng * IG_R) * 8, "int8 GEMM panel scales");
+        if (!P || !C) {
+#pragma omp atomic write
+            failed = 1;
+        }
+        IgPanel pn = {P, C, (const float *)(C + ng * IG_R), nq, gq, ng, ldx, rows, 0, 0};
+        int64_t have = -1; /* panel decoded in P */
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!P || !C) continue;
+            const int64_t rp = it / ntc, tc = it % ntc, r0 = rp * IG_R;
+            const int nr = (int)(rows - r0 < IG_R ? rows - r0 : IG_R);
+            if (rp != have) {
+                ig_decode(W, r0, nr, nq, gq, P, C, (float *)(C + ng * IG_R));
+                have = rp;
+            }
+            const uint32_t bits = nr == 32 ? 0xffffffffu : (1u << nr) - 1;
+            pn.m0 = (__mmask16)(bits & 0xffff), pn.m1 = (__mmask16)(bits >> 16);
+            for (int64_t ti = tc * ntiles / ntc; ti < (tc + 1) * ntiles / ntc; ti++) {
+                const int64_t t0 = ti * IG_T;
+                const int tbn = (int)(n - t0 < IG_T ? n - t0 : IG_T);
+                ig_tile(&pn, xu + t0 * ldx, sx + t0, y + t0 * rows + r0, tbn);
+            }
+        }
+    }
+    return failed ? err_set("tern_matmul_i8_avx512: out of memory for a panel") : 0;
+}
+
+/* ------------------------------------------------------------ int8 GEMV */
+
+/* n = 1 (decode) with groups of whole blocks (tensor, row, 256): four rows
+ * share each activation load and the group sums.  Per 64-byte block and row:
+ * field 0 by vpand, fields 1 and 2 by vpermb (a 64-entry table on the low 6
+ * bits, port 5), field 3 by shift + and, then four vpdpbusd.  That keeps port
+ * 0 (vpdpbusd, shifts) at 5 uops per block instead of 7 with three shifts.
+ * Integer dots per group are exact; the float sum over groups runs in group
+ * order from 0.0f as in the reference.  xp: activations padded to whole
+ * blocks; xs: sum of xp per group. */
+/* vpermb: AVX512_VBMI is not in FLAGS_avx512 (Makefile), so it is written
+ * as inline asm and executed only when cpuid reports VBMI. */
+ALWAYS_INLINE __m512i permb(__m512i idx, __m512i tab) {
+    __m512i r;
+    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(tab));
+    return r;
+}
+
+ALWAYS_INLINE void i8_rows4(const TernaryMatrix *W, int64_t r0, const int8_t *xp,
+                            const int32_t *xs, float sxv, float *yo, const int NR,
+                            const int VBMI) {
+    const int64_t nb = tern_row_blocks(W->cols);
+    const int64_t gb = W->n_groups == 1 ? nb : W->group_cols / TERN_BLOCK; /* blocks per group */
+    const __m512i m3 = _mm512_set1_epi8(3);
+    const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47,
+                                         46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30,
+                                         29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
+                                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    const __m512i t1 = _mm512_and_si512(_mm512_srli_epi16(iota, 2), m3);
+    const __m512i t2 = _mm512_and_si512(_mm512_srli_epi16(iota, 4), m3);
+    const uint8_t *rowp[4];
+    const float *scp[4];
+    float acc[4];
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) {
+        rowp[j] = W->codes + (r0 + j) * W->row_bytes;
+        scp[j] = W->scales + (r0 + j) * W->scale_stride;
+        acc[j] = 0.0f;
+    }
+    for (int64_t b0 = 0, g = 0; b0 < nb; b0 += gb, g++) {
+        const int64_t b1 = b0 + gb < nb ? b0 + gb : nb;
+        __m512i A[4][2];
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) A[j][0] = A[j][1] = _mm512_setzero_si512();
+        for (int64_t b = b0; b < b1; b++) {
+            const int8_t *xb = xp + b * TERN_BLOCK;
+            const __m512i x0 = _mm512_load_si512((const void *)xb), x1 = _mm512_load_si512((const void *)(xb + 64));
+            const __m512i x2 = _mm512_load_si512((const void *)(xb + 128)), x3 = _mm512_load_si512((const void *)(xb + 192));
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) {
+                const __m512i v = _mm512_load_si512((const void *)(rowp[j] + b * TERN_BLOCK_BYTES));
+                A[j][0] = _mm512_dpbusd_epi32(A[j][0], _mm512_and_si512(v, m3), x0);
+                const __m512i c1 = VBMI ? permb(v, t1) : _mm512_and_si512(_mm512_srli_epi16(v, 2), m3);
+                const __m512i c2 = VBMI ? permb(v, t2) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m3);
+                A[j][1] = _mm512_dpbusd_epi32(A[j][1], c1, x1);
+                A[j][0] = _mm512_dpbusd_epi32(A[j][0], c2, x2);
+                A[j][1] = _mm512_dpbusd_epi32(A[j][1], _mm512_and_si512(_mm512_srli_epi16(v, 6), m3), x3);
+            }
+        }
+#pragma GCC unroll 4
+        for (int j = 0; j < NR; j++) {
+            const int32_t d = _mm512_reduce_add_epi32(_mm512_add_epi32(A[j][0], A[j][1])) - xs[g];
+            acc[j] += scp[j][g] * (float)d;
+        }
+    }
+#pragma GCC unroll 4
+    for (int j = 0; j < NR; j++) yo[j] = acc[j] / sxv;
+}
+
+/* Row quads [q0, q1), with or without vpermb. */
+static void i8_gemv_rows_vbmi(const TernaryMatrix *W, int64_t q0, int64_t q1, const int8_t *xp,
+                  const int32_t *xs, float sxv, float *y) {
+    for (int64_t i = q0; i < q1; i++) i8_rows4(W, 4 * i, xp, xs, sxv, y + 4 * i, 4, 1);
+}
+static void i8_gemv_rows(const TernaryMatrix *W, int64_t q0, int64_t q1, const int8_t *xp,
+                         const int32_t *xs, float sxv, float *y) {
+    for (int64_t i = q0; i < q1; i++) i8_rows4(W, 4 * i, xp, xs, sxv, y + 4 * i, 4, 0);
+}
+
+static int i8_gemv(const TernaryMatrix *W, const int8_t *xq, const float *sx, float *y) {
+    const int64_t rows = W->rows, cols = W->cols, nb = tern_row_blocks(cols);
+    const int64_t gb = W->n_groups == 1 ? nb : W->group_cols / TERN_BLOCK, ng = W->n_groups;
+    int8_t *xp = tern_scratch(TERN_SCRATCH_ACT, (size_t)(nb * TERN_BLOCK), "int8 GEMV activations");
+    int32_t *xs = tern_scratch(TERN_SCRATCH_AUX, (size_t)ng * sizeof(int32_t), "int8 GEMV group sums");
+    if (!xp || !xs) return -1;
+    /* padded copy (aligned loads; zero past cols) and per-group sums */
+    const __m512i ones = _mm512_set1_epi8(1);
+    for (int64_t g = 0; g < ng; g++) {
+        __m512i s = _mm512_setzero_si512();
+        for (int64_t b = g * gb; b < (g + 1) * gb && b < nb; b++)
+            for (int i = 0; i < 4; i++) {
+                const int64_t k = b * TERN_BLOCK + 64 * i, left = cols - k;
+                const __mmask64 mk = left >= 64 ? ~(__mmask64)0 : left <= 0 ? 0 : ((__mmask64)1 << left) - 1;
+                const __m512i v = _mm512_maskz_loadu_epi8(mk, xq + k);
+                _mm512_store_si512((void *)(xp + k), v);
+                s = _mm512_dpbusd_epi32(s, ones, v);
+            }
+        xs[g] = _mm512_reduce_add_epi32(s);
+    }
+    const int64_t r4 = rows / 4;
+    const int vbmi = __builtin_cpu_supports("avx512vbmi");
+#pragma omp parallel if ((double)rows * cols > TERN_PAR_MIN_WORK)
+    {
+        const int nt = omp_get_num_threads(), me = omp_get_thread_num();
+        const int64_t q0 = r4 * me / nt, q1 = r4 * (me + 1) / nt;
+        if (vbmi) i8_gemv_rows_vbmi(W, q0, q1, xp, xs, sx[0], y);
+        else i8_gemv_rows(W, q0, q1, xp, xs, sx[0], y);
+    }
+    for (int64_t r = 4 * r4; r < rows; r++) i8_rows4(W, r, xp, xs, sx[0], y + r, 1, 0);
+    return 0;
+}
+
 /* Blocking for int8: row blocks of I8_ROWS rows (their code chunks stay in
  * L2) are split among threads; within one, column chunks of I8_KB blocks
  * (4 tokens x 4 KB of activations stay in L1) x token groups of 4 x rows. */
@@ -144,6 +507,9 @@ int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float 
                           float *y) {
     if (tern_check_args(W, xq, n, y, "tern_matmul_i8_avx512") < 0) return -1;
     if (n == 0) return 0;
+    if (n >= I8_GEMM_MIN_N || (n >= I8_GEMM_MIN_N_SHORT && tern_row_blocks(W->cols) <= 4))
+        return i8_gemm(W, xq, sx, n, y);
+    if (n == 1 && (W->n_groups == 1 || W->group_cols % TERN_BLOCK == 0)) return i8_gemv(W, xq, sx, y);
     const int64_t rows = W->rows, nb = tern_row_blocks(W->cols), pc = nb * TERN_BLOCK;
     const int64_t ng = W->n_groups;
     void *owned;
@@ -321,9 +687,10 @@ ALWAYS_INLINE void f32_rows4(const TernaryMatrix *W, int64_t r0, const float *xp
  * loop so each chunk of activations (n x 256 floats) stays in L2 while the
  * threads sweep their rows; y accumulates across chunks.  No padded copy of
  * x is needed: only columns < cols are read. */
-#define GEMM_MIN_N 48
+#define GEMM_MIN_N 4
 #define GEMM_KC 256
 #define GEMM_TB 12
+#define GEMM_PG 4 /* panels (of 32 rows) sharing each packed x tile */
 
 /* xk: activations packed k-major, xk[k*GEMM_TB + t] (packing avoids the
  * 4 KB-aliasing of TBN rows of x that are a multiple of 4 KB apart). */
@@ -364,69 +731,138 @@ static void gemm_tile_n(const float *P, int64_t kc, const float *xk, float *y, i
     }
 }
 
-static int f32_gemm(const TernaryMatrix *W, const float *x, int64_t n, float *y) {
-    const int64_t rows = W->rows, cols = W->cols, gc = W->group_cols;
-    const int64_t nrb = (rows + 31) / 32, ntg = (n + GEMM_TB - 1) / GEMM_TB;
-    int failed = 0;
-    float *xk = mem_alloc((size_t)(ntg * GEMM_KC * GEMM_TB) * sizeof(float), "packed activations");
-    if (!xk) return -1;
-    for (int64_t k0 = 0; k0 < cols; k0 += GEMM_KC) {
-        const int64_t kc = cols - k0 < GEMM_KC ? cols - k0 : GEMM_KC;
-        /* xk[tg][k][u] = x[tg*GEMM_TB + u][k0 + k], zero past n */
-#pragma omp parallel for schedule(static) if ((double)n * rows * cols > TERN_PAR_MIN_WORK)
-        for (int64_t tg = 0; tg < ntg; tg++)
-            for (int u = 0; u < GEMM_TB; u++) {
-                int64_t t = tg * GEMM_TB + u;
-                float *d = xk + tg * GEMM_KC * GEMM_TB + u;
-                for (int64_t k = 0; k < kc; k++) d[k * GEMM_TB] = t < n ? x[t * cols + k0 + k] : 0.0f;
-            }
-        const uint8_t *blk0 = W->codes + (k0 / TERN_BLOCK) * TERN_BLOCK_BYTES;
-#pragma omp parallel if ((double)n * rows * cols > TERN_PAR_MIN_WORK)
-        {
-            float *P = mem_alloc(GEMM_KC * 32 * sizeof(float), "f32 gemm panel");
-            if (!P) {
-#pragma omp atomic write
-                failed = 1;
-            }
-#pragma omp for schedule(static)
-            for (int64_t rb = 0; rb < nrb; rb++) {
-                if (!P) continue;
-                const int64_t r0 = rb * 32, nr = rows - r0 < 32 ? rows - r0 : 32;
-                /* decode the panel: P[k][j] = q(r0+j, k0+k) * scale */
-                for (int j = 0; j < 32; j++) {
-                    if (j >= nr) {
-                        for (int64_t k = 0; k < kc; k++) P[k * 32 + j] = 0.0f;
-                        continue;
-                    }
-                    const uint8_t *bp = blk0 + (r0 + j) * W->row_bytes;
-                    const float *sc = W->scales + (r0 + j) * W->scale_stride;
-                    /* 32-column segments share a scale (groups are >= 32 columns) */
-                    for (int64_t k = 0; k < kc; k += 32) {
-                        const float s = sc[(k0 + k) / gc];
-                        const float val[4] = {-s, 0.0f, s, 0.0f};
-                        const int sh = (int)(2 * (k / TERN_LANE));
-                        const int64_t e = kc - k < 32 ? kc - k : 32;
-                        const uint8_t *bb = bp + k % TERN_LANE;
-                        for (int64_t u = 0; u < e; u++) P[(k + u) * 32 + j] = val[(bb[u] >> sh) & 3];
-                    }
-                }
-                const uint32_t bits = nr == 32 ? 0xffffffffu : (1u << nr) - 1;
-                const __mmask16 m0 = (__mmask16)(bits & 0xffff), m1 = (__mmask16)(bits >> 16);
-                for (int64_t t = 0; t < n; t += GEMM_TB) {
-                    int tbn = (int)(n - t < GEMM_TB ? n - t : GEMM_TB);
-                    gemm_tile_n(P, kc, xk + (t / GEMM_TB) * GEMM_KC * GEMM_TB, y + t * rows + r0,
-                                rows, m0, m1, k0 == 0, tbn);
-                }
-            }
-            mem_free(P);
+/* Decodes the 256-column chunk starting at block kb of rows [r0, r0+nr) into
+ * P[k*32 + j] = q(r0+j, 256kb+k) * scale (rows >= nr: scale 0).  One dword
+ * gather per 16 rows brings bytes 4j..4j+3 of each row's block: 4 columns x
+ * 4 fields = 16 columns, each turned into -1/0/+1 by vpermps on a 4-bit
+ * index (TAB_F0 ignores bits 2-3) and multiplied by the rows' scales. */
+static void f32_decode_panel(const TernaryMatrix *W, int64_t r0, int nr, int64_t kb, int64_t kc,
+                             float *P) {
+    const __m512 tab = _mm512_loadu_ps(TAB_F0);
+    const int64_t gc = W->group_cols;
+    const __m512i lane = _mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
+    for (int h = 0; h < 2; h++) {
+        const __mmask16 live = (__mmask16)(h * 16 >= nr ? 0 : nr - h * 16 >= 16 ? 0xffff : (1u << (nr - h * 16)) - 1);
+        /* byte offsets of the 16 rows' block kb (dead rows: row r0, scale 0) */
+        const __m512i rix = _mm512_mask_blend_epi32(live, _mm512_setzero_si512(),
+                                                    _mm512_add_epi32(lane, _mm512_set1_epi32(h * 16)));
+        const __m512i off = _mm512_add_epi32(_mm512_mullo_epi32(rix, _mm512_set1_epi32((int)W->row_bytes)),
+                                             _mm512_set1_epi32((int)(kb * TERN_BLOCK_BYTES)));
+        const __m512i sidx = _mm512_mullo_epi32(rix, _mm512_set1_epi32((int)W->scale_stride));
+        const uint8_t *base = W->codes + r0 * W->row_bytes;
+        const float *sbase = W->scales + r0 * W->scale_stride;
+        __m512 sv[8]; /* scales of the 32-column segments of this chunk */
+        for (int s = 0; s < 8; s++) {
+            const int64_t g = (kb * TERN_BLOCK + 32 * s) / gc;
+            const int64_t gl = g < W->n_groups ? g : W->n_groups - 1;
+            sv[s] = _mm512_maskz_mov_ps(live, _mm512_i32gather_ps(_mm512_add_epi32(sidx, _mm512_set1_epi32((int)gl)), sbase, 4));
         }
-        if (failed) {
-            mem_free(xk);
-            return err_set("tern_matmul_f32_avx512: out of memory for a panel");
+        for (int j = 0; j < 16; j++) {
+            const __m512i g4 = _mm512_i32gather_epi32(_mm512_add_epi32(off, _mm512_set1_epi32(4 * j)), base, 1);
+#pragma GCC unroll 4
+            for (int i = 0; i < 4; i++)
+#pragma GCC unroll 4
+                for (int b = 0; b < 4; b++) {
+                    const int64_t k = 64 * i + 4 * j + b;
+                    if (k >= kc) continue;
+                    const __m512 q = _mm512_permutexvar_ps(_mm512_srli_epi32(g4, 8 * b + 2 * i), tab);
+                    _mm512_store_ps(P + k * 32 + 16 * h, _mm512_mul_ps(q, sv[k / 32]));
+                }
         }
     }
-    mem_free(xk);
-    return 0;
+}
+
+/* xk[k*GEMM_TB + u] = x[t0+u][k0+k] for k < kc, u < GEMM_TB (0 past n):
+ * 4x4 transposes of rows of x. */
+static void f32_pack_x(const float *x, int64_t n, int64_t cols, int64_t t0, int64_t k0, int64_t kc,
+                       float *xk) {
+    for (int u0 = 0; u0 < GEMM_TB; u0 += 4) {
+        if (t0 + u0 + 4 <= n) {
+            const float *x0 = x + (t0 + u0) * cols + k0;
+            int64_t k = 0;
+            for (; k + 4 <= kc; k += 4) {
+                __m128 a = _mm_loadu_ps(x0 + k), b = _mm_loadu_ps(x0 + cols + k);
+                __m128 c = _mm_loadu_ps(x0 + 2 * cols + k), d = _mm_loadu_ps(x0 + 3 * cols + k);
+                _MM_TRANSPOSE4_PS(a, b, c, d);
+                _mm_storeu_ps(xk + k * GEMM_TB + u0, a);
+                _mm_storeu_ps(xk + (k + 1) * GEMM_TB + u0, b);
+                _mm_storeu_ps(xk + (k + 2) * GEMM_TB + u0, c);
+                _mm_storeu_ps(xk + (k + 3) * GEMM_TB + u0, d);
+            }
+            for (; k < kc; k++)
+                for (int u = 0; u < 4; u++) xk[k * GEMM_TB + u0 + u] = x0[u * cols + k];
+        } else {
+            for (int u = u0; u < u0 + 4; u++)
+                for (int64_t k = 0; k < kc; k++)
+                    xk[k * GEMM_TB + u] = t0 + u < n ? x[(t0 + u) * cols + k0 + k] : 0.0f;
+        }
+    }
+}
+
+/* f32 GEMM for many tokens.  Work items are (32-row panel, token chunk)
+ * pairs, scheduled dynamically over the threads; an item walks the
+ * 256-column chunks, decoding the panel chunk (32 KB, L1) and running the
+ * 32 x 12 register tile over its token tiles, so its y tile (tokens x 32
+ * floats) stays in L2 across chunks.  All activations are packed once per
+ * call, tile-major and k-major (xk[chunk][tile][k][12]), inside the same
+ * parallel region.  Buffers are per-thread scratch (no malloc per call). */
+static int f32_gemm(const TernaryMatrix *W, const float *x, int64_t n, float *y) {
+    const int64_t rows = W->rows, cols = W->cols, nch = tern_row_blocks(cols);
+    const int64_t nrp = (rows + 31) / 32, ntg = (n + GEMM_TB - 1) / GEMM_TB;
+    const int64_t ngp = (nrp + GEMM_PG - 1) / GEMM_PG; /* panel groups */
+    const int64_t tstride = GEMM_KC * GEMM_TB;         /* floats per (chunk, tile) */
+    float *xk = tern_scratch(TERN_SCRATCH_ACT, (size_t)(nch * ntg * tstride) * sizeof(float),
+                             "f32 GEMM packed activations");
+    if (!xk) return -1;
+    const int par = (double)n * rows * cols > TERN_PAR_MIN_WORK;
+    const int nth = par ? omp_get_max_threads() : 1;
+    int64_t ntc = ngp >= 4 * nth ? 1 : (4 * nth + ngp - 1) / ngp;
+    if (ntc > ntg) ntc = ntg;
+    const int64_t items = ngp * ntc;
+    int failed = 0;
+#pragma omp parallel if (par)
+    {
+#pragma omp for schedule(static)
+        for (int64_t ct = 0; ct < nch * ntg; ct++) {
+            const int64_t c = ct / ntg, tg = ct % ntg, k0 = c * GEMM_KC;
+            f32_pack_x(x, n, cols, tg * GEMM_TB, k0, cols - k0 < GEMM_KC ? cols - k0 : GEMM_KC,
+                       xk + ct * tstride);
+        }
+        float *P = tern_scratch(TERN_SCRATCH_PANEL, GEMM_PG * GEMM_KC * 32 * sizeof(float),
+                                "f32 GEMM panels");
+        if (!P) {
+#pragma omp atomic write
+            failed = 1;
+        }
+#pragma omp for schedule(dynamic, 1)
+        for (int64_t it = 0; it < items; it++) {
+            if (!P) continue;
+            const int64_t gp = it / ntc, tc = it % ntc;
+            const int64_t p0 = gp * GEMM_PG, np = nrp - p0 < GEMM_PG ? nrp - p0 : GEMM_PG;
+            const int64_t tg0 = tc * ntg / ntc, tg1 = (tc + 1) * ntg / ntc;
+            for (int64_t c = 0; c < nch; c++) {
+                const int64_t k0 = c * GEMM_KC, kc = cols - k0 < GEMM_KC ? cols - k0 : GEMM_KC;
+                for (int64_t p = 0; p < np; p++) {
+                    const int64_t r0 = (p0 + p) * 32;
+                    f32_decode_panel(W, r0, (int)(rows - r0 < 32 ? rows - r0 : 32), c, kc,
+                                     P + p * GEMM_KC * 32);
+                }
+                for (int64_t tg = tg0; tg < tg1; tg++) {
+                    const int64_t t = tg * GEMM_TB;
+                    const int tbn = (int)(n - t < GEMM_TB ? n - t : GEMM_TB);
+                    const float *xt = xk + (c * ntg + tg) * tstride;
+                    for (int64_t p = 0; p < np; p++) { /* the x tile stays in L1 */
+                        const int64_t r0 = (p0 + p) * 32;
+                        const int nr = (int)(rows - r0 < 32 ? rows - r0 : 32);
+                        const uint32_t bits = nr == 32 ? 0xffffffffu : (1u << nr) - 1;
+                        gemm_tile_n(P + p * GEMM_KC * 32, kc, xt, y + t * rows + r0, rows,
+                                    (__mmask16)(bits & 0xffff), (__mmask16)(bits >> 16), c == 0, tbn);
+                    }
+                }
+            }
+        }
+    }
+    return failed ? err_set("tern_matmul_f32_avx512: out of memory for a panel") : 0;
 }
 
 int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y) {

@@ -103,6 +103,12 @@ int tern_matmul_i8(const TernaryMatrix *W, const int8_t *xq, const float *sx, in
     }
 }
 
+void tern_act_quant_i8(const float *x, int64_t n, int64_t cols, int8_t *xq, float *sx) {
+    TernKernel k;
+    if (tern_kernel_choose(&k) == 0 && k == TK_AVX512) tern_act_quant_i8_avx512(x, n, cols, xq, sx);
+    else act_quant_int8_ref(x, n, cols, xq, sx);
+}
+
 int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
                     const char *who) {
     if (!W || !W->codes || !W->scales || W->rows < 1 || W->cols < 1)
@@ -142,4 +148,35 @@ int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n)
             s[t * W->n_groups + g] = a;
         }
     return s;
+}
+
+/* Grow-only per-thread buffers (tern_kernels.h).  Grown by a quarter more
+ * than asked so slowly growing n does not reallocate on every call. */
+static _Thread_local struct {
+    void *p;
+    size_t cap;
+} scratch[TERN_SCRATCH_SLOTS];
+
+void *tern_scratch(int slot, size_t bytes, const char *what) {
+    if (slot < 0 || slot >= TERN_SCRATCH_SLOTS) {
+        err_set("tern_scratch: no slot %d (%s)", slot, what);
+        return NULL;
+    }
+    if (bytes > scratch[slot].cap || !scratch[slot].p) {
+        size_t cap = (bytes + bytes / 4 + 63) & ~(size_t)63;
+        void *p = mem_alloc(cap ? cap : 64, what);
+        if (!p) return NULL;
+        mem_free(scratch[slot].p);
+        scratch[slot].p = p;
+        scratch[slot].cap = cap;
+    }
+    return scratch[slot].p;
+}
+
+void tern_scratch_release(void) {
+    for (int s = 0; s < TERN_SCRATCH_SLOTS; s++) {
+        mem_free(scratch[s].p);
+        scratch[s].p = NULL;
+        scratch[s].cap = 0;
+    }
 }

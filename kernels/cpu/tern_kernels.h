@@ -56,6 +56,15 @@ int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, fl
 int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
                           float *y);
 
+/* Per-token int8 activation quantisation (BitNet), bit-identical to
+ * act_quant_int8_ref (src/quant/quant.h), the definition: for each of the n
+ * rows of x (n, cols), sx[t] = 127 / max(max|x|, 1e-5) and xq (n, cols) =
+ * clamp(rintf(x * sx[t]), -128, 127).  Dispatches to the AVX-512 version
+ * when the CPU has it (and TERNLAB_KERNEL does not force ref/generic/avx2),
+ * else to the reference. */
+void tern_act_quant_i8(const float *x, int64_t n, int64_t cols, int8_t *xq, float *sx);
+void tern_act_quant_i8_avx512(const float *x, int64_t n, int64_t cols, int8_t *xq, float *sx);
+
 /* Shared helpers for the variants (tern_common.c). */
 /* Checks shapes/pointers; returns 0 or -1 (err_set). */
 int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
@@ -67,6 +76,23 @@ int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const floa
  * *owned = NULL) when cols is already a multiple of 256, else a mem_alloc'd
  * buffer in *owned (caller mem_frees).  NULL + err_set on failure. */
 const void *tern_pad_act(const void *x, int64_t n, int64_t cols, size_t esize, void **owned);
+/* Per-thread scratch buffers that grow and are kept between calls, so a
+ * GEMM called 28 times per forward pass does not malloc/free (and page-fault
+ * in) megabytes each time.  Slot s of the calling thread: at least `bytes`
+ * bytes, 64-byte aligned, contents undefined; valid until the next
+ * tern_scratch(s, ...) on this thread.  NULL + err_set when out of memory.
+ * The memory stays with the thread (OpenMP workers are reused) until
+ * tern_scratch_release() on that thread. */
+enum {
+    TERN_SCRATCH_ACT = 0, /* caller: repacked activations */
+    TERN_SCRATCH_AUX,     /* caller: per-call state (group sums, partial dots) */
+    TERN_SCRATCH_PANEL,   /* each worker: decoded weight panel */
+    TERN_SCRATCH_PANEL2,  /* each worker: panel scales / corrections */
+    TERN_SCRATCH_SLOTS
+};
+void *tern_scratch(int slot, size_t bytes, const char *what);
+void tern_scratch_release(void);
+
 /* Per-token, per-group sums of xq (n, n_groups) int32 for the "code = q+1"
  * trick: D = sum(c*x) - sum(x).  Returns a mem_alloc'd array or NULL. */
 int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n);

@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 typedef struct {
-    const char *model, *tokens, *quant, *kv, *device, *out, *prompt, *windows, *dump_layers;
+    const char *model, *tokens, *quant, *kv, *device, *out, *prompt, *windows, *dump_layers, *format;
     int window, tp, block_size, batch, have_windows;
     int64_t max_windows, max_new, win_a, win_b, kv_blocks;
     int help;
@@ -21,5 +21,9 @@ int cmd_ppl(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_quantize(int argc, char **argv);
+int cmd_verify(int argc, char **argv);
+int cmd_gguf_info(const char *path);
+int cmd_quantize_gguf(const char *model, const char *quant, const char *format, const char *out);
 
 #endif

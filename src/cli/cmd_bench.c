@@ -10,8 +10,9 @@
  *             at load and then runs exactly this sgemm, so this column is
  *             also the BF16 dense baseline.
  * Each timing: one warm-up call (weights then L3-resident where they fit),
- * then repetitions until ~0.3 s (at least 3, at most 200); the median is
- * reported.  GFLOP/s counts 2*n*rows*cols; GB/s counts the weight bytes
+ * then rounds of one call of each of the three, interleaved, until ~0.3 s
+ * per call (at least 3, at most 200); the medians are reported.  The
+ * "x blas" columns are the ratios OpenBLAS time / ternary time.  GFLOP/s counts 2*n*rows*cols; GB/s counts the weight bytes
  * read once (2-bit codes + scales, or 4-byte floats) plus activations and
  * outputs.  Correctness is the tests' job: a benchmark only prints a max
  * relative difference to the dense result as a sanity line.
@@ -78,23 +79,34 @@ static int cmp_d(const void *a, const void *b) {
     return (x > y) - (x < y);
 }
 
-/* Median seconds of one call, after a warm-up. */
-static int time_call(const BenchCall *c, int quick, double *median) {
-    if (call(c) < 0) return -1; /* warm-up */
-    double t0 = time_now();
-    if (call(c) < 0) return -1;
-    double first = time_now() - t0;
-    int reps = first > 0 ? (int)((quick ? BENCH_TARGET_S / 4 : BENCH_TARGET_S) / first) : BENCH_MAX_REPS;
+/* Median seconds of each of nc calls, after a warm-up of each.  The calls
+ * are timed interleaved (one of each per round, order rotating), so load
+ * from other processes on a shared machine hits all of them alike and the
+ * ratios stay meaningful even when the absolute times move. */
+#define BENCH_MAX_CALLS 3
+static int time_calls(const BenchCall *c, int nc, int quick, double *median) {
+    double first = 0;
+    for (int k = 0; k < nc; k++) {
+        if (call(&c[k]) < 0) return -1; /* warm-up */
+        double t0 = time_now();
+        if (call(&c[k]) < 0) return -1;
+        first += time_now() - t0;
+    }
+    int reps = first > 0 ? (int)((quick ? BENCH_TARGET_S / 4 : BENCH_TARGET_S) * nc / first) : BENCH_MAX_REPS;
     if (reps < BENCH_MIN_REPS) reps = BENCH_MIN_REPS;
     if (reps > BENCH_MAX_REPS) reps = BENCH_MAX_REPS;
-    double ts[BENCH_MAX_REPS];
-    for (int i = 0; i < reps; i++) {
-        double a = time_now();
-        if (call(c) < 0) return -1;
-        ts[i] = time_now() - a;
+    static double ts[BENCH_MAX_CALLS][BENCH_MAX_REPS];
+    for (int i = 0; i < reps; i++)
+        for (int j = 0; j < nc; j++) {
+            int k = (i + j) % nc;
+            double a = time_now();
+            if (call(&c[k]) < 0) return -1;
+            ts[k][i] = time_now() - a;
+        }
+    for (int k = 0; k < nc; k++) {
+        qsort(ts[k], (size_t)reps, sizeof ts[k][0], cmp_d);
+        median[k] = reps % 2 ? ts[k][reps / 2] : 0.5 * (ts[k][reps / 2 - 1] + ts[k][reps / 2]);
     }
-    qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
-    *median = reps % 2 ? ts[reps / 2] : 0.5 * (ts[reps / 2 - 1] + ts[reps / 2]);
     return 0;
 }
 
@@ -137,13 +149,15 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
         double bytes[3] = {(double)tern_bytes(&tm) + act_f32,
                            (double)tern_bytes(&tm) + (double)n * (double)cols + (double)n * (double)rows * 4,
                            (double)rows * (double)cols * 4 + act_f32};
+        BenchCall c[3];
+        double med[3];
+        for (int what = 0; what < 3; what++)
+            c[what] = (BenchCall){(BenchWhat)what, &tm, w, x, sx, xq, what == B_BLAS ? yb : y, n};
+        if (time_calls(c, 3, quick, med) < 0) goto done;
         for (int what = 0; what < 3; what++) {
-            BenchCall c = {(BenchWhat)what, &tm, w, x, sx, xq, what == B_BLAS ? yb : y, n};
-            double s;
-            if (time_call(&c, quick, &s) < 0) goto done;
-            r->ms[what] = s * 1e3;
-            r->gflops[what] = flops / s * 1e-9;
-            r->gbs[what] = bytes[what] / s * 1e-9;
+            r->ms[what] = med[what] * 1e3;
+            r->gflops[what] = flops / med[what] * 1e-9;
+            r->gbs[what] = bytes[what] / med[what] * 1e-9;
         }
         if (tern_matmul_f32(&tm, x, n, y) < 0) goto done; /* sanity line vs blas (in yb) */
         double dmax = 0, ymax = 0;
@@ -152,7 +166,7 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
             ymax = fmax(ymax, fabs((double)yb[k]));
         }
         r->max_rel_diff = ymax > 0 ? dmax / ymax : dmax;
-        printf("%6lld x %-6lld n=%-4lld | %9.4f %8.1f %7.1f | %9.4f %8.1f %7.1f | %9.4f %8.1f "
+        printf("%6lld x %-6lld n=%-5lld| %9.4f %8.1f %7.1f | %9.4f %8.1f %7.1f | %9.4f %8.1f "
                "%7.1f | %6.2fx %6.2fx | %.1e\n",
                (long long)rows, (long long)cols, (long long)n, r->ms[0], r->gflops[0], r->gbs[0],
                r->ms[1], r->gflops[1], r->gbs[1], r->ms[2], r->gflops[2], r->gbs[2],
@@ -212,18 +226,29 @@ static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
     return h5log_commit(lg);
 }
 
+/* Batches per shape: the big shapes at decode / small batch / prefill; the
+ * fixture shapes (bitnet-tiny, llama-tiny: hidden 256, MLP 768) also at
+ * n = 2048, the tokens per call of a whole-model ppl run (8 windows x 256). */
+static const int64_t ns_big[] = {1, 8, 512}, ns_big_quick[] = {1, 8};
+static const int64_t ns_fix[] = {1, 8, 512, 2048}, ns_fix_quick[] = {1, 8, 2048};
+
 int cmd_bench(int argc, char **argv) {
-    int quick = 0;
+    int quick = 0, fixture_only = 0;
     const char *out = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
+        else if (strcmp(argv[i], "--fixture") == 0) fixture_only = 1;
         else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
         else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("ternlab bench [--quick] [--out FILE.h5]\n"
+            printf("ternlab bench [--quick] [--fixture] [--out FILE.h5]\n"
                    "Ternary GEMV/GEMM (f32 and int8 activations) vs OpenBLAS sgemv/sgemm on the\n"
-                   "same matrix, at 4096x14336, 14336x4096 and the fixture shapes (rows x cols)\n"
-                   "for n = 1, 8, 512 tokens. Medians after warm-up. --quick: fixture shapes and\n"
-                   "4096x14336 at n = 1 and 8 only, shorter timing. Kernel variant: TERNLAB_KERNEL.\n");
+                   "same matrix, at 4096x14336 and 14336x4096 for n = 1, 8, 512 tokens, and at the\n"
+                   "fixture shapes (rows x cols: 256x256, 128x256, 768x256, 256x768) for n = 1, 8,\n"
+                   "512, 2048 (2048 = tokens per call of a ppl run). Medians after warm-up; the\n"
+                   "'x blas' columns are OpenBLAS time / ternary time (> 1: ternary faster).\n"
+                   "--quick: 4096x14336 at n = 1, 8 and the fixture shapes at n = 1, 8, 2048,\n"
+                   "shorter timing. --fixture: the fixture shapes only. Kernel variant:\n"
+                   "TERNLAB_KERNEL.\n");
             return 0;
         } else {
             fprintf(stderr, "ternlab bench: unknown option '%s' (see ternlab bench --help)\n", argv[i]);
@@ -232,18 +257,21 @@ int cmd_bench(int argc, char **argv) {
     }
     static const int64_t shapes[][2] = {{4096, 14336}, {14336, 4096}, {256, 256},
                                         {128, 256},    {768, 256},    {256, 768}};
-    static const int64_t ns_full[] = {1, 8, 512}, ns_quick[] = {1, 8};
-    const int64_t *ns = quick ? ns_quick : ns_full;
-    int n_ns = quick ? 2 : 3, n_shapes = 6;
-    BenchRow *res = xcalloc((size_t)(n_shapes * n_ns), sizeof *res);
+    const int n_shapes = 6, n_big = 2;
+    const int max_ns = 4;
+    BenchRow *res = xcalloc((size_t)(n_shapes * max_ns), sizeof *res);
     printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d\n", tern_kernel_name(),
            blas_core_report(), omp_get_max_threads());
     printf("%-22s | %-27s | %-27s | %-27s | %-15s | %s\n", "shape (rows x cols)",
            "tern f32: ms GFLOP/s GB/s", "tern i8: ms GFLOP/s GB/s", "OpenBLAS f32: ms GFLOP/s GB/s",
-           "speedup f32 i8", "f32 vs blas");
+           "x blas: f32 i8", "f32 vs blas");
     int nr = 0;
     for (int s = 0; s < n_shapes; s++) {
+        const int big = s < n_big;
+        if (big && fixture_only) continue;
         if (quick && s == 1) continue;
+        const int64_t *ns = big ? (quick ? ns_big_quick : ns_big) : (quick ? ns_fix_quick : ns_fix);
+        int n_ns = big ? (quick ? 2 : 3) : (quick ? 3 : 4);
         if (bench_shape(shapes[s][0], shapes[s][1], ns, n_ns, quick, res + nr) < 0) {
             fprintf(stderr, "ternlab bench: %s\n", err_msg());
             free(res);

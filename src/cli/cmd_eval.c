@@ -230,6 +230,8 @@ int cmd_info(int argc, char **argv) {
         return 0;
     }
     if (need("info", "model", o.model)) return 2;
+    size_t ml = strlen(o.model);
+    if (ml >= 5 && !strcmp(o.model + ml - 5, ".gguf")) return cmd_gguf_info(o.model);
     Model m;
     if (open_model(&o, &m) != 0) return fail("info");
     const ModelConfig *c = &m.cfg;

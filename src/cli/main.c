@@ -20,7 +20,11 @@ static const char *usage_text =
     "            [--kv POLICY] [--device cpu|cuda] [--tp N] [--out run.h5]\n"
     "  logits    --model PATH --tokens FILE --window T --windows A:B --out FILE [--quant SPEC]\n"
     "  generate  --model PATH --prompt 1,2,3 --max-new N [--quant SPEC] [--batch B]\n"
-    "  bench     kernel benchmarks (ternlab bench --help)\n";
+    "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
+    "  verify    FILE.h5                             is a run file whole (complete, schema)?\n"
+    "  bench     kernel benchmarks (ternlab bench --help)\n"
+    "\n"
+    "--model takes a Hugging Face folder (config.json + safetensors) or a .gguf file.\n";
 
 static struct option all_opts[] = {
     {"model", required_argument, 0, 'm'},      {"tokens", required_argument, 0, 't'},
@@ -31,7 +35,8 @@ static struct option all_opts[] = {
     {"prompt", required_argument, 0, 'P'},     {"max-new", required_argument, 0, 'N'},
     {"block-size", required_argument, 0, 'b'}, {"batch", required_argument, 0, 'B'},
     {"kv-blocks", required_argument, 0, 'K'},  {"dump-layers", required_argument, 0, 'D'},
-    {"help", no_argument, 0, 'h'},             {0, 0, 0, 0}};
+    {"format", required_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
+    {0, 0, 0, 0}};
 
 static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out) {
     char *end;
@@ -85,6 +90,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'o': o->out = optarg; break;
         case 'P': o->prompt = optarg; break;
         case 'D': o->dump_layers = optarg; break;
+        case 'F': o->format = optarg; break;
         case 'h': o->help = 1; break;
         case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
         case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
@@ -144,7 +150,8 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {{"info", cmd_info},         {"ppl", cmd_ppl}, {"logits", cmd_logits},
-                {"generate", cmd_generate}, {"bench", cmd_bench}};
+                {"generate", cmd_generate}, {"bench", cmd_bench},
+                {"quantize", cmd_quantize}, {"verify", cmd_verify}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "ternlab: unknown command '%s'\n\n%s", argv[1], usage_text);

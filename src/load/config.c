@@ -86,6 +86,10 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
     if (get_num(je, "rms_norm_eps", &eps, path) < 0) goto done;
+    if (eps < 1e-30 || eps > 1.0) {
+        err_set("%s: rms_norm_eps %g is outside [1e-30, 1] (it must stay a positive fp32)", path, eps);
+        goto done;
+    }
     cfg->eps = (float)eps;
 
     /* rope_theta: top level (older checkpoints) or rope_parameters (transformers 5);
@@ -143,7 +147,18 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
 
-    if (cfg->arch == ARCH_BITNET) {
+    const cJSON *qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
+    const cJSON *qm = cJSON_IsObject(qcfg) ? cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method") : NULL;
+    if (cJSON_IsString(qm) && strcmp(qm->valuestring, "ternlab") == 0) {
+        const cJSON *sp = cJSON_GetObjectItemCaseSensitive(qcfg, "spec");
+        if (!cJSON_IsString(sp) || strlen(sp->valuestring) >= sizeof cfg->ternlab_spec) {
+            err_set("%s: quantization_config of a ternlab checkpoint needs a 'spec' string", path);
+            goto done;
+        }
+        cfg->ternlab_packed = 1;
+        snprintf(cfg->ternlab_spec, sizeof cfg->ternlab_spec, "%s", sp->valuestring);
+    }
+    if (cfg->arch == ARCH_BITNET && !cfg->ternlab_packed) {
         const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
         const cJSON *lc = cJSON_IsObject(qc) ? cJSON_GetObjectItemCaseSensitive(qc, "linear_class")
                                              : NULL;

@@ -30,6 +30,11 @@ typedef struct {
     HiddenAct act;
     Tie tie;
     BitnetScale bitnet_scale; /* BitNet only */
+    /* A checkpoint written by `ternlab quantize`: quantization_config.quant_method
+     * "ternlab" with the QuantSpec it was made with; its ternary linears are
+     * stored in kernels/ternary_format.h's layout (see src/cli/cmd_tools.c). */
+    int ternlab_packed;
+    char ternlab_spec[256];
 } ModelConfig;
 
 /* Parses JSON text; `path` is used in messages only. */

@@ -2,6 +2,7 @@
 #include "core/err.h"
 #include "core/mem.h"
 #include "cpu/tern_kernels.h"
+#include "ternary_format.h"
 
 #include <cblas.h>
 #include <stdio.h>
@@ -156,6 +157,46 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
     }
     m->native_ternary = 1;
     lin->act_int8 = 1; /* BitNet b1.58: per-token int8 activations into every packed linear */
+    return 0;
+}
+
+/* A ternlab checkpoint's linear: U8 (out, tern_row_bytes(in)) codes in the
+ * ternary_format.h layout + F32 `weight_scales` (already rounded to the spec's
+ * scale dtype).  Unpacked and re-packed through tern_from_codes, which rejects
+ * invalid codes. */
+int model_load_ternlab_linear(Model *m, Linear *lin) {
+    QuantSpec spec;
+    if (quant_spec_parse(m->cfg.ternlab_spec, &spec) != 0)
+        return err_prefix("%s: quantization_config.spec: ", m->path);
+    char name[160];
+    snprintf(name, sizeof name, "%s.weight", lin->name);
+    const StTensor *t = st_find(&m->st, name);
+    int64_t rb = tern_row_bytes(lin->in);
+    if (t->ndim != 2 || t->shape[0] != lin->out || t->shape[1] != rb)
+        return err_set("tensor '%s': packed ternary shape [%lld, %lld] expected", name,
+                       (long long)lin->out, (long long)rb);
+    snprintf(name, sizeof name, "%s.weight_scales", lin->name);
+    const StTensor *sc = st_find(&m->st, name);
+    int64_t ns = tern_n_scales(spec.group, lin->out, lin->in);
+    if (!sc || sc->dtype != DT_F32 || sc->numel != ns)
+        return err_set("tensor '%s': F32 with %lld scales expected", name, (long long)ns);
+    int8_t *q = xmalloc((size_t)(lin->out * lin->in));
+    const uint8_t *codes = t->data;
+    for (int64_t r = 0; r < lin->out; r++)
+        for (int64_t k = 0; k < lin->in; k++) q[r * lin->in + k] = (int8_t)tern_get(codes + r * rb, k);
+    float *scales = xmalloc(sizeof(float) * (size_t)ns);
+    memcpy(scales, sc->data, sizeof(float) * (size_t)ns);
+    lin->t = xcalloc(1, sizeof(TernaryMatrix));
+    int rc = tern_from_codes(q, scales, lin->out, lin->in, spec.group, spec.scale, lin->t);
+    free(q);
+    free(scales);
+    if (rc != 0) {
+        free(lin->t);
+        lin->t = NULL;
+        return err_prefix("%s: ", lin->name);
+    }
+    lin->act_int8 = spec.act == QA_INT8;
+    m->native_ternary = 1;
     return 0;
 }
 

@@ -1,4 +1,5 @@
 #include "runtime/model.h"
+#include "load/gguf.h"
 #include "core/err.h"
 #include "core/mem.h"
 
@@ -38,6 +39,7 @@ static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64
 }
 
 int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts);
+int model_load_ternlab_linear(Model *m, Linear *lin);
 int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts);
 
@@ -49,7 +51,9 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
     char wname[160];
     snprintf(wname, sizeof wname, "%s.weight", name);
     const StTensor *t = st_find(&m->st, wname);
-    if (m->cfg.arch == ARCH_BITNET && t && t->dtype == DT_U8) {
+    if (m->cfg.ternlab_packed && t && t->dtype == DT_U8) {
+        if (model_load_ternlab_linear(m, lin) != 0) return -1;
+    } else if (m->cfg.arch == ARCH_BITNET && t && t->dtype == DT_U8) {
         if (model_load_bitnet_linear(m, lin, opts) != 0) return -1;
     } else if (load_dense(&m->st, wname, out, in, &lin->w) != 0) {
         return -1;
@@ -60,6 +64,8 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
 int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
     static const ModelLoadOpts none = {0};
     if (!opts) opts = &none;
+    size_t pl = strlen(path);
+    if (pl >= 5 && strcmp(path + pl - 5, ".gguf") == 0) return model_load_gguf(path, opts, m);
     memset(m, 0, sizeof *m);
     m->path = xstrdup(path);
     if (config_load(path, &m->cfg) != 0 || st_open_dir(path, &m->st) != 0) {

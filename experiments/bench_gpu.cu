@@ -1,0 +1,340 @@
+/* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
+ *
+ *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
+ *
+ * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
+ * 36864x4608, 4608x36864; M (tokens) in {1, 8, 16, 64, 256, 2048}.
+ * Kernels: tern_bf16 (bf16 activations), tern_i8 (int8 activations + per
+ * token scales), tern_f32 (M <= 16: the fp32 reference path), cublas_bf16
+ * (cublasGemmEx bf16 x bf16, fp32 accumulate, f32 out: the same output as
+ * ours, the baseline of the ratios) and cublas_bf16_o16 (bf16 out, shown).
+ *
+ * Method (STYLE.md 7, METHOD.md): weights rotate over R device copies so that
+ * R copies are >= 256 MB (L2 is 60 MB: a decode step streams weights from
+ * HBM, never from L2); R calls are captured in one CUDA graph, warmed up,
+ * and each replay timed with events; the median replay / R is the time of a
+ * call.  The device-to-device copy bandwidth (cudaMemcpyAsync of 1 GiB,
+ * bytes read + written) is measured in the same run and is the "physical
+ * limit" of the bandwidth fraction.  Effective bandwidth counts packed codes
+ * + f32 scales (+ dense bf16 weights for cuBLAS) + activations read +
+ * outputs written, each once.
+ *
+ * Output: DIR/bench_gpu.csv (one row per shape, M, kernel), DIR/bench_gpu.md
+ * (the paper table) and, on stdout, the same table.  HDF5: the device
+ * machine has no libhdf5, so tests/gpu/bench_csv2h5.c turns the CSV into
+ * DIR/bench_gpu.h5 through src/log/h5log.h where HDF5 exists (make bench-gpu
+ * does both when it can). */
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <vector>
+
+#include "cuda/tern_cuda.h"
+extern "C" {
+#include "core/dtype.h"
+#include "core/err.h"
+#include "quant/quant.h"
+}
+
+#define DIE(...)                                                                            \
+    do {                                                                                    \
+        fprintf(stderr, "bench_gpu: " __VA_ARGS__);                                        \
+        fprintf(stderr, "\n");                                                              \
+        exit(1);                                                                            \
+    } while (0)
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+    } while (0)
+#define TL(call)                                                                            \
+    do {                                                                                    \
+        if ((call) < 0) DIE("%s:%d: %s: %s", __FILE__, __LINE__, #call, err_msg());         \
+    } while (0)
+
+static const double ROTATE_BYTES = 256e6; /* weights streamed per graph, >> 60 MB L2 */
+static const int WARMUP = 3, REPS = 15;
+
+static uint64_t g_rng = 0x2545f4914f6cdd1dull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+
+/* Random bf16 in about [-1, 1) (hash of the index: no host transfer). */
+__global__ void fill_bf16(uint16_t *p, size_t n, uint32_t seed, float scale) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13, h *= 3266489917u, h ^= h >> 16;
+        float v = ((float)(h & 0xffffff) / 8388608.0f - 1.0f) * scale;
+        uint32_t u;
+        memcpy(&u, &v, 4);
+        p[i] = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+    }
+}
+__global__ void fill_i8(int8_t *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = (int8_t)(h & 0xff);
+    }
+}
+__global__ void fill_f32(float *p, size_t n, uint32_t seed) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        uint32_t h = (uint32_t)i * 2654435761u ^ seed;
+        h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
+        p[i] = (float)(h & 0xffff) / 32768.0f - 1.0f + 1e-3f;
+    }
+}
+
+/* Copy kernel: 16-byte loads and stores, grid-stride. */
+__global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+static double median(std::vector<double> v) {
+    std::sort(v.begin(), v.end());
+    size_t n = v.size();
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+/* Times fn(i) for i = 0..R-1 captured in one graph; returns seconds per call. */
+template <typename F>
+static double time_graph(cudaStream_t s, int R, F fn) {
+    for (int i = 0; i < R; i++) fn(i); /* eager warm-up: lazy init stays outside the capture */
+    CK(cudaStreamSynchronize(s));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    for (int i = 0; i < R; i++) fn(i);
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
+    for (int i = 0; i < WARMUP; i++) CK(cudaGraphLaunch(ge, s));
+    cudaEvent_t a, b;
+    CK(cudaEventCreate(&a));
+    CK(cudaEventCreate(&b));
+    std::vector<double> t;
+    for (int i = 0; i < REPS; i++) {
+        CK(cudaEventRecord(a, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(b, s));
+        CK(cudaEventSynchronize(b));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, a, b));
+        t.push_back(ms * 1e-3 / R);
+    }
+    CK(cudaGetLastError());
+    cudaEventDestroy(a);
+    cudaEventDestroy(b);
+    cudaGraphExecDestroy(ge);
+    cudaGraphDestroy(g);
+    return median(t);
+}
+
+struct Row {
+    int64_t N, K, M;
+    const char *kernel;
+    double t, bytes, flops;
+};
+
+int main(int argc, char **argv) {
+    const char *out = "results/bench_gpu";
+    int quick = 0;
+    QuantGroup grp = QG_ROW;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
+            const char *g = argv[++i];
+            int ok = 0;
+            for (int k = 0; k < QG_COUNT; k++)
+                if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
+            if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
+        } else
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] (unknown argument %s)", argv[i]);
+    }
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) DIE("no GPU: nothing to measure");
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) DIE("cublasCreate failed");
+    void *cublas_ws;
+    const size_t cublas_ws_bytes = 64u << 20;
+    CK(cudaMalloc(&cublas_ws, cublas_ws_bytes));
+    if (cublasSetWorkspace(h, cublas_ws, cublas_ws_bytes) != CUBLAS_STATUS_SUCCESS)
+        DIE("cublasSetWorkspace failed");
+
+    /* the physical limit: device-to-device copy, bytes read + written */
+    double copy_bw, memcpy_bw, kernel_bw;
+    {
+        const size_t bytes = (size_t)1 << 30;
+        void *a, *b;
+        CK(cudaMalloc(&a, bytes));
+        CK(cudaMalloc(&b, bytes));
+        CK(cudaMemset(a, 1, bytes));
+        double t = time_graph(s, 4, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
+        memcpy_bw = 2.0 * bytes / t;
+        t = time_graph(s, 4, [&](int) {
+            copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>((const uint4 *)a, (uint4 *)b,
+                                                                     bytes / 16);
+        });
+        kernel_bw = 2.0 * bytes / t;
+        copy_bw = std::max(memcpy_bw, kernel_bw); /* the stricter limit */
+        CK(cudaFree(a));
+        CK(cudaFree(b));
+    }
+    printf("device: %s, %d SMs, L2 %d MB; D2D copy (read + write, 1 GiB): cudaMemcpyAsync %.0f GB/s, "
+           "copy kernel %.0f GB/s; limit used %.0f GB/s; group %s\n",
+           prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, memcpy_bw / 1e9,
+           kernel_bw / 1e9, copy_bw / 1e9, quant_group_name(grp));
+
+    struct {
+        int64_t N, K;
+    } shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
+    std::vector<int64_t> Ms = {1, 8, 16, 64, 256, 2048};
+    if (quick) Ms = {1, 16, 2048};
+    std::vector<Row> rows;
+
+    for (auto &sh : shapes) {
+        const int64_t N = sh.N, K = sh.K;
+        /* random ternary weights, ~1/3 zeros, scales rounded to bf16 */
+        TernaryMatrix W;
+        {
+            std::vector<int8_t> q((size_t)(N * K));
+            for (auto &v : q) v = (int8_t)((int)(rnd() % 3) - 1);
+            std::vector<float> sc((size_t)tern_n_scales(grp, N, K));
+            for (auto &v : sc) v = 0.01f + 0.02f * (float)(rnd() & 0xffff) / 65536.0f;
+            TL(tern_from_codes(q.data(), sc.data(), N, K, grp, DT_BF16, &W));
+        }
+        const int64_t wbytes = tern_bytes(&W) - W.n_scales * (int64_t)dtype_size(W.scale_dtype) +
+                               W.n_scales * 4; /* f32 scales on the device */
+        const int R = (int)std::min<double>(64, std::max<double>(1, ceil(ROTATE_BYTES / wbytes)));
+        std::vector<TernCudaMatrix> dW((size_t)R);
+        for (auto &m : dW) TL(tern_cuda_upload(&W, &m));
+        tern_free(&W);
+        const double dbytes = (double)N * K * 2;
+        const int Rd = (int)std::max<double>(1, ceil(ROTATE_BYTES / dbytes));
+        std::vector<uint16_t *> dWd((size_t)Rd);
+        for (int i = 0; i < Rd; i++) {
+            CK(cudaMalloc(&dWd[i], (size_t)dbytes));
+            fill_bf16<<<4096, 256, 0, s>>>(dWd[i], (size_t)(N * K), 1234u + i, 0.05f);
+            CK(cudaGetLastError());
+        }
+        for (int64_t M : Ms) {
+            uint16_t *xb;
+            int8_t *xq;
+            float *xf, *sx, *y;
+            uint16_t *y16;
+            CK(cudaMalloc(&xb, (size_t)(M * K) * 2));
+            CK(cudaMalloc(&xq, (size_t)(M * K)));
+            CK(cudaMalloc(&xf, (size_t)(M * K) * 4));
+            CK(cudaMalloc(&sx, (size_t)M * 4));
+            CK(cudaMalloc(&y, (size_t)(M * N) * 4));
+            CK(cudaMalloc(&y16, (size_t)(M * N) * 2));
+            fill_bf16<<<1024, 256, 0, s>>>(xb, (size_t)(M * K), 77u, 1.0f);
+            fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(M * K), 78u);
+            fill_f32<<<1024, 256, 0, s>>>(xf, (size_t)(M * K), 79u);
+            fill_f32<<<1, 256, 0, s>>>(sx, (size_t)M, 80u); /* any nonzero values */
+            CK(cudaGetLastError());
+            CK(cudaStreamSynchronize(s));
+            const double flops = 2.0 * M * N * K, yb = (double)M * N * 4;
+            double t;
+            t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
+            rows.push_back({N, K, M, "tern_bf16", t, wbytes + M * K * 2.0 + yb, flops});
+            t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
+            rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops});
+            if (M <= 16) {
+                t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_f32(&dW[i], xf, M, y, s)); });
+                rows.push_back({N, K, M, "tern_f32", t, wbytes + M * K * 4.0 + yb, flops});
+            }
+            t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y, 1, s)); });
+            rows.push_back({N, K, M, "cublas_bf16", t, dbytes + M * K * 2.0 + yb, flops});
+            t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y16, 0, s)); });
+            rows.push_back({N, K, M, "cublas_bf16_o16", t, dbytes + M * K * 2.0 + M * N * 2.0, flops});
+            CK(cudaFree(xb));
+            CK(cudaFree(xq));
+            CK(cudaFree(xf));
+            CK(cudaFree(sx));
+            CK(cudaFree(y));
+            CK(cudaFree(y16));
+            fprintf(stderr, "  %lldx%lld M=%lld done\n", (long long)N, (long long)K, (long long)M);
+        }
+        for (auto &m : dW) tern_cuda_free(&m);
+        for (auto p : dWd) CK(cudaFree(p));
+    }
+
+    /* outputs */
+    mkdir(out, 0755);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/bench_gpu.csv", out);
+    FILE *f = fopen(path, "w");
+    if (!f) DIE("cannot write %s", path);
+    fprintf(f, "# device=%s;sms=%d;copy_bw_gbs=%.1f;memcpy_bw_gbs=%.1f;kernel_copy_bw_gbs=%.1f;group=%s\n",
+            prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
+            quant_group_name(grp));
+    fprintf(f, "N,K,M,kernel,time_us,gbs,frac_copy,tflops,speedup_vs_cublas\n");
+    auto base = [&](const Row &r) -> double {
+        for (auto &b : rows)
+            if (b.N == r.N && b.K == r.K && b.M == r.M && !strcmp(b.kernel, "cublas_bf16")) return b.t;
+        return NAN;
+    };
+    for (auto &r : rows)
+        fprintf(f, "%lld,%lld,%lld,%s,%.3f,%.1f,%.4f,%.2f,%.3f\n", (long long)r.N, (long long)r.K,
+                (long long)r.M, r.kernel, r.t * 1e6, r.bytes / r.t / 1e9, r.bytes / r.t / copy_bw,
+                r.flops / r.t / 1e12, base(r) / r.t);
+    fclose(f);
+
+    snprintf(path, sizeof path, "%s/bench_gpu.md", out);
+    FILE *md = fopen(path, "w");
+    if (!md) DIE("cannot write %s", path);
+    FILE *outs[2] = {stdout, md};
+    for (FILE *o : outs) {
+        fprintf(o, "\n<!-- generated by build/gpu/bench_gpu (experiments/bench_gpu.cu); do not edit -->\n");
+        fprintf(o, "GPU: %s (%d SMs). D2D copy bandwidth %.0f GB/s (read + write, 1 GiB, same run; "
+                   "max of cudaMemcpyAsync %.0f and a copy kernel %.0f). "
+                   "Ternary weights: 2-bit codes + f32 scales (group %s). Times: median of %d CUDA-graph "
+                   "replays, weights rotated over >= 256 MB. x = speedup over cuBLAS BF16 "
+                   "(cublasGemmEx, fp32 accumulate, f32 out).\n\n",
+                prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
+                quant_group_name(grp), REPS);
+        fprintf(o, "| N x K | M | cuBLAS bf16 us | TFLOP/s | tern bf16 us | GB/s | %% copy | x cuBLAS | "
+                   "tern int8 us | GB/s | %% copy | x cuBLAS | TFLOP/s |\n");
+        fprintf(o, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        for (auto &r : rows) {
+            if (strcmp(r.kernel, "cublas_bf16")) continue;
+            const Row *tb = nullptr, *ti = nullptr;
+            for (auto &q : rows)
+                if (q.N == r.N && q.K == r.K && q.M == r.M) {
+                    if (!strcmp(q.kernel, "tern_bf16")) tb = &q;
+                    if (!strcmp(q.kernel, "tern_i8")) ti = &q;
+                }
+            fprintf(o,
+                    "| %lldx%lld | %lld | %.1f | %.0f | %.1f | %.0f | %.0f%% | %.2f | %.1f | %.0f | "
+                    "%.0f%% | %.2f | %.0f |\n",
+                    (long long)r.N, (long long)r.K, (long long)r.M, r.t * 1e6, r.flops / r.t / 1e12,
+                    tb->t * 1e6, tb->bytes / tb->t / 1e9, 100 * tb->bytes / tb->t / copy_bw,
+                    r.t / tb->t, ti->t * 1e6, ti->bytes / ti->t / 1e9,
+                    100 * ti->bytes / ti->t / copy_bw, r.t / ti->t, ti->flops / ti->t / 1e12);
+        }
+    }
+    fclose(md);
+    printf("\nwrote %s/bench_gpu.csv and %s/bench_gpu.md\n", out, out);
+    cublasDestroy(h);
+    CK(cudaFree(cublas_ws));
+    return 0;
+}

@@ -1,0 +1,251 @@
+/* ternlab quantize | verify */
+#include "cli/cli.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "log/h5log.h"
+#include "runtime/linear.h"
+#include "runtime/model.h"
+#include "ternary_format.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+typedef struct {
+    char name[200];
+    const char *dtype;
+    int ndim;
+    int64_t shape[4];
+    const void *data;
+    size_t nbytes;
+} OutTensor;
+
+static const char *st_dtype_name(DType t) {
+    switch (t) {
+    case DT_F32: return "F32";
+    case DT_BF16: return "BF16";
+    case DT_F16: return "F16";
+    case DT_U8: return "U8";
+    case DT_I8: return "I8";
+    default: return NULL;
+    }
+}
+
+/* Writes a safetensors file (header padded to 8 bytes) to path.tmp.<pid>, then renames. */
+static int write_safetensors(const char *path, const OutTensor *t, int n) {
+    cJSON *h = cJSON_CreateObject();
+    cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
+    cJSON_AddStringToObject(meta, "format", "pt");
+    size_t off = 0;
+    for (int i = 0; i < n; i++) {
+        cJSON *e = cJSON_AddObjectToObject(h, t[i].name);
+        cJSON_AddStringToObject(e, "dtype", t[i].dtype);
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        for (int d = 0; d < t[i].ndim; d++) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)t[i].shape[d]));
+        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)off));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(off + t[i].nbytes)));
+        off += t[i].nbytes;
+    }
+    char *text = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    int rc = 0;
+    if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+    if (rc == 0) {
+        unsigned char len[8];
+        for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+        int ok = fwrite(len, 1, 8, f) == 8 && fwrite(text, 1, hl, f) == hl;
+        for (size_t i = hl; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
+        for (int i = 0; i < n && ok; i++) ok = fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
+        if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
+        if (fclose(f) != 0) ok = 0;
+        if (!ok) rc = err_set("%s: write failed: %s", tmp, strerror(errno));
+        if (rc == 0 && rename(tmp, path) != 0) rc = err_set("cannot rename %s: %s", tmp, strerror(errno));
+        if (rc != 0) remove(tmp);
+    }
+    free(text);
+    return rc;
+}
+
+static int write_text(const char *path, const char *text) {
+    char tmp[4300];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return err_set("%s: cannot create: %s", tmp, strerror(errno));
+    size_t n = strlen(text);
+    int ok = fwrite(text, 1, n, f) == n;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        remove(tmp);
+        return err_set("%s: write failed: %s", path, strerror(errno));
+    }
+    return 0;
+}
+
+static Linear *find_linear(Model *m, const char *tensor_name) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        Layer *L = &m->layers[l];
+        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) {
+            size_t n = strlen(lins[i]->name);
+            if (strncmp(tensor_name, lins[i]->name, n) == 0 && tensor_name[n] == '.') return lins[i];
+        }
+    }
+    return NULL;
+}
+
+/* A ternary checkpoint in safetensors: the ternary linears as U8 codes in
+ * kernels/ternary_format.h's layout [out, tern_row_bytes(in)] plus F32
+ * `weight_scales` (the stored, dtype-rounded values); everything else as in
+ * the source checkpoint; config.json gets quantization_config
+ * {quant_method: ternlab, spec, layout}. */
+static int quantize_safetensors(Model *m, const char *out) {
+    if (mkdir(out, 0777) != 0 && errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
+    OutTensor *ts = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(OutTensor));
+    float **owned = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(float *));
+    int n = 0, n_owned = 0, rc = 0, act_int8 = -1;
+    for (int i = 0; i < m->st.n_tensors && rc == 0; i++) {
+        const StTensor *s = &m->st.tensors[i];
+        Linear *lin = find_linear(m, s->name);
+        if (lin && lin->t) {
+            if (strstr(s->name, ".weight_scale")) continue; /* BitNet's per-tensor scale: folded in */
+            if (act_int8 >= 0 && act_int8 != lin->act_int8)
+                rc = err_set("linears differ in activation mode: give act= in --quant");
+            act_int8 = lin->act_int8;
+            OutTensor *o = &ts[n++];
+            snprintf(o->name, sizeof o->name, "%s.weight", lin->name);
+            o->dtype = "U8";
+            o->ndim = 2;
+            o->shape[0] = lin->out;
+            o->shape[1] = lin->t->row_bytes;
+            o->data = lin->t->codes;
+            o->nbytes = (size_t)(lin->out * lin->t->row_bytes);
+            o = &ts[n++];
+            snprintf(o->name, sizeof o->name, "%s.weight_scales", lin->name);
+            o->dtype = "F32";
+            o->ndim = 1;
+            o->shape[0] = lin->t->n_scales;
+            o->data = lin->t->scales;
+            o->nbytes = sizeof(float) * (size_t)lin->t->n_scales;
+            continue;
+        }
+        OutTensor *o = &ts[n++];
+        snprintf(o->name, sizeof o->name, "%s", s->name);
+        o->dtype = st_dtype_name(s->dtype);
+        o->ndim = s->ndim;
+        for (int d = 0; d < s->ndim && d < 4; d++) o->shape[d] = s->shape[d];
+        o->data = s->data;
+        o->nbytes = s->nbytes;
+        if (!o->dtype || s->ndim > 4) rc = err_set("tensor '%s' cannot be copied", s->name);
+    }
+    (void)owned;
+    (void)n_owned;
+    if (rc == 0 && act_int8 < 0) rc = err_set("--quant selected no linear to ternarise");
+    char path[4200];
+    if (rc == 0) {
+        snprintf(path, sizeof path, "%s/model.safetensors", out);
+        rc = write_safetensors(path, ts, n);
+    }
+    if (rc == 0) {
+        char *text;
+        snprintf(path, sizeof path, "%s/config.json", m->path);
+        rc = file_read_all(path, &text, NULL);
+        cJSON *cfg = rc == 0 ? cJSON_Parse(text) : NULL;
+        if (rc == 0) free(text);
+        if (rc == 0 && !cfg) rc = err_set("%s: cannot re-read", path);
+        if (rc == 0) {
+            QuantSpec spec = m->quant;
+            spec.act = act_int8 ? QA_INT8 : QA_F32;
+            spec.act_explicit = 1;
+            char sp[256];
+            quant_spec_format(&spec, sp, sizeof sp);
+            cJSON_DeleteItemFromObject(cfg, "quantization_config");
+            cJSON *qc = cJSON_AddObjectToObject(cfg, "quantization_config");
+            cJSON_AddStringToObject(qc, "quant_method", "ternlab");
+            cJSON_AddStringToObject(qc, "spec", sp);
+            cJSON_AddStringToObject(qc, "layout", "ternlab 2-bit, 256-column blocks (kernels/ternary_format.h)");
+            char *o = cJSON_Print(cfg);
+            snprintf(path, sizeof path, "%s/config.json", out);
+            rc = write_text(path, o);
+            free(o);
+            cJSON_Delete(cfg);
+        }
+    }
+    const char *extra[] = {"tokenizer.json", "generation_config.json"};
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        char *text;
+        snprintf(path, sizeof path, "%s/%s", m->path, extra[i]);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        if (file_read_all(path, &text, NULL) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", out, extra[i]);
+        rc = write_text(path, text);
+        free(text);
+    }
+    free(ts);
+    free(owned);
+    return rc;
+}
+
+int cmd_quantize(int argc, char **argv) {
+    CliOpts o;
+    if (cli_parse(argc, argv, "model quant out format", &o) != 0) return 2;
+    if (o.help) {
+        printf("ternlab quantize --model PATH --quant SPEC --out DIR [--format safetensors]\n"
+               "ternlab quantize --model PATH --quant SPEC --out FILE.gguf --format gguf-tq2_0|gguf-tq1_0\n"
+               "Writes a ternary checkpoint that ternlab loads back to identical logits.\n"
+               "safetensors: ternary linears as 2-bit codes in ternlab's packed layout + F32\n"
+               "scales, config.json quantization_config {quant_method: ternlab, spec}.\n"
+               "gguf-*: a llama GGUF with TQ2_0/TQ1_0 linears that llama.cpp reads.\n");
+        return 0;
+    }
+    if (!o.model || !o.quant || !o.out) {
+        fprintf(stderr, "ternlab quantize: --model, --quant and --out are required\n");
+        return 2;
+    }
+    const char *fmt = o.format ? o.format : "safetensors";
+    if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
+    if (strcmp(fmt, "safetensors") != 0) {
+        fprintf(stderr, "ternlab quantize: --format '%s': expected safetensors, gguf-tq2_0 or gguf-tq1_0\n", fmt);
+        return 2;
+    }
+    Model m;
+    ModelLoadOpts lo = {.quant = o.quant};
+    if (model_load(o.model, &lo, &m) != 0) {
+        fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+        return 1;
+    }
+    int rc = m.st.n_tensors ? quantize_safetensors(&m, o.out)
+                            : err_set("safetensors output needs a safetensors source checkpoint");
+    model_free(&m);
+    if (rc != 0) {
+        fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+        return 1;
+    }
+    printf("wrote %s\n", o.out);
+    return 0;
+}
+
+int cmd_verify(int argc, char **argv) {
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
+        printf("ternlab verify FILE.h5 [FILE.h5 ...]\n"
+               "Exit 0 when every file is a finished run file: it opens (not truncated),\n"
+               "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md.\n");
+        return argc < 2 ? 2 : 0;
+    }
+    int bad = 0;
+    for (int i = 1; i < argc; i++)
+        if (h5log_verify_schema(argv[i]) != 0) {
+            fprintf(stderr, "ternlab verify: %s\n", err_msg());
+            bad = 1;
+        }
+    return bad;
+}

@@ -1,0 +1,733 @@
+#include "eval/experiment.h"
+#include "core/err.h"
+#include "core/hash.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "eval/metrics.h"
+#include "eval/ppl.h"
+#include "load/tokens.h"
+#include "log/expconf.h"
+#include "log/h5log.h"
+#include "runtime/linear.h"
+
+#include <errno.h>
+#include <hdf5.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#define EXP_TOKENS_PER_CALL 2048 /* windows batched per forward call */
+/* The reference's logits for every scored position are kept (and cached) to
+ * compute KL and top-1 against each run; beyond this many floats a run must use
+ * fewer windows. */
+#define EXP_MAX_REF_FLOATS ((int64_t)1 << 28)
+
+typedef struct {
+    int T, V, split;
+    int64_t nw, N, per_w;
+    float *logits; /* (N, V) reference logits of the scored positions */
+    double *lse;   /* (N) */
+    float *nll;    /* (N) */
+    double ppl, seconds;
+} RefData;
+
+typedef struct {
+    const char *experiment, *factor, *value, *model, *tokens_path, *quant, *kv, *device, *results;
+    int T, tp, logit_rows;
+    int64_t max_windows;
+    ExpKind kind;
+    const ExpConf *conf;
+} RunCfg;
+
+static void ref_free(RefData *r) {
+    free(r->logits);
+    free(r->lse);
+    free(r->nll);
+    memset(r, 0, sizeof *r);
+}
+
+static int mkdirs(const char *path) {
+    char buf[4096];
+    snprintf(buf, sizeof buf, "%s", path);
+    for (char *p = buf + 1; *p; p++)
+        if (*p == '/') {
+            *p = 0;
+            if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+                return err_set("cannot create %s: %s", buf, strerror(errno));
+            *p = '/';
+        }
+    if (mkdir(buf, 0777) != 0 && errno != EEXIST)
+        return err_set("cannot create %s: %s", buf, strerror(errno));
+    return 0;
+}
+
+static const char *base_name(const char *path) {
+    static char buf[256];
+    size_t n = strlen(path);
+    while (n > 1 && path[n - 1] == '/') n--;
+    size_t s = n;
+    while (s > 0 && path[s - 1] != '/') s--;
+    snprintf(buf, sizeof buf, "%.*s", (int)(n - s), path + s);
+    char *dot = strstr(buf, ".gguf");
+    if (dot && dot[5] == 0) *dot = 0;
+    return buf;
+}
+
+/* SHA-256 of the checkpoint's weights: model.safetensors, the shard index, or a .gguf file. */
+static int model_hash(const char *model, char out[65]) {
+    char p[4096];
+    struct stat st;
+    if (stat(model, &st) == 0 && S_ISREG(st.st_mode)) return sha256_file(model, out);
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", model);
+    if (stat(p, &st) == 0) return sha256_file(p, out);
+    snprintf(p, sizeof p, "%s/model.safetensors", model);
+    return sha256_file(p, out);
+}
+
+static void git_commit(char *out, size_t n) {
+    snprintf(out, n, "unknown");
+    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
+    if (!p) return;
+    char buf[128] = {0};
+    if (fgets(buf, sizeof buf, p) && strlen(buf) >= 40) {
+        buf[strcspn(buf, "\n")] = 0;
+        snprintf(out, n, "%s", buf);
+    }
+    pclose(p);
+}
+
+/* ---- evaluation with per-position callbacks ------------------------------ */
+
+typedef struct {
+    RefData *ref;
+    /* test side (NULL when computing the reference) */
+    float *nll, *kl;
+    double kl_sum, rel_sum;
+    int64_t top1;
+    float *logit_test; /* (logit_rows, V) */
+    int logit_rows;
+} EvalCtx;
+
+static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *ids, int T, int V,
+                     int r0) {
+    EvalCtx *c = vctx;
+    RefData *R = c->ref;
+    int64_t base = w * R->per_w;
+    if (!c->nll) { /* computing the reference */
+        for (int r = r0; r < T - 1; r++) {
+            int64_t i = base + (r - r0);
+            const float *z = logits + (int64_t)r * V;
+            memcpy(R->logits + i * V, z, sizeof(float) * (size_t)V);
+            R->lse[i] = logsumexp_f32(z, V);
+            R->nll[i] = (float)(R->lse[i] - (double)z[ids[r + 1]]);
+        }
+        return 0;
+    }
+    double kl_sum = 0, rel_sum = 0;
+    int64_t top1 = 0;
+#pragma omp parallel for reduction(+ : kl_sum, rel_sum, top1) schedule(static)
+    for (int r = r0; r < T - 1; r++) {
+        int64_t i = base + (r - r0);
+        const float *z = logits + (int64_t)r * V, *zr = R->logits + i * V;
+        double lse = logsumexp_f32(z, V);
+        c->nll[i] = (float)(lse - (double)z[ids[r + 1]]);
+        double kl = kl_ref_run(zr, R->lse[i], z, lse, V);
+        c->kl[i] = (float)kl;
+        kl_sum += kl;
+        rel_sum += rel_l2_row(z, zr, V);
+        top1 += argmax_f32(z, V) == argmax_f32(zr, V);
+    }
+    c->kl_sum += kl_sum;
+    c->rel_sum += rel_sum;
+    c->top1 += top1;
+    for (int r = r0; r < T - 1; r++) {
+        int64_t i = base + (r - r0);
+        if (i < c->logit_rows) memcpy(c->logit_test + i * V, logits + (int64_t)r * V, sizeof(float) * (size_t)V);
+    }
+    return 0;
+}
+
+/* Runs the windows through a model; fills the reference (ctx->nll == NULL) or
+ * the run's metrics. */
+static int evaluate(Model *m, const KvPolicy *pol, const int32_t *tok, int64_t n, const RefData *R,
+                    EvalCtx *ctx, PplResult *res) {
+    int64_t per_call = EXP_TOKENS_PER_CALL / R->T * R->T;
+    if (per_call < R->T) per_call = R->T;
+    Engine e;
+    EngineOpts eo = {.max_tok = per_call, .block_size = 16};
+    eo.n_blocks = per_call / R->T * ((R->T + 15) / 16);
+    if (engine_init(&e, m, &eo) != 0) return -1;
+    int rc = kv_set_policy(&e.kv, pol);
+    PplOpts po = {.window = R->T, .max_windows = R->nw, .on_logits = on_window, .ctx = ctx,
+                  .kv_split = R->split, .progress = 1};
+    if (rc == 0) rc = eval_ppl(&e, tok, n, &po, res);
+    engine_free(&e);
+    return rc;
+}
+
+/* ---- the reference, cached ---------------------------------------------- */
+
+static int ref_cache_read(const char *path, const char *key, RefData *R) {
+    struct stat st;
+    if (stat(path, &st) != 0) return 1;
+    if (h5log_verify(path, (const char *const[]){"/ref/logits", "/ref/lse", "/ref/nll", NULL}) != 0)
+        return 1;
+    int rc = 1;
+    H5E_auto2_t fn;
+    void *data;
+    H5Eget_auto2(H5E_DEFAULT, &fn, &data);
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f >= 0) {
+        hid_t a = H5Aopen(f, "key", H5P_DEFAULT);
+        char *k = NULL;
+        hid_t t = H5Tcopy(H5T_C_S1);
+        H5Tset_size(t, H5T_VARIABLE);
+        if (a >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0) {
+            hid_t d1 = H5Dopen2(f, "/ref/logits", H5P_DEFAULT), d2 = H5Dopen2(f, "/ref/lse", H5P_DEFAULT),
+                  d3 = H5Dopen2(f, "/ref/nll", H5P_DEFAULT);
+            if (d1 >= 0 && d2 >= 0 && d3 >= 0 &&
+                H5Sget_simple_extent_npoints(H5Dget_space(d1)) == R->N * R->V &&
+                H5Dread(d1, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->logits) >= 0 &&
+                H5Dread(d2, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->lse) >= 0 &&
+                H5Dread(d3, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->nll) >= 0)
+                rc = 0;
+            if (d1 >= 0) H5Dclose(d1);
+            if (d2 >= 0) H5Dclose(d2);
+            if (d3 >= 0) H5Dclose(d3);
+        }
+        if (k) H5free_memory(k);
+        H5Tclose(t);
+        if (a >= 0) H5Aclose(a);
+        H5Fclose(f);
+    }
+    H5Eset_auto2(H5E_DEFAULT, fn, data);
+    return rc;
+}
+
+static int ref_cache_write(const char *path, const char *key, const RefData *R) {
+    H5Log *lg = h5log_create(path);
+    if (!lg) return -1;
+    int rc = h5log_attr_str(lg, "/", "key", key);
+    if (rc == 0) rc = h5log_f32_2d(lg, "/ref/logits", R->logits, R->N, R->V);
+    if (rc == 0) rc = h5log_f64(lg, "/ref/lse", R->lse, R->N);
+    if (rc == 0) rc = h5log_f32(lg, "/ref/nll", R->nll, R->N);
+    if (rc == 0) rc = h5log_attr_f64(lg, "/", "ppl", R->ppl);
+    if (rc != 0) {
+        h5log_abort(lg);
+        return -1;
+    }
+    return h5log_commit(lg);
+}
+
+static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
+                         RefData *R) {
+    char tok_sha[65], key[1024], khash[65], path[4096];
+    if (sha256_file(rc->tokens_path, tok_sha) != 0) return -1;
+    snprintf(key, sizeof key, "model=%s tokens=%s window=%d windows=%lld protocol=%s", model_sha,
+             tok_sha, R->T, (long long)R->nw, R->split ? "kv-split-half" : "gptq-windows");
+    sha256_bytes(key, strlen(key), khash);
+    snprintf(path, sizeof path, "%s/cache", rc->results);
+    if (mkdirs(path) != 0) return -1;
+    snprintf(path, sizeof path, "%s/cache/ref-%.24s.h5", rc->results, khash);
+    if (ref_cache_read(path, key, R) == 0) {
+        double s = 0;
+        for (int64_t i = 0; i < R->N; i++) s += R->nll[i];
+        R->ppl = exp(s / (double)R->N);
+        fprintf(stderr, "reference: cached %s\n", path);
+        return 0;
+    }
+    Model m;
+    ModelLoadOpts o = {.quant = NULL, .dense = 1};
+    if (model_load(rc->model, &o, &m) != 0) return -1;
+    KvPolicy none = {KVP_NONE, -1, -1};
+    EvalCtx ctx = {.ref = R};
+    PplResult res;
+    int st = evaluate(&m, &none, tok, n, R, &ctx, &res);
+    model_free(&m);
+    if (st != 0) return -1;
+    R->ppl = res.ppl;
+    R->seconds = res.seconds;
+    if (ref_cache_write(path, key, R) != 0)
+        fprintf(stderr, "reference: warning: could not cache (%s)\n", err_msg());
+    return 0;
+}
+
+/* ---- throughput ---------------------------------------------------------- */
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+static double percentile(double *v, int64_t n, double q) {
+    qsort(v, (size_t)n, sizeof *v, cmp_double);
+    int64_t i = (int64_t)ceil(q * (double)n) - 1;
+    return v[i < 0 ? 0 : (i >= n ? n - 1 : i)];
+}
+
+typedef struct {
+    double prefill_tok_s, decode_tok_s, p50_ms, p99_ms;
+} Throughput;
+
+/* batch sequences of prompt_len tokens prefilled in one call, then gen_len
+ * batched decode steps (greedy); medians over `repeats` after `warmup`. */
+static int measure_throughput(Model *m, const int32_t *tok, int64_t n, int batch, int prompt_len,
+                              int gen_len, int warmup, int repeats, Throughput *out) {
+    if ((int64_t)batch * (prompt_len + gen_len) > n)
+        return err_set("throughput: batch %d x %d tokens exceeds the token file", batch,
+                       prompt_len + gen_len);
+    Engine e;
+    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16};
+    eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
+    if (engine_init(&e, m, &eo) != 0) return -1;
+    int64_t nt = (int64_t)batch * prompt_len;
+    int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)nt), *lidx = xmalloc(sizeof(int64_t) * (size_t)batch);
+    float *lg = mem_alloc(sizeof(float) * (size_t)batch * (size_t)m->cfg.vocab, "logits");
+    double *pre = xcalloc((size_t)repeats, sizeof(double)), *dec = xcalloc((size_t)repeats, sizeof(double));
+    double *steps = xcalloc((size_t)(repeats * gen_len), sizeof(double));
+    int rc = lg ? 0 : -1;
+    for (int it = 0; it < warmup + repeats && rc == 0; it++) {
+        kv_reset(&e.kv);
+        int sids[4096];
+        for (int b = 0; b < batch; b++) {
+            sids[b] = kv_seq_new(&e.kv);
+            for (int t = 0; t < prompt_len; t++) {
+                ids[b * prompt_len + t] = tok[(int64_t)b * (prompt_len + gen_len) + t];
+                seq[b * prompt_len + t] = sids[b];
+                pos[b * prompt_len + t] = t;
+            }
+            lidx[b] = (int64_t)b * prompt_len + prompt_len - 1;
+        }
+        e.rs.decode = 0;
+        double t0 = time_now();
+        rc = forward(m, &e.kv, &e.rs, ids, seq, pos, nt, lidx, batch, lg);
+        double tp = time_now() - t0, td = 0;
+        e.rs.decode = 1;
+        for (int g = 0; g < gen_len && rc == 0; g++) {
+            for (int b = 0; b < batch; b++) {
+                ids[b] = (int)argmax_f32(lg + (int64_t)b * m->cfg.vocab, m->cfg.vocab);
+                seq[b] = sids[b];
+                pos[b] = prompt_len + g;
+                lidx[b] = b;
+            }
+            double s0 = time_now();
+            rc = forward(m, &e.kv, &e.rs, ids, seq, pos, batch, lidx, batch, lg);
+            double ds = time_now() - s0;
+            td += ds;
+            if (it >= warmup) steps[(it - warmup) * gen_len + g] = ds * 1e3;
+        }
+        if (it >= warmup) {
+            pre[it - warmup] = (double)nt / tp;
+            dec[it - warmup] = (double)batch * gen_len / td;
+        }
+    }
+    if (rc == 0) {
+        out->prefill_tok_s = percentile(pre, repeats, 0.5);
+        out->decode_tok_s = percentile(dec, repeats, 0.5);
+        out->p50_ms = percentile(steps, (int64_t)repeats * gen_len, 0.5);
+        out->p99_ms = percentile(steps, (int64_t)repeats * gen_len, 0.99);
+    }
+    free(ids);
+    free(seq);
+    free(pos);
+    free(lidx);
+    free(pre);
+    free(dec);
+    free(steps);
+    mem_free(lg);
+    engine_free(&e);
+    return rc;
+}
+
+/* ---- one run ------------------------------------------------------------- */
+
+typedef struct {
+    const char **names;
+    double *sparsity, *rel_err, *smin, *smax;
+    int64_t *bytes;
+    int n;
+    Model *dense; /* for rel_err; NULL when not needed */
+} WeightStats;
+
+static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
+    WeightStats *ws = vctx;
+    int i = ws->n++;
+    ws->names[i] = lin->name;
+    ws->bytes[i] = (int64_t)linear_bytes(lin);
+    if (lin->t) {
+        float a, b;
+        tern_scale_range(lin->t, &a, &b);
+        ws->sparsity[i] = tern_sparsity(lin->t);
+        ws->smin[i] = a;
+        ws->smax[i] = b;
+        ws->rel_err[i] = 0.0;
+        if (ws->dense) {
+            const Layer *L = &ws->dense->layers[layer];
+            const Linear *d = !strcmp(kind, "q") ? &L->q : !strcmp(kind, "k") ? &L->k
+                            : !strcmp(kind, "v") ? &L->v : !strcmp(kind, "o") ? &L->o
+                            : !strcmp(kind, "gate") ? &L->gate : !strcmp(kind, "up") ? &L->up : &L->down;
+            ws->rel_err[i] = tern_rel_error(lin->t, d->w);
+        }
+    } else {
+        ws->sparsity[i] = 0.0;
+        ws->rel_err[i] = 0.0;
+        ws->smin[i] = ws->smax[i] = NAN;
+    }
+}
+
+static int run_point(const RunCfg *rc, const char *out) {
+    char model_sha[65], spec_str[256], pol_str[96], commit[64];
+    if (strcmp(rc->device, "cpu") != 0)
+        return err_set("device '%s': this build runs experiments on cpu only", rc->device);
+    if (rc->tp != 1) return err_set("tp %d: tensor parallelism is not available in this build", rc->tp);
+    KvPolicy pol;
+    if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
+    int loaded = strcmp(rc->quant, "loaded") == 0;
+    if (model_hash(rc->model, model_sha) != 0) return -1;
+
+    Model m;
+    ModelLoadOpts mo = {.quant = loaded ? NULL : rc->quant};
+    if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "bf16") == 0) {
+        mo.quant = NULL;
+        mo.dense = 1;
+        loaded = 1;
+    } else if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "ternary") != 0) {
+        return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
+    }
+    if (model_load(rc->model, &mo, &m) != 0) return -1;
+    /* a native ternary checkpoint is run as stored when "ternary" is asked for */
+    int32_t *tok = NULL;
+    int64_t n = 0;
+    int st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
+    RefData R = {.T = rc->T, .V = m.cfg.vocab};
+    R.split = pol.kind != KVP_NONE || strcmp(rc->factor, "kv") == 0;
+    R.per_w = ppl_scored_per_window(R.T, R.split);
+    PplOpts cnt = {.window = R.T, .max_windows = rc->max_windows};
+    R.nw = st == 0 ? ppl_window_count(n, &cnt) : 0;
+    R.N = R.nw * R.per_w;
+    if (st == 0 && R.nw == 0) st = err_set("no complete window of %d tokens in %s", R.T, rc->tokens_path);
+    if (st == 0 && R.N * R.V > EXP_MAX_REF_FLOATS)
+        st = err_set("%lld scored positions x %d logits is too many to compare with the "
+                     "reference; use max_windows=%lld or fewer", (long long)R.N, R.V,
+                     (long long)(EXP_MAX_REF_FLOATS / R.V / R.per_w));
+    if (st == 0) {
+        R.logits = mem_alloc(sizeof(float) * (size_t)(R.N * R.V), "reference logits");
+        R.lse = xmalloc(sizeof(double) * (size_t)R.N);
+        R.nll = xmalloc(sizeof(float) * (size_t)R.N);
+        if (!R.logits) st = -1;
+    }
+    if (st == 0) st = get_reference(rc, model_sha, tok, n, &R);
+
+    EvalCtx ctx = {.ref = &R, .logit_rows = rc->logit_rows < R.N ? rc->logit_rows : (int)R.N};
+    PplResult res = {0};
+    if (st == 0) {
+        ctx.nll = xmalloc(sizeof(float) * (size_t)R.N);
+        ctx.kl = xmalloc(sizeof(float) * (size_t)R.N);
+        ctx.logit_test = xmalloc(sizeof(float) * (size_t)ctx.logit_rows * (size_t)R.V + 4);
+        st = evaluate(&m, &pol, tok, n, &R, &ctx, &res);
+    }
+
+    /* throughput rows */
+    int nb = 0;
+    int64_t *batches = NULL;
+    double *pre = NULL, *dec = NULL, *p50 = NULL, *p99 = NULL;
+    if (st == 0 && rc->kind == EXP_THROUGHPUT) {
+        char **bl = expconf_list(rc->conf, "batches", &nb);
+        int64_t pl = 128, gl = 32, wu = 1, rp = 3;
+        expconf_get_i64(rc->conf, "prompt_len", &pl);
+        expconf_get_i64(rc->conf, "gen_len", &gl);
+        expconf_get_i64(rc->conf, "warmup", &wu);
+        expconf_get_i64(rc->conf, "repeats", &rp);
+        batches = xcalloc((size_t)nb + 1, sizeof(int64_t));
+        pre = xcalloc((size_t)nb + 1, sizeof(double));
+        dec = xcalloc((size_t)nb + 1, sizeof(double));
+        p50 = xcalloc((size_t)nb + 1, sizeof(double));
+        p99 = xcalloc((size_t)nb + 1, sizeof(double));
+        for (int i = 0; i < nb && st == 0; i++) {
+            batches[i] = atoll(bl[i]);
+            if (batches[i] < 1 || batches[i] > 4096) {
+                st = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
+                break;
+            }
+            Throughput t = {0};
+            st = measure_throughput(&m, tok, n, (int)batches[i], (int)pl, (int)gl, (int)wu,
+                                    rp < 1 ? 1 : (int)rp, &t);
+            if (st == 0) {
+                pre[i] = t.prefill_tok_s;
+                dec[i] = t.decode_tok_s;
+                p50[i] = t.p50_ms;
+                p99[i] = t.p99_ms;
+                fprintf(stderr, "throughput %s batch %lld: prefill %.0f tok/s, decode %.0f tok/s, "
+                                "step p50 %.2f ms p99 %.2f ms\n", rc->value, (long long)batches[i],
+                        t.prefill_tok_s, t.decode_tok_s, t.p50_ms, t.p99_ms);
+            }
+        }
+        expconf_free_list(bl);
+    }
+
+    /* weight statistics */
+    WeightStats ws = {0};
+    int nl = 7 * m.cfg.n_layers;
+    ws.names = xcalloc((size_t)nl, sizeof(char *));
+    ws.sparsity = xcalloc((size_t)nl, sizeof(double));
+    ws.rel_err = xcalloc((size_t)nl, sizeof(double));
+    ws.smin = xcalloc((size_t)nl, sizeof(double));
+    ws.smax = xcalloc((size_t)nl, sizeof(double));
+    ws.bytes = xcalloc((size_t)nl, sizeof(int64_t));
+    Model dense;
+    int have_dense = 0;
+    if (st == 0 && m.has_quant) {
+        ModelLoadOpts od = {.dense = 1};
+        if (model_load(rc->model, &od, &dense) == 0) {
+            have_dense = 1;
+            ws.dense = &dense;
+        } else st = -1;
+    }
+    if (st == 0) model_for_each_linear(&m, stat_linear, &ws);
+
+    /* write the run file */
+    H5Log *lg = NULL;
+    if (st == 0 && !(lg = h5log_create(out))) st = -1;
+    if (st == 0) {
+        git_commit(commit, sizeof commit);
+        if (loaded || !m.has_quant) snprintf(spec_str, sizeof spec_str, "loaded");
+        else quant_spec_format(&m.quant, spec_str, sizeof spec_str);
+        kv_policy_format(&pol, pol_str, sizeof pol_str);
+        double N = (double)R.N;
+        int64_t P = ctx.logit_rows;
+        int64_t *positions = xmalloc(sizeof(int64_t) * (size_t)(P + 1));
+        for (int64_t i = 0; i < P; i++)
+            positions[i] = (i / R.per_w) * R.T + (R.split ? R.T / 2 - 1 : 0) + i % R.per_w;
+        Engine tmp; /* KV bytes per token under the policy, from the cache geometry */
+        EngineOpts eo = {.max_tok = 1, .block_size = 16, .n_blocks = 1};
+        double kvb = NAN, enc = NAN, dec_b = NAN;
+        if (engine_init(&tmp, &m, &eo) == 0) {
+            kv_set_policy(&tmp.kv, &pol);
+            enc = (double)kv_bytes_per_token(&tmp.kv, 0);
+            dec_b = (double)kv_bytes_per_token(&tmp.kv, 1);
+            int h = R.T / 2;
+            kvb = R.split ? (h * enc + (R.T - 1 - h) * dec_b) / (R.T - 1) : enc;
+            engine_free(&tmp);
+        }
+        int e = 0;
+        e |= h5log_write_provenance(lg, TERNLAB_VERSION, commit);
+        e |= h5log_attr_str(lg, "/", "experiment", rc->experiment);
+        e |= h5log_attr_str(lg, "/", "factor", rc->factor);
+        e |= h5log_attr_str(lg, "/", "factor_value", rc->value);
+        e |= h5log_attr_str(lg, "/", "model", rc->model);
+        e |= h5log_attr_str(lg, "/", "model_sha256", model_sha);
+        e |= h5log_attr_str(lg, "/", "tokens", rc->tokens_path);
+        e |= h5log_attr_i64(lg, "/", "window", R.T);
+        e |= h5log_attr_str(lg, "/", "quant_spec", spec_str);
+        e |= h5log_attr_str(lg, "/", "kv_policy", pol_str);
+        e |= h5log_attr_str(lg, "/", "device", rc->device);
+        e |= h5log_attr_i64(lg, "/", "tp", rc->tp);
+        e |= h5log_attr_i64(lg, "/", "windows", R.nw);
+        e |= h5log_attr_str(lg, "/", "protocol", R.split ? "kv-split-half" : "gptq-windows");
+        e |= h5log_attr_str(lg, "/", "weights", m.native_ternary && !m.has_quant && !mo.dense
+                                                     ? "native ternary" : m.has_quant ? "ternarised" : "dense");
+        e |= h5log_scalar_f64(lg, "/metrics/ppl", res.ppl);
+        e |= h5log_scalar_f64(lg, "/metrics/ppl_ref", R.ppl);
+        e |= h5log_scalar_f64(lg, "/metrics/nll_mean", res.nll_sum / N);
+        e |= h5log_scalar_f64(lg, "/metrics/kl_mean", ctx.kl_sum / N);
+        e |= h5log_scalar_f64(lg, "/metrics/top1_agree", (double)ctx.top1 / N);
+        e |= h5log_scalar_f64(lg, "/metrics/logit_rel_l2", ctx.rel_sum / N);
+        e |= h5log_f32(lg, "/per_token/nll", ctx.nll, R.N);
+        e |= h5log_f32(lg, "/per_token/nll_ref", R.nll, R.N);
+        e |= h5log_f32(lg, "/per_token/kl", ctx.kl, R.N);
+        e |= h5log_i64(lg, "/logits/positions", positions, P);
+        e |= h5log_f32_2d(lg, "/logits/test", ctx.logit_test, P, R.V);
+        e |= h5log_f32_2d(lg, "/logits/ref", R.logits, P, R.V);
+        e |= h5log_i64(lg, "/throughput/batch", batches, nb);
+        e |= h5log_f64(lg, "/throughput/prefill_tok_s", pre, nb);
+        e |= h5log_f64(lg, "/throughput/decode_tok_s", dec, nb);
+        e |= h5log_f64(lg, "/throughput/latency_ms_p50", p50, nb);
+        e |= h5log_f64(lg, "/throughput/latency_ms_p99", p99, nb);
+        e |= h5log_strings(lg, "/weights/name", ws.names, ws.n);
+        e |= h5log_f64(lg, "/weights/sparsity", ws.sparsity, ws.n);
+        e |= h5log_f64(lg, "/weights/rel_err", ws.rel_err, ws.n);
+        e |= h5log_f64(lg, "/weights/scale_min", ws.smin, ws.n);
+        e |= h5log_f64(lg, "/weights/scale_max", ws.smax, ws.n);
+        e |= h5log_i64(lg, "/weights/bytes", ws.bytes, ws.n);
+        e |= h5log_scalar_f64(lg, "/kv/bytes_per_token", kvb);
+        e |= h5log_scalar_str(lg, "/kv/policy", pol_str);
+        e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_encoder", enc);
+        e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_decoder", dec_b);
+        e |= h5log_attr_f64(lg, "/metrics", "eval_tok_s", res.tok_per_s);
+        e |= h5log_attr_f64(lg, "/metrics", "decode_tok_s",
+                            res.decode_seconds > 0 ? (double)res.decode_tokens / res.decode_seconds : NAN);
+        free(positions);
+        if (e) {
+            h5log_abort(lg);
+            st = -1;
+        } else {
+            st = h5log_commit(lg);
+        }
+        if (st == 0)
+            printf("%s %s=%s %s: ppl %.4f (ref %.4f) kl %.4g top1 %.4f kv %.1f B/token -> %s\n",
+                   rc->experiment, rc->factor, rc->value, base_name(rc->model), res.ppl, R.ppl,
+                   ctx.kl_sum / N, (double)ctx.top1 / N, kvb, out);
+    }
+    if (have_dense) model_free(&dense);
+    free(ws.names);
+    free(ws.sparsity);
+    free(ws.rel_err);
+    free(ws.smin);
+    free(ws.smax);
+    free(ws.bytes);
+    free(batches);
+    free(pre);
+    free(dec);
+    free(p50);
+    free(p99);
+    free(ctx.nll);
+    free(ctx.kl);
+    free(ctx.logit_test);
+    ref_free(&R);
+    free(tok);
+    model_free(&m);
+    return st;
+}
+
+/* ---- main ---------------------------------------------------------------- */
+
+static void usage(const ExpDef *def, FILE *f) {
+    const char *prog = def->name + 4;
+    fprintf(f,
+            "%s: %s\n\n"
+            "usage: build/exp_%s [--model PATH] [--value V] [--out FILE.h5] [--config FILE]\n"
+            "                    [--results DIR] [key=value ...]\n\n"
+            "Settings come from configs/%s.conf; key=value overrides any of them.\n"
+            "With --model and --value: one run written to --out (default\n"
+            "RESULTS/%s/<model>__<value>.h5); otherwise every model x value of the config.\n"
+            "For sweeps across cores or nodes: scripts/sweep.sh %s.\n",
+            def->name, def->summary, prog, def->name, def->name, def->name);
+}
+
+int exp_main(const ExpDef *def, int argc, char **argv) {
+    const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
+    char cfgpath[4096];
+    int n_over = 0;
+    char **over = xcalloc((size_t)argc + 1, sizeof(char *));
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        const char **slot = !strcmp(a, "--model") ? &model : !strcmp(a, "--value") ? &value
+                          : !strcmp(a, "--out") ? &out : !strcmp(a, "--config") ? &config
+                          : !strcmp(a, "--results") ? &results : NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage(def, stdout);
+            free(over);
+            return 0;
+        }
+        if (slot) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "%s: %s needs a value\n", def->name, a);
+                free(over);
+                return 2;
+            }
+            *slot = argv[++i];
+        } else if (a[0] != '-' && strchr(a, '=')) {
+            over[n_over++] = argv[i];
+        } else {
+            fprintf(stderr, "%s: unknown argument '%s'\n\n", def->name, a);
+            usage(def, stderr);
+            free(over);
+            return 2;
+        }
+    }
+    char resbuf[4096];
+    int results_given = 0;
+    for (int i = 1; i < argc; i++) results_given |= !strcmp(argv[i], "--results");
+    if (out && !results_given) {
+        /* a sweep's --out is RESULTS/<experiment>/<file>.h5: keep the cache beside it */
+        snprintf(resbuf, sizeof resbuf, "%s", out);
+        for (int up = 0; up < 2; up++) {
+            char *sl = strrchr(resbuf, '/');
+            if (sl) *sl = 0;
+            else snprintf(resbuf, sizeof resbuf, ".");
+        }
+        results = resbuf;
+    }
+    if (!config) {
+        snprintf(cfgpath, sizeof cfgpath, "configs/%s.conf", def->name);
+        config = cfgpath;
+    }
+    ExpConf conf;
+    if (expconf_load(config, &conf) != 0 || expconf_check(&conf) != 0 ||
+        expconf_apply_args(&conf, n_over, over, NULL) != 0) {
+        fprintf(stderr, "%s: %s\n", def->name, err_msg());
+        free(over);
+        return 2;
+    }
+    free(over);
+    int nv = 0, nm = 0;
+    char **values = value ? NULL : expconf_list(&conf, "values", &nv);
+    char **models = model ? NULL : expconf_list(&conf, "models", &nm);
+    if (value) nv = 1;
+    if (model) nm = 1;
+    if (out && (nv != 1 || nm != 1)) {
+        fprintf(stderr, "%s: --out needs a single run (--model and --value)\n", def->name);
+        return 2;
+    }
+    int failed = 0;
+    for (int mi = 0; mi < nm; mi++)
+        for (int vi = 0; vi < nv; vi++) {
+            const char *mp = model ? model : models[mi];
+            const char *v = value ? value : values[vi];
+            ExpConf c;
+            char tmp_over[4096];
+            /* a fresh copy of the config for this point, bound to its value */
+            if (expconf_load(config, &c) != 0) {
+                failed++;
+                continue;
+            }
+            for (int k = 0; k < conf.n; k++) {
+                snprintf(tmp_over, sizeof tmp_over, "%s=%s", conf.entries[k].key, conf.entries[k].value);
+                expconf_override(&c, tmp_over);
+            }
+            int64_t T = 0, mw = 0, tp = 1, lr = 8;
+            RunCfg rc = {.experiment = def->name, .kind = def->kind, .conf = &c, .model = mp,
+                         .value = v, .results = results};
+            int st = expconf_bind(&c, v);
+            if (st == 0 && (expconf_get_i64(&c, "window", &T) != 0 || expconf_get_i64(&c, "max_windows", &mw) != 0))
+                st = -1;
+            if (st == 0) {
+                expconf_get_i64(&c, "tp", &tp);
+                expconf_get_i64(&c, "logit_rows", &lr);
+                rc.factor = expconf_get(&c, "factor");
+                rc.tokens_path = expconf_get(&c, "tokens");
+                rc.quant = expconf_get_or(&c, "quant", "loaded");
+                rc.kv = expconf_get_or(&c, "kv", "none");
+                rc.device = expconf_get_or(&c, "device", "cpu");
+                rc.T = (int)T;
+                rc.max_windows = mw;
+                rc.tp = (int)tp;
+                rc.logit_rows = (int)(lr < 0 ? 0 : lr);
+                if (T < 4 || T > (1 << 20)) st = err_set("window %lld out of range", (long long)T);
+            }
+            char outp[4096];
+            if (st == 0) {
+                if (out) snprintf(outp, sizeof outp, "%s", out);
+                else {
+                    snprintf(outp, sizeof outp, "%s/%s", results, def->name);
+                    st = mkdirs(outp);
+                    snprintf(outp, sizeof outp, "%s/%s/%s__%s.h5", results, def->name, base_name(mp), v);
+                }
+            }
+            if (st == 0) st = run_point(&rc, outp);
+            if (st != 0) {
+                fprintf(stderr, "%s: %s=%s on %s: %s\n", def->name, rc.factor ? rc.factor : "value",
+                        v, mp, err_msg());
+                failed++;
+            }
+            expconf_free(&c);
+        }
+    expconf_free_list(values);
+    expconf_free_list(models);
+    expconf_free(&conf);
+    return failed ? 1 : 0;
+}

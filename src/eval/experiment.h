@@ -1,0 +1,34 @@
+/* The shared driver of the experiment programs (experiments/exp_*.c).  Each
+ * program varies ONE factor; its settings come from configs/<experiment>.conf
+ * (key = value; {} stands for the factor's value), any key overridable as
+ * key=value on the command line.
+ *
+ *   build/exp_<name> [--model PATH] [--value V] [--out FILE.h5] [--config FILE]
+ *                    [--results DIR] [key=value ...]
+ *
+ * With --model and --value: one run, one HDF5 file (--out, default
+ * RESULTS/<experiment>/<model>__<value>.h5).  Without them: every model of
+ * the config's `models` × every value of `values`.
+ *
+ * A run evaluates the model under the bound settings and its reference (same
+ * model, dense weights with fp32 accumulation, full-precision KV, the same
+ * windows and protocol), and writes the schema of paper/SCHEMA.md.  The
+ * reference's logits are cached in RESULTS/cache keyed by model hash + token
+ * hash + window + windows + protocol, so a sweep computes each one once. */
+#ifndef TL_EXPERIMENT_H
+#define TL_EXPERIMENT_H
+
+typedef enum { EXP_QUALITY = 0, EXP_THROUGHPUT } ExpKind;
+
+typedef struct {
+    const char *name; /* "exp-threshold" */
+    ExpKind kind;
+    const char *summary; /* one line for --help */
+} ExpDef;
+
+/* main() of an experiment program: 0 ok, 1 a run failed, 2 usage. */
+int exp_main(const ExpDef *def, int argc, char **argv);
+
+#define TERNLAB_VERSION "0.1.0"
+
+#endif

@@ -1,0 +1,457 @@
+/* GGUF writer: a generic collector of metadata and tensors (GgufWriter) and
+ * gguf_write_model, which writes a (ternary) llama Model as llama.cpp's
+ * converter would (contract in gguf.h).
+ *
+ * Cost: tensor data is copied into the writer before the file is written, so
+ * writing holds a second copy of the converted weights in memory (small next
+ * to the f32 model it comes from). */
+#include "core/dtype.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "load/gguf.h"
+
+#include <cJSON.h>
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+typedef struct {
+    uint8_t *p;
+    size_t n, cap;
+} Buf;
+
+static void buf_put(Buf *b, const void *src, size_t n) {
+    if (b->n + n > b->cap) {
+        while (b->n + n > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
+        b->p = xrealloc(b->p, b->cap);
+    }
+    memcpy(b->p + b->n, src, n);
+    b->n += n;
+}
+static void put_u32(Buf *b, uint32_t v) {
+    uint8_t x[4] = {(uint8_t)v, (uint8_t)(v >> 8), (uint8_t)(v >> 16), (uint8_t)(v >> 24)};
+    buf_put(b, x, 4);
+}
+static void put_u64(Buf *b, uint64_t v) {
+    put_u32(b, (uint32_t)v);
+    put_u32(b, (uint32_t)(v >> 32));
+}
+static void put_str(Buf *b, const char *s) {
+    put_u64(b, strlen(s));
+    buf_put(b, s, strlen(s));
+}
+
+typedef struct {
+    char *name;
+    uint32_t type;
+    int n_dims;
+    int64_t ne[GGUF_MAX_DIMS];
+    uint8_t *data;
+    size_t nbytes;
+} WTensor;
+
+struct GgufWriter {
+    Buf kv;        /* serialised key/value pairs */
+    uint64_t n_kv;
+    WTensor *t;
+    int64_t n_t, cap_t;
+};
+
+GgufWriter *gguf_writer_new(void) { return xcalloc(1, sizeof(GgufWriter)); }
+
+void gguf_writer_free(GgufWriter *w) {
+    if (!w) return;
+    for (int64_t i = 0; i < w->n_t; i++) {
+        free(w->t[i].name);
+        free(w->t[i].data);
+    }
+    free(w->t);
+    free(w->kv.p);
+    free(w);
+}
+
+void gguf_writer_str(GgufWriter *w, const char *key, const char *val) {
+    put_str(&w->kv, key);
+    put_u32(&w->kv, GGUF_TYPE_STRING);
+    put_str(&w->kv, val);
+    w->n_kv++;
+}
+
+void gguf_writer_u32(GgufWriter *w, const char *key, uint32_t val) {
+    put_str(&w->kv, key);
+    put_u32(&w->kv, GGUF_TYPE_UINT32);
+    put_u32(&w->kv, val);
+    w->n_kv++;
+}
+
+void gguf_writer_f32(GgufWriter *w, const char *key, float val) {
+    put_str(&w->kv, key);
+    put_u32(&w->kv, GGUF_TYPE_FLOAT32);
+    put_u32(&w->kv, f32_bits(val));
+    w->n_kv++;
+}
+
+void gguf_writer_str_array(GgufWriter *w, const char *key, const char *const *vals, uint64_t n) {
+    put_str(&w->kv, key);
+    put_u32(&w->kv, GGUF_TYPE_ARRAY);
+    put_u32(&w->kv, GGUF_TYPE_STRING);
+    put_u64(&w->kv, n);
+    for (uint64_t i = 0; i < n; i++) put_str(&w->kv, vals[i]);
+    w->n_kv++;
+}
+
+/* A raw key/value (type + value bytes as in a file), e.g. copied from another GGUF. */
+static void writer_raw(GgufWriter *w, const GgufKV *kv) {
+    put_str(&w->kv, kv->key);
+    put_u32(&w->kv, kv->type);
+    if (kv->type == GGUF_TYPE_STRING) put_u64(&w->kv, kv->n);
+    if (kv->type == GGUF_TYPE_ARRAY) {
+        put_u32(&w->kv, kv->arr_type);
+        put_u64(&w->kv, kv->n);
+    }
+    buf_put(&w->kv, kv->data, kv->nbytes);
+    w->n_kv++;
+}
+
+int gguf_writer_tensor(GgufWriter *w, const char *name, uint32_t type, int n_dims,
+                       const int64_t *ne, const void *data, size_t nbytes) {
+    int64_t n = 1, blk = gguf_type_block(type);
+    if (!blk) return err_set("tensor '%s': cannot write type %s", name, gguf_type_name(type));
+    if (n_dims < 1 || n_dims > GGUF_MAX_DIMS)
+        return err_set("tensor '%s': %d dimensions", name, n_dims);
+    for (int d = 0; d < n_dims; d++) n *= ne[d];
+    if (ne[0] % blk != 0 || (size_t)(n / blk) * gguf_type_block_bytes(type) != nbytes)
+        return err_set("tensor '%s': %zu bytes do not match its shape and type %s", name, nbytes,
+                       gguf_type_name(type));
+    if (w->n_t == w->cap_t) {
+        w->cap_t = w->cap_t ? 2 * w->cap_t : 64;
+        w->t = xrealloc(w->t, sizeof *w->t * (size_t)w->cap_t);
+    }
+    WTensor *t = &w->t[w->n_t++];
+    memset(t, 0, sizeof *t);
+    t->name = xstrdup(name);
+    t->type = type;
+    t->n_dims = n_dims;
+    for (int d = 0; d < GGUF_MAX_DIMS; d++) t->ne[d] = d < n_dims ? ne[d] : 1;
+    t->data = xmalloc(nbytes ? nbytes : 1);
+    memcpy(t->data, data, nbytes);
+    t->nbytes = nbytes;
+    return 0;
+}
+
+static size_t pad_to(size_t x, size_t a) { return (a - x % a) % a; }
+
+int gguf_writer_write(GgufWriter *w, const char *path) {
+    Buf h = {0};
+    buf_put(&h, GGUF_MAGIC, 4);
+    put_u32(&h, 3);
+    put_u64(&h, (uint64_t)w->n_t);
+    put_u64(&h, w->n_kv);
+    buf_put(&h, w->kv.p, w->kv.n);
+    uint64_t off = 0;
+    for (int64_t i = 0; i < w->n_t; i++) {
+        WTensor *t = &w->t[i];
+        put_str(&h, t->name);
+        put_u32(&h, (uint32_t)t->n_dims);
+        for (int d = 0; d < t->n_dims; d++) put_u64(&h, (uint64_t)t->ne[d]);
+        put_u32(&h, t->type);
+        put_u64(&h, off);
+        off += t->nbytes + pad_to(t->nbytes, GGUF_DEFAULT_ALIGNMENT);
+    }
+    static const uint8_t zeros[GGUF_DEFAULT_ALIGNMENT] = {0};
+    buf_put(&h, zeros, pad_to(h.n, GGUF_DEFAULT_ALIGNMENT));
+
+    size_t tl = strlen(path) + 16;
+    char *tmp = xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int rc = 0;
+    if (!f) {
+        rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+    } else {
+        int ok = fwrite(h.p, 1, h.n, f) == h.n;
+        for (int64_t i = 0; i < w->n_t && ok; i++) {
+            ok = fwrite(w->t[i].data, 1, w->t[i].nbytes, f) == w->t[i].nbytes;
+            size_t p = pad_to(w->t[i].nbytes, GGUF_DEFAULT_ALIGNMENT);
+            if (ok && p) ok = fwrite(zeros, 1, p, f) == p;
+        }
+        if (fclose(f) != 0) ok = 0;
+        if (!ok) rc = err_set("%s: write failed: %s (disk full?)", tmp, strerror(errno));
+        else if (rename(tmp, path) != 0)
+            rc = err_set("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
+        if (rc != 0) remove(tmp);
+    }
+    free(tmp);
+    free(h.p);
+    return rc;
+}
+
+/* ---- llama models -------------------------------------------------------- */
+
+/* Adds a float tensor (rows, cols) (rows 0: vector) in the smallest type that
+ * holds every value exactly: F16 (the converter's choice), else BF16, else F32.
+ * f32_only forces F32 (norms).  perm_hd > 0 permutes q/k rows for llama.cpp. */
+static int add_float(GgufWriter *w, const char *name, const float *x, int64_t rows, int64_t cols,
+                     int64_t perm_hd, int f32_only) {
+    int64_t n = (rows ? rows : 1) * cols;
+    int f16_ok = !f32_only, bf16_ok = !f32_only;
+    for (int64_t i = 0; i < n && (f16_ok || bf16_ok); i++) {
+        uint32_t b = f32_bits(x[i]);
+        if (f16_ok && f32_bits(f16_to_f32(f32_to_f16(x[i]))) != b) f16_ok = 0;
+        if (bf16_ok && f32_bits(bf16_to_f32(f32_to_bf16(x[i]))) != b) bf16_ok = 0;
+    }
+    uint32_t type = f16_ok ? GGML_TYPE_F16 : bf16_ok ? GGML_TYPE_BF16 : GGML_TYPE_F32;
+    size_t es = type == GGML_TYPE_F32 ? 4 : 2;
+    uint8_t *buf = mem_alloc(es * (size_t)n, name);
+    if (!buf) return -1;
+    for (int64_t r = 0; r < (rows ? rows : 1); r++) {
+        const float *src = x + (perm_hd > 0 ? gguf_hf_row_of(r, perm_hd) : r) * cols;
+        uint8_t *dst = buf + (size_t)(r * cols) * es;
+        for (int64_t k = 0; k < cols; k++) {
+            uint32_t v = type == GGML_TYPE_F16    ? f32_to_f16(src[k])
+                         : type == GGML_TYPE_BF16 ? f32_to_bf16(src[k])
+                                                  : f32_bits(src[k]);
+            for (size_t j = 0; j < es; j++) dst[k * (int64_t)es + (int64_t)j] = (uint8_t)(v >> (8 * j));
+        }
+    }
+    int64_t ne[2] = {cols, rows};
+    int rc = gguf_writer_tensor(w, name, type, rows ? 2 : 1, ne, buf, es * (size_t)n);
+    mem_free(buf);
+    return rc;
+}
+
+/* A ternary matrix as TQ2_0/TQ1_0: one f16 scale per 256-weight block, which
+ * is exact for group 256, row and tensor scales that f16 represents. */
+static int add_ternary(GgufWriter *w, const char *name, const TernaryMatrix *t, int64_t perm_hd,
+                       int tq1) {
+    int64_t rows = t->rows, cols = t->cols, nb = cols / GGUF_QK_K;
+    if (t->group != QG_TENSOR && t->group != QG_ROW && t->group_cols % GGUF_QK_K != 0)
+        return err_set("tensor '%s': group %s has several scales per 256-weight block, and %s "
+                       "holds one; quantise with group=256, row or tensor", name,
+                       quant_group_name(t->group), tq1 ? "TQ1_0" : "TQ2_0");
+    size_t bb = tq1 ? GGUF_TQ1_0_BYTES : GGUF_TQ2_0_BYTES;
+    int8_t *q = mem_alloc((size_t)(rows * cols), name);
+    uint8_t *out = mem_alloc((size_t)(rows * nb) * bb, name);
+    int rc = (q && out) ? 0 : -1;
+    if (rc == 0) tern_unpack_codes(t, q);
+    for (int64_t r = 0; r < rows && rc == 0; r++) {
+        int64_t src = perm_hd > 0 ? gguf_hf_row_of(r, perm_hd) : r;
+        for (int64_t b = 0; b < nb; b++) {
+            float s = t->scales[src * t->scale_stride + (b * GGUF_QK_K) / t->group_cols];
+            uint16_t d = f32_to_f16(s);
+            if ((d & 0x7c00) == 0x7c00) {
+                rc = err_set("tensor '%s': scale %g does not fit in f16 (TQ block scale)", name,
+                             (double)s);
+                break;
+            }
+            uint8_t *blk = out + (size_t)(r * nb + b) * bb;
+            const int8_t *qb = q + src * cols + b * GGUF_QK_K;
+            if (tq1) gguf_tq1_0_encode(qb, d, blk);
+            else gguf_tq2_0_encode(qb, d, blk);
+        }
+    }
+    int64_t ne[2] = {cols, rows};
+    if (rc == 0)
+        rc = gguf_writer_tensor(w, name, tq1 ? GGML_TYPE_TQ1_0 : GGML_TYPE_TQ2_0, 2, ne, out,
+                                (size_t)(rows * nb) * bb);
+    mem_free(q);
+    mem_free(out);
+    return rc;
+}
+
+static int add_linear(GgufWriter *w, const char *name, const Linear *lin, int64_t perm_hd, int tq1) {
+    if (!lin->t) return add_float(w, name, lin->w, lin->out, lin->in, perm_hd, 0);
+    if (lin->in % GGUF_QK_K == 0) return add_ternary(w, name, lin->t, perm_hd, tq1);
+    /* as the converter does: a row that is not whole TQ blocks stays float */
+    float *x = mem_alloc(sizeof(float) * (size_t)(lin->out * lin->in), name);
+    if (!x) return -1;
+    tern_dequant(lin->t, x);
+    int rc = add_float(w, name, x, lin->out, lin->in, perm_hd, 0);
+    mem_free(x);
+    return rc;
+}
+
+static void writer_i32_array(GgufWriter *w, const char *key, const int32_t *v, uint64_t n) {
+    put_str(&w->kv, key);
+    put_u32(&w->kv, GGUF_TYPE_ARRAY);
+    put_u32(&w->kv, GGUF_TYPE_INT32);
+    put_u64(&w->kv, n);
+    for (uint64_t i = 0; i < n; i++) put_u32(&w->kv, (uint32_t)v[i]);
+    w->n_kv++;
+}
+
+static cJSON *read_json(const char *dir, const char *file) {
+    size_t l = strlen(dir) + strlen(file) + 2;
+    char *p = xmalloc(l);
+    snprintf(p, l, "%s/%s", dir, file);
+    char *text = NULL;
+    cJSON *j = NULL;
+    if (file_read_all(p, &text, NULL) == 0) j = cJSON_Parse(text);
+    err_clear();
+    free(text);
+    free(p);
+    return j;
+}
+
+/* A byte-level BPE tokenizer.json (GPT-2 style) as llama.cpp's "gpt2"
+ * tokenizer, as the converter writes it: tokens by id (holes as [PADn]),
+ * token types (1 normal, 3 control = special added token, 4 user-defined),
+ * merges "a b", bos/eos from config.json.  Other tokenizers are skipped
+ * (*written stays 0): the weights are still complete, llama.cpp then needs a
+ * tokenizer from elsewhere. */
+static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
+    cJSON *tj = read_json(m->path, "tokenizer.json");
+    const cJSON *model = tj ? cJSON_GetObjectItemCaseSensitive(tj, "model") : NULL;
+    const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
+    const cJSON *vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
+    const cJSON *merges = model ? cJSON_GetObjectItemCaseSensitive(model, "merges") : NULL;
+    if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 || !cJSON_IsObject(vocab) ||
+        !cJSON_IsArray(merges)) {
+        cJSON_Delete(tj);
+        return 0;
+    }
+    int n = m->cfg.vocab;
+    const char **tok = xcalloc((size_t)n, sizeof *tok);
+    int32_t *tt = xcalloc((size_t)n, sizeof *tt);
+    char **pads = xcalloc((size_t)n, sizeof *pads);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, vocab) {
+        if (cJSON_IsNumber(e) && e->valueint >= 0 && e->valueint < n) {
+            tok[e->valueint] = e->string;
+            tt[e->valueint] = 1;
+        }
+    }
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
+        const cJSON *content = cJSON_GetObjectItemCaseSensitive(e, "content");
+        if (!cJSON_IsNumber(id) || id->valueint < 0 || id->valueint >= n || !cJSON_IsString(content))
+            continue;
+        tok[id->valueint] = content->valuestring;
+        tt[id->valueint] = cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(e, "special")) ? 3 : 4;
+    }
+    for (int i = 0; i < n; i++)
+        if (!tok[i]) {
+            pads[i] = xmalloc(24);
+            snprintf(pads[i], 24, "[PAD%d]", i);
+            tok[i] = pads[i];
+            tt[i] = 5; /* UNUSED */
+        }
+    int nm = cJSON_GetArraySize(merges), k = 0;
+    char **mg = xcalloc((size_t)(nm ? nm : 1), sizeof *mg);
+    cJSON_ArrayForEach(e, merges) {
+        if (cJSON_IsString(e)) {
+            mg[k++] = xstrdup(e->valuestring);
+        } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
+                   cJSON_IsString(cJSON_GetArrayItem(e, 0)) && cJSON_IsString(cJSON_GetArrayItem(e, 1))) {
+            const char *a = cJSON_GetArrayItem(e, 0)->valuestring, *b = cJSON_GetArrayItem(e, 1)->valuestring;
+            size_t l = strlen(a) + strlen(b) + 2;
+            mg[k] = xmalloc(l);
+            snprintf(mg[k++], l, "%s %s", a, b);
+        }
+    }
+    gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+    gguf_writer_str(w, "tokenizer.ggml.pre", "gpt-2");
+    gguf_writer_str_array(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
+    writer_i32_array(w, "tokenizer.ggml.token_type", tt, (uint64_t)n);
+    gguf_writer_str_array(w, "tokenizer.ggml.merges", (const char *const *)mg, (uint64_t)k);
+    cJSON *cfg = read_json(m->path, "config.json");
+    const char *ids[2][2] = {{"bos_token_id", "tokenizer.ggml.bos_token_id"},
+                             {"eos_token_id", "tokenizer.ggml.eos_token_id"}};
+    for (int i = 0; i < 2; i++) {
+        const cJSON *v = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, ids[i][0]) : NULL;
+        if (cJSON_IsNumber(v) && v->valueint >= 0 && v->valueint < n)
+            gguf_writer_u32(w, ids[i][1], (uint32_t)v->valueint);
+    }
+    *written = 1;
+    cJSON_Delete(cfg);
+    for (int i = 0; i < k; i++) free(mg[i]);
+    for (int i = 0; i < n; i++) free(pads[i]);
+    free(mg);
+    free(pads);
+    free(tt);
+    free(tok);
+    cJSON_Delete(tj);
+    return 0;
+}
+
+/* Tokenizer metadata (llama.cpp needs it to load the file): copied from the
+ * source GGUF when the model came from one, else from an HF tokenizer.json. */
+static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
+    *copied = 0;
+    size_t l = m->path ? strlen(m->path) : 0;
+    if (l == 0) return 0;
+    if (l < 5 || strcmp(m->path + l - 5, ".gguf") != 0) return hf_tokenizer(w, m, copied);
+    GgufFile g;
+    if (gguf_open(m->path, &g) != 0) return -1;
+    for (int64_t i = 0; i < g.n_kv; i++)
+        if (strncmp(g.kv[i].key, "tokenizer.", 10) == 0) {
+            writer_raw(w, &g.kv[i]);
+            (*copied)++;
+        }
+    gguf_close(&g);
+    return 0;
+}
+
+int gguf_write_model(const Model *m, const char *out_path, int tq1) {
+    const ModelConfig *c = &m->cfg;
+    if (c->arch != ARCH_LLAMA)
+        return err_set("%s: only llama-architecture models can be written as GGUF (this one is "
+                       "%s)", out_path, arch_name(c->arch));
+    GgufWriter *w = gguf_writer_new();
+    const char *base = m->path ? strrchr(m->path, '/') : NULL;
+    base = base ? base + 1 : m->path ? m->path : "ternlab";
+    int any_ternary = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        any_ternary |= L->q.t || L->k.t || L->v.t || L->o.t || L->gate.t || L->up.t || L->down.t;
+    }
+    gguf_writer_str(w, "general.architecture", "llama");
+    gguf_writer_str(w, "general.type", "model");
+    gguf_writer_str(w, "general.name", base);
+    /* llama_ftype: MOSTLY_TQ1_0 = 36, MOSTLY_TQ2_0 = 37; MOSTLY_F16 = 1 when nothing is ternary */
+    gguf_writer_u32(w, "general.file_type", any_ternary ? (tq1 ? 36 : 37) : 1);
+    gguf_writer_u32(w, "general.quantization_version", 2);
+    gguf_writer_u32(w, "llama.block_count", (uint32_t)c->n_layers);
+    if (c->max_pos > 0) gguf_writer_u32(w, "llama.context_length", (uint32_t)c->max_pos);
+    gguf_writer_u32(w, "llama.embedding_length", (uint32_t)c->hidden);
+    gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)c->inter);
+    gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
+    gguf_writer_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
+    gguf_writer_f32(w, "llama.rope.freq_base", (float)c->rope_theta);
+    gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", c->eps);
+    gguf_writer_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim);
+    gguf_writer_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim);
+    gguf_writer_u32(w, "llama.vocab_size", (uint32_t)c->vocab);
+    gguf_writer_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
+    if (m->has_quant) {
+        char spec[256];
+        if (quant_spec_format(&m->quant, spec, sizeof spec) >= 0)
+            gguf_writer_str(w, "ternlab.quant_spec", spec);
+    }
+    int copied, rc = copy_tokenizer(w, m, &copied);
+
+    int64_t H = c->hidden, hd = c->head_dim;
+    if (rc == 0) rc = add_float(w, "token_embd.weight", m->embed, c->vocab, H, 0, 0);
+    if (rc == 0) rc = add_float(w, "output_norm.weight", m->final_norm, 0, H, 0, 1);
+    if (rc == 0 && !m->lm_head_tied) rc = add_linear(w, "output.weight", &m->lm_head, 0, 0);
+    char name[96];
+    for (int l = 0; l < c->n_layers && rc == 0; l++) {
+        const Layer *L = &m->layers[l];
+#define NAME(t) (snprintf(name, sizeof name, "blk.%d." t ".weight", l), name)
+        rc = add_float(w, NAME("attn_norm"), L->attn_norm, 0, H, 0, 1);
+        if (rc == 0) rc = add_float(w, NAME("ffn_norm"), L->ffn_norm, 0, H, 0, 1);
+        if (rc == 0) rc = add_linear(w, NAME("attn_q"), &L->q, hd, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("attn_k"), &L->k, hd, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("attn_v"), &L->v, 0, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("attn_output"), &L->o, 0, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("ffn_gate"), &L->gate, 0, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("ffn_up"), &L->up, 0, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("ffn_down"), &L->down, 0, tq1);
+#undef NAME
+    }
+    if (rc == 0) rc = gguf_writer_write(w, out_path);
+    gguf_writer_free(w);
+    if (rc != 0) return err_prefix("writing %s: ", out_path);
+    return 0;
+}

@@ -1,0 +1,89 @@
+/* bench_csv2h5.c — converts the CSV written by build/gpu/bench_gpu (on the
+ * device machine, which has no libhdf5) into an HDF5 run file through
+ * src/log/h5log.h.  Usage: bench_csv2h5 IN.csv OUT.h5
+ *
+ * Layout: root attributes experiment = "bench-gpu", device, sms, group,
+ * copy_bw_gbs (from the CSV's "# key=value;..." header) and the provenance
+ * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
+ * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64), one
+ * entry per CSV row. */
+#include "core/err.h"
+#include "log/h5log.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ROWS 4096
+
+static int fail(const char *what) {
+    fprintf(stderr, "bench_csv2h5: %s: %s\n", what, err_msg());
+    return 1;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 3) {
+        fprintf(stderr, "usage: bench_csv2h5 IN.csv OUT.h5\n");
+        return 2;
+    }
+    FILE *f = fopen(argv[1], "r");
+    if (!f) {
+        fprintf(stderr, "bench_csv2h5: cannot open %s (run make bench-gpu first)\n", argv[1]);
+        return 1;
+    }
+    static int64_t N[MAX_ROWS], K[MAX_ROWS], M[MAX_ROWS];
+    static double t[MAX_ROWS], gbs[MAX_ROWS], frac[MAX_ROWS], tf[MAX_ROWS], sp[MAX_ROWS];
+    static char kname[MAX_ROWS][32];
+    const char *kp[MAX_ROWS];
+    char line[1024], device[256] = "unknown", group[32] = "unknown";
+    double copy_bw = 0;
+    int sms = 0, n = 0;
+    while (fgets(line, sizeof line, f)) {
+        if (line[0] == '#') {
+            char *p;
+            if ((p = strstr(line, "device="))) sscanf(p, "device=%255[^;\n]", device);
+            if ((p = strstr(line, "sms="))) sscanf(p, "sms=%d", &sms);
+            if ((p = strstr(line, "copy_bw_gbs="))) sscanf(p, "copy_bw_gbs=%lf", &copy_bw);
+            if ((p = strstr(line, "group="))) sscanf(p, "group=%31[^;\n]", group);
+            continue;
+        }
+        if (!strncmp(line, "N,", 2)) continue;
+        if (n == MAX_ROWS) {
+            fprintf(stderr, "bench_csv2h5: more than %d rows in %s\n", MAX_ROWS, argv[1]);
+            fclose(f);
+            return 1;
+        }
+        long long a, b, c;
+        if (sscanf(line, "%lld,%lld,%lld,%31[^,],%lf,%lf,%lf,%lf,%lf", &a, &b, &c, kname[n], &t[n],
+                   &gbs[n], &frac[n], &tf[n], &sp[n]) != 9) {
+            fprintf(stderr, "bench_csv2h5: %s: malformed row %d: %s", argv[1], n + 1, line);
+            fclose(f);
+            return 1;
+        }
+        N[n] = a, K[n] = b, M[n] = c;
+        kp[n] = kname[n];
+        n++;
+    }
+    fclose(f);
+    if (n == 0) {
+        fprintf(stderr, "bench_csv2h5: %s has no data rows\n", argv[1]);
+        return 1;
+    }
+    H5Log *lg = h5log_create(argv[2]);
+    if (!lg) return fail("create");
+    if (h5log_write_provenance(lg, "ternlab", getenv("GIT_COMMIT")) ||
+        h5log_attr_str(lg, "/", "experiment", "bench-gpu") ||
+        h5log_attr_str(lg, "/", "device", device) || h5log_attr_str(lg, "/", "group", group) ||
+        h5log_attr_i64(lg, "/", "sms", sms) || h5log_attr_f64(lg, "/", "copy_bw_gbs", copy_bw) ||
+        h5log_i64(lg, "/bench/N", N, n) || h5log_i64(lg, "/bench/K", K, n) ||
+        h5log_i64(lg, "/bench/M", M, n) || h5log_strings(lg, "/bench/kernel", kp, n) ||
+        h5log_f64(lg, "/bench/time_us", t, n) || h5log_f64(lg, "/bench/gbs", gbs, n) ||
+        h5log_f64(lg, "/bench/frac_copy", frac, n) || h5log_f64(lg, "/bench/tflops", tf, n) ||
+        h5log_f64(lg, "/bench/speedup_vs_cublas", sp, n)) {
+        h5log_abort(lg);
+        return fail("write");
+    }
+    if (h5log_commit(lg)) return fail("commit");
+    printf("wrote %s (%d rows)\n", argv[2], n);
+    return 0;
+}

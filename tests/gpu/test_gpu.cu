@@ -1,0 +1,383 @@
+/* test_gpu.cu — every CUDA ternary kernel against its CPU *_ref twin.
+ *
+ * For awkward shapes (rows / cols not multiples of 4, 32, 128, 256), every
+ * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 17, 64, 300} and
+ * the three activation types, both kernel families (decode GEMV, prefill
+ * GEMM, forced) are run on random data and compared with
+ * tern_matmul_f32_ref / tern_matmul_i8_ref.  Device buffers carry guard
+ * zones filled with a sentinel and the output is poisoned with NaN before
+ * each run: a write outside the buffer, an element left unwritten or a NaN
+ * fails the case.  Also: determinism (two runs bit-identical), the cuBLAS
+ * baseline against a double-precision sum, and bad arguments returning errors.
+ *
+ * This is a separate program from tests/runner.c because it needs a GPU:
+ * without one it prints "SKIPPED: no GPU" and "0 passed, 0 failed" and
+ * exits 0 — nothing counts as passed.  Build and run: make test-gpu
+ * (kernels/cuda/gpu.mk). */
+#include <cuda_runtime.h>
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cuda/tern_cuda.h"
+extern "C" {
+#include "core/dtype.h"
+#include "core/err.h"
+#include "cpu/tern_kernels.h"
+#include "quant/quant.h"
+#include "ternary_format.h"
+}
+
+/* Tolerances (relative L2 of the whole output against the reference).
+ * f32:  x split exactly into 3 bf16 terms (error <= 2^-24 |x|), summed by the
+ *       tensor cores in fp32.  Both the GPU and tern_matmul_f32_ref (a
+ *       sequential fp32 sum) are compared with a float64 sum of the same
+ *       terms; the GPU must be within TOL_F32 of it and within TOL_F32_REF
+ *       of the CPU reference.  The first H200 run showed GPU vs CPU-ref
+ *       errors up to 3.5e-5 at K = 9000 (fp32 round-off of both sides: a
+ *       K-term fp32 sum of cancelling terms carries ~sqrt(K) * 2^-24 relative
+ *       error per partial sum, and tensor-core fp32 accumulation truncates);
+ *       the float64 comparison says which side it comes from.
+ * bf16: products q*x are exact in fp32; only the summation order differs.
+ * int8: D is an exact integer; the GEMM sums groups in the reference order
+ *       (bit-identical, TOL 0); the GEMV's split-K adds groups in another
+ *       order when there are several groups per row (1e-6). */
+#define TOL_F32 3e-5
+#define TOL_F32_REF 6e-5
+#define TOL_BF16 1e-5
+#define TOL_I8_SPLIT 1e-6
+#define TOL_DENSE 1e-5 /* cuBLAS bf16 x bf16, fp32 accumulation vs double */
+#define GUARD 256      /* elements of sentinel before and after each buffer */
+
+static int g_pass, g_fail;
+static double g_worst_gpu64, g_worst_ref64; /* f32: worst rel. error vs float64 */
+
+static void report(bool ok, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void report(bool ok, const char *fmt, ...) {
+    if (ok) {
+        g_pass++;
+        return;
+    }
+    g_fail++;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+}
+
+static uint64_t g_rng = 0x9e3779b97f4a7c15ull;
+static uint32_t rnd(void) {
+    g_rng ^= g_rng << 13;
+    g_rng ^= g_rng >> 7;
+    g_rng ^= g_rng << 17;
+    return (uint32_t)(g_rng >> 11);
+}
+static float frand(void) { return (float)(rnd() & 0xffffff) / 16777216.0f; } /* [0,1) */
+static float nrand(void) {
+    float u = frand() + 1e-7f, v = frand();
+    return sqrtf(-2.0f * logf(u)) * cosf(6.2831853f * v);
+}
+
+#define CK(call)                                                                            \
+    do {                                                                                    \
+        cudaError_t e_ = (call);                                                            \
+        if (e_ != cudaSuccess) {                                                            \
+            printf("FATAL %s:%d: %s: %s\n", __FILE__, __LINE__, #call, cudaGetErrorString(e_)); \
+            exit(1);                                                                        \
+        }                                                                                   \
+    } while (0)
+
+/* A device buffer of `bytes` with GUARD*esize sentinel bytes on each side. */
+struct GBuf {
+    uint8_t *base = nullptr;
+    size_t bytes = 0, guard = 0;
+    void *ptr() { return base + guard; }
+};
+static const uint8_t SENT = 0xA5;
+static GBuf gbuf(size_t bytes, size_t esize) {
+    GBuf b;
+    b.bytes = bytes;
+    b.guard = GUARD * esize;
+    CK(cudaMalloc(&b.base, bytes + 2 * b.guard));
+    CK(cudaMemset(b.base, SENT, bytes + 2 * b.guard));
+    return b;
+}
+static bool guards_ok(GBuf &b) {
+    size_t tot = b.bytes + 2 * b.guard;
+    uint8_t *h = (uint8_t *)malloc(tot);
+    CK(cudaMemcpy(h, b.base, tot, cudaMemcpyDeviceToHost));
+    bool ok = true;
+    for (size_t i = 0; i < b.guard && ok; i++) ok = h[i] == SENT && h[b.guard + b.bytes + i] == SENT;
+    free(h);
+    return ok;
+}
+static void gfree(GBuf &b) { cudaFree(b.base); }
+
+static double rel_l2(const float *a, const float *ref, size_t n, int *nan_or_mismatch) {
+    double num = 0, den = 0;
+    int bad = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!isfinite(a[i])) bad++;
+        double d = (double)a[i] - ref[i];
+        num += d * d;
+        den += (double)ref[i] * ref[i];
+    }
+    *nan_or_mismatch = bad;
+    return den > 0 ? sqrt(num / den) : sqrt(num);
+}
+
+static const char *act_name(int act) { return act == 0 ? "f32" : act == 1 ? "bf16" : "int8"; }
+
+/* One (matrix, n, activation) case: reference once, then each kernel family. */
+static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n, int act,
+                     const char *gname) {
+    const int64_t rows = W->rows, cols = W->cols;
+    float *x = (float *)malloc((size_t)(n * cols) * sizeof(float));
+    uint16_t *xb = (uint16_t *)malloc((size_t)(n * cols) * 2);
+    int8_t *xq = (int8_t *)malloc((size_t)(n * cols));
+    float *sx = (float *)malloc((size_t)n * sizeof(float));
+    float *ref = (float *)malloc((size_t)(n * rows) * sizeof(float));
+    float *got = (float *)malloc((size_t)(n * rows) * sizeof(float));
+    float *got2 = (float *)malloc((size_t)(n * rows) * sizeof(float));
+    float *ref64 = (float *)malloc((size_t)(n * rows) * sizeof(float));
+    for (int64_t i = 0; i < n * cols; i++) x[i] = nrand();
+    int rc;
+    if (act == 1) { /* the reference sees the same bf16 values */
+        for (int64_t i = 0; i < n * cols; i++) {
+            xb[i] = f32_to_bf16(x[i]);
+            x[i] = bf16_to_f32(xb[i]);
+        }
+    }
+    if (act == 2) {
+        for (int64_t i = 0; i < n * cols; i++) xq[i] = (int8_t)(int)(rnd() % 256 - 128);
+        for (int64_t t = 0; t < n; t++) sx[t] = 0.5f + 3.0f * frand();
+        rc = tern_matmul_i8_ref(W, xq, sx, n, ref);
+    } else {
+        rc = tern_matmul_f32_ref(W, x, n, ref);
+        /* float64 sum of the same terms, for the f32 bound */
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < rows; r++) {
+                const uint8_t *row = W->codes + r * W->row_bytes;
+                double acc = 0;
+                for (int64_t k = 0; k < cols; k++)
+                    acc += (double)tern_get(row, k) * W->scales[r * W->scale_stride + k / W->group_cols] *
+                           x[t * cols + k];
+                ref64[t * rows + r] = (float)acc;
+            }
+    }
+    if (rc < 0) {
+        report(false, "reference failed: %s", err_msg());
+        goto out;
+    }
+    {
+        const size_t esz = act == 0 ? 4 : act == 1 ? 2 : 1;
+        GBuf dx = gbuf((size_t)(n * cols) * esz, esz), dy = gbuf((size_t)(n * rows) * 4, 4),
+             dsx = gbuf((size_t)n * 4, 4);
+        const void *hx = act == 0 ? (const void *)x : act == 1 ? (const void *)xb : (const void *)xq;
+        CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
+        for (int kern = 1; kern <= 2; kern++) {
+            tern_cuda_force_kernel(kern);
+            float *outs[2] = {got, got2};
+            bool call_ok = true;
+            for (int rep = 0; rep < 2 && call_ok; rep++) {
+                CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes)); /* NaN poison */
+                if (act == 0)
+                    rc = tern_cuda_matmul_f32(dW, (const float *)dx.ptr(), n, (float *)dy.ptr(), 0);
+                else if (act == 1)
+                    rc = tern_cuda_matmul_bf16(dW, (const uint16_t *)dx.ptr(), n, (float *)dy.ptr(), 0);
+                else
+                    rc = tern_cuda_matmul_i8(dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n,
+                                             (float *)dy.ptr(), 0);
+                cudaError_t e = cudaDeviceSynchronize();
+                if (rc < 0 || e != cudaSuccess) {
+                    report(false, "%s %lldx%lld group=%s n=%lld %s: call failed: %s / %s",
+                           kern == 1 ? "gemv" : "gemm", (long long)rows, (long long)cols, gname,
+                           (long long)n, act_name(act), rc < 0 ? err_msg() : "ok",
+                           cudaGetErrorString(e));
+                    call_ok = false;
+                    break;
+                }
+                CK(cudaMemcpy(outs[rep], dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+            }
+            tern_cuda_force_kernel(0);
+            if (!call_ok) continue;
+            int bad = 0;
+            double err = rel_l2(got, ref, (size_t)(n * rows), &bad), err64 = 0, ref_err64 = 0;
+            if (act == 0) {
+                int b2;
+                err64 = rel_l2(got, ref64, (size_t)(n * rows), &b2);
+                ref_err64 = rel_l2(ref, ref64, (size_t)(n * rows), &b2);
+                if (ref_err64 > g_worst_ref64) g_worst_ref64 = ref_err64;
+                if (err64 > g_worst_gpu64) g_worst_gpu64 = err64;
+            }
+            double tol;
+            if (act == 0) tol = TOL_F32_REF;
+            else if (act == 1) tol = TOL_BF16;
+            else tol = (kern == 2 || W->n_groups == 1) ? 0.0 : TOL_I8_SPLIT;
+            int64_t mism = 0;
+            if (tol == 0.0)
+                for (int64_t i = 0; i < n * rows; i++) mism += memcmp(&got[i], &ref[i], 4) != 0;
+            const bool det = memcmp(got, got2, (size_t)(n * rows) * 4) == 0;
+            const bool gok = guards_ok(dx) && guards_ok(dy) && guards_ok(dsx);
+            const bool ok = bad == 0 && err <= tol && err64 <= TOL_F32 && mism == 0 && det && gok;
+            report(ok,
+                   "%s %lldx%lld group=%s n=%lld %s: rel_l2 %.3g (tol %.1g) vs float64 %.3g "
+                   "(cpu ref vs float64 %.3g) non-finite %d bit-mismatch %lld deterministic %d "
+                   "guards %d",
+                   kern == 1 ? "gemv" : "gemm", (long long)rows, (long long)cols, gname,
+                   (long long)n, act_name(act), err, tol, err64, ref_err64, bad, (long long)mism,
+                   det, gok);
+        }
+        gfree(dx);
+        gfree(dy);
+        gfree(dsx);
+    }
+out:
+    free(x);
+    free(xb);
+    free(xq);
+    free(sx);
+    free(ref);
+    free(got);
+    free(got2);
+    free(ref64);
+}
+
+static int make_matrix(int64_t rows, int64_t cols, QuantGroup grp, TernaryMatrix *W) {
+    int8_t *q = (int8_t *)malloc((size_t)(rows * cols));
+    for (int64_t i = 0; i < rows * cols; i++) q[i] = (int8_t)((int)(rnd() % 3) - 1);
+    int64_t ns = tern_n_scales(grp, rows, cols);
+    float *s = (float *)malloc((size_t)ns * sizeof(float));
+    for (int64_t i = 0; i < ns; i++) s[i] = 0.25f + frand();
+    int rc = tern_from_codes(q, s, rows, cols, grp, DT_BF16, W);
+    free(q);
+    free(s);
+    return rc;
+}
+
+static void test_dense(void) {
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        report(false, "cublasCreate failed");
+        return;
+    }
+    const int64_t rows = 37, cols = 200, n = 5;
+    uint16_t *w = (uint16_t *)malloc(rows * cols * 2), *x = (uint16_t *)malloc(n * cols * 2);
+    float *y = (float *)malloc(n * rows * 4), *ref = (float *)malloc(n * rows * 4);
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = f32_to_bf16(nrand());
+    for (int64_t i = 0; i < n * cols; i++) x[i] = f32_to_bf16(nrand());
+    for (int64_t t = 0; t < n; t++)
+        for (int64_t r = 0; r < rows; r++) {
+            double a = 0;
+            for (int64_t k = 0; k < cols; k++)
+                a += (double)bf16_to_f32(w[r * cols + k]) * bf16_to_f32(x[t * cols + k]);
+            ref[t * rows + r] = (float)a;
+        }
+    GBuf dw = gbuf(rows * cols * 2, 2), dx = gbuf(n * cols * 2, 2), dy = gbuf(n * rows * 4, 4);
+    CK(cudaMemcpy(dw.ptr(), w, dw.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dx.ptr(), x, dx.bytes, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes));
+    int rc = tern_cuda_dense_bf16(h, (const uint16_t *)dw.ptr(), rows, cols,
+                                  (const uint16_t *)dx.ptr(), n, dy.ptr(), 1, 0);
+    CK(cudaDeviceSynchronize());
+    CK(cudaMemcpy(y, dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+    int bad = 0;
+    double err = rel_l2(y, ref, n * rows, &bad);
+    report(rc == 0 && bad == 0 && err <= TOL_DENSE && guards_ok(dy),
+           "cuBLAS dense bf16 37x200 n=5: rc %d rel_l2 %.3g non-finite %d", rc, err, bad);
+    gfree(dw);
+    gfree(dx);
+    gfree(dy);
+    free(w);
+    free(x);
+    free(y);
+    free(ref);
+    cublasDestroy(h);
+}
+
+static void test_errors(void) {
+    TernCudaMatrix empty;
+    memset(&empty, 0, sizeof empty);
+    float *dy;
+    CK(cudaMalloc(&dy, 64));
+    report(tern_cuda_matmul_f32(&empty, (const float *)dy, 1, dy, 0) < 0,
+           "empty matrix must be an error");
+    TernaryMatrix W;
+    if (make_matrix(5, 200, QG_ROW, &W) < 0) {
+        report(false, "make_matrix: %s", err_msg());
+        return;
+    }
+    TernCudaMatrix dW;
+    report(tern_cuda_upload(&W, &dW) == 0, "upload 5x200: %s", err_msg());
+    report(tern_cuda_matmul_f32(&dW, (const float *)dy, -1, dy, 0) < 0, "n < 0 must be an error");
+    report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, NULL, 1, dy, 0) < 0,
+           "int8 without scales must be an error");
+    report(tern_cuda_matmul_bf16(&dW, NULL, 1, dy, 0) < 0, "NULL x must be an error");
+    tern_cuda_free(&dW);
+    /* a group width the kernels do not implement (5 groups of 48 columns) */
+    TernaryMatrix bad = W;
+    bad.group_cols = 48;
+    bad.n_groups = (W.cols + 47) / 48;
+    bad.scale_stride = bad.n_groups;
+    TernCudaMatrix dbad;
+    report(tern_cuda_upload(&bad, &dbad) < 0, "group of 48 columns must be refused");
+    printf("  (expected error: %s)\n", err_msg());
+    tern_free(&W);
+    cudaFree(dy);
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
+           prop.minor);
+    const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+
+    struct Shape {
+        int64_t rows, cols;
+    } shapes[] = {{1, 1},     {3, 5},     {17, 300},  {33, 257},  {100, 1000},
+                  {130, 513}, {257, 768}, {64, 4096}, {520, 9000}, {1000, 1100}};
+    const QuantGroup groups[] = {QG_TENSOR, QG_ROW, QG_32, QG_64, QG_128, QG_256};
+    const int64_t ns[] = {1, 3, 17, 64, 300};
+    for (const Shape &sh : shapes)
+        for (QuantGroup grp : groups) {
+            TernaryMatrix W;
+            if (make_matrix(sh.rows, sh.cols, grp, &W) < 0) {
+                report(false, "make_matrix: %s", err_msg());
+                continue;
+            }
+            TernCudaMatrix dW;
+            if (tern_cuda_upload(&W, &dW) < 0) {
+                report(false, "upload %lldx%lld: %s", (long long)sh.rows, (long long)sh.cols,
+                       err_msg());
+                tern_free(&W);
+                continue;
+            }
+            for (int64_t n : ns) {
+                /* keep the CPU reference affordable */
+                if ((double)n * sh.rows * sh.cols > (quick ? 2e6 : 6e7)) continue;
+                for (int act = 0; act < 3; act++) run_case(&W, &dW, n, act, quant_group_name(grp));
+            }
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+    test_dense();
+    test_errors();
+    printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
+           g_worst_ref64);
+    printf("%d passed, %d failed\n", g_pass, g_fail);
+    return g_fail ? 1 : 0;
+}

@@ -1,0 +1,154 @@
+/* Memory preflight (src/runtime/preflight.h): refuses what cannot fit with
+ * needed vs available and what to change; accepts what fits; its weight
+ * estimate agrees with what model_load really holds. */
+#include "test.h"
+#include "core/err.h"
+#include "fixtures.h"
+#include "runtime/preflight.h"
+
+#include <stdlib.h>
+#include <string.h>
+
+/* Llama-2-70B's shape (config.json of meta-llama/Llama-2-70b-hf). */
+static ModelConfig cfg_70b(void) {
+    ModelConfig c = {0};
+    c.arch = ARCH_LLAMA;
+    strcpy(c.model_type, "llama");
+    c.hidden = 8192, c.n_layers = 80, c.n_heads = 64, c.n_kv_heads = 8, c.head_dim = 128;
+    c.inter = 28672, c.vocab = 32000, c.max_pos = 4096, c.eps = 1e-5f, c.rope_theta = 10000;
+    c.tie = TIE_FALSE;
+    return c;
+}
+
+TEST(preflight_refuses_70b_at_tiny_budget) {
+    setenv("TERNLAB_MEM_LIMIT", "1G", 1);
+    ModelConfig c = cfg_70b();
+    size_t w = preflight_weight_bytes(&c, NULL, NULL, 0, NULL);
+    /* 69.0e9 parameters as f32 */
+    CHECK_MSG(w > (size_t)270e9 && w < (size_t)280e9, "70B f32 weights estimated at %zu", w);
+    char report[512];
+    int rc = preflight_check(&c, w, 4 * 4096, 4096, 16, report, sizeof report);
+    CHECK(rc == -1);
+    const char *msg = err_msg();
+    fprintf(stderr, "    %s\n    %s\n", report, msg);
+    CHECK(strstr(msg, "not enough memory") && strstr(msg, "1.00 GiB available"));
+    CHECK(strstr(msg, "TERNLAB_MEM_LIMIT") && strstr(msg, "--tp") && strstr(msg, "--quant"));
+    CHECK(strstr(report, "REFUSED") != NULL);
+    /* ternarised under a spec, the same model is ~16x smaller */
+    QuantSpec q;
+    REQUIRE(quant_spec_parse("rule=absmean,group=128", &q) == 0);
+    size_t wq = preflight_weight_bytes(&c, NULL, &q, 0, NULL);
+    CHECK_MSG(wq < w / 5, "ternary estimate %zu vs dense %zu", wq, w);
+}
+
+TEST(preflight_kv_advice_fits) {
+    setenv("TERNLAB_MEM_LIMIT", "16G", 1);
+    ModelConfig c = cfg_70b();
+    c.n_layers = 2; /* 8.3 GiB of weights: they fit, the KV cache does not */
+    size_t w = preflight_weight_bytes(&c, NULL, NULL, 0, NULL);
+    const int bs = 16;
+    CHECK(preflight_check(&c, w, (int64_t)1 << 24, 256, bs, NULL, 0) == -1);
+    const char *msg = err_msg();
+    fprintf(stderr, "    %s\n", msg);
+    CHECK(strstr(msg, "--max-seq") && strstr(msg, "--batch") && strstr(msg, "--kv-blocks"));
+    const char *kb = strstr(msg, "--kv-blocks ");
+    REQUIRE(kb != NULL);
+    long long blocks = atoll(kb + strlen("--kv-blocks "));
+    CHECK(blocks > 0);
+    /* the advice is right: that many blocks fit, twice as many do not */
+    CHECK_MSG(preflight_check(&c, w, blocks * bs, 256, bs, NULL, 0) == 0, "%s", err_msg());
+    CHECK(preflight_check(&c, w, 2 * blocks * bs + 1024, 256, bs, NULL, 0) == -1);
+}
+
+TEST(preflight_workspace_advice) {
+    setenv("TERNLAB_MEM_LIMIT", "3G", 1);
+    ModelConfig c = cfg_70b();
+    c.n_layers = 1;
+    /* a million tokens per forward call: activations and logits dominate */
+    CHECK(preflight_check(&c, 0, 1024, (int64_t)1 << 20, 16, NULL, 0) == -1);
+    CHECK(strstr(err_msg(), "--batch") != NULL);
+}
+
+TEST(preflight_accepts_tiny_model) {
+    setenv("TERNLAB_MEM_LIMIT", "4G", 1);
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    char report[512];
+    size_t w = preflight_weight_bytes(&m.cfg, &m.st, NULL, 0, NULL);
+    CHECK_MSG(preflight_check(&m.cfg, w, 8 * 1024, 256, 16, report, sizeof report) == 0, "%s",
+              err_msg());
+    fprintf(stderr, "    %s\n", report);
+    CHECK(strstr(report, "4.00 GiB available (TERNLAB_MEM_LIMIT)") && !strstr(report, "REFUSED"));
+    model_free(&m);
+}
+
+/* model_weight_bytes leaves out the norms and counts scales at their dtype's
+ * size (the preflight counts the f32 they are held in): 2% covers both. */
+#define PREFLIGHT_WEIGHT_TOL 0.02
+
+static void check_estimate(const char *dir, const char *spec, int dense) {
+    ModelLoadOpts o = {.quant = spec, .dense = dense};
+    Model m;
+    REQUIRE(model_load(test_path(dir), &o, &m) == 0);
+    QuantSpec q;
+    const QuantSpec *qp = NULL;
+    if (spec) {
+        REQUIRE(quant_spec_parse(spec, &q) == 0);
+        qp = &q;
+    }
+    size_t extra = 0;
+    size_t est = preflight_weight_bytes(&m.cfg, &m.st, qp, dense, &extra);
+    size_t real = model_weight_bytes(&m);
+    double rel = ((double)est - (double)real) / (double)real;
+    fprintf(stderr, "    %s quant=%s dense=%d: estimate %zu, model_weight_bytes %zu (%+.3f%%), "
+            "load peak +%zu\n", dir, spec ? spec : "-", dense, est, real, 100 * rel, extra);
+    CHECK_MSG(est >= real && rel <= PREFLIGHT_WEIGHT_TOL, "%s: estimate %zu vs %zu", dir, est, real);
+    CHECK(spec || dense ? extra > 0 : extra == 0); /* a transient f32 copy iff converting */
+    model_free(&m);
+}
+
+TEST(preflight_weight_estimate_matches_model) {
+    check_estimate(LLAMA_DIR, NULL, 0);
+    check_estimate(LLAMA_DIR, "rule=twn,group=128,scale=f16", 0);
+    check_estimate(LLAMA_DIR, "rule=absmean,group=row,layers=mlp", 0);
+    check_estimate(BITNET_DIR, NULL, 0);
+    check_estimate(BITNET_DIR, NULL, 1);
+}
+
+TEST(preflight_env_override_parsing) {
+    static const struct {
+        const char *s;
+        size_t v;
+    } ok[] = {{"1073741824", (size_t)1 << 30}, {"512M", (size_t)512 << 20},
+              {"1.5G", (size_t)3 << 29}, {"2GiB", (size_t)2 << 30}, {"64k", 65536}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        setenv("TERNLAB_MEM_LIMIT", ok[i].s, 1);
+        size_t a = 0;
+        char src[96];
+        CHECK(preflight_available(&a, src, sizeof src) == 0 && a == ok[i].v);
+        CHECK(strcmp(src, "TERNLAB_MEM_LIMIT") == 0);
+    }
+    setenv("TERNLAB_MEM_LIMIT", "lots", 1);
+    size_t a;
+    CHECK(preflight_available(&a, NULL, 0) == -1 && strstr(err_msg(), "TERNLAB_MEM_LIMIT"));
+    ModelConfig c = cfg_70b();
+    CHECK(preflight_check(&c, 0, 16, 16, 16, NULL, 0) == -1);
+}
+
+TEST(preflight_detects_host_memory) {
+    unsetenv("TERNLAB_MEM_LIMIT");
+    size_t a = 0;
+    char src[96];
+    CHECK_MSG(preflight_available(&a, src, sizeof src) == 0, "%s", err_msg());
+    fprintf(stderr, "    available %zu bytes (%s)\n", a, src);
+    CHECK(a > 0 && a < SIZE_MAX);
+}
+
+TEST(preflight_saturates_instead_of_wrapping) {
+    setenv("TERNLAB_MEM_LIMIT", "1T", 1);
+    ModelConfig c = cfg_70b();
+    char report[512];
+    CHECK(preflight_check(&c, SIZE_MAX / 2, INT64_MAX / 2, INT64_MAX / 4, 16, report,
+                          sizeof report) == -1);
+    CHECK(strstr(report, "REFUSED") != NULL);
+}
