@@ -117,6 +117,10 @@ static int quantize_safetensors(Model *m, const char *out) {
         Linear *lin = find_linear(m, s->name);
         if (lin && lin->t) {
             if (strstr(s->name, ".weight_scale")) continue; /* BitNet's per-tensor scale: folded in */
+            if (lin->t->group != m->quant.group || lin->t->scale_dtype != m->quant.scale)
+                rc = err_set("%s is ternary in another format than --quant gives (a native ternary "
+                             "checkpoint with some layers left as stored); a ternlab checkpoint holds "
+                             "one QuantSpec: use layers=all", lin->name);
             if (act_int8 >= 0 && act_int8 != lin->act_int8)
                 rc = err_set("linears differ in activation mode: give act= in --quant");
             act_int8 = lin->act_int8;

@@ -1,0 +1,207 @@
+/* Experiment programs end to end on tiny window counts; ternary KV pages;
+ * `ternlab quantize` round trips. */
+#include "test.h"
+#include "fixtures.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "kv/kv_ternary.h"
+#include "log/h5log.h"
+
+#include <hdf5.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+static double read_scalar(const char *file, const char *path) {
+    double v = NAN;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return v;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d >= 0) {
+        H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v);
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    return v;
+}
+
+static int64_t dataset_len(const char *file, const char *path) {
+    int64_t n = -1;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return n;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d >= 0) {
+        hid_t s = H5Dget_space(d);
+        n = H5Sget_simple_extent_npoints(s);
+        H5Sclose(s);
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    return n;
+}
+
+/* Runs one point of an experiment; returns the output path (static buffer). */
+static const char *run_exp(const char *prog, const char *model, const char *value, const char *extra) {
+    static char out[1024];
+    char cmd[4096], *log = NULL;
+    snprintf(out, sizeof out, "%s/%s-%s.h5", test_tmpdir(), prog, value);
+    snprintf(cmd, sizeof cmd, "build/%s --model %s --value %s --out %s window=32 max_windows=3 %s",
+             prog, test_path(model), value, out, extra ? extra : "");
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s exited %d: %s", cmd, rc, log);
+    free(log);
+    return out;
+}
+
+TEST(exp_each_writes_the_full_schema) {
+    struct {
+        const char *prog, *model, *value, *extra;
+    } runs[] = {
+        {"exp_threshold", LLAMA_DIR, "l2opt", NULL},
+        {"exp_scale_dtype", BITNET_DIR, "fp8_e4m3", NULL},
+        {"exp_group_size", LLAMA_DIR, "32", NULL},
+        {"exp_kv_ternary", BITNET_DIR, "encoder", NULL},
+        {"exp_throughput", LLAMA_DIR, "ternary",
+         "batches='1 3' prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1"},
+    };
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        const char *f = run_exp(runs[i].prog, runs[i].model, runs[i].value, runs[i].extra);
+        CHECK_MSG(h5log_verify_schema(f) == 0, "%s: %s", f, err_msg());
+        double ppl = read_scalar(f, "/metrics/ppl"), ref = read_scalar(f, "/metrics/ppl_ref");
+        CHECK_MSG(isfinite(ppl) && ppl > 1 && isfinite(ref) && ref > 1, "%s: ppl %g ref %g", f, ppl, ref);
+        /* scored tokens: 3 windows of 32 -> 31 each, or 16 each under the split protocol */
+        int64_t want = !strcmp(runs[i].prog, "exp_kv_ternary") ? 3 * 16
+                     : !strcmp(runs[i].prog, "exp_throughput") ? 31 : 3 * 31;
+        CHECK_MSG(dataset_len(f, "/per_token/kl") == want, "%s: %lld scored", f,
+                  (long long)dataset_len(f, "/per_token/kl"));
+        CHECK(dataset_len(f, "/weights/name") == 28);
+        if (!strcmp(runs[i].prog, "exp_throughput")) {
+            CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
+            CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
+        }
+    }
+}
+
+/* The control point of each factor reproduces the reference exactly. */
+TEST(exp_control_points_equal_reference) {
+    const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", NULL);
+    CHECK(read_scalar(f, "/metrics/ppl") == read_scalar(f, "/metrics/ppl_ref"));
+    CHECK(read_scalar(f, "/metrics/kl_mean") < 1e-9);
+    CHECK(read_scalar(f, "/metrics/top1_agree") == 1.0);
+    /* 4 layers x 4 KV heads x 32 dims x (K, V) x 4 bytes */
+    CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
+    f = run_exp("exp_kv_ternary", LLAMA_DIR, "all", NULL);
+    CHECK(read_scalar(f, "/metrics/kl_mean") > 1e-3);
+    /* per layer and head: 2 x 8 code bytes + (2 + 1) f16 scales x 2 bytes = 22 */
+    CHECK(read_scalar(f, "/kv/bytes_per_token") == 4 * 4 * 22.0);
+    f = run_exp("exp_kv_ternary", LLAMA_DIR, "all@layers=1-2", NULL);
+    CHECK(read_scalar(f, "/kv/bytes_per_token") == 2 * 4 * 256.0 + 2 * 4 * 22.0);
+}
+
+TEST(exp_bad_input_is_an_error) {
+    char cmd[2048], *log = NULL;
+    snprintf(cmd, sizeof cmd, "build/exp_threshold --model %s --value nosuchrule --out %s/x.h5 window=32 max_windows=1",
+             test_path(LLAMA_DIR), test_tmpdir());
+    CHECK(test_run(cmd, &log) == 1 && strstr(log, "nosuchrule"));
+    free(log);
+    snprintf(cmd, sizeof cmd, "build/exp_threshold --model %s --value twn windw=3", test_path(LLAMA_DIR));
+    CHECK(test_run(cmd, &log) == 2 && strstr(log, "windw"));
+    free(log);
+}
+
+/* A real sweep: a truncated run file is detected and rerun; complete ones are kept. */
+TEST(exp_sweep_reruns_truncated_file) {
+    char cmd[4096], *log = NULL;
+    const char *d = test_tmpdir();
+    snprintf(cmd, sizeof cmd, "bash scripts/sweep.sh exp-kv-ternary --results %s/res --model %s "
+                              "window=32 max_windows=2", d, test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &log) == 0);
+    free(log);
+    char f[1024], g[1024];
+    snprintf(f, sizeof f, "%s/res/exp-kv-ternary/llama-tiny__decoder.h5", d);
+    snprintf(g, sizeof g, "%s/res/exp-kv-ternary/llama-tiny__none.h5", d);
+    CHECK(h5log_verify_schema(f) == 0 && h5log_verify_schema(g) == 0);
+    char trunc[4096];
+    snprintf(trunc, sizeof trunc, "truncate -s 3000 %s && stat -c %%Y.%%i %s", f, g);
+    char *before = NULL, *after = NULL;
+    REQUIRE(test_run(trunc, &before) == 0);
+    CHECK(h5log_verify_schema(f) != 0);
+    REQUIRE(test_run(cmd, &log) == 0);
+    CHECK_MSG(strstr(log, "llama-tiny__decoder.h5") != NULL, "sweep log: %s", log);
+    free(log);
+    CHECK(h5log_verify_schema(f) == 0);
+    snprintf(trunc, sizeof trunc, "stat -c %%Y.%%i %s", g);
+    REQUIRE(test_run(trunc, &after) == 0);
+    CHECK_MSG(strstr(before, after) != NULL, "complete file was rewritten");
+    free(before);
+    free(after);
+}
+
+TEST(kv_ternary_row_by_hand) {
+    /* V row of 8: mean|x| = (0.9+0.1+0.5+0.2+0.6+0.0+1.2+0.5)/8 = 0.5; x/0.5 rounds to
+     * 2,0,-1,0,1,0,-2,1 -> clamp 1,0,-1,0,1,0,-1,1; scale 0.5 (exact in f16) */
+    float x[8] = {0.9f, 0.1f, -0.5f, 0.2f, 0.6f, 0.0f, -1.2f, 0.5f}, y[8];
+    uint8_t codes[2];
+    uint16_t sc[1];
+    kvt_quant_row(x, 8, 0, codes, sc);
+    kvt_dequant_row(codes, sc, 8, 0, y);
+    float want[8] = {0.5f, 0, -0.5f, 0, 0.5f, 0, -0.5f, 0.5f};
+    for (int i = 0; i < 8; i++) CHECK_MSG(y[i] == want[i], "v[%d] = %g, want %g", i, y[i], want[i]);
+    /* K row of 32: two groups of 16 with their own scales */
+    float k[32], ky[32];
+    for (int i = 0; i < 32; i++) k[i] = i < 16 ? (i % 2 ? 1.0f : -1.0f) : (i % 2 ? 4.0f : 0.0f);
+    uint8_t kc[8];
+    uint16_t ks[2];
+    kvt_quant_row(k, 32, 1, kc, ks);
+    kvt_dequant_row(kc, ks, 32, 1, ky);
+    /* group 0: mean 1 -> +-1; group 1: mean 2, x/2 = 2 or 0 -> 1 or 0, scale 2 */
+    for (int i = 0; i < 32; i++) {
+        float w = i < 16 ? (i % 2 ? 1.0f : -1.0f) : (i % 2 ? 2.0f : 0.0f);
+        CHECK_MSG(ky[i] == w, "k[%d] = %g, want %g", i, ky[i], w);
+    }
+    CHECK(kvt_bytes_per_token_head(32, 1) == 22 && kvt_bytes_per_token_head(32, 0) == 256);
+}
+
+TEST(kv_policy_parse_and_select) {
+    KvPolicy p;
+    REQUIRE(kv_policy_parse("encoder@layers=1-2", &p) == 0);
+    CHECK(kv_policy_ternary(&p, 1, 0) && !kv_policy_ternary(&p, 1, 1) && !kv_policy_ternary(&p, 0, 0));
+    REQUIRE(kv_policy_parse("decoder", &p) == 0);
+    CHECK(kv_policy_ternary(&p, 3, 1) && !kv_policy_ternary(&p, 3, 0));
+    char buf[64];
+    REQUIRE(kv_policy_parse("all@layers=2", &p) == 0);
+    kv_policy_format(&p, buf, sizeof buf);
+    CHECK(strcmp(buf, "all@layers=2") == 0);
+    CHECK(kv_policy_parse("sometimes", &p) != 0 && strstr(err_msg(), "encoder"));
+    CHECK(kv_policy_parse("all@layers=3-1", &p) != 0);
+    CHECK(kv_policy_parse("all@heads=1", &p) != 0);
+}
+
+/* ternlab quantize writes a checkpoint that loads back to identical logits. */
+TEST(quantize_round_trip_identical_logits) {
+    const char *specs[] = {"rule=twn,group=64,scale=fp8_e4m3,layers=mlp",
+                           "rule=l2opt,group=row,scale=bf16,act=int8"};
+    const char *srcs[] = {LLAMA_DIR, BITNET_DIR};
+    for (int i = 0; i < 2; i++) {
+        char cmd[8192], *log = NULL, dir[512], a[600], b[600];
+        snprintf(dir, sizeof dir, "%s/q%d", test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "build/ternlab quantize --model %s --quant %s --out %s", test_path(srcs[i]),
+                 specs[i], dir);
+        REQUIRE(test_run(cmd, &log) == 0);
+        free(log);
+        snprintf(a, sizeof a, "%s/a.f32", test_tmpdir());
+        snprintf(b, sizeof b, "%s/b.f32", test_tmpdir());
+        snprintf(cmd, sizeof cmd, "build/ternlab logits --model %s --quant %s --tokens %s --window 64 "
+                 "--windows 0:2 --out %s && build/ternlab logits --model %s --tokens %s --window 64 "
+                 "--windows 0:2 --out %s && cmp %s %s", test_path(srcs[i]), specs[i],
+                 test_path(TOKENS_FILE), a, dir, test_path(TOKENS_FILE), b, a, b);
+        CHECK_MSG(test_run(cmd, &log) == 0, "%s: %s", specs[i], log);
+        free(log);
+    }
+    /* a native ternary model with only some layers re-ternarised would mix formats */
+    char cmd[2048], *log = NULL;
+    snprintf(cmd, sizeof cmd, "build/ternlab quantize --model %s --quant rule=twn,group=64,layers=mlp --out %s/q9",
+             test_path(BITNET_DIR), test_tmpdir());
+    CHECK(test_run(cmd, &log) == 1 && strstr(log, "layers=all"));
+    free(log);
+}
