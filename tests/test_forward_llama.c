@@ -201,3 +201,30 @@ TEST(slow_ppl_llama_full) {
     engine_free(&e);
     model_free(&m);
 }
+
+/* --dump-layers equals transformers' hidden states (ref_layers.f32) row by row. */
+#define TOL_LAYER_ROWS 1e-5 /* fp32 vs fp32: per layer 7e-7 .. 2e-6 seen by an independent numpy forward */
+TEST(llama_dump_layers_match_transformers) {
+    char cmd[4096], *log = NULL, path[600];
+    snprintf(path, sizeof path, "%s/layers.f32", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "build/ternlab ppl --model %s --tokens %s --max-windows 1 --dump-layers %s",
+             test_path(LLAMA_DIR), test_path(TOKENS_FILE), path);
+    REQUIRE(test_run(cmd, &log) == 0);
+    free(log);
+    float *got, *ref;
+    int64_t n = fixture_read_f32(LLAMA_DIR "/ref_layers.f32", &ref);
+    char *buf;
+    size_t nb;
+    REQUIRE(file_read_all(path, &buf, &nb) == 0);
+    got = (float *)buf;
+    REQUIRE(n == 6 * 256 * 256 && (int64_t)nb == n * 4);
+    double worst = 0;
+    for (int64_t r = 0; r < 6 * 256; r++) {
+        double e = rel_l2(got + r * 256, ref + r * 256, 256);
+        if (e > worst) worst = e;
+    }
+    printf("    layer dump worst row rel L2 %.3g\n", worst);
+    CHECK_MSG(worst <= TOL_LAYER_ROWS, "worst row %.3g", worst);
+    free(got);
+    free(ref);
+}

@@ -45,6 +45,49 @@ static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, i
     return engine_init(e, m, &eo);
 }
 
+/* --dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 — embedding
+ * output, residual stream after each layer, after the final norm — the rows of
+ * the fixtures' ref_layers.f32. */
+static int dump_layers(Engine *e, const int32_t *tok, int64_t n, int T, const char *path) {
+    const ModelConfig *c = &e->m->cfg;
+    if (n < T) return err_set("--dump-layers: the token file is shorter than one window");
+    size_t cnt = (size_t)(c->n_layers + 2) * (size_t)T * (size_t)c->hidden;
+    float *buf = mem_alloc(sizeof(float) * cnt, "layer dump");
+    if (!buf) return -1;
+    int *ids = xmalloc(sizeof(int) * (size_t)T), *seq = xmalloc(sizeof(int) * (size_t)T);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)T);
+    kv_reset(&e->kv);
+    int sid = kv_seq_new(&e->kv);
+    for (int t = 0; t < T; t++) {
+        ids[t] = tok[t];
+        seq[t] = sid;
+        pos[t] = t;
+    }
+    e->rs.dump = buf;
+    int rc = forward(e->m, &e->kv, &e->rs, ids, seq, pos, T, NULL, 0, NULL);
+    e->rs.dump = NULL;
+    kv_reset(&e->kv);
+    if (rc == 0) {
+        char tmp[4200];
+        snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+        FILE *f = fopen(tmp, "wb");
+        if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+        else {
+            int ok = fwrite(buf, sizeof(float), cnt, f) == cnt;
+            if (fclose(f) != 0) ok = 0;
+            if (!ok || rename(tmp, path) != 0) {
+                remove(tmp);
+                rc = err_set("%s: write failed: %s", path, strerror(errno));
+            }
+        }
+    }
+    mem_free(buf);
+    free(ids);
+    free(seq);
+    free(pos);
+    return rc;
+}
+
 int cmd_ppl(int argc, char **argv) {
     CliOpts o;
     if (cli_parse(argc, argv, "model tokens window max-windows quant kv device tp out block-size "
@@ -54,6 +97,8 @@ int cmd_ppl(int argc, char **argv) {
         printf("ternlab ppl --model PATH --tokens FILE [--window 256] [--max-windows N]\n"
                "            [--quant SPEC] [--kv POLICY] [--device cpu] [--tp 1] [--out run.h5]\n"
                "            [--block-size 16] [--dump-layers FILE]\n"
+               "--dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0: embedding\n"
+               "output, residual stream after each layer, after the final norm.\n"
                "Perplexity over non-overlapping windows of --window tokens (GPTQ protocol:\n"
                "positions 0..T-2 predict 1..T-1, no BOS, partial tail dropped).\n"
                "Last stdout line: ppl <value> windows <n> predicted <n>\n");
@@ -61,8 +106,9 @@ int cmd_ppl(int argc, char **argv) {
     }
     if (need("ppl", "model", o.model) || need("ppl", "tokens", o.tokens) || check_kv_policy("ppl", &o))
         return 2;
-    if (o.out || o.dump_layers) {
-        fprintf(stderr, "ternlab ppl: --out/--dump-layers are not available in this build\n");
+    if (o.out) {
+        fprintf(stderr, "ternlab ppl: --out: run files are written by the experiment programs "
+                        "(build/exp_*, see README)\n");
         return 2;
     }
     Model m;
@@ -83,7 +129,8 @@ int cmd_ppl(int argc, char **argv) {
     }
     PplOpts po = {.window = o.window, .max_windows = o.max_windows, .progress = 1};
     PplResult r;
-    int rc = eval_ppl(&e, tok, n, &po, &r);
+    int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
+    if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
     if (rc == 0) {
         fprintf(stderr, "ppl: %lld windows in %.2fs (%.0f tokens/s, BLAS core %s)\n",
                 (long long)r.n_windows, r.seconds, r.tok_per_s, blas_core_report());
@@ -112,8 +159,8 @@ static int write_window_logits(void *ctx, int64_t w, const float *logits, const 
 
 int cmd_logits(int argc, char **argv) {
     CliOpts o;
-    if (cli_parse(argc, argv, "model tokens window windows quant kv device tp out block-size",
-                  &o) != 0)
+    if (cli_parse(argc, argv, "model tokens window windows quant kv device tp out block-size "
+                              "dump-layers", &o) != 0)
         return 2;
     if (o.help) {
         printf("ternlab logits --model PATH --tokens FILE --window T --windows A:B --out FILE\n"
@@ -154,6 +201,7 @@ int cmd_logits(int argc, char **argv) {
                       .max_windows = o.win_b - o.win_a, .on_logits = write_window_logits,
                       .ctx = &sink};
         PplResult r;
+        if (rc == 0 && o.dump_layers) rc = dump_layers(&e, tok, n, o.window, o.dump_layers);
         if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
         if (sink.f && fclose(sink.f) != 0 && rc == 0)
             rc = err_set("%s: write failed: %s", tmp, strerror(errno));
