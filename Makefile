@@ -55,7 +55,7 @@ CUDA_HOME ?= $(patsubst %/bin/nvcc,%,$(NVCC))
 CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 CFLAGS   += -DTL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
-NVFLAGS  := -O3 -arch=sm_90a -std=c++17 -Isrc -Ikernels -I. --compiler-options -Wall,-Werror,-fPIC
+NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 -Isrc -Ikernels -I. --compiler-options -Wall,-Werror,-fPIC
 endif
 endif
 endif
@@ -101,8 +101,8 @@ $(BUILD)/exp_%: experiments/exp_%.c $(LIB)
 	$(CC) $(CFLAGS) $^ -o $@ $(LDLIBS)
 
 # The test suite (CI runs exactly this; see README).
-test: $(BUILD)/ternlab $(BUILD)/test_runner
-	TERNLAB_BIN=$(BUILD)/ternlab $(BUILD)/test_runner $(T)
+test: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
+	TERNLAB_BIN=$(BUILD)/ternlab TERNLAB_BUILD=$(BUILD) $(BUILD)/test_runner $(T)
 
 # The same suite under ASan/UBSan.
 test-san:
@@ -116,6 +116,7 @@ clean:
 	rm -rf build build-san
 
 include scripts/paper.mk
+include kernels/cuda/gpu.mk
 
 # The experiments: `make exp-kv-ternary` (the main job) runs the sweep of that
 # experiment's config on both embedded models through GNU Parallel (resumable),

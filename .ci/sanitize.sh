@@ -12,7 +12,10 @@ set -uo pipefail
 cd "$(dirname "$0")/.."
 
 JOBS="${JOBS:-$(nproc 2>/dev/null || echo 2)}"
-if ! make SANITIZE=1 -j"$JOBS" build-san/test_runner build-san/ternlab; then
+# HAVE_CUDA=0: the CUDA objects are compiled (and checked) by the normal build;
+# sanitizers instrument the C code.
+if ! make SANITIZE=1 HAVE_CUDA=0 -j"$JOBS" build-san/test_runner build-san/ternlab build-san/exp_threshold \
+     build-san/exp_scale_dtype build-san/exp_group_size build-san/exp_kv_ternary build-san/exp_throughput; then
   echo "sanitize: build failed" >&2
   exit 1
 fi
@@ -23,7 +26,7 @@ logdir="$(mktemp -d /tmp/ternlab-sanitize-XXXXXX)"
 export ASAN_OPTIONS="detect_leaks=1:abort_on_error=0:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:log_path=$logdir/asan"
 export LSAN_OPTIONS="${LSAN_OPTIONS:-}"
 export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:log_path=$logdir/ubsan"
-export TERNLAB_BIN="$PWD/build-san/ternlab"
+export TERNLAB_BIN="$PWD/build-san/ternlab" TERNLAB_BUILD="$PWD/build-san"
 
 "${TEST_RUNNER:-build-san/test_runner}" "$@" 2>&1 | tee "$logdir/suite.log"
 rc=${PIPESTATUS[0]}

@@ -151,11 +151,14 @@ struct Row {
 
 int main(int argc, char **argv) {
     const char *out = "results/bench_gpu";
-    int quick = 0;
+    int quick = 0, sweep = 0;
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
+        else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
+            tern_cuda_decode_variant(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
             const char *g = argv[++i];
             int ok = 0;
@@ -163,7 +166,9 @@ int main(int argc, char **argv) {
                 if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
-            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] (unknown argument %s)", argv[i]);
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
+                "[--decode-variant V] (unknown argument %s)",
+                argv[i]);
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) DIE("no GPU: nothing to measure");
@@ -234,6 +239,48 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&dWd[i], (size_t)dbytes));
             fill_bf16<<<4096, 256, 0, s>>>(dWd[i], (size_t)(N * K), 1234u + i, 0.05f);
             CK(cudaGetLastError());
+        }
+        if (sweep) { /* decode pipeline variants (tern_cuda_decode_variant), M = 1 and 16 */
+            static const char *names[] = {"v0_kbs1", "v2_kbs4", "v20_sk_kbs2", "v10_kbs1_nomath"};
+            static const int vs[] = {0, 2, 20, 10};
+            const int NV = 4;
+            uint16_t *xb;
+            int8_t *xq;
+            float *sx, *y;
+            CK(cudaMalloc(&xb, (size_t)(16 * K) * 2));
+            CK(cudaMalloc(&xq, (size_t)(16 * K)));
+            CK(cudaMalloc(&sx, 16 * 4));
+            CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
+            fill_bf16<<<1024, 256, 0, s>>>(xb, (size_t)(16 * K), 77u, 1.0f);
+            fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
+            fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
+            const int old = tern_cuda_decode_variant(0);
+            for (int vi = 0; vi < NV; vi++) {
+                tern_cuda_decode_variant(vs[vi]);
+                for (int64_t M : {1, 16}) {
+                    if (vs[vi] >= 10 && M > 8) continue;
+                    char *nm = (char *)malloc(64);
+                    snprintf(nm, 64, "sweep_%s_bf16", names[vi]);
+                    if (tern_cuda_matmul_bf16(&dW[0], xb, M, y, s) < 0) { /* variant refused */
+                        fprintf(stderr, "sweep %s M=%lld: %s\n", names[vi], (long long)M, err_msg());
+                        continue;
+                    }
+                    double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
+                    rows.push_back({N, K, M, nm, t, wbytes + M * K * 2.0 + M * N * 4.0, 2.0 * M * N * K});
+                    if (vs[vi] < 10) {
+                        nm = (char *)malloc(64);
+                        snprintf(nm, 64, "sweep_%s_i8", names[vi]);
+                        t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
+                        rows.push_back({N, K, M, nm, t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
+                                        2.0 * M * N * K});
+                    }
+                }
+            }
+            tern_cuda_decode_variant(old);
+            CK(cudaFree(xb));
+            CK(cudaFree(xq));
+            CK(cudaFree(sx));
+            CK(cudaFree(y));
         }
         for (int64_t M : Ms) {
             uint16_t *xb;
@@ -333,6 +380,14 @@ int main(int argc, char **argv) {
         }
     }
     fclose(md);
+    if (sweep) {
+        printf("\ndecode sweep (us, GB/s, %% of copy):\n");
+        for (auto &r : rows)
+            if (!strncmp(r.kernel, "sweep_", 6))
+                printf("  %6lldx%-6lld M=%-3lld %-28s %8.2f us %6.0f GB/s %4.0f%%\n", (long long)r.N,
+                       (long long)r.K, (long long)r.M, r.kernel, r.t * 1e6, r.bytes / r.t / 1e9,
+                       100 * r.bytes / r.t / copy_bw);
+    }
     printf("\nwrote %s/bench_gpu.csv and %s/bench_gpu.md\n", out, out);
     cublasDestroy(h);
     CK(cudaFree(cublas_ws));

@@ -107,3 +107,12 @@ float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b) {
     }
     return c.dst;
 }
+
+const char *bin_path(const char *prog) {
+    static _Thread_local char buf[8][512];
+    static _Thread_local int k;
+    const char *b = getenv("TERNLAB_BUILD");
+    char *out = buf[k++ & 7];
+    snprintf(out, sizeof buf[0], "%s/%s", b && *b ? b : "build", prog);
+    return out;
+}

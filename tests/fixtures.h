@@ -22,6 +22,9 @@ double rel_l2(const float *a, const float *b, int64_t n);
  * of `seq_len` tokens; returns 0 or -1. */
 int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
                    int64_t seqs, int64_t seq_len, Model *m, Engine *e);
+/* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
+ * sanitizer suite runs its own binaries. */
+const char *bin_path(const char *prog);
 /* Logits of windows [a, b) of the test tokens: ((b-a)*T, vocab), heap. */
 float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b);
 

@@ -3,6 +3,19 @@
 #include "test.h"
 #include "core/blas_setup.h"
 
+/* Test children end with _exit, which skips LeakSanitizer's exit check: run it
+ * explicitly in sanitizer builds so a leak fails the test that made it. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_LSAN 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_LSAN 1
+#endif
+#endif
+#ifdef TL_LSAN
+#include <sanitizer/lsan_interface.h>
+#endif
+
 #include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
@@ -82,14 +95,21 @@ int test_run(const char *cmd, char **out) {
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
 }
 
-/* Tests named slow_* (full-data checks, minutes) run only when an argument
- * that itself starts with "slow" selects them: `make check-ppl`. */
+/* Arguments select tests whose names contain them; "!text" leaves out tests
+ * whose names contain text.  Tests named slow_* (full-data checks, minutes)
+ * run only when an argument that itself starts with "slow" selects them
+ * (`make check-ppl`). */
 static int selected(const char *name, int argc, char **argv) {
-    int slow = strncmp(name, "slow_", 5) == 0;
-    if (argc <= 1) return !slow;
-    for (int i = 1; i < argc; i++)
-        if (strstr(name, argv[i]) && (!slow || strncmp(argv[i], "slow", 4) == 0)) return 1;
-    return 0;
+    int slow = strncmp(name, "slow_", 5) == 0, positives = 0, hit = 0;
+    for (int i = 1; i < argc; i++) {
+        if (argv[i][0] == '!') { /* "!name": leave out tests whose names contain it */
+            if (strstr(name, argv[i] + 1)) return 0;
+            continue;
+        }
+        positives++;
+        if (strstr(name, argv[i]) && (!slow || strncmp(argv[i], "slow", 4) == 0)) hit = 1;
+    }
+    return positives ? hit : !slow;
 }
 
 int main(int argc, char **argv) {
@@ -116,6 +136,9 @@ int main(int argc, char **argv) {
             }
             fflush(stdout);
             fflush(stderr);
+#ifdef TL_LSAN
+            if (__lsan_do_recoverable_leak_check()) failures++;
+#endif
             _exit(failures ? 1 : 0);
         }
         int st = 0;

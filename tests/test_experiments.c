@@ -45,8 +45,8 @@ static const char *run_exp(const char *prog, const char *model, const char *valu
     static char out[1024];
     char cmd[4096], *log = NULL;
     snprintf(out, sizeof out, "%s/%s-%s.h5", test_tmpdir(), prog, value);
-    snprintf(cmd, sizeof cmd, "build/%s --model %s --value %s --out %s window=32 max_windows=3 %s",
-             prog, test_path(model), value, out, extra ? extra : "");
+    snprintf(cmd, sizeof cmd, "%s --model %s --value %s --out %s window=32 max_windows=3 %s",
+             bin_path(prog), test_path(model), value, out, extra ? extra : "");
     int rc = test_run(cmd, &log);
     CHECK_MSG(rc == 0, "%s exited %d: %s", cmd, rc, log);
     free(log);
@@ -100,11 +100,11 @@ TEST(exp_control_points_equal_reference) {
 
 TEST(exp_bad_input_is_an_error) {
     char cmd[2048], *log = NULL;
-    snprintf(cmd, sizeof cmd, "build/exp_threshold --model %s --value nosuchrule --out %s/x.h5 window=32 max_windows=1",
-             test_path(LLAMA_DIR), test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s --model %s --value nosuchrule --out %s/x.h5 window=32 max_windows=1",
+             bin_path("exp_threshold"), test_path(LLAMA_DIR), test_tmpdir());
     CHECK(test_run(cmd, &log) == 1 && strstr(log, "nosuchrule"));
     free(log);
-    snprintf(cmd, sizeof cmd, "build/exp_threshold --model %s --value twn windw=3", test_path(LLAMA_DIR));
+    snprintf(cmd, sizeof cmd, "%s --model %s --value twn windw=3", bin_path("exp_threshold"), test_path(LLAMA_DIR));
     CHECK(test_run(cmd, &log) == 2 && strstr(log, "windw"));
     free(log);
 }
@@ -185,23 +185,23 @@ TEST(quantize_round_trip_identical_logits) {
     for (int i = 0; i < 2; i++) {
         char cmd[8192], *log = NULL, dir[512], a[600], b[600];
         snprintf(dir, sizeof dir, "%s/q%d", test_tmpdir(), i);
-        snprintf(cmd, sizeof cmd, "build/ternlab quantize --model %s --quant %s --out %s", test_path(srcs[i]),
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant %s --out %s", bin_path("ternlab"), test_path(srcs[i]),
                  specs[i], dir);
         REQUIRE(test_run(cmd, &log) == 0);
         free(log);
         snprintf(a, sizeof a, "%s/a.f32", test_tmpdir());
         snprintf(b, sizeof b, "%s/b.f32", test_tmpdir());
-        snprintf(cmd, sizeof cmd, "build/ternlab logits --model %s --quant %s --tokens %s --window 64 "
-                 "--windows 0:2 --out %s && build/ternlab logits --model %s --tokens %s --window 64 "
-                 "--windows 0:2 --out %s && cmp %s %s", test_path(srcs[i]), specs[i],
-                 test_path(TOKENS_FILE), a, dir, test_path(TOKENS_FILE), b, a, b);
+        snprintf(cmd, sizeof cmd, "%s logits --model %s --quant %s --tokens %s --window 64 "
+                 "--windows 0:2 --out %s && %s logits --model %s --tokens %s --window 64 "
+                 "--windows 0:2 --out %s && cmp %s %s", bin_path("ternlab"), test_path(srcs[i]), specs[i],
+                 test_path(TOKENS_FILE), a, bin_path("ternlab"), dir, test_path(TOKENS_FILE), b, a, b);
         CHECK_MSG(test_run(cmd, &log) == 0, "%s: %s", specs[i], log);
         free(log);
     }
     /* a native ternary model with only some layers re-ternarised would mix formats */
     char cmd[2048], *log = NULL;
-    snprintf(cmd, sizeof cmd, "build/ternlab quantize --model %s --quant rule=twn,group=64,layers=mlp --out %s/q9",
-             test_path(BITNET_DIR), test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=64,layers=mlp --out %s/q9",
+             bin_path("ternlab"), test_path(BITNET_DIR), test_tmpdir());
     CHECK(test_run(cmd, &log) == 1 && strstr(log, "layers=all"));
     free(log);
 }

@@ -207,8 +207,8 @@ TEST(slow_ppl_llama_full) {
 TEST(llama_dump_layers_match_transformers) {
     char cmd[4096], *log = NULL, path[600];
     snprintf(path, sizeof path, "%s/layers.f32", test_tmpdir());
-    snprintf(cmd, sizeof cmd, "build/ternlab ppl --model %s --tokens %s --max-windows 1 --dump-layers %s",
-             test_path(LLAMA_DIR), test_path(TOKENS_FILE), path);
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --max-windows 1 --dump-layers %s",
+             bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE), path);
     REQUIRE(test_run(cmd, &log) == 0);
     free(log);
     float *got, *ref;

@@ -39,6 +39,10 @@
 #include "fuzz/fuzz_expconf.c"
 #undef LLVMFuzzerTestOneInput
 
+#define LLVMFuzzerTestOneInput fuzz_one_kvpolicy
+#include "fuzz/fuzz_kvpolicy.c"
+#undef LLVMFuzzerTestOneInput
+
 /* The GGUF parser is in the library once its source exists (the Makefile
  * takes every .c under src/); -Isrc makes this test see it. */
 #if __has_include("load/gguf.c")
@@ -121,6 +125,8 @@ TEST(fuzz_replay_tokens) {
 TEST(fuzz_replay_quantspec) { replay("quantspec", fuzz_one_quantspec); }
 
 TEST(fuzz_replay_expconf) { replay("expconf", fuzz_one_expconf); }
+
+TEST(fuzz_replay_kvpolicy) { replay("kvpolicy", fuzz_one_kvpolicy); }
 
 #ifdef TL_FUZZ_HAVE_GGUF
 TEST(fuzz_replay_gguf) { replay("gguf", fuzz_one_gguf); }

@@ -31,7 +31,7 @@ TEST(preflight_refuses_70b_at_tiny_budget) {
     CHECK(rc == -1);
     const char *msg = err_msg();
     fprintf(stderr, "    %s\n    %s\n", report, msg);
-    CHECK(strstr(msg, "not enough memory") && strstr(msg, "1.00 GiB available"));
+    CHECK(strstr(msg, "not enough memory") && strstr(msg, "available (TERNLAB_MEM_LIMIT)"));
     CHECK(strstr(msg, "TERNLAB_MEM_LIMIT") && strstr(msg, "--tp") && strstr(msg, "--quant"));
     CHECK(strstr(report, "REFUSED") != NULL);
     /* ternarised under a spec, the same model is ~16x smaller */
@@ -56,7 +56,9 @@ TEST(preflight_kv_advice_fits) {
     long long blocks = atoll(kb + strlen("--kv-blocks "));
     CHECK(blocks > 0);
     /* the advice is right: that many blocks fit, twice as many do not */
-    CHECK_MSG(preflight_check(&c, w, blocks * bs, 256, bs, NULL, 0) == 0, "%s", err_msg());
+    /* (99%: the process's resident size, which the budget includes, may move a little) */
+    CHECK_MSG(preflight_check(&c, w, blocks * bs * 99 / 100, 256, bs, NULL, 0) == 0, "%s",
+              err_msg());
     CHECK(preflight_check(&c, w, 2 * blocks * bs + 1024, 256, bs, NULL, 0) == -1);
 }
 
@@ -78,7 +80,7 @@ TEST(preflight_accepts_tiny_model) {
     CHECK_MSG(preflight_check(&m.cfg, w, 8 * 1024, 256, 16, report, sizeof report) == 0, "%s",
               err_msg());
     fprintf(stderr, "    %s\n", report);
-    CHECK(strstr(report, "4.00 GiB available (TERNLAB_MEM_LIMIT)") && !strstr(report, "REFUSED"));
+    CHECK(strstr(report, "available (TERNLAB_MEM_LIMIT)") && !strstr(report, "REFUSED"));
     model_free(&m);
 }
 
@@ -125,7 +127,9 @@ TEST(preflight_env_override_parsing) {
         setenv("TERNLAB_MEM_LIMIT", ok[i].s, 1);
         size_t a = 0;
         char src[96];
-        CHECK(preflight_available(&a, src, sizeof src) == 0 && a == ok[i].v);
+        /* the budget less what this process already holds (well under 256 MiB) */
+        CHECK(preflight_available(&a, src, sizeof src) == 0 && a <= ok[i].v &&
+              (ok[i].v < ((size_t)256 << 20) || ok[i].v - a < ((size_t)256 << 20)));
         CHECK(strcmp(src, "TERNLAB_MEM_LIMIT") == 0);
     }
     setenv("TERNLAB_MEM_LIMIT", "lots", 1);

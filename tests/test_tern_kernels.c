@@ -34,7 +34,7 @@ static const int64_t shapes[][3] = { /* rows, cols, n */
     {1, 1, 1}, {3, 5, 2}, {5, 256, 1}, {37, 300, 3}, {8, 512, 4}, {130, 523, 5},
     {67, 1000, 9}, {4, 63, 7}, {33, 129, 1}, {300, 1000, 5}, /* > TERN_PAR_MIN_WORK: threads */
     {9, 4500, 5}, {70, 8300, 1}, /* several column chunks of the blocked kernels */
-    {17, 523, 61}, {5, 70, 48}, {40, 300, 50}, /* n >= 48: the f32 GEMM path (panels) */
+    {17, 523, 61}, {5, 70, 48}, {40, 300, 50}, /* n >= 4: the f32 GEMM path (panels) */
     /* n >= 16: the int8 GEMM path (32-row panels x 12-token tiles): rows and
      * tokens not multiples of 32 / 12, columns not of 4 / 64 / 256 */
     {1, 3, 16}, {33, 4353, 17}, {97, 1000, 29}, {64, 256, 24}, {130, 129, 37}

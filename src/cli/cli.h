@@ -6,6 +6,7 @@
 
 typedef struct {
     const char *model, *tokens, *quant, *kv, *device, *out, *prompt, *windows, *dump_layers, *format;
+    const char *mem; /* --mem 24GiB (info: capacity at that budget) */
     int window, tp, block_size, batch, have_windows;
     int64_t max_windows, max_new, win_a, win_b, kv_blocks;
     int help;
@@ -23,6 +24,7 @@ int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
+int cmd_diff(int argc, char **argv);
 int cmd_gguf_info(const char *path);
 int cmd_quantize_gguf(const char *model, const char *quant, const char *format, const char *out);
 

@@ -6,6 +6,8 @@
 #include "eval/ppl.h"
 #include "load/tokens.h"
 #include "runtime/engine.h"
+#include "runtime/report.h"
+#include "tp/tp_engine.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -42,7 +44,17 @@ static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, i
     EngineOpts eo = {.max_tok = max_tok, .block_size = o->block_size};
     eo.n_blocks = o->kv_blocks ? o->kv_blocks
                                : seqs * ((seq_len + o->block_size - 1) / o->block_size);
-    return engine_init(e, m, &eo);
+    return tp_engine_open(e, m, &eo, o->tp); /* engine_init when --tp 1 */
+}
+
+/* --tp N > 1: per-rank weight bytes and collective time on stderr. */
+static void report_tp(const Engine *e) {
+    TpStats st;
+    if (tp_engine_degree(e) == 1 || tp_engine_stats(e, &st) != 0) return;
+    fprintf(stderr, "tp %d: decoder weights %zu B unsharded; per rank:", st.tp, st.full_layer_bytes);
+    for (int r = 0; r < st.tp; r++) fprintf(stderr, " %zu", st.rank[r].layer_bytes);
+    fprintf(stderr, " B; all-reduce %.1f us/token (rank 0)\n",
+            st.tokens ? 1e6 * st.rank[0].comm_seconds / (double)st.tokens : 0.0);
 }
 
 /* --dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 — embedding
@@ -95,7 +107,7 @@ int cmd_ppl(int argc, char **argv) {
         return 2;
     if (o.help) {
         printf("ternlab ppl --model PATH --tokens FILE [--window 256] [--max-windows N]\n"
-               "            [--quant SPEC] [--kv POLICY] [--device cpu] [--tp 1] [--out run.h5]\n"
+               "            [--quant SPEC] [--kv POLICY] [--device cpu] [--tp N] [--out run.h5]\n"
                "            [--block-size 16] [--dump-layers FILE]\n"
                "--dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0: embedding\n"
                "output, residual stream after each layer, after the final norm.\n"
@@ -137,7 +149,8 @@ int cmd_ppl(int argc, char **argv) {
         printf("ppl %.6f windows %lld predicted %lld\n", r.ppl, (long long)r.n_windows,
                (long long)r.n_pred);
     }
-    engine_free(&e);
+    report_tp(&e);
+    tp_engine_close(&e);
     free(tok);
     model_free(&m);
     return rc ? fail("ppl") : 0;
@@ -208,7 +221,7 @@ int cmd_logits(int argc, char **argv) {
         if (rc == 0 && rename(tmp, o.out) != 0)
             rc = err_set("%s: cannot rename to %s: %s", tmp, o.out, strerror(errno));
         if (rc != 0) remove(tmp);
-        engine_free(&e);
+        tp_engine_close(&e);
     }
     free(tok);
     model_free(&m);
@@ -222,7 +235,7 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     if (o.help) {
         printf("ternlab generate --model PATH --prompt 1,2,3 --max-new N [--quant SPEC]\n"
-               "                 [--batch B] [--block-size 16]\n"
+               "                 [--batch B] [--block-size 16] [--tp N]\n"
                "Greedy decoding with the paged KV cache; prints the generated ids,\n"
                "comma-separated.  --batch B decodes B copies of the prompt together\n"
                "(batched decode) and prints one line per sequence.\n");
@@ -253,7 +266,7 @@ int cmd_generate(int argc, char **argv) {
     }
     if (rc == 0) {
         rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
-        engine_free(&e);
+        tp_engine_close(&e);
     }
     for (int b = 0; b < o.batch && rc == 0; b++) {
         for (int64_t i = 0; i < o.max_new; i++) printf(i ? ",%d" : "%d", out[b][i]);
@@ -270,14 +283,22 @@ int cmd_generate(int argc, char **argv) {
 
 int cmd_info(int argc, char **argv) {
     CliOpts o;
-    if (cli_parse(argc, argv, "model quant", &o) != 0) return 2;
+    if (cli_parse(argc, argv, "model quant mem", &o) != 0) return 2;
     if (o.help) {
-        printf("ternlab info --model PATH [--quant SPEC]\n"
-               "Prints the configuration, every tensor (dtype, shape, bytes) and what the\n"
-               "forward pass will use for each linear.\n");
+        printf("ternlab info --model PATH [--quant SPEC] [--mem 24GiB]\n"
+               "Prints the configuration, every tensor (dtype, shape, bytes) and the load\n"
+               "report: each linear's stored format, how it runs (rule, group, scale dtype,\n"
+               "bits per weight, bytes), the kernel of each op on this machine and every\n"
+               "fallback taken.  --mem: how many KV tokens fit in that budget for each KV\n"
+               "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB).\n");
         return 0;
     }
     if (need("info", "model", o.model)) return 2;
+    uint64_t budget = 0;
+    if (o.mem && parse_bytes(o.mem, &budget) != 0) {
+        fprintf(stderr, "ternlab info: --mem: %s\n", err_msg());
+        return 2;
+    }
     size_t ml = strlen(o.model);
     if (ml >= 5 && !strcmp(o.model + ml - 5, ".gguf")) return cmd_gguf_info(o.model);
     Model m;
@@ -309,6 +330,8 @@ int cmd_info(int argc, char **argv) {
     }
     printf("checkpoint bytes %zu\n", total);
     printf("forward weight bytes %zu\n", model_weight_bytes(&m));
+    report_print(&m, stdout);
+    if (o.mem) report_capacity(&m, budget, stdout);
     model_free(&m);
     return 0;
 }

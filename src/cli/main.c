@@ -15,13 +15,15 @@ static const char *usage_text =
     "\n"
     "usage: ternlab COMMAND [options]   (ternlab COMMAND --help for each)\n"
     "\n"
-    "  info      --model PATH                        config, tensors, bytes, quant format\n"
+    "  info      --model PATH [--mem 24GiB]          config, tensors, load report, KV capacity\n"
     "  ppl       --model PATH --tokens FILE [--window 256] [--max-windows N] [--quant SPEC]\n"
     "            [--kv POLICY] [--device cpu|cuda] [--tp N] [--out run.h5]\n"
     "  logits    --model PATH --tokens FILE --window T --windows A:B --out FILE [--quant SPEC]\n"
     "  generate  --model PATH --prompt 1,2,3 --max-new N [--quant SPEC] [--batch B]\n"
     "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
     "  verify    FILE.h5                             is a run file whole (complete, schema)?\n"
+    "  diff      --model PATH --tokens FILE --a SETTINGS (--b SETTINGS | --b-dump FILE)\n"
+    "            per-layer / per-sub-block / per-linear divergence of two runs\n"
     "  bench     kernel benchmarks (ternlab bench --help)\n"
     "\n"
     "--model takes a Hugging Face folder (config.json + safetensors) or a .gguf file.\n";
@@ -35,7 +37,8 @@ static struct option all_opts[] = {
     {"prompt", required_argument, 0, 'P'},     {"max-new", required_argument, 0, 'N'},
     {"block-size", required_argument, 0, 'b'}, {"batch", required_argument, 0, 'B'},
     {"kv-blocks", required_argument, 0, 'K'},  {"dump-layers", required_argument, 0, 'D'},
-    {"format", required_argument, 0, 'F'},    {"help", no_argument, 0, 'h'},
+    {"format", required_argument, 0, 'F'},    {"mem", required_argument, 0, 'M'},
+    {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
 
 static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out) {
@@ -91,6 +94,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'P': o->prompt = optarg; break;
         case 'D': o->dump_layers = optarg; break;
         case 'F': o->format = optarg; break;
+        case 'M': o->mem = optarg; break;
         case 'h': o->help = 1; break;
         case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
         case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
@@ -131,11 +135,8 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
             fprintf(stderr, "ternlab: --device '%s': expected cpu or cuda\n", o->device);
         return -1;
     }
-    if (!o->help && o->tp != 1) {
-        fprintf(stderr, "ternlab: --tp %d: tensor parallelism is not available in this build "
-                        "(only --tp 1)\n", o->tp);
-        return -1;
-    }
+    /* --tp N > 1 runs on N CPU threads (src/tp); the split itself is checked when
+     * the engine opens (tp_engine_open names the model, head counts and N) */
     return 0;
 }
 
@@ -151,7 +152,8 @@ int main(int argc, char **argv) {
         int (*fn)(int, char **);
     } cmds[] = {{"info", cmd_info},         {"ppl", cmd_ppl}, {"logits", cmd_logits},
                 {"generate", cmd_generate}, {"bench", cmd_bench},
-                {"quantize", cmd_quantize}, {"verify", cmd_verify}};
+                {"quantize", cmd_quantize}, {"verify", cmd_verify},
+                {"diff", cmd_diff}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
     fprintf(stderr, "ternlab: unknown command '%s'\n\n%s", argv[1], usage_text);

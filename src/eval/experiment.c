@@ -1,4 +1,6 @@
 #include "eval/experiment.h"
+#include "tp/tp_engine.h"
+#include "eval/latency.h"
 #include "core/err.h"
 #include "core/hash.h"
 #include "core/mem.h"
@@ -9,6 +11,7 @@
 #include "log/expconf.h"
 #include "log/h5log.h"
 #include "runtime/linear.h"
+#include "runtime/report.h"
 
 #include <errno.h>
 #include <hdf5.h>
@@ -93,7 +96,7 @@ static void git_commit(char *out, size_t n) {
     char buf[128] = {0};
     if (fgets(buf, sizeof buf, p) && strlen(buf) >= 40) {
         buf[strcspn(buf, "\n")] = 0;
-        snprintf(out, n, "%s", buf);
+        snprintf(out, n, "%.*s", (int)(n - 1), buf);
     }
     pclose(p);
 }
@@ -151,19 +154,20 @@ static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *
 
 /* Runs the windows through a model; fills the reference (ctx->nll == NULL) or
  * the run's metrics. */
-static int evaluate(Model *m, const KvPolicy *pol, const int32_t *tok, int64_t n, const RefData *R,
-                    EvalCtx *ctx, PplResult *res) {
+static int evaluate(Model *m, int tp, const KvPolicy *pol, const int32_t *tok, int64_t n,
+                    const RefData *R, EvalCtx *ctx, PplResult *res, TpStats *tps) {
     int64_t per_call = EXP_TOKENS_PER_CALL / R->T * R->T;
     if (per_call < R->T) per_call = R->T;
     Engine e;
     EngineOpts eo = {.max_tok = per_call, .block_size = 16};
     eo.n_blocks = per_call / R->T * ((R->T + 15) / 16);
-    if (engine_init(&e, m, &eo) != 0) return -1;
+    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int rc = kv_set_policy(&e.kv, pol);
     PplOpts po = {.window = R->T, .max_windows = R->nw, .on_logits = on_window, .ctx = ctx,
                   .kv_split = R->split, .progress = 1};
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, res);
-    engine_free(&e);
+    if (tps) tp_engine_stats(&e, tps);
+    tp_engine_close(&e);
     return rc;
 }
 
@@ -245,7 +249,7 @@ static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t 
     KvPolicy none = {KVP_NONE, -1, -1};
     EvalCtx ctx = {.ref = R};
     PplResult res;
-    int st = evaluate(&m, &none, tok, n, R, &ctx, &res);
+    int st = evaluate(&m, 1, &none, tok, n, R, &ctx, &res, NULL); /* the reference runs at tp 1 */
     model_free(&m);
     if (st != 0) return -1;
     R->ppl = res.ppl;
@@ -270,19 +274,21 @@ static double percentile(double *v, int64_t n, double q) {
 
 typedef struct {
     double prefill_tok_s, decode_tok_s, p50_ms, p99_ms;
+    double allreduce_us_per_tok; /* tp > 1: rank 0's time in collectives per token (measured runs) */
 } Throughput;
 
 /* batch sequences of prompt_len tokens prefilled in one call, then gen_len
  * batched decode steps (greedy); medians over `repeats` after `warmup`. */
-static int measure_throughput(Model *m, const int32_t *tok, int64_t n, int batch, int prompt_len,
-                              int gen_len, int warmup, int repeats, Throughput *out) {
+static int measure_throughput(Model *m, int tp, const int32_t *tok, int64_t n, int batch,
+                              int prompt_len, int gen_len, int warmup, int repeats,
+                              Throughput *out) {
     if ((int64_t)batch * (prompt_len + gen_len) > n)
         return err_set("throughput: batch %d x %d tokens exceeds the token file", batch,
                        prompt_len + gen_len);
     Engine e;
     EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16};
     eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
-    if (engine_init(&e, m, &eo) != 0) return -1;
+    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int64_t nt = (int64_t)batch * prompt_len;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)nt), *lidx = xmalloc(sizeof(int64_t) * (size_t)batch);
@@ -291,6 +297,7 @@ static int measure_throughput(Model *m, const int32_t *tok, int64_t n, int batch
     double *steps = xcalloc((size_t)(repeats * gen_len), sizeof(double));
     int rc = lg ? 0 : -1;
     for (int it = 0; it < warmup + repeats && rc == 0; it++) {
+        if (it == warmup) tp_engine_reset_stats(&e); /* count the measured runs only */
         kv_reset(&e.kv);
         int sids[4096];
         for (int b = 0; b < batch; b++) {
@@ -330,6 +337,9 @@ static int measure_throughput(Model *m, const int32_t *tok, int64_t n, int batch
         out->decode_tok_s = percentile(dec, repeats, 0.5);
         out->p50_ms = percentile(steps, (int64_t)repeats * gen_len, 0.5);
         out->p99_ms = percentile(steps, (int64_t)repeats * gen_len, 0.99);
+        TpStats ts;
+        tp_engine_stats(&e, &ts);
+        out->allreduce_us_per_tok = ts.tokens ? 1e6 * ts.rank[0].comm_seconds / (double)ts.tokens : 0;
     }
     free(ids);
     free(seq);
@@ -339,7 +349,7 @@ static int measure_throughput(Model *m, const int32_t *tok, int64_t n, int batch
     free(dec);
     free(steps);
     mem_free(lg);
-    engine_free(&e);
+    tp_engine_close(&e);
     return rc;
 }
 
@@ -383,7 +393,8 @@ static int run_point(const RunCfg *rc, const char *out) {
     char model_sha[65], spec_str[256], pol_str[96], commit[64];
     if (strcmp(rc->device, "cpu") != 0)
         return err_set("device '%s': this build runs experiments on cpu only", rc->device);
-    if (rc->tp != 1) return err_set("tp %d: tensor parallelism is not available in this build", rc->tp);
+    if (rc->tp < 1 || rc->tp > TP_MAX_RANKS)
+        return err_set("tp %d: expected 1..%d (CPU threads)", rc->tp, TP_MAX_RANKS);
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
     int loaded = strcmp(rc->quant, "loaded") == 0;
@@ -422,19 +433,29 @@ static int run_point(const RunCfg *rc, const char *out) {
     }
     if (st == 0) st = get_reference(rc, model_sha, tok, n, &R);
 
+    TpStats tps = {0};
     EvalCtx ctx = {.ref = &R, .logit_rows = rc->logit_rows < R.N ? rc->logit_rows : (int)R.N};
     PplResult res = {0};
     if (st == 0) {
         ctx.nll = xmalloc(sizeof(float) * (size_t)R.N);
         ctx.kl = xmalloc(sizeof(float) * (size_t)R.N);
         ctx.logit_test = xmalloc(sizeof(float) * (size_t)ctx.logit_rows * (size_t)R.V + 4);
-        st = evaluate(&m, &pol, tok, n, &R, &ctx, &res);
+        st = evaluate(&m, rc->tp, &pol, tok, n, &R, &ctx, &res, &tps);
     }
 
     /* throughput rows */
     int nb = 0;
     int64_t *batches = NULL;
-    double *pre = NULL, *dec = NULL, *p50 = NULL, *p99 = NULL;
+    double *pre = NULL, *dec = NULL, *p50 = NULL, *p99 = NULL, *arus = NULL;
+    /* latency statistics per batch (src/eval/latency.h), columns of /throughput/ */
+    enum { LT_TTFT50, LT_TTFT95, LT_TTFT99, LT_TPOT50, LT_TPOT95, LT_TPOT99, LT_STEP95, LT_TOKS,
+           LT_STEP, LT_ATTN, LT_LIN, LT_TERN, LT_TWIN, LT_UNPACK, LT_SHARE, LT_ACTQ, LT_OTHER, LT_N };
+    static const char *const lt_names[LT_N] = {
+        "ttft_ms_p50", "ttft_ms_p95", "ttft_ms_p99", "tpot_ms_p50", "tpot_ms_p95", "tpot_ms_p99",
+        "latency_ms_p95", "tok_s", "step_ms", "step_attention_ms", "step_linear_ms",
+        "step_ternary_ms", "step_twin_ms", "step_unpack_ms", "step_unpack_share",
+        "step_act_quant_ms", "step_other_ms"};
+    double *lt[LT_N] = {0};
     if (st == 0 && rc->kind == EXP_THROUGHPUT) {
         char **bl = expconf_list(rc->conf, "batches", &nb);
         int64_t pl = 128, gl = 32, wu = 1, rp = 3;
@@ -447,6 +468,16 @@ static int run_point(const RunCfg *rc, const char *out) {
         dec = xcalloc((size_t)nb + 1, sizeof(double));
         p50 = xcalloc((size_t)nb + 1, sizeof(double));
         p99 = xcalloc((size_t)nb + 1, sizeof(double));
+        arus = xcalloc((size_t)nb + 1, sizeof(double));
+        for (int j = 0; j < LT_N; j++) lt[j] = xcalloc((size_t)nb + 1, sizeof(double));
+        /* the dense twin of the packed model, for the unpack/dequant share (none for bf16) */
+        Model twin;
+        int have_twin = 0;
+        if (!mo.dense) {
+            ModelLoadOpts tw = {.quant = mo.quant, .dense = 1};
+            if (model_load(rc->model, &tw, &twin) != 0) st = -1;
+            else have_twin = 1;
+        }
         for (int i = 0; i < nb && st == 0; i++) {
             batches[i] = atoll(bl[i]);
             if (batches[i] < 1 || batches[i] > 4096) {
@@ -454,18 +485,38 @@ static int run_point(const RunCfg *rc, const char *out) {
                 break;
             }
             Throughput t = {0};
-            st = measure_throughput(&m, tok, n, (int)batches[i], (int)pl, (int)gl, (int)wu,
-                                    rp < 1 ? 1 : (int)rp, &t);
+            st = measure_throughput(&m, rc->tp, tok, n, (int)batches[i], (int)pl, (int)gl,
+                                    (int)wu, rp < 1 ? 1 : (int)rp, &t);
             if (st == 0) {
                 pre[i] = t.prefill_tok_s;
                 dec[i] = t.decode_tok_s;
                 p50[i] = t.p50_ms;
                 p99[i] = t.p99_ms;
+                arus[i] = t.allreduce_us_per_tok;
+                arus[i] = t.allreduce_us_per_tok;
                 fprintf(stderr, "throughput %s batch %lld: prefill %.0f tok/s, decode %.0f tok/s, "
                                 "step p50 %.2f ms p99 %.2f ms\n", rc->value, (long long)batches[i],
                         t.prefill_tok_s, t.decode_tok_s, t.p50_ms, t.p99_ms);
             }
+            LatencyOpts lo = {.batch = (int)batches[i], .prompt_len = (int)pl, .gen_len = (int)gl,
+                              .n_requests = 4 * (int)batches[i], .warmup = (int)wu,
+                              .repeats = rp < 1 ? 1 : (int)rp};
+            LatencyResult L;
+            if (st == 0) st = latency_measure(&m, have_twin ? &twin : NULL, tok, n, &lo, &L);
+            if (st == 0) {
+                double v[LT_N] = {L.ttft_ms_p50, L.ttft_ms_p95, L.ttft_ms_p99, L.tpot_ms_p50,
+                                  L.tpot_ms_p95, L.tpot_ms_p99, L.step_ms_p95, L.tok_s, L.step_ms,
+                                  L.attention_ms, L.linear_ms, L.ternary_ms, L.twin_ms, L.unpack_ms,
+                                  L.unpack_share, L.act_quant_ms, L.other_ms};
+                for (int j = 0; j < LT_N; j++) lt[j][i] = v[j];
+                fprintf(stderr, "latency %s batch %lld: TTFT p50 %.2f ms, TPOT p50 %.2f ms, %.0f tok/s; "
+                                "step %.2f ms = linear %.2f (ternary %.2f vs twin %.2f) + attention "
+                                "%.2f + other %.2f\n", rc->value, (long long)batches[i],
+                        L.ttft_ms_p50, L.tpot_ms_p50, L.tok_s, L.step_ms, L.linear_ms, L.ternary_ms,
+                        L.twin_ms, L.attention_ms, L.other_ms);
+            }
         }
+        if (have_twin) model_free(&twin);
         expconf_free_list(bl);
     }
 
@@ -547,6 +598,33 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_f64(lg, "/throughput/decode_tok_s", dec, nb);
         e |= h5log_f64(lg, "/throughput/latency_ms_p50", p50, nb);
         e |= h5log_f64(lg, "/throughput/latency_ms_p99", p99, nb);
+        e |= h5log_f64(lg, "/throughput/allreduce_us_per_token", arus, nb);
+        {   /* per-rank decoder weight bytes (as read, and payload without row padding) */
+            int64_t rb[TP_MAX_RANKS], rpb[TP_MAX_RANKS];
+            int ntp = tps.tp > 0 ? tps.tp : 1;
+            for (int r = 0; r < ntp; r++) {
+                rb[r] = (int64_t)tps.rank[r].layer_bytes;
+                rpb[r] = tps.rank[r].layer_payload_bits / 8;
+            }
+            e |= h5log_i64(lg, "/tp/rank_weight_bytes", rb, ntp);
+            e |= h5log_i64(lg, "/tp/rank_weight_payload_bytes", rpb, ntp);
+            e |= h5log_scalar_f64(lg, "/tp/allreduce_us_per_token_eval",
+                                  tps.tokens ? 1e6 * tps.rank[0].comm_seconds / (double)tps.tokens : 0);
+        }
+        if (rc->kind == EXP_THROUGHPUT)
+            for (int j = 0; j < LT_N; j++) {
+                char lp[96];
+                snprintf(lp, sizeof lp, "/throughput/%s", lt_names[j]);
+                e |= h5log_f64(lg, lp, lt[j], nb);
+            }
+        /* what was loaded and which kernels ran (every run file) */
+        e |= report_write_h5(lg, &m);
+        /* KV capacity at a memory budget (the KV experiment; config key mem, default 24GiB) */
+        if (strcmp(rc->factor, "kv") == 0) {
+            uint64_t budget;
+            if (parse_bytes(expconf_get_or(rc->conf, "mem", "24GiB"), &budget) != 0) e |= -1;
+            else e |= report_capacity_h5(lg, "/capacity", &m, budget);
+        }
         e |= h5log_strings(lg, "/weights/name", ws.names, ws.n);
         e |= h5log_f64(lg, "/weights/sparsity", ws.sparsity, ws.n);
         e |= h5log_f64(lg, "/weights/rel_err", ws.rel_err, ws.n);
@@ -584,6 +662,8 @@ static int run_point(const RunCfg *rc, const char *out) {
     free(dec);
     free(p50);
     free(p99);
+    free(arus);
+    for (int j = 0; j < LT_N; j++) free(lt[j]);
     free(ctx.nll);
     free(ctx.kl);
     free(ctx.logit_test);

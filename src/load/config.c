@@ -126,6 +126,10 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
     cfg->rope_theta = nested ? th_nested : th_top;
+    if (cfg->rope_theta < 1.0 || cfg->rope_theta > 1e30) {
+        err_set("%s: rope_theta %g is outside [1, 1e30]", path, cfg->rope_theta);
+        goto done;
+    }
 
     const cJSON *ha = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");
     if (!cJSON_IsString(ha)) {

@@ -164,7 +164,7 @@ int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int 
 }
 
 static void st_sort(SafeTensors *st) {
-    qsort(st->tensors, (size_t)st->n_tensors, sizeof(StTensor), cmp_tensor_name);
+    if (st->n_tensors > 1) qsort(st->tensors, (size_t)st->n_tensors, sizeof(StTensor), cmp_tensor_name);
 }
 
 static int st_check_duplicates(SafeTensors *st) {
@@ -215,6 +215,10 @@ int st_open_dir(const char *dir, SafeTensors *st) {
     if (!cJSON_IsObject(wm)) {
         cJSON_Delete(root);
         return err_set("%s: not a well-formed index (needs an object 'weight_map')", path);
+    }
+    if (!wm->child) {
+        cJSON_Delete(root);
+        return err_set("%s: weight_map names no tensors", path);
     }
     int rc = 0;
     /* open each distinct shard once, in order of first mention */

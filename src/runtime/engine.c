@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "runtime/preflight.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +12,11 @@ int engine_init(Engine *e, Model *m, const EngineOpts *o) {
     int bs = o->block_size > 0 ? o->block_size : 16;
     if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
         return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
+    /* refuse before allocating, with needed vs available and what to change; the
+     * weights are resident already, so they count as used, not needed */
+    char rep[512];
+    int64_t mt = o->max_tok > 0 ? o->max_tok : 256;
+    if (preflight_check(&m->cfg, 0, o->n_blocks * bs, mt, bs, rep, sizeof rep) != 0) return -1;
     if (kv_init(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
                 (int)o->n_blocks) != 0)
         return -1;

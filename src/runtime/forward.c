@@ -175,6 +175,7 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
     const ModelConfig *c = &m->cfg;
     const int64_t H = c->hidden, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
                   kvd = (int64_t)c->n_kv_heads * hd, n_inter = c->inter;
+    if (s->hook) return s->hook(s->hook_ctx, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits);
     if (n > s->max_tok) return err_set("forward: %lld tokens but the run state holds %lld",
                                        (long long)n, (long long)s->max_tok);
     /* reserve KV space for every sequence first, so a failure writes nothing */
@@ -266,4 +267,15 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
     rmsnorm_rows(s->xb, s->hout, m->final_norm, nl, H, c->eps);
     LIN(&m->lm_head, s->xb, nl, logits, s->lin_scratch); /* (nl,H) -> (nl,vocab) */
     return 0;
+}
+
+/* ---- the pieces tensor parallelism reuses (forward_internal.h) ---------- */
+int fwd_rope_ensure(Model *m, int64_t len) { return rope_ensure(m, len); }
+int fwd_ensure_ctx(RunState *s, int64_t ctx, int head_dim) { return ensure_ctx(s, ctx, head_dim); }
+void fwd_rope_apply(float *x, int n_heads, int hd, const float *cs, const float *sn) {
+    rope_apply(x, n_heads, hd, cs, sn);
+}
+void fwd_attention_run(const Model *m, const KvCache *kv, RunState *s, int layer, int seq,
+                       const int64_t *pos, int64_t i0, int64_t i1) {
+    attention_run(m, kv, s, layer, seq, pos, i0, i1);
 }

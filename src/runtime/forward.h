@@ -9,7 +9,7 @@
 #include "kv/kvcache.h"
 #include "runtime/model.h"
 
-typedef struct {
+typedef struct RunState {
     int64_t max_tok;
     float *x;      /* (max_tok, hidden) residual stream */
     float *xb;     /* (max_tok, max(hidden, q_dim, inter)) normed input to a linear */
@@ -29,6 +29,13 @@ typedef struct {
     /* 1 while the caller feeds generated tokens (decode), 0 for prompt tokens
      * (prefill): the KV policy stores "decoder" and "encoder" tokens differently */
     int decode;
+    /* optional (src/tp): when set, forward() hands the whole call to hook(hook_ctx,
+     * ...) with its own arguments — a tensor-parallel engine runs it on its ranks.
+     * NULL (runstate_init's default) = the single-rank forward below. */
+    int (*hook)(void *hook_ctx, const Model *m, KvCache *kv, struct RunState *s, const int *tok,
+                const int *seq, const int64_t *pos, int64_t n, const int64_t *logit_idx,
+                int64_t n_logits, float *logits);
+    void *hook_ctx;
 } RunState;
 
 int runstate_init(RunState *s, const Model *m, int64_t max_tok);

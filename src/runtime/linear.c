@@ -44,7 +44,7 @@ int linear_forward(const Linear *lin, const float *x, int64_t n, float *y, void 
     int8_t *xq = scratch;
     float *sx = (float *)((uintptr_t)(xq + n * lin->in + 63) & ~(uintptr_t)63);
     float *xdq = (float *)((uintptr_t)(sx + n + 15) & ~(uintptr_t)63);
-    if (lin->act_int8) act_quant_int8_ref(x, n, lin->in, xq, sx);
+    if (lin->act_int8) tern_act_quant_i8(x, n, lin->in, xq, sx);
     if (lin->t && !lin->twin) {
         if (lin->act_int8) return tern_matmul_i8(lin->t, xq, sx, n, y);
         return tern_matmul_f32(lin->t, x, n, y);

@@ -1,5 +1,6 @@
 #include "runtime/model.h"
 #include "load/gguf.h"
+#include "runtime/preflight.h"
 #include "core/err.h"
 #include "core/mem.h"
 
@@ -71,6 +72,20 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
     if (config_load(path, &m->cfg) != 0 || st_open_dir(path, &m->st) != 0) {
         model_free(m);
         return -1;
+    }
+    /* memory preflight: the weights as they will be held, before allocating any */
+    {
+        QuantSpec spec;
+        const QuantSpec *sp = NULL;
+        if (opts->quant && quant_spec_parse(opts->quant, &spec) == 0) sp = &spec;
+        size_t extra = 0;
+        size_t wb = preflight_weight_bytes(&m->cfg, &m->st, sp, opts->dense, &extra);
+        PreflightPlan plan;
+        if (preflight_plan(&m->cfg, wb, extra, 0, 0, 16, &plan) != 0) {
+            err_prefix("loading %s: ", path);
+            model_free(m);
+            return -1;
+        }
     }
     const ModelConfig *c = &m->cfg;
     int64_t H = c->hidden, Q = (int64_t)c->n_heads * c->head_dim,

@@ -192,9 +192,13 @@ static int load_config(const GgufFile *g, Model *m) {
     if ((r = gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps)) <= 0)
         return r < 0 ? -1 : err_set("%s: missing metadata key "
                                     "'llama.attention.layer_norm_rms_epsilon'", g->path);
+    if (!(eps >= 1e-30 && eps <= 1.0))
+        return err_set("%s: layer_norm_rms_epsilon %g is outside [1e-30, 1]", g->path, eps);
     c->eps = (float)eps;
     c->rope_theta = 10000.0;
     if ((r = gguf_get_float(g, "llama.rope.freq_base", &c->rope_theta)) < 0) return -1;
+    if (!(c->rope_theta >= 1.0 && c->rope_theta <= 1e30))
+        return err_set("%s: rope.freq_base %g is outside [1, 1e30]", g->path, c->rope_theta);
     if (r == 0) note(m, "%s", "llama.rope.freq_base absent: 10000 (llama.cpp's default)");
     if (gguf_get_str(g, "llama.rope.scaling.type", &s, &len) < 0) return -1;
     if (gguf_find_kv(g, "llama.rope.scaling.type") && !(len == 4 && memcmp(s, "none", 4) == 0))

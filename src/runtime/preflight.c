@@ -192,6 +192,11 @@ int preflight_available(size_t *avail, char *source, size_t n) {
             return err_set("TERNLAB_MEM_LIMIT='%s' is not a byte count (e.g. 2G, 512M, 1073741824)",
                            env);
         }
+        /* a budget for the whole process: what is already resident (e.g. the
+         * weights, when the KV cache is planned after loading) counts against it */
+        size_t rss = 0;
+        read_proc_kb("/proc/self/status", "VmRSS", &rss);
+        *avail = *avail > rss ? *avail - rss : 0;
         snprintf(source, n, "TERNLAB_MEM_LIMIT");
         return 0;
     }

@@ -11,7 +11,11 @@
  * free pages where there is no /proc), the cgroup limit minus current usage
  * (Slurm jobs and containers), and RLIMIT_AS minus the address space already
  * in use.  TERNLAB_MEM_LIMIT (bytes, or with a K/M/G/T suffix) replaces the
- * detection: for tests, and to hold a run to a share of a shared node. */
+ * detection: a budget for the whole process (what is already resident counts
+ * against it), for tests and to hold a run to a share of a shared node.
+ *
+ * Since available memory is measured when the check runs, a check after the
+ * weights are loaded passes weight_bytes = 0: they are already accounted. */
 #ifndef TL_PREFLIGHT_H
 #define TL_PREFLIGHT_H
 

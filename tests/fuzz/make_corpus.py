@@ -82,6 +82,11 @@ for i, s in enumerate(["rule=twn,group=128,scale=f16,act=f32", "rule=absmean,gro
                        "rule=std,group=32"]):
     put("quantspec", f"spec{i}", s)
 
+# ---- KV policies (--kv) ------------------------------------------------------
+for i, s in enumerate(["none", "encoder", "decoder", "all", "all@layers=0-1", "encoder@layers=2",
+                       "decoder@layers=1-3"]):
+    put("kvpolicy", f"policy{i}", s)
+
 # ---- experiment configs --------------------------------------------------------
 for fn in sorted(os.listdir("configs")):
     if fn.endswith(".conf"):

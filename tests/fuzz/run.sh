@@ -48,9 +48,10 @@ declare -A SRCS=(
   [tokens]="src/load/tokens.c"
   [quantspec]="src/quant/quant_spec.c"
   [expconf]="src/log/expconf.c"
+  [kvpolicy]="src/kv/kv_ternary.c"
   [gguf]="src/load/gguf.c"
 )
-ALL=(safetensors st_index config tokens quantspec expconf gguf)
+ALL=(safetensors st_index config tokens quantspec expconf kvpolicy gguf)
 names=("$@")
 [ ${#names[@]} -eq 0 ] && names=("${ALL[@]}")
 

@@ -1,0 +1,305 @@
+/* tern_cuda.cu — the C API of tern_cuda.h: upload, argument checks, the
+ * choice between the decode GEMV (n <= 16) and the prefill GEMM, activation
+ * staging for the GEMM (f32 -> three bf16 planes; unaligned rows -> padded
+ * copy) and the dense cuBLAS BF16 baseline. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <mutex>
+
+#include "cuda/cuda_util.h"
+#include "cuda/tern_cuda.h"
+#include "cuda/tern_mma.cuh"
+
+extern "C" {
+#include "ternary_format.h"
+}
+
+#include "cuda/tern_mm.cuh"
+
+namespace {
+
+int g_force = 0;
+
+/* Per-device workspaces, grown synchronously (cudaFree waits for the device,
+ * so no kernel still uses the old buffer; growing is not allowed while a
+ * stream is being captured into a graph: warm up with the largest call
+ * first).  Slot 0: staged activations; 1: split-K partials; 2: split-K
+ * counters (zeroed when allocated; kernels leave them zero). */
+enum { WS_ACT = 0, WS_PART = 1, WS_CTR = 2, WS_SLOTS = 3 };
+struct Workspace {
+    void *p = nullptr;
+    size_t bytes = 0;
+};
+Workspace g_ws[64][WS_SLOTS];
+std::mutex g_ws_mu;
+
+int ws_get(int slot, size_t bytes, void **out) {
+    int dev;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return err_set("tern_cuda: device id %d out of range", dev);
+    std::lock_guard<std::mutex> lk(g_ws_mu);
+    Workspace &w = g_ws[dev][slot];
+    if (w.bytes < bytes) {
+        if (w.p) CUDA_CHECK(cudaFree(w.p));
+        w.p = nullptr;
+        w.bytes = 0;
+        cudaError_t e = cudaMalloc(&w.p, bytes);
+        if (e != cudaSuccess)
+            return err_set("tern_cuda: workspace of %zu bytes: %s (use fewer tokens per call)",
+                           bytes, cudaGetErrorString(e));
+        if (slot == WS_CTR) CUDA_CHECK(cudaMemset(w.p, 0, bytes));
+        w.bytes = bytes;
+    }
+    *out = w.p;
+    return 0;
+}
+
+/* x (n, cols) of esize-byte elements -> (n, kpad), zero beyond cols. */
+template <typename T>
+__global__ void pad_rows_kernel(const T *x, int64_t n, int64_t cols, int64_t ldx, T *out,
+                                int64_t kpad) {
+    const int64_t total = n * kpad;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / kpad, c = i % kpad;
+        out[i] = c < cols ? x[t * ldx + c] : T(0);
+    }
+}
+
+/* f32 x (n, cols) -> planes hi, mid, lo (each (n, kpad) bf16) with
+ * x = hi + mid + lo + O(2^-24 |x|). */
+__global__ void split3_kernel(const float *x, int64_t n, int64_t cols, __nv_bfloat16 *out,
+                              int64_t kpad) {
+    const int64_t total = n * kpad;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / kpad, c = i % kpad;
+        const float v = c < cols ? x[t * cols + c] : 0.0f;
+        float hi, mid, lo;
+        split3(v, hi, mid, lo);
+        out[i] = __float2bfloat16_rn(hi);
+        out[total + i] = __float2bfloat16_rn(mid);
+        out[2 * total + i] = __float2bfloat16_rn(lo);
+    }
+}
+
+int grid_for(int64_t total) {
+    int64_t b = (total + 255) / 256;
+    return (int)(b > 8192 ? 8192 : b < 1 ? 1 : b);
+}
+
+bool aligned16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+
+int check_matrix(const TernCudaMatrix *W, const char *who) {
+    if (!W || !W->d_codes || !W->d_scales || W->rows < 1 || W->cols < 1)
+        return err_set("%s: empty or freed TernCudaMatrix (tern_cuda_upload first)", who);
+    return 0;
+}
+
+int group_unit(const TernCudaMatrix *W, const char *who, int *gu) {
+    if (W->n_groups == 1) {
+        *gu = 0;
+        return 0;
+    }
+    switch (W->group_cols) {
+    case 32: *gu = 1; return 0;
+    case 64: *gu = 2; return 0;
+    case 128: *gu = 4; return 0;
+    case 256: *gu = 8; return 0;
+    default:
+        return err_set("%s: group of %lld columns is not supported on CUDA (tensor, row, 32, 64, "
+                       "128, 256)",
+                       who, (long long)W->group_cols);
+    }
+}
+
+TernKArgs base_args(const TernCudaMatrix *W, int gu) {
+    TernKArgs a = {};
+    a.codes = W->d_codes;
+    a.scales = W->d_scales;
+    a.rows = W->rows;
+    a.cols = W->cols;
+    a.row_bytes = W->row_bytes;
+    a.kblocks = W->kblocks;
+    a.scale_stride = W->scale_stride;
+    a.group_cols = W->group_cols;
+    a.gu = gu;
+    a.planes = 1;
+    return a;
+}
+
+int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
+        float *d_y, cudaStream_t s, const char *who) {
+    if (check_matrix(W, who) < 0) return -1;
+    if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
+    if (n == 0) return 0;
+    if (!d_x || !d_y) return err_set("%s: NULL activations or output", who);
+    if (act == TACT_I8 && !d_sx) return err_set("%s: NULL per-token scales", who);
+    int gu = 0;
+    if (group_unit(W, who, &gu) < 0) return -1;
+    TernKArgs a = base_args(W, gu);
+    a.x = d_x;
+    a.ldx = W->cols;
+    a.sx = d_sx;
+    a.n = n;
+    a.y = d_y;
+    const size_t esize = act == TACT_F32 ? 4 : act == TACT_BF16 ? 2 : 1;
+
+    const bool gemv = g_force == 1 || (g_force == 0 && n <= 16);
+    const int64_t kpad = W->kblocks * TERN_BLOCK;
+    if (act == TACT_F32) { /* f32 = three exact bf16 planes (tern_mma.cuh) */
+        void *ws;
+        if (ws_get(WS_ACT, (size_t)(3 * n * kpad) * 2, &ws) < 0) return -1;
+        split3_kernel<<<grid_for(n * kpad), 256, 0, s>>>(static_cast<const float *>(d_x), n,
+                                                          W->cols, static_cast<__nv_bfloat16 *>(ws),
+                                                          kpad);
+        CUDA_CHECK_LAUNCH("split3_kernel");
+        a.x = ws;
+        a.ldx = kpad;
+        a.planes = 3;
+        a.plane_stride = n * kpad;
+        a.x_vec = 1;
+        act = TACT_BF16;
+    } else {
+        const int vec = act == TACT_I8 ? 16 : 8;
+        a.x_vec = aligned16(d_x) && W->cols % vec == 0;
+        if (!a.x_vec) { /* awkward shape: stage a padded copy (costs one pass over x) */
+            void *ws;
+            if (ws_get(WS_ACT, (size_t)(n * kpad) * esize, &ws) < 0) return -1;
+            if (act == TACT_I8)
+                pad_rows_kernel<int8_t><<<grid_for(n * kpad), 256, 0, s>>>(
+                    static_cast<const int8_t *>(d_x), n, W->cols, W->cols,
+                    static_cast<int8_t *>(ws), kpad);
+            else
+                pad_rows_kernel<uint16_t><<<grid_for(n * kpad), 256, 0, s>>>(
+                    static_cast<const uint16_t *>(d_x), n, W->cols, W->cols,
+                    static_cast<uint16_t *>(ws), kpad);
+            CUDA_CHECK_LAUNCH("pad_rows_kernel");
+            a.x = ws;
+            a.ldx = kpad;
+            a.x_vec = 1;
+        }
+    }
+    const size_t xesize = act == TACT_I8 ? 1 : 2;
+    if (gemv) { /* chunks of 16 tokens, ordered on the stream */
+        for (int64_t c = 0; c < n; c += 16) {
+            TernKArgs b = a;
+            b.n = n - c < 16 ? n - c : 16;
+            b.x = static_cast<const uint8_t *>(a.x) + (size_t)(c * a.ldx) * xesize;
+            b.plane_stride = a.plane_stride; /* planes keep their full-n stride */
+            b.y = a.y + c * a.rows;
+            b.sx = a.sx ? a.sx + c : nullptr;
+            if (tern_gemv_launch(act, &b, s) < 0) return err_prefix("%s: ", who);
+        }
+        return 0;
+    }
+    if (tern_gemm_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
+    return 0;
+}
+
+} // namespace
+
+int tern_mm::scratch(int64_t floats, int64_t counters, float **partial, int **ctr) {
+    void *p = nullptr, *c = nullptr;
+    if (ws_get(WS_PART, (size_t)floats * 4, &p) < 0 || ws_get(WS_CTR, (size_t)counters * 4, &c) < 0)
+        return -1;
+    *partial = static_cast<float *>(p);
+    *ctr = static_cast<int *>(c);
+    return 0;
+}
+
+extern "C" {
+
+int tern_cuda_upload(const TernaryMatrix *W, TernCudaMatrix *out) {
+    memset(out, 0, sizeof *out);
+    if (!W || !W->codes || !W->scales || W->rows < 1 || W->cols < 1)
+        return err_set("tern_cuda_upload: empty or freed ternary matrix");
+    if (W->row_bytes != tern_row_bytes(W->cols))
+        return err_set("tern_cuda_upload: row stride %lld does not match the packed layout (%lld)",
+                       (long long)W->row_bytes, (long long)tern_row_bytes(W->cols));
+    TernCudaMatrix m = {};
+    m.rows = W->rows;
+    m.cols = W->cols;
+    m.row_bytes = W->row_bytes;
+    m.kblocks = tern_row_blocks(W->cols);
+    m.group_cols = W->group_cols;
+    m.n_groups = W->n_groups;
+    m.scale_stride = W->scale_stride;
+    m.n_scales = W->n_scales;
+    int gu = 0;
+    if (group_unit(&m, "tern_cuda_upload", &gu) < 0) return -1;
+    const size_t code_bytes = (size_t)(m.rows * m.row_bytes);
+    const size_t scale_bytes = (size_t)m.n_scales * sizeof(float);
+    cudaError_t e;
+    if ((e = cudaMalloc(&m.d_codes, code_bytes)) != cudaSuccess ||
+        (e = cudaMalloc(&m.d_scales, scale_bytes)) != cudaSuccess) {
+        tern_cuda_free(&m);
+        return err_set("tern_cuda_upload: %lld x %lld matrix needs %zu device bytes: %s",
+                       (long long)m.rows, (long long)m.cols,
+                       code_bytes + scale_bytes, cudaGetErrorString(e));
+    }
+    if ((e = cudaMemcpy(m.d_codes, W->codes, code_bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
+        (e = cudaMemcpy(m.d_scales, W->scales, scale_bytes, cudaMemcpyHostToDevice)) !=
+            cudaSuccess) {
+        tern_cuda_free(&m);
+        return err_set("tern_cuda_upload: copy to device: %s", cudaGetErrorString(e));
+    }
+    m.device_bytes = (int64_t)(code_bytes + scale_bytes);
+    *out = m;
+    return 0;
+}
+
+void tern_cuda_free(TernCudaMatrix *m) {
+    if (!m) return;
+    cudaFree(m->d_codes);
+    cudaFree(m->d_scales);
+    memset(m, 0, sizeof *m);
+}
+
+int64_t tern_cuda_weight_bytes(const TernCudaMatrix *m) {
+    return m->rows * m->row_bytes + m->n_scales * (int64_t)sizeof(float);
+}
+
+int tern_cuda_force_kernel(int which) {
+    int old = g_force;
+    g_force = which;
+    return old;
+}
+
+int tern_cuda_matmul_f32(const TernCudaMatrix *W, const float *d_x, int64_t n, float *d_y,
+                         cudaStream_t stream) {
+    return run(TACT_F32, W, d_x, nullptr, n, d_y, stream, "tern_cuda_matmul_f32");
+}
+
+int tern_cuda_matmul_bf16(const TernCudaMatrix *W, const uint16_t *d_x, int64_t n, float *d_y,
+                          cudaStream_t stream) {
+    return run(TACT_BF16, W, d_x, nullptr, n, d_y, stream, "tern_cuda_matmul_bf16");
+}
+
+int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx,
+                        int64_t n, float *d_y, cudaStream_t stream) {
+    return run(TACT_I8, W, d_xq, d_sx, n, d_y, stream, "tern_cuda_matmul_i8");
+}
+
+int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,
+                         const uint16_t *d_x, int64_t n, void *d_y, int y_f32,
+                         cudaStream_t stream) {
+    if (!h || !d_w || !d_x || !d_y) return err_set("tern_cuda_dense_bf16: NULL argument");
+    if (rows < 1 || cols < 1 || n < 0)
+        return err_set("tern_cuda_dense_bf16: bad shape %lld x %lld, n = %lld", (long long)rows,
+                       (long long)cols, (long long)n);
+    if (rows > 0x7fffffff || cols > 0x7fffffff || n > 0x7fffffff)
+        return err_set("tern_cuda_dense_bf16: shape exceeds cuBLAS's 32-bit dimensions");
+    if (n == 0) return 0;
+    const float alpha = 1.0f, beta = 0.0f;
+    CUBLAS_CHECK(cublasSetStream(h, stream));
+    /* column-major view: y^T (rows, n) = W (cols, rows)^T @ x^T (cols, n) */
+    CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &alpha,
+                              d_w, CUDA_R_16BF, (int)cols, d_x, CUDA_R_16BF, (int)cols, &beta, d_y,
+                              y_f32 ? CUDA_R_32F : CUDA_R_16BF, (int)rows, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT));
+    return 0;
+}
+
+} /* extern "C" */

@@ -1,0 +1,107 @@
+/* tern_cuda.h — ternary matmuls on the GPU (C API; kernels in tern_gemv.cu,
+ * tern_gemm.cu, dispatch and cuBLAS baseline in tern_cuda.cu).
+ *
+ *   y (n, rows) = x (n, cols) @ W^T      W a TernaryMatrix (rows = out features)
+ *
+ * The device copy keeps the packed layout of kernels/ternary_format.h byte for
+ * byte (no repacking): codes (rows, row_bytes) and the f32 scales
+ * scales[r*scale_stride + k/group_cols] (already rounded to the scale dtype).
+ * The CPU twins are tern_matmul_f32_ref / tern_matmul_i8_ref
+ * (kernels/cpu/tern_kernels.h); tests/gpu/test_gpu.cu compares them.
+ *
+ * Activations:
+ *   f32   x f32 (n, cols). Each x is split exactly into three bf16 terms
+ *         (hi + mid + lo, |error| <= 2^-24 |x|), each multiplied on the bf16
+ *         tensor cores with fp32 accumulation: the fp32 reference path.
+ *   bf16  x bf16 (n, cols) (uint16_t bit patterns): one bf16 MMA term. The
+ *         products q*x are exact; only the fp32 accumulation order differs
+ *         from the reference fed with the same bf16 values.
+ *   int8  xq int8 (n, cols) and sx f32 (n): y = (sum_g s_g * D_g) / sx[t],
+ *         D_g the exact integer dot product of group g (s8 tensor cores with
+ *         s32 accumulation).
+ * Output y is f32 (n, rows), every element written.
+ *
+ * Kernels (one template, tern_mm.cuh; chosen by n): n <= 16 the decode GEMV
+ * (tern_gemv.cu: 128 rows x 8/16 tokens per CTA, 4 cp.async stages, split-K
+ * until ~4 CTAs per SM), n > 16 the prefill GEMM (tern_gemm.cu: 256 rows x
+ * 128 tokens, or 128 x 64).  Codes are decoded to bf16 / s8 in registers and
+ * multiplied with mma.sync; split-K partials are summed in a fixed order by
+ * the last CTA of a tile, so results are deterministic.
+ *
+ * Contracts.  All pointers named d_* are device pointers; x and y must not
+ * overlap.  Calls are asynchronous on `stream`.  Split-K scratch, f32
+ * planes and padded copies of unaligned activations live in a per-device
+ * workspace grown synchronously (cudaFree/cudaMalloc): calls must be ordered
+ * on one stream per device, and a stream being captured into a CUDA graph
+ * must not grow it (run the largest call once before capturing).  Every
+ * function returns 0, or -1 with err_set (unsupported shape or group, bad
+ * argument, CUDA error); nothing is silently skipped. */
+#ifndef TL_TERN_CUDA_H
+#define TL_TERN_CUDA_H
+
+#include <stdint.h>
+
+#include <cublas_v2.h>
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#include "quant/quant.h"
+
+typedef struct {
+    int64_t rows, cols;    /* rows = output features, cols = input features */
+    int64_t row_bytes;     /* = tern_row_bytes(cols) */
+    int64_t kblocks;       /* 256-column blocks per row */
+    int64_t group_cols;    /* columns sharing a scale (cols for tensor / row) */
+    int64_t n_groups;      /* groups per row */
+    int64_t scale_stride;  /* 0 (tensor) or n_groups */
+    int64_t n_scales;
+    uint8_t *d_codes;      /* (rows, row_bytes), ternary_format.h layout */
+    float *d_scales;       /* (n_scales,) f32 */
+    int64_t device_bytes;  /* codes + scales */
+} TernCudaMatrix;
+
+/* Copies a host TernaryMatrix to the current device.  Supported groups:
+ * tensor, row, 32, 64, 128, 256 (any group whose columns are a multiple of
+ * 32 dividing 256, or a single group per row).  out owns device memory
+ * (tern_cuda_free).  Returns 0 or -1 (err_set). */
+int tern_cuda_upload(const TernaryMatrix *W, TernCudaMatrix *out);
+void tern_cuda_free(TernCudaMatrix *m);
+/* Bytes the kernels must read for the weights: codes + n_scales * 4. */
+int64_t tern_cuda_weight_bytes(const TernCudaMatrix *m);
+
+int tern_cuda_matmul_f32(const TernCudaMatrix *W, const float *d_x, int64_t n, float *d_y,
+                         cudaStream_t stream);
+/* d_x: bf16 bit patterns (n, cols). */
+int tern_cuda_matmul_bf16(const TernCudaMatrix *W, const uint16_t *d_x, int64_t n, float *d_y,
+                          cudaStream_t stream);
+/* d_xq (n, cols) int8, d_sx (n,) f32 per-token scales (act_quant_int8_ref). */
+int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx,
+                        int64_t n, float *d_y, cudaStream_t stream);
+
+/* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
+ * (n in 16-token chunks, any n), 2 = GEMM.  Returns the previous value. */
+int tern_cuda_force_kernel(int which);
+
+/* Development knob (bench; TERNLAB_CUDA_DECODE=v in the environment sets it
+ * too): decode-GEMV variant, 0 = default; with one scale per row also
+ * 2 = 4 blocks per stage, 20 = stream-K persistent grid, and 10 = variant 0
+ * without the math (bf16, n <= 8: memory diagnostics only, the output is
+ * garbage).  Returns the previous value. */
+int tern_cuda_decode_variant(int v);
+
+/* Dense baseline through cuBLAS: y (n, rows) = x (n, cols) @ W^T with W bf16
+ * (rows, cols) row-major, x bf16 (n, cols), fp32 accumulation
+ * (cublasGemmEx, CUBLAS_COMPUTE_32F); y is f32 when y_f32, else bf16.
+ * The handle's stream is set to `stream`. */
+int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,
+                         const uint16_t *d_x, int64_t n, void *d_y, int y_f32,
+                         cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,129 @@
+/* tern_mma.cuh — device helpers shared by the ternary GEMV and GEMM:
+ * decoding 2-bit codes (ternary_format.h) into tensor-core A fragments, the
+ * mma.sync wrappers, and the internal launch interface.
+ *
+ * How codes meet the tensor cores ("swap AB").  The weight rows are the MMA's
+ * M dimension (16 rows per fragment), tokens its N dimension (8 per
+ * fragment).  The order of the reduction index k inside one MMA is free as
+ * long as A and B use the same one, so A is built from what a thread loads
+ * naturally and the activations (B) are gathered to match:
+ *
+ *   lane = 4g + t.  Thread (g, t) reads, from each 64-byte block of rows g
+ *   and g+8, the words W[h][j] = bytes 32h + 8t + 4j .. +3 (h, j in {0,1}).
+ *   Byte beta, field f holds column 64f + beta of the block.
+ *
+ *   bf16 (m16n8k16), step (f, h, p):  A regs {g: W[h][0], g+8: W[h][0],
+ *     g: W[h][1], g+8: W[h][1]} decoded at field f, pair p (p = 0: bytes 0,2
+ *     of the word; p = 1: bytes 1,3).  Thread t's k-slots hold columns
+ *     C+p, C+p+2 | C+p+4, C+p+6 with C = 64f + 32h + 8t, so a step covers
+ *     16 columns of one 32-column unit (2f + h) and B is x[C+p+{0,2,4,6}].
+ *   int8 (m16n8k32), step (f, h): A regs W[h][j] decoded at field f are the
+ *     4 consecutive columns C + 4j + {0..3}; B is x[C..C+7] as two words.
+ *
+ * Every step stays inside one 32-column unit, so per-group scales of 32, 64,
+ * 128 or 256 columns are applied exactly at group boundaries (partials per
+ * group, then s_g * partial, like the reference).
+ *
+ * Decoding.  bf16: (w & (0x00030003 << 2f)) | 0x43004300 is the bf16 pair
+ * 128 + c*4^f (for f = 3 the code's high bit lands on the exponent's lowest
+ * bit: 128 -> 192 -> 256, still affine in c), and one HFMA2 maps it exactly
+ * to q = c - 1: 1 LOP3 + 1 HFMA2 per 2 weights (plus 1 shift per word for
+ * p = 1).  int8: c = (w >> 2f) & 0x03030303; q = (c + 0x7f7f7f7f) ^ 0x80808080
+ * (no carry leaves a byte since c <= 2). */
+#ifndef TL_TERN_MMA_CUH
+#define TL_TERN_MMA_CUH
+
+#include <cuda_bf16.h>
+#include <stdint.h>
+
+enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
+
+/* Arguments of one ternary matmul launch (all device pointers). */
+struct TernKArgs {
+    const uint8_t *codes;   /* (rows, row_bytes) */
+    const float *scales;    /* scales[r*scale_stride + group] */
+    int64_t rows, cols, row_bytes, kblocks, scale_stride, group_cols;
+    int gu;                 /* 32-col units per group: 1,2,4,8; 0 = one group per row */
+    const void *x;          /* activations (n, ldx): bf16 / f32 / int8 */
+    int64_t ldx;            /* elements between tokens */
+    int x_vec;              /* 1: x rows 16-byte aligned, ldx a multiple of 8 (16 for int8) */
+    const float *sx;        /* int8: (n,) per-token scales */
+    int64_t n;
+    float *y;               /* (n, rows) */
+    float *partial;         /* GEMV split-K scratch */
+    int *counters;
+    int planes;             /* GEMM: number of bf16 planes of x summed (f32 = 3) */
+    int64_t plane_stride;   /* elements between planes */
+};
+
+int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
+int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);
+
+/* ---- decoding ---------------------------------------------------------- */
+
+template <int F>
+__device__ __forceinline__ uint32_t tern_dec_bf16(uint32_t w) {
+    const uint32_t v = (w & (0x00030003u << (2 * F))) | 0x43004300u;
+    /* q = v * 4^-F - (128 * 4^-F + 1) */
+    const float mul = F == 0 ? 1.0f : F == 1 ? 0.25f : F == 2 ? 0.0625f : 0.015625f;
+    const float add = F == 0 ? -129.0f : F == 1 ? -33.0f : F == 2 ? -9.0f : -3.0f;
+    __nv_bfloat162 r = __hfma2(*reinterpret_cast<const __nv_bfloat162 *>(&v),
+                               __float2bfloat162_rn(mul), __float2bfloat162_rn(add));
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
+template <int F>
+__device__ __forceinline__ uint32_t tern_dec_i8(uint32_t w) {
+    const uint32_t c = (w >> (2 * F)) & 0x03030303u;
+    return (c + 0x7f7f7f7fu) ^ 0x80808080u;
+}
+
+/* ---- MMA --------------------------------------------------------------- */
+
+__device__ __forceinline__ void mma_bf16_16816(float c[4], const uint32_t a[4], uint32_t b0,
+                                               uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void mma_s8_16832(int c[4], const uint32_t a[4], uint32_t b0,
+                                             uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* bf16 pairs (x[2i], x[2i+2]) from two words holding (x0,x1), (x2,x3). */
+__device__ __forceinline__ uint32_t pair_even(uint32_t lo, uint32_t hi) {
+    return __byte_perm(lo, hi, 0x5410);
+}
+__device__ __forceinline__ uint32_t pair_odd(uint32_t lo, uint32_t hi) {
+    return __byte_perm(lo, hi, 0x7632);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 r = __floats2bfloat162_rn(lo, hi);
+    return *reinterpret_cast<uint32_t *>(&r);
+}
+
+/* Exact 3-term bf16 split of f32 values: x = hi + mid + lo up to 2^-24|x|. */
+__device__ __forceinline__ void split3(float x, float &hi, float &mid, float &lo) {
+    hi = __bfloat162float(__float2bfloat16_rn(x));
+    float r = x - hi;
+    mid = __bfloat162float(__float2bfloat16_rn(r));
+    lo = r - mid;
+}
+
+/* Streaming 8-byte load of codes: read once, keep out of L1. */
+__device__ __forceinline__ uint2 ldg_stream_u2(const void *p) {
+    uint2 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
+                 : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+
+#endif

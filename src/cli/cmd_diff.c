@@ -1,0 +1,166 @@
+/* ternlab diff: where do two runs of one model diverge?  (src/eval/diff.h) */
+#include "cli/cli.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/diff.h"
+#include "eval/experiment.h"
+#include "load/tokens.h"
+#include "log/h5log.h"
+
+#include <errno.h>
+#include <getopt.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+int cmd_diff(int argc, char **argv);
+
+static const char *diff_help =
+    "ternlab diff --model PATH --tokens FILE [--window 256] [--a SETTINGS]\n"
+    "             (--b SETTINGS | --b-dump FILE) [--threshold 1e-2] [--out FILE.h5]\n"
+    "Runs window 0 (tokens [0, T)) through two settings of one model and compares them\n"
+    "per layer (residual stream), per sub-block (attention output, MLP output) and per\n"
+    "linear (the same input through A's and B's version of that linear alone):\n"
+    "relative L2 error ||A-B||/||B|| (B = reference), max |A-B|, NaN/Inf counts, and\n"
+    "the first row where the error crosses --threshold.\n"
+    "SETTINGS: comma list of quant=SPEC|loaded, kv=none|encoder|decoder|all[@layers=a-b],\n"
+    "dense=0|1 (reference twin of ternary weights), device=cpu, tp=1; default quant=loaded.\n"
+    "  e.g. --a 'quant=rule=twn,group=128' --b 'quant=loaded'\n"
+    "--b-dump FILE: B is a raw f32 layer dump (n_layers+2, T, hidden) from elsewhere\n"
+    "(ppl --dump-layers, or the fixtures' ref_layers.f32); residual rows only.\n"
+    "--out FILE.h5: also writes the comparison as the /diff group of a run file.\n"
+    "Last stdout line: first_layer <L|none> [block <attn|mlp|resid|...> rel_l2 <v>] threshold <t>\n";
+
+static int usage_err(const char *msg, const char *arg) {
+    fprintf(stderr, "ternlab diff: %s%s (see ternlab diff --help)\n", msg, arg ? arg : "");
+    return 2;
+}
+
+/* Reads a raw f32 layer dump of exactly n floats. */
+static int read_dump(const char *path, int64_t n, float **out) {
+    MappedFile mf;
+    if (file_map(path, &mf) != 0) return -1;
+    if (mf.size != (size_t)n * sizeof(float)) {
+        int rc = err_set("%s: %zu bytes, expected %lld (f32 [n_layers+2, T, hidden] for this model "
+                         "and --window)", path, mf.size, (long long)n * 4);
+        file_unmap(&mf);
+        return rc;
+    }
+    float *d = mem_alloc(mf.size, "layer dump");
+    if (d) memcpy(d, mf.data, mf.size);
+    file_unmap(&mf);
+    if (!d) return -1;
+    *out = d;
+    return 0;
+}
+
+int cmd_diff(int argc, char **argv) {
+    static struct option opts[] = {
+        {"model", required_argument, 0, 'm'}, {"tokens", required_argument, 0, 't'},
+        {"window", required_argument, 0, 'w'}, {"a", required_argument, 0, 'a'},
+        {"b", required_argument, 0, 'b'}, {"b-dump", required_argument, 0, 'D'},
+        {"threshold", required_argument, 0, 'T'}, {"out", required_argument, 0, 'o'},
+        {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
+    const char *model = NULL, *tokens = NULL, *sa = "quant=loaded", *sb = NULL, *bdump = NULL,
+               *out = NULL;
+    long window = 256;
+    double thr = DIFF_DEFAULT_THRESHOLD;
+    optind = 1;
+    opterr = 0;
+    int c, idx;
+    while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
+        char *end;
+        switch (c) {
+        case 'm': model = optarg; break;
+        case 't': tokens = optarg; break;
+        case 'a': sa = optarg; break;
+        case 'b': sb = optarg; break;
+        case 'D': bdump = optarg; break;
+        case 'o': out = optarg; break;
+        case 'h': printf("%s", diff_help); return 0;
+        case 'w':
+            errno = 0;
+            window = strtol(optarg, &end, 10);
+            if (errno || end == optarg || *end || window < 2 || window > (1 << 20))
+                return usage_err("--window: expected an integer in [2, 1048576], got ", optarg);
+            break;
+        case 'T':
+            errno = 0;
+            thr = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(thr > 0) || !isfinite(thr))
+                return usage_err("--threshold: expected a positive number, got ", optarg);
+            break;
+        default: return usage_err("unknown option or missing value: ", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) return usage_err("unexpected argument ", argv[optind]);
+    if (!model) return usage_err("--model is required", NULL);
+    if (!tokens) return usage_err("--tokens is required", NULL);
+    if (!sb == !bdump) return usage_err("give exactly one of --b SETTINGS and --b-dump FILE", NULL);
+
+    DiffSide A, B;
+    if (diff_side_parse(sa, &A) != 0) {
+        fprintf(stderr, "ternlab diff: --a: %s\n", err_msg());
+        return 2;
+    }
+    if (sb && diff_side_parse(sb, &B) != 0) {
+        fprintf(stderr, "ternlab diff: --b: %s\n", err_msg());
+        return 2;
+    }
+    Model ma, mb;
+    int have_b = 0, rc = 0;
+    int32_t *tok = NULL;
+    int64_t n = 0;
+    float *dump = NULL;
+    char bdesc[4200];
+    if (diff_side_load(model, &A, &ma) != 0) {
+        fprintf(stderr, "ternlab diff: A: %s\n", err_msg());
+        return 1;
+    }
+    const ModelConfig *cfg = &ma.cfg;
+    if (sb) {
+        rc = diff_side_load(model, &B, &mb);
+        have_b = rc == 0;
+        if (rc) err_prefix("B: ");
+        snprintf(bdesc, sizeof bdesc, "%s", B.desc);
+    } else {
+        rc = read_dump(bdump, (int64_t)(cfg->n_layers + 2) * window * cfg->hidden, &dump);
+        snprintf(bdesc, sizeof bdesc, "dump %.4000s", bdump);
+    }
+    if (rc == 0) rc = tokens_load(tokens, cfg->vocab, &tok, &n);
+    if (rc == 0 && n < window)
+        rc = err_set("%s: %lld tokens, shorter than one window of %ld", tokens, (long long)n, window);
+    DiffResult r;
+    if (rc == 0)
+        rc = diff_compare(&ma, &A.kv, have_b ? &mb : NULL, have_b ? &B.kv : NULL, dump, tok,
+                          (int)window, thr, &r);
+    if (rc == 0) {
+        if (out) {
+            H5Log *lg = h5log_create(out);
+            int e = lg ? 0 : -1;
+            if (e == 0) {
+                e |= h5log_write_provenance(lg, TERNLAB_VERSION, NULL);
+                e |= h5log_attr_str(lg, "/", "experiment", "diff");
+                e |= h5log_attr_str(lg, "/", "model", model);
+                e |= h5log_attr_str(lg, "/", "tokens", tokens);
+                e |= h5log_attr_i64(lg, "/", "window", window);
+                e |= diff_write_h5(lg, "/diff", &r, A.desc, bdesc);
+                if (e) h5log_abort(lg);
+                else e = h5log_commit(lg);
+            }
+            rc = e ? -1 : 0;
+        }
+        diff_print(&r, A.desc, bdesc, stdout);
+        diff_result_free(&r);
+    }
+    free(tok);
+    mem_free(dump);
+    if (have_b) model_free(&mb);
+    model_free(&ma);
+    if (rc) {
+        fprintf(stderr, "ternlab diff: %s\n", err_msg());
+        return 1;
+    }
+    return 0;
+}

@@ -1,0 +1,399 @@
+/* Diagnostics: ternlab diff (per-layer / sub-block / linear divergence), the
+ * load report, capacity at a memory budget, latency statistics. */
+#include "test.h"
+#include "fixtures.h"
+#include "core/err.h"
+#include "core/mem.h"
+#include "eval/diff.h"
+#include "eval/latency.h"
+#include "load/tokens.h"
+#include "runtime/linear.h"
+#include "runtime/report.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define T_DIFF 256 /* the fixtures' ref_layers.f32 hold window 0 of 256 tokens */
+/* fp32 forward vs transformers' fp32 hidden states: 6e-7 .. 1.6e-6 per layer seen */
+#define TOL_REF_LAYERS 1e-5
+
+static int32_t *load_tokens(int vocab, int64_t *n) {
+    int32_t *tok = NULL;
+    if (tokens_load(test_path(TOKENS_FILE), vocab, &tok, n) != 0) return NULL;
+    return tok;
+}
+
+static int load(const char *dir, const char *quant, int dense, Model *m) {
+    ModelLoadOpts o = {.quant = quant, .dense = dense};
+    return model_load(test_path(dir), &o, m);
+}
+
+static const KvPolicy KV_NONE = {.kind = KVP_NONE, .layer_lo = -1, .layer_hi = -1};
+
+TEST(diag_diff_self_is_zero) {
+    Model a, b;
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &a) == 0);
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
+    CHECK(r.have_blocks && r.n_lin == 7 * a.cfg.n_layers);
+    for (int s = 0; s < r.n_layers + 2; s++)
+        CHECK_MSG(r.resid[s].rel_l2 == 0 && r.resid[s].max_abs == 0 && !r.resid[s].nonfinite_a,
+                  "row %d: %g", s, r.resid[s].rel_l2);
+    for (int l = 0; l < r.n_layers; l++)
+        CHECK(r.attn[l].rel_l2 == 0 && r.mlp[l].rel_l2 == 0 && r.attn[l].max_abs == 0);
+    for (int i = 0; i < r.n_lin; i++) CHECK_MSG(r.lin[i].rel_l2 == 0, "%s", r.lin_name[i]);
+    CHECK(r.first_layer == -1 && r.first_block[0] == 0);
+    diff_result_free(&r);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
+/* Every linear ternarised: the error is above threshold from layer 0 on and grows. */
+TEST(diag_diff_ternary_error_grows) {
+    Model a, b;
+    REQUIRE(load(LLAMA_DIR, "rule=twn,group=128", 0, &a) == 0);
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
+    /* ternarising every linear: the error is there from layer 0 on and grows */
+    CHECK_MSG(r.first_layer == 0 && strcmp(r.first_block, "attn") == 0, "first %d %s",
+              r.first_layer, r.first_block);
+    CHECK(r.resid[0].rel_l2 == 0);
+    CHECK_MSG(r.resid[r.n_layers].rel_l2 > r.resid[1].rel_l2 && r.resid[1].rel_l2 > 1e-2,
+              "layer 0 %g last %g", r.resid[1].rel_l2, r.resid[r.n_layers].rel_l2);
+    for (int i = 0; i < r.n_lin; i++) CHECK_MSG(r.lin[i].rel_l2 > 1e-2, "%s", r.lin_name[i]);
+    diff_result_free(&r);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
+TEST(diag_diff_first_layer_and_linears) {
+    Model a, b;
+    REQUIRE(load(LLAMA_DIR, "rule=absmean,layers=3", 0, &a) == 0);
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
+    CHECK_MSG(r.first_layer == 3 && strcmp(r.first_block, "attn") == 0, "first %d %s",
+              r.first_layer, r.first_block);
+    for (int s = 0; s <= 3; s++) CHECK_MSG(r.resid[s].rel_l2 == 0, "row %d", s);
+    CHECK(r.resid[4].rel_l2 > 1e-2 && r.resid[5].rel_l2 > 1e-2);
+    for (int i = 0; i < r.n_lin; i++) {
+        if (i / 7 == 3) CHECK_MSG(r.lin[i].rel_l2 > 0.1, "ternarised %s: %g", r.lin_name[i], r.lin[i].rel_l2);
+        else CHECK_MSG(r.lin[i].rel_l2 == 0 && r.lin[i].max_abs == 0, "untouched %s: %g",
+                       r.lin_name[i], r.lin[i].rel_l2);
+    }
+    diff_result_free(&r);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
+TEST(diag_diff_matches_reference_dump) {
+    Model a;
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &a) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    float *ref;
+    int64_t nr = fixture_read_f32(LLAMA_DIR "/ref_layers.f32", &ref);
+    REQUIRE(tok && nr == (int64_t)(a.cfg.n_layers + 2) * T_DIFF * a.cfg.hidden);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, NULL, NULL, ref, tok, T_DIFF, 1e-2, &r) == 0);
+    CHECK(!r.have_blocks && r.n_lin == 0);
+    for (int s = 0; s < r.n_layers + 2; s++)
+        CHECK_MSG(r.resid[s].rel_l2 < TOL_REF_LAYERS, "row %d: %g", s, r.resid[s].rel_l2);
+    CHECK(r.first_layer == -1 && !r.first_block[0]);
+    diff_result_free(&r);
+    /* a NaN in the dump is counted and crosses any threshold */
+    ref[(int64_t)2 * T_DIFF * a.cfg.hidden + 5] = NAN;
+    REQUIRE(diff_compare(&a, &KV_NONE, NULL, NULL, ref, tok, T_DIFF, 1e-2, &r) == 0);
+    CHECK(r.resid[2].nonfinite_b == 1 && isnan(r.resid[2].rel_l2));
+    CHECK(r.first_layer == 1 && strcmp(r.first_block, "resid") == 0);
+    diff_result_free(&r);
+    free(ref);
+    free(tok);
+    model_free(&a);
+}
+
+TEST(diag_diff_kv_policy_and_bad_inputs) {
+    Model a, b, bit;
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &a) == 0);
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    KvPolicy p;
+    REQUIRE(kv_policy_parse("all@layers=2-3", &p) == 0);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &p, &b, &KV_NONE, NULL, tok, 32, 1e-2, &r) == 0);
+    CHECK(r.resid[1].rel_l2 == 0 && r.resid[2].rel_l2 == 0 && r.attn[2].rel_l2 > 0);
+    CHECK(r.first_layer == 2);
+    diff_result_free(&r);
+    CHECK(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 1, 1e-2, &r) != 0);
+    CHECK(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 32, 0, &r) != 0);
+    CHECK(diff_compare(&a, &KV_NONE, NULL, NULL, NULL, tok, 32, 1e-2, &r) != 0);
+    REQUIRE(load(BITNET_DIR, NULL, 0, &bit) == 0);
+    if (bit.cfg.hidden != a.cfg.hidden || bit.cfg.arch != a.cfg.arch)
+        CHECK(diff_compare(&a, &KV_NONE, &bit, &KV_NONE, NULL, tok, 32, 1e-2, &r) != 0);
+    model_free(&bit);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
+TEST(diag_diff_side_parse) {
+    DiffSide s;
+    REQUIRE(diff_side_parse("quant=rule=twn,group=128,kv=all,dense=1", &s) == 0);
+    CHECK(strcmp(s.quant, "rule=twn,group=128") == 0 && s.kv.kind == KVP_ALL && s.dense == 1);
+    REQUIRE(diff_side_parse("quant=loaded", &s) == 0);
+    CHECK(s.quant[0] == 0 && s.kv.kind == KVP_NONE && !s.dense);
+    REQUIRE(diff_side_parse("kv=decoder@layers=1-2;quant=rule=l2opt", &s) == 0);
+    CHECK(s.kv.kind == KVP_DECODER && s.kv.layer_lo == 1 && strcmp(s.quant, "rule=l2opt") == 0);
+    const char *bad[] = {"", "rule=twn", "quant=rule=nope", "kv=some", "dense=2", "device=cuda",
+                         "tp=2", "quant=", "quant=loaded,,kv=all", "foo=1"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(diff_side_parse(bad[i], &s) != 0, "'%s' accepted", bad[i]);
+}
+
+/* ---- load report --------------------------------------------------------- */
+
+TEST(diag_report_rows_and_bytes) {
+    const char *quants[] = {NULL, "rule=twn,group=128,scale=f16,layers=0-1"};
+    for (int qi = 0; qi < 2; qi++) {
+        Model m;
+        REQUIRE(load(LLAMA_DIR, quants[qi], 0, &m) == 0);
+        ReportRow *rows;
+        int n;
+        REQUIRE(report_rows(&m, &rows, &n) == 0);
+        CHECK(n == 7 * m.cfg.n_layers + 2);
+        int64_t sum = 0;
+        for (int i = 0; i < n; i++) sum += rows[i].bytes;
+        CHECK_MSG(sum == (int64_t)model_weight_bytes(&m), "sum %lld vs %zu", (long long)sum,
+                  model_weight_bytes(&m));
+        CHECK(strcmp(rows[0].name, "model.embed_tokens") == 0 && strcmp(rows[n - 1].name, "lm_head") == 0);
+        for (int i = 1; i < n - 1; i++) {
+            const ReportRow *r = &rows[i];
+            CHECK_MSG(strcmp(r->stored, "dense BF16") == 0, "%s: %s", r->name, r->stored);
+            int tern = qi == 1 && r->layer <= 1;
+            if (tern) {
+                CHECK_MSG(strcmp(r->run_as, "ternary packed (ternarised)") == 0 &&
+                              strcmp(r->rule, "twn") == 0 && strcmp(r->group, "128") == 0 &&
+                              strcmp(r->scale, "F16") == 0, "%s: %s %s %s %s", r->name, r->run_as,
+                          r->rule, r->group, r->scale);
+                /* codes 2 bits + one f16 scale per 128 weights */
+                CHECK_MSG(fabs(r->bits_per_weight - (2.0 + 16.0 / 128)) < 1e-9, "%s: %g", r->name,
+                          r->bits_per_weight);
+            } else {
+                CHECK(strcmp(r->run_as, "dense f32") == 0 && r->bits_per_weight == 32.0);
+            }
+        }
+        ReportKernels k;
+        report_kernels(&m, &k);
+        CHECK_MSG(strcmp(k.dense_layers, qi ? "2-3" : "all") == 0, "%s", k.dense_layers);
+        CHECK(strstr(k.dense_gemm, "OpenBLAS sgemm (core ") == k.dense_gemm);
+        CHECK(k.fallbacks[0] && (k.n_fallbacks > 0 || strcmp(k.fallbacks, "none") == 0));
+        free(rows);
+        model_free(&m);
+    }
+    /* native BitNet: packed U8 stored, runs packed with int8 activations */
+    Model b;
+    REQUIRE(load(BITNET_DIR, NULL, 0, &b) == 0);
+    ReportRow *rows;
+    int n;
+    REQUIRE(report_rows(&b, &rows, &n) == 0);
+    int64_t sum = 0;
+    for (int i = 0; i < n; i++) sum += rows[i].bytes;
+    CHECK(sum == (int64_t)model_weight_bytes(&b));
+    for (int i = 1; i < n - 1; i++) {
+        CHECK_MSG(strstr(rows[i].stored, "native ternary packed (BitNet") == rows[i].stored,
+                  "%s", rows[i].stored);
+        CHECK(strcmp(rows[i].run_as, "ternary packed (native)") == 0 && strcmp(rows[i].act, "int8") == 0);
+    }
+    ReportKernels k;
+    report_kernels(&b, &k);
+    CHECK(strcmp(k.dense_layers, "none") == 0);
+    CHECK(strstr(k.ternary_gemm, "gemm_ternary_") == k.ternary_gemm);
+    free(rows);
+    model_free(&b);
+}
+
+/* ---- capacity ------------------------------------------------------------ */
+
+TEST(diag_parse_bytes) {
+    struct {
+        const char *s;
+        uint64_t v;
+    } ok[] = {{"0", 0},
+              {"100000", 100000},
+              {"512B", 512},
+              {"24GiB", 24ull << 30},
+              {"24 GiB", 24ull << 30},
+              {"24g", 24ull << 30},
+              {"1.5GiB", 3ull << 29},
+              {"64KB", 64000},
+              {"2TiB", 2ull << 40},
+              {"3mb", 3000000},
+              {"16383PiB", 16383ull << 50}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        uint64_t v = 1;
+        CHECK_MSG(parse_bytes(ok[i].s, &v) == 0 && v == ok[i].v, "'%s' -> %llu", ok[i].s,
+                  (unsigned long long)v);
+    }
+    const char *bad[] = {"", "GiB", "-1GiB", "24XB", "24GiBs", "1.5", "1.GiB", "24  GiB",
+                         "18446744073709551616", "16384PiB", " 24GiB", "0x10"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        uint64_t v;
+        CHECK_MSG(parse_bytes(bad[i], &v) != 0, "'%s' accepted", bad[i]);
+    }
+}
+
+TEST(diag_capacity_by_hand) {
+    Model m;
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &m) == 0);
+    uint64_t budget = 24ull << 30;
+    Capacity c;
+    REQUIRE(report_capacity_compute(&m, budget, 16, &c) == 0);
+    uint64_t w = model_weight_bytes(&m);
+    CHECK(c.weight_bytes[0] == w);
+    /* llama-tiny: 4 layers x 4 KV heads x head_dim 32: f32 K+V = 4*4*2*32*4 = 4096 B/token;
+     * ternary: per head 2*8 code bytes + 2*(2+1) f16 scales = 22 B -> 4*4*22 = 352 */
+    CHECK(c.kv_bytes[0][0] == 4096 && c.kv_bytes[0][1] == 4096);
+    CHECK(c.kv_bytes[3][0] == 352 && c.kv_bytes[3][1] == 352);
+    CHECK(c.kv_bytes[1][0] == 352 && c.kv_bytes[1][1] == 4096);
+    CHECK(c.kv_bytes[2][0] == 4096 && c.kv_bytes[2][1] == 352);
+    CHECK(c.tokens[0][0][0] == (budget - w) / 4096);
+    CHECK(c.tokens[0][3][0] == (budget - w) / 352);
+    CHECK(c.tokens[0][0][0] == 6287360); /* (25769803776 - 16777216) / 4096 */
+    /* dense bf16 from the shapes: half of the f32 model (untied head) */
+    CHECK(c.weight_bytes[1] == w && c.weight_bytes[2] == w / 2);
+    /* the runtime's pool: f32 slots always; + per layer 1 format byte + 4 heads x 22 */
+    CHECK(c.alloc_per_token[0] == 4096 && c.alloc_per_token[3] == 4096 + 4 * (1 + 88));
+    CHECK(c.pool_tokens[0][0] % 16 == 0 && c.pool_bytes[0][0] <= budget - w);
+    /* a budget below the weights: nothing fits */
+    REQUIRE(report_capacity_compute(&m, w - 1, 16, &c) == 0);
+    CHECK(c.tokens[0][0][0] == 0 && c.tokens[0][3][1] == 0 && c.pool_tokens[0][0] == 0);
+    CHECK(report_capacity_compute(&m, budget, 0, &c) != 0);
+    model_free(&m);
+}
+
+TEST(diag_h5_groups) {
+    Model a, b;
+    REQUIRE(load(LLAMA_DIR, "rule=absmean,layers=3", 0, &a) == 0);
+    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 32, 1e-2, &r) == 0);
+    char path[600];
+    snprintf(path, sizeof path, "%s/diag.h5", test_tmpdir());
+    H5Log *lg = h5log_create(path);
+    REQUIRE(lg);
+    int e = diff_write_h5(lg, "/diff", &r, "a", "b");
+    e |= report_write_h5(lg, &a);
+    e |= report_capacity_h5(lg, "/capacity", &a, 1ull << 30);
+    CHECK(e == 0);
+    REQUIRE(h5log_commit(lg) == 0);
+    const char *need[] = {"/diff/row_name", "/diff/resid_rel_l2", "/diff/attn_rel_l2",
+                          "/diff/mlp_max_abs", "/diff/linear/name", "/diff/linear/out_rel_l2",
+                          "/load_report/name", "/load_report/bytes", "/load_report/run_as",
+                          "/capacity/tokens", "/capacity/kv_bytes_per_token", NULL};
+    CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+    diff_result_free(&r);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
+/* ---- latency ------------------------------------------------------------- */
+
+TEST(diag_latency_stats) {
+    Model m, twin;
+    REQUIRE(load(BITNET_DIR, NULL, 0, &m) == 0);
+    REQUIRE(load(BITNET_DIR, NULL, 1, &twin) == 0);
+    int64_t n;
+    int32_t *tok = load_tokens(m.cfg.vocab, &n);
+    REQUIRE(tok);
+    LatencyOpts o = {.batch = 2, .prompt_len = 16, .gen_len = 4, .n_requests = 5, .warmup = 1,
+                     .repeats = 3};
+    LatencyResult r;
+    REQUIRE(latency_measure(&m, &twin, tok, n, &o, &r) == 0);
+    CHECK(r.n_requests == 5);
+    CHECK(r.ttft_ms_p50 > 0 && r.ttft_ms_p50 <= r.ttft_ms_p95 && r.ttft_ms_p95 <= r.ttft_ms_p99);
+    CHECK(r.tpot_ms_p50 > 0 && r.tpot_ms_p50 <= r.tpot_ms_p95 && r.tpot_ms_p95 <= r.tpot_ms_p99);
+    CHECK(r.step_ms_p50 > 0 && r.step_ms_p50 <= r.step_ms_p99);
+    CHECK(r.tok_s > 0 && r.prefill_tok_s > 0 && r.decode_tok_s > 0);
+    CHECK(r.step_ms > 0 && r.linear_ms > 0 && r.ternary_ms > 0 && r.ternary_ms <= r.linear_ms);
+    CHECK(isfinite(r.twin_ms) && r.twin_ms > 0 && isfinite(r.unpack_share));
+    CHECK(fabs(r.unpack_ms - (r.ternary_ms - r.twin_ms)) < 1e-9);
+    CHECK(r.act_quant_ms > 0 && r.attention_ms >= 0);
+    /* without a twin the unpack share is unknown, not made up */
+    REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
+    CHECK(isnan(r.twin_ms) && isnan(r.unpack_share));
+    LatencyOpts bad = o;
+    bad.gen_len = 1;
+    CHECK(latency_measure(&m, NULL, tok, n, &bad, &r) != 0);
+    bad = o;
+    bad.prompt_len = (int)n;
+    CHECK(latency_measure(&m, NULL, tok, n, &bad, &r) != 0);
+    double v[5] = {5, 1, 4, 2, 3};
+    CHECK(latency_percentile(v, 5, 0.5) == 3 && latency_percentile(v, 5, 0.99) == 5 &&
+          latency_percentile(v, 5, 0.0) == 1);
+    free(tok);
+    model_free(&m);
+    model_free(&twin);
+}
+
+/* ---- command line (needs the diff dispatch in main.c and info --mem) ---- */
+
+TEST(diag_cli) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    char cmd[4096], *out = NULL, h5[600];
+    snprintf(h5, sizeof h5, "%s/d.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s diff --model %s --tokens %s --window 32 --a 'quant=rule=twn,layers=2' "
+             "--b quant=loaded --out %s", bin, test_path(LLAMA_DIR), test_path(TOKENS_FILE), h5);
+    CHECK(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "first_layer 2 block attn"), "%s", out ? out : "");
+    free(out);
+    CHECK(h5log_verify(h5, (const char *const[]){"/diff/resid_rel_l2", NULL}) == 0);
+    snprintf(cmd, sizeof cmd, "%s diff --model %s --tokens %s --b-dump %s", bin, test_path(LLAMA_DIR),
+             test_path(TOKENS_FILE), test_path(LLAMA_DIR "/ref_layers.f32"));
+    CHECK(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "first_layer none"), "%s", out ? out : "");
+    free(out);
+    /* bad inputs: a message and a non-zero exit */
+    const char *bad[] = {
+        "diff --model %s --tokens %s",                                 /* no B */
+        "diff --model %s --tokens %s --b quant=loaded --b-dump x",     /* both */
+        "diff --model %s --tokens %s --b 'quant=rule=bogus'",
+        "diff --model %s --tokens %s --b quant=loaded --threshold -1",
+        "diff --model %s --tokens %s --b quant=loaded --window 1",
+        "diff --model %s --tokens %s --b-dump %s/config.json",          /* wrong size */
+        "info --model %s --mem 24XB"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[2048];
+        snprintf(args, sizeof args, bad[i], test_path(LLAMA_DIR), test_path(TOKENS_FILE),
+                 test_path(LLAMA_DIR));
+        snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc != 0 && out && strstr(out, "ternlab"), "%s -> %d: %s", args, rc, out ? out : "");
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "%s info --model %s --mem 24GiB", bin, test_path(LLAMA_DIR));
+    CHECK(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "load report") && strstr(out, "6287360") &&
+                  strstr(out, "fallbacks"), "%s", out ? out : "");
+    free(out);
+}
