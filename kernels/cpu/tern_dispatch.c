@@ -7,6 +7,7 @@
 #include "core/mem.h"
 #include "ternary_format.h"
 
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -151,16 +152,37 @@ int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n)
 }
 
 /* Grow-only per-thread buffers (tern_kernels.h).  Grown by a quarter more
- * than asked so slowly growing n does not reallocate on every call. */
-static _Thread_local struct {
+ * than asked so slowly growing n does not reallocate on every call.  The
+ * buffers hang off a pthread key whose destructor frees them when the thread
+ * ends (OpenMP pool threads of tensor-parallel ranks come and go). */
+typedef struct {
     void *p;
     size_t cap;
-} scratch[TERN_SCRATCH_SLOTS];
+} ScratchSlot;
+static _Thread_local ScratchSlot *scratch;
+static pthread_key_t scratch_key;
+static pthread_once_t scratch_once = PTHREAD_ONCE_INIT;
+
+static void scratch_destroy(void *v) {
+    ScratchSlot *s = v;
+    for (int i = 0; i < TERN_SCRATCH_SLOTS; i++) mem_free(s[i].p);
+    free(s);
+}
+static void scratch_key_init(void) { pthread_key_create(&scratch_key, scratch_destroy); }
 
 void *tern_scratch(int slot, size_t bytes, const char *what) {
     if (slot < 0 || slot >= TERN_SCRATCH_SLOTS) {
         err_set("tern_scratch: no slot %d (%s)", slot, what);
         return NULL;
+    }
+    if (!scratch) {
+        pthread_once(&scratch_once, scratch_key_init);
+        scratch = calloc(TERN_SCRATCH_SLOTS, sizeof *scratch);
+        if (!scratch) {
+            err_set("tern_scratch: out of memory (%s)", what);
+            return NULL;
+        }
+        pthread_setspecific(scratch_key, scratch);
     }
     if (bytes > scratch[slot].cap || !scratch[slot].p) {
         size_t cap = (bytes + bytes / 4 + 63) & ~(size_t)63;
@@ -174,9 +196,10 @@ void *tern_scratch(int slot, size_t bytes, const char *what) {
 }
 
 void tern_scratch_release(void) {
-    for (int s = 0; s < TERN_SCRATCH_SLOTS; s++) {
-        mem_free(scratch[s].p);
-        scratch[s].p = NULL;
-        scratch[s].cap = 0;
+    if (!scratch) return;
+    for (int i = 0; i < TERN_SCRATCH_SLOTS; i++) {
+        mem_free(scratch[i].p);
+        scratch[i].p = NULL;
+        scratch[i].cap = 0;
     }
 }

@@ -737,9 +737,14 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
         config = cfgpath;
     }
     ExpConf conf;
-    if (expconf_load(config, &conf) != 0 || expconf_check(&conf) != 0 ||
-        expconf_apply_args(&conf, n_over, over, NULL) != 0) {
+    if (expconf_load(config, &conf) != 0) {
         fprintf(stderr, "%s: %s\n", def->name, err_msg());
+        free(over);
+        return 2;
+    }
+    if (expconf_check(&conf) != 0 || expconf_apply_args(&conf, n_over, over, NULL) != 0) {
+        fprintf(stderr, "%s: %s\n", def->name, err_msg());
+        expconf_free(&conf);
         free(over);
         return 2;
     }
@@ -751,6 +756,9 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
     if (model) nm = 1;
     if (out && (nv != 1 || nm != 1)) {
         fprintf(stderr, "%s: --out needs a single run (--model and --value)\n", def->name);
+        expconf_free_list(values);
+        expconf_free_list(models);
+        expconf_free(&conf);
         return 2;
     }
     int failed = 0;
