@@ -2,6 +2,7 @@
 #include "test.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "eval/metrics.h"
 #include "eval/ppl.h"
 #include "load/tokens.h"
 
@@ -50,15 +51,7 @@ int64_t fixture_read_f32(const char *path, float **out) {
     return (int64_t)(n / 4);
 }
 
-double rel_l2(const float *a, const float *b, int64_t n) {
-    double num = 0, den = 0;
-    for (int64_t i = 0; i < n; i++) {
-        double d = (double)a[i] - (double)b[i];
-        num += d * d;
-        den += (double)b[i] * (double)b[i];
-    }
-    return den > 0 ? sqrt(num / den) : sqrt(num);
-}
+double rel_l2(const float *a, const float *b, int64_t n) { return rel_l2_row(a, b, n); }
 
 int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
                    int64_t seqs, int64_t seq_len, Model *m, Engine *e) {

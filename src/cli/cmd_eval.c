@@ -79,20 +79,7 @@ static int dump_layers(Engine *e, const int32_t *tok, int64_t n, int T, const ch
     int rc = forward(e->m, &e->kv, &e->rs, ids, seq, pos, T, NULL, 0, NULL);
     e->rs.dump = NULL;
     kv_reset(&e->kv);
-    if (rc == 0) {
-        char tmp[4200];
-        snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
-        FILE *f = fopen(tmp, "wb");
-        if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
-        else {
-            int ok = fwrite(buf, sizeof(float), cnt, f) == cnt;
-            if (fclose(f) != 0) ok = 0;
-            if (!ok || rename(tmp, path) != 0) {
-                remove(tmp);
-                rc = err_set("%s: write failed: %s", path, strerror(errno));
-            }
-        }
-    }
+    if (rc == 0) rc = file_write_atomic(path, buf, sizeof(float) * cnt);
     mem_free(buf);
     free(ids);
     free(seq);

@@ -76,18 +76,7 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
 }
 
 static int write_text(const char *path, const char *text) {
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return err_set("%s: cannot create: %s", tmp, strerror(errno));
-    size_t n = strlen(text);
-    int ok = fwrite(text, 1, n, f) == n;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        remove(tmp);
-        return err_set("%s: write failed: %s", path, strerror(errno));
-    }
-    return 0;
+    return file_write_atomic(path, text, strlen(text));
 }
 
 static Linear *find_linear(Model *m, const char *tensor_name) {

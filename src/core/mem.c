@@ -85,6 +85,22 @@ void file_unmap(MappedFile *mf) {
     memset(mf, 0, sizeof *mf);
 }
 
+int file_write_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return err_set("%s: cannot create: %s", tmp, strerror(errno));
+    int ok = fwrite(data, 1, n, f) == n;
+    if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
+    if (fclose(f) != 0) ok = 0;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        remove(tmp);
+        return err_set("%s: write failed: %s", path, strerror(e));
+    }
+    return 0;
+}
+
 int file_read_all(const char *path, char **out, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set("%s: cannot open: %s", path, strerror(errno));

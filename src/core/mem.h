@@ -27,6 +27,11 @@ typedef struct {
 int file_map(const char *path, MappedFile *mf);
 void file_unmap(MappedFile *mf);
 
+/* Writes n bytes to path.tmp.<pid> in the same folder, fsyncs and renames it
+ * over path, so a reader sees the old file or the whole new one.  Returns 0, or
+ * -1 with err_set (the temporary is removed). */
+int file_write_atomic(const char *path, const void *data, size_t n);
+
 /* Reads a whole file into a NUL-terminated heap buffer. Returns 0 or -1. */
 int file_read_all(const char *path, char **out, size_t *size);
 
