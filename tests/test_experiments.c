@@ -4,7 +4,7 @@
 #include "fixtures.h"
 #include "core/err.h"
 #include "core/mem.h"
-#include "kv/kv_ternary.h"
+#include "kv/kvcache.h"
 #include "log/h5log.h"
 
 #include <hdf5.h>
@@ -204,4 +204,22 @@ TEST(quantize_round_trip_identical_logits) {
              bin_path("ternlab"), test_path(BITNET_DIR), test_tmpdir());
     CHECK(test_run(cmd, &log) == 1 && strstr(log, "layers=all"));
     free(log);
+}
+
+/* Ternary KV policies shrink the pool that is really allocated: `all` keeps no
+ * f32 page, a layer range keeps f32 pages only outside it. */
+TEST(kv_ternary_pool_allocation) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 4, 4, 32, 16, 10) == 0);
+    size_t slots = 16 * 10;
+    CHECK(kv_alloc_bytes(&kv) == slots * 4096); /* 4 layers x 4 heads x 32 x (K,V) x 4 B */
+    KvPolicy p;
+    REQUIRE(kv_policy_parse("all", &p) == 0 && kv_set_policy(&kv, &p) == 0);
+    /* per layer: 1 format byte + 4 heads x (2 x 8 code bytes + 3 f16 scales) = 1 + 4 x 22 */
+    CHECK_MSG(kv_alloc_bytes(&kv) == slots * 4 * 89, "all: %zu", kv_alloc_bytes(&kv));
+    REQUIRE(kv_policy_parse("all@layers=1-2", &p) == 0 && kv_set_policy(&kv, &p) == 0);
+    CHECK(kv_alloc_bytes(&kv) == slots * (2 * 1024 + 4 * 89));
+    REQUIRE(kv_policy_parse("encoder", &p) == 0 && kv_set_policy(&kv, &p) == 0);
+    CHECK(kv_alloc_bytes(&kv) == slots * (4096 + 4 * 89)); /* mixed: both kinds of page */
+    kv_free(&kv);
 }

@@ -20,13 +20,17 @@ int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_s
     kv->head_dim = head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
-    size_t half = kv_bytes_needed(n_layers, n_kv_heads, head_dim, block_size, n_blocks) / 2;
-    kv->k = mem_alloc(half, "KV cache keys");
-    kv->v = kv->k ? mem_alloc(half, "KV cache values") : NULL;
-    if (!kv->k || !kv->v) {
-        kv_free(kv);
-        return err_prefix("KV cache (%d blocks of %d tokens, try a smaller --max-seq or --batch): ",
-                          n_blocks, block_size);
+    size_t per_layer = kv_bytes_needed(1, n_kv_heads, head_dim, block_size, n_blocks) / 2;
+    kv->k = xcalloc((size_t)n_layers, sizeof(float *));
+    kv->v = xcalloc((size_t)n_layers, sizeof(float *));
+    for (int l = 0; l < n_layers; l++) {
+        kv->k[l] = mem_alloc(per_layer, "KV cache keys");
+        kv->v[l] = kv->k[l] ? mem_alloc(per_layer, "KV cache values") : NULL;
+        if (!kv->k[l] || !kv->v[l]) {
+            kv_free(kv);
+            return err_prefix("KV cache (%d blocks of %d tokens, try a smaller --max-seq or "
+                              "--batch): ", n_blocks, block_size);
+        }
     }
     kv->free_list = xmalloc(sizeof(int) * (size_t)n_blocks);
     /* stack: pop from the end; lowest block ids come out first */
@@ -36,8 +40,12 @@ int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_s
 }
 
 void kv_free(KvCache *kv) {
-    mem_free(kv->k);
-    mem_free(kv->v);
+    for (int l = 0; kv->k && l < kv->n_layers; l++) {
+        mem_free(kv->k[l]);
+        mem_free(kv->v[l]);
+    }
+    free(kv->k);
+    free(kv->v);
     mem_free(kv->fmt);
     mem_free(kv->kq);
     mem_free(kv->vq);
@@ -101,20 +109,21 @@ void kv_reset(KvCache *kv) {
         if (kv->seqs[i].active) kv_seq_free(kv, i);
 }
 
-static inline size_t kv_offset(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
+/* offset of (seq, pos, head) inside one layer's f32 pages */
+static inline size_t kv_offset(const KvCache *kv, int seq, int64_t pos, int head) {
     const KvSeq *s = &kv->seqs[seq];
     int blk = s->blocks[pos / kv->block_size];
     int64_t off = pos % kv->block_size;
-    return ((((size_t)layer * (size_t)kv->n_blocks + (size_t)blk) * (size_t)kv->n_kv_heads +
-             (size_t)head) * (size_t)kv->block_size + (size_t)off) * (size_t)kv->head_dim;
+    return (((size_t)blk * (size_t)kv->n_kv_heads + (size_t)head) * (size_t)kv->block_size +
+            (size_t)off) * (size_t)kv->head_dim;
 }
 
 float *kv_k_at(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
-    return kv->k + kv_offset(kv, layer, seq, pos, head);
+    return kv->k[layer] ? kv->k[layer] + kv_offset(kv, seq, pos, head) : NULL;
 }
 
 float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head) {
-    return kv->v + kv_offset(kv, layer, seq, pos, head);
+    return kv->v[layer] ? kv->v[layer] + kv_offset(kv, seq, pos, head) : NULL;
 }
 
 void kv_shuffle_free_list(KvCache *kv, uint64_t seed) {
@@ -159,8 +168,28 @@ int kv_check(const KvCache *kv) {
     return rc;
 }
 
+/* 1 when the policy may store a full-precision token in this layer */
+static int layer_needs_f32(const KvPolicy *p, int layer) {
+    return !(kv_policy_ternary(p, layer, 0) && kv_policy_ternary(p, layer, 1));
+}
+
 int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     kv->policy = *p;
+    /* f32 pages only where some token stays full precision: with `all` the
+     * ternary pages are the whole cache of those layers */
+    size_t per_layer = kv_bytes_needed(1, kv->n_kv_heads, kv->head_dim, kv->block_size,
+                                       kv->n_blocks) / 2;
+    for (int l = 0; l < kv->n_layers; l++) {
+        if (!layer_needs_f32(p, l)) {
+            mem_free(kv->k[l]);
+            mem_free(kv->v[l]);
+            kv->k[l] = kv->v[l] = NULL;
+        } else if (!kv->k[l]) {
+            kv->k[l] = mem_alloc(per_layer, "KV cache keys");
+            kv->v[l] = kv->k[l] ? mem_alloc(per_layer, "KV cache values") : NULL;
+            if (!kv->k[l] || !kv->v[l]) return -1;
+        }
+    }
     if (p->kind == KVP_NONE || kv->fmt) return 0;
     size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
     size_t rows = tokens * (size_t)kv->n_kv_heads;
@@ -211,9 +240,12 @@ void kv_gather_head(const KvCache *kv, int layer, int seq, int head, int64_t ctx
     int hd = kv->head_dim, bs = kv->block_size;
     for (int64_t p0 = 0; p0 < ctx; p0 += bs) {
         int64_t cnt = ctx - p0 < bs ? ctx - p0 : bs;
-        /* a block's rows of one head are contiguous: one copy per block when all f32 */
-        memcpy(kc + p0 * hd, kv_k_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
-        memcpy(vc + p0 * hd, kv_v_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
+        /* a block's rows of one head are contiguous: one copy per block when all f32
+         * (a layer without f32 pages holds only ternary rows, dequantised below) */
+        if (kv->k[layer]) {
+            memcpy(kc + p0 * hd, kv_k_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
+            memcpy(vc + p0 * hd, kv_v_at(kv, layer, seq, p0, head), sizeof(float) * (size_t)(cnt * hd));
+        }
         if (!kv->fmt) continue;
         const uint8_t *f = kv->fmt + kv_tok_index(kv, layer, seq, p0);
         for (int64_t i = 0; i < cnt; i++)
@@ -232,5 +264,17 @@ size_t kv_bytes_per_token(const KvCache *kv, int decode) {
     for (int l = 0; l < kv->n_layers; l++)
         b += (size_t)kv->n_kv_heads *
              kvt_bytes_per_token_head(kv->head_dim, kv_policy_ternary(&kv->policy, l, decode));
+    return b;
+}
+
+size_t kv_alloc_bytes(const KvCache *kv) {
+    size_t slots = (size_t)kv->n_blocks * (size_t)kv->block_size, b = 0;
+    size_t rows = slots * (size_t)kv->n_kv_heads;
+    for (int l = 0; l < kv->n_layers; l++)
+        if (kv->k[l]) b += 2 * rows * (size_t)kv->head_dim * sizeof(float);
+    if (kv->fmt)
+        b += slots * (size_t)kv->n_layers *
+             (1 + (size_t)kv->n_kv_heads * (2 * (size_t)kv->code_bytes +
+                                           sizeof(uint16_t) * (size_t)(kv->k_scales + 1)));
     return b;
 }

@@ -23,7 +23,9 @@ typedef struct {
 typedef struct {
     int n_layers, n_kv_heads, head_dim, block_size;
     int n_blocks;   /* pool size */
-    float *k, *v;   /* (n_layers, n_blocks, n_kv_heads, block_size, head_dim) */
+    /* per layer: (n_blocks, n_kv_heads, block_size, head_dim) f32, or NULL in a
+     * layer where the policy stores every token ternary (no f32 page needed) */
+    float **k, **v;
     int *free_list; /* stack of free physical blocks */
     int n_free;
     KvSeq *seqs;
@@ -36,7 +38,7 @@ typedef struct {
     int code_bytes, k_scales;
 } KvCache;
 
-/* Bytes kv_init would allocate for this geometry. */
+/* Bytes kv_init would allocate for this geometry (f32 pages, every layer). */
 size_t kv_bytes_needed(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
 int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
 void kv_free(KvCache *kv);
@@ -71,6 +73,8 @@ void kv_write_token(KvCache *kv, int layer, int seq, int64_t pos, const float *k
  * kc/vc (ctx, head_dim), dequantising ternary rows. */
 void kv_gather_head(const KvCache *kv, int layer, int seq, int head, int64_t ctx, float *kc,
                     float *vc);
+/* Bytes of K/V pages this cache holds now (f32 pages, ternary pages, formats). */
+size_t kv_alloc_bytes(const KvCache *kv);
 /* KV bytes one token occupies over all layers under the policy (phase as above). */
 size_t kv_bytes_per_token(const KvCache *kv, int decode);
 

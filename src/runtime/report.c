@@ -411,12 +411,7 @@ int report_capacity_compute(const Model *m, uint64_t budget, int block_size, Cap
         }
         cap->kv_bytes[p][0] = kv_bytes_per_token(&kv, 0);
         cap->kv_bytes[p][1] = kv_bytes_per_token(&kv, 1);
-        uint64_t per = kv_bytes_needed(c->n_layers, c->n_kv_heads, c->head_dim, 1, 1);
-        if (kv.fmt) /* format byte per layer + ternary codes and f16 scales of K and V per head */
-            per += (uint64_t)c->n_layers *
-                   (1 + (uint64_t)c->n_kv_heads * (2 * (uint64_t)kv.code_bytes +
-                                                   2 * (uint64_t)kv.k_scales + 2));
-        cap->alloc_per_token[p] = per;
+        cap->alloc_per_token[p] = kv_alloc_bytes(&kv); /* 1 block of 1 token: per slot */
         kv_free(&kv);
     }
     for (int f = 0; f < CAP_FORMATS; f++) {
@@ -477,8 +472,9 @@ void report_capacity(const Model *m, uint64_t budget, FILE *f) {
     }
     fprintf(f, "  (tokens = floor((budget - weights) / KV bytes per token); a/b = all prompt / all "
                "generated tokens)\n");
-    fprintf(f, "  this runtime's paged pool allocates f32 K/V for every slot, plus ternary pages when "
-               "the policy is not none:\n  %-42s", "allocated bytes per token slot");
+    fprintf(f, "  this runtime's paged pool: f32 pages in every layer where the policy keeps a "
+               "full-precision token, ternary pages where it stores ternary ones:\n  %-42s",
+            "allocated bytes per token slot");
     for (int p = 0; p < CAP_POLICIES; p++)
         fprintf(f, " %s %llu", POL_NAMES[p], (unsigned long long)c.alloc_per_token[p]);
     fprintf(f, "\n  %-42s", "pool tokens / pool bytes, as loaded");
