@@ -129,6 +129,9 @@ TernKArgs base_args(const TernCudaMatrix *W, int gu) {
     return a;
 }
 
+extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
+                                     const float *d_sx, float *d_y, cudaStream_t s);
+
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
     if (check_matrix(W, who) < 0) return -1;
@@ -182,6 +185,13 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         }
     }
     const size_t xesize = act == TACT_I8 ? 1 : 2;
+    /* one token, int8, one scale per row: the dp4a streaming GEMV (tern_gemv_i8.cu) */
+    if (act == TACT_I8 && n == 1 && g_force == 0 && W->n_groups == 1 && W->cols <= 16384) {
+        int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
+        if (tern_gemv_i8_rowscale(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, s) < 0)
+            return err_prefix("%s: ", who);
+        return 0;
+    }
     if (gemv) { /* chunks of 16 tokens, ordered on the stream */
         for (int64_t c = 0; c < n; c += 16) {
             TernKArgs b = a;
