@@ -1,4 +1,5 @@
 #include "runtime/forward.h"
+#include "runtime/forward_internal.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "runtime/linear.h"
@@ -62,6 +63,19 @@ static int ensure_ctx(RunState *s, int64_t ctx, int head_dim) {
     }
     s->ctx_cap = cap;
     return 0;
+}
+
+void fwd_glu(HiddenAct act, float *g, const float *u, int64_t cnt) {
+    if (act == ACT_SILU) {
+#pragma omp parallel for schedule(static) if (cnt > 65536)
+        for (int64_t i = 0; i < cnt; i++) g[i] = g[i] / (1.0f + expf(-g[i])) * u[i];
+    } else { /* ReLU^2 (BitNet) */
+#pragma omp parallel for schedule(static) if (cnt > 65536)
+        for (int64_t i = 0; i < cnt; i++) {
+            float r = g[i] > 0.0f ? g[i] : 0.0f;
+            g[i] = r * r * u[i];
+        }
+    }
 }
 
 void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t dim, float eps) {
@@ -227,18 +241,7 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
         rmsnorm_rows(s->xb, s->x, L->ffn_norm, n, H, c->eps);
         LIN(&L->gate, s->xb, n, s->hb, s->lin_scratch); /* (n,H) -> (n,n_inter) */
         LIN(&L->up, s->xb, n, s->hb2, s->lin_scratch);  /* (n,H) -> (n,n_inter) */
-        if (c->act == ACT_SILU) {
-#pragma omp parallel for schedule(static) if (n * n_inter > 65536)
-            for (int64_t i = 0; i < n * n_inter; i++) {
-                float g = s->hb[i];
-                s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
-            }
-        } else {
-            for (int64_t i = 0; i < n * n_inter; i++) {
-                float g = s->hb[i] > 0.0f ? s->hb[i] : 0.0f;
-                s->hb[i] = g * g * s->hb2[i];
-            }
-        }
+        fwd_glu(c->act, s->hb, s->hb2, n * n_inter); /* hb = act(gate) * up */
         const float *mi = s->hb;
         if (L->ffn_sub_norm) {
             rmsnorm_rows(s->hb2, s->hb, L->ffn_sub_norm, n, n_inter, c->eps);

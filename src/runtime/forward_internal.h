@@ -20,4 +20,7 @@ void fwd_rope_apply(float *x, int n_heads, int hd, const float *cs, const float 
 void fwd_attention_run(const Model *m, const KvCache *kv, RunState *s, int layer, int seq,
                        const int64_t *pos, int64_t i0, int64_t i1);
 
+/* Gated MLP activation in place: g[i] = act(g[i]) * u[i] (SiLU or ReLU^2). */
+void fwd_glu(HiddenAct act, float *g, const float *u, int64_t cnt);
+
 #endif

@@ -148,18 +148,7 @@ static int rank_forward(TpEngine *te, TpRank *R) {
         rmsnorm_rows(s->xb, s->x, L->ffn_norm, n, H, c->eps);
         KEEP(tp_linear_col(&L->gate, s->xb, n, s->hb, s->lin_scratch)); /* (n,H) -> (n,inter/tp) */
         KEEP(tp_linear_col(&L->up, s->xb, n, s->hb2, s->lin_scratch));
-        if (c->act == ACT_SILU) {
-#pragma omp parallel for schedule(static) if (n * n_inter > 65536)
-            for (int64_t i = 0; i < n * n_inter; i++) {
-                float g = s->hb[i];
-                s->hb[i] = g / (1.0f + expf(-g)) * s->hb2[i];
-            }
-        } else {
-            for (int64_t i = 0; i < n * n_inter; i++) {
-                float g = s->hb[i] > 0.0f ? s->hb[i] : 0.0f;
-                s->hb[i] = g * g * s->hb2[i];
-            }
-        }
+        fwd_glu(c->act, s->hb, s->hb2, n * n_inter); /* hb = act(gate) * up */
         const float *mi = s->hb;
         if (L->ffn_sub_norm) {
             rmsnorm_chain(cm, R->rank, s->hb2, s->hb, L->ffn_sub_norm, n, n_inter, c->inter, c->eps);
