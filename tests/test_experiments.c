@@ -223,3 +223,27 @@ TEST(kv_ternary_pool_allocation) {
     CHECK(kv_alloc_bytes(&kv) == slots * (4096 + 4 * 89)); /* mixed: both kinds of page */
     kv_free(&kv);
 }
+
+/* ternlab ppl --kv POLICY uses the split-window protocol; --out writes a run
+ * file; the last stdout line keeps its contract. */
+TEST(ppl_cli_kv_policy_and_run_file) {
+    char cmd[4096], *log = NULL, out[600];
+    snprintf(out, sizeof out, "%s/ppl/run.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 64 --max-windows 3 --kv all "
+             "--out %s 2>/dev/null | tail -n 1", bin_path("ternlab"), test_path(LLAMA_DIR),
+             test_path(TOKENS_FILE), out);
+    REQUIRE(test_run(cmd, &log) == 0);
+    double ppl = 0;
+    long long w = 0, p = 0;
+    CHECK_MSG(sscanf(log, "ppl %lf windows %lld predicted %lld", &ppl, &w, &p) == 3, "%s", log);
+    CHECK(w == 3 && p == 3 * 32); /* split protocol: T - T/2 scored per window */
+    free(log);
+    CHECK_MSG(h5log_verify_schema(out) == 0, "%s", err_msg());
+    CHECK(fabs(read_scalar(out, "/metrics/ppl") - ppl) <= 1e-5 * ppl);
+    CHECK(read_scalar(out, "/kv/bytes_per_token") == 352.0);
+    snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window 64 --windows 0:1 --kv all "
+             "--out %s/l.f32", bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE),
+             test_tmpdir());
+    CHECK(test_run(cmd, &log) == 2 && strstr(log, "full prefills"));
+    free(log);
+}

@@ -3,6 +3,7 @@
 #include "core/blas_setup.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "eval/experiment.h"
 #include "eval/ppl.h"
 #include "load/tokens.h"
 #include "runtime/engine.h"
@@ -28,10 +29,26 @@ static int need(const char *cmd, const char *what, const void *v) {
     return -1;
 }
 
+/* Parses --kv; `allowed` = 0 for commands that take no KV policy. */
 static int check_kv_policy(const char *cmd, const CliOpts *o) {
-    if (strcmp(o->kv, "none") == 0) return 0;
-    fprintf(stderr, "ternlab %s: --kv %s: only 'none' is available in this build\n", cmd, o->kv);
-    return -1;
+    KvPolicy p;
+    if (kv_policy_parse(o->kv, &p) != 0) {
+        fprintf(stderr, "ternlab %s: --kv: %s\n", cmd, err_msg());
+        return -1;
+    }
+    if (p.kind != KVP_NONE && strcmp(cmd, "logits") == 0) {
+        fprintf(stderr, "ternlab logits: --kv %s: logits are full prefills (no decoded tokens); "
+                        "use ppl --kv or the KV experiment\n", o->kv);
+        return -1;
+    }
+    return 0;
+}
+
+/* Applies --kv to an open engine; 1 when a ternary policy is in force. */
+static int apply_kv_policy(Engine *e, const CliOpts *o) {
+    KvPolicy p;
+    if (kv_policy_parse(o->kv, &p) != 0 || kv_set_policy(&e->kv, &p) != 0) return -1;
+    return p.kind != KVP_NONE;
 }
 
 static int open_model(const CliOpts *o, Model *m) {
@@ -100,16 +117,16 @@ int cmd_ppl(int argc, char **argv) {
                "output, residual stream after each layer, after the final norm.\n"
                "Perplexity over non-overlapping windows of --window tokens (GPTQ protocol:\n"
                "positions 0..T-2 predict 1..T-1, no BOS, partial tail dropped).\n"
+               "--kv none|encoder|decoder|all[@layers=a-b]: ternary KV pages for prompt\n"
+               "(encoder) or generated (decoder) tokens; then each window's first half is\n"
+               "prefilled and the second half decoded token by token and scored.\n"
+               "--out FILE.h5: also write a run file (paper/SCHEMA.md) against the dense reference.\n"
                "Last stdout line: ppl <value> windows <n> predicted <n>\n");
         return 0;
     }
     if (need("ppl", "model", o.model) || need("ppl", "tokens", o.tokens) || check_kv_policy("ppl", &o))
         return 2;
-    if (o.out) {
-        fprintf(stderr, "ternlab ppl: --out: run files are written by the experiment programs "
-                        "(build/exp_*, see README)\n");
-        return 2;
-    }
+
     Model m;
     if (open_model(&o, &m) != 0) return fail("ppl");
     int32_t *tok;
@@ -127,19 +144,35 @@ int cmd_ppl(int argc, char **argv) {
         return fail("ppl");
     }
     PplOpts po = {.window = o.window, .max_windows = o.max_windows, .progress = 1};
+    /* a KV policy: each window's first half prefilled, the rest decoded and scored */
+    int split = apply_kv_policy(&e, &o);
+    if (split < 0) {
+        tp_engine_close(&e);
+        free(tok);
+        model_free(&m);
+        return fail("ppl");
+    }
+    po.kv_split = split;
     PplResult r;
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
     if (rc == 0) {
         fprintf(stderr, "ppl: %lld windows in %.2fs (%.0f tokens/s, BLAS core %s)\n",
                 (long long)r.n_windows, r.seconds, r.tok_per_s, blas_core_report());
-        printf("ppl %.6f windows %lld predicted %lld\n", r.ppl, (long long)r.n_windows,
-               (long long)r.n_pred);
     }
     report_tp(&e);
     tp_engine_close(&e);
     free(tok);
     model_free(&m);
+    if (rc == 0 && o.out) {
+        /* the run file: the same windows against the dense reference (paper/SCHEMA.md) */
+        rc = exp_run_single(o.model, o.tokens, o.window, o.max_windows, o.quant,
+                            strcmp(o.kv, "none") ? o.kv : NULL, o.tp, o.out);
+        if (rc == 0) fprintf(stderr, "ppl: run file %s\n", o.out);
+    }
+    if (rc == 0) /* the contract: this is the last line on stdout */
+        printf("ppl %.6f windows %lld predicted %lld\n", r.ppl, (long long)r.n_windows,
+               (long long)r.n_pred);
     return rc ? fail("ppl") : 0;
 }
 
@@ -252,7 +285,8 @@ int cmd_generate(int argc, char **argv) {
         out[b] = xmalloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
     }
     if (rc == 0) {
-        rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
+        rc = apply_kv_policy(&e, &o) < 0 ? -1 : 0;
+        if (rc == 0) rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
         tp_engine_close(&e);
     }
     for (int b = 0; b < o.batch && rc == 0; b++) {

@@ -646,7 +646,8 @@ static int run_point(const RunCfg *rc, const char *out) {
             st = h5log_commit(lg);
         }
         if (st == 0)
-            printf("%s %s=%s %s: ppl %.4f (ref %.4f) kl %.4g top1 %.4f kv %.1f B/token -> %s\n",
+            fprintf(strcmp(rc->experiment, "ppl") ? stdout : stderr,
+                    "%s %s=%s %s: ppl %.4f (ref %.4f) kl %.4g top1 %.4f kv %.1f B/token -> %s\n",
                    rc->experiment, rc->factor, rc->value, base_name(rc->model), res.ppl, R.ppl,
                    ctx.kl_sum / N, (double)ctx.top1 / N, kvb, out);
     }
@@ -670,6 +671,30 @@ static int run_point(const RunCfg *rc, const char *out) {
     ref_free(&R);
     free(tok);
     model_free(&m);
+    return st;
+}
+
+/* ---- one run from the CLI (ternlab ppl --out) ------------------------------ */
+
+int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
+                   const char *quant, const char *kv, int tp, const char *out) {
+    ExpConf c;
+    char text[256];
+    snprintf(text, sizeof text, "factor = quant\nvalues = x\nmodels = x\ntokens = x\nwindow = 1\n"
+                                "max_windows = 0\n");
+    if (expconf_parse(text, "ternlab ppl", &c) != 0) return -1;
+    char results[4096];
+    snprintf(results, sizeof results, "%s", out);
+    char *sl = strrchr(results, '/');
+    if (sl) *sl = 0;
+    else snprintf(results, sizeof results, ".");
+    RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
+                 .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
+                 .kv = kv ? kv : "none", .device = "cpu", .results = results, .T = window,
+                 .tp = tp, .logit_rows = 8, .max_windows = max_windows, .kind = EXP_QUALITY,
+                 .conf = &c};
+    int st = run_point(&rc, out);
+    expconf_free(&c);
     return st;
 }
 

@@ -18,6 +18,8 @@
 #ifndef TL_EXPERIMENT_H
 #define TL_EXPERIMENT_H
 
+#include <stdint.h>
+
 typedef enum { EXP_QUALITY = 0, EXP_THROUGHPUT } ExpKind;
 
 typedef struct {
@@ -28,6 +30,13 @@ typedef struct {
 
 /* main() of an experiment program: 0 ok, 1 a run failed, 2 usage. */
 int exp_main(const ExpDef *def, int argc, char **argv);
+
+/* One run written to `out` (the run-file schema), as `ternlab ppl --out`: the
+ * model under quant (NULL = as loaded) and KV policy kv (NULL = none) against
+ * its reference; the reference cache goes beside out (dirname(out)/cache).
+ * experiment attribute "ppl", factor "quant".  Returns 0 or -1 (err_set). */
+int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
+                   const char *quant, const char *kv, int tp, const char *out);
 
 #define TERNLAB_VERSION "0.1.0"
 
