@@ -112,6 +112,11 @@ test-san:
 check-ppl: $(BUILD)/ternlab $(BUILD)/test_runner
 	TERNLAB_BIN=$(BUILD)/ternlab $(BUILD)/test_runner slow_ppl
 
+# CPU kernel benchmark: ternary GEMV/GEMM vs OpenBLAS on the same matrices, medians, HDF5.
+bench: $(BUILD)/ternlab
+	@mkdir -p results
+	$(BUILD)/ternlab bench --out results/bench_cpu.h5
+
 clean:
 	rm -rf build build-san
 
