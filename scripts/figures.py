@@ -12,7 +12,6 @@ For exp-throughput:
   <out>/exp-throughput.png  prefill and decode tokens/s against batch size,
                    one line per model x weights x device.
 Numbers are plotted as the C programs wrote them (/metrics, /throughput)."""
-import argparse
 import os
 import sys
 
@@ -90,30 +89,17 @@ def throughput_figure(exp, runs, out):
     plt.close(fig)
 
 
+def draw(exp, runs, out_dir):
+    out = os.path.join(out_dir, exp + ".png")
+    if tr.is_throughput(runs):
+        throughput_figure(exp, runs, out)
+    else:
+        quality_figure(exp, runs, out)
+    print(f"figures: {out} ({len(runs)} runs)")
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", default="results")
-    ap.add_argument("--out", default="paper/figures")
-    ap.add_argument("--configs", default="configs")
-    ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    exps = a.exps or tr.experiments(a.results)
-    if not exps:
-        print(f"figures: no results under {a.results}/exp-* (run make exp-... first)")
-        return 0
-    for exp in exps:
-        runs = tr.load(a.results, exp, a.configs)
-        if not runs:
-            print(f"figures: {exp}: no complete run files in {a.results}/{exp}, skipped")
-            continue
-        out = os.path.join(a.out, exp + ".png")
-        if tr.is_throughput(runs):
-            throughput_figure(exp, runs, out)
-        else:
-            quality_figure(exp, runs, out)
-        print(f"figures: {out} ({len(runs)} runs)")
-    return 0
+    return tr.run_per_experiment("figures", __doc__, "paper/figures", draw)
 
 
 if __name__ == "__main__":

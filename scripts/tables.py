@@ -11,7 +11,6 @@ usage: /usr/bin/python3 scripts/tables.py [--results results] [--out paper/table
   exp-throughput: per model, weights, device and batch size, prefill and
     decode tokens/s and decode-step latency p50/p99 from /throughput.
 Values are printed, never recomputed (no ratios or differences)."""
-import argparse
 import os
 import sys
 
@@ -97,34 +96,21 @@ def latex(header, rows, caption, label):
     return "\n".join(out) + "\n"
 
 
+def write(exp, runs, out_dir):
+    if tr.is_throughput(runs):
+        header, rows = throughput_rows(runs)
+    else:
+        header, rows = quality_rows(exp, runs)
+    caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs)"
+    with open(os.path.join(out_dir, exp + ".md"), "w", encoding="utf-8") as f:
+        f.write(markdown(header, rows))
+    with open(os.path.join(out_dir, exp + ".tex"), "w", encoding="utf-8") as f:
+        f.write(latex(header, rows, caption, exp))
+    print(f"tables: {out_dir}/{exp}.md, .tex ({len(rows)} rows)")
+
+
 def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", default="results")
-    ap.add_argument("--out", default="paper/tables")
-    ap.add_argument("--configs", default="configs")
-    ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
-    a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
-    exps = a.exps or tr.experiments(a.results)
-    if not exps:
-        print(f"tables: no results under {a.results}/exp-* (run make exp-... first)")
-        return 0
-    for exp in exps:
-        runs = tr.load(a.results, exp, a.configs)
-        if not runs:
-            print(f"tables: {exp}: no complete run files in {a.results}/{exp}, skipped")
-            continue
-        if tr.is_throughput(runs):
-            header, rows = throughput_rows(runs)
-        else:
-            header, rows = quality_rows(exp, runs)
-        caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs)"
-        with open(os.path.join(a.out, exp + ".md"), "w", encoding="utf-8") as f:
-            f.write(markdown(header, rows))
-        with open(os.path.join(a.out, exp + ".tex"), "w", encoding="utf-8") as f:
-            f.write(latex(header, rows, caption, exp))
-        print(f"tables: {a.out}/{exp}.md, .tex ({len(rows)} rows)")
-    return 0
+    return tr.run_per_experiment("tables", __doc__, "paper/tables", write)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@ programs wrote; nothing here recomputes a metric.
 
 Needs h5py: run the scripts with Debian's /usr/bin/python3 (python3-h5py,
 python3-matplotlib; scripts/deps.sh installs them)."""
+import argparse
 import glob
 import os
 import re
@@ -137,3 +138,27 @@ def models_in_order(runs):
 def is_throughput(runs):
     return any(len(r["throughput"].get("batch", [])) > 0 for r in runs) and \
         all(r["attrs"].get("experiment", "") == "exp-throughput" for r in runs)
+
+
+def run_per_experiment(tool, doc, default_out, per_experiment):
+    """The command line shared by figures.py and tables.py: --results, --out,
+    --configs and optional experiment names; calls per_experiment(exp, runs,
+    out_dir) for every experiment that has complete run files."""
+    ap = argparse.ArgumentParser(description=doc.split("\n")[0])
+    ap.add_argument("--results", default="results")
+    ap.add_argument("--out", default=default_out)
+    ap.add_argument("--configs", default="configs")
+    ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
+    a = ap.parse_args()
+    os.makedirs(a.out, exist_ok=True)
+    exps = a.exps or experiments(a.results)
+    if not exps:
+        print(f"{tool}: no results under {a.results}/exp-* (run make exp-... first)")
+        return 0
+    for exp in exps:
+        runs = load(a.results, exp, a.configs)
+        if not runs:
+            print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped")
+            continue
+        per_experiment(exp, runs, a.out)
+    return 0
