@@ -109,3 +109,23 @@ const char *bin_path(const char *prog) {
     snprintf(out, sizeof buf[0], "%s/%s", b && *b ? b : "build", prog);
     return out;
 }
+
+int fixture_oracle_logits(const char *dir, const ModelLoadOpts *opts, int T, float **got,
+                          float **ref, int *vocab) {
+    Model m;
+    Engine e;
+    char path[512];
+    if (fixture_engine(dir, opts, 2 * T, 16, 2, T, &m, &e) != 0) return -1;
+    *vocab = m.cfg.vocab;
+    *got = fixture_window_logits(&e, T, 0, 2);
+    engine_free(&e);
+    model_free(&m);
+    snprintf(path, sizeof path, "%s/ref_logits.f32", dir);
+    int64_t n = fixture_read_f32(path, ref);
+    if (!*got || n != 2 * (int64_t)T * *vocab) {
+        free(*got);
+        if (n >= 0) free(*ref);
+        return -1;
+    }
+    return 0;
+}

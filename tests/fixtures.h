@@ -22,6 +22,11 @@ double rel_l2(const float *a, const float *b, int64_t n);
  * of `seq_len` tokens; returns 0 or -1. */
 int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
                    int64_t seqs, int64_t seq_len, Model *m, Engine *e);
+/* The oracle comparison both fixtures share: logits of windows 0 and 1 of the
+ * test tokens from `dir` (loaded with opts) into *got, transformers' into *ref
+ * (both (2*T, vocab), heap); *vocab receives V.  Returns 0 or -1. */
+int fixture_oracle_logits(const char *dir, const ModelLoadOpts *opts, int T, float **got,
+                          float **ref, int *vocab);
 /* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
  * sanitizer suite runs its own binaries. */
 const char *bin_path(const char *prog);

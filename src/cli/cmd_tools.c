@@ -99,8 +99,7 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
 static int quantize_safetensors(Model *m, const char *out) {
     if (mkdir(out, 0777) != 0 && errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
     OutTensor *ts = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(OutTensor));
-    float **owned = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(float *));
-    int n = 0, n_owned = 0, rc = 0, act_int8 = -1;
+    int n = 0, rc = 0, act_int8 = -1;
     for (int i = 0; i < m->st.n_tensors && rc == 0; i++) {
         const StTensor *s = &m->st.tensors[i];
         Linear *lin = find_linear(m, s->name);
@@ -139,8 +138,6 @@ static int quantize_safetensors(Model *m, const char *out) {
         o->nbytes = s->nbytes;
         if (!o->dtype || s->ndim > 4) rc = err_set("tensor '%s' cannot be copied", s->name);
     }
-    (void)owned;
-    (void)n_owned;
     if (rc == 0 && act_int8 < 0) rc = err_set("--quant selected no linear to ternarise");
     char path[4200];
     if (rc == 0) {
@@ -184,7 +181,6 @@ static int quantize_safetensors(Model *m, const char *out) {
         free(text);
     }
     free(ts);
-    free(owned);
     return rc;
 }
 

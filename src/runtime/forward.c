@@ -65,6 +65,20 @@ static int ensure_ctx(RunState *s, int64_t ctx, int head_dim) {
     return 0;
 }
 
+int fwd_prepare_tokens(const Model *m, KvCache *kv, const int *tok, const int *seq,
+                       const int64_t *pos, int64_t n, int64_t *max_pos) {
+    int64_t mp = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (tok[i] < 0 || tok[i] >= m->cfg.vocab)
+            return err_set("forward: token id %d outside the vocabulary (0..%d)", tok[i],
+                           m->cfg.vocab - 1);
+        if (kv_seq_reserve(kv, seq[i], pos[i] + 1) != 0) return -1;
+        mp = max64(mp, pos[i]);
+    }
+    *max_pos = mp;
+    return 0;
+}
+
 void fwd_glu(HiddenAct act, float *g, const float *u, int64_t cnt) {
     if (act == ACT_SILU) {
 #pragma omp parallel for schedule(static) if (cnt > 65536)
@@ -192,15 +206,8 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
     if (s->hook) return s->hook(s->hook_ctx, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits);
     if (n > s->max_tok) return err_set("forward: %lld tokens but the run state holds %lld",
                                        (long long)n, (long long)s->max_tok);
-    /* reserve KV space for every sequence first, so a failure writes nothing */
     int64_t max_pos = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (tok[i] < 0 || tok[i] >= c->vocab)
-            return err_set("forward: token id %d outside the vocabulary (0..%d)", tok[i],
-                           c->vocab - 1);
-        if (kv_seq_reserve(kv, seq[i], pos[i] + 1) != 0) return -1;
-        max_pos = max64(max_pos, pos[i]);
-    }
+    if (fwd_prepare_tokens(m, kv, tok, seq, pos, n, &max_pos) != 0) return -1;
     if (rope_ensure((Model *)m, max_pos + 1) != 0 || ensure_ctx(s, max_pos + 1, (int)hd) != 0)
         return -1;
     int half = (int)hd / 2;

@@ -20,6 +20,11 @@ void fwd_rope_apply(float *x, int n_heads, int hd, const float *cs, const float 
 void fwd_attention_run(const Model *m, const KvCache *kv, RunState *s, int layer, int seq,
                        const int64_t *pos, int64_t i0, int64_t i1);
 
+/* Checks every token id against the vocabulary and reserves KV space for every
+ * (seq, pos) before anything is written, so a failure (out of blocks) writes
+ * nothing.  *max_pos receives the largest position.  Returns 0 or -1 (err_set). */
+int fwd_prepare_tokens(const Model *m, KvCache *kv, const int *tok, const int *seq,
+                       const int64_t *pos, int64_t n, int64_t *max_pos);
 /* Gated MLP activation in place: g[i] = act(g[i]) * u[i] (SiLU or ReLU^2). */
 void fwd_glu(HiddenAct act, float *g, const float *u, int64_t cnt);
 

@@ -212,13 +212,7 @@ static int tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const
     if (n == 0) return 0;
     double t0 = time_now();
     int64_t max_pos = 0;
-    for (int64_t i = 0; i < n; i++) {
-        if (tok[i] < 0 || tok[i] >= c->vocab)
-            return err_set("forward: token id %d outside the vocabulary (0..%d)", tok[i],
-                           c->vocab - 1);
-        if (kv_seq_reserve(kv, seq[i], pos[i] + 1) != 0) return -1;
-        if (pos[i] > max_pos) max_pos = pos[i];
-    }
+    if (fwd_prepare_tokens(m, kv, tok, seq, pos, n, &max_pos) != 0) return -1;
     if (fwd_rope_ensure(te->m, max_pos + 1) != 0) return -1;
     for (int r = 0; r < te->tp; r++) {
         TpRank *R = &te->ranks[r];
