@@ -37,7 +37,12 @@ static const int64_t shapes[][3] = { /* rows, cols, n */
     {17, 523, 61}, {5, 70, 48}, {40, 300, 50}, /* n >= 4: the f32 GEMM path (panels) */
     /* n >= 16: the int8 GEMM path (32-row panels x 12-token tiles): rows and
      * tokens not multiples of 32 / 12, columns not of 4 / 64 / 256 */
-    {1, 3, 16}, {33, 4353, 17}, {97, 1000, 29}, {64, 256, 24}, {130, 129, 37}
+    {1, 3, 16}, {33, 4353, 17}, {97, 1000, 29}, {64, 256, 24}, {130, 129, 37},
+    /* f32 table-lookup GEMM (one scale per row, n >= 4): more rows than one
+     * work item (1024), chunks of 1, 2 and 3 blocks (cols 1000: 3 + 1) */
+    {1100, 300, 9}, {1037, 1000, 4},
+    /* int8 GEMV (n = 1): more than GEMV_FOLD (4096) blocks in a row */
+    {5, 1050000, 1}
 };
 #define N_SHAPES ((int)(sizeof shapes / sizeof shapes[0]))
 
@@ -121,6 +126,40 @@ TEST(tern_kernels_match_ref) {
             tern_free(&m);
         }
     CHECK(tested > 0);
+}
+
+/* The f32 table-lookup GEMM takes one scale per row only: other groups are
+ * an error, never a silent wrong answer (the dispatcher sends them to the
+ * panel GEMM, tested above). */
+TEST(tern_kernels_lut_rejects_groups) {
+    if (!tern_kernel_supported(TK_AVX512)) return;
+    TernaryMatrix m;
+    random_matrix(5, 300, QG_32, &m);
+    float x[4 * 300], y[4 * 5];
+    for (int i = 0; i < 4 * 300; i++) x[i] = rndf();
+    CHECK(tern_matmul_f32_lut_avx512(&m, x, 4, y) < 0 && strstr(err_msg(), "one scale per row"));
+    tern_free(&m);
+    random_matrix(5, 300, QG_ROW, &m);
+    CHECK(tern_matmul_f32_lut_avx512(&m, x, 4, y) == 0);
+    /* groups of 32 whose scales are equal within each row are the same matrix
+     * as its group=row form: the dispatched kernel gives the same bits */
+    TernaryMatrix g;
+    random_matrix(5, 300, QG_32, &g);
+    memcpy(g.codes, m.codes, (size_t)(5 * m.row_bytes));
+    for (int64_t r = 0; r < 5; r++)
+        for (int64_t k = 0; k < g.n_groups; k++) g.scales[r * g.scale_stride + k] = m.scales[r * m.scale_stride];
+    CHECK(tern_rows_one_scale(&g));
+    float y2[4 * 5], yr[4 * 5];
+    double mag[4 * 5];
+    REQUIRE(tern_matmul_f32(&m, x, 4, y) == 0 && tern_matmul_f32(&g, x, 4, y2) == 0);
+    CHECK(memcmp(y, y2, sizeof y) == 0);
+    REQUIRE(tern_matmul_f32_ref(&g, x, 4, yr) == 0);
+    magnitude(&g, x, 4, mag);
+    for (int i = 0; i < 4 * 5; i++) CHECK(fabs((double)y2[i] - yr[i]) <= TOL_F32 * mag[i]);
+    g.scales[g.scale_stride + 3] *= 2.0f; /* one group of row 1 differs */
+    CHECK(!tern_rows_one_scale(&g));
+    tern_free(&g);
+    tern_free(&m);
 }
 
 /* The int8 reference itself against a hand-worked case: W (2, 3) row scales

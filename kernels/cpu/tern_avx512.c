@@ -17,12 +17,18 @@
  *
  * Paths by batch (details at each):
  *   int8 n = 1, whole-block groups: i8_gemv (4 rows share activation loads,
- *     fields by vpand / vpermb / shift).
+ *     fields by vpand with a mask per field, one accumulator per field;
+ *     row chunks handed out by a shared counter).
  *   int8 n >= 8 (>= 4 on rows of <= 4 blocks): i8_gemm, 32-row panels of
  *     signed q x 12-token tiles, no horizontal reductions.
  *   int8 otherwise: i8_row, TB = 4 tokens per pass over a row, token tiles
  *     of TILE_T tokens, column chunks, OpenMP over row blocks.
- *   f32 n >= 4: f32_gemm (decoded float panels, 32 x 12 register tile).
+ *   f32 n >= 4, one scale per row (tensor, row, or equal group scales
+ *     within each row): table lookup GEMM,
+ *     tern_lut_avx512.c (vpermps on sign-folded 14-entry tables of the
+ *     partial sums of column triples).
+ *   f32 n >= 4, groups of 32..256 columns: f32_gemm (decoded float panels,
+ *     32 x 12 register tile).
  *   f32 n < 4: f32_rows4 (n = 1) / f32_row (TB = 2). */
 #include "cpu/tern_kernels.h"
 
@@ -418,34 +424,39 @@ static int i8_gemm(const TernaryMatrix *W, const int8_t *xq, const float *sx, in
 
 /* ------------------------------------------------------------ int8 GEMV */
 
-/* n = 1 (decode) with groups of whole blocks (tensor, row, 256): four rows
- * share each activation load and the group sums.  Per 64-byte block and row:
- * field 0 by vpand, fields 1 and 2 by vpermb (a 64-entry table on the low 6
- * bits, port 5), field 3 by shift + and, then four vpdpbusd.  That keeps port
- * 0 (vpdpbusd, shifts) at 5 uops per block instead of 7 with three shifts.
- * Integer dots per group are exact; the float sum over groups runs in group
- * order from 0.0f as in the reference.  xp: activations padded to whole
- * blocks; xs: sum of xp per group. */
-/* vpermb: AVX512_VBMI is not in FLAGS_avx512 (Makefile), so it is written
- * as inline asm and executed only when cpuid reports VBMI. */
-ALWAYS_INLINE __m512i permb(__m512i idx, __m512i tab) {
-    __m512i r;
-    __asm__("vpermb %2, %1, %0" : "=v"(r) : "v"(idx), "v"(tab));
-    return r;
-}
+/* n = 1 (decode) with groups of whole blocks (tensor, row, 256).
+ * Per 64-byte block and row: four vpand with the field masks 0x03, 0x0c,
+ * 0x30, 0xc0 leave 4^i * c_i in the bytes of field i, and four vpdpbusd
+ * against the activations of that field go to one accumulator per field:
+ * A_i = 4^i * sum c*x.  At the end of a group the fields are combined with
+ * exact arithmetic shifts (every lane of A_i is a multiple of 4^i), so the
+ * integer dot per group is exact and the float sum over groups runs in group
+ * order from 0.0f as in the reference: bit-identical.  8 vector uops per
+ * row-block, all on ports 0/5 (vpdpbusd zmm issues on both: ~1.9 per cycle
+ * measured), instead of 9 with shift/vpermb decoding, and no shift on port 0.
+ * Four rows share each activation load (16 accumulators, 4 activation and 4
+ * mask registers).  A lane of A_3 grows by at most 4*192*128 per block, so
+ * the accumulators are folded every GEMV_FOLD blocks (no int32 overflow for
+ * any row length).  xp: activations padded to whole blocks; xs: sum of xp per
+ * group.
+ * History (4096 x 14336, n = 1, calls back to back, 2 threads):
+ *   v1 field 0 by vpand, 1-2 by vpermb, 3 by shift; each thread a fixed half
+ *      of the rows: 0.40-0.49 ms median.
+ *   v2 this (vpand per field, rows handed out in chunks): 0.39-0.45 ms,
+ *      1.04-1.09x v1 interleaved; with a 2 ms gap between calls (the other
+ *      thread asleep) 0.44-0.46 vs 0.55-0.56 ms.  Right after an OpenBLAS
+ *      call (the bench's rotation) both take 0.7-1.7 ms: the pthread
+ *      OpenBLAS worker spins in sched_yield for ~0.1 s after each call and
+ *      shares a core with ours, and a 235 MB sgemv evicts the codes from
+ *      L3; with OPENBLAS_THREAD_TIMEOUT=4 in the environment 0.75 ms. */
+#define GEMV_FOLD 4096
 
 ALWAYS_INLINE void i8_rows4(const TernaryMatrix *W, int64_t r0, const int8_t *xp,
-                            const int32_t *xs, float sxv, float *yo, const int NR,
-                            const int VBMI) {
+                            const int32_t *xs, float sxv, float *yo, const int NR) {
     const int64_t nb = tern_row_blocks(W->cols);
     const int64_t gb = W->n_groups == 1 ? nb : W->group_cols / TERN_BLOCK; /* blocks per group */
-    const __m512i m3 = _mm512_set1_epi8(3);
-    const __m512i iota = _mm512_set_epi8(63, 62, 61, 60, 59, 58, 57, 56, 55, 54, 53, 52, 51, 50, 49, 48, 47,
-                                         46, 45, 44, 43, 42, 41, 40, 39, 38, 37, 36, 35, 34, 33, 32, 31, 30,
-                                         29, 28, 27, 26, 25, 24, 23, 22, 21, 20, 19, 18, 17, 16, 15, 14, 13,
-                                         12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0);
-    const __m512i t1 = _mm512_and_si512(_mm512_srli_epi16(iota, 2), m3);
-    const __m512i t2 = _mm512_and_si512(_mm512_srli_epi16(iota, 4), m3);
+    const __m512i m0 = _mm512_set1_epi8(0x03), m1 = _mm512_set1_epi8(0x0c);
+    const __m512i m2 = _mm512_set1_epi8(0x30), m3 = _mm512_set1_epi8((char)0xc0);
     const uint8_t *rowp[4];
     const float *scp[4];
     float acc[4];
@@ -457,27 +468,37 @@ ALWAYS_INLINE void i8_rows4(const TernaryMatrix *W, int64_t r0, const int8_t *xp
     }
     for (int64_t b0 = 0, g = 0; b0 < nb; b0 += gb, g++) {
         const int64_t b1 = b0 + gb < nb ? b0 + gb : nb;
-        __m512i A[4][2];
+        __m512i T[4];
 #pragma GCC unroll 4
-        for (int j = 0; j < NR; j++) A[j][0] = A[j][1] = _mm512_setzero_si512();
-        for (int64_t b = b0; b < b1; b++) {
-            const int8_t *xb = xp + b * TERN_BLOCK;
-            const __m512i x0 = _mm512_load_si512((const void *)xb), x1 = _mm512_load_si512((const void *)(xb + 64));
-            const __m512i x2 = _mm512_load_si512((const void *)(xb + 128)), x3 = _mm512_load_si512((const void *)(xb + 192));
+        for (int j = 0; j < NR; j++) T[j] = _mm512_setzero_si512();
+        for (int64_t f0 = b0; f0 < b1; f0 += GEMV_FOLD) {
+            const int64_t f1 = f0 + GEMV_FOLD < b1 ? f0 + GEMV_FOLD : b1;
+            __m512i A[4][4];
+#pragma GCC unroll 4
+            for (int j = 0; j < NR; j++) A[j][0] = A[j][1] = A[j][2] = A[j][3] = _mm512_setzero_si512();
+            for (int64_t b = f0; b < f1; b++) {
+                const int8_t *xb = xp + b * TERN_BLOCK;
+                const __m512i x0 = _mm512_load_si512((const void *)xb), x1 = _mm512_load_si512((const void *)(xb + 64));
+                const __m512i x2 = _mm512_load_si512((const void *)(xb + 128)), x3 = _mm512_load_si512((const void *)(xb + 192));
+#pragma GCC unroll 4
+                for (int j = 0; j < NR; j++) {
+                    const __m512i v = _mm512_load_si512((const void *)(rowp[j] + b * TERN_BLOCK_BYTES));
+                    A[j][0] = dpbusd_ip(A[j][0], _mm512_and_si512(v, m0), x0);
+                    A[j][1] = dpbusd_ip(A[j][1], _mm512_and_si512(v, m1), x1);
+                    A[j][2] = dpbusd_ip(A[j][2], _mm512_and_si512(v, m2), x2);
+                    A[j][3] = dpbusd_ip(A[j][3], _mm512_and_si512(v, m3), x3);
+                }
+            }
 #pragma GCC unroll 4
             for (int j = 0; j < NR; j++) {
-                const __m512i v = _mm512_load_si512((const void *)(rowp[j] + b * TERN_BLOCK_BYTES));
-                A[j][0] = dpbusd_ip(A[j][0], _mm512_and_si512(v, m3), x0);
-                const __m512i c1 = VBMI ? permb(v, t1) : _mm512_and_si512(_mm512_srli_epi16(v, 2), m3);
-                const __m512i c2 = VBMI ? permb(v, t2) : _mm512_and_si512(_mm512_srli_epi16(v, 4), m3);
-                A[j][1] = dpbusd_ip(A[j][1], c1, x1);
-                A[j][0] = dpbusd_ip(A[j][0], c2, x2);
-                A[j][1] = dpbusd_ip(A[j][1], _mm512_and_si512(_mm512_srli_epi16(v, 6), m3), x3);
+                const __m512i s01 = _mm512_add_epi32(A[j][0], _mm512_srai_epi32(A[j][1], 2));
+                const __m512i s23 = _mm512_add_epi32(_mm512_srai_epi32(A[j][2], 4), _mm512_srai_epi32(A[j][3], 6));
+                T[j] = _mm512_add_epi32(T[j], _mm512_add_epi32(s01, s23));
             }
         }
 #pragma GCC unroll 4
         for (int j = 0; j < NR; j++) {
-            const int32_t d = _mm512_reduce_add_epi32(_mm512_add_epi32(A[j][0], A[j][1])) - xs[g];
+            const int32_t d = _mm512_reduce_add_epi32(T[j]) - xs[g];
             acc[j] += scp[j][g] * (float)d;
         }
     }
@@ -485,15 +506,21 @@ ALWAYS_INLINE void i8_rows4(const TernaryMatrix *W, int64_t r0, const int8_t *xp
     for (int j = 0; j < NR; j++) yo[j] = acc[j] / sxv;
 }
 
-/* Row quads [q0, q1), with or without vpermb. */
-static void i8_gemv_rows_vbmi(const TernaryMatrix *W, int64_t q0, int64_t q1, const int8_t *xp,
-                  const int32_t *xs, float sxv, float *y) {
-    for (int64_t i = q0; i < q1; i++) i8_rows4(W, 4 * i, xp, xs, sxv, y + 4 * i, 4, 1);
+/* Rows [4*q0, 4*q1), four at a time. */
+static void i8_gemv_quads(const TernaryMatrix *W, int64_t q0, int64_t q1, const int8_t *xp,
+                          const int32_t *xs, float sxv, float *y) {
+    for (int64_t i = q0; i < q1; i++) i8_rows4(W, 4 * i, xp, xs, sxv, y + 4 * i, 4);
 }
-static void i8_gemv_rows(const TernaryMatrix *W, int64_t q0, int64_t q1, const int8_t *xp,
-                         const int32_t *xs, float sxv, float *y) {
-    for (int64_t i = q0; i < q1; i++) i8_rows4(W, 4 * i, xp, xs, sxv, y + 4 * i, 4, 0);
-}
+
+/* Threads take chunks of row quads from a shared counter instead of a fixed
+ * half each.  The caller starts on the first chunk at once while the other
+ * thread is still waking up (OMP_WAIT_POLICY=passive: it sleeps between
+ * calls, and waking a vCPU costs tens of microseconds), and when a core is
+ * shared with another busy thread (OpenBLAS workers spin with sched_yield
+ * for a while after each BLAS call) the thread on the free core takes most
+ * of the chunks instead of waiting at the barrier for the slow half.
+ * Chunks of ~64 KB of codes: the counter costs < 1% of a chunk. */
+#define GEMV_CHUNK_BYTES 65536
 
 static int i8_gemv(const TernaryMatrix *W, const int8_t *xq, const float *sx, float *y) {
     const int64_t rows = W->rows, cols = W->cols, nb = tern_row_blocks(cols);
@@ -516,15 +543,24 @@ static int i8_gemv(const TernaryMatrix *W, const int8_t *xq, const float *sx, fl
         xs[g] = _mm512_reduce_add_epi32(s);
     }
     const int64_t r4 = rows / 4;
-    const int vbmi = __builtin_cpu_supports("avx512vbmi");
-#pragma omp parallel if ((double)rows * cols > TERN_PAR_MIN_WORK)
-    {
-        const int nt = omp_get_num_threads(), me = omp_get_thread_num();
-        const int64_t q0 = r4 * me / nt, q1 = r4 * (me + 1) / nt;
-        if (vbmi) i8_gemv_rows_vbmi(W, q0, q1, xp, xs, sx[0], y);
-        else i8_gemv_rows(W, q0, q1, xp, xs, sx[0], y);
+    int64_t cq = GEMV_CHUNK_BYTES / (4 * W->row_bytes); /* quads per chunk */
+    if (cq < 1) cq = 1;
+    const int64_t nchunks = (r4 + cq - 1) / cq;
+    int64_t next = 0;
+    if ((double)rows * cols > TERN_PAR_MIN_WORK && nchunks > 1) {
+#pragma omp parallel
+        for (;;) {
+            int64_t c;
+#pragma omp atomic capture
+            c = next++;
+            if (c >= nchunks) break;
+            const int64_t q1 = (c + 1) * cq < r4 ? (c + 1) * cq : r4;
+            i8_gemv_quads(W, c * cq, q1, xp, xs, sx[0], y);
+        }
+    } else {
+        i8_gemv_quads(W, 0, r4, xp, xs, sx[0], y);
     }
-    for (int64_t r = 4 * r4; r < rows; r++) i8_rows4(W, r, xp, xs, sx[0], y + r, 1, 0);
+    for (int64_t r = 4 * r4; r < rows; r++) i8_rows4(W, r, xp, xs, sx[0], y + r, 1);
     return 0;
 }
 
@@ -711,7 +747,10 @@ ALWAYS_INLINE void f32_rows4(const TernaryMatrix *W, int64_t r0, const float *xp
     for (int j = 0; j < 4; j++) yo[j] = _mm512_reduce_add_ps(F[j]);
 }
 
-/* f32 GEMM for many tokens: W is decoded, a 32-row x 256-column panel at a
+/* f32 GEMM for many tokens with groups smaller than a row (one scale per
+ * row goes to the table lookup GEMM, tern_lut_avx512.c: in `ternlab bench`
+ * runs interleaved with this one, n = 512, 1.09-1.49x OpenBLAS sgemm against
+ * 0.90-1.09x for this kernel).  W is decoded, a 32-row x 256-column panel at a
  * time, into floats q*scale laid out k-major (P[k][32 rows], 32 KB, L1), and
  * a register-blocked kernel computes 32 rows x TBN tokens with one FMA per
  * (token, k) against a broadcast activation; y accumulates across column
@@ -906,6 +945,7 @@ static int f32_gemm(const TernaryMatrix *W, const float *x, int64_t n, float *y)
 int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y) {
     if (tern_check_args(W, x, n, y, "tern_matmul_f32_avx512") < 0) return -1;
     if (n == 0) return 0;
+    if (n >= TERN_LUT_MIN_N && tern_rows_one_scale(W)) return tern_matmul_f32_lut_avx512(W, x, n, y);
     if (n >= GEMM_MIN_N) return f32_gemm(W, x, n, y);
     const int64_t rows = W->rows, pc = tern_row_blocks(W->cols) * TERN_BLOCK;
     void *owned;

@@ -55,6 +55,16 @@ int tern_matmul_i8_avx2(const TernaryMatrix *W, const int8_t *xq, const float *s
 int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y);
 int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
                           float *y);
+/* f32 GEMM by table lookup (tern_lut_avx512.c), same contract but only for
+ * one scale per row (tern_rows_one_scale; else -1 with err_set).
+ * tern_matmul_f32_avx512 uses it from TERN_LUT_MIN_N tokens. */
+int tern_matmul_f32_lut_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y);
+/* 1 when every row has a single scale: one group per row, or all of a row's
+ * group scales bit-equal (then the matrix is the same as its group=row
+ * form, and the f32 kernels treat both alike, bit for bit).  Scans the
+ * scales: rows * n_groups compares. */
+int tern_rows_one_scale(const TernaryMatrix *W);
+#define TERN_LUT_MIN_N 4
 
 /* Per-token int8 activation quantisation (BitNet), bit-identical to
  * act_quant_int8_ref (src/quant/quant.h), the definition: for each of the n
