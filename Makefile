@@ -56,11 +56,17 @@ CU_OBJ   := $(CU_SRC:%.cu=$(BUILD)/obj/%.o)
 CFLAGS   += -DTL_HAVE_CUDA=1 -I$(CUDA_HOME)/include
 LDLIBS   += -L$(CUDA_HOME)/lib64 -lcudart -lcublas -lstdc++
 NVFLAGS  := -O3 -gencode=arch=compute_90a,code=sm_90a -std=c++17 -Isrc -Ikernels -I. --compiler-options -Wall,-Werror,-fPIC
+# NCCL (multi-GPU tensor parallelism) when its header is there (the toolkit's or Debian's)
+ifneq ($(wildcard $(CUDA_HOME)/include/nccl.h /usr/include/nccl.h),)
+CFLAGS   += -DTL_HAVE_NCCL=1
+NVFLAGS  += -DTL_HAVE_NCCL=1
+LDLIBS   += -lnccl
+endif
 endif
 endif
 endif
 
-.PHONY: all deps test test-san check-ppl clean bench
+.PHONY: all deps test test-san check-ppl clean bench bench-e2e
 all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
 
 # A fresh machine: install what is missing, then re-run make with the flags.
@@ -121,7 +127,13 @@ clean:
 	rm -rf build build-san
 
 include scripts/paper.mk
+GPU_MODEL_TESTS := $(BUILD)/ternlab $(BUILD)/test_runner
 include kernels/cuda/gpu.mk
+
+# End-to-end GPU throughput of synthetic 7B / 27B models, ternary vs BF16 (needs a GPU).
+bench-e2e: $(BUILD)/ternlab
+	@mkdir -p results paper/tables
+	$(BUILD)/ternlab bench-e2e --out results/bench_e2e.h5 --md paper/tables/bench_e2e.md $(BENCH_ARGS)
 
 # The experiments: `make exp-kv-ternary` (the main job) runs the sweep of that
 # experiment's config on both embedded models through GNU Parallel (resumable),

@@ -53,15 +53,19 @@ int64_t fixture_read_f32(const char *path, float **out) {
 
 double rel_l2(const float *a, const float *b, int64_t n) { return rel_l2_row(a, b, n); }
 
+EngineOpts fixture_backend;
+
 int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,
                    int64_t seqs, int64_t seq_len, Model *m, Engine *e) {
     if (model_load(test_path(dir), opts, m) != 0) {
         fprintf(stderr, "    %s\n", err_msg());
         return -1;
     }
-    EngineOpts eo = {.max_tok = max_tok, .block_size = block_size};
+    EngineOpts eo = fixture_backend;
+    eo.max_tok = max_tok;
+    eo.block_size = block_size;
     eo.n_blocks = seqs * ((seq_len + block_size - 1) / block_size);
-    if (engine_init(e, m, &eo) != 0) {
+    if (engine_open(e, m, &eo) != 0) {
         fprintf(stderr, "    %s\n", err_msg());
         model_free(m);
         return -1;

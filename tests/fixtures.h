@@ -18,6 +18,10 @@ double fixture_json_number(const char *path, const char *field);
 int64_t fixture_read_f32(const char *path, float **out);
 /* ||a-b|| / ||b|| */
 double rel_l2(const float *a, const float *b, int64_t n);
+/* Backend of the engines fixture_engine opens (device, bf16, no_graphs; the
+ * sizes are set per call).  Zero = the CPU.  Tests run in their own process,
+ * so a test that sets it affects itself only. */
+extern EngineOpts fixture_backend;
 /* Loads a model (opts may be NULL) and an engine with room for `seqs` sequences
  * of `seq_len` tokens; returns 0 or -1. */
 int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, int block_size,

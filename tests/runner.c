@@ -55,6 +55,19 @@ void test_fail(const char *file, int line, const char *fmt, ...) {
 
 int test_failures(void) { return failures; }
 
+#define SKIP_STATUS 77 /* a child's exit status for "skipped" */
+static int skipped_here;
+
+void test_skip(const char *fmt, ...) {
+    va_list ap;
+    fprintf(stderr, "    SKIPPED: ");
+    va_start(ap, fmt);
+    vfprintf(stderr, fmt, ap);
+    va_end(ap);
+    fprintf(stderr, "\n");
+    skipped_here = 1;
+}
+
 const char *test_path(const char *rel) {
     static _Thread_local char buf[8][1024];
     static _Thread_local int k;
@@ -113,7 +126,7 @@ static int selected(const char *name, int argc, char **argv) {
 }
 
 int main(int argc, char **argv) {
-    int passed = 0, failed = 0;
+    int passed = 0, failed = 0, skipped = 0;
     blas_setup(argc, argv);
     setvbuf(stdout, NULL, _IOLBF, 0);
     for (int i = 0; i < n_tests; i++) {
@@ -139,14 +152,17 @@ int main(int argc, char **argv) {
 #ifdef TL_LSAN
             if (__lsan_do_recoverable_leak_check()) failures++;
 #endif
-            _exit(failures ? 1 : 0);
+            _exit(failures ? 1 : skipped_here ? SKIP_STATUS : 0);
         }
         int st = 0;
         waitpid(pid, &st, 0);
         clock_gettime(CLOCK_MONOTONIC, &t1);
         double dt = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
         int ok = WIFEXITED(st) && WEXITSTATUS(st) == 0;
-        if (ok) {
+        if (WIFEXITED(st) && WEXITSTATUS(st) == SKIP_STATUS) {
+            skipped++;
+            printf("skip %-48s %7.2fs\n", tests[i].name, dt);
+        } else if (ok) {
             passed++;
             printf("ok   %-48s %7.2fs\n", tests[i].name, dt);
         } else {
@@ -157,6 +173,9 @@ int main(int argc, char **argv) {
                 printf("FAIL %-48s %7.2fs\n", tests[i].name, dt);
         }
     }
-    printf("%d passed, %d failed\n", passed, failed);
+    if (skipped)
+        printf("%d passed, %d failed, %d skipped\n", passed, failed, skipped);
+    else
+        printf("%d passed, %d failed\n", passed, failed);
     return failed ? 1 : 0;
 }

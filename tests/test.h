@@ -13,6 +13,9 @@ void test_register(const char *name, test_fn fn);
 void test_fail(const char *file, int line, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)));
 int test_failures(void);
+/* Marks the current test skipped (the caller returns right after): it counts
+ * neither as passed nor as failed, e.g. a GPU test on a machine without one. */
+void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
 /* Path of a file under the repository root (TERNLAB_ROOT, default "."). */
 const char *test_path(const char *rel);
 /* Path of a fresh scratch directory for this test (removed at exit). */

@@ -1,7 +1,9 @@
 # kernels/cuda/gpu.mk — GPU correctness tests and the GPU benchmark.
 #
 #   make test-gpu     build build/gpu/test_gpu and run it ("N passed, N failed";
-#                     "SKIPPED: no GPU" and exit 0 where there is no GPU)
+#                     "SKIPPED: no GPU" and exit 0 where there is no GPU); from the
+#                     top Makefile also the CUDA backend tests (test_runner gpu_ cuda_:
+#                     fixtures' logits on the GPU, GPU vs CPU greedy, graphs, --tp on GPUs)
 #   make bench-gpu    build build/gpu/bench_gpu, run it (BENCH_GPU_OUT, default
 #                     results/bench_gpu: CSV + markdown), copy the markdown to
 #                     paper/tables/bench_gpu.md, and convert the CSV to HDF5
@@ -58,8 +60,11 @@ $(GPU_BUILD)/test_gpu: $(GPU_BUILD)/obj/tests/gpu/test_gpu.o $(GPU_OBJ)
 $(GPU_BUILD)/bench_gpu: $(GPU_BUILD)/obj/experiments/bench_gpu.o $(GPU_OBJ)
 	$(GPU_NVCC) $(GPU_ARCH) $^ -o $@ $(GPU_LIBS)
 
-test-gpu: $(GPU_BUILD)/test_gpu
+# From the top Makefile, GPU_MODEL_TESTS names build/ternlab and build/test_runner:
+# test-gpu then also runs the CUDA backend's tests on the fixtures (gpu_*, cuda_*).
+test-gpu: $(GPU_BUILD)/test_gpu $(GPU_MODEL_TESTS)
 	$(GPU_BUILD)/test_gpu $(T)
+	$(if $(GPU_MODEL_TESTS),TERNLAB_BIN=$(BUILD)/ternlab TERNLAB_BUILD=$(BUILD) $(BUILD)/test_runner gpu_ cuda_)
 
 bench-gpu: $(GPU_BUILD)/bench_gpu
 	$(GPU_BUILD)/bench_gpu --out $(BENCH_GPU_OUT) $(BENCH_ARGS)

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <vector>
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
@@ -21,35 +22,51 @@ namespace {
 
 int g_force = 0;
 
-/* Per-device workspaces, grown synchronously (cudaFree waits for the device,
- * so no kernel still uses the old buffer; growing is not allowed while a
- * stream is being captured into a graph: warm up with the largest call
- * first).  Slot 0: staged activations; 1: split-K partials; 2: split-K
- * counters (zeroed when allocated; kernels leave them zero). */
+/* Per-device workspaces.  Slot 0: staged activations; 1: split-K partials;
+ * 2: split-K counters (zeroed when allocated; kernels leave them zero).
+ * Growing allocates a larger buffer (twice the request) and RETIRES the old
+ * one instead of freeing it: cudaFree waits for the whole device, and with
+ * one thread per GPU (tensor parallelism) a rank waiting there for its own
+ * all-reduce while another rank waits for this lock to launch its half would
+ * never return.  Retired buffers stay valid (a CUDA graph that captured one
+ * still runs) and are freed at exit.  Growing is still not allowed while a
+ * stream is being captured: warm up with the largest call first. */
 enum { WS_ACT = 0, WS_PART = 1, WS_CTR = 2, WS_SLOTS = 3 };
 struct Workspace {
     void *p = nullptr;
     size_t bytes = 0;
 };
-Workspace g_ws[64][WS_SLOTS];
-std::mutex g_ws_mu;
+struct DeviceWs {
+    std::mutex mu;
+    Workspace slot[WS_SLOTS];
+    std::vector<void *> retired;
+};
+DeviceWs g_ws[64];
 
 int ws_get(int slot, size_t bytes, void **out) {
     int dev;
     CUDA_CHECK(cudaGetDevice(&dev));
     if (dev < 0 || dev >= 64) return err_set("tern_cuda: device id %d out of range", dev);
-    std::lock_guard<std::mutex> lk(g_ws_mu);
-    Workspace &w = g_ws[dev][slot];
+    DeviceWs &d = g_ws[dev];
+    std::lock_guard<std::mutex> lk(d.mu);
+    Workspace &w = d.slot[slot];
     if (w.bytes < bytes) {
-        if (w.p) CUDA_CHECK(cudaFree(w.p));
-        w.p = nullptr;
-        w.bytes = 0;
-        cudaError_t e = cudaMalloc(&w.p, bytes);
+        const size_t want = bytes < ((size_t)1 << 40) ? 2 * bytes : bytes;
+        void *p = nullptr;
+        cudaError_t e = cudaMalloc(&p, want);
         if (e != cudaSuccess)
             return err_set("tern_cuda: workspace of %zu bytes: %s (use fewer tokens per call)",
-                           bytes, cudaGetErrorString(e));
-        if (slot == WS_CTR) CUDA_CHECK(cudaMemset(w.p, 0, bytes));
-        w.bytes = bytes;
+                           want, cudaGetErrorString(e));
+        if (slot == WS_CTR) {
+            e = cudaMemset(p, 0, want);
+            if (e != cudaSuccess) {
+                cudaFree(p);
+                return err_set("tern_cuda: zeroing the split-K counters: %s", cudaGetErrorString(e));
+            }
+        }
+        if (w.p) d.retired.push_back(w.p);
+        w.p = p;
+        w.bytes = want;
     }
     *out = w.p;
     return 0;

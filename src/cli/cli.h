@@ -7,6 +7,8 @@
 typedef struct {
     const char *model, *tokens, *quant, *kv, *device, *out, *prompt, *windows, *dump_layers, *format;
     const char *mem; /* --mem 24GiB (info: capacity at that budget) */
+    const char *dtype; /* --dtype f32|bf16: GPU activations and dense weights */
+    int bf16;
     int window, tp, block_size, batch, have_windows;
     int64_t max_windows, max_new, win_a, win_b, kv_blocks;
     int help;
@@ -22,6 +24,7 @@ int cmd_ppl(int argc, char **argv);
 int cmd_logits(int argc, char **argv);
 int cmd_generate(int argc, char **argv);
 int cmd_bench(int argc, char **argv);
+int cmd_bench_e2e(int argc, char **argv);
 int cmd_quantize(int argc, char **argv);
 int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);

@@ -58,7 +58,8 @@ static int open_model(const CliOpts *o, Model *m) {
 
 static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, int64_t seqs,
                        int64_t seq_len) {
-    EngineOpts eo = {.max_tok = max_tok, .block_size = o->block_size};
+    EngineOpts eo = {.max_tok = max_tok, .block_size = o->block_size,
+                     .device = engine_device_parse(o->device), .bf16 = o->bf16};
     eo.n_blocks = o->kv_blocks ? o->kv_blocks
                                : seqs * ((seq_len + o->block_size - 1) / o->block_size);
     return tp_engine_open(e, m, &eo, o->tp); /* engine_init when --tp 1 */
@@ -106,12 +107,13 @@ static int dump_layers(Engine *e, const int32_t *tok, int64_t n, int T, const ch
 
 int cmd_ppl(int argc, char **argv) {
     CliOpts o;
-    if (cli_parse(argc, argv, "model tokens window max-windows quant kv device tp out block-size "
-                              "kv-blocks dump-layers", &o) != 0)
+    if (cli_parse(argc, argv, "model tokens window max-windows quant kv device dtype tp out "
+                              "block-size kv-blocks dump-layers", &o) != 0)
         return 2;
     if (o.help) {
         printf("ternlab ppl --model PATH --tokens FILE [--window 256] [--max-windows N]\n"
-               "            [--quant SPEC] [--kv POLICY] [--device cpu] [--tp N] [--out run.h5]\n"
+               "            [--quant SPEC] [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16]\n"
+               "            [--tp N] [--out run.h5]\n"
                "            [--block-size 16] [--dump-layers FILE]\n"
                "--dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0: embedding\n"
                "output, residual stream after each layer, after the final norm.\n"
@@ -192,12 +194,12 @@ static int write_window_logits(void *ctx, int64_t w, const float *logits, const 
 
 int cmd_logits(int argc, char **argv) {
     CliOpts o;
-    if (cli_parse(argc, argv, "model tokens window windows quant kv device tp out block-size "
-                              "dump-layers", &o) != 0)
+    if (cli_parse(argc, argv, "model tokens window windows quant kv device dtype tp out "
+                              "block-size dump-layers", &o) != 0)
         return 2;
     if (o.help) {
         printf("ternlab logits --model PATH --tokens FILE --window T --windows A:B --out FILE\n"
-               "               [--quant SPEC]\n"
+               "               [--quant SPEC] [--device cpu|cuda] [--dtype f32|bf16]\n"
                "Writes raw little-endian f32 [(B-A)*T, vocab]: the logits of windows A..B-1,\n"
                "rows in token order.\n");
         return 0;
@@ -250,12 +252,14 @@ int cmd_logits(int argc, char **argv) {
 
 int cmd_generate(int argc, char **argv) {
     CliOpts o;
-    if (cli_parse(argc, argv, "model prompt max-new quant kv device tp block-size batch kv-blocks",
+    if (cli_parse(argc, argv, "model prompt max-new quant kv device dtype tp block-size batch "
+                  "kv-blocks",
                   &o) != 0)
         return 2;
     if (o.help) {
         printf("ternlab generate --model PATH --prompt 1,2,3 --max-new N [--quant SPEC]\n"
-               "                 [--batch B] [--block-size 16] [--tp N]\n"
+               "                 [--batch B] [--block-size 16] [--tp N] [--device cpu|cuda]\n"
+               "                 [--dtype f32|bf16]\n"
                "Greedy decoding with the paged KV cache; prints the generated ids,\n"
                "comma-separated.  --batch B decodes B copies of the prompt together\n"
                "(batched decode) and prints one line per sequence.\n");

@@ -3,6 +3,8 @@
 #include "cli/cli.h"
 #include "core/blas_setup.h"
 #include "core/err.h"
+#include "runtime/cuda_engine.h"
+#include "runtime/engine.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -17,16 +19,21 @@ static const char *usage_text =
     "\n"
     "  info      --model PATH [--mem 24GiB]          config, tensors, load report, KV capacity\n"
     "  ppl       --model PATH --tokens FILE [--window 256] [--max-windows N] [--quant SPEC]\n"
-    "            [--kv POLICY] [--device cpu|cuda] [--tp N] [--out run.h5]\n"
+    "            [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16] [--tp N] [--out run.h5]\n"
     "  logits    --model PATH --tokens FILE --window T --windows A:B --out FILE [--quant SPEC]\n"
     "  generate  --model PATH --prompt 1,2,3 --max-new N [--quant SPEC] [--batch B]\n"
+    "            [--device cpu|cuda] [--dtype f32|bf16]\n"
     "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
     "  verify    FILE.h5                             is a run file whole (complete, schema)?\n"
     "  diff      --model PATH --tokens FILE --a SETTINGS (--b SETTINGS | --b-dump FILE)\n"
     "            per-layer / per-sub-block / per-linear divergence of two runs\n"
     "  bench     kernel benchmarks (ternlab bench --help)\n"
+    "  bench-e2e end-to-end decode/prefill throughput of synthetic 7B/27B models on the\n"
+    "            GPU, ternary vs BF16 (ternlab bench-e2e --help)\n"
     "\n"
-    "--model takes a Hugging Face folder (config.json + safetensors) or a .gguf file.\n";
+    "--model takes a Hugging Face folder (config.json + safetensors) or a .gguf file.\n"
+    "--device cuda runs ppl, logits, generate and bench on the GPU (--dtype bf16: bf16\n"
+    "activations and dense weights; f32, the default, is the reference).\n";
 
 static struct option all_opts[] = {
     {"model", required_argument, 0, 'm'},      {"tokens", required_argument, 0, 't'},
@@ -38,6 +45,7 @@ static struct option all_opts[] = {
     {"block-size", required_argument, 0, 'b'}, {"batch", required_argument, 0, 'B'},
     {"kv-blocks", required_argument, 0, 'K'},  {"dump-layers", required_argument, 0, 'D'},
     {"format", required_argument, 0, 'F'},    {"mem", required_argument, 0, 'M'},
+    {"dtype", required_argument, 0, 'T'},
     {"help", no_argument, 0, 'h'},
     {0, 0, 0, 0}};
 
@@ -95,6 +103,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'D': o->dump_layers = optarg; break;
         case 'F': o->format = optarg; break;
         case 'M': o->mem = optarg; break;
+        case 'T': o->dtype = optarg; break;
         case 'h': o->help = 1; break;
         case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
         case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
@@ -128,11 +137,26 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         fprintf(stderr, "ternlab %s: unexpected argument '%s'\n", argv[0], argv[optind]);
         return -1;
     }
-    if (!o->help && strcmp(o->device, "cpu") != 0) {
-        if (strcmp(o->device, "cuda") == 0)
-            fprintf(stderr, "ternlab: --device cuda: this build has no CUDA backend yet\n");
-        else
-            fprintf(stderr, "ternlab: --device '%s': expected cpu or cuda\n", o->device);
+    if (!o->help && engine_device_parse(o->device) < 0) {
+        fprintf(stderr, "ternlab: --device '%s': expected cpu or cuda\n", o->device);
+        return -1;
+    }
+    if (o->dtype) {
+        if (strcmp(o->dtype, "bf16") != 0 && strcmp(o->dtype, "f32") != 0) {
+            fprintf(stderr, "ternlab: --dtype '%s': expected f32 or bf16\n", o->dtype);
+            return -1;
+        }
+        o->bf16 = strcmp(o->dtype, "bf16") == 0;
+        if (o->bf16 && strcmp(o->device, "cuda") != 0) {
+            fprintf(stderr, "ternlab: --dtype bf16 applies to --device cuda (the CPU path "
+                            "computes in fp32)\n");
+            return -1;
+        }
+    }
+    if (strcmp(o->device, "cuda") == 0 && o->tp > 1) cuda_prepare_multi_gpu();
+    if (strcmp(o->device, "cuda") == 0 && o->kv && strcmp(o->kv, "none") != 0) {
+        fprintf(stderr, "ternlab: --kv %s with --device cuda: ternary KV pages run on the CPU "
+                        "only (use --device cpu)\n", o->kv);
         return -1;
     }
     /* --tp N > 1 runs on N CPU threads (src/tp); the split itself is checked when
@@ -151,7 +175,7 @@ int main(int argc, char **argv) {
         const char *name;
         int (*fn)(int, char **);
     } cmds[] = {{"info", cmd_info},         {"ppl", cmd_ppl}, {"logits", cmd_logits},
-                {"generate", cmd_generate}, {"bench", cmd_bench},
+                {"generate", cmd_generate}, {"bench", cmd_bench}, {"bench-e2e", cmd_bench_e2e},
                 {"quantize", cmd_quantize}, {"verify", cmd_verify},
                 {"diff", cmd_diff}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)

@@ -10,7 +10,8 @@ size_t kv_bytes_needed(int n_layers, int n_kv_heads, int head_dim, int block_siz
            (size_t)head_dim * sizeof(float);
 }
 
-int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks) {
+static int kv_init_pages(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size,
+                         int n_blocks, int pages) {
     memset(kv, 0, sizeof *kv);
     if (block_size < 1 || n_blocks < 1)
         return err_set("KV cache: block size (%d) and block count (%d) must be >= 1", block_size,
@@ -23,7 +24,7 @@ int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_s
     size_t per_layer = kv_bytes_needed(1, n_kv_heads, head_dim, block_size, n_blocks) / 2;
     kv->k = xcalloc((size_t)n_layers, sizeof(float *));
     kv->v = xcalloc((size_t)n_layers, sizeof(float *));
-    for (int l = 0; l < n_layers; l++) {
+    for (int l = 0; l < n_layers && pages; l++) {
         kv->k[l] = mem_alloc(per_layer, "KV cache keys");
         kv->v[l] = kv->k[l] ? mem_alloc(per_layer, "KV cache values") : NULL;
         if (!kv->k[l] || !kv->v[l]) {
@@ -37,6 +38,15 @@ int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_s
     for (int i = 0; i < n_blocks; i++) kv->free_list[i] = n_blocks - 1 - i;
     kv->n_free = n_blocks;
     return 0;
+}
+
+int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks) {
+    return kv_init_pages(kv, n_layers, n_kv_heads, head_dim, block_size, n_blocks, 1);
+}
+
+int kv_init_tables(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size,
+                   int n_blocks) {
+    return kv_init_pages(kv, n_layers, n_kv_heads, head_dim, block_size, n_blocks, 0);
 }
 
 void kv_free(KvCache *kv) {

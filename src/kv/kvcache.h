@@ -41,6 +41,11 @@ typedef struct {
 /* Bytes kv_init would allocate for this geometry (f32 pages, every layer). */
 size_t kv_bytes_needed(int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
 int kv_init(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size, int n_blocks);
+/* The allocator and block tables without host pages (k, v NULL): for a backend
+ * that keeps the pages elsewhere (the CUDA engine).  Only the block-table and
+ * sequence functions may be used on it. */
+int kv_init_tables(KvCache *kv, int n_layers, int n_kv_heads, int head_dim, int block_size,
+                   int n_blocks);
 void kv_free(KvCache *kv);
 
 /* A new empty sequence; returns its id (>= 0). */

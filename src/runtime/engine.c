@@ -1,6 +1,7 @@
 #include "runtime/engine.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "runtime/cuda_engine.h"
 #include "runtime/preflight.h"
 
 #include <stdlib.h>
@@ -28,8 +29,23 @@ int engine_init(Engine *e, Model *m, const EngineOpts *o) {
 }
 
 void engine_free(Engine *e) {
+    if (e->backend_free) {
+        e->backend_free(e);
+        return;
+    }
     runstate_free(&e->rs);
     kv_free(&e->kv);
+}
+
+int engine_device_parse(const char *s) {
+    if (strcmp(s, "cpu") == 0) return ENGINE_CPU;
+    if (strcmp(s, "cuda") == 0) return ENGINE_CUDA;
+    return -1;
+}
+
+int engine_open(Engine *e, Model *m, const EngineOpts *o) {
+    if (o->device == ENGINE_CUDA) return cuda_engine_open(e, m, o);
+    return engine_init(e, m, o);
 }
 
 int64_t argmax_f32(const float *x, int64_t n) {
@@ -72,20 +88,31 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
                          last ? logits + s * V : NULL);
         }
     }
-    /* batched greedy decode */
+    /* batched greedy decode; on the GPU the argmax is taken there and only the
+     * token ids come back (RunState.argmax_out) */
+    int32_t *next = NULL;
+    if (rc == 0 && cuda_engine_is(e)) {
+        next = xmalloc(sizeof(int32_t) * (size_t)n_seq);
+        for (int s = 0; s < n_seq; s++) next[s] = (int32_t)argmax_f32(logits + s * V, V);
+    }
     e->rs.decode = 1;
     for (int64_t step = 0; step < max_new && rc == 0; step++) {
         for (int s = 0; s < n_seq; s++) {
-            out[s][step] = (int32_t)argmax_f32(logits + s * V, V);
+            out[s][step] = next ? next[s] : (int32_t)argmax_f32(logits + s * V, V);
             tok[s] = out[s][step];
             seq[s] = ids[s];
             pos[s] = prompt_len[s] + step;
             lidx[s] = s;
         }
-        if (step + 1 < max_new)
-            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq, logits);
+        if (step + 1 < max_new) {
+            e->rs.argmax_out = next;
+            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq,
+                         next ? NULL : logits);
+            e->rs.argmax_out = NULL;
+        }
     }
     e->rs.decode = 0;
+    free(next);
     for (int s = 0; s < n_seq; s++) kv_seq_free(&e->kv, ids[s]);
     mem_free(logits);
     free(seq);

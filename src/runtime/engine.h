@@ -5,17 +5,33 @@
 
 #include "runtime/forward.h"
 
-typedef struct {
+typedef struct Engine {
     Model *m;
     KvCache kv;
     RunState rs;
+    /* set by a backend that runs forward() elsewhere (src/runtime/cuda_engine.h):
+     * engine_free calls it to free what the backend holds */
+    void (*backend_free)(struct Engine *e);
 } Engine;
+
+typedef enum { ENGINE_CPU = 0, ENGINE_CUDA = 1 } EngineDevice;
 
 typedef struct {
     int64_t max_tok;  /* tokens per forward call (batch of windows / prompt chunk) */
     int block_size;   /* KV block size in tokens (default 16) */
     int64_t n_blocks; /* KV pool size in blocks */
+    EngineDevice device; /* ENGINE_CPU (default) or ENGINE_CUDA (cuda_engine_open) */
+    int bf16;         /* cuda: activations into the linears and dense weights in bf16
+                       * (0 = fp32, the reference) */
+    int no_graphs;    /* cuda: 1 = launch every decode step eagerly (no CUDA graph) */
+    int gpu;          /* cuda: device ordinal */
 } EngineOpts;
+
+/* "cpu" / "cuda" -> ENGINE_*; -1 for anything else. */
+int engine_device_parse(const char *s);
+/* Opens e on the device o->device asks for: engine_init on the CPU,
+ * cuda_engine_open on the GPU.  Returns 0 or -1 (err_set). */
+int engine_open(Engine *e, Model *m, const EngineOpts *o);
 
 int engine_init(Engine *e, Model *m, const EngineOpts *o);
 void engine_free(Engine *e);

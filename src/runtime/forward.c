@@ -204,6 +204,7 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
     const int64_t H = c->hidden, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
                   kvd = (int64_t)c->n_kv_heads * hd, n_inter = c->inter;
     if (s->hook) return s->hook(s->hook_ctx, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits);
+    if (s->argmax_out) return err_set("forward: argmax_out needs a backend that computes it (cuda)");
     if (n > s->max_tok) return err_set("forward: %lld tokens but the run state holds %lld",
                                        (long long)n, (long long)s->max_tok);
     int64_t max_pos = 0;

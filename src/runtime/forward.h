@@ -26,6 +26,12 @@ typedef struct RunState {
     /* optional: when non-NULL, the residual stream is copied here as
      * (n_layers+2, n, hidden): embedding, after each layer, after the final norm */
     float *dump;
+    /* optional, backends that set RunState.hook only (the CUDA engine): when
+     * non-NULL, forward() also writes the index of the largest logit (first
+     * on ties, as argmax_f32) of each requested row here, computed where the
+     * logits are, and `logits` may then be NULL (greedy decoding without
+     * copying the logits back) */
+    int32_t *argmax_out;
     /* 1 while the caller feeds generated tokens (decode), 0 for prompt tokens
      * (prefill): the KV policy stores "decoder" and "encoder" tokens differently */
     int decode;

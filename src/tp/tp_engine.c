@@ -1,4 +1,5 @@
 #include "tp/tp_engine.h"
+#include "runtime/cuda_engine.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "core/timer.h"
@@ -339,7 +340,8 @@ static int rank_init(TpEngine *te, int r, const EngineOpts *o, int bs) {
 }
 
 int tp_engine_open(Engine *e, Model *m, const EngineOpts *o, int tp) {
-    if (tp == 1) return engine_init(e, m, o);
+    if (tp == 1) return engine_open(e, m, o);
+    if (o->device == ENGINE_CUDA) return cuda_engine_open_tp(e, m, o, tp); /* one rank per GPU, NCCL */
     memset(e, 0, sizeof *e);
     if (tp < 1 || tp > TP_MAX_RANKS)
         return err_set("--tp %d: the TP degree must be between 1 and %d", tp, TP_MAX_RANKS);

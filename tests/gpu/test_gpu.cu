@@ -349,7 +349,8 @@ int main(int argc, char **argv) {
     struct Shape {
         int64_t rows, cols;
     } shapes[] = {{1, 1},     {3, 5},     {17, 300},  {33, 257},  {100, 1000},
-                  {130, 513}, {257, 768}, {64, 4096}, {520, 9000}, {1000, 1100}};
+                  {130, 513}, {257, 768}, {64, 4096}, {520, 9000}, {1000, 1100},
+                  {11, 11008}, {37, 15000}};
     const QuantGroup groups[] = {QG_TENSOR, QG_ROW, QG_32, QG_64, QG_128, QG_256};
     const int64_t ns[] = {1, 3, 17, 64, 300};
     for (const Shape &sh : shapes)

@@ -1,0 +1,165 @@
+/* dev/tern_gemv_i8_v4.cu — an experiment, not built (see NOTES.md); v3 is
+ * kernels/cuda/tern_gemv_i8.cu.
+ *
+ * Decode GEMV for int8 activations, one token, one scale per row (group tensor
+ * or row: BitNet checkpoints, TQ-style per-row scales), on the CUDA cores with
+ * dp4a: the weight stream is the cost, so each lane loads 16 bytes of codes
+ * (64 weights) per step and decodes them in registers.
+ *
+ *   byte j of a 64-byte block holds columns b*256 + 64*i + j in its 2-bit fields
+ *   i (kernels/ternary_format.h), code c = q + 1.  For a 32-bit word of codes,
+ *   (w >> 2i) & 0x03030303 is four codes of four consecutive columns, so
+ *   sum q*x = dp4a(c, x) - dp4a(0x01010101, x): both exact in int32.
+ *   y = s_r * (float)D / sx, the reference's formula (tern_matmul_i8_ref), so
+ *   the result equals the CPU twin bit for bit.
+ * One warp per row, grid-stride over rows; lanes stride over 16-byte chunks,
+ * then an integer warp reduction (exact, any order).
+ * Measured (H200, make bench-gpu, M = 1, group row): 4096x4096 3.8 us (3.4x cuBLAS
+ * BF16), 14336x4096 10.1 us (3.1x), 4096x14336 9.3 us (3.4x), 36864x4608 27.5 us
+ * (3.2x) — 28-40% of copy bandwidth; for rows longer than 16384 columns the
+ * tensor-core GEMV (tern_gemv.cu) is faster (4608x36864: 24.3 vs 34.8 us), so
+ * tern_cuda.cu uses this kernel up to 16384 columns.  v2 in dev/. */
+#include "cuda/cuda_util.h"
+#include "cuda/tern_cuda.h"
+#include "ternary_format.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+__device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, int64_t base,
+                                         int64_t cols) {
+    int acc = 0;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t c0 = base + 64 * i; /* first column of field i */
+        if (c0 >= cols) break;            /* cols % 16 == 0: a run is all in or all out */
+        const int4 xv = __ldg(reinterpret_cast<const int4 *>(x + c0));
+        const unsigned sh = 2u * (unsigned)i;
+        acc = __dp4a((int)((w.x >> sh) & 0x03030303u), xv.x, acc);
+        acc = __dp4a((int)((w.y >> sh) & 0x03030303u), xv.y, acc);
+        acc = __dp4a((int)((w.z >> sh) & 0x03030303u), xv.z, acc);
+        acc = __dp4a((int)((w.w >> sh) & 0x03030303u), xv.w, acc);
+        acc -= __dp4a(0x01010101, xv.x, 0) + __dp4a(0x01010101, xv.y, 0) +
+               __dp4a(0x01010101, xv.z, 0) + __dp4a(0x01010101, xv.w, 0);
+    }
+    return acc;
+}
+
+__global__ void __launch_bounds__(256) gemv_i8_rowscale(const uint8_t *__restrict__ codes,
+                                                        const float *__restrict__ scales,
+                                                        int64_t scale_stride, int64_t rows,
+                                                        int64_t cols, int64_t row_bytes,
+                                                        const int8_t *__restrict__ x,
+                                                        const float *__restrict__ sxp,
+                                                        float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int64_t chunks = row_bytes / 16;
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        const uint8_t *row = codes + r * row_bytes;
+        int acc = 0;
+        int64_t c = lane;
+        /* four loads in flight per lane before any arithmetic */
+        for (; c + 96 < chunks; c += 128) {
+            uint4 w0 = ld_stream(row + 16 * c), w1 = ld_stream(row + 16 * (c + 32));
+            uint4 w2 = ld_stream(row + 16 * (c + 64)), w3 = ld_stream(row + 16 * (c + 96));
+            acc += chunk_dot(w0, x, (c >> 2) * 256 + (c & 3) * 16, cols);
+            acc += chunk_dot(w1, x, ((c + 32) >> 2) * 256 + ((c + 32) & 3) * 16, cols);
+            acc += chunk_dot(w2, x, ((c + 64) >> 2) * 256 + ((c + 64) & 3) * 16, cols);
+            acc += chunk_dot(w3, x, ((c + 96) >> 2) * 256 + ((c + 96) & 3) * 16, cols);
+        }
+        for (; c < chunks; c += 32)
+            acc += chunk_dot(ld_stream(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) {
+            /* the reference: acc = 0 + s * (float)D; y = acc / sx */
+            const float a = __fmul_rn(scales[r * scale_stride], (float)acc);
+            y[r] = __fdiv_rn(a, sxp[0]);
+        }
+    }
+}
+
+
+/* v4: rows of at most 32*K chunks (K <= 8: up to 16384 columns); a warp takes
+ * RPW rows at a time and every lane issues all its RPW*K 16-byte loads before
+ * any arithmetic.  Measured slower than v3 on 3 of 4 shapes (NOTES.md). */
+template <int K, int RPW>
+__global__ void __launch_bounds__(256) gemv_i8_rows(const uint8_t *__restrict__ codes,
+                                                    const float *__restrict__ scales,
+                                                    int64_t scale_stride, int64_t rows,
+                                                    int64_t cols, int64_t row_bytes,
+                                                    const int8_t *__restrict__ x,
+                                                    const float *__restrict__ sxp,
+                                                    float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int64_t chunks = row_bytes / 16;
+    for (int64_t r0 = warp * RPW; r0 < rows; r0 += nwarps * RPW) {
+        uint4 w[RPW][K];
+#pragma unroll
+        for (int j = 0; j < RPW; j++)
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t c = lane + 32 * k;
+                if (r0 + j < rows && c < chunks) w[j][k] = ld_stream(codes + (r0 + j) * row_bytes + 16 * c);
+                else w[j][k] = make_uint4(0, 0, 0, 0);
+            }
+        int acc[RPW];
+#pragma unroll
+        for (int j = 0; j < RPW; j++) {
+            acc[j] = 0;
+#pragma unroll
+            for (int k = 0; k < K; k++) {
+                const int64_t c = lane + 32 * k;
+                if (r0 + j < rows && c < chunks)
+                    acc[j] += chunk_dot(w[j][k], x, (c >> 2) * 256 + (c & 3) * 16, cols);
+            }
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[j] += __shfl_xor_sync(0xffffffffu, acc[j], o);
+        }
+        if (lane == 0) {
+#pragma unroll
+            for (int j = 0; j < RPW; j++) {
+                if (r0 + j >= rows) break;
+                const float a = __fmul_rn(scales[(r0 + j) * scale_stride], (float)acc[j]);
+                y[r0 + j] = __fdiv_rn(a, sxp[0]);
+            }
+        }
+    }
+}
+/* dispatch used: (row_bytes/16 + 31)/32 chunks per lane -> <1,8> <2,4> <3,2> <4,2> <5..8,1> */
+} /* namespace */
+
+/* x: one token of int8 activations, 16-byte aligned, x_cols (>= W->cols, a multiple
+ * of 16) readable with zeros past W->cols; no host synchronisation (graph-safe). */
+extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
+                                     const float *d_sx, float *d_y, cudaStream_t s) {
+    if (W->n_groups != 1) return err_set("tern_gemv_i8_rowscale: %lld scale groups per row",
+                                         (long long)W->n_groups);
+    if (x_cols % 16 != 0 || x_cols < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("tern_gemv_i8_rowscale: activations must be 16-byte aligned with a "
+                       "multiple of 16 columns");
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int64_t blocks = (W->rows + 7) / 8;
+    if (blocks > (int64_t)sms * 8) blocks = (int64_t)sms * 8;
+    gemv_i8_rowscale<<<(unsigned)blocks, 256, 0, s>>>(W->d_codes, W->d_scales, W->scale_stride,
+                                                       W->rows, x_cols, W->row_bytes, d_x, d_sx,
+                                                       d_y);
+    CUDA_CHECK(cudaGetLastError());
+    return 0;
+}

@@ -1,0 +1,625 @@
+/* fwd_cuda.cu — the forward pass's non-matmul kernels (fwd_cuda.h).  Plain
+ * CUDA-core kernels: they move a few bytes per weight byte of a decode step,
+ * so they are written for clarity and one launch each. */
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdint.h>
+
+#include "cuda/cuda_util.h"
+#include "cuda/fwd_cuda.h"
+
+namespace {
+
+constexpr int kAttnThreads = 128;
+constexpr int kAttnChunk = 256; /* keys scored per pass of the online softmax */
+
+int grid1(int64_t total, int threads) {
+    int64_t b = (total + threads - 1) / threads;
+    return (int)(b > 65535 ? 65535 : b < 1 ? 1 : b);
+}
+
+__device__ float warp_sum(float v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+__device__ float warp_max(float v) {
+    for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+/* Block-wide sum / max (blockDim.x a multiple of 32, <= 1024); every thread
+ * gets the result.  `red` holds 32 floats of shared memory. */
+__device__ float block_sum(float v, float *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_sum(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float r = lane < nw ? red[lane] : 0.0f;
+    return warp_sum(r);
+}
+__device__ float block_max(float v, float *red) {
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    v = warp_max(v);
+    __syncthreads();
+    if (lane == 0) red[w] = v;
+    __syncthreads();
+    float r = lane < nw ? red[lane] : -INFINITY;
+    return warp_max(r);
+}
+
+__global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, int64_t H, float *x) {
+    const int64_t total = n * H;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t t = i / H, c = i % H;
+        x[i] = embed[(int64_t)tok[t] * H + c];
+    }
+}
+
+constexpr int kRowThreads = 1024; /* row kernels: a decode step has few rows, so one
+                                    * CTA per row must keep many loads in flight */
+
+__device__ __forceinline__ int8_t quant1(float v, float s) {
+    const float q = rintf(__fmul_rn(v, s));
+    return (int8_t)(q > 127.0f ? 127 : q < -128.0f ? -128 : (int)q);
+}
+
+/* One CTA per row: x += h (optional, written back), out = x * rsqrt(mean(x^2)
+ * + eps) * w in f32 and/or bf16, and optionally the row's int8 activations
+ * of the f32 out values (act_quant_int8_ref: s = 127 / max(max|out|, 1e-5)).
+ * V4: dim % 4 == 0 and 16-byte aligned rows (float4 loads). */
+template <bool V4>
+__global__ void __launch_bounds__(kRowThreads)
+norm_kernel(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
+            __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    __shared__ float red[32];
+    float *xr = x + blockIdx.x * dim;
+    const float *hr = h ? h + blockIdx.x * dim : nullptr;
+    const int64_t row = blockIdx.x * dim;
+    constexpr int W = V4 ? 4 : 1;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x * W; i < dim; i += (int64_t)blockDim.x * W) {
+        float v[W];
+        if constexpr (V4) {
+            float4 a = *reinterpret_cast<const float4 *>(xr + i);
+            if (hr) {
+                const float4 b = *reinterpret_cast<const float4 *>(hr + i);
+                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+                *reinterpret_cast<float4 *>(xr + i) = a;
+            }
+            v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w;
+        } else {
+            v[0] = xr[i];
+            if (hr) xr[i] = v[0] = v[0] + hr[i];
+        }
+#pragma unroll
+        for (int e = 0; e < W; e++) ss += v[e] * v[e];
+    }
+    ss = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+    float mx = 0.0f;
+    for (int64_t i = threadIdx.x * W; i < dim; i += (int64_t)blockDim.x * W) {
+        float v[W];
+#pragma unroll
+        for (int e = 0; e < W; e++) {
+            v[e] = __fmul_rn(w[i + e], __fmul_rn(xr[i + e], r));
+            mx = fmaxf(mx, fabsf(v[e]));
+        }
+        if constexpr (V4) {
+            if (o32) *reinterpret_cast<float4 *>(o32 + row + i) = make_float4(v[0], v[1], v[2], v[3]);
+            if (o16) {
+                *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v[0], v[1]);
+                *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v[2], v[3]);
+            }
+        } else {
+            if (o32) o32[row + i] = v[0];
+            if (o16) o16[row + i] = __float2bfloat16_rn(v[0]);
+        }
+    }
+    if (!xq) return;
+    mx = block_max(mx, red);
+    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+    for (int64_t i = threadIdx.x * W; i < dim; i += (int64_t)blockDim.x * W) {
+        int8_t q[W];
+#pragma unroll
+        for (int e = 0; e < W; e++) q[e] = quant1(__fmul_rn(w[i + e], __fmul_rn(xr[i + e], r)), s);
+        if constexpr (V4) *reinterpret_cast<char4 *>(xq + row + i) = make_char4(q[0], q[1], q[2], q[3]);
+        else xq[row + i] = q[0];
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
+__device__ __forceinline__ float glu1(int act, float x, float u) {
+    if (act == 0) return __fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u);
+    const float rl = x > 0.0f ? x : 0.0f;
+    return __fmul_rn(__fmul_rn(rl, rl), u);
+}
+
+/* One CTA per row: y = act(g) * u (g, u rows of stride ld) into o32 (n, cols),
+ * optional bf16 copy and int8 activations of the f32 values. */
+template <bool V4>
+__global__ void __launch_bounds__(kRowThreads)
+glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
+                __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    __shared__ float red[32];
+    const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
+    const int64_t row = blockIdx.x * cols;
+    float *orow = o32 + row;
+    constexpr int W = V4 ? 4 : 1;
+    float mx = 0.0f;
+    for (int64_t i = threadIdx.x * W; i < cols; i += (int64_t)blockDim.x * W) {
+        float v[W];
+        if constexpr (V4) {
+            const float4 a = *reinterpret_cast<const float4 *>(gr + i);
+            const float4 b = *reinterpret_cast<const float4 *>(ur + i);
+            v[0] = glu1(act, a.x, b.x), v[1] = glu1(act, a.y, b.y);
+            v[2] = glu1(act, a.z, b.z), v[3] = glu1(act, a.w, b.w);
+            *reinterpret_cast<float4 *>(orow + i) = make_float4(v[0], v[1], v[2], v[3]);
+            if (o16) {
+                *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v[0], v[1]);
+                *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v[2], v[3]);
+            }
+        } else {
+            v[0] = glu1(act, gr[i], ur[i]);
+            orow[i] = v[0];
+            if (o16) o16[row + i] = __float2bfloat16_rn(v[0]);
+        }
+#pragma unroll
+        for (int e = 0; e < W; e++) mx = fmaxf(mx, fabsf(v[e]));
+    }
+    if (!xq) return;
+    mx = block_max(mx, red); /* its __syncthreads also orders the o32 writes before the reads */
+    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+    for (int64_t i = threadIdx.x * W; i < cols; i += (int64_t)blockDim.x * W) {
+        int8_t q[W];
+#pragma unroll
+        for (int e = 0; e < W; e++) q[e] = quant1(orow[i + e], s);
+        if constexpr (V4) *reinterpret_cast<char4 *>(xq + row + i) = make_char4(q[0], q[1], q[2], q[3]);
+        else xq[row + i] = q[0];
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
+__global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, const float *v,
+                               int64_t ldv, const int32_t *pos, const int32_t *slot, int n_heads,
+                               int n_kv, int hd, const float *cs, const float *sn, float *kp,
+                               float *vp, int bs) {
+    const int64_t i = blockIdx.x;
+    const int half = hd / 2, p = pos[i];
+    const float *c = cs + (int64_t)p * half, *s = sn + (int64_t)p * half;
+    float *qi = q + i * ldq;
+    float *ki = k + i * ldk;
+    const float *vi = v + i * ldv;
+    for (int e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+        const int h = e / half, j = e % half;
+        float *r = qi + (int64_t)h * hd;
+        const float x1 = r[j], x2 = r[j + half];
+        r[j] = __fsub_rn(__fmul_rn(x1, c[j]), __fmul_rn(x2, s[j]));
+        r[j + half] = __fadd_rn(__fmul_rn(x2, c[j]), __fmul_rn(x1, s[j]));
+    }
+    const int sl = slot[i], blk = sl / bs, off = sl % bs;
+    for (int e = threadIdx.x; e < n_kv * half; e += blockDim.x) {
+        const int h = e / half, j = e % half;
+        float *r = ki + (int64_t)h * hd;
+        const float x1 = r[j], x2 = r[j + half];
+        const float y1 = __fsub_rn(__fmul_rn(x1, c[j]), __fmul_rn(x2, s[j]));
+        const float y2 = __fadd_rn(__fmul_rn(x2, c[j]), __fmul_rn(x1, s[j]));
+        r[j] = y1;
+        r[j + half] = y2;
+        float *dst = kp + (((int64_t)blk * n_kv + h) * bs + off) * hd;
+        dst[j] = y1;
+        dst[j + half] = y2;
+    }
+    for (int e = threadIdx.x; e < n_kv * hd; e += blockDim.x) {
+        const int h = e / hd, d = e % hd;
+        vp[(((int64_t)blk * n_kv + h) * bs + off) * hd + d] = vi[e];
+    }
+}
+
+/* One CTA per (token, query head), keys in chunks of kAttnChunk with an
+ * online softmax (running max and sum).  Scores: one thread per key (the
+ * whole head_dim dot product, float4 loads; q in shared memory).  Values:
+ * warp w takes keys w, w+4, ...; lane l dims l, l+32, ...; the four warps'
+ * partial sums are added at the end. */
+__global__ void __launch_bounds__(kAttnThreads)
+attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
+                 const int32_t *pos, const int32_t *tab, int tab_stride, const int32_t *tab_row,
+                 int n_heads, int n_kv, int hd, int bs, float scale, float *out) {
+    constexpr int kWarps = kAttnThreads / 32, kDims = 256 / 32;
+    __shared__ __align__(16) float qs[256];
+    __shared__ float sc[kAttnChunk];
+    __shared__ int64_t roff[kAttnChunk];
+    __shared__ float part[kWarps][256];
+    __shared__ float red[32];
+    const int64_t i = blockIdx.x;
+    const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int ctx = pos[i] + 1;
+    const int32_t *tb = tab + (int64_t)tab_row[i] * tab_stride;
+    const float *qr = q + i * ldq + (int64_t)h * hd;
+    for (int d = t; d < hd; d += kAttnThreads) qs[d] = qr[d];
+    const bool vec = (hd & 3) == 0;
+    float acc[kDims];
+#pragma unroll
+    for (int r = 0; r < kDims; r++) acc[r] = 0.0f;
+    float m = -INFINITY, l = 0.0f;
+    __syncthreads();
+    for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
+        const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
+        float lm = -INFINITY;
+        for (int j = t; j < cn; j += kAttnThreads) {
+            const int p = c0 + j;
+            const int64_t ro = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
+            roff[j] = ro;
+            const float *kr = kp + ro;
+            float s = 0.0f;
+            if (vec) {
+                for (int d = 0; d < hd; d += 4) {
+                    const float4 k4 = *reinterpret_cast<const float4 *>(kr + d);
+                    s += qs[d] * k4.x + qs[d + 1] * k4.y + qs[d + 2] * k4.z + qs[d + 3] * k4.w;
+                }
+            } else {
+                for (int d = 0; d < hd; d++) s += qs[d] * kr[d];
+            }
+            s *= scale;
+            sc[j] = s;
+            lm = fmaxf(lm, s);
+        }
+        const float mn = fmaxf(m, block_max(lm, red));
+        const float corr = expf(m - mn); /* 0 on the first chunk (m = -inf) */
+        float ls = 0.0f;
+        for (int j = t; j < cn; j += kAttnThreads) {
+            const float pj = expf(sc[j] - mn);
+            sc[j] = pj;
+            ls += pj;
+        }
+        l = l * corr + block_sum(ls, red); /* block_sum syncs: sc and roff are complete */
+        m = mn;
+#pragma unroll
+        for (int r = 0; r < kDims; r++) acc[r] *= corr;
+#pragma unroll 4
+        for (int j = warp; j < cn; j += kWarps) {
+            const float pj = sc[j];
+            const float *vr = vp + roff[j];
+#pragma unroll
+            for (int r = 0; r < kDims; r++) {
+                const int d = lane + 32 * r;
+                if (d < hd) acc[r] += pj * vr[d];
+            }
+        }
+        __syncthreads(); /* before the next chunk overwrites sc / roff */
+    }
+#pragma unroll
+    for (int r = 0; r < kDims; r++) {
+        const int d = lane + 32 * r;
+        if (d < hd) part[warp][d] = acc[r];
+    }
+    __syncthreads();
+    float *o = out + (i * n_heads + h) * (int64_t)hd;
+    const float inv = 1.0f / l;
+    for (int d = t; d < hd; d += kAttnThreads) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; w++) sum += part[w][d];
+        o[d] = sum * inv;
+    }
+}
+
+__global__ void glu_kernel(int act, float *g, const float *u, int64_t cnt) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const float x = g[i];
+        if (act == 0) {
+            g[i] = x / (1.0f + expf(-x)) * u[i];
+        } else {
+            const float r = x > 0.0f ? x : 0.0f;
+            g[i] = r * r * u[i];
+        }
+    }
+}
+
+__global__ void add_kernel(float *x, const float *h, int64_t cnt) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
+         i += (int64_t)gridDim.x * blockDim.x)
+        x[i] += h[i];
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+act_quant_kernel(const float *x, int64_t cols, int8_t *xq, float *sx) {
+    __shared__ float red[32];
+    const float *xr = x + blockIdx.x * cols;
+    float m = 0.0f;
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));
+    m = block_max(m, red); /* max is exact in any order */
+    const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
+        const float r = rintf(__fmul_rn(xr[k], s));
+        xq[blockIdx.x * cols + k] = (int8_t)(r > 127.0f ? 127 : r < -128.0f ? -128 : (int)r);
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
+__global__ void to_bf16_kernel(const float *x, int64_t cnt, __nv_bfloat16 *y) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __float2bfloat16_rn(x[i]);
+}
+
+__global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t cnt, int64_t dim,
+                                   float *out) {
+    const int64_t total = cnt * dim;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = x[(int64_t)idx[i / dim] * dim + i % dim];
+}
+
+__global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
+                                    int64_t cap) {
+    const int64_t c = *count < cap ? *count : cap;
+    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < c;
+         u += (int64_t)gridDim.x * blockDim.x)
+        tab[pairs[2 * u]] = pairs[2 * u + 1];
+}
+
+__global__ void argmax_kernel(const float *x, int64_t cols, int32_t *out) {
+    __shared__ float bv[32];
+    __shared__ int64_t bi[32];
+    const float *xr = x + blockIdx.x * cols;
+    float best = -INFINITY;
+    int64_t bidx = cols; /* "none yet": larger than every index */
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x)
+        if (xr[k] > best || (bidx == cols && k < bidx)) best = xr[k], bidx = k;
+    /* reduce (value, index): larger value wins, equal values the smaller index */
+    for (int o = 16; o > 0; o >>= 1) {
+        const float v = __shfl_xor_sync(0xffffffffu, best, o);
+        const int64_t i = __shfl_xor_sync(0xffffffffu, bidx, o);
+        if (v > best || (v == best && i < bidx)) best = v, bidx = i;
+    }
+    const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    if (lane == 0) bv[w] = best, bi[w] = bidx;
+    __syncthreads();
+    if (w == 0) {
+        best = lane < nw ? bv[lane] : -INFINITY;
+        bidx = lane < nw ? bi[lane] : cols;
+        for (int o = 16; o > 0; o >>= 1) {
+            const float v = __shfl_xor_sync(0xffffffffu, best, o);
+            const int64_t i = __shfl_xor_sync(0xffffffffu, bidx, o);
+            if (v > best || (v == best && i < bidx)) best = v, bidx = i;
+        }
+        if (lane == 0) out[blockIdx.x] = (int32_t)(bidx < cols ? bidx : 0);
+    }
+}
+
+__global__ void unshard_kernel(const float *g, int tp, int64_t n, int64_t w, float *out) {
+    const int64_t total = (int64_t)tp * n * w;
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const int64_t r = i / (n * w), t = (i / w) % n, c = i % w;
+        out[t * tp * w + r * w + c] = g[i];
+    }
+}
+
+__global__ void slice_i8_kernel(const int8_t *x, int64_t n, int64_t full, int64_t lo, int64_t w,
+                                int8_t *out) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * w;
+         i += (int64_t)gridDim.x * blockDim.x)
+        out[i] = x[(i / w) * full + lo + i % w];
+}
+
+__global__ void scale_rows_kernel(float *y, int64_t n, int64_t cols, const float *sc,
+                                  int64_t stride, const float *sx) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * cols;
+         i += (int64_t)gridDim.x * blockDim.x)
+        y[i] = __fdiv_rn(__fmul_rn(sc[(i % cols) * stride], y[i]), sx[i / cols]);
+}
+
+__device__ uint64_t mix64(uint64_t z) {
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+__global__ void fill_kernel(void *buf, int64_t cnt, int kind, float amp, uint64_t seed) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
+         i += (int64_t)gridDim.x * blockDim.x) {
+        const uint64_t r = mix64(seed * 0x9e3779b97f4a7c15ull + (uint64_t)i);
+        const float u = (float)(r >> 40) * (1.0f / 16777216.0f) * 2.0f - 1.0f; /* [-1, 1) */
+        if (kind == 0) {
+            static_cast<float *>(buf)[i] = amp * u;
+        } else if (kind == 1) {
+            static_cast<__nv_bfloat16 *>(buf)[i] = __float2bfloat16_rn(amp * u);
+        } else if (kind == 2) {
+            uint8_t b = 0;
+            for (int f = 0; f < 4; f++) b |= (uint8_t)(((r >> (8 * f)) % 3u) << (2 * f));
+            static_cast<uint8_t *>(buf)[i] = b;
+        } else {
+            static_cast<float *>(buf)[i] = amp;
+        }
+    }
+}
+
+/* alignment of an optional pointer (NULL counts as aligned) */
+bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
+bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
+bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
+
+} // namespace
+
+extern "C" {
+
+int fwdc_embed(const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
+               cudaStream_t stream) {
+    if (n <= 0) return 0;
+    embed_kernel<<<grid1(n * H, 256), 256, 0, stream>>>(d_embed, d_tok, n, H, d_x);
+    CUDA_CHECK_LAUNCH("embed_kernel");
+    return 0;
+}
+
+int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+              float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
+    if (!d_out32 && !d_out16 && !d_xq) return err_set("fwdc_norm: no output");
+    if (d_xq && !d_sx) return err_set("fwdc_norm: int8 output without scales");
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff) return err_set("fwdc_norm: %lld rows", (long long)n);
+    const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
+                    al8(d_out16) && al4(d_xq);
+    if (v4)
+        norm_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
+            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    else
+        norm_kernel<false><<<(unsigned)n, kRowThreads, 0, stream>>>(
+            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    CUDA_CHECK_LAUNCH("norm_kernel");
+    return 0;
+}
+
+int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,
+                 float *d_out32, uint16_t *d_out16, cudaStream_t stream) {
+    if (!d_out32 && !d_out16) return err_set("fwdc_rmsnorm: no output");
+    return fwdc_norm(const_cast<float *>(d_x), nullptr, d_w, n, dim, eps, d_out32, d_out16,
+                     nullptr, nullptr, stream);
+}
+
+int fwdc_glu_rows(int act, const float *d_g, const float *d_u, int64_t n, int64_t cols,
+                  int64_t ld, float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx,
+                  cudaStream_t stream) {
+    if (!d_out32) return err_set("fwdc_glu_rows: no output");
+    if (d_xq && !d_sx) return err_set("fwdc_glu_rows: int8 output without scales");
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff) return err_set("fwdc_glu_rows: %lld rows", (long long)n);
+    const bool v4 = cols % 4 == 0 && ld % 4 == 0 && al16(d_g) && al16(d_u) && al16(d_out32) &&
+                    al8(d_out16) && al4(d_xq);
+    if (v4)
+        glu_rows_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
+            act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    else
+        glu_rows_kernel<false><<<(unsigned)n, kRowThreads, 0, stream>>>(
+            act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    CUDA_CHECK_LAUNCH("glu_rows_kernel");
+    return 0;
+}
+
+int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const float *d_v,
+                       int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, int64_t n,
+                       int n_heads, int n_kv, int hd, const float *d_cos, const float *d_sin,
+                       float *d_kpages, float *d_vpages, int block_size, cudaStream_t stream) {
+    if (hd % 2 || hd < 2) return err_set("fwdc_rope_kv_write: head_dim %d is not even", hd);
+    if (n <= 0) return 0;
+    rope_kv_kernel<<<(unsigned)n, 128, 0, stream>>>(d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot,
+                                                    n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
+                                                    d_vpages, block_size);
+    CUDA_CHECK_LAUNCH("rope_kv_kernel");
+    return 0;
+}
+
+int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
+                   const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
+                   const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
+                   int block_size, float *d_out, cudaStream_t stream) {
+    if (hd < 1 || hd > 256)
+        return err_set("fwdc_attention: head_dim %d is not supported on CUDA (1..256)", hd);
+    if (n_kv < 1 || n_heads % n_kv)
+        return err_set("fwdc_attention: %d query heads do not group over %d KV heads", n_heads,
+                       n_kv);
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff || n_heads > 65535)
+        return err_set("fwdc_attention: %lld tokens x %d heads is too large a grid", (long long)n,
+                       n_heads);
+    dim3 grid((unsigned)n, (unsigned)n_heads);
+    attention_kernel<<<grid, kAttnThreads, 0, stream>>>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab,
+                                                        tab_stride, d_tab_row, n_heads, n_kv, hd,
+                                                        block_size, 1.0f / sqrtf((float)hd),
+                                                        d_out);
+    CUDA_CHECK_LAUNCH("attention_kernel");
+    return 0;
+}
+
+int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream) {
+    if (cnt <= 0) return 0;
+    glu_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(act, d_g, d_u, cnt);
+    CUDA_CHECK_LAUNCH("glu_kernel");
+    return 0;
+}
+
+int fwdc_add(float *d_x, const float *d_h, int64_t cnt, cudaStream_t stream) {
+    if (cnt <= 0) return 0;
+    add_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_x, d_h, cnt);
+    CUDA_CHECK_LAUNCH("add_kernel");
+    return 0;
+}
+
+int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, float *d_sx,
+                      cudaStream_t stream) {
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8: %lld rows", (long long)n);
+    act_quant_kernel<<<(unsigned)n, kRowThreads, 0, stream>>>(d_x, cols, d_xq, d_sx);
+    CUDA_CHECK_LAUNCH("act_quant_kernel");
+    return 0;
+}
+
+int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stream) {
+    if (cnt <= 0) return 0;
+    to_bf16_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_x, cnt,
+                                                        reinterpret_cast<__nv_bfloat16 *>(d_y));
+    CUDA_CHECK_LAUNCH("to_bf16_kernel");
+    return 0;
+}
+
+int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_t dim,
+                     float *d_out, cudaStream_t stream) {
+    if (cnt <= 0) return 0;
+    gather_rows_kernel<<<grid1(cnt * dim, 256), 256, 0, stream>>>(d_x, d_idx, cnt, dim, d_out);
+    CUDA_CHECK_LAUNCH("gather_rows_kernel");
+    return 0;
+}
+
+int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                      cudaStream_t stream) {
+    if (cap <= 0) return 0;
+    table_update_kernel<<<grid1(cap, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap);
+    CUDA_CHECK_LAUNCH("table_update_kernel");
+    return 0;
+}
+
+int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
+                     cudaStream_t stream) {
+    if (rows <= 0) return 0;
+    if (rows > 0x7fffffff || cols < 1) return err_set("fwdc_argmax_rows: %lld x %lld", (long long)rows, (long long)cols);
+    argmax_kernel<<<(unsigned)rows, kRowThreads, 0, stream>>>(d_x, cols, d_out);
+    CUDA_CHECK_LAUNCH("argmax_kernel");
+    return 0;
+}
+
+int fwdc_unshard(const float *d_g, int tp, int64_t n, int64_t w, float *d_out, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    unshard_kernel<<<grid1((int64_t)tp * n * w, 256), 256, 0, stream>>>(d_g, tp, n, w, d_out);
+    CUDA_CHECK_LAUNCH("unshard_kernel");
+    return 0;
+}
+
+int fwdc_slice_i8(const int8_t *d_x, int64_t n, int64_t full, int64_t lo, int64_t w,
+                  int8_t *d_out, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    slice_i8_kernel<<<grid1(n * w, 256), 256, 0, stream>>>(d_x, n, full, lo, w, d_out);
+    CUDA_CHECK_LAUNCH("slice_i8_kernel");
+    return 0;
+}
+
+int fwdc_scale_rows(float *d_y, int64_t n, int64_t cols, const float *d_scales, int64_t stride,
+                    const float *d_sx, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    scale_rows_kernel<<<grid1(n * cols, 256), 256, 0, stream>>>(d_y, n, cols, d_scales, stride, d_sx);
+    CUDA_CHECK_LAUNCH("scale_rows_kernel");
+    return 0;
+}
+
+int fwdc_fill(void *d_buf, int64_t cnt, int kind, float amp, uint64_t seed, cudaStream_t stream) {
+    if (kind < 0 || kind > 3) return err_set("fwdc_fill: unknown kind %d", kind);
+    if (cnt <= 0) return 0;
+    fill_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_buf, cnt, kind, amp, seed);
+    CUDA_CHECK_LAUNCH("fill_kernel");
+    return 0;
+}
+
+} /* extern "C" */

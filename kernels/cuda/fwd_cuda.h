@@ -1,0 +1,110 @@
+/* fwd_cuda.h — the pieces of the forward pass other than the matmuls, on the
+ * GPU (kernels in fwd_cuda.cu).  Each has a CPU twin that defines it:
+ *
+ *   fwdc_embed           rows of the embedding table         forward.c (memcpy per token)
+ *   fwdc_rmsnorm         rmsnorm_rows                        src/runtime/forward.c
+ *   fwdc_norm            residual add + rmsnorm_rows (+ act_quant_int8_ref)
+ *   fwdc_glu_rows        fwd_glu (+ act_quant_int8_ref)
+ *   fwdc_rope_kv_write   fwd_rope_apply + kv_write_token     forward.c, src/kv/kvcache.c
+ *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
+ *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
+ *   fwdc_act_quant_i8    act_quant_int8_ref (bit-identical)  src/quant/quant.h
+ *
+ * Paged KV on the device: one layer's pages are (n_blocks, n_kv_heads,
+ * block_size, head_dim) f32, the host cache's layout; a token's slot is
+ * block * block_size + offset.  Block tables are (rows, tab_stride) int32;
+ * token i reads row tab_row[i] and attends to positions 0..pos[i].
+ *
+ * Sizes that vary from call to call (positions, slots, table rows, the number
+ * of table updates) are read from device memory, so a launch sequence can be
+ * captured once into a CUDA graph and replayed.  All pointers d_* are device
+ * pointers; calls are asynchronous on `stream`; each returns 0, or -1 with
+ * err_set (bad argument, unsupported shape, launch failure). */
+#ifndef TL_FWD_CUDA_H
+#define TL_FWD_CUDA_H
+
+#include <stdint.h>
+
+#include <cuda_runtime_api.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x (n, H) = embed[tok[i]] (embed f32 (vocab, H)). */
+int fwdc_embed(const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
+               cudaStream_t stream);
+/* out = x * rsqrt(mean(x^2) + eps) * w per row.  Writes out32 (f32) and/or
+ * out16 (bf16, round to nearest even) — either may be NULL, not both. */
+int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,
+                 float *d_out32, uint16_t *d_out16, cudaStream_t stream);
+/* The fused form: x += h first when h is non-NULL (x written back: the
+ * residual add), then the RMSNorm into out32 / out16 (each may be NULL) and,
+ * when xq is non-NULL, the per-token int8 activations of the f32 out values
+ * (act_quant_int8_ref, bit-identical) into xq, sx. */
+int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+              float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
+/* Rotate-half RoPE on q (n rows of stride ldq, n_heads*hd used) and k (stride
+ * ldk) in place with the tables cos/sin (positions, hd/2) at pos[i], then K
+ * and V (stride ldv) of token i stored at slot[i] of this layer's pages. */
+int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const float *d_v,
+                       int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, int64_t n,
+                       int n_heads, int n_kv, int hd, const float *d_cos, const float *d_sin,
+                       float *d_kpages, float *d_vpages, int block_size, cudaStream_t stream);
+/* out (n, n_heads*hd) = softmax(q k^T / sqrt(hd)) v over positions 0..pos[i]
+ * of token i's sequence (block table row tab_row[i]); q rows of stride ldq;
+ * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256. */
+int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
+                   const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
+                   const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
+                   int block_size, float *d_out, cudaStream_t stream);
+/* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
+ * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
+ * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */
+int fwdc_glu_rows(int act, const float *d_g, const float *d_u, int64_t n, int64_t cols,
+                  int64_t ld, float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx,
+                  cudaStream_t stream);
+/* g[i] = act(g[i]) * u[i]; act 0 = SiLU, 1 = ReLU^2. */
+int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream);
+/* x[i] += h[i]. */
+int fwdc_add(float *d_x, const float *d_h, int64_t cnt, cudaStream_t stream);
+/* Per-token int8 activations: sx[t] = 127 / max(max|x_t|, 1e-5),
+ * xq = clamp(rint(x * sx), -128, 127) — bit-identical to act_quant_int8_ref. */
+int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, float *d_sx,
+                      cudaStream_t stream);
+/* y = bf16(x) (round to nearest even), cnt elements. */
+int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stream);
+/* out (cnt, dim) = x[idx[j]] rows. */
+int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_t dim,
+                     float *d_out, cudaStream_t stream);
+/* Applies *d_count (<= cap) updates tab[pairs[2u]] = pairs[2u+1]. */
+int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                      cudaStream_t stream);
+/* out[r] = index of the largest of x[r*cols .. r*cols+cols) (the first on
+ * ties, as argmax_f32), rows rows. */
+int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
+                     cudaStream_t stream);
+/* Tensor parallelism.  The all-gather of tp slices (n, w) each, stored rank
+ * after rank in g (tp, n, w), into rows of the full vector: out (n, tp*w),
+ * out[t][r*w + c] = g[r][t][c]. */
+int fwdc_unshard(const float *d_g, int tp, int64_t n, int64_t w, float *d_out, cudaStream_t stream);
+/* out (n, w) = x (n, full)[:, lo:lo+w] (int8). */
+int fwdc_slice_i8(const int8_t *d_x, int64_t n, int64_t full, int64_t lo, int64_t w,
+                  int8_t *d_out, cudaStream_t stream);
+/* y (n, cols) holds exact integer dot products D as floats; y = (s * D) / sx
+ * with s = scales[c * stride] (stride 0: one tensor scale) and sx per row —
+ * the int8 kernels' own final formula, so a row-parallel shard whose integer
+ * partial sums were all-reduced ends bit-identical to one GPU. */
+int fwdc_scale_rows(float *d_y, int64_t n, int64_t cols, const float *d_scales, int64_t stride,
+                    const float *d_sx, cudaStream_t stream);
+/* Fills buf with deterministic pseudo-random values (synthetic models):
+ * kind 0 = f32 uniform in [-amp, amp); 1 = bf16 uniform in [-amp, amp);
+ * 2 = packed ternary code bytes (every 2-bit field in {0,1,2}, i.e. q in
+ * {-1,0,1}); 3 = f32 constant amp. */
+int fwdc_fill(void *d_buf, int64_t cnt, int kind, float amp, uint64_t seed, cudaStream_t stream);
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif

@@ -1,0 +1,373 @@
+/* ternlab bench-e2e: end-to-end decode and prefill throughput of synthetic
+ * models (random weights generated on the device, no files) in real shapes,
+ * ternary against the BF16 reference on the same runtime, in one run.
+ *
+ * Models:  7b   Llama-2-7B shape (hidden 4096, MLP 11008, 32 layers, 32/32
+ *               heads, head_dim 128, vocab 32000)
+ *          27b  hidden 4608, MLP 36864, 46 layers, 32 heads / 16 KV heads,
+ *               head_dim 128, vocab 256000
+ *          tiny llama-tiny's shape (a quick check of the program itself)
+ * Configurations (same runtime, same kernels for everything but the linears):
+ *   bf16      every decoder linear dense bf16 through cuBLAS — the reference
+ *   tern-i8   every decoder linear ternary (2-bit codes, one scale per row),
+ *             int8 per-token activations (BitNet b1.58 style)
+ *   tern-bf16 the same codes with bf16 activations
+ * lm_head stays dense bf16 and the embedding f32 in all three.
+ *
+ * Decode at batch B: B sequences with a prompt of --prompt tokens, then
+ * greedy steps (argmax on the GPU, ids fed back); the first steps warm up
+ * (eager launch, then graph capture) and the next --steps are timed one by
+ * one with the host clock around forward() (inputs up, graph launch, ids
+ * back, synchronised).  tokens/s = B / median step time.
+ * Prefill: one sequence of --prefill tokens in one forward() call; median of
+ * 3 after one warm-up.  tokens/s = prefill / median time.
+ * Roofline (decode): bytes one step must read — every weight byte of the
+ * linears, lm_head and norms (CudaEngineInfo.step_bytes) plus the K/V of
+ * the context — over the measured device-to-device copy bandwidth;
+ * fraction = roofline time / measured step time.  With --tp N (one rank per
+ * GPU, NCCL) the bytes are rank 0's (its shards, the replicated lm_head and
+ * norms, its KV heads): each GPU streams its own share.
+ * Output: a markdown table on stdout (and --md FILE); --out FILE.h5 the same
+ * numbers in HDF5 (written atomically). */
+#include "cli/cli.h"
+
+#include "core/err.h"
+#include "core/mem.h"
+#include "core/timer.h"
+#include "log/h5log.h"
+#include "runtime/cuda_engine.h"
+#include "runtime/forward.h"
+#include "runtime/forward_internal.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#define MAX_ROWS 64
+
+typedef struct {
+    char shape[8], config[12], mode[8]; /* mode: decode / prefill */
+    int64_t tp, batch, ctx;             /* ctx: positions at the timed steps (decode) */
+    double step_ms, tok_s, bytes_per_step, roofline_frac, speedup;
+} E2eRow;
+
+static int shape_config(const char *name, ModelConfig *c) {
+    memset(c, 0, sizeof *c);
+    c->arch = ARCH_LLAMA;
+    c->act = ACT_SILU;
+    c->eps = 1e-5f;
+    c->rope_theta = 10000.0;
+    c->head_dim = 128;
+    if (strcmp(name, "7b") == 0) {
+        c->hidden = 4096, c->inter = 11008, c->n_layers = 32, c->n_heads = 32, c->n_kv_heads = 32;
+        c->vocab = 32000;
+    } else if (strcmp(name, "27b") == 0) {
+        c->hidden = 4608, c->inter = 36864, c->n_layers = 46, c->n_heads = 32, c->n_kv_heads = 16;
+        c->vocab = 256000;
+    } else if (strcmp(name, "tiny") == 0) {
+        c->hidden = 256, c->inter = 688, c->n_layers = 4, c->n_heads = 4, c->n_kv_heads = 2;
+        c->head_dim = 64, c->vocab = 4096;
+    } else {
+        return err_set("bench-e2e: unknown --shapes entry '%s' (7b, 27b, tiny)", name);
+    }
+    snprintf(c->model_type, sizeof c->model_type, "synthetic-%s", name);
+    return 0;
+}
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+static double median(double *v, int n) {
+    qsort(v, (size_t)n, sizeof *v, cmp_d);
+    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+typedef struct {
+    int prompt, steps, warm, prefill;
+} E2eOpts;
+
+/* Decode at batch B on an open engine: median step seconds into *sec. */
+static int run_decode(Engine *e, int B, const E2eOpts *eo, double *sec, int64_t *ctx_mid) {
+    const ModelConfig *c = &e->m->cfg;
+    kv_reset(&e->kv);
+    int n_pre = B * eo->prompt;
+    int *tok = xmalloc(sizeof(int) * (size_t)n_pre), *seq = xmalloc(sizeof(int) * (size_t)n_pre);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)n_pre), *lidx = xmalloc(sizeof(int64_t) * (size_t)B);
+    int32_t *ids = xmalloc(sizeof(int32_t) * (size_t)B);
+    int *sid = xmalloc(sizeof(int) * (size_t)B);
+    double *t = xmalloc(sizeof(double) * (size_t)eo->steps);
+    int rc = 0;
+    for (int b = 0; b < B; b++) sid[b] = kv_seq_new(&e->kv);
+    for (int b = 0; b < B; b++)
+        for (int i = 0; i < eo->prompt; i++) {
+            tok[b * eo->prompt + i] = (b * 131 + i * 7919) % c->vocab;
+            seq[b * eo->prompt + i] = sid[b];
+            pos[b * eo->prompt + i] = i;
+        }
+    for (int b = 0; b < B; b++) lidx[b] = (int64_t)(b + 1) * eo->prompt - 1;
+    e->rs.argmax_out = ids;
+    rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_pre, lidx, B, NULL);
+    e->rs.decode = 1;
+    for (int s = 0; s < eo->warm + eo->steps && rc == 0; s++) {
+        for (int b = 0; b < B; b++) {
+            tok[b] = ids[b];
+            seq[b] = sid[b];
+            pos[b] = eo->prompt + s;
+            lidx[b] = b;
+        }
+        double t0 = time_now();
+        rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, B, lidx, B, NULL);
+        if (s >= eo->warm) t[s - eo->warm] = time_now() - t0;
+    }
+    e->rs.decode = 0;
+    e->rs.argmax_out = NULL;
+    if (rc == 0) *sec = median(t, eo->steps);
+    *ctx_mid = eo->prompt + eo->warm + eo->steps / 2;
+    kv_reset(&e->kv);
+    free(tok), free(seq), free(pos), free(lidx), free(ids), free(sid), free(t);
+    return rc;
+}
+
+static int run_prefill(Engine *e, const E2eOpts *eo, double *sec) {
+    const ModelConfig *c = &e->m->cfg;
+    int P = eo->prefill, rc = 0;
+    int *tok = xmalloc(sizeof(int) * (size_t)P), *seq = xmalloc(sizeof(int) * (size_t)P);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)P), last = P - 1;
+    int32_t id;
+    double t[4];
+    e->rs.argmax_out = &id;
+    for (int r = 0; r < 4 && rc == 0; r++) {
+        kv_reset(&e->kv);
+        int s = kv_seq_new(&e->kv);
+        for (int i = 0; i < P; i++) tok[i] = (i * 7919) % c->vocab, seq[i] = s, pos[i] = i;
+        double t0 = time_now();
+        rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, P, &last, 1, NULL);
+        t[r] = time_now() - t0;
+    }
+    e->rs.argmax_out = NULL;
+    kv_reset(&e->kv);
+    if (rc == 0) *sec = median(t + 1, 3);
+    free(tok), free(seq), free(pos);
+    return rc;
+}
+
+static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, double bw,
+                    const E2eOpts *eo) {
+    H5Log *lg = h5log_create(path);
+    if (!lg) return -1;
+    int rc = h5log_write_provenance(lg, "0", NULL);
+    rc = rc ? rc : h5log_attr_str(lg, "/", "experiment", "bench-e2e");
+    rc = rc ? rc : h5log_attr_str(lg, "/", "device", dev);
+    rc = rc ? rc : h5log_attr_f64(lg, "/", "copy_bandwidth_bytes_per_s", bw);
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "prompt", eo->prompt);
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "steps", eo->steps);
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "prefill", eo->prefill);
+    const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS];
+    int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS];
+    double v[6][MAX_ROWS];
+    for (int i = 0; i < nr; i++) {
+        shape[i] = r[i].shape, config[i] = r[i].config, mode[i] = r[i].mode;
+        batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp;
+        v[0][i] = r[i].step_ms, v[1][i] = r[i].tok_s, v[2][i] = r[i].bytes_per_step;
+        v[3][i] = r[i].roofline_frac, v[4][i] = r[i].speedup;
+    }
+    rc = rc ? rc : h5log_strings(lg, "/e2e/shape", shape, nr);
+    rc = rc ? rc : h5log_strings(lg, "/e2e/config", config, nr);
+    rc = rc ? rc : h5log_strings(lg, "/e2e/mode", mode, nr);
+    rc = rc ? rc : h5log_i64(lg, "/e2e/batch", batch, nr);
+    rc = rc ? rc : h5log_i64(lg, "/e2e/ctx", ctx, nr);
+    rc = rc ? rc : h5log_i64(lg, "/e2e/tp", tpv, nr);
+    const char *names[] = {"/e2e/step_ms", "/e2e/tokens_per_s", "/e2e/bytes_per_step",
+                           "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16"};
+    for (int k = 0; k < 5 && rc == 0; k++) rc = h5log_f64(lg, names[k], v[k], nr);
+    if (rc) {
+        h5log_abort(lg);
+        return -1;
+    }
+    return h5log_commit(lg);
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    for (const char *p = s; *p && n < max;) {
+        char *end;
+        long v = strtol(p, &end, 10);
+        if (end == p || v < 1 || v > 4096) return -1;
+        out[n++] = (int)v;
+        p = *end == ',' ? end + 1 : end;
+        if (*end && *end != ',') return -1;
+    }
+    return n;
+}
+
+int cmd_bench_e2e(int argc, char **argv) {
+    const char *shapes = "7b,27b", *out = NULL, *md = NULL, *batches_s = "1,8,64", *tps_s = "1";
+    E2eOpts eo = {.prompt = 32, .steps = 32, .warm = 3, .prefill = 2048};
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--help") == 0) {
+            printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
+                   "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
+                   "                  [--out FILE.h5] [--md FILE.md]\n"
+                   "Decode tokens/s at each batch and prefill tokens/s of synthetic ternary\n"
+                   "models vs the BF16 reference on the same runtime (GPU; see the source).\n");
+            return 0;
+        }
+        if (!v) {
+            fprintf(stderr, "ternlab bench-e2e: %s needs a value\n", a);
+            return 2;
+        }
+        if (strcmp(a, "--shapes") == 0) shapes = v;
+        else if (strcmp(a, "--batches") == 0) batches_s = v;
+        else if (strcmp(a, "--tp") == 0) tps_s = v;
+        else if (strcmp(a, "--out") == 0) out = v;
+        else if (strcmp(a, "--md") == 0) md = v;
+        else if (strcmp(a, "--prompt") == 0) eo.prompt = atoi(v);
+        else if (strcmp(a, "--steps") == 0) eo.steps = atoi(v);
+        else if (strcmp(a, "--prefill") == 0) eo.prefill = atoi(v);
+        else if (strcmp(a, "--device") == 0) {
+            if (strcmp(v, "cuda") != 0) {
+                fprintf(stderr, "ternlab bench-e2e: runs on --device cuda only\n");
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "ternlab bench-e2e: unknown option %s\n", a);
+            return 2;
+        }
+        i++;
+    }
+    int batches[8], tps[4];
+    int nb = parse_list(batches_s, batches, 8), ntp = parse_list(tps_s, tps, 4);
+    if (nb < 1 || ntp < 1 || eo.prompt < 1 || eo.steps < 1 || eo.prefill < 1 || eo.prefill > 8192) {
+        fprintf(stderr, "ternlab bench-e2e: bad --batches/--prompt/--steps/--prefill\n");
+        return 2;
+    }
+    for (int i = 0; i < ntp; i++)
+        if (tps[i] > 1) cuda_prepare_multi_gpu(); /* before the first CUDA call */
+    char why[256];
+    if (!cuda_backend_available(why, sizeof why)) {
+        fprintf(stderr, "ternlab bench-e2e: %s\n", why);
+        return 1;
+    }
+    double bw = 0;
+    if (cuda_copy_bandwidth(0, (size_t)1 << 30, 20, &bw) != 0) {
+        fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
+        return 1;
+    }
+    static const struct {
+        const char *name;
+        int ternary, act_int8;
+    } cfgs[] = {{"bf16", 0, 0}, {"tern-i8", 1, 1}, {"tern-bf16", 1, 0}};
+    E2eRow rows[MAX_ROWS];
+    int nr = 0, rc = 0, maxb = 1;
+    for (int i = 0; i < nb; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
+    char dev[128] = "";
+    char list[64];
+    snprintf(list, sizeof list, "%s", shapes);
+    for (char *sv = NULL, *sh = strtok_r(list, ",", &sv); sh && rc == 0; sh = strtok_r(NULL, ",", &sv)) {
+        Model m;
+        memset(&m, 0, sizeof m);
+        if ((rc = shape_config(sh, &m.cfg)) != 0) break;
+        for (int ti = 0; ti < ntp && rc == 0; ti++) {
+        double bf16_dec[8] = {0}, bf16_pre = 0;
+        for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
+            int64_t ctx_max = eo.prompt + eo.warm + eo.steps + 1;
+            int64_t per_seq = (ctx_max + 15) / 16, pre_blocks = (eo.prefill + 15) / 16;
+            EngineOpts o = {.max_tok = maxb * eo.prompt > eo.prefill ? maxb * eo.prompt : eo.prefill,
+                            .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1};
+            o.n_blocks = maxb * per_seq > pre_blocks ? maxb * per_seq : pre_blocks;
+            CudaSynthetic syn = {.ternary = cfgs[k].ternary, .act_int8 = cfgs[k].act_int8, .seed = 1,
+                                 .tp = tps[ti]};
+            Engine e;
+            double t0 = time_now();
+            if ((rc = cuda_engine_open_synthetic(&e, &m, &o, &syn)) != 0) break;
+            CudaEngineInfo info;
+            cuda_engine_info(&e, &info);
+            snprintf(dev, sizeof dev, "%s", info.device_name);
+            fprintf(stderr, "bench-e2e: %s %s tp %d: %.2f GB of weights on the device (%.1f s)\n",
+                    sh, cfgs[k].name, tps[ti], (double)info.weight_bytes / 1e9, time_now() - t0);
+            const ModelConfig *c = &m.cfg;
+            for (int bi = 0; bi < nb && rc == 0 && nr < MAX_ROWS; bi++) {
+                double sec = 0;
+                int64_t ctx = 0;
+                if ((rc = run_decode(&e, batches[bi], &eo, &sec, &ctx)) != 0) break;
+                E2eRow *r = &rows[nr++];
+                memset(r, 0, sizeof *r);
+                snprintf(r->shape, sizeof r->shape, "%s", sh);
+                snprintf(r->config, sizeof r->config, "%s", cfgs[k].name);
+                snprintf(r->mode, sizeof r->mode, "decode");
+                r->batch = batches[bi];
+                r->tp = tps[ti];
+                r->ctx = ctx;
+                r->step_ms = 1e3 * sec;
+                r->tok_s = batches[bi] / sec;
+                double kv = (double)batches[bi] * (double)ctx * c->n_layers * 2.0 *
+                            c->n_kv_heads / tps[ti] * c->head_dim * 4.0;
+                r->bytes_per_step = (double)info.step_bytes + kv;
+                r->roofline_frac = r->bytes_per_step / bw / sec;
+                if (k == 0) bf16_dec[bi] = r->tok_s;
+                r->speedup = bf16_dec[bi] > 0 ? r->tok_s / bf16_dec[bi] : 0;
+                fprintf(stderr, "bench-e2e: %s %s decode B=%d: %.3f ms/step, %.0f tok/s\n", sh,
+                        cfgs[k].name, batches[bi], r->step_ms, r->tok_s);
+            }
+            if (rc == 0 && nr < MAX_ROWS) {
+                double sec = 0;
+                rc = run_prefill(&e, &eo, &sec);
+                if (rc == 0) {
+                    E2eRow *r = &rows[nr++];
+                    memset(r, 0, sizeof *r);
+                    snprintf(r->shape, sizeof r->shape, "%s", sh);
+                    snprintf(r->config, sizeof r->config, "%s", cfgs[k].name);
+                    snprintf(r->mode, sizeof r->mode, "prefill");
+                    r->batch = eo.prefill;
+                    r->tp = tps[ti];
+                    r->ctx = eo.prefill;
+                    r->step_ms = 1e3 * sec;
+                    r->tok_s = eo.prefill / sec;
+                    r->bytes_per_step = (double)info.step_bytes;
+                    if (k == 0) bf16_pre = r->tok_s;
+                    r->speedup = bf16_pre > 0 ? r->tok_s / bf16_pre : 0;
+                    fprintf(stderr, "bench-e2e: %s %s prefill %d: %.1f ms, %.0f tok/s\n", sh,
+                            cfgs[k].name, eo.prefill, r->step_ms, r->tok_s);
+                }
+            }
+            engine_free(&e);
+        }
+        }
+        mem_free(m.rope_cos);
+        mem_free(m.rope_sin);
+    }
+    if (rc != 0) {
+        fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
+        return 1;
+    }
+    FILE *mf = md ? fopen(md, "w") : NULL;
+    if (md && !mf) {
+        fprintf(stderr, "ternlab bench-e2e: cannot write %s\n", md);
+        return 1;
+    }
+    for (int pass = 0; pass < 2; pass++) {
+        FILE *f = pass == 0 ? stdout : mf;
+        if (!f) continue;
+        fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
+                   "synthetic models, prompt %d, %d timed decode steps, prefill %d tokens.\n\n",
+                dev, bw / 1e9, eo.prompt, eo.steps, eo.prefill);
+        fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
+        fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+        for (int i = 0; i < nr; i++) {
+            const E2eRow *r = &rows[i];
+            char roof[16] = "—";
+            if (strcmp(r->mode, "decode") == 0) snprintf(roof, sizeof roof, "%.0f%%", 100 * r->roofline_frac);
+            fprintf(f, "| %s | %lld | %s | %s | %lld | %.3f | %.0f | %.2f | %.3f | %s |\n", r->shape,
+                    (long long)r->tp, r->config, r->mode, (long long)r->batch, r->step_ms, r->tok_s,
+                    r->speedup, r->bytes_per_step / 1e9, roof);
+        }
+    }
+    if (mf) fclose(mf);
+    if (out && write_h5(out, rows, nr, dev, bw, &eo) != 0) {
+        fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
+        return 1;
+    }
+    return 0;
+}

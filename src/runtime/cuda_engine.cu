@@ -1,0 +1,1274 @@
+/* cuda_engine.cu — the CUDA backend (cuda_engine.h): weights on the device,
+ * the paged KV cache on the device, the forward pass as a sequence of kernel
+ * launches on one stream, decode steps replayed from a CUDA graph. */
+#include <cuda_runtime.h>
+#ifdef TL_HAVE_NCCL
+#include <nccl.h>
+#endif
+#include <pthread.h>
+
+#include <algorithm>
+#include <initializer_list>
+#include <string>
+#include <utility>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <vector>
+
+#include "cuda/cuda_util.h"
+#include "cuda/fwd_cuda.h"
+#include "cuda/tern_cuda.h"
+
+extern "C" {
+#include "core/err.h"
+#include "core/mem.h"
+#include "ternary_format.h"
+#include "runtime/cuda_engine.h"
+#include "runtime/forward_internal.h"
+#include "tp/shard.h"
+}
+
+namespace {
+
+enum LinKind { LIN_NONE = 0, LIN_TERN, LIN_DENSE32, LIN_DENSE16 };
+
+struct DLin {
+    LinKind kind = LIN_NONE;
+    int act_int8 = 0;
+    int64_t out = 0, in = 0;
+    TernCudaMatrix tm = {};
+    float *w32 = nullptr;
+    uint16_t *w16 = nullptr;
+};
+
+struct DLayer {
+    float *attn_norm = nullptr, *ffn_norm = nullptr, *attn_sub = nullptr, *ffn_sub = nullptr;
+    DLin q, k, v, o, gate, up, down;
+    /* q|k|v and gate|up with their rows concatenated into one matrix (one
+     * launch, one pass over the activations) where their formats allow */
+    bool fqkv = false, fgu = false;
+    DLin qkv, gu;
+    /* tp > 1, int8 activations: o / down hold unit scales on the device (their
+     * outputs are exact integer sums, all-reduced); the true scales are here */
+    float *o_scale = nullptr, *down_scale = nullptr;
+    int64_t o_sstride = 0, down_sstride = 0;
+};
+
+struct CE {
+    int gpu = 0, bf16 = 0, graphs = 1, synthetic = 0;
+    cudaStream_t st = nullptr;
+    cublasHandle_t cb = nullptr;
+    void *cb_ws = nullptr;
+    ModelConfig c = {};
+    int64_t max_tok = 0;
+    std::vector<DLayer> L;
+    float *embed = nullptr, *final_norm = nullptr;
+    DLin lm;
+    /* KV pages: layer l's K at kp + l * layer_elems */
+    float *kp = nullptr, *vp = nullptr;
+    size_t layer_elems = 0;
+    int bs = 0, n_blocks = 0;
+    /* device block tables (tab_rows, stride) and the host's copy of what they hold */
+    int32_t *d_tab = nullptr;
+    int tab_rows = 0, stride = 0;
+    std::vector<int32_t> shadow;
+    std::vector<uint32_t> seen;
+    uint32_t stamp = 0;
+    /* step inputs (pinned host, device): tok, pos, slot, row, lidx (n each),
+     * count, then (index, value) pairs of table updates */
+    int32_t *h_in = nullptr, *d_in = nullptr;
+    int64_t u_cap = 0;
+    float *d_cos = nullptr, *d_sin = nullptr;
+    int64_t rope_len = 0;
+    /* activations */
+    float *x = nullptr, *xb = nullptr, *q = nullptr, *k = nullptr, *v = nullptr, *att = nullptr,
+          *hb = nullptr, *gu = nullptr, *hout = nullptr, *sx = nullptr, *logits = nullptr;
+    uint16_t *x16 = nullptr;
+    int8_t *xq = nullptr;
+    int32_t *ids = nullptr; /* argmax of each logit row */
+    /* one decode graph at a time */
+    cudaGraphExec_t exec = nullptr;
+    int64_t exec_n = 0, last_eager_n = 0;
+    int64_t n_graphs = 0, launches = 0;
+    size_t weight_bytes = 0, step_bytes = 0;
+    std::vector<void *> allocs; /* every cudaMalloc of weights/buffers, freed at close */
+    /* tensor parallelism (tp > 1): this rank's heads / MLP slice; o_proj and
+     * down_proj are row-parallel (input columns [att_lo, +qd) and [inter_lo,
+     * +inter) of the full vectors), followed by an all-reduce */
+    int tp = 1, rank = 0;
+#ifdef TL_HAVE_NCCL
+    ncclComm_t comm = nullptr;
+#endif
+    int64_t qd_full = 0, inter_full = 0, att_lo = 0, inter_lo = 0;
+    float *gath = nullptr, *full = nullptr, *ones = nullptr;
+    int8_t *xq_full = nullptr;
+    char name[128] = {0};
+};
+
+int dmalloc(CE *g, void **p, size_t bytes, const char *what) {
+    *p = nullptr;
+    if (bytes == 0) bytes = 16;
+    cudaError_t e = cudaMalloc(p, bytes);
+    if (e != cudaSuccess) {
+        size_t fr = 0, tot = 0;
+        cudaMemGetInfo(&fr, &tot);
+        *p = nullptr;
+        return err_set("cuda: %s needs %zu bytes of device memory, %zu of %zu free (%s); use a "
+                       "smaller --batch/--kv-blocks or another model",
+                       what, bytes, fr, tot, cudaGetErrorString(e));
+    }
+    g->allocs.push_back(*p);
+    return 0;
+}
+
+template <typename T> int dalloc(CE *g, T **p, size_t count, const char *what) {
+    void *v = nullptr;
+    if (dmalloc(g, &v, count * sizeof(T), what) != 0) return -1;
+    *p = static_cast<T *>(v);
+    return 0;
+}
+
+uint16_t f32_to_bf16(float f) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)((u >> 16) | 0x40); /* quiet NaN */
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+
+int upload_f32(CE *g, float **d, const float *h, size_t count, const char *what) {
+    if (dalloc(g, d, count, what) != 0) return -1;
+    CUDA_CHECK(cudaMemcpy(*d, h, count * sizeof(float), cudaMemcpyHostToDevice));
+    g->weight_bytes += count * sizeof(float);
+    return 0;
+}
+
+size_t dlin_bytes(const DLin &d) {
+    switch (d.kind) {
+    case LIN_TERN: return (size_t)tern_cuda_weight_bytes(&d.tm);
+    case LIN_DENSE32: return (size_t)(d.out * d.in) * 4;
+    case LIN_DENSE16: return (size_t)(d.out * d.in) * 2;
+    default: return 0;
+    }
+}
+
+/* A model's Linear on the device: ternary as packed (unless it is the dense
+ * twin of a ternary linear with f32 activations), dense in f32 or bf16. */
+int dlin_upload(CE *g, const Linear *lin, DLin *d) {
+    d->out = lin->out;
+    d->in = lin->in;
+    d->act_int8 = lin->act_int8;
+    const bool tern = lin->t && !(lin->twin && !lin->act_int8);
+    if (tern) {
+        if (tern_cuda_upload(lin->t, &d->tm) != 0) return err_prefix("%s: ", lin->name);
+        d->kind = LIN_TERN;
+    } else {
+        if (!lin->w) return err_set("%s: no dense weights to upload", lin->name);
+        if (lin->act_int8)
+            return err_set("%s: dense linear with int8 activations is not supported on CUDA",
+                           lin->name);
+        const size_t cnt = (size_t)(lin->out * lin->in);
+        if (g->bf16) {
+            std::vector<uint16_t> h(cnt);
+            for (size_t i = 0; i < cnt; i++) h[i] = f32_to_bf16(lin->w[i]);
+            if (dalloc(g, &d->w16, cnt, lin->name) != 0) return -1;
+            CUDA_CHECK(cudaMemcpy(d->w16, h.data(), cnt * 2, cudaMemcpyHostToDevice));
+            d->kind = LIN_DENSE16;
+        } else {
+            if (dalloc(g, &d->w32, cnt, lin->name) != 0) return -1;
+            CUDA_CHECK(cudaMemcpy(d->w32, lin->w, cnt * 4, cudaMemcpyHostToDevice));
+            d->kind = LIN_DENSE32;
+        }
+    }
+    g->weight_bytes += dlin_bytes(*d);
+    return 0;
+}
+
+/* A synthetic linear: random packed codes with one scale per row, or dense bf16. */
+int dlin_synth(CE *g, int64_t out, int64_t in, const CudaSynthetic *syn, uint64_t seed, DLin *d) {
+    d->out = out;
+    d->in = in;
+    const float amp = 1.0f / sqrtf((float)in);
+    if (syn->ternary) {
+        TernCudaMatrix &m = d->tm;
+        m.rows = out;
+        m.cols = in;
+        m.row_bytes = tern_row_bytes(in);
+        m.kblocks = tern_row_blocks(in);
+        m.group_cols = in;
+        m.n_groups = 1;
+        m.scale_stride = 1;
+        m.n_scales = out;
+        if (dalloc(g, &m.d_codes, (size_t)(out * m.row_bytes), "synthetic codes") != 0 ||
+            dalloc(g, &m.d_scales, (size_t)out, "synthetic scales") != 0)
+            return -1;
+        if (fwdc_fill(m.d_codes, out * m.row_bytes, 2, 0.0f, seed, g->st) != 0 ||
+            fwdc_fill(m.d_scales, out, 3, amp, seed + 1, g->st) != 0)
+            return -1;
+        m.device_bytes = out * m.row_bytes + out * 4;
+        d->kind = LIN_TERN;
+        d->act_int8 = syn->act_int8;
+    } else {
+        if (dalloc(g, &d->w16, (size_t)(out * in), "synthetic dense weights") != 0 ||
+            fwdc_fill(d->w16, out * in, 1, amp, seed, g->st) != 0)
+            return -1;
+        d->kind = LIN_DENSE16;
+    }
+    g->weight_bytes += dlin_bytes(*d);
+    return 0;
+}
+
+/* y (n, out) = x (n, in) @ W^T; x32 / x16 / (xq, sx) are the same activations
+ * in the forms the linear may need (prepared by the caller). */
+int dlin_run(CE *g, const DLin &d, const float *x32, const uint16_t *x16, int64_t n, float *y) {
+    switch (d.kind) {
+    case LIN_TERN:
+        if (d.act_int8) return tern_cuda_matmul_i8(&d.tm, g->xq, g->sx, n, y, g->st);
+        if (g->bf16) return tern_cuda_matmul_bf16(&d.tm, x16, n, y, g->st);
+        return tern_cuda_matmul_f32(&d.tm, x32, n, y, g->st);
+    case LIN_DENSE32: {
+        const float one = 1.0f, zero = 0.0f;
+        CUBLAS_CHECK(cublasSgemm(g->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)d.out, (int)n, (int)d.in,
+                                 &one, d.w32, (int)d.in, x32, (int)d.in, &zero, y, (int)d.out));
+        return 0;
+    }
+    case LIN_DENSE16: return tern_cuda_dense_bf16(g->cb, d.w16, d.out, d.in, x16, n, y, 1, g->st);
+    default: return err_set("cuda: linear without weights");
+    }
+}
+
+struct Need {
+    bool x16 = false, xq = false;
+};
+/* What the linears `ls` read besides f32 activations: bf16 and/or int8. */
+Need need_of(const CE *g, std::initializer_list<const DLin *> ls) {
+    Need n;
+    for (const DLin *d : ls) {
+        n.xq = n.xq || (d->kind == LIN_TERN && d->act_int8);
+        n.x16 = n.x16 || d->kind == LIN_DENSE16 || (d->kind == LIN_TERN && !d->act_int8 && g->bf16);
+    }
+    return n;
+}
+
+/* f32 activations x32 (n, cols) into the forms `nd` asks for (a plain tensor
+ * that no fused kernel prepared: the attention output before o_proj). */
+int prep_input(CE *g, const float *x32, int64_t n, int64_t cols, Need nd) {
+    if (nd.xq && fwdc_act_quant_i8(x32, n, cols, g->xq, g->sx, g->st) != 0) return -1;
+    if (nd.x16 && fwdc_to_bf16(x32, n * cols, g->x16, g->st) != 0) return -1;
+    return 0;
+}
+
+/* RMSNorm (after the residual add x += h when h is non-NULL) of x into the
+ * forms the consumers need: f32 in g->xb always, bf16 / int8 on demand. */
+int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_t dim, Need nd) {
+    return fwdc_norm(x, h, w, n, dim, g->c.eps, g->xb, nd.x16 ? g->x16 : nullptr,
+                     nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st);
+}
+
+#define TRY(call)                                                                           \
+    do {                                                                                    \
+        if ((call) != 0) return -1;                                                         \
+    } while (0)
+
+#ifdef TL_HAVE_NCCL
+#define NCCL_TRY(call)                                                                      \
+    do {                                                                                    \
+        ncclResult_t r_ = (call);                                                           \
+        if (r_ != ncclSuccess)                                                              \
+            return err_set("%s:%d: %s failed: %s", __FILE__, __LINE__, #call,               \
+                           ncclGetErrorString(r_));                                         \
+    } while (0)
+#endif
+
+/* A row-parallel linear at tp > 1: y (n, out) on every rank = the full
+ * product.  x_local (n, w) is this rank's slice (columns [lo, lo+w) of the
+ * full vector of full_dim columns); `sub` the optional sub-norm over the full
+ * vector (BitNet).
+ *   int8 activations — exact: the slices are all-gathered, the full vector is
+ *   normed and quantised exactly as on one GPU, each rank multiplies its slice
+ *   with unit scales (exact integer sums as floats), the sums are all-reduced
+ *   (integers below 2^24: exact in any order) and scaled by the kernels' own
+ *   formula.  f32 / bf16 activations: each rank's partial product, summed by
+ *   the all-reduce (float reassociation only). */
+int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
+                 const float *x_local, int64_t n, int64_t w, int64_t full_dim, int64_t lo,
+                 const float *sub, float *y) {
+#ifdef TL_HAVE_NCCL
+    if (d.act_int8) {
+        NCCL_TRY(ncclAllGather(x_local, g->gath, (size_t)(n * w), ncclFloat, g->comm, g->st));
+        TRY(fwdc_unshard(g->gath, g->tp, n, w, g->full, g->st));
+        if (sub)
+            TRY(fwdc_norm(g->full, nullptr, sub, n, full_dim, g->c.eps, nullptr, nullptr,
+                          g->xq_full, g->sx, g->st));
+        else
+            TRY(fwdc_act_quant_i8(g->full, n, full_dim, g->xq_full, g->sx, g->st));
+        TRY(fwdc_slice_i8(g->xq_full, n, full_dim, lo, w, g->xq, g->st));
+        TRY(tern_cuda_matmul_i8(&d.tm, g->xq, g->ones, n, y, g->st));
+        NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
+        return fwdc_scale_rows(y, n, d.out, true_scale, sstride, g->sx, g->st);
+    }
+    if (sub) return err_set("cuda --tp: a sub-norm with f32/bf16 activations is not supported");
+    TRY(prep_input(g, x_local, n, w, need_of(g, {&d})));
+    TRY(dlin_run(g, d, x_local, g->x16, n, y));
+    NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
+    return 0;
+#else
+    return err_set("cuda --tp: this build has no NCCL");
+#endif
+}
+
+/* The whole forward on the device for n tokens whose inputs are in d_in
+ * (layout for n), logits of nl rows into g->logits.  Shapes depend only on
+ * (n, nl): this is what a decode graph captures. */
+int run_device(CE *g, int64_t n, int64_t nl) {
+    const ModelConfig &c = g->c;
+    const int64_t H = c.hidden, hd = c.head_dim, qd = (int64_t)c.n_heads * hd,
+                  kvd = (int64_t)c.n_kv_heads * hd, I = c.inter;
+    const int32_t *tok = g->d_in, *pos = g->d_in + n, *slot = g->d_in + 2 * n,
+                  *row = g->d_in + 3 * n, *lidx = g->d_in + 4 * n, *cnt = g->d_in + 5 * n,
+                  *pairs = g->d_in + 5 * n + 1;
+    const int act = c.act == ACT_SILU ? 0 : 1;
+    TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
+    TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
+    for (int l = 0; l < c.n_layers; l++) {
+        const DLayer &L = g->L[(size_t)l];
+        float *kp = g->kp + (size_t)l * g->layer_elems, *vp = g->vp + (size_t)l * g->layer_elems;
+        /* attention block (layer 0's norm here; later layers' is fused into
+         * the previous layer's last residual add) */
+        const Need nqkv = L.fqkv ? need_of(g, {&L.qkv}) : need_of(g, {&L.q, &L.k, &L.v});
+        if (l == 0) TRY(norm_into(g, g->x, nullptr, L.attn_norm, n, H, nqkv));
+        float *q, *k, *v;
+        int64_t ldq, ldk, ldv;
+        if (L.fqkv) {
+            TRY(dlin_run(g, L.qkv, g->xb, g->x16, n, g->q));
+            q = g->q, k = g->q + qd, v = g->q + qd + kvd;
+            ldq = ldk = ldv = qd + 2 * kvd;
+        } else {
+            TRY(dlin_run(g, L.q, g->xb, g->x16, n, g->q));
+            TRY(dlin_run(g, L.k, g->xb, g->x16, n, g->k));
+            TRY(dlin_run(g, L.v, g->xb, g->x16, n, g->v));
+            q = g->q, k = g->k, v = g->v;
+            ldq = qd, ldk = ldv = kvd;
+        }
+        TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
+                               (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
+        TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
+                           c.n_kv_heads, (int)hd, g->bs, g->att, g->st));
+        const Need no = need_of(g, {&L.o});
+        const float *ao = g->att;
+        if (g->tp > 1) {
+            TRY(row_parallel(g, L.o, L.o_scale, L.o_sstride, g->att, n, qd, g->qd_full, g->att_lo,
+                             L.attn_sub, g->hout));
+        } else {
+            if (L.attn_sub) {
+                TRY(norm_into(g, g->att, nullptr, L.attn_sub, n, qd, no));
+                ao = g->xb;
+            } else {
+                TRY(prep_input(g, g->att, n, qd, no));
+            }
+            TRY(dlin_run(g, L.o, ao, g->x16, n, g->hout));
+        }
+        /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
+        const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
+        TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
+        const float *gp, *up;
+        int64_t ldg;
+        if (L.fgu) {
+            TRY(dlin_run(g, L.gu, g->xb, g->x16, n, g->gu));
+            gp = g->gu, up = g->gu + I, ldg = 2 * I;
+        } else {
+            TRY(dlin_run(g, L.gate, g->xb, g->x16, n, g->gu));
+            TRY(dlin_run(g, L.up, g->xb, g->x16, n, g->gu + n * I));
+            gp = g->gu, up = g->gu + n * I, ldg = I;
+        }
+        const Need nd = need_of(g, {&L.down});
+        const float *mi = g->hb;
+        if (g->tp > 1) {
+            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
+            TRY(row_parallel(g, L.down, L.down_scale, L.down_sstride, g->hb, n, I, g->inter_full,
+                             g->inter_lo, L.ffn_sub, g->hout));
+        } else if (L.ffn_sub) {
+            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
+            TRY(norm_into(g, g->hb, nullptr, L.ffn_sub, n, I, nd));
+            mi = g->xb;
+        } else {
+            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nd.x16 ? g->x16 : nullptr,
+                              nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st));
+        }
+        if (g->tp == 1) TRY(dlin_run(g, L.down, mi, g->x16, n, g->hout));
+        if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
+            const DLayer &N = g->L[(size_t)l + 1];
+            const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
+            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
+        } else {
+            TRY(fwdc_add(g->x, g->hout, n * H, g->st));
+        }
+    }
+    if (nl > 0) {
+        TRY(fwdc_gather_rows(g->x, lidx, nl, H, g->hout, g->st));
+        TRY(norm_into(g, g->hout, nullptr, g->final_norm, nl, H, need_of(g, {&g->lm})));
+        TRY(dlin_run(g, g->lm, g->xb, g->x16, nl, g->logits));
+    }
+    return 0;
+}
+
+void drop_graph(CE *g) {
+    if (g->exec) cudaGraphExecDestroy(g->exec);
+    g->exec = nullptr;
+    g->exec_n = 0;
+}
+
+/* RoPE tables on the device covering positions [0, len): the host tables
+ * (transformers' arithmetic, forward.c) uploaded. */
+int ensure_rope(CE *g, Model *m, int64_t len) {
+    if (len <= g->rope_len) return 0;
+    if (fwd_rope_ensure(m, len) != 0) return -1;
+    drop_graph(g);
+    g->last_eager_n = 0;
+    const size_t cnt = (size_t)(m->rope_len * (m->cfg.head_dim / 2));
+    cudaFree(g->d_cos);
+    cudaFree(g->d_sin);
+    g->d_cos = g->d_sin = nullptr;
+    CUDA_CHECK(cudaMalloc(&g->d_cos, cnt * 4));
+    CUDA_CHECK(cudaMalloc(&g->d_sin, cnt * 4));
+    CUDA_CHECK(cudaMemcpy(g->d_cos, m->rope_cos, cnt * 4, cudaMemcpyHostToDevice));
+    CUDA_CHECK(cudaMemcpy(g->d_sin, m->rope_sin, cnt * 4, cudaMemcpyHostToDevice));
+    g->rope_len = m->rope_len;
+    return 0;
+}
+
+/* Device block-table rows for sequence ids [0, rows). */
+int ensure_rows(CE *g, int rows) {
+    if (rows <= g->tab_rows) return 0;
+    int nr = std::max(rows, 2 * g->tab_rows);
+    drop_graph(g);
+    g->last_eager_n = 0;
+    int32_t *nt = nullptr;
+    const size_t old = (size_t)g->tab_rows * (size_t)g->stride, now = (size_t)nr * (size_t)g->stride;
+    CUDA_CHECK(cudaMalloc(&nt, now * 4));
+    CUDA_CHECK(cudaMemset(nt, 0xff, now * 4));
+    if (old) CUDA_CHECK(cudaMemcpy(nt, g->d_tab, old * 4, cudaMemcpyDeviceToDevice));
+    cudaFree(g->d_tab);
+    g->d_tab = nt;
+    g->shadow.resize(now, -1);
+    g->seen.resize((size_t)nr, 0);
+    g->tab_rows = nr;
+    return 0;
+}
+
+/* One forward call, host side: checks, KV reservation, RoPE tables and table
+ * rows on the device, and the step's inputs in g->h_in. */
+struct StepPlan {
+    int64_t n = 0, nl = 0;
+    int32_t cnt = 0;
+    bool eligible = false;
+};
+
+int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
+                 const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits,
+                 float *logits, StepPlan *p) {
+    if (n > g->max_tok)
+        return err_set("forward: %lld tokens but the CUDA engine holds %lld", (long long)n,
+                       (long long)g->max_tok);
+    if (kv->policy.kind != KVP_NONE) {
+        char pol[64];
+        kv_policy_format(&kv->policy, pol, sizeof pol);
+        return err_set("--device cuda: ternary KV pages (--kv %s) are not implemented on the GPU; "
+                       "use --device cpu",
+                       pol);
+    }
+    if (s->dump) return err_set("--device cuda: --dump-layers runs on the CPU only");
+    p->n = n;
+    if (n <= 0) return 0;
+    int64_t max_pos = 0;
+    if (fwd_prepare_tokens(m, kv, tok, seq, pos, n, &max_pos) != 0) return -1;
+    if (max_pos >= INT32_MAX / 2) return err_set("forward: position %lld too large", (long long)max_pos);
+    if (ensure_rope(g, const_cast<Model *>(m), max_pos + 1) != 0) return -1;
+    if (ensure_rows(g, kv->n_seqs) != 0) return -1;
+    const int64_t nl = logits || s->argmax_out ? (logit_idx ? n_logits : n) : 0;
+    if (nl > n) return err_set("forward: %lld logit rows for %lld tokens", (long long)nl, (long long)n);
+    int32_t *in = g->h_in, *pairs = g->h_in + 5 * n + 1;
+    int32_t cnt = 0;
+    g->stamp++;
+    const int bs = g->bs;
+    for (int64_t i = 0; i < n; i++) {
+        const KvSeq *sq = &kv->seqs[seq[i]];
+        in[i] = tok[i];
+        in[n + i] = (int32_t)pos[i];
+        in[2 * n + i] = sq->blocks[pos[i] / bs] * bs + (int32_t)(pos[i] % bs);
+        in[3 * n + i] = seq[i];
+        if (g->seen[(size_t)seq[i]] != g->stamp) { /* table row of this sequence: changed entries */
+            g->seen[(size_t)seq[i]] = g->stamp;
+            int32_t *sh = g->shadow.data() + (size_t)seq[i] * (size_t)g->stride;
+            for (int b = 0; b < sq->n_blocks; b++) {
+                if (sh[b] == sq->blocks[b]) continue;
+                if (cnt == g->u_cap) return err_set("cuda: block-table update overflow");
+                pairs[2 * cnt] = seq[i] * g->stride + b;
+                pairs[2 * cnt + 1] = sq->blocks[b];
+                sh[b] = sq->blocks[b];
+                cnt++;
+            }
+        }
+    }
+    bool ident = true;
+    for (int64_t j = 0; j < nl; j++) {
+        in[4 * n + j] = (int32_t)(logit_idx ? logit_idx[j] : j);
+        ident = ident && in[4 * n + j] == j;
+    }
+    in[5 * n] = cnt;
+    p->nl = nl;
+    p->cnt = cnt;
+    p->eligible = g->graphs && s->decode && nl == n && ident;
+    return 0;
+}
+
+/* One forward call, device side: inputs up, the step (graph replay, capture,
+ * or eager launches), argmax / logits back (only where nl_out > 0),
+ * synchronised at the end. */
+int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits) {
+    const int64_t n = p->n, nl = p->nl;
+    if (n <= 0) return 0;
+    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * n + 1 + 2 * p->cnt),
+                               cudaMemcpyHostToDevice, g->st));
+    if (p->eligible && g->exec && g->exec_n == n) {
+        CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
+        g->launches++;
+    } else if (p->eligible && g->last_eager_n == n) {
+        /* the same step shape ran eagerly last time: workspaces are grown */
+        drop_graph(g);
+        cudaGraph_t graph = nullptr;
+        CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
+        int rc = run_device(g, n, nl);
+        cudaError_t e = cudaStreamEndCapture(g->st, &graph);
+        if (rc != 0) {
+            if (graph) cudaGraphDestroy(graph);
+            return err_prefix("capturing the decode step: ");
+        }
+        if (e != cudaSuccess) return err_set("cuda: capturing the decode step: %s", cudaGetErrorString(e));
+        e = cudaGraphInstantiate(&g->exec, graph, 0);
+        cudaGraphDestroy(graph);
+        if (e != cudaSuccess) {
+            g->exec = nullptr;
+            return err_set("cuda: instantiating the decode graph: %s", cudaGetErrorString(e));
+        }
+        g->exec_n = n;
+        g->n_graphs++;
+        CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
+        g->launches++;
+    } else {
+        drop_graph(g);
+        if (run_device(g, n, nl) != 0) return -1;
+        g->last_eager_n = p->eligible ? n : 0;
+    }
+    if (nl_out > 0 && argmax_out) {
+        if (fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, g->st) != 0) return -1;
+        CUDA_CHECK(cudaMemcpyAsync(argmax_out, g->ids, sizeof(int32_t) * (size_t)nl_out,
+                                   cudaMemcpyDeviceToHost, g->st));
+    }
+    if (nl_out > 0 && logits)
+        CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
+                                   cudaMemcpyDeviceToHost, g->st));
+    CUDA_CHECK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+void update_lens(KvCache *kv, const int *seq, const int64_t *pos, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        KvSeq *sq = &kv->seqs[seq[i]];
+        if (pos[i] + 1 > sq->len) sq->len = pos[i] + 1;
+    }
+}
+
+int ce_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
+               const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits,
+               float *logits) {
+    CE *g = static_cast<CE *>(ctx);
+    StepPlan p;
+    if (host_prepare(g, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0 ||
+        device_step(g, &p, p.nl, s->argmax_out, logits) != 0)
+        return -1;
+    update_lens(kv, seq, pos, n);
+    return 0;
+}
+
+void ce_destroy(CE *g) {
+    if (!g) return;
+    int dev = 0;
+    cudaGetDevice(&dev);
+    cudaSetDevice(g->gpu);
+    if (g->st) cudaStreamSynchronize(g->st);
+    drop_graph(g);
+    for (DLayer &L : g->L) {
+        DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
+        for (DLin *d : ls)
+            if (d->kind == LIN_TERN && !g->synthetic) tern_cuda_free(&d->tm);
+    }
+    if (g->lm.kind == LIN_TERN && !g->synthetic) tern_cuda_free(&g->lm.tm);
+    for (void *p : g->allocs) cudaFree(p);
+    cudaFree(g->d_tab);
+    cudaFree(g->d_cos);
+    cudaFree(g->d_sin);
+    if (g->h_in) cudaFreeHost(g->h_in);
+    if (g->cb) cublasDestroy(g->cb);
+    if (g->st) cudaStreamDestroy(g->st);
+    cudaSetDevice(dev);
+    delete g;
+}
+
+void ce_engine_free(Engine *e) {
+    ce_destroy(static_cast<CE *>(e->rs.hook_ctx));
+    kv_free(&e->kv);
+    memset(e, 0, sizeof *e);
+}
+
+/* Stream, cuBLAS, KV pages, tables, step inputs, activations. */
+int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
+    const ModelConfig &c = g->c;
+    if (c.head_dim < 2 || c.head_dim > 256 || c.head_dim % 2)
+        return err_set("--device cuda: head_dim %d is not supported (even, 2..256)", c.head_dim);
+    if (c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads)
+        return err_set("--device cuda: %d heads over %d KV heads", c.n_heads, c.n_kv_heads);
+    CUDA_CHECK(cudaSetDevice(g->gpu));
+    cudaDeviceProp prop;
+    CUDA_CHECK(cudaGetDeviceProperties(&prop, g->gpu));
+    snprintf(g->name, sizeof g->name, "%.127s", prop.name);
+    CUDA_CHECK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
+    CUBLAS_CHECK(cublasCreate(&g->cb));
+    CUBLAS_CHECK(cublasSetStream(g->cb, g->st));
+    CUBLAS_CHECK(cublasSetMathMode(g->cb, CUBLAS_PEDANTIC_MATH)); /* fp32 stays fp32 (no TF32) */
+    const size_t cb_ws = 64u << 20;
+    if (dmalloc(g, &g->cb_ws, cb_ws, "cuBLAS workspace") != 0) return -1;
+    CUBLAS_CHECK(cublasSetWorkspace(g->cb, g->cb_ws, cb_ws));
+    g->max_tok = o->max_tok > 0 ? o->max_tok : 256;
+    g->bs = e->kv.block_size;
+    g->n_blocks = e->kv.n_blocks;
+    g->layer_elems = (size_t)g->n_blocks * (size_t)c.n_kv_heads * (size_t)g->bs * (size_t)c.head_dim;
+    if (dalloc(g, &g->kp, g->layer_elems * (size_t)c.n_layers, "KV cache keys") != 0 ||
+        dalloc(g, &g->vp, g->layer_elems * (size_t)c.n_layers, "KV cache values") != 0)
+        return -1;
+    g->stride = g->n_blocks; /* one sequence may own every block */
+    if (ensure_rows(g, std::max(e->kv.seq_cap, 16)) != 0) return -1;
+    g->u_cap = g->n_blocks;
+    const size_t in_cnt = (size_t)(5 * g->max_tok + 1 + 2 * g->u_cap);
+    CUDA_CHECK(cudaMallocHost(&g->h_in, in_cnt * 4));
+    if (dalloc(g, &g->d_in, in_cnt, "step inputs") != 0) return -1;
+    const int64_t T = g->max_tok, qd = (int64_t)c.n_heads * c.head_dim,
+                  kvd = (int64_t)c.n_kv_heads * c.head_dim;
+    const int64_t wide = std::max(std::max((int64_t)c.hidden, qd), (int64_t)c.inter);
+    if (dalloc(g, &g->x, (size_t)(T * c.hidden), "activations") != 0 ||
+        dalloc(g, &g->xb, (size_t)(T * wide), "activations") != 0 ||
+        dalloc(g, &g->x16, (size_t)(T * wide), "activations") != 0 ||
+        dalloc(g, &g->xq, (size_t)(T * wide), "activations") != 0 ||
+        dalloc(g, &g->sx, (size_t)T, "activations") != 0 ||
+        dalloc(g, &g->q, (size_t)(T * (qd + 2 * kvd)), "activations") != 0 ||
+        dalloc(g, &g->k, (size_t)(T * kvd), "activations") != 0 ||
+        dalloc(g, &g->v, (size_t)(T * kvd), "activations") != 0 ||
+        dalloc(g, &g->att, (size_t)(T * qd), "activations") != 0 ||
+        dalloc(g, &g->hb, (size_t)(T * c.inter), "activations") != 0 ||
+        dalloc(g, &g->gu, (size_t)(2 * T * c.inter), "activations") != 0 ||
+        dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
+        dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
+        dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0)
+        return -1;
+    return 0;
+}
+
+void step_bytes(CE *g) {
+    size_t b = 0;
+    for (const DLayer &L : g->L) {
+        const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
+        for (const DLin *d : ls) b += dlin_bytes(*d);
+        b += sizeof(float) * (size_t)(2 * g->c.hidden);
+        if (L.attn_sub)
+            b += sizeof(float) * (g->tp > 1 ? (size_t)g->qd_full : (size_t)g->c.n_heads * (size_t)g->c.head_dim);
+        if (L.ffn_sub) b += sizeof(float) * (g->tp > 1 ? (size_t)g->inter_full : (size_t)g->c.inter);
+    }
+    b += dlin_bytes(g->lm) + sizeof(float) * (size_t)(2 * g->c.hidden); /* + final norm, embed row */
+    g->step_bytes = b;
+}
+
+int engine_finish(Engine *e, CE *g) {
+    step_bytes(g);
+    e->rs.max_tok = g->max_tok;
+    e->rs.hook = ce_forward;
+    e->rs.hook_ctx = g;
+    e->backend_free = ce_engine_free;
+    return 0;
+}
+
+int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    int bs = o->block_size > 0 ? o->block_size : 16;
+    if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
+        return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
+    if (kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
+                       (int)o->n_blocks) != 0)
+        return -1;
+    CE *g = new CE();
+    g->gpu = o->gpu;
+    g->bf16 = o->bf16;
+    g->graphs = !o->no_graphs;
+    g->c = m->cfg;
+    g->L.resize((size_t)m->cfg.n_layers);
+    *out = g;
+    return 0;
+}
+
+int open_fail(Engine *e, CE *g) {
+    char msg[2048];
+    snprintf(msg, sizeof msg, "%s", err_msg());
+    ce_destroy(g);
+    kv_free(&e->kv);
+    memset(e, 0, sizeof *e);
+    return err_set("%s", msg);
+}
+
+/* Linears reading the same input, uploaded as one matrix with their rows
+ * concatenated: ternary ones when they share cols, group width and activation
+ * mode (scales expanded to one per (row, group), the same values), dense ones
+ * always.  Returns 1 (fused into *d), 0 (formats differ: upload them apart) or
+ * -1 (err_set). */
+int fuse_upload(CE *g, const Linear *const *ls, int k, DLin *d) {
+    bool tern = true, dense = true;
+    int64_t rows = 0;
+    for (int i = 0; i < k; i++) {
+        const Linear *L = ls[i];
+        const bool t = L->t && !(L->twin && !L->act_int8);
+        tern = tern && t && ls[0]->t && L->t->cols == ls[0]->t->cols &&
+               L->t->group_cols == ls[0]->t->group_cols && L->act_int8 == ls[0]->act_int8;
+        dense = dense && !t && L->w && !L->act_int8 && L->in == ls[0]->in;
+        rows += L->out;
+    }
+    if (!tern && !dense) return 0;
+    Linear f;
+    memset(&f, 0, sizeof f);
+    snprintf(f.name, sizeof f.name, "%.80s (fused)", ls[0]->name);
+    f.out = rows;
+    f.in = ls[0]->in;
+    f.act_int8 = ls[0]->act_int8;
+    std::vector<uint8_t> codes;
+    std::vector<float> scales, w;
+    TernaryMatrix tm;
+    if (tern) {
+        const TernaryMatrix *t0 = ls[0]->t;
+        tm = *t0;
+        tm.rows = rows;
+        tm.scale_stride = t0->n_groups;
+        tm.n_scales = rows * t0->n_groups;
+        codes.resize((size_t)(rows * t0->row_bytes));
+        scales.resize((size_t)tm.n_scales);
+        int64_t r0 = 0;
+        for (int i = 0; i < k; i++) {
+            const TernaryMatrix *t = ls[i]->t;
+            memcpy(codes.data() + (size_t)(r0 * t->row_bytes), t->codes, (size_t)(t->rows * t->row_bytes));
+            for (int64_t r = 0; r < t->rows; r++)
+                for (int64_t gi = 0; gi < t->n_groups; gi++)
+                    scales[(size_t)((r0 + r) * t0->n_groups + gi)] = t->scales[r * t->scale_stride + gi];
+            r0 += t->rows;
+        }
+        tm.codes = codes.data();
+        tm.scales = scales.data();
+        f.t = &tm;
+    } else {
+        w.resize((size_t)(rows * f.in));
+        int64_t r0 = 0;
+        for (int i = 0; i < k; i++) {
+            memcpy(w.data() + (size_t)(r0 * f.in), ls[i]->w, sizeof(float) * (size_t)(ls[i]->out * f.in));
+            r0 += ls[i]->out;
+        }
+        f.w = w.data();
+    }
+    return dlin_upload(g, &f, d) == 0 ? 1 : -1;
+}
+
+int upload_model(CE *g, const Model *m) {
+    const ModelConfig &c = m->cfg;
+    const size_t H = (size_t)c.hidden;
+    if (upload_f32(g, &g->embed, m->embed, (size_t)c.vocab * H, "embedding") != 0 ||
+        upload_f32(g, &g->final_norm, m->final_norm, H, "final norm") != 0)
+        return -1;
+    if (dlin_upload(g, &m->lm_head, &g->lm) != 0) return -1;
+    for (int l = 0; l < c.n_layers; l++) {
+        const Layer *S = &m->layers[l];
+        DLayer &D = g->L[(size_t)l];
+        if (upload_f32(g, &D.attn_norm, S->attn_norm, H, "norm") != 0 ||
+            upload_f32(g, &D.ffn_norm, S->ffn_norm, H, "norm") != 0)
+            return -1;
+        /* sub-norms act on the full vectors (at tp > 1 too: gathered first) */
+        const size_t qd_sub = g->tp > 1 ? (size_t)g->qd_full : (size_t)c.n_heads * (size_t)c.head_dim;
+        const size_t in_sub = g->tp > 1 ? (size_t)g->inter_full : (size_t)c.inter;
+        if (S->attn_sub_norm && upload_f32(g, &D.attn_sub, S->attn_sub_norm, qd_sub, "norm") != 0)
+            return -1;
+        if (S->ffn_sub_norm && upload_f32(g, &D.ffn_sub, S->ffn_sub_norm, in_sub, "norm") != 0)
+            return -1;
+        const Linear *qkv[] = {&S->q, &S->k, &S->v}, *gu[] = {&S->gate, &S->up};
+        int f1 = fuse_upload(g, qkv, 3, &D.qkv), f2 = f1 < 0 ? -1 : fuse_upload(g, gu, 2, &D.gu);
+        if (f1 < 0 || f2 < 0) return -1;
+        D.fqkv = f1 == 1;
+        D.fgu = f2 == 1;
+        if (!D.fqkv && (dlin_upload(g, &S->q, &D.q) != 0 || dlin_upload(g, &S->k, &D.k) != 0 ||
+                        dlin_upload(g, &S->v, &D.v) != 0))
+            return -1;
+        if (!D.fgu && (dlin_upload(g, &S->gate, &D.gate) != 0 || dlin_upload(g, &S->up, &D.up) != 0))
+            return -1;
+        if (dlin_upload(g, &S->o, &D.o) != 0 || dlin_upload(g, &S->down, &D.down) != 0) return -1;
+    }
+    return 0;
+}
+
+int synth_model(CE *g, const CudaSynthetic *syn) {
+    const ModelConfig &c = g->c;
+    const int64_t H = c.hidden, qd = (int64_t)c.n_heads * c.head_dim,
+                  kvd = (int64_t)c.n_kv_heads * c.head_dim, I = c.inter;
+    uint64_t seed = syn->seed * 1000003ull + 17;
+    if (dalloc(g, &g->embed, (size_t)(c.vocab * H), "synthetic embedding") != 0 ||
+        fwdc_fill(g->embed, (int64_t)c.vocab * H, 0, 1.0f, seed++, g->st) != 0 ||
+        dalloc(g, &g->final_norm, (size_t)H, "norm") != 0 ||
+        fwdc_fill(g->final_norm, H, 3, 1.0f, 0, g->st) != 0)
+        return -1;
+    g->weight_bytes += (size_t)(c.vocab * H + H) * 4;
+    CudaSynthetic dense = *syn;
+    dense.ternary = 0; /* lm_head stays dense (bf16) */
+    if (dlin_synth(g, c.vocab, H, &dense, seed++, &g->lm) != 0) return -1;
+    for (int l = 0; l < c.n_layers; l++) {
+        DLayer &D = g->L[(size_t)l];
+        if (dalloc(g, &D.attn_norm, (size_t)H, "norm") != 0 ||
+            dalloc(g, &D.ffn_norm, (size_t)H, "norm") != 0 ||
+            fwdc_fill(D.attn_norm, H, 3, 1.0f, 0, g->st) != 0 ||
+            fwdc_fill(D.ffn_norm, H, 3, 1.0f, 0, g->st) != 0)
+            return -1;
+        g->weight_bytes += (size_t)(2 * H) * 4;
+        const int64_t shp[4][2] = {{qd + 2 * kvd, H}, {H, qd}, {2 * I, H}, {H, I}};
+        DLin *dst[] = {&D.qkv, &D.o, &D.gu, &D.down};
+        D.fqkv = D.fgu = true;
+        for (int i = 0; i < 4; i++)
+            if (dlin_synth(g, shp[i][0], shp[i][1], syn, seed++, dst[i]) != 0) return -1;
+    }
+    CUDA_CHECK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+/* ---- tensor parallelism over GPUs: one rank per GPU, NCCL -------------- */
+
+struct TpGpu {
+    int tp = 0;
+    std::vector<CE *> ce;
+    std::vector<Model> rm;                 /* rank models: cfg with this rank's heads/MLP */
+    std::vector<std::vector<TpLinear>> sh; /* the shards the rank models' linears point into */
+    /* workers: ranks 1.. on their own threads, rank 0 on the caller's */
+    std::vector<pthread_t> th;
+    pthread_barrier_t go, done;
+    bool barriers = false, quit = false;
+    StepPlan plan;
+    int32_t *argmax_out = nullptr;
+    float *logits = nullptr;
+    std::vector<int> rc;
+    std::vector<std::string> msg;
+    const Model *m = nullptr;
+    int64_t rope_need = 0;
+    int rows_need = 0;
+};
+
+/* What rank r does for one forward call (inputs already in rank 0's h_in). */
+int tp_rank_step(TpGpu *t, int r) {
+    CE *g = t->ce[(size_t)r];
+    if (cudaSetDevice(g->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g->gpu);
+    if (r > 0) {
+        if (ensure_rope(g, const_cast<Model *>(t->m), t->rope_need) != 0 ||
+            ensure_rows(g, t->rows_need) != 0)
+            return -1;
+        memcpy(g->h_in, t->ce[0]->h_in,
+               sizeof(int32_t) * (size_t)(5 * t->plan.n + 1 + 2 * t->plan.cnt));
+    }
+    StepPlan p = t->plan;
+    if (r > 0) p.nl = 0; /* logits on rank 0 only */
+    return device_step(g, &p, r == 0 ? t->plan.nl : 0, r == 0 ? t->argmax_out : nullptr,
+                       r == 0 ? t->logits : nullptr);
+}
+
+void *tp_worker(void *arg) {
+    std::pair<TpGpu *, int> *a = static_cast<std::pair<TpGpu *, int> *>(arg);
+    TpGpu *t = a->first;
+    const int r = a->second;
+    delete a;
+    for (;;) {
+        pthread_barrier_wait(&t->go);
+        if (t->quit) break;
+        t->rc[(size_t)r] = tp_rank_step(t, r);
+        if (t->rc[(size_t)r] != 0) t->msg[(size_t)r] = err_msg();
+        pthread_barrier_wait(&t->done);
+    }
+    return nullptr;
+}
+
+int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *tok,
+                  const int *seq, const int64_t *pos, int64_t n, const int64_t *logit_idx,
+                  int64_t n_logits, float *logits) {
+    TpGpu *t = static_cast<TpGpu *>(ctx);
+    CE *g0 = t->ce[0];
+    if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
+    StepPlan p;
+    if (host_prepare(g0, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0) return -1;
+    if (p.n <= 0) return 0;
+    t->plan = p;
+    t->argmax_out = s->argmax_out;
+    t->logits = logits;
+    t->m = m;
+    t->rope_need = g0->rope_len;
+    t->rows_need = g0->tab_rows;
+    pthread_barrier_wait(&t->go);
+    t->rc[0] = tp_rank_step(t, 0);
+    if (t->rc[0] != 0) t->msg[0] = err_msg();
+    pthread_barrier_wait(&t->done);
+    for (int r = 0; r < t->tp; r++)
+        if (t->rc[(size_t)r] != 0) return err_set("tp rank %d: %s", r, t->msg[(size_t)r].c_str());
+    update_lens(kv, seq, pos, n);
+    return 0;
+}
+
+void tp_destroy(TpGpu *t) {
+    if (!t) return;
+    if (t->barriers) {
+        t->quit = true;
+        pthread_barrier_wait(&t->go);
+        for (pthread_t &h : t->th) pthread_join(h, nullptr);
+        pthread_barrier_destroy(&t->go);
+        pthread_barrier_destroy(&t->done);
+    }
+    for (CE *g : t->ce) {
+#ifdef TL_HAVE_NCCL
+        if (g && g->comm) ncclCommDestroy(g->comm);
+#endif
+        ce_destroy(g);
+    }
+    for (auto &v : t->sh)
+        for (TpLinear &l : v) tp_linear_free(&l);
+    for (Model &rm : t->rm) delete[] rm.layers;
+    delete t;
+}
+
+void ce_tp_engine_free(Engine *e) {
+    tp_destroy(static_cast<TpGpu *>(e->rs.hook_ctx));
+    kv_free(&e->kv);
+    memset(e, 0, sizeof *e);
+}
+
+/* Rank r's model: the full model's norms and embedding, its shards of every
+ * decoder linear (column-parallel q, k, v, gate, up; row-parallel o, down). */
+int tp_rank_model(TpGpu *t, const Model *m, int r, Model *rm, std::vector<TpLinear> &sh) {
+    const int tp = t->tp;
+    const ModelConfig &c = m->cfg;
+    *rm = *m;
+    rm->cfg.n_heads = c.n_heads / tp;
+    rm->cfg.n_kv_heads = c.n_kv_heads / tp;
+    rm->cfg.inter = c.inter / tp;
+    rm->layers = new Layer[(size_t)c.n_layers];
+    sh.assign((size_t)c.n_layers * 7, TpLinear());
+    const int64_t qd = (int64_t)c.n_heads * c.head_dim, kvd = (int64_t)c.n_kv_heads * c.head_dim;
+    for (int l = 0; l < c.n_layers; l++) {
+        const Layer *S = &m->layers[l];
+        Layer *D = &rm->layers[l];
+        *D = *S;
+        const Linear *src[7] = {&S->q, &S->k, &S->v, &S->gate, &S->up, &S->o, &S->down};
+        Linear *dst[7] = {&D->q, &D->k, &D->v, &D->gate, &D->up, &D->o, &D->down};
+        const int64_t total[7] = {qd, kvd, kvd, c.inter, c.inter, qd, c.inter};
+        for (int i = 0; i < 7; i++) {
+            int64_t lo, hi;
+            tp_range(total[i], tp, r, &lo, &hi);
+            TpLinear &tl = sh[(size_t)l * 7 + (size_t)i];
+            if (tp_shard_linear(src[i], i < 5 ? TP_SPLIT_ROWS : TP_SPLIT_COLS, lo, hi, &tl) != 0)
+                return -1;
+            /* a shard boundary inside a scale group (sub-row groups only: a tensor
+             * scale is replicated, dense weights have none) */
+            const int64_t gc = src[i]->t && src[i]->t->n_groups > 1 ? src[i]->t->group_cols : 0;
+            const bool cut = i >= 5 && gc > 0 && (lo % gc != 0 || (hi % gc != 0 && hi != total[i]));
+            if (tl.n_pieces != 1 || cut)
+                return err_set("--tp %d on cuda: the shard boundary of %s cuts a scale group "
+                               "(group of %lld columns, %lld columns per rank); use --device cpu "
+                               "(which keeps such groups exact) or a group that divides the shard",
+                               tp, src[i]->name,
+                               (long long)(src[i]->t ? src[i]->t->group_cols : 0),
+                               (long long)(hi - lo));
+            *dst[i] = tl.pieces[0].lin;
+            dst[i]->act_int8 = src[i]->act_int8;
+        }
+    }
+    return 0;
+}
+
+/* After upload: row-parallel int8 linears get unit scales on the device (the
+ * true ones kept aside for fwdc_scale_rows). */
+int unit_scales(CE *g, DLin *d, float **keep, int64_t *stride) {
+    if (d->kind != LIN_TERN || !d->act_int8) return 0;
+    if (d->tm.n_groups != 1)
+        return err_set("--tp on cuda: int8 activations with %lld scale groups per row are not "
+                       "supported (one scale per row or tensor; use --device cpu)",
+                       (long long)d->tm.n_groups);
+    if (dalloc(g, keep, (size_t)d->tm.n_scales, "tp scales") != 0) return -1;
+    CUDA_CHECK(cudaMemcpy(*keep, d->tm.d_scales, sizeof(float) * (size_t)d->tm.n_scales,
+                          cudaMemcpyDeviceToDevice));
+    if (fwdc_fill(d->tm.d_scales, d->tm.n_scales, 3, 1.0f, 0, g->st) != 0) return -1;
+    *stride = d->tm.scale_stride;
+    CUDA_CHECK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
+int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSynthetic *syn) {
+#ifndef TL_HAVE_NCCL
+    return err_set("--tp %d with --device cuda: this build has no NCCL", tp);
+#else
+    int ngpu = 0;
+    if (cudaGetDeviceCount(&ngpu) != cudaSuccess) ngpu = 0;
+    if (ngpu < tp)
+        return err_set("--tp %d with --device cuda needs %d GPUs; %d visible (one rank per GPU; "
+                       "use --tp %d or fewer, or --device cpu)",
+                       tp, tp, ngpu, ngpu > 0 ? ngpu : 1);
+    if (tp_plan_check(&m->cfg, tp, m->path ? m->path : "(unnamed)") != 0) return -1;
+    if (!syn && (!m->layers || !m->embed))
+        return err_set("--device cuda: the model has no weights loaded");
+    memset(e, 0, sizeof *e);
+    e->m = m;
+    const int bs = o->block_size > 0 ? o->block_size : 16;
+    if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
+        return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
+    if (kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
+                       (int)o->n_blocks) != 0)
+        return -1;
+    TpGpu *t = new TpGpu();
+    t->tp = tp;
+    t->ce.assign((size_t)tp, nullptr);
+    t->rm.assign((size_t)tp, Model());
+    t->sh.resize((size_t)tp);
+    t->rc.assign((size_t)tp, 0);
+    t->msg.assign((size_t)tp, std::string());
+    int rc = 0;
+    const int64_t qd = (int64_t)m->cfg.n_heads * m->cfg.head_dim;
+    for (int r = 0; r < tp && rc == 0; r++) {
+        memset(&t->rm[(size_t)r], 0, sizeof(Model));
+        if (syn) { /* synthetic: the rank's shapes only; weights generated on its GPU */
+            t->rm[(size_t)r].cfg = m->cfg;
+            t->rm[(size_t)r].cfg.n_heads /= tp;
+            t->rm[(size_t)r].cfg.n_kv_heads /= tp;
+            t->rm[(size_t)r].cfg.inter /= tp;
+        } else {
+            rc = tp_rank_model(t, m, r, &t->rm[(size_t)r], t->sh[(size_t)r]);
+        }
+        if (rc != 0) break;
+        EngineOpts ro = *o;
+        ro.gpu = r;
+        CE *g = new CE();
+        t->ce[(size_t)r] = g;
+        g->gpu = r;
+        g->bf16 = o->bf16;
+        g->graphs = !o->no_graphs;
+        g->c = t->rm[(size_t)r].cfg;
+        g->L.resize((size_t)m->cfg.n_layers);
+        g->tp = tp;
+        g->rank = r;
+        g->qd_full = qd;
+        g->inter_full = m->cfg.inter;
+        g->att_lo = r * (qd / tp);
+        g->inter_lo = r * (m->cfg.inter / tp);
+        rc = ce_common(g, e, &ro);
+        if (rc == 0 && syn) {
+            CudaSynthetic rs = *syn;
+            rs.seed = syn->seed * 131 + (uint64_t)r; /* each rank its own slice */
+            g->synthetic = 1;
+            rc = synth_model(g, &rs);
+        } else if (rc == 0) {
+            rc = upload_model(g, &t->rm[(size_t)r]);
+        }
+        for (int l = 0; l < m->cfg.n_layers && rc == 0; l++) {
+            DLayer &D = g->L[(size_t)l];
+            rc = unit_scales(g, &D.o, &D.o_scale, &D.o_sstride);
+            if (rc == 0) rc = unit_scales(g, &D.down, &D.down_scale, &D.down_sstride);
+        }
+        const int64_t T = g->max_tok, wmax = std::max(qd, (int64_t)m->cfg.inter);
+        if (rc == 0)
+            rc = dalloc(g, &g->gath, (size_t)(T * wmax), "tp gather") ||
+                 dalloc(g, &g->full, (size_t)(T * wmax), "tp gather") ||
+                 dalloc(g, &g->xq_full, (size_t)(T * wmax), "tp gather") ||
+                 dalloc(g, &g->ones, (size_t)T, "tp ones") ||
+                 fwdc_fill(g->ones, T, 3, 1.0f, 0, g->st);
+        if (rc == 0 && cudaStreamSynchronize(g->st) != cudaSuccess) rc = err_set("cuda: setup failed");
+        if (rc == 0) step_bytes(g);
+    }
+    if (rc == 0) { /* NCCL: one communicator per GPU, NVLink multicast off */
+        setenv("NCCL_NVLS_ENABLE", "0", 1);
+        ncclUniqueId id;
+        ncclResult_t nr = ncclGetUniqueId(&id);
+        if (nr == ncclSuccess) nr = ncclGroupStart();
+        for (int r = 0; r < tp && nr == ncclSuccess; r++) {
+            cudaSetDevice(r);
+            nr = ncclCommInitRank(&t->ce[(size_t)r]->comm, tp, id, r);
+        }
+        if (nr == ncclSuccess) nr = ncclGroupEnd();
+        if (nr != ncclSuccess) rc = err_set("NCCL initialisation failed: %s", ncclGetErrorString(nr));
+    }
+    if (rc == 0) {
+        pthread_barrier_init(&t->go, nullptr, (unsigned)tp);
+        pthread_barrier_init(&t->done, nullptr, (unsigned)tp);
+        t->barriers = true;
+        t->th.resize((size_t)tp - 1);
+        for (int r = 1; r < tp; r++)
+            if (pthread_create(&t->th[(size_t)r - 1], nullptr, tp_worker,
+                               new std::pair<TpGpu *, int>(t, r)) != 0) {
+                /* cannot unwind a partial team safely: refuse before any started */
+                rc = err_set("tp: could not start the thread of rank %d", r);
+                break;
+            }
+    }
+    if (rc != 0) {
+        char msg[2048];
+        snprintf(msg, sizeof msg, "%s", err_msg());
+        if (t->barriers && t->th.size() && (int)t->th.size() != tp - 1) t->barriers = false;
+        tp_destroy(t);
+        kv_free(&e->kv);
+        memset(e, 0, sizeof *e);
+        return err_set("%s", msg);
+    }
+    cudaSetDevice(0);
+    e->rs.max_tok = t->ce[0]->max_tok;
+    e->rs.hook = ce_tp_forward;
+    e->rs.hook_ctx = t;
+    e->backend_free = ce_tp_engine_free;
+    return 0;
+#endif
+}
+
+} // namespace
+
+extern "C" {
+
+int cuda_backend_available(char *why, size_t n) {
+    int cnt = 0;
+    cudaError_t e = cudaGetDeviceCount(&cnt);
+    if (e != cudaSuccess || cnt < 1) {
+        if (why) snprintf(why, n, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    return 1;
+}
+
+int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
+    char why[256];
+    if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+    if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
+    CE *g = nullptr;
+    if (open_begin(e, m, o, &g) != 0) return -1;
+    if (ce_common(g, e, o) != 0 || upload_model(g, m) != 0) return open_fail(e, g);
+    return engine_finish(e, g);
+}
+
+int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn) {
+    char why[256];
+    if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+    if (!o->bf16) return err_set("synthetic CUDA models run with bf16 activations (EngineOpts.bf16)");
+    if (syn->tp > 1) return tp_open(e, m, o, syn->tp, syn);
+    CE *g = nullptr;
+    if (open_begin(e, m, o, &g) != 0) return -1;
+    g->synthetic = 1;
+    if (ce_common(g, e, o) != 0 || synth_model(g, syn) != 0) return open_fail(e, g);
+    return engine_finish(e, g);
+}
+
+int cuda_engine_is(const Engine *e) { return e->rs.hook == ce_forward || e->rs.hook == ce_tp_forward; }
+
+int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
+    char why[256];
+    if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+    if (tp == 1) return cuda_engine_open(e, m, o);
+    return tp_open(e, m, o, tp, nullptr);
+}
+
+void cuda_prepare_multi_gpu(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
+
+int cuda_device_count(void) {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess ? n : 0;
+}
+
+int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
+    memset(info, 0, sizeof *info);
+    if (!cuda_engine_is(e)) return err_set("not a CUDA engine");
+    if (e->rs.hook == ce_tp_forward) {
+        const TpGpu *t = static_cast<const TpGpu *>(e->rs.hook_ctx);
+        info->tp = t->tp;
+        for (int r = 0; r < t->tp && r < 16; r++) {
+            size_t b = 0;
+            for (const DLayer &L : t->ce[(size_t)r]->L) {
+                const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
+                for (const DLin *d : ls) b += dlin_bytes(*d);
+            }
+            info->rank_layer_bytes[r] = b;
+            info->weight_bytes += t->ce[(size_t)r]->weight_bytes;
+        }
+        const CE *g = t->ce[0];
+        info->step_bytes = g->step_bytes;
+        info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
+        info->graphs = g->n_graphs;
+        info->graph_launches = g->launches;
+        snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
+        return 0;
+    }
+    const CE *g = static_cast<const CE *>(e->rs.hook_ctx);
+    info->tp = 1;
+    {
+        size_t b = 0;
+        for (const DLayer &L : g->L) {
+            const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
+            for (const DLin *d : ls) b += dlin_bytes(*d);
+        }
+        info->rank_layer_bytes[0] = b;
+    }
+    info->weight_bytes = g->weight_bytes;
+    info->step_bytes = g->step_bytes;
+    info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
+    info->graphs = g->n_graphs;
+    info->graph_launches = g->launches;
+    snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
+    return 0;
+}
+
+int cuda_engine_sync(const Engine *e) {
+    if (!cuda_engine_is(e) || e->rs.hook == ce_tp_forward) return 0;
+    CUDA_CHECK(cudaStreamSynchronize(static_cast<const CE *>(e->rs.hook_ctx)->st));
+    return 0;
+}
+
+int cuda_copy_bandwidth(int gpu, size_t bytes, int reps, double *bytes_per_s) {
+    CUDA_CHECK(cudaSetDevice(gpu));
+    void *a = nullptr, *b = nullptr;
+    CUDA_CHECK(cudaMalloc(&a, bytes));
+    if (cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaFree(a);
+        return err_set("cuda_copy_bandwidth: no memory for 2 x %zu bytes", bytes);
+    }
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    std::vector<float> ms;
+    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); /* warm-up */
+    for (int r = 0; r < reps; r++) {
+        cudaEventRecord(e0);
+        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
+        cudaEventRecord(e1);
+        cudaEventSynchronize(e1);
+        float t = 0;
+        cudaEventElapsedTime(&t, e0, e1);
+        ms.push_back(t);
+    }
+    cudaError_t err = cudaGetLastError();
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaFree(a);
+    cudaFree(b);
+    if (err != cudaSuccess) return err_set("cuda_copy_bandwidth: %s", cudaGetErrorString(err));
+    std::sort(ms.begin(), ms.end());
+    *bytes_per_s = 2.0 * (double)bytes / (1e-3 * (double)ms[ms.size() / 2]);
+    return 0;
+}
+
+} /* extern "C" */

@@ -1,0 +1,102 @@
+/* The CUDA backend: the forward pass of src/runtime/forward.c on one GPU.
+ *
+ * cuda_engine_open fills an ordinary Engine whose RunState carries a forward
+ * hook (runtime/forward.h), so forward(), engine_generate() and eval_ppl()
+ * — every command — run on the GPU unchanged.  What lives where:
+ *   - weights are uploaded once: ternary linears packed as loaded
+ *     (kernels/cuda/tern_cuda.h, same bytes as the CPU), dense linears, the
+ *     embedding, lm_head and norms in fp32 (EngineOpts.bf16 = 0, the reference)
+ *     or bf16 (dense linears; then activations into every linear are bf16 too);
+ *   - the paged KV cache lives on the device (f32 pages in the host cache's
+ *     layout); the Engine's KvCache keeps the block allocator and block tables
+ *     on the host (no host pages) and the device holds a mirror of the tables,
+ *     updated by the changed entries only;
+ *   - matmuls: ternary through tern_cuda_matmul_* (int8 activations for
+ *     BitNet-style linears, f32 as three bf16 terms, or bf16), dense through
+ *     cuBLAS (SGEMM without TF32 for fp32; cublasGemmEx BF16 in, fp32
+ *     accumulation for bf16);
+ *   - RMSNorm, RoPE, paged attention, SwiGLU/ReLU^2, residuals, int8 activation
+ *     quantisation: kernels/cuda/fwd_cuda.h (CPU twins in forward.c).
+ * A decode step (RunState.decode, logits of every token) is captured into a
+ * CUDA graph the second time a batch size is seen and replayed after that:
+ * one host-to-device copy of the step's inputs, one graph launch, one copy of
+ * the logits back.  No host synchronisation inside a step.
+ *
+ * Not supported on the GPU (clear errors): ternary KV pages (--kv other than
+ * none), --dump-layers.
+ * Builds without CUDA get the same functions returning an error. */
+#ifndef TL_CUDA_ENGINE_H
+#define TL_CUDA_ENGINE_H
+
+#include "runtime/engine.h"
+
+#include <stddef.h>
+#include <stdint.h>
+
+/* 1 when this build has the CUDA backend and a GPU is visible; else 0 with the
+ * reason in why (may be NULL). */
+int cuda_backend_available(char *why, size_t n);
+
+/* Opens e for model m (which must outlive e) on GPU o->gpu.  Returns 0, or -1
+ * (err_set) with nothing left allocated. */
+int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o);
+
+/* Tensor parallelism over tp GPUs (tp == 1: cuda_engine_open): rank r on GPU
+ * r, one host thread per rank, NCCL communicators (ncclCommInitRank; NVLink
+ * multicast off: NCCL_NVLS_ENABLE=0).  Column-parallel q/k/v/gate/up,
+ * row-parallel o/down with an all-reduce on the compute stream (inside the
+ * decode graphs); attention and KV heads split (the KV heads must divide by
+ * tp); embedding, norms and lm_head replicated (logits on rank 0).
+ * int8 activations are exact (bit-identical to one GPU): the row-parallel
+ * input is all-gathered and quantised whole, the integer partial sums are
+ * all-reduced.  f32/bf16 activations differ from one GPU by float
+ * reassociation of the row-parallel sums.  Refused with a message: fewer
+ * GPUs than tp, a shard boundary that cuts a scale group, int8 activations
+ * with several scale groups per row. */
+int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp);
+/* Call before the process's first CUDA call when it will run tp > 1 on the
+ * GPU: sets CUDA_MODULE_LOADING=EAGER (unless the user set it).  With lazy
+ * module loading a rank's first launch of a kernel can wait on the driver
+ * while another rank's all-reduce kernel spins waiting for it: a hang. */
+void cuda_prepare_multi_gpu(void);
+
+/* Synthetic models for throughput (no files): m holds only cfg (and RoPE
+ * tables); weights are generated on the device from `seed`: every decoder
+ * linear ternary (packed, one scale per row; int8 activations when act_int8,
+ * else bf16) when ternary = 1, else dense bf16 (the BF16 reference); the
+ * embedding f32, lm_head dense bf16, norms 1.  Requires o->bf16 = 1. */
+typedef struct {
+    int ternary;
+    int act_int8;
+    uint64_t seed;
+    int tp; /* > 1: over tp GPUs as cuda_engine_open_tp (each rank its own random slice) */
+} CudaSynthetic;
+int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn);
+
+/* GPUs visible (0 without CUDA). */
+int cuda_device_count(void);
+
+/* 1 when e was opened by cuda_engine_open*. */
+int cuda_engine_is(const Engine *e);
+
+typedef struct {
+    size_t weight_bytes;   /* device bytes of every weight (codes, scales, dense, norms, embedding) */
+    size_t step_bytes;     /* weight bytes one decode step reads: all linears + lm_head + norms
+                            * + one embedding row per token (KV not included) */
+    size_t kv_bytes;       /* device K/V pool */
+    int tp;                /* ranks (GPUs) */
+    size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */
+    int64_t graphs;        /* decode graphs captured (rank 0) */
+    int64_t graph_launches;
+    char device_name[128];
+} CudaEngineInfo;
+int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
+
+/* Waits for all work of e's stream (for timing). */
+int cuda_engine_sync(const Engine *e);
+
+/* Device-to-device copy bandwidth on GPU `gpu` (bytes read + written per
+ * second), the median of `reps` cudaMemcpyAsync copies of `bytes`. */
+int cuda_copy_bandwidth(int gpu, size_t bytes, int reps, double *bytes_per_s);
+
+#endif
