@@ -29,13 +29,12 @@
         }                                                                         \
     } while (0)
 
+/* ---- kernels vs their CPU twins ---------------------------------------- */
+#ifdef TL_HAVE_CUDA
 static float frand(uint64_t *s) {
     *s = *s * 6364136223846793005ull + 1442695040888963407ull;
     return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
 }
-
-/* ---- kernels vs their CPU twins ---------------------------------------- */
-#ifdef TL_HAVE_CUDA
 #include "cuda/fwd_cuda.h"
 
 #include <cuda_runtime_api.h>

@@ -29,7 +29,6 @@ static int weaker(const char *have, const char *want) {
 }
 
 void blas_setup(int argc, char **argv) {
-    (void)argc;
     const char *auto_env = getenv("TERNLAB_BLAS_AUTO");
     if (auto_env && strcmp(auto_env, "0") == 0) return;
     int reexec = 0;
@@ -37,6 +36,14 @@ void blas_setup(int argc, char **argv) {
      * OpenBLAS's own threads need: measured 5x slower perplexity on 2 cores. */
     if (!getenv("OMP_WAIT_POLICY")) {
         setenv("OMP_WAIT_POLICY", "passive", 1);
+        reexec = 1;
+    }
+    /* The kernel benchmark alternates OpenBLAS and ternary calls on the same
+     * cores: OpenBLAS's pthreads keep spinning ~0.1 s after each call (seen with
+     * strace) and take a core from the ternary kernel being timed.  There,
+     * let them sleep at once (a wake-up costs far less than one sgemv). */
+    if (argc > 1 && strcmp(argv[1], "bench") == 0 && !getenv("OPENBLAS_THREAD_TIMEOUT")) {
+        setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
         reexec = 1;
     }
     const char *have = openblas_get_corename();

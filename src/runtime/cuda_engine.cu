@@ -697,15 +697,20 @@ int engine_finish(Engine *e, CE *g) {
     return 0;
 }
 
-int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
+/* The front Engine of a GPU engine: the model and the host block tables (the
+ * allocator every rank shares; no host pages). */
+int open_front(Engine *e, Model *m, const EngineOpts *o) {
     memset(e, 0, sizeof *e);
     e->m = m;
-    int bs = o->block_size > 0 ? o->block_size : 16;
+    const int bs = o->block_size > 0 ? o->block_size : 16;
     if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
         return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
-    if (kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
-                       (int)o->n_blocks) != 0)
-        return -1;
+    return kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
+                          (int)o->n_blocks);
+}
+
+int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
+    if (open_front(e, m, o) != 0) return -1;
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
@@ -1028,14 +1033,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
     if (tp_plan_check(&m->cfg, tp, m->path ? m->path : "(unnamed)") != 0) return -1;
     if (!syn && (!m->layers || !m->embed))
         return err_set("--device cuda: the model has no weights loaded");
-    memset(e, 0, sizeof *e);
-    e->m = m;
-    const int bs = o->block_size > 0 ? o->block_size : 16;
-    if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
-        return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
-    if (kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
-                       (int)o->n_blocks) != 0)
-        return -1;
+    if (open_front(e, m, o) != 0) return -1;
     TpGpu *t = new TpGpu();
     t->tp = tp;
     t->ce.assign((size_t)tp, nullptr);
