@@ -1,0 +1,152 @@
+/* dev/tern_gemv_i8_v5.cu — an experiment, not built (NOTES.md); v3 is
+ * kernels/cuda/tern_gemv_i8.cu.
+ *
+ * Decode GEMV for int8 activations, one token, one scale per row (group tensor
+ * or row: BitNet checkpoints, TQ-style per-row scales), on the CUDA cores with
+ * dp4a: the weight stream is the cost, so each lane loads 16 bytes of codes
+ * (64 weights) per step and decodes them in registers.
+ *
+ *   byte j of a 64-byte block holds columns b*256 + 64*i + j in its 2-bit fields
+ *   i (kernels/ternary_format.h), code c = q + 1.  For a 32-bit word of codes,
+ *   (w >> 2i) & 0x03030303 is four codes of four consecutive columns, so
+ *   sum q*x = dp4a(c, x) - dp4a(0x01010101, x): both exact in int32.
+ *   y = s_r * (float)D / sx, the reference's formula (tern_matmul_i8_ref), so
+ *   the result equals the CPU twin bit for bit.
+ * One warp per row, grid-stride over rows; lanes stride over 16-byte chunks,
+ * then an integer warp reduction (exact, any order).
+ * Measured (H200, make bench-gpu, M = 1, group row): 4096x4096 3.8 us (3.4x cuBLAS
+ * BF16), 14336x4096 10.1 us (3.1x), 4096x14336 9.3 us (3.4x), 36864x4608 27.5 us
+ * (3.2x) — 28-40% of copy bandwidth; for rows longer than 16384 columns the
+ * tensor-core GEMV (tern_gemv.cu) is faster (4608x36864: 24.3 vs 34.8 us), so
+ * tern_cuda.cu uses this kernel up to 16384 columns.  v2 and v3 in dev/.
+ * v5 (this file): each 2-bit field is masked in place (no shift) into its own
+ * accumulator (4^i * c, divided out exactly at the end: at most 16384 columns
+ * keep every accumulator far inside int32), and sum(x) is taken once per lane
+ * for all rows instead of once per chunk — about half the integer ops of v3
+ * per byte of codes, which is what bounded v3 (NOTES.md). */
+#include "cuda/cuda_util.h"
+#include "cuda/tern_cuda.h"
+#include "ternary_format.h"
+
+#include <cuda_runtime.h>
+#include <stdint.h>
+
+namespace {
+
+__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* d = sum of the four byte products a_u8 * b_s8 + c (codes are unsigned bytes:
+ * a masked field can reach 0x80, which the signed form would read as -128). */
+__device__ __forceinline__ int dp4a_us(unsigned a, int b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
+/* One 16-byte chunk of codes against its activations: field i (bits 2i..2i+1 of
+ * every byte) is masked in place — no shift — so it reads as 4^i * c and goes
+ * to its own accumulator a[i]; the caller divides a[i] by 4^i exactly at the end.
+ * Chunk c of a row covers columns (c >> 2) * 256 + (c & 3) * 16 + 64 * i + [0, 16). */
+__device__ __forceinline__ void chunk_acc(uint4 w, const int8_t *__restrict__ x, int64_t base,
+                                          int64_t cols, int (&a)[4]) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+        const int64_t c0 = base + 64 * i;
+        if (c0 >= cols) break; /* cols % 16 == 0: a run is all in or all out */
+        const int4 xv = __ldg(reinterpret_cast<const int4 *>(x + c0));
+        const unsigned m = 0x03030303u << (2 * i);
+        a[i] = dp4a_us(w.x & m, xv.x, a[i]);
+        a[i] = dp4a_us(w.y & m, xv.y, a[i]);
+        a[i] = dp4a_us(w.z & m, xv.z, a[i]);
+        a[i] = dp4a_us(w.w & m, xv.w, a[i]);
+    }
+}
+
+/* Sum of the activations a lane's chunks cover (the same for every row). */
+__device__ __forceinline__ int lane_xsum(const int8_t *__restrict__ x, int64_t cols,
+                                         int64_t chunks, int lane) {
+    int s = 0;
+    for (int64_t c = lane; c < chunks; c += 32) {
+        const int64_t base = (c >> 2) * 256 + (c & 3) * 16;
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            const int64_t c0 = base + 64 * i;
+            if (c0 >= cols) break;
+            const int4 xv = __ldg(reinterpret_cast<const int4 *>(x + c0));
+            s = __dp4a(0x01010101, xv.x, s);
+            s = __dp4a(0x01010101, xv.y, s);
+            s = __dp4a(0x01010101, xv.z, s);
+            s = __dp4a(0x01010101, xv.w, s);
+        }
+    }
+    return s;
+}
+
+__global__ void __launch_bounds__(256) gemv_i8_rowscale(const uint8_t *__restrict__ codes,
+                                                        const float *__restrict__ scales,
+                                                        int64_t scale_stride, int64_t rows,
+                                                        int64_t cols, int64_t row_bytes,
+                                                        const int8_t *__restrict__ x,
+                                                        const float *__restrict__ sxp,
+                                                        float *__restrict__ y) {
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int64_t chunks = row_bytes / 16;
+    /* sum q*x = sum c*x - sum x, with c = q + 1; this lane's sum x once for all rows */
+    const int xs = lane_xsum(x, cols, chunks, lane);
+    for (int64_t r = warp; r < rows; r += nwarps) {
+        const uint8_t *row = codes + r * row_bytes;
+        int a[4] = {0, 0, 0, 0};
+        int64_t c = lane;
+        /* four loads in flight per lane before any arithmetic */
+        for (; c + 96 < chunks; c += 128) {
+            uint4 w0 = ld_stream(row + 16 * c), w1 = ld_stream(row + 16 * (c + 32));
+            uint4 w2 = ld_stream(row + 16 * (c + 64)), w3 = ld_stream(row + 16 * (c + 96));
+            chunk_acc(w0, x, (c >> 2) * 256 + (c & 3) * 16, cols, a);
+            chunk_acc(w1, x, ((c + 32) >> 2) * 256 + ((c + 32) & 3) * 16, cols, a);
+            chunk_acc(w2, x, ((c + 64) >> 2) * 256 + ((c + 64) & 3) * 16, cols, a);
+            chunk_acc(w3, x, ((c + 96) >> 2) * 256 + ((c + 96) & 3) * 16, cols, a);
+        }
+        for (; c < chunks; c += 32)
+            chunk_acc(ld_stream(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols, a);
+        /* exact: a[i] is a multiple of 4^i */
+        int acc = a[0] + (a[1] >> 2) + (a[2] >> 4) + (a[3] >> 6) - xs;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) {
+            /* the reference: acc = 0 + s * (float)D; y = acc / sx */
+            const float v = __fmul_rn(scales[r * scale_stride], (float)acc);
+            y[r] = __fdiv_rn(v, sxp[0]);
+        }
+    }
+}
+
+} /* namespace */
+
+/* x: one token of int8 activations, 16-byte aligned, x_cols (>= W->cols, a multiple
+ * of 16) readable with zeros past W->cols; no host synchronisation (graph-safe). */
+extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
+                                     const float *d_sx, float *d_y, cudaStream_t s) {
+    if (W->n_groups != 1) return err_set("tern_gemv_i8_rowscale: %lld scale groups per row",
+                                         (long long)W->n_groups);
+    if (x_cols % 16 != 0 || x_cols < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("tern_gemv_i8_rowscale: activations must be 16-byte aligned with a "
+                       "multiple of 16 columns");
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int64_t blocks = (W->rows + 7) / 8;
+    if (blocks > (int64_t)sms * 8) blocks = (int64_t)sms * 8;
+    gemv_i8_rowscale<<<(unsigned)blocks, 256, 0, s>>>(W->d_codes, W->d_scales, W->scale_stride,
+                                                       W->rows, x_cols, W->row_bytes, d_x, d_sx,
+                                                       d_y);
+    CUDA_CHECK(cudaGetLastError());
+    return 0;
+}
