@@ -1,0 +1,47 @@
+/* ternlab bench (the CPU kernel benchmark) and bench-e2e: they run and write
+ * complete HDF5 files with every column.  No timing is asserted (a shared
+ * machine); correctness of the kernels is tests/test_tern_kernels.c's job. */
+#include "test.h"
+#include "fixtures.h"
+#include "core/err.h"
+#include "log/h5log.h"
+#include "runtime/cuda_engine.h"
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+TEST(bench_quick_writes_every_column) {
+    char path[512], cmd[1024], *out = NULL;
+    snprintf(path, sizeof path, "%s/bench.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s bench --quick --out %s", bin_path("ternlab"), path);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    /* the decode rows print the back-to-back int8 timing */
+    CHECK_MSG(out && strstr(out, "int8 alone, back to back:"), "%s", out);
+    free(out);
+    const char *need[] = {"/bench/rows", "/bench/cols", "/bench/n", "/bench/tern_f32_ms",
+                          "/bench/tern_i8_ms", "/bench/blas_f32_ms", "/bench/tern_i8_warm_ms",
+                          "/bench/speedup_f32_vs_blas", "/bench/speedup_i8_vs_blas", NULL};
+    int v = h5log_verify(path, need);
+    CHECK_MSG(v == 0, "%s", err_msg());
+}
+
+/* Without a GPU, bench-e2e says so and fails cleanly; with one, a tiny
+ * synthetic run writes its file. */
+TEST(bench_e2e_runs_or_refuses) {
+    char path[512], cmd[1024], *out = NULL;
+    snprintf(path, sizeof path, "%s/e2e.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s bench-e2e --shapes tiny --batches 1,4 --steps 4 --prefill 64 --out %s",
+             bin_path("ternlab"), path);
+    int rc = test_run(cmd, &out);
+    if (!cuda_backend_available(NULL, 0)) {
+        CHECK_MSG(rc == 1 && strstr(out, "bench-e2e:"), "rc %d: %s", rc, out);
+    } else {
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+        const char *need[] = {"/e2e/shape", "/e2e/config", "/e2e/tp", "/e2e/tokens_per_s",
+                              "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", NULL};
+        CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+    }
+    free(out);
+}
