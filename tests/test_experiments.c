@@ -6,11 +6,13 @@
 #include "core/mem.h"
 #include "kv/kvcache.h"
 #include "log/h5log.h"
+#include "runtime/cuda_engine.h"
 
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 static double read_scalar(const char *file, const char *path) {
     double v = NAN;
@@ -246,4 +248,32 @@ TEST(ppl_cli_kv_policy_and_run_file) {
              test_tmpdir());
     CHECK(test_run(cmd, &log) == 2 && strstr(log, "full prefills"));
     free(log);
+}
+
+/* device=cuda: without a GPU a clear error (no file); with one, the throughput
+ * experiment runs its engines on the GPU and writes the whole schema; ternary
+ * KV pages on cuda are refused either way. */
+TEST(exp_device_cuda_runs_or_refuses) {
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "%s --model %s --value decoder device=cuda max_windows=1 --out %s/kvc.h5",
+             bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), test_tmpdir());
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc != 0 && strstr(out, "ternary KV pages run on the CPU only"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "%s --model %s --value ternary device=cuda batches='1 3' prompt_len=12 gen_len=3 "
+             "warmup=0 repeats=1 max_windows=1 --out %s/thr.h5",
+             bin_path("exp_throughput"), test_path(LLAMA_DIR), test_tmpdir());
+    rc = test_run(cmd, &out);
+    char f[1024];
+    snprintf(f, sizeof f, "%s/thr.h5", test_tmpdir());
+    if (!cuda_backend_available(NULL, 0)) {
+        CHECK_MSG(rc != 0 && strstr(out, "--device cuda"), "rc %d: %s", rc, out);
+        CHECK(access(f, F_OK) != 0);
+    } else {
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+        CHECK_MSG(h5log_verify_schema(f) == 0, "%s", err_msg());
+        CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
+    }
+    free(out);
 }

@@ -169,7 +169,7 @@ int cmd_ppl(int argc, char **argv) {
     if (rc == 0 && o.out) {
         /* the run file: the same windows against the dense reference (paper/SCHEMA.md) */
         rc = exp_run_single(o.model, o.tokens, o.window, o.max_windows, o.quant,
-                            strcmp(o.kv, "none") ? o.kv : NULL, o.tp, o.out);
+                            strcmp(o.kv, "none") ? o.kv : NULL, o.tp, o.device, o.out);
         if (rc == 0) fprintf(stderr, "ppl: run file %s\n", o.out);
     }
     if (rc == 0) /* the contract: this is the last line on stdout */

@@ -1,4 +1,5 @@
 #include "eval/experiment.h"
+#include "runtime/cuda_engine.h"
 #include "tp/tp_engine.h"
 #include "eval/latency.h"
 #include "core/err.h"
@@ -154,12 +155,12 @@ static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *
 
 /* Runs the windows through a model; fills the reference (ctx->nll == NULL) or
  * the run's metrics. */
-static int evaluate(Model *m, int tp, const KvPolicy *pol, const int32_t *tok, int64_t n,
-                    const RefData *R, EvalCtx *ctx, PplResult *res, TpStats *tps) {
+static int evaluate(Model *m, int tp, EngineDevice dev, const KvPolicy *pol, const int32_t *tok,
+                    int64_t n, const RefData *R, EvalCtx *ctx, PplResult *res, TpStats *tps) {
     int64_t per_call = EXP_TOKENS_PER_CALL / R->T * R->T;
     if (per_call < R->T) per_call = R->T;
     Engine e;
-    EngineOpts eo = {.max_tok = per_call, .block_size = 16};
+    EngineOpts eo = {.max_tok = per_call, .block_size = 16, .device = dev};
     eo.n_blocks = per_call / R->T * ((R->T + 15) / 16);
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int rc = kv_set_policy(&e.kv, pol);
@@ -249,7 +250,8 @@ static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t 
     KvPolicy none = {KVP_NONE, -1, -1};
     EvalCtx ctx = {.ref = R};
     PplResult res;
-    int st = evaluate(&m, 1, &none, tok, n, R, &ctx, &res, NULL); /* the reference runs at tp 1 */
+    /* the reference: tp 1 on the CPU (fp32, the definition), whatever device the run uses */
+    int st = evaluate(&m, 1, ENGINE_CPU, &none, tok, n, R, &ctx, &res, NULL);
     model_free(&m);
     if (st != 0) return -1;
     R->ppl = res.ppl;
@@ -279,14 +281,14 @@ typedef struct {
 
 /* batch sequences of prompt_len tokens prefilled in one call, then gen_len
  * batched decode steps (greedy); medians over `repeats` after `warmup`. */
-static int measure_throughput(Model *m, int tp, const int32_t *tok, int64_t n, int batch,
-                              int prompt_len, int gen_len, int warmup, int repeats,
+static int measure_throughput(Model *m, int tp, EngineDevice dev, const int32_t *tok, int64_t n,
+                              int batch, int prompt_len, int gen_len, int warmup, int repeats,
                               Throughput *out) {
     if ((int64_t)batch * (prompt_len + gen_len) > n)
         return err_set("throughput: batch %d x %d tokens exceeds the token file", batch,
                        prompt_len + gen_len);
     Engine e;
-    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16};
+    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev};
     eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int64_t nt = (int64_t)batch * prompt_len;
@@ -391,12 +393,17 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
 
 static int run_point(const RunCfg *rc, const char *out) {
     char model_sha[65], spec_str[256], pol_str[96], commit[64];
-    if (strcmp(rc->device, "cpu") != 0)
-        return err_set("device '%s': this build runs experiments on cpu only", rc->device);
+    const int dev_i = engine_device_parse(rc->device);
+    if (dev_i < 0) return err_set("device '%s': expected cpu or cuda", rc->device);
+    const EngineDevice dev = (EngineDevice)dev_i;
     if (rc->tp < 1 || rc->tp > TP_MAX_RANKS)
-        return err_set("tp %d: expected 1..%d (CPU threads)", rc->tp, TP_MAX_RANKS);
+        return err_set("tp %d: expected 1..%d (CPU threads or GPUs)", rc->tp, TP_MAX_RANKS);
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
+    if (dev == ENGINE_CUDA && pol.kind != KVP_NONE)
+        return err_set("device cuda with kv %s: ternary KV pages run on the CPU only (device=cpu)",
+                       rc->kv);
+    if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
     int loaded = strcmp(rc->quant, "loaded") == 0;
     if (model_hash(rc->model, model_sha) != 0) return -1;
 
@@ -440,7 +447,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         ctx.nll = xmalloc(sizeof(float) * (size_t)R.N);
         ctx.kl = xmalloc(sizeof(float) * (size_t)R.N);
         ctx.logit_test = xmalloc(sizeof(float) * (size_t)ctx.logit_rows * (size_t)R.V + 4);
-        st = evaluate(&m, rc->tp, &pol, tok, n, &R, &ctx, &res, &tps);
+        st = evaluate(&m, rc->tp, dev, &pol, tok, n, &R, &ctx, &res, &tps);
     }
 
     /* throughput rows */
@@ -485,7 +492,7 @@ static int run_point(const RunCfg *rc, const char *out) {
                 break;
             }
             Throughput t = {0};
-            st = measure_throughput(&m, rc->tp, tok, n, (int)batches[i], (int)pl, (int)gl,
+            st = measure_throughput(&m, rc->tp, dev, tok, n, (int)batches[i], (int)pl, (int)gl,
                                     (int)wu, rp < 1 ? 1 : (int)rp, &t);
             if (st == 0) {
                 pre[i] = t.prefill_tok_s;
@@ -502,8 +509,13 @@ static int run_point(const RunCfg *rc, const char *out) {
                               .n_requests = 4 * (int)batches[i], .warmup = (int)wu,
                               .repeats = rp < 1 ? 1 : (int)rp};
             LatencyResult L;
-            if (st == 0) st = latency_measure(&m, have_twin ? &twin : NULL, tok, n, &lo, &L);
-            if (st == 0) {
+            /* request latencies and the step split time the CPU path's pieces: on
+             * cuda these columns are NaN (the GPU numbers are the rows above) */
+            if (st == 0 && dev == ENGINE_CUDA)
+                for (int j = 0; j < LT_N; j++) lt[j][i] = NAN;
+            if (st == 0 && dev == ENGINE_CPU)
+                st = latency_measure(&m, have_twin ? &twin : NULL, tok, n, &lo, &L);
+            if (st == 0 && dev == ENGINE_CPU) {
                 double v[LT_N] = {L.ttft_ms_p50, L.ttft_ms_p95, L.ttft_ms_p99, L.tpot_ms_p50,
                                   L.tpot_ms_p95, L.tpot_ms_p99, L.step_ms_p95, L.tok_s, L.step_ms,
                                   L.attention_ms, L.linear_ms, L.ternary_ms, L.twin_ms, L.unpack_ms,
@@ -677,7 +689,7 @@ static int run_point(const RunCfg *rc, const char *out) {
 /* ---- one run from the CLI (ternlab ppl --out) ------------------------------ */
 
 int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
-                   const char *quant, const char *kv, int tp, const char *out) {
+                   const char *quant, const char *kv, int tp, const char *device, const char *out) {
     ExpConf c;
     char text[256];
     snprintf(text, sizeof text, "factor = quant\nvalues = x\nmodels = x\ntokens = x\nwindow = 1\n"
@@ -690,7 +702,8 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     else snprintf(results, sizeof results, ".");
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
                  .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
-                 .kv = kv ? kv : "none", .device = "cpu", .results = results, .T = window,
+                 .kv = kv ? kv : "none", .device = device ? device : "cpu", .results = results,
+                 .T = window,
                  .tp = tp, .logit_rows = 8, .max_windows = max_windows, .kind = EXP_QUALITY,
                  .conf = &c};
     int st = run_point(&rc, out);

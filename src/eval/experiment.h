@@ -10,9 +10,10 @@
  * RESULTS/<experiment>/<model>__<value>.h5).  Without them: every model of
  * the config's `models` × every value of `values`.
  *
- * A run evaluates the model under the bound settings and its reference (same
- * model, dense weights with fp32 accumulation, full-precision KV, the same
- * windows and protocol), and writes the schema of paper/SCHEMA.md.  The
+ * A run evaluates the model under the bound settings (on `device` = cpu or
+ * cuda, `tp` threads or GPUs) and its reference (same model, dense weights with
+ * fp32 accumulation, full-precision KV, the same windows and protocol; on the
+ * CPU), and writes the schema of paper/SCHEMA.md.  The
  * reference's logits are cached in RESULTS/cache keyed by model hash + token
  * hash + window + windows + protocol, so a sweep computes each one once. */
 #ifndef TL_EXPERIMENT_H
@@ -32,11 +33,12 @@ typedef struct {
 int exp_main(const ExpDef *def, int argc, char **argv);
 
 /* One run written to `out` (the run-file schema), as `ternlab ppl --out`: the
- * model under quant (NULL = as loaded) and KV policy kv (NULL = none) against
- * its reference; the reference cache goes beside out (dirname(out)/cache).
+ * model under quant (NULL = as loaded) and KV policy kv (NULL = none) on
+ * device ("cpu", "cuda"; NULL = cpu) against its reference (always fp32 on the
+ * CPU); the reference cache goes beside out (dirname(out)/cache).
  * experiment attribute "ppl", factor "quant".  Returns 0 or -1 (err_set). */
 int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
-                   const char *quant, const char *kv, int tp, const char *out);
+                   const char *quant, const char *kv, int tp, const char *device, const char *out);
 
 #define TERNLAB_VERSION "0.1.0"
 
