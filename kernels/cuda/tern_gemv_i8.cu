@@ -52,7 +52,9 @@ __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, 
     return acc;
 }
 
-__global__ void __launch_bounds__(256) gemv_i8_rowscale(const uint8_t *__restrict__ codes,
+/* (256, 8): 32 registers, so 8 blocks per SM and the whole grid in one wave
+ * (64 registers gave 4 blocks per SM and two waves; NOTES.md) */
+__global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__restrict__ codes,
                                                         const float *__restrict__ scales,
                                                         int64_t scale_stride, int64_t rows,
                                                         int64_t cols, int64_t row_bytes,
