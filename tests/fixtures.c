@@ -105,6 +105,27 @@ float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b) {
     return c.dst;
 }
 
+int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
+                   int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info) {
+    Model m;
+    Engine e;
+    if (batch < 1 || batch > 8) return -1;
+    if (fixture_engine(dir, opts, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
+    const int32_t *prompts[8];
+    int64_t lens[8];
+    for (int b = 0; b < batch; b++) {
+        prompts[b] = prompt;
+        lens[b] = np;
+    }
+    int rc = engine_generate(&e, prompts, lens, batch, n_new, out);
+    if (rc) fprintf(stderr, "    %s\n", err_msg());
+    if (info && rc == 0 && (rc = cuda_engine_info(&e, info)) != 0)
+        fprintf(stderr, "    %s\n", err_msg());
+    engine_free(&e);
+    model_free(&m);
+    return rc;
+}
+
 const char *bin_path(const char *prog) {
     static _Thread_local char buf[8][512];
     static _Thread_local int k;

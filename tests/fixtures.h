@@ -2,6 +2,7 @@
 #ifndef TL_TEST_FIXTURES_H
 #define TL_TEST_FIXTURES_H
 
+#include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
 
 #include <stdint.h>
@@ -31,6 +32,13 @@ int fixture_engine(const char *dir, const ModelLoadOpts *opts, int64_t max_tok, 
  * (both (2*T, vocab), heap); *vocab receives V.  Returns 0 or -1. */
 int fixture_oracle_logits(const char *dir, const ModelLoadOpts *opts, int T, float **got,
                           float **ref, int *vocab);
+/* Greedy decoding of the model in dir (loaded with opts, may be NULL) on an
+ * engine of fixture_backend (64 tokens per call, block 16): batch copies of
+ * the prompt (np tokens), n_new ids each into out[b] (batch <= 8).  When info
+ * is non-NULL the engine's cuda_engine_info is taken before it closes (a CUDA
+ * engine only).  Returns 0 or -1 (message on stderr). */
+int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
+                   int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info);
 /* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
  * sanitizer suite runs its own binaries. */
 const char *bin_path(const char *prog);

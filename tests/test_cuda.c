@@ -450,24 +450,6 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
     oracle(BITNET_DIR, 1, 1.0, 0.95);
 }
 
-/* Greedy tokens on the backend in fixture_backend. */
-static int greedy(const char *dir, const char *quant, const int32_t *prompt, int64_t np,
-                  int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info) {
-    Model m;
-    Engine e;
-    ModelLoadOpts lo = {.quant = quant};
-    if (fixture_engine(dir, &lo, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
-    const int32_t *prompts[8];
-    int64_t lens[8];
-    for (int b = 0; b < batch; b++) prompts[b] = prompt, lens[b] = np;
-    int rc = engine_generate(&e, prompts, lens, batch, n_new, out);
-    if (rc) fprintf(stderr, "    %s\n", err_msg());
-    if (info && rc == 0) rc = cuda_engine_info(&e, info);
-    engine_free(&e);
-    model_free(&m);
-    return rc;
-}
-
 /* 100 greedy tokens GPU (fp32 activations, decode graphs) vs CPU on the same
  * ternary weights, batch 1 and 8. */
 static void gpu_vs_cpu(const char *dir, const char *quant) {
@@ -481,10 +463,11 @@ static void gpu_vs_cpu(const char *dir, const char *quant) {
             cpu[b] = xmalloc(sizeof(int32_t) * 100);
         }
         CudaEngineInfo info;
+        ModelLoadOpts lo = {.quant = quant};
         fixture_backend.device = ENGINE_CUDA;
-        REQUIRE(greedy(dir, quant, prompt, np, 100, batch, gpu, &info) == 0);
+        REQUIRE(fixture_greedy(dir, &lo, prompt, np, 100, batch, gpu, &info) == 0);
         fixture_backend.device = ENGINE_CPU;
-        REQUIRE(greedy(dir, quant, prompt, np, 100, batch, cpu, NULL) == 0);
+        REQUIRE(fixture_greedy(dir, &lo, prompt, np, 100, batch, cpu, NULL) == 0);
         CHECK_MSG(info.graphs >= 1 && info.graph_launches >= 90,
                   "decode graphs: %lld captured, %lld launches", (long long)info.graphs,
                   (long long)info.graph_launches);
@@ -521,9 +504,9 @@ TEST(gpu_graph_replay_equals_eager) {
     CudaEngineInfo ia, ib;
     fixture_backend.device = ENGINE_CUDA;
     fixture_backend.bf16 = 1;
-    REQUIRE(greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, a, &ia) == 0);
+    REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, a, &ia) == 0);
     fixture_backend.no_graphs = 1;
-    REQUIRE(greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ib) == 0);
+    REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ib) == 0);
     CHECK(ia.graphs >= 1 && ia.graph_launches >= 30);
     CHECK(ib.graphs == 0 && ib.graph_launches == 0);
     for (int i = 0; i < 8; i++) {

@@ -40,32 +40,13 @@ TEST(bitnet_logits_match_transformers) {
     free(ref);
 }
 
-/* Greedy tokens of a model loaded with `opts`, batch copies of the prompt. */
-static int greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
-                  int64_t n_new, int batch, int32_t **out) {
-    Model m;
-    Engine e;
-    if (fixture_engine(dir, opts, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
-    const int32_t *prompts[8];
-    int64_t lens[8];
-    for (int b = 0; b < batch; b++) {
-        prompts[b] = prompt;
-        lens[b] = np;
-    }
-    int rc = engine_generate(&e, prompts, lens, batch, n_new, out);
-    if (rc) fprintf(stderr, "    %s\n", err_msg());
-    engine_free(&e);
-    model_free(&m);
-    return rc;
-}
-
 TEST(bitnet_greedy_matches_transformers) {
     int32_t *prompt, *want, *out[1];
     int64_t np = fixture_ref_ints(BITNET_DIR, "greedy_prompt", &prompt);
     int64_t nw = fixture_ref_ints(BITNET_DIR, "greedy_out", &want);
     REQUIRE(np > 0 && nw == 64);
     out[0] = xmalloc(sizeof(int32_t) * 64);
-    REQUIRE(greedy(BITNET_DIR, NULL, prompt, np, 64, 1, out) == 0);
+    REQUIRE(fixture_greedy(BITNET_DIR, NULL, prompt, np, 64, 1, out, NULL) == 0);
     int same = 0;
     while (same < 64 && out[0][same] == want[same]) same++;
     CHECK_MSG(same == 64, "first difference at token %d", same);
@@ -87,8 +68,8 @@ static void check_fast_vs_dense(const char *dir, const char *quant) {
             dense[b] = xmalloc(sizeof(int32_t) * 100);
         }
         ModelLoadOpts of = {.quant = quant}, od = {.quant = quant, .dense = 1};
-        REQUIRE(greedy(dir, &of, prompt, np, 100, batch, fast) == 0);
-        REQUIRE(greedy(dir, &od, prompt, np, 100, batch, dense) == 0);
+        REQUIRE(fixture_greedy(dir, &of, prompt, np, 100, batch, fast, NULL) == 0);
+        REQUIRE(fixture_greedy(dir, &od, prompt, np, 100, batch, dense, NULL) == 0);
         for (int b = 0; b < batch; b++) {
             int same = 0;
             while (same < 100 && fast[b][same] == dense[b][same]) same++;

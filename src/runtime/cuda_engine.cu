@@ -8,7 +8,9 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <condition_variable>
 #include <initializer_list>
+#include <mutex>
 #include <string>
 #include <utility>
 #include <stdio.h>
@@ -674,11 +676,24 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     return 0;
 }
 
-void step_bytes(CE *g) {
+/* Device bytes of one layer's linears (separate or fused, whichever it holds). */
+size_t layer_linear_bytes(const DLayer &L) {
+    const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
     size_t b = 0;
+    for (const DLin *d : ls) b += dlin_bytes(*d);
+    return b;
+}
+
+/* Decoder-linear bytes of all layers (what a rank holds). */
+size_t decoder_linear_bytes(const CE *g) {
+    size_t b = 0;
+    for (const DLayer &L : g->L) b += layer_linear_bytes(L);
+    return b;
+}
+
+void step_bytes(CE *g) {
+    size_t b = decoder_linear_bytes(g);
     for (const DLayer &L : g->L) {
-        const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
-        for (const DLin *d : ls) b += dlin_bytes(*d);
         b += sizeof(float) * (size_t)(2 * g->c.hidden);
         if (L.attn_sub)
             b += sizeof(float) * (g->tp > 1 ? (size_t)g->qd_full : (size_t)g->c.n_heads * (size_t)g->c.head_dim);
@@ -694,6 +709,7 @@ int engine_finish(Engine *e, CE *g) {
     e->rs.hook = ce_forward;
     e->rs.hook_ctx = g;
     e->backend_free = ce_engine_free;
+    e->rs.argmax_capable = 1;
     return 0;
 }
 
@@ -721,10 +737,11 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     return 0;
 }
 
-int open_fail(Engine *e, CE *g) {
+/* A failed open: frees the backend (destroy(ptr)) and the front, keeps the message. */
+template <typename T> int open_fail(Engine *e, T *ptr, void (*destroy)(T *)) {
     char msg[2048];
     snprintf(msg, sizeof msg, "%s", err_msg());
-    ce_destroy(g);
+    destroy(ptr);
     kv_free(&e->kv);
     memset(e, 0, sizeof *e);
     return err_set("%s", msg);
@@ -866,6 +883,11 @@ struct TpGpu {
     std::vector<pthread_t> th;
     pthread_barrier_t go, done;
     bool barriers = false, quit = false;
+    /* start gate: workers wait here until every one was started (gate 1) or a
+     * start failed (gate -1: they leave without touching the barriers) */
+    std::mutex gate_mu;
+    std::condition_variable gate_cv;
+    int gate = 0;
     StepPlan plan;
     int32_t *argmax_out = nullptr;
     float *logits = nullptr;
@@ -898,6 +920,11 @@ void *tp_worker(void *arg) {
     TpGpu *t = a->first;
     const int r = a->second;
     delete a;
+    {
+        std::unique_lock<std::mutex> lk(t->gate_mu);
+        t->gate_cv.wait(lk, [t] { return t->gate != 0; });
+        if (t->gate < 0) return nullptr;
+    }
     for (;;) {
         pthread_barrier_wait(&t->go);
         if (t->quit) break;
@@ -1108,30 +1135,37 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
     if (rc == 0) {
         pthread_barrier_init(&t->go, nullptr, (unsigned)tp);
         pthread_barrier_init(&t->done, nullptr, (unsigned)tp);
-        t->barriers = true;
-        t->th.resize((size_t)tp - 1);
-        for (int r = 1; r < tp; r++)
-            if (pthread_create(&t->th[(size_t)r - 1], nullptr, tp_worker,
-                               new std::pair<TpGpu *, int>(t, r)) != 0) {
-                /* cannot unwind a partial team safely: refuse before any started */
+        for (int r = 1; r < tp; r++) {
+            pthread_t h;
+            auto *arg = new std::pair<TpGpu *, int>(t, r);
+            if (pthread_create(&h, nullptr, tp_worker, arg) != 0) {
+                delete arg;
                 rc = err_set("tp: could not start the thread of rank %d", r);
                 break;
             }
+            t->th.push_back(h);
+        }
+        { /* open the gate: run, or (a start failed) let the started ones leave */
+            std::lock_guard<std::mutex> lk(t->gate_mu);
+            t->gate = rc == 0 ? 1 : -1;
+        }
+        t->gate_cv.notify_all();
+        if (rc == 0) {
+            t->barriers = true;
+        } else {
+            for (pthread_t &h : t->th) pthread_join(h, nullptr);
+            t->th.clear();
+            pthread_barrier_destroy(&t->go);
+            pthread_barrier_destroy(&t->done);
+        }
     }
-    if (rc != 0) {
-        char msg[2048];
-        snprintf(msg, sizeof msg, "%s", err_msg());
-        if (t->barriers && t->th.size() && (int)t->th.size() != tp - 1) t->barriers = false;
-        tp_destroy(t);
-        kv_free(&e->kv);
-        memset(e, 0, sizeof *e);
-        return err_set("%s", msg);
-    }
+    if (rc != 0) return open_fail(e, t, tp_destroy);
     cudaSetDevice(0);
     e->rs.max_tok = t->ce[0]->max_tok;
     e->rs.hook = ce_tp_forward;
     e->rs.hook_ctx = t;
     e->backend_free = ce_tp_engine_free;
+    e->rs.argmax_capable = 1;
     return 0;
 #endif
 }
@@ -1156,7 +1190,7 @@ int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
     if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
     CE *g = nullptr;
     if (open_begin(e, m, o, &g) != 0) return -1;
-    if (ce_common(g, e, o) != 0 || upload_model(g, m) != 0) return open_fail(e, g);
+    if (ce_common(g, e, o) != 0 || upload_model(g, m) != 0) return open_fail(e, g, ce_destroy);
     return engine_finish(e, g);
 }
 
@@ -1168,7 +1202,7 @@ int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const C
     CE *g = nullptr;
     if (open_begin(e, m, o, &g) != 0) return -1;
     g->synthetic = 1;
-    if (ce_common(g, e, o) != 0 || synth_model(g, syn) != 0) return open_fail(e, g);
+    if (ce_common(g, e, o) != 0 || synth_model(g, syn) != 0) return open_fail(e, g, ce_destroy);
     return engine_finish(e, g);
 }
 
@@ -1195,12 +1229,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         const TpGpu *t = static_cast<const TpGpu *>(e->rs.hook_ctx);
         info->tp = t->tp;
         for (int r = 0; r < t->tp && r < 16; r++) {
-            size_t b = 0;
-            for (const DLayer &L : t->ce[(size_t)r]->L) {
-                const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
-                for (const DLin *d : ls) b += dlin_bytes(*d);
-            }
-            info->rank_layer_bytes[r] = b;
+            info->rank_layer_bytes[r] = decoder_linear_bytes(t->ce[(size_t)r]);
             info->weight_bytes += t->ce[(size_t)r]->weight_bytes;
         }
         const CE *g = t->ce[0];
@@ -1213,14 +1242,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     }
     const CE *g = static_cast<const CE *>(e->rs.hook_ctx);
     info->tp = 1;
-    {
-        size_t b = 0;
-        for (const DLayer &L : g->L) {
-            const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
-            for (const DLin *d : ls) b += dlin_bytes(*d);
-        }
-        info->rank_layer_bytes[0] = b;
-    }
+    info->rank_layer_bytes[0] = decoder_linear_bytes(g);
     info->weight_bytes = g->weight_bytes;
     info->step_bytes = g->step_bytes;
     info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);

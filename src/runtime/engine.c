@@ -1,7 +1,7 @@
 #include "runtime/engine.h"
 #include "core/err.h"
 #include "core/mem.h"
-#include "runtime/cuda_engine.h"
+#include "runtime/cuda_engine.h" /* engine_open */
 #include "runtime/preflight.h"
 
 #include <stdlib.h>
@@ -88,10 +88,10 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
                          last ? logits + s * V : NULL);
         }
     }
-    /* batched greedy decode; on the GPU the argmax is taken there and only the
-     * token ids come back (RunState.argmax_out) */
+    /* batched greedy decode; a backend that can (the GPU) takes the argmax where
+     * the logits are and only the token ids come back (RunState.argmax_out) */
     int32_t *next = NULL;
-    if (rc == 0 && cuda_engine_is(e)) {
+    if (rc == 0 && e->rs.argmax_capable) {
         next = xmalloc(sizeof(int32_t) * (size_t)n_seq);
         for (int s = 0; s < n_seq; s++) next[s] = (int32_t)argmax_f32(logits + s * V, V);
     }

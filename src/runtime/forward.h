@@ -32,6 +32,7 @@ typedef struct RunState {
      * logits are, and `logits` may then be NULL (greedy decoding without
      * copying the logits back) */
     int32_t *argmax_out;
+    int argmax_capable; /* set by a backend whose hook fills argmax_out */
     /* 1 while the caller feeds generated tokens (decode), 0 for prompt tokens
      * (prefill): the KV policy stores "decoder" and "encoder" tokens differently */
     int decode;
