@@ -239,9 +239,21 @@ int cmd_bench_e2e(int argc, char **argv) {
     }
     int batches[8], tps[4];
     int nb = parse_list(batches_s, batches, 8), ntp = parse_list(tps_s, tps, 4);
-    if (nb < 1 || ntp < 1 || eo.prompt < 1 || eo.steps < 1 || eo.prefill < 1 || eo.prefill > 8192) {
-        fprintf(stderr, "ternlab bench-e2e: bad --batches/--prompt/--steps/--prefill\n");
+    if (nb < 1 || ntp < 1 || eo.prompt < 1 || eo.prompt > 8192 || eo.steps < 1 ||
+        eo.steps > 100000 || eo.prefill < 1 || eo.prefill > 8192) {
+        fprintf(stderr, "ternlab bench-e2e: bad --batches/--tp (1..4096 each) or --prompt "
+                        "(1..8192) / --steps (1..100000) / --prefill (1..8192)\n");
         return 2;
+    }
+    { /* every shape name known before any GPU work */
+        char chk[64];
+        snprintf(chk, sizeof chk, "%s", shapes);
+        ModelConfig c;
+        for (char *sv = NULL, *sh = strtok_r(chk, ",", &sv); sh; sh = strtok_r(NULL, ",", &sv))
+            if (shape_config(sh, &c) != 0) {
+                fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
+                return 2;
+            }
     }
     for (int i = 0; i < ntp; i++)
         if (tps[i] > 1) cuda_prepare_multi_gpu(); /* before the first CUDA call */
