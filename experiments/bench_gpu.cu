@@ -1,6 +1,7 @@
 /* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
+ *                       [--sweep-decode] [--decode-variant V] [--ms M1,M2,..|none]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
  * 36864x4608, 4608x36864; M (tokens) in {1, 8, 16, 64, 256, 2048}.
@@ -104,6 +105,71 @@ __global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ d
         dst[i] = src[i];
 }
 
+/* Read-only stream (the memory floor of a GEMV over the same bytes). */
+__global__ void read_kernel(const uint4 *__restrict__ src, size_t n, unsigned *out) {
+    uint32_t acc = 0;
+#pragma unroll 4
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        const uint4 v = __ldg(src + i);
+        acc ^= v.x ^ v.y ^ v.z ^ v.w;
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc; /* keeps the loads */
+}
+
+/* Access-pattern floors (no math), same bytes as a GEMV over the codes:
+ * rows_warp: one warp per row, 512 contiguous bytes per instruction, 4 in flight;
+ * tile64: a warp per 16-row tile x k slice, 8 rows x 64 B per instruction (the
+ * register GEMV's pattern), U = 4 blocks per batch;
+ * tile128: 4 rows x 128 B per instruction (8 lanes per row), 4 in flight. */
+__global__ void read_rows_warp(const uint8_t *__restrict__ p, int64_t rows, int64_t rb,
+                               unsigned *out) {
+    const int lane = threadIdx.x & 31;
+    const int64_t w = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nw = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    uint32_t acc = 0;
+    for (int64_t r = w; r < rows; r += nw) {
+        const uint8_t *row = p + r * rb;
+        for (int64_t c = 16 * lane; c < rb; c += 2048) {
+            uint4 v[4];
+#pragma unroll
+            for (int u = 0; u < 4; u++)
+                v[u] = c + 512 * u < rb ? __ldg((const uint4 *)(row + c + 512 * u)) : make_uint4(0, 0, 0, 0);
+#pragma unroll
+            for (int u = 0; u < 4; u++) acc ^= v[u].x ^ v[u].y ^ v[u].z ^ v[u].w;
+        }
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+}
+template <int RPI> /* rows per instruction: 8 (64 B each) or 4 (128 B each) */
+__global__ void read_tiles(const uint8_t *__restrict__ p, int64_t rows, int64_t rb, int64_t bps,
+                           unsigned *out) {
+    const int lane = threadIdx.x & 31, per = 32 / RPI, g = lane / per, t = lane % per;
+    const int64_t tile = (int64_t)blockIdx.x * 4 + (threadIdx.x >> 5);
+    const int64_t r0 = tile * 16;
+    if (r0 >= rows) return;
+    const int64_t b0 = blockIdx.y * bps * 64, b1 = min(b0 + bps * 64, rb);
+    uint32_t acc = 0;
+    const int seg = 16 * per; /* bytes per row per instruction */
+    for (int64_t c = b0; c < b1; c += 4 * seg) {
+        uint4 v[4][16 / RPI];
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int q = 0; q < 16 / RPI; q++) {
+                int64_t r = r0 + RPI * q + g;
+                if (r >= rows) r = rows - 1;
+                const int64_t off = c + u * seg + 16 * t;
+                v[u][q] = off < b1 ? __ldg((const uint4 *)(p + r * rb + off)) : make_uint4(0, 0, 0, 0);
+            }
+#pragma unroll
+        for (int u = 0; u < 4; u++)
+#pragma unroll
+            for (int q = 0; q < 16 / RPI; q++) acc ^= v[u][q].x ^ v[u][q].y ^ v[u][q].z ^ v[u][q].w;
+    }
+    if (acc == 0x9e3779b9u) out[0] = acc;
+}
+
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     size_t n = v.size();
@@ -152,11 +218,13 @@ struct Row {
 int main(int argc, char **argv) {
     const char *out = "results/bench_gpu";
     int quick = 0, sweep = 0;
+    const char *ms_arg = NULL;
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
+        else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
             tern_cuda_decode_variant(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
@@ -167,7 +235,7 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
-                "[--decode-variant V] (unknown argument %s)",
+                "[--decode-variant V] [--ms M1,M2,..|none] (unknown argument %s)",
                 argv[i]);
     }
     int ndev = 0;
@@ -213,6 +281,18 @@ int main(int argc, char **argv) {
     } shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
     std::vector<int64_t> Ms = {1, 8, 16, 64, 256, 2048};
     if (quick) Ms = {1, 16, 2048};
+    if (ms_arg) { /* --ms 1,16 (none: the sweep alone) */
+        Ms.clear();
+        if (strcmp(ms_arg, "none") != 0)
+            for (const char *q = ms_arg; *q;) {
+                char *end;
+                const long v = strtol(q, &end, 10);
+                if (end == q || v < 1 || v > 65536 || (*end && *end != ','))
+                    DIE("--ms %s: expected token counts 1..65536 separated by commas", ms_arg);
+                Ms.push_back(v);
+                q = *end ? end + 1 : end;
+            }
+    }
     std::vector<Row> rows;
 
     for (auto &sh : shapes) {
@@ -240,44 +320,76 @@ int main(int argc, char **argv) {
             fill_bf16<<<4096, 256, 0, s>>>(dWd[i], (size_t)(N * K), 1234u + i, 0.05f);
             CK(cudaGetLastError());
         }
-        if (sweep) { /* decode pipeline variants (tern_cuda_decode_variant), M = 1 and 16 */
-            static const char *names[] = {"v0_kbs1", "v2_kbs4", "v20_sk_kbs2", "v10_kbs1_nomath"};
-            static const int vs[] = {0, 2, 20, 10};
-            const int NV = 4;
-            uint16_t *xb;
+        if (sweep) { /* int8 decode GEMVs and their variants (tern_cuda_force_kernel,
+                      * tern_cuda_decode_variant), M = 1, 8, 16 */
+            struct SweepK {
+                const char *name;
+                int force, variant, only_m1;
+            };
+            /* force -1: the read-only floor (codes + scales streamed, no math) */
+            static const SweepK ks[] = {
+                {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 0},       {"warp_gemv", 4, 0, 1},
+                {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
+                {"rows_31204", 3, 31204, 1}, {"rows_31244", 3, 31244, 1}, {"rows_30206", 3, 30206, 1},
+            };
+            unsigned *sink;
+            CK(cudaMalloc(&sink, 4));
             int8_t *xq;
             float *sx, *y;
-            CK(cudaMalloc(&xb, (size_t)(16 * K) * 2));
             CK(cudaMalloc(&xq, (size_t)(16 * K)));
             CK(cudaMalloc(&sx, 16 * 4));
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
-            fill_bf16<<<1024, 256, 0, s>>>(xb, (size_t)(16 * K), 77u, 1.0f);
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
-            const int old = tern_cuda_decode_variant(0);
-            for (int vi = 0; vi < NV; vi++) {
-                tern_cuda_decode_variant(vs[vi]);
-                for (int64_t M : {1, 16}) {
-                    if (vs[vi] >= 10 && M > 8) continue;
-                    char *nm = (char *)malloc(64);
-                    snprintf(nm, 64, "sweep_%s_bf16", names[vi]);
-                    if (tern_cuda_matmul_bf16(&dW[0], xb, M, y, s) < 0) { /* variant refused */
-                        fprintf(stderr, "sweep %s M=%lld: %s\n", names[vi], (long long)M, err_msg());
+            const int oldv = tern_cuda_decode_variant(0), oldf = tern_cuda_force_kernel(0);
+            for (const SweepK &k : ks)
+                for (int64_t M : {1, 8, 16}) {
+                    if (k.only_m1 && M > 1) continue;
+                    if (k.force < 0) {
+                        double t = time_graph(s, R, [&](int i) {
+                            read_kernel<<<prop.multiProcessorCount * 8, 256, 0, s>>>(
+                                (const uint4 *)dW[i].d_codes, (size_t)(dW[i].rows * dW[i].row_bytes / 16),
+                                sink);
+                        });
+                        rows.push_back({N, K, M, "sweep_read_floor", t, (double)wbytes, 0.0});
+                        t = time_graph(s, R, [&](int i) {
+                            read_rows_warp<<<prop.multiProcessorCount * 8, 256, 0, s>>>(
+                                dW[i].d_codes, dW[i].rows, dW[i].row_bytes, sink);
+                        });
+                        rows.push_back({N, K, M, "sweep_read_rows_warp", t, (double)wbytes, 0.0});
+                        for (int rpi : {8, 4}) {
+                            const int64_t tiles = (N + 15) / 16, kb = dW[0].kblocks;
+                            int64_t S = std::max<int64_t>(1, (int64_t)prop.multiProcessorCount * 32 / tiles);
+                            S = std::min<int64_t>(S, std::max<int64_t>(1, kb / 4));
+                            const int64_t bps = (kb + S - 1) / S;
+                            S = (kb + bps - 1) / bps;
+                            const dim3 grid((unsigned)((tiles + 3) / 4), (unsigned)S);
+                            t = time_graph(s, R, [&](int i) {
+                                if (rpi == 8)
+                                    read_tiles<8><<<grid, 128, 0, s>>>(dW[i].d_codes, N, dW[i].row_bytes, bps, sink);
+                                else
+                                    read_tiles<4><<<grid, 128, 0, s>>>(dW[i].d_codes, N, dW[i].row_bytes, bps, sink);
+                            });
+                            rows.push_back({N, K, M, rpi == 8 ? "sweep_read_tile64" : "sweep_read_tile128", t,
+                                            (double)wbytes, 0.0});
+                        }
                         continue;
                     }
-                    double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
-                    rows.push_back({N, K, M, nm, t, wbytes + M * K * 2.0 + M * N * 4.0, 2.0 * M * N * K});
-                    if (vs[vi] < 10) {
-                        nm = (char *)malloc(64);
-                        snprintf(nm, 64, "sweep_%s_i8", names[vi]);
-                        t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
-                        rows.push_back({N, K, M, nm, t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
-                                        2.0 * M * N * K});
+                    tern_cuda_force_kernel(k.force);
+                    tern_cuda_decode_variant(k.variant);
+                    if (tern_cuda_matmul_i8(&dW[0], xq, sx, M, y, s) < 0) { /* variant refused */
+                        fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
+                        continue;
                     }
+                    char *nm = (char *)malloc(64);
+                    snprintf(nm, 64, "sweep_%s_i8", k.name);
+                    double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
+                    rows.push_back({N, K, M, nm, t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
+                                    2.0 * M * N * K});
                 }
-            }
-            tern_cuda_decode_variant(old);
-            CK(cudaFree(xb));
+            tern_cuda_decode_variant(oldv);
+            tern_cuda_force_kernel(oldf);
+            CK(cudaFree(sink));
             CK(cudaFree(xq));
             CK(cudaFree(sx));
             CK(cudaFree(y));

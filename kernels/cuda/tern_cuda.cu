@@ -202,9 +202,27 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         }
     }
     const size_t xesize = act == TACT_I8 ? 1 : 2;
-    /* one token, int8, one scale per row: the dp4a streaming GEMV (tern_gemv_i8.cu) */
-    if (act == TACT_I8 && n == 1 && g_force == 0 && W->n_groups == 1 && W->cols <= 16384) {
-        int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
+    /* one token, int8, one scale per row: the dp4a GEMVs — the multi-row one
+     * (tern_gemv_rows.cu) for matrices of >= 32M weights, where it was faster,
+     * the one-warp-per-row one (tern_gemv_i8.cu) below (NOTES.md); forced:
+     * 3 = rows, 4 = one warp per row */
+    const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
+    const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
+    if (g_force == 3 || g_force == 4) {
+        if (!i8_one)
+            return err_set("%s: the dp4a GEMVs take one token of int8 activations and one "
+                           "scale per row",
+                           who);
+    }
+    if (g_force == 3 || (g_force == 0 && i8_one && W->rows * W->cols >= ((int64_t)32 << 20) &&
+                         W->cols <= 131072)) {
+        const int v = tern_cuda_decode_variant_get();
+        if (tern_gemv_i8_rows(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
+                              v >= 30000 && v < 40000 ? v : 0, s) < 0)
+            return err_prefix("%s: ", who);
+        return 0;
+    }
+    if (g_force == 4 || (g_force == 0 && i8_one && W->cols <= 16384)) {
         if (tern_gemv_i8_rowscale(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
@@ -226,6 +244,8 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
 }
 
 } // namespace
+
+int tern_ws_zeroed(size_t bytes, void **out) { return ws_get(WS_CTR, bytes, out); }
 
 int tern_mm::scratch(int64_t floats, int64_t counters, float **partial, int **ctr) {
     void *p = nullptr, *c = nullptr;

@@ -9,11 +9,13 @@
 #include <cuda_runtime.h>
 
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_mm.cuh"
 
 extern "C" int tern_cuda_decode_variant(int v);
+extern "C" int tern_cuda_decode_variant_get(void);
 
 namespace {
 
@@ -59,6 +61,9 @@ __attribute__((constructor)) static void decode_variant_from_env(void) {
     const char *e = getenv("TERNLAB_CUDA_DECODE");
     if (e && *e) g_variant = atoi(e);
 }
+
+int tern_cuda_decode_variant_get(void) { return g_variant; }
+
 
 int tern_cuda_decode_variant(int v) {
     int old = g_variant;

@@ -34,7 +34,10 @@
 #define TL_TERN_MMA_CUH
 
 #include <cuda_bf16.h>
+#include <stddef.h>
 #include <stdint.h>
+
+#include "cuda/tern_cuda.h"
 
 enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
 
@@ -57,6 +60,13 @@ struct TernKArgs {
 };
 
 int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
+/* tern_gemv_rows.cu: int8, one token, one scale per row, cols <= 131072; dp4a.
+ * x has xcols readable columns (zeros past W->cols); variant 0 = default,
+ * 3LRDW = bench sweeps (see the file). */
+int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
+                      float *d_y, int variant, cudaStream_t s);
+/* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
+int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);
 
 /* ---- decoding ---------------------------------------------------------- */

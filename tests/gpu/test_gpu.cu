@@ -181,7 +181,10 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
         const void *hx = act == 0 ? (const void *)x : act == 1 ? (const void *)xb : (const void *)xq;
         CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
-        for (int kern = 1; kern <= 2; kern++) {
+        static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp"};
+        for (int kern = 1; kern <= 4; kern++) {
+            /* 3, 4: the one-token int8 one-scale-per-row GEMVs */
+            if (kern >= 3 && (act != 2 || W->n_groups != 1 || n != 1)) continue;
             tern_cuda_force_kernel(kern);
             float *outs[2] = {got, got2};
             bool call_ok = true;
@@ -197,7 +200,7 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
                 cudaError_t e = cudaDeviceSynchronize();
                 if (rc < 0 || e != cudaSuccess) {
                     report(false, "%s %lldx%lld group=%s n=%lld %s: call failed: %s / %s",
-                           kern == 1 ? "gemv" : "gemm", (long long)rows, (long long)cols, gname,
+                           kname[kern], (long long)rows, (long long)cols, gname,
                            (long long)n, act_name(act), rc < 0 ? err_msg() : "ok",
                            cudaGetErrorString(e));
                     call_ok = false;
@@ -230,7 +233,7 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
                    "%s %lldx%lld group=%s n=%lld %s: rel_l2 %.3g (tol %.1g) vs float64 %.3g "
                    "(cpu ref vs float64 %.3g) non-finite %d bit-mismatch %lld deterministic %d "
                    "guards %d",
-                   kern == 1 ? "gemv" : "gemm", (long long)rows, (long long)cols, gname,
+                   kname[kern], (long long)rows, (long long)cols, gname,
                    (long long)n, act_name(act), err, tol, err64, ref_err64, bad, (long long)mism,
                    det, gok);
         }
@@ -319,7 +322,31 @@ static void test_errors(void) {
     report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, NULL, 1, dy, 0) < 0,
            "int8 without scales must be an error");
     report(tern_cuda_matmul_bf16(&dW, NULL, 1, dy, 0) < 0, "NULL x must be an error");
+    /* the one-token int8 GEMVs refuse what they do not implement */
+    for (int k = 3; k <= 4; k++) {
+        tern_cuda_force_kernel(k);
+        report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 2, dy, 0) < 0,
+               "one-token GEMV %d with two tokens must be refused", k);
+        report(tern_cuda_matmul_bf16(&dW, (const uint16_t *)dy, 1, dy, 0) < 0,
+               "one-token GEMV %d with bf16 activations must be refused", k);
+    }
+    tern_cuda_force_kernel(0);
     tern_cuda_free(&dW);
+    {
+        TernaryMatrix G;
+        TernCudaMatrix dG;
+        if (make_matrix(5, 256, QG_64, &G) == 0 && tern_cuda_upload(&G, &dG) == 0) {
+            tern_cuda_force_kernel(3);
+            report(tern_cuda_matmul_i8(&dG, (const int8_t *)dy, dy, 1, dy, 0) < 0,
+                   "row GEMV with 4 scale groups per row must be refused");
+            printf("  (expected error: %s)\n", err_msg());
+            tern_cuda_force_kernel(0);
+            tern_cuda_free(&dG);
+            tern_free(&G);
+        } else {
+            report(false, "make/upload 5x256 g64: %s", err_msg());
+        }
+    }
     /* a group width the kernels do not implement (5 groups of 48 columns) */
     TernaryMatrix bad = W;
     bad.group_cols = 48;
@@ -352,7 +379,7 @@ int main(int argc, char **argv) {
                   {130, 513}, {257, 768}, {64, 4096}, {520, 9000}, {1000, 1100},
                   {11, 11008}, {37, 15000}};
     const QuantGroup groups[] = {QG_TENSOR, QG_ROW, QG_32, QG_64, QG_128, QG_256};
-    const int64_t ns[] = {1, 3, 17, 64, 300};
+    const int64_t ns[] = {1, 3, 9, 17, 64, 300};
     for (const Shape &sh : shapes)
         for (QuantGroup grp : groups) {
             TernaryMatrix W;
