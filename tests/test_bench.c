@@ -49,7 +49,7 @@ TEST(bench_e2e_runs_or_refuses) {
 /* Bad bench-e2e arguments are usage errors (exit 2) before any GPU work. */
 TEST(bench_e2e_bad_arguments) {
     const char *bad[] = {"--shapes foo", "--steps 999999999", "--batches 1,x", "--tp 0",
-                         "--prompt -5", "--prefill 100000", "--nosuch 1"};
+                         "--prompt -5", "--prefill 100000", "--nosuch 1", "--configs bf16,fp8"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s bench-e2e %s", bin_path("ternlab"), bad[i]);

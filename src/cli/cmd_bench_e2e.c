@@ -203,13 +203,15 @@ static int parse_list(const char *s, int *out, int max) {
 
 int cmd_bench_e2e(int argc, char **argv) {
     const char *shapes = "7b,27b", *out = NULL, *md = NULL, *batches_s = "1,8,64", *tps_s = "1";
+    const char *configs = "bf16,tern-i8,tern-bf16";
     E2eOpts eo = {.prompt = 32, .steps = 32, .warm = 3, .prefill = 2048};
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
         if (strcmp(a, "--help") == 0) {
             printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
-                   "                  [--out FILE.h5] [--md FILE.md]\n"
+                   "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
+                   "                  [--md FILE.md]\n"
                    "Decode tokens/s at each batch and prefill tokens/s of synthetic ternary\n"
                    "models vs the BF16 reference on the same runtime (GPU; see the source).\n");
             return 0;
@@ -221,6 +223,7 @@ int cmd_bench_e2e(int argc, char **argv) {
         if (strcmp(a, "--shapes") == 0) shapes = v;
         else if (strcmp(a, "--batches") == 0) batches_s = v;
         else if (strcmp(a, "--tp") == 0) tps_s = v;
+        else if (strcmp(a, "--configs") == 0) configs = v;
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--md") == 0) md = v;
         else if (strcmp(a, "--prompt") == 0) eo.prompt = atoi(v);
@@ -255,6 +258,25 @@ int cmd_bench_e2e(int argc, char **argv) {
                 return 2;
             }
     }
+    static const struct {
+        const char *name;
+        int ternary, act_int8;
+    } cfgs[] = {{"bf16", 0, 0}, {"tern-i8", 1, 1}, {"tern-bf16", 1, 0}};
+    int use_cfg[3] = {0, 0, 0};
+    { /* --configs: a subset, in the fixed order (x bf16 needs bf16 in the run) */
+        char chk[96];
+        snprintf(chk, sizeof chk, "%s", configs);
+        for (char *sv = NULL, *cn = strtok_r(chk, ",", &sv); cn; cn = strtok_r(NULL, ",", &sv)) {
+            int found = 0;
+            for (int k = 0; k < 3; k++)
+                if (strcmp(cn, cfgs[k].name) == 0) use_cfg[k] = found = 1;
+            if (!found) {
+                fprintf(stderr, "ternlab bench-e2e: unknown config '%s' (bf16, tern-i8, tern-bf16)\n",
+                        cn);
+                return 2;
+            }
+        }
+    }
     for (int i = 0; i < ntp; i++)
         if (tps[i] > 1) cuda_prepare_multi_gpu(); /* before the first CUDA call */
     char why[256];
@@ -267,10 +289,6 @@ int cmd_bench_e2e(int argc, char **argv) {
         fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
         return 1;
     }
-    static const struct {
-        const char *name;
-        int ternary, act_int8;
-    } cfgs[] = {{"bf16", 0, 0}, {"tern-i8", 1, 1}, {"tern-bf16", 1, 0}};
     E2eRow rows[MAX_ROWS];
     int nr = 0, rc = 0, maxb = 1;
     for (int i = 0; i < nb; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
@@ -284,6 +302,7 @@ int cmd_bench_e2e(int argc, char **argv) {
         for (int ti = 0; ti < ntp && rc == 0; ti++) {
         double bf16_dec[8] = {0}, bf16_pre = 0;
         for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
+            if (!use_cfg[k]) continue;
             int64_t ctx_max = eo.prompt + eo.warm + eo.steps + 1;
             int64_t per_seq = (ctx_max + 15) / 16, pre_blocks = (eo.prefill + 15) / 16;
             EngineOpts o = {.max_tok = maxb * eo.prompt > eo.prefill ? maxb * eo.prompt : eo.prefill,

@@ -725,12 +725,19 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
                           (int)o->n_blocks);
 }
 
+/* TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
+ * time kernels one by one, e.g. Nsight Compute). */
+bool graphs_from_env() {
+    const char *v = getenv("TERNLAB_CUDA_GRAPHS");
+    return !(v && strcmp(v, "0") == 0);
+}
+
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     if (open_front(e, m, o) != 0) return -1;
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
-    g->graphs = !o->no_graphs;
+    g->graphs = !o->no_graphs && graphs_from_env();
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1087,7 +1094,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         t->ce[(size_t)r] = g;
         g->gpu = r;
         g->bf16 = o->bf16;
-        g->graphs = !o->no_graphs;
+        g->graphs = !o->no_graphs && graphs_from_env();
         g->c = t->rm[(size_t)r].cfg;
         g->L.resize((size_t)m->cfg.n_layers);
         g->tp = tp;
