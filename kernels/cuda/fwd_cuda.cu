@@ -48,6 +48,13 @@ __device__ float block_max(float v, float *red) {
     return warp_max(r);
 }
 
+/* Lets the next kernel on the stream, when it is launched as a programmatic
+ * dependent (the int8 GEMVs, tern_cuda_pdl), start its blocks and stream its
+ * weights now; it waits for this whole grid before reading what it writes. */
+__device__ __forceinline__ void pdl_trigger() {
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
 __global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, int64_t H, float *x) {
     const int64_t total = n * H;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -73,6 +80,7 @@ template <bool V4>
 __global__ void __launch_bounds__(kRowThreads)
 norm_kernel(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
             __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
     __shared__ float red[32];
     float *xr = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
@@ -142,6 +150,7 @@ template <bool V4>
 __global__ void __launch_bounds__(kRowThreads)
 glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
                 __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
     __shared__ float red[32];
     const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
     const int64_t row = blockIdx.x * cols;
@@ -181,39 +190,40 @@ glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t l
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
+/* One thread per work item of a token: a q pair, a k pair (rotated, written
+ * to its page) or a v element (copied to its page); grid (tokens, items /
+ * 256).  A single CTA looping over the items was latency-bound (~17 us per
+ * layer at 7B shapes). */
 __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, const float *v,
                                int64_t ldv, const int32_t *pos, const int32_t *slot, int n_heads,
                                int n_kv, int hd, const float *cs, const float *sn, float *kp,
                                float *vp, int bs) {
     const int64_t i = blockIdx.x;
-    const int half = hd / 2, p = pos[i];
-    const float *c = cs + (int64_t)p * half, *s = sn + (int64_t)p * half;
-    float *qi = q + i * ldq;
-    float *ki = k + i * ldk;
-    const float *vi = v + i * ldv;
-    for (int e = threadIdx.x; e < n_heads * half; e += blockDim.x) {
+    const int half = hd / 2;
+    const int wq = n_heads * half, wk = n_kv * half;
+    int e = blockIdx.y * blockDim.x + threadIdx.x;
+    if (e >= wq + wk + n_kv * hd) return;
+    const int p = pos[i], sl = slot[i], blk = sl / bs, off = sl % bs;
+    if (e < wq + wk) {
+        const bool isq = e < wq;
+        if (!isq) e -= wq;
         const int h = e / half, j = e % half;
-        float *r = qi + (int64_t)h * hd;
+        const float c = cs[(int64_t)p * half + j], s = sn[(int64_t)p * half + j];
+        float *r = (isq ? q + i * ldq : k + i * ldk) + (int64_t)h * hd;
         const float x1 = r[j], x2 = r[j + half];
-        r[j] = __fsub_rn(__fmul_rn(x1, c[j]), __fmul_rn(x2, s[j]));
-        r[j + half] = __fadd_rn(__fmul_rn(x2, c[j]), __fmul_rn(x1, s[j]));
-    }
-    const int sl = slot[i], blk = sl / bs, off = sl % bs;
-    for (int e = threadIdx.x; e < n_kv * half; e += blockDim.x) {
-        const int h = e / half, j = e % half;
-        float *r = ki + (int64_t)h * hd;
-        const float x1 = r[j], x2 = r[j + half];
-        const float y1 = __fsub_rn(__fmul_rn(x1, c[j]), __fmul_rn(x2, s[j]));
-        const float y2 = __fadd_rn(__fmul_rn(x2, c[j]), __fmul_rn(x1, s[j]));
+        const float y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+        const float y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
         r[j] = y1;
         r[j + half] = y2;
-        float *dst = kp + (((int64_t)blk * n_kv + h) * bs + off) * hd;
-        dst[j] = y1;
-        dst[j + half] = y2;
-    }
-    for (int e = threadIdx.x; e < n_kv * hd; e += blockDim.x) {
+        if (!isq) {
+            float *dst = kp + (((int64_t)blk * n_kv + h) * bs + off) * hd;
+            dst[j] = y1;
+            dst[j + half] = y2;
+        }
+    } else {
+        e -= wq + wk;
         const int h = e / hd, d = e % hd;
-        vp[(((int64_t)blk * n_kv + h) * bs + off) * hd + d] = vi[e];
+        vp[(((int64_t)blk * n_kv + h) * bs + off) * hd + d] = v[i * ldv + e];
     }
 }
 
@@ -226,6 +236,7 @@ __global__ void __launch_bounds__(kAttnThreads)
 attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                  const int32_t *pos, const int32_t *tab, int tab_stride, const int32_t *tab_row,
                  int n_heads, int n_kv, int hd, int bs, float scale, float *out) {
+    pdl_trigger();
     constexpr int kWarps = kAttnThreads / 32, kDims = 256 / 32;
     __shared__ __align__(16) float qs[256];
     __shared__ float sc[kAttnChunk];
@@ -327,6 +338,7 @@ __global__ void add_kernel(float *x, const float *h, int64_t cnt) {
 
 __global__ void __launch_bounds__(kRowThreads)
 act_quant_kernel(const float *x, int64_t cols, int8_t *xq, float *sx) {
+    pdl_trigger();
     __shared__ float red[32];
     const float *xr = x + blockIdx.x * cols;
     float m = 0.0f;
@@ -506,9 +518,14 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
                        float *d_kpages, float *d_vpages, int block_size, cudaStream_t stream) {
     if (hd % 2 || hd < 2) return err_set("fwdc_rope_kv_write: head_dim %d is not even", hd);
     if (n <= 0) return 0;
-    rope_kv_kernel<<<(unsigned)n, 128, 0, stream>>>(d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot,
-                                                    n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
-                                                    d_vpages, block_size);
+    const int64_t items = (int64_t)(n_heads + n_kv) * (hd / 2) + (int64_t)n_kv * hd;
+    if (n > 0x7fffffff || (items + 255) / 256 > 65535)
+        return err_set("fwdc_rope_kv_write: %lld tokens x %lld items is too large a grid",
+                       (long long)n, (long long)items);
+    const dim3 grid((unsigned)n, (unsigned)((items + 255) / 256));
+    rope_kv_kernel<<<grid, 256, 0, stream>>>(d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, n_heads,
+                                             n_kv, hd, d_cos, d_sin, d_kpages, d_vpages,
+                                             block_size);
     CUDA_CHECK_LAUNCH("rope_kv_kernel");
     return 0;
 }

@@ -6,6 +6,8 @@
 #include <cuda_runtime.h>
 
 #include <mutex>
+#include <stdlib.h>
+#include <string.h>
 #include <vector>
 
 #include "cuda/cuda_util.h"
@@ -21,6 +23,7 @@ extern "C" {
 namespace {
 
 int g_force = 0;
+int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
 
 /* Per-device workspaces.  Slot 0: staged activations; 1: split-K partials;
  * 2: split-K counters (zeroed when allocated; kernels leave them zero).
@@ -306,6 +309,20 @@ void tern_cuda_free(TernCudaMatrix *m) {
 
 int64_t tern_cuda_weight_bytes(const TernCudaMatrix *m) {
     return m->rows * m->row_bytes + m->n_scales * (int64_t)sizeof(float);
+}
+
+int tern_cuda_pdl_get(void) {
+    if (g_pdl < 0) {
+        const char *e = getenv("TERNLAB_CUDA_PDL");
+        g_pdl = !(e && strcmp(e, "0") == 0);
+    }
+    return g_pdl;
+}
+
+int tern_cuda_pdl(int on) {
+    const int old = tern_cuda_pdl_get();
+    g_pdl = on != 0;
+    return old;
 }
 
 int tern_cuda_force_kernel(int which) {

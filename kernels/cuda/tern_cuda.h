@@ -97,6 +97,16 @@ int tern_cuda_force_kernel(int which);
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 
+/* Programmatic dependent launch of the one-token int8 GEMVs (default on;
+ * TERNLAB_CUDA_PDL=0 in the environment turns it off): they are launched
+ * with cudaLaunchAttributeProgrammaticStreamSerialization, so their blocks
+ * start, and load their first weights, while the kernel before them (the
+ * forward's norm / quantisation / GLU / attention kernels trigger early)
+ * finishes; they wait for it (griddepcontrol.wait) before reading its
+ * outputs or writing theirs.  Returns the previous value. */
+int tern_cuda_pdl(int on);
+int tern_cuda_pdl_get(void);
+
 
 /* Dense baseline through cuBLAS: y (n, rows) = x (n, cols) @ W^T with W bf16
  * (rows, cols) row-major, x bf16 (n, cols), fp32 accumulation

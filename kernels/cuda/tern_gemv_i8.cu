@@ -18,6 +18,7 @@
  * tern_cuda.cu uses this kernel up to 16384 columns.  v2 in dev/. */
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
+#include "cuda/tern_mma.cuh"
 #include "ternary_format.h"
 
 #include <cuda_runtime.h>
@@ -65,6 +66,9 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
     const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     const int64_t chunks = row_bytes / 16;
+    /* programmatic dependent launch (tern_cuda_pdl): blocks may start before
+     * the previous kernel ends; nothing it writes is read before this */
+    asm volatile("griddepcontrol.wait;" ::: "memory");
     for (int64_t r = warp; r < rows; r += nwarps) {
         const uint8_t *row = codes + r * row_bytes;
         int acc = 0;
@@ -106,9 +110,7 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int64_t blocks = (W->rows + 7) / 8;
     if (blocks > (int64_t)sms * 8) blocks = (int64_t)sms * 8;
-    gemv_i8_rowscale<<<(unsigned)blocks, 256, 0, s>>>(W->d_codes, W->d_scales, W->scale_stride,
-                                                       W->rows, x_cols, W->row_bytes, d_x, d_sx,
-                                                       d_y);
-    CUDA_CHECK(cudaGetLastError());
-    return 0;
+    return tern_launch_pdl(gemv_i8_rowscale, dim3((unsigned)blocks), dim3(256), s,
+                           (const uint8_t *)W->d_codes, (const float *)W->d_scales,
+                           W->scale_stride, W->rows, x_cols, W->row_bytes, d_x, d_sx, d_y);
 }

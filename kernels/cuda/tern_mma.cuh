@@ -34,9 +34,11 @@
 #define TL_TERN_MMA_CUH
 
 #include <cuda_bf16.h>
+#include <cuda_runtime.h>
 #include <stddef.h>
 #include <stdint.h>
 
+#include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
 
 enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
@@ -65,6 +67,27 @@ int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
  * 3LRDW = bench sweeps (see the file). */
 int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
+/* Launches kernel<<<grid, block, 0, s>>>(args...) as a programmatic dependent
+ * of the previous kernel on s when tern_cuda_pdl_get() (the kernel must
+ * execute griddepcontrol.wait before touching what earlier kernels write). */
+template <typename... P, typename... A>
+int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tern_cuda_pdl_get() ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+    if (e != cudaSuccess)
+        return err_set("launching a ternary GEMV failed: %s (%s)", cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    return 0;
+}
+
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);
