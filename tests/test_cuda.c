@@ -111,9 +111,9 @@ TEST(gpu_rmsnorm_matches_cpu) {
 /* The fused forms: residual add + RMSNorm + int8 activations, and the row
  * GLU + int8 activations, against the CPU twins (the int8 part bit-identical
  * to act_quant_int8_ref of the kernel's own f32 output). */
-TEST(gpu_fused_norm_glu_match_cpu) {
-    SKIP_WITHOUT_GPU();
-    const int64_t n = 6, dim = 777, ld = 2 * dim + 5;
+static void check_fused_norm_glu(int64_t dim) {
+    /* up starts `off` columns after gate: float4-aligned rows when dim % 4 == 0 */
+    const int64_t off = dim % 4 ? 5 : 4, n = 6, ld = 2 * dim + off;
     uint64_t s = 11;
     float *x = xmalloc(sizeof(float) * n * dim), *h = xmalloc(sizeof(float) * n * dim);
     float *w = xmalloc(sizeof(float) * dim), *sum = xmalloc(sizeof(float) * n * dim);
@@ -142,13 +142,13 @@ TEST(gpu_fused_norm_glu_match_cpu) {
     CHECK_MSG(rel <= 1e-6, "add + norm rel L2 %.3g", rel);
     act_quant_int8_ref(got, n, dim, qr, sr);
     CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof sr) == 0);
-    /* GLU rows: gate at column 0, up at column dim + 5 of rows of stride ld */
+    /* GLU rows: gate at column 0, up at column dim + off of rows of stride ld */
     for (int act = 0; act < 2; act++) {
         for (int64_t t = 0; t < n; t++) {
             memcpy(ref + t * dim, gu + t * ld, sizeof(float) * dim);
-            fwd_glu(act ? ACT_RELU2 : ACT_SILU, ref + t * dim, gu + t * ld + dim + 5, dim);
+            fwd_glu(act ? ACT_RELU2 : ACT_SILU, ref + t * dim, gu + t * ld + dim + off, dim);
         }
-        REQUIRE(fwdc_glu_rows(act, dgu, dgu + dim + 5, n, dim, ld, dout, NULL, dq, ds, 0) == 0);
+        REQUIRE(fwdc_glu_rows(act, dgu, dgu + dim + off, n, dim, ld, dout, NULL, dq, ds, 0) == 0);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         dev_get(&bo, got);
         dev_get(&bq, qg);
@@ -161,6 +161,15 @@ TEST(gpu_fused_norm_glu_match_cpu) {
     CHECK(dev_done(&bx) && dev_done(&bh) && dev_done(&bw) && dev_done(&bo) && dev_done(&bq) &&
           dev_done(&bs) && dev_done(&bgu));
     free(x), free(h), free(w), free(sum), free(ref), free(got), free(gx), free(gu), free(qg), free(qr);
+}
+
+/* 777: the scalar kernels; 1000: float4 rows kept in registers; 17000: float4
+ * rows too wide for the register cache */
+TEST(gpu_fused_norm_glu_match_cpu) {
+    SKIP_WITHOUT_GPU();
+    check_fused_norm_glu(777);
+    check_fused_norm_glu(1000);
+    check_fused_norm_glu(17000);
 }
 
 /* argmax of each row equals argmax_f32 (first index on ties). */

@@ -190,6 +190,119 @@ glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t l
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
+/* Rows of up to kCache * 4 * blockDim.x columns (float4-aligned): the same
+ * arithmetic as norm_kernel<true> / glu_rows_kernel<true> with each thread's
+ * values kept in registers between the passes instead of read again from
+ * global memory (two fewer memory round trips on a decode step's critical
+ * path).  Results are bit-identical to the uncached kernels. */
+constexpr int kCache = 4;
+
+__global__ void __launch_bounds__(kRowThreads)
+norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
+              __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
+    __shared__ float red[32];
+    float *xr = x + blockIdx.x * dim;
+    const float *hr = h ? h + blockIdx.x * dim : nullptr;
+    const int64_t row = blockIdx.x * dim, step = (int64_t)blockDim.x * 4;
+    float4 xv[kCache], wv[kCache];
+    float ss = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= dim) break;
+        float4 a = *reinterpret_cast<const float4 *>(xr + i);
+        wv[c] = *reinterpret_cast<const float4 *>(w + i);
+        if (hr) {
+            const float4 b = *reinterpret_cast<const float4 *>(hr + i);
+            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+            *reinterpret_cast<float4 *>(xr + i) = a;
+        }
+        xv[c] = a;
+        ss += a.x * a.x;
+        ss += a.y * a.y;
+        ss += a.z * a.z;
+        ss += a.w * a.w;
+    }
+    ss = block_sum(ss, red);
+    const float r = 1.0f / sqrtf(ss / (float)dim + eps);
+    float mx = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= dim) break;
+        float4 v;
+        v.x = __fmul_rn(wv[c].x, __fmul_rn(xv[c].x, r));
+        v.y = __fmul_rn(wv[c].y, __fmul_rn(xv[c].y, r));
+        v.z = __fmul_rn(wv[c].z, __fmul_rn(xv[c].z, r));
+        v.w = __fmul_rn(wv[c].w, __fmul_rn(xv[c].w, r));
+        mx = fmaxf(mx, fabsf(v.x));
+        mx = fmaxf(mx, fabsf(v.y));
+        mx = fmaxf(mx, fabsf(v.z));
+        mx = fmaxf(mx, fabsf(v.w));
+        if (o32) *reinterpret_cast<float4 *>(o32 + row + i) = v;
+        if (o16) {
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+        }
+        xv[c] = v;
+    }
+    if (!xq) return;
+    mx = block_max(mx, red);
+    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= dim) break;
+        *reinterpret_cast<char4 *>(xq + row + i) =
+            make_char4(quant1(xv[c].x, s), quant1(xv[c].y, s), quant1(xv[c].z, s), quant1(xv[c].w, s));
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
+                  __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
+    __shared__ float red[32];
+    const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
+    const int64_t row = blockIdx.x * cols, step = (int64_t)blockDim.x * 4;
+    float4 vv[kCache];
+    float mx = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= cols) break;
+        const float4 a = *reinterpret_cast<const float4 *>(gr + i);
+        const float4 b = *reinterpret_cast<const float4 *>(ur + i);
+        float4 v;
+        v.x = glu1(act, a.x, b.x), v.y = glu1(act, a.y, b.y);
+        v.z = glu1(act, a.z, b.z), v.w = glu1(act, a.w, b.w);
+        *reinterpret_cast<float4 *>(o32 + row + i) = v;
+        if (o16) {
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+        }
+        mx = fmaxf(mx, fabsf(v.x));
+        mx = fmaxf(mx, fabsf(v.y));
+        mx = fmaxf(mx, fabsf(v.z));
+        mx = fmaxf(mx, fabsf(v.w));
+        vv[c] = v;
+    }
+    if (!xq) return;
+    mx = block_max(mx, red);
+    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= cols) break;
+        *reinterpret_cast<char4 *>(xq + row + i) =
+            make_char4(quant1(vv[c].x, s), quant1(vv[c].y, s), quant1(vv[c].z, s), quant1(vv[c].w, s));
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
+
 /* One thread per work item of a token: a q pair, a k pair (rotated, written
  * to its page) or a v element (copied to its page); grid (tokens, items /
  * 256).  A single CTA looping over the items was latency-bound (~17 us per
@@ -228,8 +341,10 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
 }
 
 /* One CTA per (token, query head), keys in chunks of kAttnChunk with an
- * online softmax (running max and sum).  Scores: one thread per key (the
- * whole head_dim dot product, float4 loads; q in shared memory).  Values:
+ * online softmax (running max and sum).  Scores: one warp per key, lanes over
+ * head_dim (coalesced float4 loads, q in shared memory; the page offsets of
+ * a chunk are looked up first, one thread per key — a thread per key doing
+ * the whole dot product issued its 32 loads one after another).  Values:
  * warp w takes keys w, w+4, ...; lane l dims l, l+32, ...; the four warps'
  * partial sums are added at the end. */
 __global__ void __launch_bounds__(kAttnThreads)
@@ -258,23 +373,29 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
     __syncthreads();
     for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
         const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
-        float lm = -INFINITY;
+        /* page offsets of the chunk's keys (one table load each), then the
+         * scores: warp w takes keys w, w + kWarps, ...; lane l dims 4l.. of
+         * 128 (coalesced float4 loads), a warp sum per key */
         for (int j = t; j < cn; j += kAttnThreads) {
             const int p = c0 + j;
-            const int64_t ro = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
-            roff[j] = ro;
-            const float *kr = kp + ro;
+            roff[j] = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
+        }
+        __syncthreads();
+        float lm = -INFINITY;
+#pragma unroll 4
+        for (int j = warp; j < cn; j += kWarps) {
+            const float *kr = kp + roff[j];
             float s = 0.0f;
             if (vec) {
-                for (int d = 0; d < hd; d += 4) {
+                for (int d = 4 * lane; d < hd; d += 128) {
                     const float4 k4 = *reinterpret_cast<const float4 *>(kr + d);
                     s += qs[d] * k4.x + qs[d + 1] * k4.y + qs[d + 2] * k4.z + qs[d + 3] * k4.w;
                 }
             } else {
-                for (int d = 0; d < hd; d++) s += qs[d] * kr[d];
+                for (int d = lane; d < hd; d += 32) s += qs[d] * kr[d];
             }
-            s *= scale;
-            sc[j] = s;
+            s = warp_sum(s) * scale;
+            if (lane == 0) sc[j] = s;
             lm = fmaxf(lm, s);
         }
         const float mn = fmaxf(m, block_max(lm, red));
@@ -476,7 +597,10 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
     if (n > 0x7fffffff) return err_set("fwdc_norm: %lld rows", (long long)n);
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
-    if (v4)
+    if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
+        norm_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
+            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    else if (v4)
         norm_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     else
@@ -502,7 +626,10 @@ int fwdc_glu_rows(int act, const float *d_g, const float *d_u, int64_t n, int64_
     if (n > 0x7fffffff) return err_set("fwdc_glu_rows: %lld rows", (long long)n);
     const bool v4 = cols % 4 == 0 && ld % 4 == 0 && al16(d_g) && al16(d_u) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
-    if (v4)
+    if (v4 && cols <= (int64_t)kRowThreads * 4 * kCache)
+        glu_rows_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
+            act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    else if (v4)
         glu_rows_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
             act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     else
