@@ -21,6 +21,7 @@
 #include <string.h>
 #include <sys/wait.h>
 #include <time.h>
+#include <signal.h>
 #include <unistd.h>
 
 #define MAX_TESTS 1024
@@ -125,6 +126,14 @@ static int selected(const char *name, int argc, char **argv) {
     return positives ? hit : !slow;
 }
 
+/* Per-test limit in seconds: TERNLAB_TEST_TIMEOUT, default 900 (the slowest
+ * test takes well under a minute; sanitizer builds several times that). */
+static unsigned test_timeout_s(void) {
+    const char *e = getenv("TERNLAB_TEST_TIMEOUT");
+    const long v = e && *e ? strtol(e, NULL, 10) : 900;
+    return v > 0 && v < 86400 ? (unsigned)v : 900;
+}
+
 int main(int argc, char **argv) {
     int passed = 0, failed = 0, skipped = 0;
     blas_setup(argc, argv);
@@ -141,6 +150,9 @@ int main(int argc, char **argv) {
             return 2;
         }
         if (pid == 0) {
+            /* a test that hangs (a collective waiting for a peer, a spin on a
+             * device flag) is killed and reported instead of stopping the run */
+            alarm(test_timeout_s());
             tests[i].fn();
             if (tmpdir[0]) {
                 char cmd[600];
@@ -167,7 +179,10 @@ int main(int argc, char **argv) {
             printf("ok   %-48s %7.2fs\n", tests[i].name, dt);
         } else {
             failed++;
-            if (WIFSIGNALED(st))
+            if (WIFSIGNALED(st) && WTERMSIG(st) == SIGALRM)
+                printf("FAIL %-48s (no result after %u s: killed)\n", tests[i].name,
+                       test_timeout_s());
+            else if (WIFSIGNALED(st))
                 printf("FAIL %-48s (killed by signal %d)\n", tests[i].name, WTERMSIG(st));
             else
                 printf("FAIL %-48s %7.2fs\n", tests[i].name, dt);

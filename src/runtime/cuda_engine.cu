@@ -1129,6 +1129,9 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
     }
     if (rc == 0) { /* NCCL: one communicator per GPU, NVLink multicast off */
         setenv("NCCL_NVLS_ENABLE", "0", 1);
+        /* programmatic dependent launch of the int8 GEMVs has not been run
+         * next to NCCL collectives on a multi-GPU machine: off at tp > 1 */
+        tern_cuda_pdl(0);
         ncclUniqueId id;
         ncclResult_t nr = ncclGetUniqueId(&id);
         if (nr == ncclSuccess) nr = ncclGroupStart();
