@@ -525,12 +525,10 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     return 0;
 }
 
-/* One forward call, device side: inputs up, the step (graph replay, capture,
- * or eager launches), argmax / logits back (only where nl_out > 0),
- * synchronised at the end. */
-int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits) {
+/* The step's device work: inputs up, then a graph replay, a capture (the
+ * second time the same eligible shape comes) or eager launches. */
+int step_launch(CE *g, const StepPlan *p) {
     const int64_t n = p->n, nl = p->nl;
-    if (n <= 0) return 0;
     CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * n + 1 + 2 * p->cnt),
                                cudaMemcpyHostToDevice, g->st));
     if (p->eligible && g->exec && g->exec_n == n) {
@@ -563,6 +561,22 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
         if (run_device(g, n, nl) != 0) return -1;
         g->last_eager_n = p->eligible ? n : 0;
     }
+    return 0;
+}
+
+/* One forward call, device side: step_launch, argmax / logits back (only
+ * where nl_out > 0), synchronised at the end.  launched (tensor parallelism):
+ * every rank meets there once its whole step is enqueued, before any rank
+ * blocks in a copy or a synchronisation — a rank waiting in a device-to-host
+ * copy while another is still capturing or instantiating the graph that holds
+ * the matching collectives can stall both (NCCL's notes on several GPUs per
+ * process with CUDA graphs). */
+int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits,
+                pthread_barrier_t *launched = nullptr) {
+    if (p->n <= 0) return 0;
+    const int rc = step_launch(g, p);
+    if (launched) pthread_barrier_wait(launched);
+    if (rc != 0) return -1;
     if (nl_out > 0 && argmax_out) {
         if (fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, g->st) != 0) return -1;
         CUDA_CHECK(cudaMemcpyAsync(argmax_out, g->ids, sizeof(int32_t) * (size_t)nl_out,
@@ -888,7 +902,7 @@ struct TpGpu {
     std::vector<std::vector<TpLinear>> sh; /* the shards the rank models' linears point into */
     /* workers: ranks 1.. on their own threads, rank 0 on the caller's */
     std::vector<pthread_t> th;
-    pthread_barrier_t go, done;
+    pthread_barrier_t go, done, launched;
     bool barriers = false, quit = false;
     /* start gate: workers wait here until every one was started (gate 1) or a
      * start failed (gate -1: they leave without touching the barriers) */
@@ -900,26 +914,22 @@ struct TpGpu {
     float *logits = nullptr;
     std::vector<int> rc;
     std::vector<std::string> msg;
-    const Model *m = nullptr;
-    int64_t rope_need = 0;
-    int rows_need = 0;
 };
 
 /* What rank r does for one forward call (inputs already in rank 0's h_in). */
 int tp_rank_step(TpGpu *t, int r) {
     CE *g = t->ce[(size_t)r];
-    if (cudaSetDevice(g->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g->gpu);
-    if (r > 0) {
-        if (ensure_rope(g, const_cast<Model *>(t->m), t->rope_need) != 0 ||
-            ensure_rows(g, t->rows_need) != 0)
-            return -1;
+    if (cudaSetDevice(g->gpu) != cudaSuccess) {
+        pthread_barrier_wait(&t->launched); /* the others wait there for every rank */
+        return err_set("cuda: cannot select GPU %d", g->gpu);
+    }
+    if (r > 0) /* (its RoPE table and block-table rows were grown before the step) */
         memcpy(g->h_in, t->ce[0]->h_in,
                sizeof(int32_t) * (size_t)(5 * t->plan.n + 1 + 2 * t->plan.cnt));
-    }
     StepPlan p = t->plan;
     if (r > 0) p.nl = 0; /* logits on rank 0 only */
     return device_step(g, &p, r == 0 ? t->plan.nl : 0, r == 0 ? t->argmax_out : nullptr,
-                       r == 0 ? t->logits : nullptr);
+                       r == 0 ? t->logits : nullptr, &t->launched);
 }
 
 void *tp_worker(void *arg) {
@@ -954,9 +964,18 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     t->plan = p;
     t->argmax_out = s->argmax_out;
     t->logits = logits;
-    t->m = m;
-    t->rope_need = g0->rope_len;
-    t->rows_need = g0->tab_rows;
+    /* the other ranks' RoPE tables and block-table rows grow like rank 0's,
+     * here, while every GPU is idle: these use synchronous CUDA calls
+     * (cudaFree waits for the whole device), which must not run on one rank
+     * while another's collectives are in flight */
+    for (int r = 1; r < t->tp; r++) {
+        CE *g = t->ce[(size_t)r];
+        if (cudaSetDevice(g->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g->gpu);
+        if (ensure_rope(g, const_cast<Model *>(m), g0->rope_len) != 0 ||
+            ensure_rows(g, g0->tab_rows) != 0)
+            return err_prefix("tp rank %d: ", r);
+    }
+    if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
     pthread_barrier_wait(&t->go);
     t->rc[0] = tp_rank_step(t, 0);
     if (t->rc[0] != 0) t->msg[0] = err_msg();
@@ -975,7 +994,20 @@ void tp_destroy(TpGpu *t) {
         for (pthread_t &h : t->th) pthread_join(h, nullptr);
         pthread_barrier_destroy(&t->go);
         pthread_barrier_destroy(&t->done);
+        pthread_barrier_destroy(&t->launched);
     }
+    /* A captured collective keeps its communicator referenced until the graph
+     * is destroyed, and NCCL's last ncclCommDestroy polls until no graph holds
+     * such a reference: with rank 1's decode graph still alive (it went only
+     * in ce_destroy, after the destroy) that wait cannot end — read from
+     * NCCL's source, the likely reason the tp 2 decode tests never finished
+     * while tp 2 perplexity (no graphs) did.  Drop every graph first. */
+    for (CE *g : t->ce)
+        if (g) {
+            cudaSetDevice(g->gpu);
+            if (g->st) cudaStreamSynchronize(g->st);
+            drop_graph(g);
+        }
     for (CE *g : t->ce) {
 #ifdef TL_HAVE_NCCL
         if (g && g->comm) ncclCommDestroy(g->comm);
@@ -1145,6 +1177,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
     if (rc == 0) {
         pthread_barrier_init(&t->go, nullptr, (unsigned)tp);
         pthread_barrier_init(&t->done, nullptr, (unsigned)tp);
+        pthread_barrier_init(&t->launched, nullptr, (unsigned)tp);
         for (int r = 1; r < tp; r++) {
             pthread_t h;
             auto *arg = new std::pair<TpGpu *, int>(t, r);
@@ -1167,6 +1200,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
             t->th.clear();
             pthread_barrier_destroy(&t->go);
             pthread_barrier_destroy(&t->done);
+            pthread_barrier_destroy(&t->launched);
         }
     }
     if (rc != 0) return open_fail(e, t, tp_destroy);
