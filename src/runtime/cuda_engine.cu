@@ -914,6 +914,7 @@ struct TpGpu {
     float *logits = nullptr;
     std::vector<int> rc;
     std::vector<std::string> msg;
+    int pdl_saved = -1; /* tern_cuda_pdl before this engine turned it off */
 };
 
 /* What rank r does for one forward call (inputs already in rank 0's h_in). */
@@ -1017,6 +1018,7 @@ void tp_destroy(TpGpu *t) {
     for (auto &v : t->sh)
         for (TpLinear &l : v) tp_linear_free(&l);
     for (Model &rm : t->rm) delete[] rm.layers;
+    if (t->pdl_saved >= 0) tern_cuda_pdl(t->pdl_saved);
     delete t;
 }
 
@@ -1162,8 +1164,9 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
     if (rc == 0) { /* NCCL: one communicator per GPU, NVLink multicast off */
         setenv("NCCL_NVLS_ENABLE", "0", 1);
         /* programmatic dependent launch of the int8 GEMVs has not been run
-         * next to NCCL collectives on a multi-GPU machine: off at tp > 1 */
-        tern_cuda_pdl(0);
+         * next to NCCL collectives on a multi-GPU machine: off while a tp > 1
+         * engine is open (restored by tp_destroy) */
+        t->pdl_saved = tern_cuda_pdl(0);
         ncclUniqueId id;
         ncclResult_t nr = ncclGetUniqueId(&id);
         if (nr == ncclSuccess) nr = ncclGroupStart();
