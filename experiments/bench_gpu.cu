@@ -225,6 +225,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
+        else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) /* tern_cuda_force_kernel */
+            tern_cuda_force_kernel(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
             tern_cuda_decode_variant(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
@@ -235,7 +237,7 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
-                "[--decode-variant V] [--ms M1,M2,..|none] (unknown argument %s)",
+                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] (unknown argument %s)",
                 argv[i]);
     }
     int ndev = 0;

@@ -242,6 +242,15 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         }
         return 0;
     }
+    /* n > 16 (or forced 5), one scale per row: the wgmma GEMM; grouped
+     * scales (or forced 2): the mma.sync GEMM */
+    if (g_force == 5 && gu != 0)
+        return err_set("%s: the wgmma GEMM takes one scale per row (group of %lld columns)", who,
+                       (long long)W->group_cols);
+    if (g_force == 5 || (g_force == 0 && gu == 0)) {
+        if (tern_gemm_wg_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
+        return 0;
+    }
     if (tern_gemm_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
     return 0;
 }

@@ -82,11 +82,12 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
                         int64_t n, float *d_y, cudaStream_t stream);
 
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
- * (n in 16-token chunks, any n), 2 = GEMM; for one token of int8
- * activations and one scale per row, 3 = the multi-row dp4a GEMV
- * (tern_gemv_rows.cu) and 4 = the one-warp-per-row dp4a GEMV
- * (tern_gemv_i8.cu); anything else with 3 / 4 is an error.  Returns the
- * previous value. */
+ * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
+ * for one token of int8 activations and one scale per row, 3 = the
+ * multi-row dp4a GEMV (tern_gemv_rows.cu) and 4 = the one-warp-per-row dp4a
+ * GEMV (tern_gemv_i8.cu); anything else with 3 / 4 is an error; 5 = the
+ * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error).  Returns
+ * the previous value. */
 int tern_cuda_force_kernel(int which);
 
 /* Development knob (bench; TERNLAB_CUDA_DECODE=v in the environment sets it

@@ -39,6 +39,57 @@ __device__ __forceinline__ void cp_async_wait() {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* y for one (row, token) from its exact sum v: one scale per row (GU = 0)
+ * applies s_row here; grouped scales were applied per group already. */
+template <bool I8, int GU, typename Red>
+__device__ __forceinline__ float finalize_out(const TernKArgs &a, Red v, int64_t row, int64_t tok) {
+    if constexpr (GU == 0) {
+        const float s = a.scales[row * a.scale_stride];
+        if constexpr (I8) return __fdiv_rn(__fmul_rn(s, (float)v), a.sx[tok]);
+        else return s * v;
+    } else {
+        if constexpr (I8) return __fdiv_rn(v, a.sx[tok]);
+        else return v;
+    }
+}
+
+/* The last CTA of a split-K tile: y = finalize(sum of the ksplit partials,
+ * part[(split * n + tok) * rows + row]) for the TR rows x TT tokens at
+ * (row0, tok0).  JB elements per thread at a time, every split's loads of
+ * them independent of the sums (one load per split and element in turn was
+ * a chain of L2 round trips: 15-100 us at M = 8..256); each element is still
+ * summed in split order, so the result does not depend on the schedule. */
+template <bool I8, int GU, int THREADS, int TR, int TT, int JM, typename Red>
+__device__ __forceinline__ void reduce_splits(const TernKArgs &a, const Red *part, int ksplit,
+                                              int64_t row0, int64_t tok0) {
+    constexpr int PER = TR * TT / THREADS, JB = PER < JM ? PER : JM;
+    static_assert(TR * TT % THREADS == 0 && PER % JB == 0, "reduction tiling");
+    const int64_t sstride = a.n * a.rows;
+    for (int j0 = 0; j0 < PER; j0 += JB) {
+        Red v[JB];
+        int64_t off[JB];
+#pragma unroll
+        for (int j = 0; j < JB; j++) {
+            const int e = threadIdx.x + (j0 + j) * THREADS;
+            const int64_t row = row0 + e % TR, tok = tok0 + e / TR;
+            off[j] = row < a.rows && tok < a.n ? tok * a.rows + row : -1;
+            v[j] = __ldcg(part + (off[j] < 0 ? 0 : off[j]));
+        }
+#pragma unroll 2
+        for (int sp = 1; sp < ksplit; sp++) {
+            const Red *ps = part + sp * sstride;
+#pragma unroll
+            for (int j = 0; j < JB; j++) v[j] += __ldcg(ps + (off[j] < 0 ? 0 : off[j]));
+        }
+#pragma unroll
+        for (int j = 0; j < JB; j++)
+            if (off[j] >= 0) {
+                const int e = threadIdx.x + (j0 + j) * THREADS;
+                a.y[off[j]] = finalize_out<I8, GU>(a, v[j], row0 + e % TR, tok0 + e / TR);
+            }
+    }
+}
+
 /* KBS: 256-column blocks per pipeline stage (longer contiguous reads per row).
  * NOCOMP: a diagnostic twin that moves the same bytes and skips the math. */
 template <int ACT, int WARPS, int WM, int WN, int STAGES, int GU, int KBS = 1, bool NOCOMP = false>
@@ -267,16 +318,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
     }
     cp_async_wait<0>();
 
-    auto finalize = [&](Red v, int64_t row, int64_t tok) -> float {
-        if constexpr (GU == 0) {
-            const float s = a.scales[row * a.scale_stride];
-            if constexpr (I8) return __fdiv_rn(__fmul_rn(s, (float)v), a.sx[tok]);
-            else return s * v;
-        } else {
-            if constexpr (I8) return __fdiv_rn(v, a.sx[tok]);
-            else return v;
-        }
-    };
+    auto finalize = [&](Red v, int64_t row, int64_t tok) { return finalize_out<I8, GU>(a, v, row, tok); };
     /* fragment element i: row g + 8*(i>>1), token 2t + (i&1) */
     Red *part = reinterpret_cast<Red *>(a.partial);
 #pragma unroll
@@ -303,14 +345,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    for (int e = threadIdx.x; e < C_::BM * C_::BN; e += C_::THREADS) {
-        const int64_t row = row0 + e % C_::BM, tok = tok0 + e / C_::BM;
-        if (row >= a.rows || tok >= a.n) continue;
-        const Red *p = part + tok * a.rows + row;
-        Red v = __ldcg(p);
-        for (int sp = 1; sp < ksplit; sp++) v += __ldcg(p + (int64_t)sp * a.n * a.rows);
-        a.y[tok * a.rows + row] = finalize(v, row, tok);
-    }
+    reduce_splits<I8, GU, C_::THREADS, C_::BM, C_::BN, GU ? 8 : 16>(a, part, ksplit, row0, tok0);
     if (threadIdx.x == 0) *ctr = 0;
 }
 
@@ -450,16 +485,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_sk_kernel(const TernKArgs 
                 }
         }
     };
-    auto finalize = [&](Red v, int64_t row, int64_t tok) -> float {
-        if constexpr (GU == 0) {
-            const float s = a.scales[row * a.scale_stride];
-            if constexpr (I8) return __fdiv_rn(__fmul_rn(s, (float)v), a.sx[tok]);
-            else return s * v;
-        } else {
-            if constexpr (I8) return __fdiv_rn(v, a.sx[tok]);
-            else return v;
-        }
-    };
+    auto finalize = [&](Red v, int64_t row, int64_t tok) { return finalize_out<I8, GU>(a, v, row, tok); };
     Red *part = reinterpret_cast<Red *>(a.partial);
     auto flush_tile = [&]() {
         const int64_t row0 = (ct % gx) * BM, tok0 = (ct / gx) * BN;

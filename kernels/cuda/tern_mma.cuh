@@ -91,6 +91,8 @@ int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s,
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);
+/* tern_gemm_wg.cu: wgmma (Hopper), one scale per row, any n (meant for n > 16). */
+int tern_gemm_wg_launch(int act, const TernKArgs *a, cudaStream_t s);
 
 /* ---- decoding ---------------------------------------------------------- */
 

@@ -2,8 +2,8 @@
  *
  * For awkward shapes (rows / cols not multiples of 4, 32, 128, 256), every
  * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 17, 64, 300} and
- * the three activation types, both kernel families (decode GEMV, prefill
- * GEMM, forced) are run on random data and compared with
+ * the three activation types, every kernel family (decode GEMV, the
+ * mma.sync and the wgmma prefill GEMM, the one-token dp4a GEMVs; forced) is run on random data and compared with
  * tern_matmul_f32_ref / tern_matmul_i8_ref.  Device buffers carry guard
  * zones filled with a sentinel and the output is poisoned with NaN before
  * each run: a write outside the buffer, an element left unwritten or a NaN
@@ -181,10 +181,13 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
         const void *hx = act == 0 ? (const void *)x : act == 1 ? (const void *)xb : (const void *)xq;
         CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
-        static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp"};
-        for (int kern = 1; kern <= 4; kern++) {
+        static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp",
+                                            "gemm_wgmma"};
+        for (int kern = 1; kern <= 5; kern++) {
             /* 3, 4: the one-token int8 one-scale-per-row GEMVs */
-            if (kern >= 3 && (act != 2 || W->n_groups != 1 || n != 1)) continue;
+            if ((kern == 3 || kern == 4) && (act != 2 || W->n_groups != 1 || n != 1)) continue;
+            /* 5: the wgmma GEMM, one scale per row */
+            if (kern == 5 && W->n_groups != 1) continue;
             tern_cuda_force_kernel(kern);
             float *outs[2] = {got, got2};
             bool call_ok = true;
@@ -339,6 +342,10 @@ static void test_errors(void) {
             tern_cuda_force_kernel(3);
             report(tern_cuda_matmul_i8(&dG, (const int8_t *)dy, dy, 1, dy, 0) < 0,
                    "row GEMV with 4 scale groups per row must be refused");
+            printf("  (expected error: %s)\n", err_msg());
+            tern_cuda_force_kernel(5);
+            report(tern_cuda_matmul_i8(&dG, (const int8_t *)dy, dy, 20, dy, 0) < 0,
+                   "wgmma GEMM with 4 scale groups per row must be refused");
             printf("  (expected error: %s)\n", err_msg());
             tern_cuda_force_kernel(0);
             tern_cuda_free(&dG);
