@@ -29,6 +29,8 @@
  *
  * Versions: the mma.sync kernel of tern_mm.cuh (tern_gemm.cu) was bound
  * near 530 int8 TOPS (16 clocks per m16n8k32 per SM sub-partition). */
+#include <cuda.h>
+#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_util.h"
@@ -36,12 +38,9 @@
 
 namespace {
 
-using tern_mm::cp_async16;
-using tern_mm::cp_async_commit;
-using tern_mm::cp_async_wait;
-
 constexpr int WG_BN = 128;   /* weight rows per CTA */
-constexpr int WG_ST = 4;     /* stages of activations */
+constexpr int WG_ST = 4;     /* pipeline slots (activations + codes) */
+constexpr int WG_CBYTES = WG_BN * 64; /* codes of one stage (one 64-byte block per row) */
 
 template <int WGS>
 struct WgCfg {
@@ -49,7 +48,9 @@ struct WgCfg {
     static constexpr int BM = 64 * WGS;                /* tokens */
     static constexpr int X_BYTES = BM * 256;           /* two 128-byte swizzle columns */
     static constexpr int W_BYTES = WG_BN * 256;
-    static constexpr int SMEM = WG_ST * X_BYTES + 2 * W_BYTES + 1024; /* + alignment */
+    static constexpr int SLOT = X_BYTES + WG_CBYTES;   /* a multiple of 1024 */
+    static constexpr int SMEM = WG_ST * SLOT + 2 * W_BYTES + 1024; /* + alignment */
+    static_assert(SLOT % 1024 == 0, "swizzle atoms need 1024-byte alignment");
 };
 
 /* Byte offset of 16-byte chunk ch (0..15) of row r in a tile of R rows x
@@ -85,6 +86,33 @@ __device__ __forceinline__ void keep(int (&d)[64]) {
 __device__ __forceinline__ void keep(float (&d)[64]) {
 #pragma unroll
     for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+/* ---- mbarrier and TMA (cp.async.bulk.tensor) ---------------------------- */
+__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* box at (c0 inner, c1 outer) of the 2-D map into shared memory, completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
+                                            uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
 }
 
 __device__ __forceinline__ void wgmma_s8(int (&d)[64], uint64_t da, uint64_t db) {
@@ -131,8 +159,13 @@ __device__ __forceinline__ void wgmma_bf16(float (&d)[64], uint64_t da, uint64_t
         : "l"(da), "l"(db));
 }
 
+/* tmx: the activations as (planes * n rows, cols) with 128-byte boxes of BM
+ * rows, 128-byte swizzle; tmc: the codes as (rows, row_bytes) with 64-byte
+ * boxes of 128 rows, 64-byte swizzle.  Both zero-fill outside the tensor. */
 template <int ACT, int WGS>
-__global__ void __launch_bounds__(128 * WGS) tern_gemm_wg_kernel(const TernKArgs a, int ksplit) {
+__global__ void __launch_bounds__(128 * WGS)
+    tern_gemm_wg_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
+                        const __grid_constant__ CUtensorMap tmc) {
     using C_ = WgCfg<WGS>;
     constexpr bool I8 = ACT == TACT_I8;
     constexpr int THREADS = C_::THREADS, BM = C_::BM;
@@ -141,71 +174,59 @@ __global__ void __launch_bounds__(128 * WGS) tern_gemm_wg_kernel(const TernKArgs
     extern __shared__ uint8_t smem_raw[];
     __shared__ int s_last;
     __shared__ float s_scale[WG_BN], s_sx[BM]; /* the tile's row and token scales */
+    __shared__ __align__(8) uint64_t s_full[WG_ST]; /* a slot's copies have landed */
     /* 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes) */
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(smem_raw);
     uint8_t *smem = smem_raw + ((1024 - (raw_s & 1023)) & 1023);
     const uint32_t smem_s = (uint32_t)__cvta_generic_to_shared(smem);
-    uint8_t *const wtile = smem + WG_ST * C_::X_BYTES;
+    uint8_t *const wtile = smem + WG_ST * C_::SLOT;
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full);
 
     const int tid = threadIdx.x, wg = tid >> 7;
     const int64_t row0 = (int64_t)blockIdx.x * WG_BN, tok0 = (int64_t)blockIdx.y * BM;
     const int split = blockIdx.z;
     constexpr int SPB = I8 ? 1 : 2; /* stages per code block */
-    /* stage counters are 32-bit and every iterator advances one stage per
-     * call: no 64-bit division in the loop (four per stage cost ~400
-     * instructions per thread, more than the decoding) */
+    constexpr int esz = I8 ? 1 : 2;
+    /* 32-bit stage counters, advanced incrementally: no 64-bit division in
+     * the loop (it cost more instructions than the decoding) */
     const int SPP = (int)a.kblocks * SPB, KT = a.planes * SPP;
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
-    constexpr int esz = I8 ? 1 : 2;
 
-    /* activation chunks of this thread: tokens tl0 + k * THREADS / 16 (k < 8),
-     * chunk ch of the stage's 256 bytes; the tokens that exist are k < kx */
-    const int tl0 = tid >> 4, ch = tid & 15;
-    constexpr int XROWS = THREADS / 16;
-    const uint32_t xdst0 = swz(tl0, ch, BM);
-    int kx = 0;
-#pragma unroll
-    for (int k = 0; k < 8; k++) kx += tok0 + tl0 + k * XROWS < a.n;
-    const int64_t xstep = (int64_t)XROWS * a.ldx * esz;
-    const uint8_t *const xbase = static_cast<const uint8_t *>(a.x) + ((tok0 + tl0) * a.ldx) * esz + ch * 16;
-    int x_plane = kt0 / SPP, x_sp = kt0 % SPP; /* the next stage load_x fetches */
-    auto load_x = [&](int slot) {
-        const int64_t col0 = (int64_t)x_sp * (256 / esz);
-        const bool colok = col0 + ch * (16 / esz) < a.cols;
-        const uint8_t *src = xbase + ((int64_t)x_plane * a.plane_stride + col0) * esz;
-        uint8_t *dst = smem + slot * C_::X_BYTES + xdst0;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            const bool ok = colok && k < kx;
-            cp_async16(dst + k * XROWS * 128, ok ? src : a.x, ok);
-            src += xstep;
-        }
-        if (++x_sp == SPP) x_sp = 0, x_plane++;
+    if (tid == 0) {
+        for (int i = 0; i < WG_ST; i++) mbar_init(full_s + 8 * i, 1);
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    /* scales for the epilogue */
+    for (int i = tid; i < WG_BN; i += THREADS)
+        s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
+    if constexpr (I8)
+        for (int i = tid; i < BM; i += THREADS) s_sx[i] = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
+    __syncthreads();
+
+    /* thread 0 issues a stage's copies: two 128-byte halves of activations
+     * and the codes of its block */
+    int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
+    auto issue = [&](int slot) {
+        const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
+        mbar_expect_tx(bar, C_::SLOT);
+        const int col0 = i_sp * (256 / esz), xrow = i_plane * (int)a.n + (int)tok0;
+        tma_load_2d(dst, &tmx, col0, xrow, bar);
+        tma_load_2d(dst + BM * 128, &tmx, col0 + 128 / esz, xrow, bar);
+        tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
+        if (++i_sp == SPP) i_sp = 0, i_plane++;
     };
     /* code chunks of this thread: rows cr0 + k * THREADS / 4, bytes 16 cc..;
-     * 8 consecutive lanes take 8 rows of one chunk (conflict-free stores) */
+     * 8 consecutive lanes take 8 rows of one chunk: conflict-free reads of
+     * the 64-byte-swizzled codes and stores into the 128-byte-swizzled tile */
     const int cr0 = ((tid >> 5) << 3) | (tid & 7), cc = (tid >> 3) & 3;
     constexpr int CROWS = THREADS / 4;
-    const uint8_t *crow[NC]; /* NULL past the last row */
-#pragma unroll
-    for (int k = 0; k < NC; k++) {
-        const int64_t row = row0 + cr0 + k * CROWS;
-        crow[k] = row < a.rows ? a.codes + row * a.row_bytes + cc * 16 : nullptr;
-    }
-    int c_sp = kt0 % SPP; /* the next stage load_codes fetches */
-    auto load_codes = [&](uint4 (&v)[NC]) {
-        const int kb = c_sp / SPB;
+    auto codes_at = [&](int slot, uint4 (&v)[NC]) {
+        const uint8_t *c = smem + slot * C_::SLOT + C_::X_BYTES;
 #pragma unroll
         for (int k = 0; k < NC; k++) {
-            if (crow[k]) {
-                const uint2 lo = ldg_stream_u2(crow[k] + kb * 64);
-                const uint2 hi = ldg_stream_u2(crow[k] + kb * 64 + 8);
-                v[k] = make_uint4(lo.x, lo.y, hi.x, hi.y);
-            } else {
-                v[k] = make_uint4(0, 0, 0, 0);
-            }
+            const int r = cr0 + k * CROWS;
+            v[k] = *reinterpret_cast<const uint4 *>(c + r * 64 + ((cc ^ ((r >> 1) & 3)) << 4));
         }
-        if (++c_sp == SPP) c_sp = 0;
     };
 
     /* 16 code bytes per chunk -> int8 (4 fields) or bf16 (2 fields) weights in w */
@@ -274,34 +295,26 @@ __global__ void __launch_bounds__(128 * WGS) tern_gemm_wg_kernel(const TernKArgs
 #pragma unroll
     for (int i = 0; i < 64; i++) d[i] = 0;
 
-    /* activations three stages ahead (cp.async), codes two stages ahead in a
-     * ring of three register sets (the loop is unrolled three times so that
-     * every set stays in place: a copy between sets would wait for the load) */
-    constexpr int R = 3;
-    uint4 cr[R][NC];
-#pragma unroll
-    for (int p = 0; p < WG_ST - 1; p++) {
-        if (kt0 + p < kt1) load_x(p);
-        cp_async_commit();
+    /* three stages in flight; stage kt0 decoded before the loop */
+    if (tid == 0)
+        for (int p = 0; p < WG_ST - 1; p++)
+            if (kt0 + p < kt1) issue(p);
+    if (kt0 < kt1) {
+        uint4 v[NC];
+        mbar_wait(full_s, 0);
+        codes_at(0, v);
+        decode(v, kt0, wtile);
     }
-#pragma unroll
-    for (int p = 0; p < R; p++)
-        if (kt0 + p < kt1) load_codes(cr[p]);
-    if (kt0 < kt1) decode(cr[0], kt0, wtile);
-    cp_async_wait<WG_ST - 2>();
     fence_proxy_async();
     __syncthreads();
     int slot = 0, wb = 0;
-    /* stage kt: its activations in slot, its decoded weights in tile wb; the
-     * codes of kt + 1 in set dec, set ld free for those of kt + R */
-    auto step = [&](int kt, const uint4 (&dec)[NC], uint4 (&ld)[NC]) {
-        /* the slot of stage kt - 1, whose wgmmas are done */
-        if (kt + WG_ST - 1 < kt1) load_x(slot == 0 ? WG_ST - 1 : slot - 1);
-        cp_async_commit();
+    for (int kt = kt0; kt < kt1; kt++) {
+        /* stage kt + 3 into the slot of kt - 1, whose wgmmas are done */
+        if (tid == 0 && kt + WG_ST - 1 < kt1) issue(slot == 0 ? WG_ST - 1 : slot - 1);
         /* descriptors of the stage's tiles; a k step adds its byte offset / 16
          * to the address field (no carry: shared addresses are < 256 KB) */
-        const uint64_t da = wg_desc(smem_s + slot * C_::X_BYTES + wg * 8192);
-        const uint64_t db = wg_desc(smem_s + WG_ST * C_::X_BYTES + wb * C_::W_BYTES);
+        const uint64_t da = wg_desc(smem_s + slot * C_::SLOT + wg * 8192);
+        const uint64_t db = wg_desc(smem_s + WG_ST * C_::SLOT + wb * C_::W_BYTES);
         wg_fence();
 #pragma unroll
         for (int k = 0; k < 8; k++) {
@@ -312,23 +325,20 @@ __global__ void __launch_bounds__(128 * WGS) tern_gemm_wg_kernel(const TernKArgs
             else wgmma_bf16(d, da + ka, db + kb);
         }
         wg_commit();
-        /* while the tensor cores work: decode kt + 1, fetch the codes of kt + R */
-        if (kt + 1 < kt1) decode(dec, kt + 1, wtile + (wb ^ 1) * C_::W_BYTES);
-        if (kt + R < kt1) load_codes(ld);
+        const int nslot = slot == WG_ST - 1 ? 0 : slot + 1;
+        if (kt + 1 < kt1) { /* while the tensor cores work: decode kt + 1 */
+            uint4 v[NC];
+            mbar_wait(full_s + 8 * nslot, ((kt + 1 - kt0) / WG_ST) & 1);
+            codes_at(nslot, v);
+            decode(v, kt + 1, wtile + (wb ^ 1) * C_::W_BYTES);
+        }
         wg_wait<0>();
         keep(d);
-        cp_async_wait<WG_ST - 2>(); /* stage kt + 1's activations */
-        fence_proxy_async();        /* ... and its decoded tile, for the wgmmas */
-        __syncthreads();            /* every warpgroup is done with slot kt */
-        slot = slot == WG_ST - 1 ? 0 : slot + 1;
+        fence_proxy_async(); /* the decoded tile, for the next wgmmas */
+        __syncthreads();     /* every warpgroup is done with slot kt */
+        slot = nslot;
         wb ^= 1;
-    };
-    for (int kt = kt0; kt < kt1; kt += R) {
-#pragma unroll
-        for (int u = 0; u < R; u++)
-            if (kt + u < kt1) step(kt + u, cr[(u + 1) % R], cr[u]);
     }
-    cp_async_wait<0>();
 
     /* d[4j + 2h + e]: token 16 * warp + g + 8h of this warpgroup, row 8j + 2t + e;
      * y as finalize_out computes it, with the scales from shared memory */
@@ -366,6 +376,32 @@ __global__ void __launch_bounds__(128 * WGS) tern_gemm_wg_kernel(const TernKArgs
     if (tid == 0) *ctr = 0;
 }
 
+/* cuTensorMapEncodeTiled through the runtime's driver entry point (no link
+ * against libcuda) */
+int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64_t inner,
+              uint64_t outer, uint64_t stride_bytes, uint32_t box_inner, uint32_t box_outer,
+              CUtensorMapSwizzle swz_mode) {
+    static PFN_cuTensorMapEncodeTiled_v12000 encode = nullptr;
+    if (!encode) {
+        cudaDriverEntryPointQueryResult q;
+        void *fn = nullptr;
+        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault,
+                                             &q) != cudaSuccess ||
+            q != cudaDriverEntryPointSuccess || !fn)
+            return err_set("tern_gemm_wg: cuTensorMapEncodeTiled is not available from the driver");
+        encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
+    }
+    const cuuint64_t dims[2] = {inner, outer}, strides[1] = {stride_bytes};
+    const cuuint32_t box[2] = {box_inner, box_outer}, estr[2] = {1, 1};
+    const CUresult r = encode(map, dt, 2, const_cast<void *>(base), dims, strides, box, estr,
+                              CU_TENSOR_MAP_INTERLEAVE_NONE, swz_mode,
+                              CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
+    if (r != CUDA_SUCCESS)
+        return err_set("tern_gemm_wg: cuTensorMapEncodeTiled failed (%d) for a %llu x %llu tensor",
+                       (int)r, (unsigned long long)outer, (unsigned long long)inner);
+    return 0;
+}
+
 template <int ACT, int WGS>
 int launch_wg(const TernKArgs *a0, cudaStream_t s) {
     using C_ = WgCfg<WGS>;
@@ -397,7 +433,22 @@ int launch_wg(const TernKArgs *a0, cudaStream_t s) {
     if (ks > 64) ks = 64;
     if (ks < 1) ks = 1;
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, tiles, &a.partial, &a.counters) < 0) return -1;
-    kern<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)ks), C_::THREADS, C_::SMEM, s>>>(a, (int)ks);
+    /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
+    constexpr int esz = ACT == TACT_I8 ? 1 : 2;
+    if (a.planes > 1 && a.plane_stride != a.n * a.ldx)
+        return err_set("tern_gemm_wg: activation planes must be contiguous (internal)");
+    if ((int64_t)a.planes * a.n > 0x7fffffff || a.cols > 0x7fffffff || a.row_bytes > 0x7fffffff)
+        return err_set("tern_gemm_wg: %lld tokens x %lld columns is too large for one launch",
+                       (long long)a.n, (long long)a.cols);
+    CUtensorMap tmx, tmc;
+    if (encode_2d(&tmx, ACT == TACT_I8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
+                  a.x, (uint64_t)a.cols, (uint64_t)(a.planes * a.n), (uint64_t)(a.ldx * esz),
+                  128 / esz, C_::BM, CU_TENSOR_MAP_SWIZZLE_128B) < 0 ||
+        encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
+                  (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
+        return -1;
+    kern<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)ks), C_::THREADS, C_::SMEM, s>>>(a, (int)ks,
+                                                                                    tmx, tmc);
     CUDA_CHECK_LAUNCH("tern_gemm_wg_kernel");
     return 0;
 }
