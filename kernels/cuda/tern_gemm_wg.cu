@@ -47,7 +47,8 @@ constexpr int WG_CBYTES = WG_BN * 64;   /* codes of one stage (one 64-byte block
 
 template <int NT> /* tokens per CTA: the wgmma N */
 struct WgCfg {
-    static constexpr int ST = NT == 256 ? 3 : 4;       /* pipeline slots */
+    /* pipeline slots: deeper for the small, memory-bound tiles */
+    static constexpr int ST = NT == 256 ? 3 : NT >= 64 ? 4 : 6;
     static constexpr int X_BYTES = NT * 256;           /* two 128-byte swizzle columns */
     static constexpr int SLOT = X_BYTES + WG_CBYTES;   /* a multiple of 1024 */
     static constexpr int SMEM = ST * SLOT + 1024;      /* + alignment */
@@ -122,6 +123,43 @@ template <int ACT, int N>
 __device__ __forceinline__ void wgmma_rs(typename std::conditional<ACT == TACT_I8, int, float>::type (&d)[N / 2],
                                          const uint32_t (&A)[4], uint64_t db);
 template <>
+__device__ __forceinline__ void wgmma_rs<TACT_I8, 8>(int (&d)[4], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 "
+        "{"
+        "%0, %1, %2, %3"
+        "}, {%4, %5, %6, %7}, %8, 1;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<TACT_I8, 16>(int (&d)[8], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, {%8, %9, %10, %11}, %12, 1;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<TACT_I8, 32>(int (&d)[16], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, {%16, %17, %18, %19}, %20, 1;\n"
+        "}\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
+          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
 __device__ __forceinline__ void wgmma_rs<TACT_I8, 64>(int (&d)[32], const uint32_t (&A)[4], uint64_t db) {
     asm volatile(
         "{\n"
@@ -191,6 +229,43 @@ __device__ __forceinline__ void wgmma_rs<TACT_I8, 256>(int (&d)[128], const uint
           "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]),
           "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
           "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<TACT_BF16, 8>(float (&d)[4], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3"
+        "}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<TACT_BF16, 16>(float (&d)[8], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7"
+        "}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
+        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
+}
+template <>
+__device__ __forceinline__ void wgmma_rs<TACT_BF16, 32>(float (&d)[16], const uint32_t (&A)[4], uint64_t db) {
+    asm volatile(
+        "{\n"
+        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
+        "{"
+        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
+        "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
+        "}\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
+          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
         : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
 }
 template <>
@@ -519,9 +594,11 @@ int launch_wg(const TernKArgs *a0, cudaStream_t s) {
     if (gx > 0x7fffffff || gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
-    /* split K until the grid covers the GPU, keeping >= 4 stages per split */
+    /* split K until the grid fills the GPU (resident CTAs), keeping >= 4
+     * stages per split; tiles of >= 64 tokens (compute-bound) only when
+     * there are fewer tiles than half the SMs (the reduction costs more) */
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    int64_t ks = ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
+    int64_t ks = NT >= 64 && tiles >= n_sm / 2 ? 1 : ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
     if (ks > KT / 4) ks = KT / 4;
     if (ks > 64) ks = 64;
     if (ks < 1) ks = 1;
@@ -546,6 +623,26 @@ int launch_wg(const TernKArgs *a0, cudaStream_t s) {
     return 0;
 }
 
+/* the token tile (the wgmma N): the smallest of 8 .. 256 that holds n, but
+ * from 64 tokens on halved while the grid would cover less than half of the
+ * SMs (more tiles instead of a split K with its reduction: M = 256 on
+ * 4096 x 4096 took 44 us with 32 tiles of 256 tokens split 4 ways) */
+template <int ACT>
+int by_tokens(const TernKArgs *a, cudaStream_t s) {
+    int dev, n_sm;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t gx = (a->rows + WG_BN - 1) / WG_BN;
+    int nt = a->n > 128 ? 256 : a->n > 64 ? 128 : 64;
+    while (nt > 64 && gx * ((a->n + nt - 1) / nt) < n_sm / 2) nt /= 2;
+    if (a->n > 32 && nt == 256) return launch_wg<ACT, 256>(a, s);
+    if (a->n > 32 && nt == 128) return launch_wg<ACT, 128>(a, s);
+    if (a->n > 32) return launch_wg<ACT, 64>(a, s);
+    if (a->n > 16) return launch_wg<ACT, 32>(a, s);
+    if (a->n > 8) return launch_wg<ACT, 16>(a, s);
+    return launch_wg<ACT, 8>(a, s);
+}
+
 } // namespace
 
 /* act: TACT_BF16 (planes >= 1) or TACT_I8; one scale per row (gu = 0). */
@@ -559,14 +656,8 @@ int tern_gemm_wg_launch(int act, const TernKArgs *a, cudaStream_t s) {
         return err_set("tern_gemm_wg: activations must be 16-byte aligned rows (internal: pad "
                        "them first)");
     switch (act) {
-    case TACT_BF16:
-        return a->n > 128 ? launch_wg<TACT_BF16, 256>(a, s)
-               : a->n > 64 ? launch_wg<TACT_BF16, 128>(a, s)
-                           : launch_wg<TACT_BF16, 64>(a, s);
-    case TACT_I8:
-        return a->n > 128 ? launch_wg<TACT_I8, 256>(a, s)
-               : a->n > 64 ? launch_wg<TACT_I8, 128>(a, s)
-                           : launch_wg<TACT_I8, 64>(a, s);
+    case TACT_BF16: return by_tokens<TACT_BF16>(a, s);
+    case TACT_I8: return by_tokens<TACT_I8>(a, s);
     default: return err_set("tern_gemm_wg: activation type %d (f32 goes as bf16 planes)", act);
     }
 }

@@ -1,7 +1,7 @@
 /* test_gpu.cu — every CUDA ternary kernel against its CPU *_ref twin.
  *
  * For awkward shapes (rows / cols not multiples of 4, 32, 128, 256), every
- * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 17, 64, 300} and
+ * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 9, 17, 64, 100, 300} and
  * the three activation types, every kernel family (decode GEMV, the
  * mma.sync and the wgmma prefill GEMM, the one-token dp4a GEMVs; forced) is run on random data and compared with
  * tern_matmul_f32_ref / tern_matmul_i8_ref.  Device buffers carry guard
@@ -386,7 +386,7 @@ int main(int argc, char **argv) {
                   {130, 513}, {257, 768}, {64, 4096}, {520, 9000}, {1000, 1100},
                   {11, 11008}, {37, 15000}};
     const QuantGroup groups[] = {QG_TENSOR, QG_ROW, QG_32, QG_64, QG_128, QG_256};
-    const int64_t ns[] = {1, 3, 9, 17, 64, 300};
+    const int64_t ns[] = {1, 3, 9, 17, 64, 100, 300};
     for (const Shape &sh : shapes)
         for (QuantGroup grp : groups) {
             TernaryMatrix W;
