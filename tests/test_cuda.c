@@ -591,23 +591,36 @@ static void tp_check(const char *dir, const char *quant, double max_rel) {
     CHECK_MSG(max_rel == 0 ? rel == 0 : rel <= max_rel, "rel L2 %.3g > %.3g", rel, max_rel);
     CHECK_MSG(memcmp(g1, g2, sizeof(int32_t) * 4 * 40) == 0, "greedy tokens differ");
     CHECK(i2.tp == 2);
+    /* each rank holds its half of the decoder weights: exactly half of the
+     * dense bytes; for packed ternary more than half, because a row-parallel
+     * half of a row still takes whole 256-column code blocks (llama-tiny:
+     * o_proj's 128-column halves keep one 64-byte block per row, as the full
+     * 256-column rows do; down_proj's 384 columns take 2 blocks of 3) and
+     * row-parallel scales are per row; never the whole, and equal on both */
+    const int dense = quant == NULL && strcmp(dir, LLAMA_DIR) == 0;
+    CHECK_MSG(i2.rank_layer_bytes[0] == i2.rank_layer_bytes[1], "ranks hold %zu and %zu bytes",
+              i2.rank_layer_bytes[0], i2.rank_layer_bytes[1]);
     for (int r = 0; r < 2; r++) {
         double share = (double)i2.rank_layer_bytes[r] / (double)i1.rank_layer_bytes[0];
-        CHECK_MSG(share > 0.49 && share < 0.51, "rank %d holds %.4f of the decoder weights", r, share);
+        CHECK_MSG(dense ? share > 0.49 && share < 0.51 : share >= 0.5 && share < 0.6,
+                  "rank %d holds %.4f of the decoder weights", r, share);
     }
     free(l1), free(l2), free(g1), free(g2);
 }
 
+/* f32 activations: the row-parallel layers add two partial sums in the
+ * all-reduce instead of one sum in order, a reassociation of f32 terms
+ * (measured on 2 x H200: 4.8e-7 .. 1.1e-6) */
 TEST(gpu_tp2_llama_dense_equals_tp1) {
     SKIP_WITHOUT_GPUS(2);
-    tp_check(LLAMA_DIR, NULL, 1e-6);
+    tp_check(LLAMA_DIR, NULL, 1e-5);
 }
 TEST(gpu_tp2_llama_ternary_groups_equal_tp1) {
     SKIP_WITHOUT_GPUS(2);
-    tp_check(LLAMA_DIR, "rule=absmean,group=tensor", 1e-6);
-    tp_check(LLAMA_DIR, "rule=absmean,group=row", 1e-6);
-    tp_check(LLAMA_DIR, "rule=twn,group=64", 1e-6);
-    tp_check(LLAMA_DIR, "rule=absmean,group=128", 1e-6);
+    tp_check(LLAMA_DIR, "rule=absmean,group=tensor", 1e-5);
+    tp_check(LLAMA_DIR, "rule=absmean,group=row", 1e-5);
+    tp_check(LLAMA_DIR, "rule=twn,group=64", 1e-5);
+    tp_check(LLAMA_DIR, "rule=absmean,group=128", 1e-5);
 }
 TEST(gpu_tp2_int8_bit_identical) {
     SKIP_WITHOUT_GPUS(2);
