@@ -170,8 +170,9 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     const size_t esize = act == TACT_F32 ? 4 : act == TACT_BF16 ? 2 : 1;
 
     /* n <= 16: the mma.sync GEMV, except int8 with one scale per row, where
-     * the wgmma GEMM with 8- / 16-token tiles measured as fast or faster
-     * (H200: 36864 x 4608, n = 8: 28.3 vs 28.5 us; 4096 x 4096: 8.1 vs 19.4) */
+     * the wgmma GEMM with 8- / 16-token tiles measured as fast or faster on
+     * the bench shapes (H200, n = 8: 4096 x 4096 8.1 vs 19.4 us, 36864 x 4608
+     * 28.1 vs 28.5) but one (4608 x 36864, n = 16: 34.4 vs 31.5 us) */
     const bool gemv = g_force == 1 || (g_force == 0 && n <= 16 && !(act == TACT_I8 && gu == 0));
     const int64_t kpad = W->kblocks * TERN_BLOCK;
     if (act == TACT_F32) { /* f32 = three exact bf16 planes (tern_mma.cuh) */
