@@ -197,6 +197,24 @@ glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t l
  * path).  Results are bit-identical to the uncached kernels. */
 constexpr int kCache = 4;
 
+/* The int8 tail of the register-cached row kernels: this thread's values
+ * v[c] of columns 4 * threadIdx.x + c * step (+0..3) and their |max| mx;
+ * the row's scale 127 / max|v| into sx[blockIdx.x], the codes into xq. */
+__device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], float mx, int64_t n,
+                                                 int64_t row, int64_t step, int8_t *xq, float *sx,
+                                                 float *red) {
+    mx = block_max(mx, red);
+    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= n) break;
+        *reinterpret_cast<char4 *>(xq + row + i) =
+            make_char4(quant1(v[c].x, s), quant1(v[c].y, s), quant1(v[c].z, s), quant1(v[c].w, s));
+    }
+    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+}
+
 __global__ void __launch_bounds__(kRowThreads)
 norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
               __nv_bfloat16 *o16, int8_t *xq, float *sx) {
@@ -247,17 +265,7 @@ norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, 
         }
         xv[c] = v;
     }
-    if (!xq) return;
-    mx = block_max(mx, red);
-    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
-#pragma unroll
-    for (int c = 0; c < kCache; c++) {
-        const int64_t i = threadIdx.x * 4 + c * step;
-        if (i >= dim) break;
-        *reinterpret_cast<char4 *>(xq + row + i) =
-            make_char4(quant1(xv[c].x, s), quant1(xv[c].y, s), quant1(xv[c].z, s), quant1(xv[c].w, s));
-    }
-    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+    if (xq) quant_cached_row(xv, mx, dim, row, step, xq, sx, red);
 }
 
 __global__ void __launch_bounds__(kRowThreads)
@@ -289,17 +297,7 @@ glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t
         mx = fmaxf(mx, fabsf(v.w));
         vv[c] = v;
     }
-    if (!xq) return;
-    mx = block_max(mx, red);
-    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
-#pragma unroll
-    for (int c = 0; c < kCache; c++) {
-        const int64_t i = threadIdx.x * 4 + c * step;
-        if (i >= cols) break;
-        *reinterpret_cast<char4 *>(xq + row + i) =
-            make_char4(quant1(vv[c].x, s), quant1(vv[c].y, s), quant1(vv[c].z, s), quant1(vv[c].w, s));
-    }
-    if (threadIdx.x == 0) sx[blockIdx.x] = s;
+    if (xq) quant_cached_row(vv, mx, cols, row, step, xq, sx, red);
 }
 
 

@@ -122,224 +122,79 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map
 template <int ACT, int N>
 __device__ __forceinline__ void wgmma_rs(typename std::conditional<ACT == TACT_I8, int, float>::type (&d)[N / 2],
                                          const uint32_t (&A)[4], uint64_t db);
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 8>(int (&d)[4], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3"
-        "}, {%4, %5, %6, %7}, %8, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 16>(int (&d)[8], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, {%8, %9, %10, %11}, %12, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 32>(int (&d)[16], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, {%16, %17, %18, %19}, %20, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 64>(int (&d)[32], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 128>(int (&d)[64], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_I8, 256>(int (&d)[128], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, {%128, %129, %130, %131}, %132, 1;\n"
-        "}\n"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3]), "+r"(d[4]), "+r"(d[5]), "+r"(d[6]), "+r"(d[7]),
-          "+r"(d[8]), "+r"(d[9]), "+r"(d[10]), "+r"(d[11]), "+r"(d[12]), "+r"(d[13]), "+r"(d[14]), "+r"(d[15]),
-          "+r"(d[16]), "+r"(d[17]), "+r"(d[18]), "+r"(d[19]), "+r"(d[20]), "+r"(d[21]), "+r"(d[22]), "+r"(d[23]),
-          "+r"(d[24]), "+r"(d[25]), "+r"(d[26]), "+r"(d[27]), "+r"(d[28]), "+r"(d[29]), "+r"(d[30]), "+r"(d[31]),
-          "+r"(d[32]), "+r"(d[33]), "+r"(d[34]), "+r"(d[35]), "+r"(d[36]), "+r"(d[37]), "+r"(d[38]), "+r"(d[39]),
-          "+r"(d[40]), "+r"(d[41]), "+r"(d[42]), "+r"(d[43]), "+r"(d[44]), "+r"(d[45]), "+r"(d[46]), "+r"(d[47]),
-          "+r"(d[48]), "+r"(d[49]), "+r"(d[50]), "+r"(d[51]), "+r"(d[52]), "+r"(d[53]), "+r"(d[54]), "+r"(d[55]),
-          "+r"(d[56]), "+r"(d[57]), "+r"(d[58]), "+r"(d[59]), "+r"(d[60]), "+r"(d[61]), "+r"(d[62]), "+r"(d[63]),
-          "+r"(d[64]), "+r"(d[65]), "+r"(d[66]), "+r"(d[67]), "+r"(d[68]), "+r"(d[69]), "+r"(d[70]), "+r"(d[71]),
-          "+r"(d[72]), "+r"(d[73]), "+r"(d[74]), "+r"(d[75]), "+r"(d[76]), "+r"(d[77]), "+r"(d[78]), "+r"(d[79]),
-          "+r"(d[80]), "+r"(d[81]), "+r"(d[82]), "+r"(d[83]), "+r"(d[84]), "+r"(d[85]), "+r"(d[86]), "+r"(d[87]),
-          "+r"(d[88]), "+r"(d[89]), "+r"(d[90]), "+r"(d[91]), "+r"(d[92]), "+r"(d[93]), "+r"(d[94]), "+r"(d[95]),
-          "+r"(d[96]), "+r"(d[97]), "+r"(d[98]), "+r"(d[99]), "+r"(d[100]), "+r"(d[101]), "+r"(d[102]), "+r"(d[103]),
-          "+r"(d[104]), "+r"(d[105]), "+r"(d[106]), "+r"(d[107]), "+r"(d[108]), "+r"(d[109]), "+r"(d[110]), "+r"(d[111]),
-          "+r"(d[112]), "+r"(d[113]), "+r"(d[114]), "+r"(d[115]), "+r"(d[116]), "+r"(d[117]), "+r"(d[118]), "+r"(d[119]),
-          "+r"(d[120]), "+r"(d[121]), "+r"(d[122]), "+r"(d[123]), "+r"(d[124]), "+r"(d[125]), "+r"(d[126]), "+r"(d[127])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 8>(float (&d)[4], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3"
-        "}, {%4, %5, %6, %7}, %8, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 16>(float (&d)[8], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7"
-        "}, {%8, %9, %10, %11}, %12, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 32>(float (&d)[16], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15"
-        "}, {%16, %17, %18, %19}, %20, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 64>(float (&d)[32], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
-        "}, {%32, %33, %34, %35}, %36, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 128>(float (&d)[64], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
-        "}, {%64, %65, %66, %67}, %68, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
-template <>
-__device__ __forceinline__ void wgmma_rs<TACT_BF16, 256>(float (&d)[128], const uint32_t (&A)[4], uint64_t db) {
-    asm volatile(
-        "{\n"
-        "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 "
-        "{"
-        "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "
-        "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31, "
-        "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "
-        "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63, "
-        "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "
-        "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "
-        "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "
-        "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
-        "}, {%128, %129, %130, %131}, %132, 1, 1, 1, 0;\n"
-        "}\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3]), "+f"(d[4]), "+f"(d[5]), "+f"(d[6]), "+f"(d[7]),
-          "+f"(d[8]), "+f"(d[9]), "+f"(d[10]), "+f"(d[11]), "+f"(d[12]), "+f"(d[13]), "+f"(d[14]), "+f"(d[15]),
-          "+f"(d[16]), "+f"(d[17]), "+f"(d[18]), "+f"(d[19]), "+f"(d[20]), "+f"(d[21]), "+f"(d[22]), "+f"(d[23]),
-          "+f"(d[24]), "+f"(d[25]), "+f"(d[26]), "+f"(d[27]), "+f"(d[28]), "+f"(d[29]), "+f"(d[30]), "+f"(d[31]),
-          "+f"(d[32]), "+f"(d[33]), "+f"(d[34]), "+f"(d[35]), "+f"(d[36]), "+f"(d[37]), "+f"(d[38]), "+f"(d[39]),
-          "+f"(d[40]), "+f"(d[41]), "+f"(d[42]), "+f"(d[43]), "+f"(d[44]), "+f"(d[45]), "+f"(d[46]), "+f"(d[47]),
-          "+f"(d[48]), "+f"(d[49]), "+f"(d[50]), "+f"(d[51]), "+f"(d[52]), "+f"(d[53]), "+f"(d[54]), "+f"(d[55]),
-          "+f"(d[56]), "+f"(d[57]), "+f"(d[58]), "+f"(d[59]), "+f"(d[60]), "+f"(d[61]), "+f"(d[62]), "+f"(d[63]),
-          "+f"(d[64]), "+f"(d[65]), "+f"(d[66]), "+f"(d[67]), "+f"(d[68]), "+f"(d[69]), "+f"(d[70]), "+f"(d[71]),
-          "+f"(d[72]), "+f"(d[73]), "+f"(d[74]), "+f"(d[75]), "+f"(d[76]), "+f"(d[77]), "+f"(d[78]), "+f"(d[79]),
-          "+f"(d[80]), "+f"(d[81]), "+f"(d[82]), "+f"(d[83]), "+f"(d[84]), "+f"(d[85]), "+f"(d[86]), "+f"(d[87]),
-          "+f"(d[88]), "+f"(d[89]), "+f"(d[90]), "+f"(d[91]), "+f"(d[92]), "+f"(d[93]), "+f"(d[94]), "+f"(d[95]),
-          "+f"(d[96]), "+f"(d[97]), "+f"(d[98]), "+f"(d[99]), "+f"(d[100]), "+f"(d[101]), "+f"(d[102]), "+f"(d[103]),
-          "+f"(d[104]), "+f"(d[105]), "+f"(d[106]), "+f"(d[107]), "+f"(d[108]), "+f"(d[109]), "+f"(d[110]), "+f"(d[111]),
-          "+f"(d[112]), "+f"(d[113]), "+f"(d[114]), "+f"(d[115]), "+f"(d[116]), "+f"(d[117]), "+f"(d[118]), "+f"(d[119]),
-          "+f"(d[120]), "+f"(d[121]), "+f"(d[122]), "+f"(d[123]), "+f"(d[124]), "+f"(d[125]), "+f"(d[126]), "+f"(d[127])
-        : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));
-}
+
+/* The specialisations, one asm statement per N: the accumulators are
+ * operands %0 .. %(N/2 - 1), then the four A registers and the descriptor. */
+#define WG_R0_3 "%0, %1, %2, %3"
+#define WG_R4_7 "%4, %5, %6, %7"
+#define WG_R8_15 "%8, %9, %10, %11, %12, %13, %14, %15"
+#define WG_R16_31 "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_R32_63 "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, " \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_R64_127 "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, " \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, " \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, " \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WG_REGS4 WG_R0_3
+#define WG_REGS8 WG_REGS4 ", " WG_R4_7
+#define WG_REGS16 WG_REGS8 ", " WG_R8_15
+#define WG_REGS32 WG_REGS16 ", " WG_R16_31
+#define WG_REGS64 WG_REGS32 ", " WG_R32_63
+#define WG_REGS128 WG_REGS64 ", " WG_R64_127
+#define WG_D4(C, i) C(d[(i)]), C(d[(i) + 1]), C(d[(i) + 2]), C(d[(i) + 3])
+#define WG_D8(C, i) WG_D4(C, i), WG_D4(C, (i) + 4)
+#define WG_D16(C, i) WG_D8(C, i), WG_D8(C, (i) + 8)
+#define WG_D32(C, i) WG_D16(C, i), WG_D16(C, (i) + 16)
+#define WG_D64(C, i) WG_D32(C, i), WG_D32(C, (i) + 32)
+#define WG_OUT4(C) WG_D4(C, 0)
+#define WG_OUT8(C) WG_D8(C, 0)
+#define WG_OUT16(C) WG_D16(C, 0)
+#define WG_OUT32(C) WG_D32(C, 0)
+#define WG_OUT64(C) WG_D64(C, 0)
+#define WG_OUT128(C) WG_D64(C, 0), WG_D64(C, 64)
+#define WG_I8 "+r"
+#define WG_F32 "+f"
+/* ACT, N, accumulator type, its constraint, N / 2, the instruction, the
+ * operands after the accumulators (A registers, descriptor, immediates) */
+#define WG_RS(ACT_, N_, T_, C_, ND_, INSTR_, TAIL_)                                             \
+    template <>                                                                                 \
+    __device__ __forceinline__ void wgmma_rs<ACT_, N_>(T_(&d)[ND_], const uint32_t(&A)[4],      \
+                                                       uint64_t db) {                           \
+        asm volatile("{\n" INSTR_ "{" WG_REGS##ND_ "}, " TAIL_ "\n}\n"                         \
+                     : WG_OUT##ND_(C_)                                                          \
+                     : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));                    \
+    }
+WG_RS(TACT_I8, 8, int, WG_I8, 4, "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 ",
+      "{%4, %5, %6, %7}, %8, 1;")
+WG_RS(TACT_I8, 16, int, WG_I8, 8, "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 ",
+      "{%8, %9, %10, %11}, %12, 1;")
+WG_RS(TACT_I8, 32, int, WG_I8, 16, "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 ",
+      "{%16, %17, %18, %19}, %20, 1;")
+WG_RS(TACT_I8, 64, int, WG_I8, 32, "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 ",
+      "{%32, %33, %34, %35}, %36, 1;")
+WG_RS(TACT_I8, 128, int, WG_I8, 64, "wgmma.mma_async.sync.aligned.m64n128k32.s32.s8.s8 ",
+      "{%64, %65, %66, %67}, %68, 1;")
+WG_RS(TACT_I8, 256, int, WG_I8, 128, "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 ",
+      "{%128, %129, %130, %131}, %132, 1;")
+WG_RS(TACT_BF16, 8, float, WG_F32, 4, "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 ",
+      "{%4, %5, %6, %7}, %8, 1, 1, 1, 0;")
+WG_RS(TACT_BF16, 16, float, WG_F32, 8, "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 ",
+      "{%8, %9, %10, %11}, %12, 1, 1, 1, 0;")
+WG_RS(TACT_BF16, 32, float, WG_F32, 16, "wgmma.mma_async.sync.aligned.m64n32k16.f32.bf16.bf16 ",
+      "{%16, %17, %18, %19}, %20, 1, 1, 1, 0;")
+WG_RS(TACT_BF16, 64, float, WG_F32, 32, "wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16 ",
+      "{%32, %33, %34, %35}, %36, 1, 1, 1, 0;")
+WG_RS(TACT_BF16, 128, float, WG_F32, 64, "wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16 ",
+      "{%64, %65, %66, %67}, %68, 1, 1, 1, 0;")
+WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k16.f32.bf16.bf16 ",
+      "{%128, %129, %130, %131}, %132, 1, 1, 1, 0;")
+#undef WG_RS
+#undef WG_OUT128
+#undef WG_OUT64
+#undef WG_OUT32
+#undef WG_OUT16
+#undef WG_OUT8
+#undef WG_OUT4
 
 /* tmx: the activations as (planes * n rows, cols) with 128-byte boxes of NT
  * rows, 128-byte swizzle; tmc: the codes as (rows, row_bytes) with 64-byte
@@ -571,13 +426,12 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
     return 0;
 }
 
+/* dev, n_sm: the current device and its SM count (by_tokens asked already) */
 template <int ACT, int NT>
-int launch_wg(const TernKArgs *a0, cudaStream_t s) {
+int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
     auto kern = tern_gemm_wg_kernel<ACT, NT>;
     static int attr_dev = -1, per_sm = 1; /* the attribute is per function and device */
-    int dev;
-    CUDA_CHECK(cudaGetDevice(&dev));
     if (attr_dev != dev) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WG_THREADS, C_::SMEM));
@@ -587,8 +441,6 @@ int launch_wg(const TernKArgs *a0, cudaStream_t s) {
                            WG_THREADS, C_::SMEM);
         attr_dev = dev;
     }
-    int n_sm;
-    CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     TernKArgs a = *a0;
     const int64_t gx = (a.rows + WG_BN - 1) / WG_BN, gy = (a.n + NT - 1) / NT;
     if (gx > 0x7fffffff || gy > 65535)
@@ -635,12 +487,12 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     const int64_t gx = (a->rows + WG_BN - 1) / WG_BN;
     int nt = a->n > 128 ? 256 : a->n > 64 ? 128 : 64;
     while (nt > 64 && gx * ((a->n + nt - 1) / nt) < n_sm / 2) nt /= 2;
-    if (a->n > 32 && nt == 256) return launch_wg<ACT, 256>(a, s);
-    if (a->n > 32 && nt == 128) return launch_wg<ACT, 128>(a, s);
-    if (a->n > 32) return launch_wg<ACT, 64>(a, s);
-    if (a->n > 16) return launch_wg<ACT, 32>(a, s);
-    if (a->n > 8) return launch_wg<ACT, 16>(a, s);
-    return launch_wg<ACT, 8>(a, s);
+    if (a->n > 32 && nt == 256) return launch_wg<ACT, 256>(a, dev, n_sm, s);
+    if (a->n > 32 && nt == 128) return launch_wg<ACT, 128>(a, dev, n_sm, s);
+    if (a->n > 32) return launch_wg<ACT, 64>(a, dev, n_sm, s);
+    if (a->n > 16) return launch_wg<ACT, 32>(a, dev, n_sm, s);
+    if (a->n > 8) return launch_wg<ACT, 16>(a, dev, n_sm, s);
+    return launch_wg<ACT, 8>(a, dev, n_sm, s);
 }
 
 } // namespace
