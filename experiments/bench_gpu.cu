@@ -225,8 +225,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
-        else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) /* tern_cuda_force_kernel */
-            tern_cuda_force_kernel(atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
+            const char *k = argv[++i];
+            if (strlen(k) != 1 || k[0] < '0' || k[0] > '5')
+                DIE("--force-kernel %s: expected 0 (automatic) .. 5 (see tern_cuda_force_kernel)", k);
+            tern_cuda_force_kernel(k[0] - '0');
+        }
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
             tern_cuda_decode_variant(atoi(argv[++i]));
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) {

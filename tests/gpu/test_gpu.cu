@@ -1,11 +1,11 @@
 /* test_gpu.cu — every CUDA ternary kernel against its CPU *_ref twin.
  *
  * For awkward shapes (rows / cols not multiples of 4, 32, 128, 256), every
- * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 9, 17, 64, 100, 300} and
- * the three activation types, every kernel family (decode GEMV, the
- * mma.sync and the wgmma prefill GEMM, the one-token dp4a GEMVs; forced) is run on random data and compared with
- * tern_matmul_f32_ref / tern_matmul_i8_ref.  Device buffers carry guard
- * zones filled with a sentinel and the output is poisoned with NaN before
+ * scale group (tensor, row, 32, 64, 128, 256), n in {1, 3, 9, 17, 64, 100,
+ * 300} and the three activation types, every kernel family (decode GEMV,
+ * the mma.sync and the wgmma GEMM, the one-token dp4a GEMVs; forced) is run
+ * on random data and compared with tern_matmul_f32_ref / tern_matmul_i8_ref.
+ * Device buffers carry guard zones filled with a sentinel and the output is poisoned with NaN before
  * each run: a write outside the buffer, an element left unwritten or a NaN
  * fails the case.  Also: determinism (two runs bit-identical), the cuBLAS
  * baseline against a double-precision sum, and bad arguments returning errors.
