@@ -1,4 +1,6 @@
-/* tern_gemv.cu — the decode GEMV (n <= 16 tokens): the v2 kernel of
+/* tern_gemv.cu — the decode GEMV (n <= 16 tokens, except int8 activations
+ * with one scale per row: the dp4a GEMVs at one token, the wgmma GEMM's
+ * 8- / 16-token tiles from two; tern_cuda.cu run()): the v2 kernel of
  * tern_mm.cuh with 4 warps x 32 rows (BM = 128), one or two 8-token tiles,
  * 4 cp.async stages (68 / 86 KB shared memory: 3 / 2 CTAs per SM) and split-K until
  * the grid is ~4 CTAs per SM: the whole packed matrix is requested at once,
