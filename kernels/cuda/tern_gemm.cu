@@ -1,6 +1,7 @@
 /* tern_gemm.cu — the mma.sync GEMM (n > 16 tokens with grouped scales, or
  * forced 2; one scale per row goes to the wgmma GEMM, tern_gemm_wg.cu, which
- * is 1.5-2x faster at M = 2048): the v2 kernel of tern_mm.cuh.  n > 64 with one scale per row: 8 warps x 32 rows (BM = 256)
+ * was 1.8-2.3x faster at M = 2048 on the bench shapes): the v2 kernel of
+ * tern_mm.cuh.  n > 64 with one scale per row: 8 warps x 32 rows (BM = 256)
  * x 128 tokens, 2 (bf16) / 3 (int8) cp.async stages, one CTA per SM; each
  * decoded A fragment feeds 16 MMAs.  n <= 64: 4 warps x 32 rows x 64 tokens;
  * per-group scales (a second accumulator set): 4 warps x 32 rows x 32 tokens.  Small grids are
