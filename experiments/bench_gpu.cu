@@ -2,6 +2,7 @@
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
  *                       [--sweep-decode] [--decode-variant V] [--ms M1,M2,..|none]
+ *                       [--shape NxK]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
  * 36864x4608, 4608x36864; M (tokens) in {1, 8, 16, 64, 256, 2048}.
@@ -218,6 +219,7 @@ struct Row {
 int main(int argc, char **argv) {
     const char *out = "results/bench_gpu";
     int quick = 0, sweep = 0;
+    const char *shape_arg = NULL;
     const char *ms_arg = NULL;
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
@@ -225,10 +227,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
         else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
             const char *k = argv[++i];
-            if (strlen(k) != 1 || k[0] < '0' || k[0] > '5')
-                DIE("--force-kernel %s: expected 0 (automatic) .. 5 (see tern_cuda_force_kernel)", k);
+            if (strlen(k) != 1 || k[0] < '0' || k[0] > '7')
+                DIE("--force-kernel %s: expected 0 (automatic) .. 7 (see tern_cuda_force_kernel)", k);
             tern_cuda_force_kernel(k[0] - '0');
         }
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
@@ -241,7 +244,7 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
-                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] (unknown argument %s)",
+                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] (unknown argument %s)",
                 argv[i]);
     }
     int ndev = 0;
@@ -303,6 +306,11 @@ int main(int argc, char **argv) {
 
     for (auto &sh : shapes) {
         const int64_t N = sh.N, K = sh.K;
+        if (shape_arg) { /* --shape NxK: that shape alone */
+            char nk[48];
+            snprintf(nk, sizeof nk, "%lldx%lld", (long long)N, (long long)K);
+            if (strcmp(nk, shape_arg) != 0) continue;
+        }
         /* random ternary weights, ~1/3 zeros, scales rounded to bf16 */
         TernaryMatrix W;
         {
@@ -337,6 +345,20 @@ int main(int argc, char **argv) {
                 {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 0},       {"warp_gemv", 4, 0, 1},
                 {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
                 {"rows_31204", 3, 31204, 1}, {"rows_31244", 3, 31244, 1}, {"rows_30206", 3, 30206, 1},
+                /* the TMA-fed GEMV (tern_gemv_tma.cu), variant 4abcd: rows per warp, largest
+                 * piece (256 .. 4096 B), stages, CTAs per SM at most */
+                {"tma", 6, 0, 1},           {"tma_42560", 6, 42560, 1}, {"tma_42580", 6, 42580, 1},
+                {"tma_42541", 6, 42541, 1}, {"tma_42581", 6, 42581, 1}, {"tma_42542", 6, 42542, 1},
+                {"tma_42240", 6, 42240, 1}, {"tma_42440", 6, 42440, 1}, {"tma_42740", 6, 42740, 1},
+                {"tma_44540", 6, 44540, 1}, {"tma_44340", 6, 44340, 1}, {"tma_42340", 6, 42340, 1},
+                {"tma_42520", 6, 42520, 1}, {"tma_42530", 6, 42530, 1}, {"tma_42420", 6, 42420, 1},
+                {"tma_42430", 6, 42430, 1}, {"tma_42320", 6, 42320, 1}, {"tma_42720", 6, 42720, 1},
+                {"tma_44520", 6, 44520, 1}, {"tma_42220", 6, 42220, 1},
+                /* the GEMV on the binary tensor cores (tern_gemv_bmma.cu), variant 5UC00:
+                 * U blocks in flight per warp, C CTAs per SM */
+                {"bmma", 7, 0, 1},          {"bmma_51400", 7, 51400, 1}, {"bmma_54400", 7, 54400, 1},
+                {"bmma_52200", 7, 52200, 1}, {"bmma_52800", 7, 52800, 1}, {"bmma_54800", 7, 54800, 1},
+                {"bmma_54200", 7, 54200, 1}, {"bmma_52100", 7, 52100, 1},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));

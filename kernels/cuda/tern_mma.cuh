@@ -67,14 +67,25 @@ int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
  * 3LRDW = bench sweeps (see the file). */
 int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
-/* Launches kernel<<<grid, block, 0, s>>>(args...) as a programmatic dependent
- * of the previous kernel on s when tern_cuda_pdl_get() (the kernel must
- * execute griddepcontrol.wait before touching what earlier kernels write). */
+/* tern_gemv_tma.cu: the same call, the codes streamed by the bulk copy engine
+ * (cols <= TERN_GEMV_TMA_MAX_COLS); variant 0 = default, 4abcd = bench sweeps. */
+int tern_gemv_i8_tma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
+                     float *d_y, int variant, cudaStream_t s);
+/* tern_gemv_bmma.cu: the same call on the binary tensor cores (codes as they
+ * are stored); variant 0 = default, 5UC00 = bench sweeps. */
+int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
+                      float *d_y, int variant, cudaStream_t s);
+/* Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic
+ * dependent of the previous kernel on s when tern_cuda_pdl_get() (the kernel
+ * must execute griddepcontrol.wait before touching what earlier kernels
+ * write). */
 template <typename... P, typename... A>
-int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args) {
+int tern_launch_pdl_smem(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
+                         A &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
     cudaLaunchAttribute attr[1];
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -86,6 +97,10 @@ int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s,
         return err_set("launching a ternary GEMV failed: %s (%s)", cudaGetErrorString(e),
                        cudaGetErrorName(e));
     return 0;
+}
+template <typename... P, typename... A>
+int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args) {
+    return tern_launch_pdl_smem(kernel, grid, block, 0, s, static_cast<A &&>(args)...);
 }
 
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */

@@ -9,15 +9,18 @@
  * 16 stages, 37 us; 4096 x 14336: 56 stages, 94 us), i.e. ~14 us of fill
  * and epilogue per tile, a third of the time on the K = 4096 shapes.
  *
- * To try it: replace tern_gemm_wg.cu with it, export tern_cuda_wg_max_ctas
- * from tern_cuda.h, and run test_gpu with the wgmma GEMM also capped to 3
- * CTAs (every CTA then runs many units, split-K units of one tile included).
+ * To try it: build the GPU programs with it in place of tern_gemm_wg.cu
+ *   make -f kernels/cuda/gpu.mk GPU_BUILD=/tmp/gp gpu-progs GPU_CU_SRC="$(echo
+ *     kernels/cuda/tern_gemv.cu ... kernels/cuda/dev/tern_gemm_wg_persistent.cu ...)"
+ * and run test_gpu also with TERNLAB_WG_MAX_CTAS=3 in the environment (every
+ * CTA then runs many units, split-K units of one tile included).
  * Compiled (ptxas, sm_90a): no spills, but 230-255 registers (the non-
  * persistent kernel: 95-221), so the 16- and 32-token tiles drop to one CTA
  * per SM; capping them at 128 registers spilled. */
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_mm.cuh"
@@ -676,6 +679,10 @@ int launch_wg(const TernKArgs *a0, cudaStream_t s) {
     /* persistent: at most the resident CTAs (or the development cap) */
     const WgGrid gr = {gx, tiles, (int)ks};
     int64_t grid = (int64_t)n_sm * per_sm;
+    if (g_wg_max_ctas == 0) { /* or TERNLAB_WG_MAX_CTAS=n in the environment (tests) */
+        const char *e = getenv("TERNLAB_WG_MAX_CTAS");
+        g_wg_max_ctas = e && atoi(e) > 0 ? atoi(e) : -1;
+    }
     if (g_wg_max_ctas > 0 && grid > g_wg_max_ctas) grid = g_wg_max_ctas;
     if (grid > tiles * ks) grid = tiles * ks;
     kern<<<(unsigned)grid, WG_THREADS, C_::SMEM, s>>>(a, gr, tmx, tmc);

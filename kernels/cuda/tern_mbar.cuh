@@ -1,0 +1,61 @@
+/* tern_mbar.cuh — mbarriers and the bulk copy engine (TMA), shared by the
+ * kernels that stream through shared memory (tern_gemm_wg.cu: 2-D tensor
+ * copies; tern_gemv_tma.cu: 1-D bulk copies).  sm_90. */
+#ifndef TL_TERN_MBAR_CUH
+#define TL_TERN_MBAR_CUH
+
+#include <stdint.h>
+
+namespace tern_mbar {
+
+__device__ __forceinline__ uint32_t saddr(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+__device__ __forceinline__ void init(uint32_t bar, int count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+/* makes the initialised barriers visible to the copy engine */
+__device__ __forceinline__ void init_fence() {
+    asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+}
+/* one arrival that also expects `bytes` of transactions (the copies) */
+__device__ __forceinline__ void expect_tx(uint32_t bar, int bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
+                 : "memory");
+}
+__device__ __forceinline__ void arrive(uint32_t bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+/* waits until the phase of the given parity has completed */
+__device__ __forceinline__ void wait(uint32_t bar, uint32_t parity) {
+    asm volatile("{\n"
+                 ".reg .pred p;\n"
+                 "WAIT:\n"
+                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
+                 "@!p bra WAIT;\n"
+                 "}\n" ::"r"(bar),
+                 "r"(parity)
+                 : "memory");
+}
+/* box at (c0 inner, c1 outer) of a 2-D tensor map into shared memory,
+ * completing on bar */
+__device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int c0, int c1,
+                                            uint32_t bar) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
+                 : "memory");
+}
+/* `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte
+ * aligned) from global memory into shared memory, completing on bar */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,
+                                          uint32_t bar) {
+    asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes "
+                 "[%0], [%1], %2, [%3];\n" ::"r"(dst),
+                 "l"(src), "r"(bytes), "r"(bar)
+                 : "memory");
+}
+
+} // namespace tern_mbar
+
+#endif
