@@ -230,8 +230,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
         else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
             const char *k = argv[++i];
-            if (strlen(k) != 1 || k[0] < '0' || k[0] > '7')
-                DIE("--force-kernel %s: expected 0 (automatic) .. 7 (see tern_cuda_force_kernel)", k);
+            if (strlen(k) != 1 || k[0] < '0' || k[0] > '6')
+                DIE("--force-kernel %s: expected 0 (automatic) .. 6 (see tern_cuda_force_kernel)", k);
             tern_cuda_force_kernel(k[0] - '0');
         }
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
@@ -345,20 +345,13 @@ int main(int argc, char **argv) {
                 {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 0},       {"warp_gemv", 4, 0, 1},
                 {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
                 {"rows_31204", 3, 31204, 1}, {"rows_31244", 3, 31244, 1}, {"rows_30206", 3, 30206, 1},
-                /* the TMA-fed GEMV (tern_gemv_tma.cu), variant 4abcd: rows per warp, largest
-                 * piece (256 .. 4096 B), stages, CTAs per SM at most */
-                {"tma", 6, 0, 1},           {"tma_42560", 6, 42560, 1}, {"tma_42580", 6, 42580, 1},
-                {"tma_42541", 6, 42541, 1}, {"tma_42581", 6, 42581, 1}, {"tma_42542", 6, 42542, 1},
-                {"tma_42240", 6, 42240, 1}, {"tma_42440", 6, 42440, 1}, {"tma_42740", 6, 42740, 1},
-                {"tma_44540", 6, 44540, 1}, {"tma_44340", 6, 44340, 1}, {"tma_42340", 6, 42340, 1},
-                {"tma_42520", 6, 42520, 1}, {"tma_42530", 6, 42530, 1}, {"tma_42420", 6, 42420, 1},
-                {"tma_42430", 6, 42430, 1}, {"tma_42320", 6, 42320, 1}, {"tma_42720", 6, 42720, 1},
-                {"tma_44520", 6, 44520, 1}, {"tma_42220", 6, 42220, 1},
                 /* the GEMV on the binary tensor cores (tern_gemv_bmma.cu), variant 5UC00:
                  * U blocks in flight per warp, C CTAs per SM */
-                {"bmma", 7, 0, 1},          {"bmma_51400", 7, 51400, 1}, {"bmma_54400", 7, 54400, 1},
-                {"bmma_52200", 7, 52200, 1}, {"bmma_52800", 7, 52800, 1}, {"bmma_54800", 7, 54800, 1},
-                {"bmma_54200", 7, 54200, 1}, {"bmma_52100", 7, 52100, 1},
+                {"bmma", 6, 0, 1},          {"bmma_51400", 6, 51400, 1}, {"bmma_54400", 6, 54400, 1},
+                {"bmma_52200", 6, 52200, 1}, {"bmma_52800", 6, 52800, 1}, {"bmma_54200", 6, 54200, 1},
+                /* its bulk-copy version, variant 6abcd: row tiles per unit, largest K slice
+                 * (4 .. 64 blocks), stages, CTAs per SM at most */
+                {"tbm_64520", 6, 64520, 1}, {"tbm_64620", 6, 64620, 1}, {"tbm_62520", 6, 62520, 1},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));

@@ -30,10 +30,9 @@ int gemv1_pick(void) {
     static int pick = -1;
     if (pick < 0) {
         const char *e = getenv("TERNLAB_CUDA_GEMV1");
-        pick = !e || !*e ? 0 : !strcmp(e, "tma") ? 6 : !strcmp(e, "rows") ? 3 : !strcmp(e, "warp") ? 4
-                                : !strcmp(e, "bmma") ? 7 : -2;
+        pick = !e || !*e ? 0 : !strcmp(e, "bmma") ? 6 : !strcmp(e, "rows") ? 3 : !strcmp(e, "warp") ? 4 : -2;
         if (pick == -2) {
-            fprintf(stderr, "ternlab: TERNLAB_CUDA_GEMV1=%s: expected bmma, tma, rows or warp; using the default\n", e);
+            fprintf(stderr, "ternlab: TERNLAB_CUDA_GEMV1=%s: expected bmma, rows or warp; using the default\n", e);
             pick = 0;
         }
     }
@@ -226,32 +225,32 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         }
     }
     const size_t xesize = act == TACT_I8 ? 1 : 2;
-    /* one token, int8, one scale per row: the dp4a GEMVs — the TMA-fed one
-     * (tern_gemv_tma.cu) up to TERN_GEMV_TMA_MAX_COLS columns, the multi-row one
-     * (tern_gemv_rows.cu) above; TERNLAB_CUDA_GEMV1 = tma | rows | warp picks one
-     * for every such call (comparisons); forced: 3 = rows, 4 = one warp per row
-     * (tern_gemv_i8.cu), 6 = TMA, 7 = binary tensor cores (tern_gemv_bmma.cu) */
+    /* one token, int8, one scale per row: rows of >= 8192 columns on the
+     * binary tensor cores (tern_gemv_bmma.cu: 4096 x 14336 8.1 vs 9.4 us,
+     * 4608 x 36864 16.8 vs 20.4 on the H200), shorter ones with dp4a — the
+     * multi-row GEMV (tern_gemv_rows.cu) for >= 32M weights, where it was
+     * faster, the one-warp-per-row one (tern_gemv_i8.cu) below (NOTES.md).
+     * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
+     * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
     const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
-    if ((g_force == 3 || g_force == 4 || g_force == 6 || g_force == 7) && !i8_one)
-        return err_set("%s: the dp4a GEMVs take one token of int8 activations and one "
+    if ((g_force == 3 || g_force == 4 || g_force == 6) && !i8_one)
+        return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
                        "scale per row",
                        who);
     int k1 = g_force;
     if (g_force == 0 && i8_one) {
         k1 = gemv1_pick();
-        if (k1 == 0) k1 = W->cols <= TERN_GEMV_TMA_MAX_COLS ? 6 : W->cols <= 131072 ? 3 : 0;
+        if (k1 == 0)
+            k1 = W->cols >= 8192 && W->cols <= 4194304                              ? 6
+                 : W->rows * W->cols >= ((int64_t)32 << 20) && W->cols <= 131072 ? 3
+                 : W->cols <= 16384                                                ? 4
+                                                                                   : 0;
     }
     const int v = tern_cuda_decode_variant_get();
-    if (k1 == 7) {
-        if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
-                              v >= 50000 && v < 60000 ? v : 0, s) < 0)
-            return err_prefix("%s: ", who);
-        return 0;
-    }
     if (k1 == 6) {
-        if (tern_gemv_i8_tma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
-                             v >= 40000 && v < 50000 ? v : 0, s) < 0)
+        if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
+                              v >= 50000 && v < 70000 ? v : 0, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

@@ -85,21 +85,18 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
  * for one token of int8 activations and one scale per row, 3 = the
  * multi-row dp4a GEMV (tern_gemv_rows.cu) and 4 = the one-warp-per-row dp4a
- * GEMV (tern_gemv_i8.cu), 6 = the dp4a GEMV fed by the bulk copy engine
- * (tern_gemv_tma.cu, at most 40960 columns), 7 = the GEMV on the binary
- * tensor cores (tern_gemv_bmma.cu); anything else with 3 / 4 / 6 / 7 is an
- * error; 5 = the wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an
- * error).  Returns the previous value. */
+ * GEMV (tern_gemv_i8.cu), 6 = the GEMV on the binary tensor cores
+ * (tern_gemv_bmma.cu); anything else with 3 / 4 / 6 is an error; 5 = the
+ * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error).  Returns
+ * the previous value. */
 int tern_cuda_force_kernel(int which);
-/* the widest matrix the TMA-fed GEMV (force 6) takes: it stages x in shared memory */
-#define TERN_GEMV_TMA_MAX_COLS 40960
 
 /* Development knob (bench; TERNLAB_CUDA_DECODE=v in the environment sets it
  * too): decode-GEMV variant, 0 = default; with one scale per row also
  * 2 = 4 blocks per stage, 20 = stream-K persistent grid, and 10 = variant 0
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
- * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 4abcd one of
- * tern_gemv_tma.cu and 5UC00 one of tern_gemv_bmma.cu (see those files).  Returns the previous value. */
+ * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
+ * 6abcd ones of tern_gemv_bmma.cu (see those files).  Returns the previous value. */
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 

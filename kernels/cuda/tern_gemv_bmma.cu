@@ -38,6 +38,7 @@
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
+#include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mma.cuh"
 
 namespace {
@@ -82,6 +83,50 @@ __device__ __forceinline__ void block_mma(int (&de)[4], int (&dq)[4], const uint
     bmma(dq, ca.z, cb.z, ca.w, cb.w, e.z << 1, e.w << 1);
 }
 
+/* The B planes of blocks kb0 .. kb0 + nkb - 1 of x ([block][plane][word], 512
+ * bytes per block) and their sum x, added to *sumx (zeroed here; a barrier
+ * among the nthr threads that call this must follow before either is read). */
+__device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, int64_t xcols, int64_t kb0,
+                                             int nkb, int tid, int nthr, int *sumx) {
+    if (tid == 0) *sumx = 0;
+    int sx_part = 0;
+    for (int it = tid; it < nkb * 16; it += nthr) {
+        const int kbl = it >> 4, j = it & 15;
+        const int64_t col = (kb0 + kbl) * 256 + 4 * j;
+        uint32_t w[4];
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            w[f] = col + 64 * f < xcols ? __ldg(reinterpret_cast<const uint32_t *>(x + col + 64 * f)) : 0u;
+            sx_part = __dp4a((int)w[f], 0x01010101, sx_part);
+        }
+#pragma unroll
+        for (int pl = 0; pl < 8; pl++) {
+            const uint32_t m = 0x01010101u;
+            planes[(kbl * 8 + pl) * 16 + j] = ((w[0] >> pl) & m) | (((w[1] >> pl) & m) << 2) |
+                                             (((w[2] >> pl) & m) << 4) | (((w[3] >> pl) & m) << 6);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
+    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
+    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
+}
+
+/* sum c x of rows g (*va) and g + 8 (*vb) of a 16-row tile from the
+ * accumulators (this thread: planes 2t, 2t + 1), reduced over the 4 lanes of
+ * a row */
+__device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&dq)[4], int t, int *va, int *vb) {
+    const int c0 = t == 3 ? 64 : 1 << (2 * t), c1 = t == 3 ? -128 : 2 << (2 * t);
+    int a = c0 * (de[0] + 2 * dq[0]) + c1 * (de[1] + 2 * dq[1]);
+    int b = c0 * (de[2] + 2 * dq[2]) + c1 * (de[3] + 2 * dq[3]);
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    b += __shfl_xor_sync(0xffffffffu, b, 1);
+    b += __shfl_xor_sync(0xffffffffu, b, 2);
+    *va = a;
+    *vb = b;
+}
+
 template <int U>
 __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     extern __shared__ __align__(16) uint32_t planes[]; /* [block][plane 8][word 16] */
@@ -99,31 +144,10 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < nkb) ca[u] = ld_codes(pa + 64 * u), cb[u] = ld_codes(pb + 64 * u);
-    if (tid == 0) s_sumx = 0;
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     /* B planes of the slice and its sum x */
-    int sx_part = 0;
-    for (int it = tid; it < nkb * 16; it += 32 * BM_WARPS) {
-        const int kbl = it >> 4, j = it & 15;
-        const int64_t col = (kb0 + kbl) * 256 + 4 * j;
-        uint32_t w[4];
-#pragma unroll
-        for (int f = 0; f < 4; f++) {
-            w[f] = col + 64 * f < p.xcols ? __ldg(reinterpret_cast<const uint32_t *>(p.x + col + 64 * f)) : 0u;
-            sx_part = __dp4a((int)w[f], 0x01010101, sx_part);
-        }
-#pragma unroll
-        for (int pl = 0; pl < 8; pl++) {
-            const uint32_t m = 0x01010101u;
-            planes[(kbl * 8 + pl) * 16 + j] = ((w[0] >> pl) & m) | (((w[1] >> pl) & m) << 2) |
-                                             (((w[2] >> pl) & m) << 4) | (((w[3] >> pl) & m) << 6);
-        }
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
-    __syncthreads(); /* s_sumx = 0 is visible */
-    if (lane == 0 && sx_part != 0) atomicAdd(&s_sumx, sx_part);
+    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
     __syncthreads(); /* planes and s_sumx complete */
 
     int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
@@ -142,14 +166,8 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
         }
     }
 
-    /* this thread: planes 2t, 2t + 1 of rows g (d[0], d[1]) and g + 8 (d[2], d[3]) */
-    const int c0 = t == 3 ? 64 : 1 << (2 * t), c1 = t == 3 ? -128 : 2 << (2 * t);
-    int va = c0 * (de[0] + 2 * dq[0]) + c1 * (de[1] + 2 * dq[1]);
-    int vb = c0 * (de[2] + 2 * dq[2]) + c1 * (de[3] + 2 * dq[3]);
-    va += __shfl_xor_sync(0xffffffffu, va, 1);
-    va += __shfl_xor_sync(0xffffffffu, va, 2);
-    vb += __shfl_xor_sync(0xffffffffu, vb, 1);
-    vb += __shfl_xor_sync(0xffffffffu, vb, 2);
+    int va, vb;
+    combine_planes(de, dq, t, &va, &vb);
     va -= s_sumx;
     vb -= s_sumx;
     const bool split = gridDim.y > 1;
@@ -207,6 +225,154 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
                                 smem, s, a);
 }
 
+
+/* ---- the same arithmetic with the codes streamed by the bulk copy engine ----
+ * CTA (x, y): K slice y (ks blocks; the B planes built once) and the units
+ * x, x + gridDim.x, ... of 16 RT rows; one producer warp copies each unit's
+ * rows (the slice's bytes of a row are contiguous) into a stage, row r at
+ * r * stride (stride = the slice's bytes, padded to 64 mod 128: the A reads
+ * of rows g and g + 1 in one quarter-warp fall on different banks); consumer
+ * warp w takes rows 16 w .. 16 w + 15 of each unit. */
+struct TbArgs {
+    BmArgs b;
+    int st, stride;  /* stages, bytes per row in a stage */
+    int64_t units;   /* row units of 16 RT rows */
+};
+
+template <int RT>
+__global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
+    const BmArgs &p = q.b;
+    constexpr int NT = 32 * RT; /* consumer threads */
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
+    __shared__ int s_sumx;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int ST = q.st;
+    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
+    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
+    const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
+    uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
+    uint8_t *stages = smem + (size_t)p.ks * 512;
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
+                   empty_s = (uint32_t)__cvta_generic_to_shared(s_empty);
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++) {
+            tern_mbar::init(full_s + 8 * i, 1);
+            tern_mbar::init(empty_s + 8 * i, RT);
+        }
+        tern_mbar::init_fence();
+    }
+    __syncthreads();
+    int slot = 0;
+    uint32_t phase = 0;
+    if (warp == RT) { /* producer: the codes do not depend on earlier kernels */
+        const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
+        int i = 0;
+        for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x, i++) {
+            if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
+            __syncwarp();
+            const int64_t row0 = u * 16 * RT;
+            const int nr = (int)(p.rows - row0 < 16 * RT ? p.rows - row0 : 16 * RT);
+            const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
+            if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
+            __syncwarp();
+            for (int r = lane; r < nr; r += 32)
+                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            if (++slot == ST) slot = 0, phase ^= 1;
+        }
+        return;
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
+    const int sumx = s_sumx;
+    const float sx = p.sx[0];
+    const bool split = gridDim.y > 1;
+    const uint32_t *pl_g = planes + g * 16 + 4 * t;
+    for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x) {
+        tern_mbar::wait(full_s + 8 * slot, phase);
+        const uint8_t *ra = stages + slot * stage_bytes + (16 * warp + g) * q.stride + 16 * t;
+        const uint8_t *rb = ra + 8 * q.stride;
+        int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
+#pragma unroll 2
+        for (int kb = 0; kb < nkb; kb++) {
+            const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
+            const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+            const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + kb * 128);
+            block_mma(de, dq, ca, cb, e);
+        }
+        __syncwarp();
+        if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot); /* the slot may be refilled */
+        if (++slot == ST) slot = 0, phase ^= 1;
+        int va, vb;
+        combine_planes(de, dq, t, &va, &vb);
+        va -= sumx;
+        vb -= sumx;
+        const int64_t r0 = u * 16 * RT + 16 * warp;
+        if (t == 0) {
+            if (r0 + g < p.rows) {
+                if (split) atomicAdd(&p.part[r0 + g], va);
+                else p.y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
+            }
+            if (r0 + g + 8 < p.rows) {
+                if (split) atomicAdd(&p.part[r0 + g + 8], vb);
+                else p.y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
+            }
+        }
+        if (!split || r0 >= p.rows) continue;
+        /* the last slice of this 16-row tile writes y (counter per tile) */
+        __threadfence();
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) last = atomicAdd(&p.ctr[r0 / 16], 1) == (int)gridDim.y - 1;
+        last = __shfl_sync(0xffffffffu, last, 0);
+        if (!last) continue;
+        __threadfence();
+        if (lane < 16 && r0 + lane < p.rows) {
+            const int64_t r = r0 + lane;
+            const int d = atomicExch(&p.part[r], 0);
+            p.y[r] = __fdiv_rn(__fmul_rn(p.scales[r * p.scale_stride], (float)d), sx);
+        }
+        if (lane == 0) atomicExch(&p.ctr[r0 / 16], 0);
+    }
+}
+
+/* largest K slice (blocks) for variant digit b */
+constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
+
+template <int RT>
+int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
+    BmArgs &a = q.b;
+    int64_t S = (a.kblocks + kmax - 1) / kmax;
+    a.ks = (int)((a.kblocks + S - 1) / S);
+    S = (a.kblocks + a.ks - 1) / a.ks;
+    q.stride = a.ks * 64;
+    if (q.stride % 128 == 0) q.stride += 64;
+    q.units = (a.rows + 16 * RT - 1) / (16 * RT);
+    const size_t smem = (size_t)a.ks * 512 + (size_t)q.st * 16 * RT * q.stride;
+    if (smem > 227 * 1024 || S > 65535)
+        return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory (%d stages of %d x %d)", smem, q.st,
+                       16 * RT, q.stride);
+    auto kern = gemv_i8_tbm<RT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int occ = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
+    if (occ < 1) return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory do not fit an SM", smem);
+    if (cap > 0 && occ > cap) occ = cap;
+    /* one wave: a CTA left over for a second wave would double the time */
+    int64_t gx = (int64_t)sms * occ / S;
+    if (gx < 1) gx = 1;
+    if (gx > q.units) gx = q.units;
+    if (S > 1) {
+        const int64_t tiles = (a.rows + 15) / 16;
+        void *ws;
+        if (tern_ws_zeroed((size_t)(tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
+        a.ctr = static_cast<int *>(ws);
+        a.part = a.ctr + tiles;
+    }
+    return tern_launch_pdl_smem(kern, dim3((unsigned)gx, (unsigned)S), dim3(32 * (RT + 1)), smem, s, q);
+}
+
 } // namespace
 
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
@@ -235,6 +401,19 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     a.x = d_x;
     a.sx = d_sx;
     a.y = d_y;
+    /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
+     * warps) per unit (2 or 4), b = largest K slice (kSliceMax), c = stages (2..8), d = CTAs
+     * per SM at most (0: as many as fit) */
+    if (variant >= 60000 && variant < 70000) {
+        const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
+        TbArgs q = {};
+        q.b = a;
+        q.st = variant / 10 % 10;
+        if (q.st < 2 || q.st > 8) return err_set("tern_gemv_i8_bmma: variant %d: %d stages (2..8)", variant, q.st);
+        if (rt == 2) return launch_tbm<2>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 4) return launch_tbm<4>(q, kSliceMax[b], cap, sms, s);
+        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4)", variant, rt);
+    }
     /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM
      * the K split aims at (1..9) */
     int u = 2, per_sm = 4;

@@ -67,12 +67,8 @@ int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
  * 3LRDW = bench sweeps (see the file). */
 int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
-/* tern_gemv_tma.cu: the same call, the codes streamed by the bulk copy engine
- * (cols <= TERN_GEMV_TMA_MAX_COLS); variant 0 = default, 4abcd = bench sweeps. */
-int tern_gemv_i8_tma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
-                     float *d_y, int variant, cudaStream_t s);
 /* tern_gemv_bmma.cu: the same call on the binary tensor cores (codes as they
- * are stored); variant 0 = default, 5UC00 = bench sweeps. */
+ * are stored); variant 0 = default, 5UC00 / 6abcd = bench sweeps. */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
 /* Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic

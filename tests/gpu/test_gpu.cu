@@ -182,9 +182,9 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
         CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
         static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp",
-                                            "gemm_wgmma", "gemv_tma", "gemv_bmma"};
-        for (int kern = 1; kern <= 7; kern++) {
-            /* 3, 4, 6, 7: the one-token int8 one-scale-per-row GEMVs */
+                                            "gemm_wgmma", "gemv_bmma"};
+        for (int kern = 1; kern <= 6; kern++) {
+            /* 3, 4, 6: the one-token int8 one-scale-per-row GEMVs */
             if ((kern == 3 || kern == 4 || kern >= 6) && (act != 2 || W->n_groups != 1 || n != 1))
                 continue;
             /* 5: the wgmma GEMM, one scale per row */
@@ -268,26 +268,22 @@ static int make_matrix(int64_t rows, int64_t cols, QuantGroup grp, TernaryMatrix
     return rc;
 }
 
-/* The TMA-fed one-token GEMV (tern_gemv_tma.cu) with configurations that make
- * every CTA run several units: row groups split between CTAs (first and last
- * group of a CTA partial), several groups per CTA, 2..8 stages, pieces of
- * 256 B .. 4 KB, 1 CTA per SM; the binary-tensor-core GEMV (tern_gemv_bmma.cu)
- * with 1..4 blocks in flight and K splits for 1..9 CTAs per SM.  int8 results
- * bit-identical to the reference, repeated calls identical (the split scratch
- * is left zero). */
-static void test_tma_grid(void) {
+/* The one-token GEMV on the binary tensor cores (tern_gemv_bmma.cu) with
+ * configurations that the shapes of run_case do not reach: 1..4 blocks of
+ * codes in flight, K splits for 1..9 CTAs per SM (several row groups, split
+ * groups), and the bulk-copy version (K slices of 4..18 blocks, 2..8 stages,
+ * several units per CTA).  int8 results bit-identical to the reference,
+ * repeated calls identical (the split scratch is left zero). */
+static void test_bmma_grid(void) {
     struct {
         int64_t rows, cols;
     } shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
-    /* kernel 6 (TMA) configurations, then kernel 7 (binary tensor cores): U blocks
-     * in flight, K split for 1..9 CTAs per SM */
-    const int variants[] = {0, 42121, 42231, 44361, 42481, 42821, 42921, 44541,
-                            -1, 0, 51100, 52900, 54100, 54400};
+    const int variants[] = {0, 51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282};
     for (auto &sh : shapes) {
         TernaryMatrix W;
         TernCudaMatrix dW;
         if (make_matrix(sh.rows, sh.cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
-            report(false, "tma grid %lldx%lld: %s", (long long)sh.rows, (long long)sh.cols, err_msg());
+            report(false, "bmma grid %lldx%lld: %s", (long long)sh.rows, (long long)sh.cols, err_msg());
             continue;
         }
         const int64_t rows = sh.rows, cols = sh.cols;
@@ -299,13 +295,8 @@ static void test_tma_grid(void) {
         GBuf dx = gbuf((size_t)cols, 1), dy = gbuf((size_t)rows * 4, 4), dsx = gbuf(4, 4);
         CK(cudaMemcpy(dx.ptr(), xq, (size_t)cols, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), &sx, 4, cudaMemcpyHostToDevice));
-        int kern = 6;
         for (int v : variants) {
-            if (v < 0) { /* the next kernel's variants */
-                kern = 7;
-                continue;
-            }
-            tern_cuda_force_kernel(kern);
+            tern_cuda_force_kernel(6);
             const int oldv = tern_cuda_decode_variant(v);
             int64_t mism = 0;
             bool call_ok = rc == 0;
@@ -322,8 +313,8 @@ static void test_tma_grid(void) {
             tern_cuda_force_kernel(0);
             const bool gok = guards_ok(dx) && guards_ok(dy) && guards_ok(dsx);
             report(call_ok && mism == 0 && gok,
-                   "%s %lldx%lld variant %d (3 calls): %s bit-mismatch %lld guards %d",
-                   kern == 6 ? "gemv_tma" : "gemv_bmma", (long long)rows, (long long)cols, v, call_ok ? "ok" : err_msg(), (long long)mism, gok);
+                   "gemv_bmma %lldx%lld variant %d (3 calls): %s bit-mismatch %lld guards %d",
+                   (long long)rows, (long long)cols, v, call_ok ? "ok" : err_msg(), (long long)mism, gok);
         }
         gfree(dx);
         gfree(dy);
@@ -333,26 +324,6 @@ static void test_tma_grid(void) {
         free(got);
         tern_cuda_free(&dW);
         tern_free(&W);
-    }
-    /* too many columns for the staged activations: refused */
-    TernaryMatrix W;
-    TernCudaMatrix dW;
-    if (make_matrix(2, TERN_GEMV_TMA_MAX_COLS + 256, QG_ROW, &W) == 0 && tern_cuda_upload(&W, &dW) == 0) {
-        int8_t *dx;
-        float *dy;
-        CK(cudaMalloc(&dx, (size_t)W.cols));
-        CK(cudaMalloc(&dy, 64));
-        tern_cuda_force_kernel(6);
-        report(tern_cuda_matmul_i8(&dW, dx, dy, 1, dy, 0) < 0,
-               "gemv_tma with %lld columns must be refused", (long long)W.cols);
-        printf("  (expected error: %s)\n", err_msg());
-        tern_cuda_force_kernel(0);
-        cudaFree(dx);
-        cudaFree(dy);
-        tern_cuda_free(&dW);
-        tern_free(&W);
-    } else {
-        report(false, "make/upload 2x%d: %s", TERN_GEMV_TMA_MAX_COLS + 256, err_msg());
     }
 }
 
@@ -415,7 +386,7 @@ static void test_errors(void) {
            "int8 without scales must be an error");
     report(tern_cuda_matmul_bf16(&dW, NULL, 1, dy, 0) < 0, "NULL x must be an error");
     /* the one-token int8 GEMVs refuse what they do not implement */
-    for (int k = 3; k <= 7; k += k == 4 ? 2 : 1) {
+    for (int k = 3; k <= 6; k += k == 4 ? 2 : 1) {
         tern_cuda_force_kernel(k);
         report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 2, dy, 0) < 0,
                "one-token GEMV %d with two tokens must be refused", k);
@@ -499,7 +470,7 @@ int main(int argc, char **argv) {
             tern_free(&W);
         }
     test_dense();
-    test_tma_grid();
+    test_bmma_grid();
     test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);

@@ -1,5 +1,16 @@
-/* tern_gemv_tma.cu — the one-token decode GEMV for int8 activations and one
- * scale per row, with the weight stream on the bulk copy engine (TMA).
+/* dev/tern_gemv_tma.cu — NOT BUILT (kept for the record; it was
+ * tern_cuda_force_kernel(6) for one run of measurements, fifth session).
+ * The one-token decode GEMV for int8 activations and one scale per row, with
+ * the weight stream on the bulk copy engine (TMA).
+ *
+ * Measured (H200, bench_gpu --sweep-decode, M = 1, best of 20 configurations
+ * per shape; the dp4a row GEMV in brackets): 14336x4096 8.8 us (7.2),
+ * 4096x14336 10.2 (9.4), 36864x4608 18.6 (16.9), 4608x36864 18.6 (20.4).
+ * Nsight Compute (36864x4608): issue slots 45 % busy, one eligible warp per
+ * scheduler, 2 CTAs of 9 warps per SM (shared memory), DRAM 37 %: the
+ * consumers are latency-bound on the dp4a chains, and more stages only cost
+ * CTAs.  Bit-identical to the reference on every tested shape and
+ * configuration.  Superseded by tern_gemv_bmma.cu (no decoding at all).
  *
  * Why: the dp4a row GEMV (tern_gemv_rows.cu) reached 50-64 % of the copy
  * bandwidth while a read-only stream of the same codes reached 72-90 %
