@@ -171,6 +171,34 @@ __global__ void read_tiles(const uint8_t *__restrict__ p, int64_t rows, int64_t 
     if (acc == 0x9e3779b9u) out[0] = acc;
 }
 
+/* Tensor-core issue rates (--mma-rate): each warp runs `iters` rounds of 8
+ * independent MMAs; B1 = m16n8k256 .b1 AND-POPC (tern_gemv_bmma.cu), else
+ * m16n8k32 s8 (the mma.sync kernels). */
+template <bool B1>
+__global__ void mma_rate_kernel(int iters, unsigned *sink) {
+    int d[8][4] = {};
+    uint32_t a = threadIdx.x * 2654435761u, b = threadIdx.x ^ 0x5bd1e995u;
+    for (int it = 0; it < iters; it++) {
+#pragma unroll
+        for (int j = 0; j < 8; j++) {
+            if (B1)
+                asm volatile("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                             : "+r"(d[j][0]), "+r"(d[j][1]), "+r"(d[j][2]), "+r"(d[j][3])
+                             : "r"(a), "r"(b), "r"(a ^ j), "r"(b ^ j), "r"(a + j), "r"(b + j));
+            else
+                asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+                             "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                             : "+r"(d[j][0]), "+r"(d[j][1]), "+r"(d[j][2]), "+r"(d[j][3])
+                             : "r"(a), "r"(b), "r"(a ^ j), "r"(b ^ j), "r"(a + j), "r"(b + j));
+        }
+    }
+    int acc = 0;
+#pragma unroll
+    for (int j = 0; j < 8; j++) acc += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+    if (acc == 0x7fffffff) sink[0] = acc;
+}
+
 static double median(std::vector<double> v) {
     std::sort(v.begin(), v.end());
     size_t n = v.size();
@@ -218,7 +246,7 @@ struct Row {
 
 int main(int argc, char **argv) {
     const char *out = "results/bench_gpu";
-    int quick = 0, sweep = 0;
+    int quick = 0, sweep = 0, mma_rate = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
     QuantGroup grp = QG_ROW;
@@ -226,6 +254,7 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
+        else if (!strcmp(argv[i], "--mma-rate")) mma_rate = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
         else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
@@ -244,7 +273,8 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
-                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] (unknown argument %s)",
+                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--mma-rate] "
+                "(unknown argument %s)",
                 argv[i]);
     }
     int ndev = 0;
@@ -284,6 +314,22 @@ int main(int argc, char **argv) {
            "copy kernel %.0f GB/s; limit used %.0f GB/s; group %s\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, memcpy_bw / 1e9,
            kernel_bw / 1e9, copy_bw / 1e9, quant_group_name(grp));
+    if (mma_rate) { /* MMAs per SM per microsecond, 4..16 warps per SM */
+        unsigned *sink;
+        CK(cudaMalloc(&sink, 4));
+        for (int warps : {4, 8, 16})
+            for (int b1 = 0; b1 < 2; b1++) {
+                const int iters = 4096, blocks = prop.multiProcessorCount * (warps / 4);
+                const double t = time_graph(s, 1, [&](int) {
+                    if (b1) mma_rate_kernel<true><<<blocks, 128, 0, s>>>(iters, sink);
+                    else mma_rate_kernel<false><<<blocks, 128, 0, s>>>(iters, sink);
+                });
+                const double per_sm = (double)blocks * 4 * iters * 8 / prop.multiProcessorCount / (t * 1e6);
+                printf("mma rate: %s, %2d warps/SM: %.0f MMAs per SM per us (%.2f us)\n",
+                       b1 ? "m16n8k256.b1.and.popc" : "m16n8k32.s8          ", warps, per_sm, t * 1e6);
+            }
+        CK(cudaFree(sink));
+    }
 
     struct {
         int64_t N, K;

@@ -202,8 +202,9 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
 template <int U>
 int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
     const int64_t groups = (a.rows + BM_ROWS - 1) / BM_ROWS;
-    /* K slices: enough CTAs for per_sm per SM, at least U blocks each */
-    int64_t S = ((int64_t)sms * per_sm + groups - 1) / groups;
+    /* K slices: as many CTAs as per_sm per SM hold, at least U blocks each, one
+     * wave (CTAs left over for a second wave doubled the time) */
+    int64_t S = (int64_t)sms * per_sm / groups;
     const int64_t smax = (a.kblocks + U - 1) / U;
     if (S > smax) S = smax;
     if (S < 1) S = 1;

@@ -1,0 +1,585 @@
+/* dev/tern_gemv_bmma_n.cu — NOT BUILT (kept for the record, fifth session).
+ * tern_gemv_bmma.cu as it was when it also took 2 .. 16 tokens
+ * (gemv_i8_bmma_n: 8 tokens per CTA, B planes per token, 4 MMAs per block and
+ * token, accumulators 8 tokens x 8 registers, 106-116 registers, 2 CTAs per
+ * SM).  Bit-identical to tern_matmul_i8_ref (test_gpu), but 1.3-3.7x slower
+ * than the wgmma GEMM's 8/16-token tiles (H200, bench_gpu --sweep-decode,
+ * best configuration; wgmma in brackets): M = 8: 4096^2 12.2 us (8.1),
+ * 14336x4096 20.5 (15.5), 4096x14336 19.4 (17.1), 36864x4608 59.3 (28.3),
+ * 4608x36864 48.0 (31.6); M = 16 about twice that.  The b1 MMA itself is
+ * not the limit (m16n8k256.b1 issues at the m16n8k32.s8 rate, ~1.1 per SM
+ * per ns: bench_gpu --mma-rate; 36864x4608 at M = 8 needs ~9 us of MMAs per
+ * SM): with the accumulators of 8 tokens only one or two blocks of codes fit
+ * in flight per thread and 2 CTAs per SM, so the code stream has too few
+ * bytes in flight.
+ */
+/* tern_gemv_bmma.cu — the one-token decode GEMV for int8 activations and one
+ * scale per row on the binary tensor cores (mma.m16n8k256 .b1, AND + POPC):
+ * the 2-bit codes are the A operand as they are stored, no decoding at all.
+ *
+ * Why: the dp4a GEMVs (tern_gemv_rows.cu, tern_gemv_tma.cu) spend about 80
+ * integer instructions per 128 weights (an AND and a dp4a per 4 weights) and
+ * reach 50-65 % of the copy bandwidth, below a read-only stream of the same
+ * bytes (72-90 %) however their loads are issued (dev/NOTES.md).  Here a
+ * 1 KB tile of codes (16 rows x one 64-byte block) costs one 16-byte load per
+ * thread and row half, four MMAs and a handful of shifts.
+ *
+ * Arithmetic (exact): a code c in {0, 1, 2} (w = c - 1) has bits c = b0 +
+ * 2 b1; an int8 activation x = sum_p coef_p x_p over its bit planes (coef_p
+ * = 2^p, coef_7 = -128, two's complement).  A = the code words: bit 2m of a
+ * word is b0 of its code m, bit 2m + 1 is b1.  B column p (the MMA's N = 8
+ * columns are the 8 bit planes) holds x_p of code m's column at bit 2m and
+ * zero at bit 2m + 1 ("even" B) — the same shifted left by one ("odd" B)
+ * pairs x_p with b1.  With D_e, D_o the popcount sums of A AND B_e / B_o:
+ *   sum c x = sum_p coef_p (D_e[p] + 2 D_o[p]),   y = s_row (sum c x - sum x) / s_x
+ * bit-identical to tern_matmul_i8_ref.  Code m of word j of a block sits in
+ * byte 4j + m / 4, field m % 4, i.e. column 64 (m % 4) + 4j + m / 4.
+ *
+ * Fragments (m16n8k256, .b1): thread (g = lane / 4, t = lane % 4) holds A
+ * rows g and g + 8, 32 k bits at 32t and at 128 + 32t, B column g at the same
+ * k, D rows g, g + 8 x columns 2t, 2t + 1.  k order inside a block is ours to
+ * choose: thread t loads bytes 16t .. 16t + 15 of the block (words 4t .. 4t
+ * + 3) of both rows; k step s uses words 4t + 2s (a0 / a1) and 4t + 2s + 1
+ * (a2 / a3), and B the same words of plane g.
+ *
+ * CTA: 8 warps x 16 rows = 128 rows x one K slice of ks blocks; its B planes
+ * (512 bytes per block) are built once in shared memory from x, with the
+ * slice's sum x.  Each warp keeps U blocks of codes in flight in registers.
+ * Slices of one row group add their exact integer partials atomically; the
+ * last CTA of the group (a counter) writes y and clears the scratch. */
+#include <cuda_runtime.h>
+
+#include <stdint.h>
+
+#include "cuda/cuda_util.h"
+#include "cuda/tern_cuda.h"
+#include "cuda/tern_mbar.cuh"
+#include "cuda/tern_mma.cuh"
+
+namespace {
+
+constexpr int BM_WARPS = 8, BM_ROWS = 16 * BM_WARPS; /* rows per CTA */
+
+struct BmArgs {
+    const uint8_t *codes;
+    const float *scales;
+    int64_t scale_stride, rows, row_bytes, kblocks;
+    int64_t xcols; /* readable columns of x (zeros past them) */
+    const int8_t *x;
+    const float *sx;
+    float *y;
+    int ks;          /* blocks per K slice */
+    int *part, *ctr; /* split K: partial sums per row, slices done per row group */
+    int64_t n, ldx;  /* tokens, x row stride (the multi-token kernel) */
+};
+
+__device__ __forceinline__ uint4 ld_codes(const uint8_t *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
+
+/* d += popc(A AND B) per (row, column) */
+__device__ __forceinline__ void bmma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                     uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* The four MMAs of one block (two k steps, even and odd B). */
+__device__ __forceinline__ void block_mma(int (&de)[4], int (&dq)[4], const uint4 &ca, const uint4 &cb,
+                                          const uint4 &e) {
+    bmma(de, ca.x, cb.x, ca.y, cb.y, e.x, e.y);
+    bmma(dq, ca.x, cb.x, ca.y, cb.y, e.x << 1, e.y << 1);
+    bmma(de, ca.z, cb.z, ca.w, cb.w, e.z, e.w);
+    bmma(dq, ca.z, cb.z, ca.w, cb.w, e.z << 1, e.w << 1);
+}
+
+/* The B planes of blocks kb0 .. kb0 + nkb - 1 of x ([block][plane][word], 512
+ * bytes per block, blocks bstride words apart) and their sum x, added to *sumx
+ * (zeroed here; a barrier among the nthr threads that call this must follow
+ * before either is read). */
+__device__ __forceinline__ void build_planes(uint32_t *planes, int bstride, const int8_t *x, int64_t xcols,
+                                             int64_t kb0, int nkb, int tid, int nthr, int *sumx) {
+    if (tid == 0) *sumx = 0;
+    int sx_part = 0;
+    for (int it = tid; it < nkb * 16; it += nthr) {
+        const int kbl = it >> 4, j = it & 15;
+        const int64_t col = (kb0 + kbl) * 256 + 4 * j;
+        uint32_t w[4];
+#pragma unroll
+        for (int f = 0; f < 4; f++) {
+            w[f] = col + 64 * f < xcols ? __ldg(reinterpret_cast<const uint32_t *>(x + col + 64 * f)) : 0u;
+            sx_part = __dp4a((int)w[f], 0x01010101, sx_part);
+        }
+#pragma unroll
+        for (int pl = 0; pl < 8; pl++) {
+            const uint32_t m = 0x01010101u;
+            planes[kbl * bstride + pl * 16 + j] = ((w[0] >> pl) & m) | (((w[1] >> pl) & m) << 2) |
+                                             (((w[2] >> pl) & m) << 4) | (((w[3] >> pl) & m) << 6);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
+    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
+    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
+}
+
+/* sum c x of rows g (*va) and g + 8 (*vb) of a 16-row tile from the
+ * accumulators (this thread: planes 2t, 2t + 1), reduced over the 4 lanes of
+ * a row */
+__device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&dq)[4], int t, int *va, int *vb) {
+    const int c0 = t == 3 ? 64 : 1 << (2 * t), c1 = t == 3 ? -128 : 2 << (2 * t);
+    int a = c0 * (de[0] + 2 * dq[0]) + c1 * (de[1] + 2 * dq[1]);
+    int b = c0 * (de[2] + 2 * dq[2]) + c1 * (de[3] + 2 * dq[3]);
+    a += __shfl_xor_sync(0xffffffffu, a, 1);
+    a += __shfl_xor_sync(0xffffffffu, a, 2);
+    b += __shfl_xor_sync(0xffffffffu, b, 1);
+    b += __shfl_xor_sync(0xffffffffu, b, 2);
+    *va = a;
+    *vb = b;
+}
+
+template <int U>
+__global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
+    extern __shared__ __align__(16) uint32_t planes[]; /* [block][plane 8][word 16] */
+    __shared__ int s_sumx, s_last;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
+    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
+    const int64_t r0 = (int64_t)blockIdx.x * BM_ROWS + warp * 16;
+    const int64_t ra = r0 + g < p.rows ? r0 + g : p.rows - 1, rb = r0 + g + 8 < p.rows ? r0 + g + 8 : p.rows - 1;
+    const uint8_t *pa = p.codes + ra * p.row_bytes + kb0 * 64 + 16 * t;
+    const uint8_t *pb = p.codes + rb * p.row_bytes + kb0 * 64 + 16 * t;
+
+    /* the first U blocks of codes: they do not depend on the kernel before */
+    uint4 ca[U], cb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < nkb) ca[u] = ld_codes(pa + 64 * u), cb[u] = ld_codes(pb + 64 * u);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+
+    /* B planes of the slice and its sum x */
+    build_planes(planes, 128, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
+    __syncthreads(); /* planes and s_sumx complete */
+
+    int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
+    const uint32_t *pl_g = planes + g * 16 + 4 * t;
+    for (int kb = 0; kb < nkb; kb += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < nkb) {
+                const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
+                block_mma(de, dq, ca[u], cb[u], e);
+                if (kb + u + U < nkb) {
+                    ca[u] = ld_codes(pa + 64 * (kb + u + U));
+                    cb[u] = ld_codes(pb + 64 * (kb + u + U));
+                }
+            }
+        }
+    }
+
+    int va, vb;
+    combine_planes(de, dq, t, &va, &vb);
+    va -= s_sumx;
+    vb -= s_sumx;
+    const bool split = gridDim.y > 1;
+    const float sx = p.sx[0];
+    if (t == 0) {
+        if (r0 + g < p.rows) {
+            if (split) atomicAdd(&p.part[r0 + g], va);
+            else p.y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
+        }
+        if (r0 + g + 8 < p.rows) {
+            if (split) atomicAdd(&p.part[r0 + g + 8], vb);
+            else p.y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
+        }
+    }
+    if (!split) return;
+    __threadfence();
+    __syncthreads();
+    if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const int64_t rg0 = (int64_t)blockIdx.x * BM_ROWS;
+    for (int i = tid; i < BM_ROWS; i += 32 * BM_WARPS) {
+        const int64_t r = rg0 + i;
+        if (r >= p.rows) break;
+        const int d = atomicExch(&p.part[r], 0);
+        p.y[r] = __fdiv_rn(__fmul_rn(p.scales[r * p.scale_stride], (float)d), sx);
+    }
+    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+}
+
+template <int U>
+int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
+    const int64_t groups = (a.rows + BM_ROWS - 1) / BM_ROWS;
+    /* K slices: as many CTAs as per_sm per SM hold, at least U blocks each, one
+     * wave (CTAs left over for a second wave doubled the time) */
+    int64_t S = (int64_t)sms * per_sm / groups;
+    const int64_t smax = (a.kblocks + U - 1) / U;
+    if (S > smax) S = smax;
+    if (S < 1) S = 1;
+    a.ks = (int)((a.kblocks + S - 1) / S);
+    S = (a.kblocks + a.ks - 1) / a.ks;
+    if (S > 65535 || groups > 0x7fffffff)
+        return err_set("tern_gemv_i8_bmma: %lld rows x %lld blocks is too large", (long long)a.rows,
+                       (long long)a.kblocks);
+    const size_t smem = (size_t)a.ks * 512;
+    if (smem > 200 * 1024) return err_set("tern_gemv_i8_bmma: a K slice of %d blocks", a.ks);
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (S > 1) {
+        void *ws;
+        if (tern_ws_zeroed((size_t)(groups + a.rows) * sizeof(int), &ws) < 0) return -1;
+        a.ctr = static_cast<int *>(ws);
+        a.part = a.ctr + groups;
+    }
+    return tern_launch_pdl_smem(gemv_i8_bmma<U>, dim3((unsigned)groups, (unsigned)S), dim3(32 * BM_WARPS),
+                                smem, s, a);
+}
+
+
+
+/* ---- 2 .. 16 tokens: 8 tokens per CTA (blockIdx.z), B planes per token ----
+ * The same tiles and K slices as gemv_i8_bmma; each block of codes feeds 4
+ * MMAs per token (accumulators: 8 tokens x 8 registers).  Planes in shared
+ * memory [block][token][plane][word] (4 KB per block). */
+constexpr int BN_TOK = 8;
+
+template <int U>
+__global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma_n(const BmArgs p) {
+    extern __shared__ __align__(16) uint32_t planes[];
+    __shared__ int s_sumx[BN_TOK], s_last;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int64_t kb0 = (int64_t)blockIdx.y * p.ks, tok0 = (int64_t)blockIdx.z * BN_TOK;
+    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
+    const int nt = (int)(p.n - tok0 < BN_TOK ? p.n - tok0 : BN_TOK);
+    const int64_t r0 = (int64_t)blockIdx.x * BM_ROWS + warp * 16;
+    const int64_t ra = r0 + g < p.rows ? r0 + g : p.rows - 1, rb = r0 + g + 8 < p.rows ? r0 + g + 8 : p.rows - 1;
+    const uint8_t *pa = p.codes + ra * p.row_bytes + kb0 * 64 + 16 * t;
+    const uint8_t *pb = p.codes + rb * p.row_bytes + kb0 * 64 + 16 * t;
+    uint4 ca[U], cb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++)
+        if (u < nkb) ca[u] = ld_codes(pa + 64 * u), cb[u] = ld_codes(pb + 64 * u);
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    for (int tk = 0; tk < nt; tk++)
+        build_planes(planes + tk * 128, BN_TOK * 128, p.x + (tok0 + tk) * p.ldx, p.xcols, kb0, nkb, tid,
+                     32 * BM_WARPS, &s_sumx[tk]);
+    __syncthreads(); /* planes and sums complete */
+
+    int de[BN_TOK][4], dq[BN_TOK][4];
+#pragma unroll
+    for (int tk = 0; tk < BN_TOK; tk++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) de[tk][i] = dq[tk][i] = 0;
+    const uint32_t *pl_g = planes + g * 16 + 4 * t;
+    for (int kb = 0; kb < nkb; kb += U) {
+#pragma unroll
+        for (int u = 0; u < U; u++) {
+            if (kb + u < nkb) {
+#pragma unroll
+                for (int tk = 0; tk < BN_TOK; tk++)
+                    if (tk < nt) {
+                        const uint4 e =
+                            *reinterpret_cast<const uint4 *>(pl_g + ((kb + u) * BN_TOK + tk) * 128);
+                        block_mma(de[tk], dq[tk], ca[u], cb[u], e);
+                    }
+                if (kb + u + U < nkb) {
+                    ca[u] = ld_codes(pa + 64 * (kb + u + U));
+                    cb[u] = ld_codes(pb + 64 * (kb + u + U));
+                }
+            }
+        }
+    }
+    const bool split = gridDim.y > 1;
+#pragma unroll
+    for (int tk = 0; tk < BN_TOK; tk++) {
+        if (tk >= nt) break;
+        int va, vb;
+        combine_planes(de[tk], dq[tk], t, &va, &vb);
+        va -= s_sumx[tk];
+        vb -= s_sumx[tk];
+        const int64_t tok = tok0 + tk;
+        const float sx = p.sx[tok];
+        float *y = p.y + tok * p.rows;
+        int *part = p.part + tok * p.rows;
+        if (t == 0) {
+            if (r0 + g < p.rows) {
+                if (split) atomicAdd(&part[r0 + g], va);
+                else y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
+            }
+            if (r0 + g + 8 < p.rows) {
+                if (split) atomicAdd(&part[r0 + g + 8], vb);
+                else y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
+            }
+        }
+    }
+    if (!split) return;
+    __threadfence();
+    __syncthreads();
+    const int64_t cidx = (int64_t)blockIdx.z * gridDim.x + blockIdx.x;
+    if (tid == 0) s_last = atomicAdd(&p.ctr[cidx], 1) == (int)gridDim.y - 1;
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    const int64_t rg0 = (int64_t)blockIdx.x * BM_ROWS;
+    for (int i = tid; i < BM_ROWS * nt; i += 32 * BM_WARPS) {
+        const int64_t r = rg0 + i % BM_ROWS, tok = tok0 + i / BM_ROWS;
+        if (r >= p.rows) continue;
+        const int d = atomicExch(&p.part[tok * p.rows + r], 0);
+        p.y[tok * p.rows + r] = __fdiv_rn(__fmul_rn(p.scales[r * p.scale_stride], (float)d), p.sx[tok]);
+    }
+    if (tid == 0) atomicExch(&p.ctr[cidx], 0);
+}
+
+template <int U>
+int launch_bmma_n(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
+    const int64_t groups = (a.rows + BM_ROWS - 1) / BM_ROWS, tg = (a.n + BN_TOK - 1) / BN_TOK;
+    int64_t S = (int64_t)sms * per_sm / (groups * tg);
+    const int64_t smax = (a.kblocks + U - 1) / U, smin = (a.kblocks + 11) / 12; /* <= 12 blocks: 48 KB */
+    if (S > smax) S = smax;
+    if (S < smin) S = smin;
+    if (S < 1) S = 1;
+    a.ks = (int)((a.kblocks + S - 1) / S);
+    S = (a.kblocks + a.ks - 1) / a.ks;
+    if (S > 65535 || groups > 0x7fffffff)
+        return err_set("tern_gemv_i8_bmma: %lld rows x %lld blocks is too large", (long long)a.rows,
+                       (long long)a.kblocks);
+    const size_t smem = (size_t)a.ks * BN_TOK * 512;
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma_n<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    if (S > 1) {
+        void *ws;
+        if (tern_ws_zeroed((size_t)(groups * tg + a.n * a.rows) * sizeof(int), &ws) < 0) return -1;
+        a.ctr = static_cast<int *>(ws);
+        a.part = a.ctr + groups * tg;
+    }
+    return tern_launch_pdl_smem(gemv_i8_bmma_n<U>, dim3((unsigned)groups, (unsigned)S, (unsigned)tg),
+                                dim3(32 * BM_WARPS), smem, s, a);
+}
+
+/* ---- the same arithmetic with the codes streamed by the bulk copy engine ----
+ * CTA (x, y): K slice y (ks blocks; the B planes built once) and the units
+ * x, x + gridDim.x, ... of 16 RT rows; one producer warp copies each unit's
+ * rows (the slice's bytes of a row are contiguous) into a stage, row r at
+ * r * stride (stride = the slice's bytes, padded to 64 mod 128: the A reads
+ * of rows g and g + 1 in one quarter-warp fall on different banks); consumer
+ * warp w takes rows 16 w .. 16 w + 15 of each unit. */
+struct TbArgs {
+    BmArgs b;
+    int st, stride;  /* stages, bytes per row in a stage */
+    int64_t units;   /* row units of 16 RT rows */
+};
+
+template <int RT>
+__global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
+    const BmArgs &p = q.b;
+    constexpr int NT = 32 * RT; /* consumer threads */
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
+    __shared__ int s_sumx;
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int ST = q.st;
+    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
+    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
+    const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
+    uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
+    uint8_t *stages = smem + (size_t)p.ks * 512;
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
+                   empty_s = (uint32_t)__cvta_generic_to_shared(s_empty);
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++) {
+            tern_mbar::init(full_s + 8 * i, 1);
+            tern_mbar::init(empty_s + 8 * i, RT);
+        }
+        tern_mbar::init_fence();
+    }
+    __syncthreads();
+    int slot = 0;
+    uint32_t phase = 0;
+    if (warp == RT) { /* producer: the codes do not depend on earlier kernels */
+        const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
+        int i = 0;
+        for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x, i++) {
+            if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
+            __syncwarp();
+            const int64_t row0 = u * 16 * RT;
+            const int nr = (int)(p.rows - row0 < 16 * RT ? p.rows - row0 : 16 * RT);
+            const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
+            if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
+            __syncwarp();
+            for (int r = lane; r < nr; r += 32)
+                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            if (++slot == ST) slot = 0, phase ^= 1;
+        }
+        return;
+    }
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    build_planes(planes, 128, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
+    const int sumx = s_sumx;
+    const float sx = p.sx[0];
+    const bool split = gridDim.y > 1;
+    const uint32_t *pl_g = planes + g * 16 + 4 * t;
+    for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x) {
+        tern_mbar::wait(full_s + 8 * slot, phase);
+        const uint8_t *ra = stages + slot * stage_bytes + (16 * warp + g) * q.stride + 16 * t;
+        const uint8_t *rb = ra + 8 * q.stride;
+        int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
+#pragma unroll 2
+        for (int kb = 0; kb < nkb; kb++) {
+            const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
+            const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+            const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + kb * 128);
+            block_mma(de, dq, ca, cb, e);
+        }
+        __syncwarp();
+        if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot); /* the slot may be refilled */
+        if (++slot == ST) slot = 0, phase ^= 1;
+        int va, vb;
+        combine_planes(de, dq, t, &va, &vb);
+        va -= sumx;
+        vb -= sumx;
+        const int64_t r0 = u * 16 * RT + 16 * warp;
+        if (t == 0) {
+            if (r0 + g < p.rows) {
+                if (split) atomicAdd(&p.part[r0 + g], va);
+                else p.y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
+            }
+            if (r0 + g + 8 < p.rows) {
+                if (split) atomicAdd(&p.part[r0 + g + 8], vb);
+                else p.y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
+            }
+        }
+        if (!split || r0 >= p.rows) continue;
+        /* the last slice of this 16-row tile writes y (counter per tile) */
+        __threadfence();
+        __syncwarp();
+        int last = 0;
+        if (lane == 0) last = atomicAdd(&p.ctr[r0 / 16], 1) == (int)gridDim.y - 1;
+        last = __shfl_sync(0xffffffffu, last, 0);
+        if (!last) continue;
+        __threadfence();
+        if (lane < 16 && r0 + lane < p.rows) {
+            const int64_t r = r0 + lane;
+            const int d = atomicExch(&p.part[r], 0);
+            p.y[r] = __fdiv_rn(__fmul_rn(p.scales[r * p.scale_stride], (float)d), sx);
+        }
+        if (lane == 0) atomicExch(&p.ctr[r0 / 16], 0);
+    }
+}
+
+/* largest K slice (blocks) for variant digit b */
+constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
+
+template <int RT>
+int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
+    BmArgs &a = q.b;
+    int64_t S = (a.kblocks + kmax - 1) / kmax;
+    a.ks = (int)((a.kblocks + S - 1) / S);
+    S = (a.kblocks + a.ks - 1) / a.ks;
+    q.stride = a.ks * 64;
+    if (q.stride % 128 == 0) q.stride += 64;
+    q.units = (a.rows + 16 * RT - 1) / (16 * RT);
+    const size_t smem = (size_t)a.ks * 512 + (size_t)q.st * 16 * RT * q.stride;
+    if (smem > 227 * 1024 || S > 65535)
+        return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory (%d stages of %d x %d)", smem, q.st,
+                       16 * RT, q.stride);
+    auto kern = gemv_i8_tbm<RT>;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    int occ = 0;
+    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
+    if (occ < 1) return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory do not fit an SM", smem);
+    if (cap > 0 && occ > cap) occ = cap;
+    /* one wave: a CTA left over for a second wave would double the time */
+    int64_t gx = (int64_t)sms * occ / S;
+    if (gx < 1) gx = 1;
+    if (gx > q.units) gx = q.units;
+    if (S > 1) {
+        const int64_t tiles = (a.rows + 15) / 16;
+        void *ws;
+        if (tern_ws_zeroed((size_t)(tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
+        a.ctr = static_cast<int *>(ws);
+        a.part = a.ctr + tiles;
+    }
+    return tern_launch_pdl_smem(kern, dim3((unsigned)gx, (unsigned)S), dim3(32 * (RT + 1)), smem, s, q);
+}
+
+} // namespace
+
+int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, int64_t n,
+                      const float *d_sx, float *d_y, int variant, cudaStream_t s) {
+    if (n < 1 || n > 16)
+        return err_set("tern_gemv_i8_bmma: %lld tokens (1 .. 16)", (long long)n);
+    if (W->n_groups != 1)
+        return err_set("tern_gemv_i8_bmma: %lld scale groups per row (one scale per row only)",
+                       (long long)W->n_groups);
+    if (xcols % 16 != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("tern_gemv_i8_bmma: activations must be 16-byte aligned with a multiple "
+                       "of 16 columns");
+    if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
+        return err_set("tern_gemv_i8_bmma: codes must be 16-byte aligned in 64-byte blocks");
+    if (W->cols > 4194304) /* |sum c x| <= 2 * 128 * cols in int32 */
+        return err_set("tern_gemv_i8_bmma: %lld columns (at most 4194304)", (long long)W->cols);
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    BmArgs a = {};
+    a.codes = W->d_codes;
+    a.scales = W->d_scales;
+    a.scale_stride = W->scale_stride;
+    a.rows = W->rows;
+    a.row_bytes = W->row_bytes;
+    a.kblocks = W->row_bytes / 64;
+    a.xcols = xcols;
+    a.x = d_x;
+    a.sx = d_sx;
+    a.y = d_y;
+    a.n = n;
+    a.ldx = xcols;
+    if (n > 1) { /* variant 5UC00: U blocks in flight (1, 2), C CTAs per SM the K split aims at */
+        int u = 1, per_sm = 2;
+        if (variant >= 50000 && variant < 60000) {
+            u = variant / 1000 % 10;
+            per_sm = variant / 100 % 10;
+        } else if (variant != 0) {
+            return err_set("tern_gemv_i8_bmma: unknown variant %d for %lld tokens", variant, (long long)n);
+        }
+        if (per_sm < 1) return err_set("tern_gemv_i8_bmma: variant %d: no CTAs", variant);
+        if (u == 1) return launch_bmma_n<1>(a, per_sm, sms, s);
+        if (u == 2) return launch_bmma_n<2>(a, per_sm, sms, s);
+        return err_set("tern_gemv_i8_bmma: variant %d: %d blocks in flight (1 or 2)", variant, u);
+    }
+    /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
+     * warps) per unit (2 or 4), b = largest K slice (kSliceMax), c = stages (2..8), d = CTAs
+     * per SM at most (0: as many as fit) */
+    if (variant >= 60000 && variant < 70000) {
+        const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
+        TbArgs q = {};
+        q.b = a;
+        q.st = variant / 10 % 10;
+        if (q.st < 2 || q.st > 8) return err_set("tern_gemv_i8_bmma: variant %d: %d stages (2..8)", variant, q.st);
+        if (rt == 2) return launch_tbm<2>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 4) return launch_tbm<4>(q, kSliceMax[b], cap, sms, s);
+        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4)", variant, rt);
+    }
+    /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM
+     * the K split aims at (1..9) */
+    int u = 2, per_sm = 4;
+    if (variant >= 50000 && variant < 60000) {
+        u = variant / 1000 % 10;
+        per_sm = variant / 100 % 10;
+    } else if (variant != 0) {
+        return err_set("tern_gemv_i8_bmma: unknown variant %d", variant);
+    }
+    if (per_sm < 1) return err_set("tern_gemv_i8_bmma: variant %d: no CTAs", variant);
+    if (u == 1) return launch_bmma<1>(a, per_sm, sms, s);
+    if (u == 2) return launch_bmma<2>(a, per_sm, sms, s);
+    if (u == 4) return launch_bmma<4>(a, per_sm, sms, s);
+    return err_set("tern_gemv_i8_bmma: variant %d: %d blocks in flight (1, 2 or 4)", variant, u);
+}
