@@ -111,16 +111,16 @@ TEST(gpu_rmsnorm_matches_cpu) {
 /* The fused forms: residual add + RMSNorm + int8 activations, and the row
  * GLU + int8 activations, against the CPU twins (the int8 part bit-identical
  * to act_quant_int8_ref of the kernel's own f32 output). */
-static void check_fused_norm_glu(int64_t dim) {
+static void check_fused_norm_glu(int64_t dim, int64_t n) {
     /* up starts `off` columns after gate: float4-aligned rows when dim % 4 == 0 */
-    const int64_t off = dim % 4 ? 5 : 4, n = 6, ld = 2 * dim + off;
+    const int64_t off = dim % 4 ? 5 : 4, ld = 2 * dim + off;
     uint64_t s = 11;
     float *x = xmalloc(sizeof(float) * n * dim), *h = xmalloc(sizeof(float) * n * dim);
     float *w = xmalloc(sizeof(float) * dim), *sum = xmalloc(sizeof(float) * n * dim);
     float *ref = xmalloc(sizeof(float) * n * dim), *got = xmalloc(sizeof(float) * n * dim);
     float *gx = xmalloc(sizeof(float) * n * dim), *gu = xmalloc(sizeof(float) * n * ld);
     int8_t *qg = xmalloc((size_t)(n * dim)), *qr = xmalloc((size_t)(n * dim));
-    float sg[6], sr[6];
+    float *sg = xmalloc(sizeof(float) * n), *sr = xmalloc(sizeof(float) * n);
     for (int64_t i = 0; i < n * dim; i++) x[i] = 2.0f * frand(&s), h[i] = frand(&s);
     for (int64_t i = 0; i < dim; i++) w[i] = 1.0f + 0.3f * frand(&s);
     for (int64_t i = 0; i < n * ld; i++) gu[i] = 5.0f * frand(&s);
@@ -130,7 +130,7 @@ static void check_fused_norm_glu(int64_t dim) {
     float *dx = dev_new(&bx, sizeof(float) * n * dim, x), *dh = dev_new(&bh, sizeof(float) * n * dim, h);
     float *dw = dev_new(&bw, sizeof(float) * dim, w), *dout = dev_new(&bo, sizeof(float) * n * dim, NULL);
     int8_t *dq = dev_new(&bq, (size_t)(n * dim), NULL);
-    float *ds = dev_new(&bs, sizeof sg, NULL), *dgu = dev_new(&bgu, sizeof(float) * n * ld, gu);
+    float *ds = dev_new(&bs, sizeof(float) * n, NULL), *dgu = dev_new(&bgu, sizeof(float) * n * ld, gu);
     REQUIRE(fwdc_norm(dx, dh, dw, n, dim, 1e-5f, dout, NULL, dq, ds, 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     dev_get(&bx, gx);
@@ -141,7 +141,7 @@ static void check_fused_norm_glu(int64_t dim) {
     double rel = rel_l2(got, ref, n * dim);
     CHECK_MSG(rel <= 1e-6, "add + norm rel L2 %.3g", rel);
     act_quant_int8_ref(got, n, dim, qr, sr);
-    CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof sr) == 0);
+    CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof(float) * n) == 0);
     /* GLU rows: gate at column 0, up at column dim + off of rows of stride ld */
     for (int act = 0; act < 2; act++) {
         for (int64_t t = 0; t < n; t++) {
@@ -154,22 +154,30 @@ static void check_fused_norm_glu(int64_t dim) {
         dev_get(&bq, qg);
         dev_get(&bs, sg);
         rel = rel_l2(got, ref, n * dim);
-        CHECK_MSG(rel <= 1e-6, "glu rows act %d rel L2 %.3g", act, rel);
+        CHECK_MSG(rel <= 1e-6, "glu rows %lldx%lld act %d rel L2 %.3g", (long long)n, (long long)dim, act,
+                  rel);
         act_quant_int8_ref(got, n, dim, qr, sr);
-        CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof sr) == 0);
+        CHECK_MSG(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof(float) * n) == 0,
+                  "glu rows %lldx%lld act %d: int8 activations differ from act_quant_int8_ref", (long long)n,
+                  (long long)dim, act);
     }
     CHECK(dev_done(&bx) && dev_done(&bh) && dev_done(&bw) && dev_done(&bo) && dev_done(&bq) &&
           dev_done(&bs) && dev_done(&bgu));
     free(x), free(h), free(w), free(sum), free(ref), free(got), free(gx), free(gu), free(qg), free(qr);
+    free(sg), free(sr);
 }
 
-/* 777: the scalar kernels; 1000: float4 rows kept in registers; 17000: float4
- * rows too wide for the register cache */
+/* 777: the scalar kernels; 1000: float4 rows kept in registers; 17000 x 20
+ * rows: float4 rows too wide for the register cache; up to 16 rows of >= 4096
+ * columns: the GLU rows split over a cluster of CTAs (11008, 17000, 36864) */
 TEST(gpu_fused_norm_glu_match_cpu) {
     SKIP_WITHOUT_GPU();
-    check_fused_norm_glu(777);
-    check_fused_norm_glu(1000);
-    check_fused_norm_glu(17000);
+    check_fused_norm_glu(777, 6);
+    check_fused_norm_glu(1000, 6);
+    check_fused_norm_glu(17000, 20);
+    check_fused_norm_glu(17000, 6);
+    check_fused_norm_glu(11008, 1);
+    check_fused_norm_glu(36864, 3);
 }
 
 /* argmax of each row equals argmax_f32 (first index on ties). */

@@ -1,6 +1,7 @@
 /* fwd_cuda.cu — the forward pass's non-matmul kernels (fwd_cuda.h).  Plain
  * CUDA-core kernels: they move a few bytes per weight byte of a decode step,
  * so they are written for clarity and one launch each. */
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <math.h>
@@ -304,6 +305,68 @@ glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t
     if (xq) quant_cached_row(vv, mx, cols, row, step, xq, sx, red);
 }
 
+
+
+/* Few rows (a decode step at small batch): glu_rows_kernel_c's arithmetic with
+ * each row split over a cluster of kGluCl CTAs (one SM streamed a whole row of
+ * gate|up before: 11008-36864 columns); the CTAs' |max| meet through
+ * distributed shared memory.  max is exact, so the results are bit-identical
+ * to the one-CTA kernels. */
+constexpr int kGluCl = 8, kGluClThreads = 512;
+
+__global__ void __cluster_dims__(kGluCl, 1, 1) __launch_bounds__(kGluClThreads)
+glu_rows_kernel_cl(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
+                   __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
+    namespace cg = cooperative_groups;
+    __shared__ float red[32];
+    __shared__ float s_mx;
+    cg::cluster_group cl = cg::this_cluster();
+    const int rank = (int)cl.block_rank();
+    const int64_t r = blockIdx.x / kGluCl, sl = ((cols + kGluCl - 1) / kGluCl + 3) / 4 * 4;
+    const int64_t c0 = rank * sl, c1 = c0 + sl < cols ? c0 + sl : cols;
+    const float *gr = g + r * ld, *ur = u + r * ld;
+    const int64_t row = r * cols, step = (int64_t)blockDim.x * 4;
+    float4 vv[kCache];
+    float mx = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = c0 + threadIdx.x * 4 + c * step;
+        if (i >= c1) break;
+        const float4 a = *reinterpret_cast<const float4 *>(gr + i);
+        const float4 b = *reinterpret_cast<const float4 *>(ur + i);
+        float4 v;
+        v.x = glu1(act, a.x, b.x), v.y = glu1(act, a.y, b.y);
+        v.z = glu1(act, a.z, b.z), v.w = glu1(act, a.w, b.w);
+        *reinterpret_cast<float4 *>(o32 + row + i) = v;
+        if (o16) {
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
+            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v.z, v.w);
+        }
+        mx = fmaxf(mx, fabsf(v.x));
+        mx = fmaxf(mx, fabsf(v.y));
+        mx = fmaxf(mx, fabsf(v.z));
+        mx = fmaxf(mx, fabsf(v.w));
+        vv[c] = v;
+    }
+    if (!xq) return;
+    mx = block_max(mx, red);
+    if (threadIdx.x == 0) s_mx = mx;
+    cl.sync(); /* every CTA's s_mx is written */
+    float m = 0.0f;
+#pragma unroll
+    for (int q = 0; q < kGluCl; q++) m = fmaxf(m, *cl.map_shared_rank(&s_mx, q));
+    const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = c0 + threadIdx.x * 4 + c * step;
+        if (i >= c1) break;
+        *reinterpret_cast<char4 *>(xq + row + i) =
+            make_char4(quant1(vv[c].x, s), quant1(vv[c].y, s), quant1(vv[c].z, s), quant1(vv[c].w, s));
+    }
+    if (rank == 0 && threadIdx.x == 0) sx[r] = s;
+    cl.sync(); /* no CTA leaves while another may still read its s_mx */
+}
 
 /* One thread per work item of a token: a q pair, a k pair (rotated, written
  * to its page) or a v element (copied to its page); grid (tokens, items /
@@ -629,7 +692,10 @@ int fwdc_glu_rows(int act, const float *d_g, const float *d_u, int64_t n, int64_
     if (n > 0x7fffffff) return err_set("fwdc_glu_rows: %lld rows", (long long)n);
     const bool v4 = cols % 4 == 0 && ld % 4 == 0 && al16(d_g) && al16(d_u) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
-    if (v4 && cols <= (int64_t)kRowThreads * 4 * kCache)
+    if (v4 && n <= 16 && cols >= 4096 && cols <= (int64_t)kGluCl * kGluClThreads * 4 * kCache)
+        glu_rows_kernel_cl<<<(unsigned)(n * kGluCl), kGluClThreads, 0, stream>>>(
+            act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+    else if (v4 && cols <= (int64_t)kRowThreads * 4 * kCache)
         glu_rows_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
             act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     else if (v4)
