@@ -139,7 +139,12 @@ static void check_fused_norm_glu(int64_t dim, int64_t n) {
     dev_get(&bs, sg);
     CHECK_MSG(memcmp(gx, sum, sizeof(float) * n * dim) == 0, "residual add written back wrong");
     double rel = rel_l2(got, ref, n * dim);
-    CHECK_MSG(rel <= 1e-6, "add + norm rel L2 %.3g", rel);
+    /* the GPU and the CPU add dim f32 squares in different orders: the scale's
+     * relative error grows like sqrt(dim) 2^-24 (17000 .. 36864 columns:
+     * 1.1e-6 .. 2.0e-6 measured) */
+    const double tol = 1e-6 > 6e-8 * sqrt((double)dim) ? 1e-6 : 6e-8 * sqrt((double)dim);
+    CHECK_MSG(rel <= tol, "add + norm %lldx%lld rel L2 %.3g (bound %.2g)", (long long)n, (long long)dim, rel,
+              tol);
     act_quant_int8_ref(got, n, dim, qr, sr);
     CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof(float) * n) == 0);
     /* GLU rows: gate at column 0, up at column dim + off of rows of stride ld */
