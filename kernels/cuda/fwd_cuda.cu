@@ -307,94 +307,6 @@ glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t
 
 
 
-/* Few rows of >= 4096 columns: norm_kernel_c's arithmetic with each row split
- * over a cluster of kNormCl CTAs; the partial sums of squares meet through
- * distributed shared memory and are added in rank order (every CTA the same
- * order: one scale per row), then the |max| likewise.  The sum order differs
- * from the one-CTA kernel (last-bit differences in r). */
-constexpr int kNormCl = 8, kNormClThreads = 256;
-
-__global__ void __cluster_dims__(kNormCl, 1, 1) __launch_bounds__(kNormClThreads)
-norm_kernel_cl(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
-               __nv_bfloat16 *o16, int8_t *xq, float *sx) {
-    pdl_trigger();
-    namespace cg = cooperative_groups;
-    __shared__ float red[32];
-    __shared__ float s_ss, s_mx;
-    cg::cluster_group cl = cg::this_cluster();
-    const int rank = (int)cl.block_rank();
-    const int64_t rw = blockIdx.x / kNormCl, sl = ((dim + kNormCl - 1) / kNormCl + 3) / 4 * 4;
-    const int64_t c0 = rank * sl, c1 = c0 + sl < dim ? c0 + sl : dim;
-    float *xr = x + rw * dim;
-    const float *hr = h ? h + rw * dim : nullptr;
-    const int64_t row = rw * dim, step = (int64_t)blockDim.x * 4;
-    float4 xv[kCache], wv[kCache];
-    float ss = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kCache; c++) {
-        const int64_t i = c0 + threadIdx.x * 4 + c * step;
-        if (i >= c1) break;
-        float4 a = *reinterpret_cast<const float4 *>(xr + i);
-        wv[c] = *reinterpret_cast<const float4 *>(w + i);
-        if (hr) {
-            const float4 b = *reinterpret_cast<const float4 *>(hr + i);
-            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-            *reinterpret_cast<float4 *>(xr + i) = a;
-        }
-        xv[c] = a;
-        ss += a.x * a.x;
-        ss += a.y * a.y;
-        ss += a.z * a.z;
-        ss += a.w * a.w;
-    }
-    ss = block_sum(ss, red);
-    if (threadIdx.x == 0) s_ss = ss;
-    cl.sync(); /* every CTA's s_ss is written */
-    float tot = 0.0f;
-#pragma unroll
-    for (int q = 0; q < kNormCl; q++) tot += *cl.map_shared_rank(&s_ss, q);
-    const float r = 1.0f / sqrtf(tot / (float)dim + eps);
-    float mx = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kCache; c++) {
-        const int64_t i = c0 + threadIdx.x * 4 + c * step;
-        if (i >= c1) break;
-        float4 v;
-        v.x = __fmul_rn(wv[c].x, __fmul_rn(xv[c].x, r));
-        v.y = __fmul_rn(wv[c].y, __fmul_rn(xv[c].y, r));
-        v.z = __fmul_rn(wv[c].z, __fmul_rn(xv[c].z, r));
-        v.w = __fmul_rn(wv[c].w, __fmul_rn(xv[c].w, r));
-        mx = fmaxf(mx, fabsf(v.x));
-        mx = fmaxf(mx, fabsf(v.y));
-        mx = fmaxf(mx, fabsf(v.z));
-        mx = fmaxf(mx, fabsf(v.w));
-        if (o32) *reinterpret_cast<float4 *>(o32 + row + i) = v;
-        if (o16) {
-            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
-            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v.z, v.w);
-        }
-        xv[c] = v;
-    }
-    if (xq) { /* uniform over the cluster */
-        mx = block_max(mx, red);
-        if (threadIdx.x == 0) s_mx = mx;
-        cl.sync(); /* every CTA's s_mx is written */
-        float m = 0.0f;
-#pragma unroll
-        for (int q = 0; q < kNormCl; q++) m = fmaxf(m, *cl.map_shared_rank(&s_mx, q));
-        const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
-#pragma unroll
-        for (int c = 0; c < kCache; c++) {
-            const int64_t i = c0 + threadIdx.x * 4 + c * step;
-            if (i >= c1) break;
-            *reinterpret_cast<char4 *>(xq + row + i) =
-                make_char4(quant1(xv[c].x, s), quant1(xv[c].y, s), quant1(xv[c].z, s), quant1(xv[c].w, s));
-        }
-        if (rank == 0 && threadIdx.x == 0) sx[rw] = s;
-    }
-    cl.sync(); /* no CTA leaves while another may still read its shared values */
-}
-
 /* Few rows (a decode step at small batch): glu_rows_kernel_c's arithmetic with
  * each row split over a cluster of kGluCl CTAs (one SM streamed a whole row of
  * gate|up before: 11008-36864 columns); the CTAs' |max| meet through
@@ -751,10 +663,7 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
     if (n > 0x7fffffff) return err_set("fwdc_norm: %lld rows", (long long)n);
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
-    if (v4 && n <= 16 && dim >= 4096 && dim <= (int64_t)kNormCl * kNormClThreads * 4 * kCache)
-        norm_kernel_cl<<<(unsigned)(n * kNormCl), kNormClThreads, 0, stream>>>(
-            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
+    if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
         norm_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     else if (v4)
