@@ -273,19 +273,17 @@ norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, 
     if (xq) quant_cached_row(xv, mx, dim, row, step, xq, sx, red);
 }
 
-__global__ void __launch_bounds__(kRowThreads)
-glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
-                  __nv_bfloat16 *o16, int8_t *xq, float *sx) {
-    pdl_trigger();
-    __shared__ float red[32];
-    const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
-    const int64_t row = blockIdx.x * cols, step = (int64_t)blockDim.x * 4;
-    float4 vv[kCache];
+/* The register-cached GLU pass of one row: columns c0 + 4 threadIdx.x +
+ * c step (c < kCache) below c1, act(g) * u written to o32 (and o16) and kept
+ * in vv; returns this thread's |max|. */
+__device__ __forceinline__ float glu_cached_pass(int act, const float *gr, const float *ur, int64_t c0,
+                                                 int64_t c1, int64_t row, int64_t step, float *o32,
+                                                 __nv_bfloat16 *o16, float4 (&vv)[kCache]) {
     float mx = 0.0f;
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
-        const int64_t i = threadIdx.x * 4 + c * step;
-        if (i >= cols) break;
+        const int64_t i = c0 + threadIdx.x * 4 + c * step;
+        if (i >= c1) break;
         const float4 a = *reinterpret_cast<const float4 *>(gr + i);
         const float4 b = *reinterpret_cast<const float4 *>(ur + i);
         float4 v;
@@ -302,6 +300,18 @@ glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t
         mx = fmaxf(mx, fabsf(v.w));
         vv[c] = v;
     }
+    return mx;
+}
+
+__global__ void __launch_bounds__(kRowThreads)
+glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
+                  __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+    pdl_trigger();
+    __shared__ float red[32];
+    const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
+    const int64_t row = blockIdx.x * cols, step = (int64_t)blockDim.x * 4;
+    float4 vv[kCache];
+    const float mx = glu_cached_pass(act, gr, ur, 0, cols, row, step, o32, o16, vv);
     if (xq) quant_cached_row(vv, mx, cols, row, step, xq, sx, red);
 }
 
@@ -328,27 +338,7 @@ glu_rows_kernel_cl(int act, const float *g, const float *u, int64_t cols, int64_
     const float *gr = g + r * ld, *ur = u + r * ld;
     const int64_t row = r * cols, step = (int64_t)blockDim.x * 4;
     float4 vv[kCache];
-    float mx = 0.0f;
-#pragma unroll
-    for (int c = 0; c < kCache; c++) {
-        const int64_t i = c0 + threadIdx.x * 4 + c * step;
-        if (i >= c1) break;
-        const float4 a = *reinterpret_cast<const float4 *>(gr + i);
-        const float4 b = *reinterpret_cast<const float4 *>(ur + i);
-        float4 v;
-        v.x = glu1(act, a.x, b.x), v.y = glu1(act, a.y, b.y);
-        v.z = glu1(act, a.z, b.z), v.w = glu1(act, a.w, b.w);
-        *reinterpret_cast<float4 *>(o32 + row + i) = v;
-        if (o16) {
-            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
-            *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v.z, v.w);
-        }
-        mx = fmaxf(mx, fabsf(v.x));
-        mx = fmaxf(mx, fabsf(v.y));
-        mx = fmaxf(mx, fabsf(v.z));
-        mx = fmaxf(mx, fabsf(v.w));
-        vv[c] = v;
-    }
+    float mx = glu_cached_pass(act, gr, ur, c0, c1, row, step, o32, o16, vv);
     if (!xq) return;
     mx = block_max(mx, red);
     if (threadIdx.x == 0) s_mx = mx;

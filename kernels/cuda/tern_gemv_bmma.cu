@@ -127,6 +127,19 @@ __device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&d
     *vb = b;
 }
 
+/* Rows r and r + 8 of a tile: y = s_row * d / s_x, or (split K) the exact
+ * partial added to the scratch. */
+__device__ __forceinline__ void store_rows(const BmArgs &p, int64_t r, int va, int vb, bool split, float sx) {
+    if (r < p.rows) {
+        if (split) atomicAdd(&p.part[r], va);
+        else p.y[r] = __fdiv_rn(__fmul_rn(p.scales[r * p.scale_stride], (float)va), sx);
+    }
+    if (r + 8 < p.rows) {
+        if (split) atomicAdd(&p.part[r + 8], vb);
+        else p.y[r + 8] = __fdiv_rn(__fmul_rn(p.scales[(r + 8) * p.scale_stride], (float)vb), sx);
+    }
+}
+
 template <int U>
 __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     extern __shared__ __align__(16) uint32_t planes[]; /* [block][plane 8][word 16] */
@@ -172,16 +185,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     vb -= s_sumx;
     const bool split = gridDim.y > 1;
     const float sx = p.sx[0];
-    if (t == 0) {
-        if (r0 + g < p.rows) {
-            if (split) atomicAdd(&p.part[r0 + g], va);
-            else p.y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
-        }
-        if (r0 + g + 8 < p.rows) {
-            if (split) atomicAdd(&p.part[r0 + g + 8], vb);
-            else p.y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
-        }
-    }
+    if (t == 0) store_rows(p, r0 + g, va, vb, split, sx);
     if (!split) return;
     __threadfence();
     __syncthreads();
@@ -310,16 +314,7 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         va -= sumx;
         vb -= sumx;
         const int64_t r0 = u * 16 * RT + 16 * warp;
-        if (t == 0) {
-            if (r0 + g < p.rows) {
-                if (split) atomicAdd(&p.part[r0 + g], va);
-                else p.y[r0 + g] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g) * p.scale_stride], (float)va), sx);
-            }
-            if (r0 + g + 8 < p.rows) {
-                if (split) atomicAdd(&p.part[r0 + g + 8], vb);
-                else p.y[r0 + g + 8] = __fdiv_rn(__fmul_rn(p.scales[(r0 + g + 8) * p.scale_stride], (float)vb), sx);
-            }
-        }
+        if (t == 0) store_rows(p, r0 + g, va, vb, split, sx);
         if (!split || r0 >= p.rows) continue;
         /* the last slice of this 16-row tile writes y (counter per tile) */
         __threadfence();
@@ -378,19 +373,9 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
 
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s) {
-    if (W->n_groups != 1)
-        return err_set("tern_gemv_i8_bmma: %lld scale groups per row (one scale per row only)",
-                       (long long)W->n_groups);
-    if (xcols % 16 != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
-        return err_set("tern_gemv_i8_bmma: activations must be 16-byte aligned with a multiple "
-                       "of 16 columns");
-    if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
-        return err_set("tern_gemv_i8_bmma: codes must be 16-byte aligned in 64-byte blocks");
-    if (W->cols > 4194304) /* |sum c x| <= 2 * 128 * cols in int32 */
-        return err_set("tern_gemv_i8_bmma: %lld columns (at most 4194304)", (long long)W->cols);
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* |sum c x| <= 2 * 128 * cols in int32 */
+    int sms = 0;
+    if (tern_gemv1_prepare("tern_gemv_i8_bmma", W, d_x, xcols, 4194304, &sms) < 0) return -1;
     BmArgs a = {};
     a.codes = W->d_codes;
     a.scales = W->d_scales;

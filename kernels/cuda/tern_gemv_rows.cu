@@ -232,17 +232,9 @@ int launch_rows(RowArgs &a, int sms, int wt, cudaStream_t s) {
 
 int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s) {
-    if (W->n_groups != 1)
-        return err_set("tern_gemv_i8_rows: %lld scale groups per row (one scale per row only)",
-                       (long long)W->n_groups);
-    if (xcols % 16 != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
-        return err_set("tern_gemv_i8_rows: activations must be 16-byte aligned with a multiple "
-                       "of 16 columns");
-    if (W->cols > 131072) /* field 3 accumulates 64 * 2 * 128 per column in int32 */
-        return err_set("tern_gemv_i8_rows: %lld columns (at most 131072)", (long long)W->cols);
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    /* field 3 accumulates 64 * 2 * 128 per column in int32 */
+    int sms = 0;
+    if (tern_gemv1_prepare("tern_gemv_i8_rows", W, d_x, xcols, 131072, &sms) < 0) return -1;
     RowArgs a = {};
     a.codes = W->d_codes;
     a.scales = W->d_scales;

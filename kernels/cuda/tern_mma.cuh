@@ -62,6 +62,25 @@ struct TernKArgs {
 };
 
 int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
+/* The one-token int8 GEMVs' common checks (one scale per row; x 16-byte
+ * aligned with a multiple of 16 readable columns; codes 16-byte aligned in
+ * 64-byte blocks; at most max_cols columns) and the device's SM count. */
+inline int tern_gemv1_prepare(const char *who, const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
+                              int64_t max_cols, int *sms) {
+    if (W->n_groups != 1)
+        return err_set("%s: %lld scale groups per row (one scale per row only)", who, (long long)W->n_groups);
+    if (xcols % 16 != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("%s: activations must be 16-byte aligned with a multiple of 16 columns", who);
+    if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
+        return err_set("%s: codes must be 16-byte aligned in 64-byte blocks", who);
+    if (W->cols > max_cols)
+        return err_set("%s: %lld columns (at most %lld)", who, (long long)W->cols, (long long)max_cols);
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(sms, cudaDevAttrMultiProcessorCount, dev));
+    return 0;
+}
+
 /* tern_gemv_rows.cu: int8, one token, one scale per row, cols <= 131072; dp4a.
  * x has xcols readable columns (zeros past W->cols); variant 0 = default,
  * 3LRDW = bench sweeps (see the file). */
