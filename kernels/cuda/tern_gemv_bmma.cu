@@ -209,8 +209,9 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
     /* K slices: as many CTAs as per_sm per SM hold, at least U blocks each, one
      * wave (CTAs left over for a second wave doubled the time) */
     int64_t S = (int64_t)sms * per_sm / groups;
-    const int64_t smax = (a.kblocks + U - 1) / U;
+    const int64_t smax = (a.kblocks + U - 1) / U, smin = (a.kblocks + 255) / 256; /* planes <= 128 KB */
     if (S > smax) S = smax;
+    if (S < smin) S = smin; /* very wide rows: more than one wave rather than no launch */
     if (S < 1) S = 1;
     a.ks = (int)((a.kblocks + S - 1) / S);
     S = (a.kblocks + a.ks - 1) / a.ks;
