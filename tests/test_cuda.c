@@ -346,7 +346,7 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
     REQUIRE(fwdc_rope_kv_write(dq, qd, dk, kvd, dv, kvd, dpos, dslot, ctx, n_heads, n_kv, hd,
                                dcos, dsin, dkp, dvp, bs, 0) == 0);
     REQUIRE(fwdc_attention(dq, qd, dkp, dvp, dpos, dtab, n_blocks, drow, ctx, n_heads, n_kv, hd,
-                           bs, dout, 0) == 0);
+                           bs, n_heads, dout, 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     float *got = xmalloc(sizeof(float) * (size_t)ctx * qd), *gq = xmalloc(sizeof(float) * (size_t)ctx * qd);
     float *kp = xmalloc(sizeof(float) * page), *vp = xmalloc(sizeof(float) * page);

@@ -15,7 +15,9 @@ namespace {
 /* attention CTAs: 8 warps for small grids (a decode step at small batch: one
  * CTA per head and token, short contexts, so the keys a warp walks one after
  * another are the latency), 4 warps for large ones (prefill, large batches:
- * 8 warps measured 9-11 % slower at prefill 2048) */
+ * 8 warps measured 9-11 % slower at prefill 2048).  The two add in different
+ * orders (last-bit differences), so the choice uses the whole model's heads:
+ * a tensor-parallel rank picks what one GPU would. */
 constexpr int kAttnThreadsSmall = 256, kAttnThreadsLarge = 128;
 constexpr int kAttnChunk = 256; /* keys scored per pass of the online softmax */
 
@@ -719,7 +721,7 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, float *d_out, cudaStream_t stream) {
+                   int block_size, int model_heads, float *d_out, cudaStream_t stream) {
     if (hd < 1 || hd > 256)
         return err_set("fwdc_attention: head_dim %d is not supported on CUDA (1..256)", hd);
     if (n_kv < 1 || n_heads % n_kv)
@@ -731,7 +733,7 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                        n_heads);
     dim3 grid((unsigned)n, (unsigned)n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
-    if (n * n_heads <= 512) /* batch 1..16 at 32 heads */
+    if (n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512) /* batch 1..16 at 32 heads */
         attention_kernel<kAttnThreadsSmall><<<grid, kAttnThreadsSmall, 0, stream>>>(
             d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv, hd,
             block_size, scale, d_out);

@@ -53,11 +53,14 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
                        float *d_kpages, float *d_vpages, int block_size, cudaStream_t stream);
 /* out (n, n_heads*hd) = softmax(q k^T / sqrt(hd)) v over positions 0..pos[i]
  * of token i's sequence (block table row tab_row[i]); q rows of stride ldq;
- * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256. */
+ * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256.
+ * model_heads: the whole model's query heads (n_heads x the tensor-parallel
+ * degree): the CTA width, and with it the order of the sums, is chosen from
+ * n x model_heads, so a rank's results do not depend on the degree. */
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, float *d_out, cudaStream_t stream);
+                   int block_size, int model_heads, float *d_out, cudaStream_t stream);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
  * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */

@@ -77,7 +77,10 @@ int ws_get(int slot, size_t bytes, void **out) {
             return err_set("tern_cuda: workspace of %zu bytes: %s (use fewer tokens per call)",
                            want, cudaGetErrorString(e));
         if (slot == WS_CTR) {
+            /* cudaMemset runs on the legacy stream, which does not order the
+             * callers' non-blocking streams: wait for it here (growth only) */
             e = cudaMemset(p, 0, want);
+            if (e == cudaSuccess) e = cudaDeviceSynchronize();
             if (e != cudaSuccess) {
                 cudaFree(p);
                 return err_set("tern_cuda: zeroing the split-K counters: %s", cudaGetErrorString(e));

@@ -218,9 +218,10 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
     if (S > 65535 || groups > 0x7fffffff)
         return err_set("tern_gemv_i8_bmma: %lld rows x %lld blocks is too large", (long long)a.rows,
                        (long long)a.kblocks);
-    const size_t smem = (size_t)a.ks * 512;
-    if (smem > 200 * 1024) return err_set("tern_gemv_i8_bmma: a K slice of %d blocks", a.ks);
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    const size_t smem = (size_t)a.ks * 512; /* <= 128 KB (ks <= 256) */
+    /* the limit is the largest any call uses, never lowered: a captured graph
+     * replays launches of several sizes */
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, 128 * 1024));
     if (S > 1) {
         void *ws;
         if (tern_ws_zeroed((size_t)(groups + a.rows) * sizeof(int), &ws) < 0) return -1;
@@ -347,11 +348,11 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     if (q.stride % 128 == 0) q.stride += 64;
     q.units = (a.rows + 16 * RT - 1) / (16 * RT);
     const size_t smem = (size_t)a.ks * 512 + (size_t)q.st * 16 * RT * q.stride;
-    if (smem > 227 * 1024 || S > 65535)
+    if (smem > 227 * 1024 - 1024 || S > 65535) /* 1 KB left for the static barriers */
         return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory (%d stages of %d x %d)", smem, q.st,
                        16 * RT, q.stride);
     auto kern = gemv_i8_tbm<RT>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - 1024));
     int occ = 0;
     CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
     if (occ < 1) return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory do not fit an SM", smem);

@@ -356,7 +356,7 @@ int run_device(CE *g, int64_t n, int64_t nl) {
         TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
         TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
-                           c.n_kv_heads, (int)hd, g->bs, g->att, g->st));
+                           c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, g->att, g->st));
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
         if (g->tp > 1) {
