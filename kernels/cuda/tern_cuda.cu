@@ -25,18 +25,15 @@ namespace {
 
 int g_force = 0;
 
-/* TERNLAB_CUDA_GEMV1: the one-token int8 GEMV for every such call (0: by shape) */
+/* TERNLAB_CUDA_GEMV1: the one-token int8 GEMV for every such call (0: by
+ * shape); anything else than bmma / rows / warp is an error (-1, err_set) */
 int gemv1_pick(void) {
-    static int pick = -1;
-    if (pick < 0) {
-        const char *e = getenv("TERNLAB_CUDA_GEMV1");
-        pick = !e || !*e ? 0 : !strcmp(e, "bmma") ? 6 : !strcmp(e, "rows") ? 3 : !strcmp(e, "warp") ? 4 : -2;
-        if (pick == -2) {
-            fprintf(stderr, "ternlab: TERNLAB_CUDA_GEMV1=%s: expected bmma, rows or warp; using the default\n", e);
-            pick = 0;
-        }
-    }
-    return pick;
+    const char *e = getenv("TERNLAB_CUDA_GEMV1");
+    if (!e || !*e) return 0;
+    if (!strcmp(e, "bmma")) return 6;
+    if (!strcmp(e, "rows")) return 3;
+    if (!strcmp(e, "warp")) return 4;
+    return err_set("TERNLAB_CUDA_GEMV1=%s: expected bmma, rows or warp", e);
 }
 
 int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
@@ -244,6 +241,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     int k1 = g_force;
     if (g_force == 0 && i8_one) {
         k1 = gemv1_pick();
+        if (k1 < 0) return err_prefix("%s: ", who);
         if (k1 == 0)
             k1 = W->cols >= 8192 && W->cols <= 4194304                              ? 6
                  : W->rows * W->cols >= ((int64_t)32 << 20) && W->cols <= 131072 ? 3

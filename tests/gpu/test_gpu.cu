@@ -394,6 +394,12 @@ static void test_errors(void) {
                "one-token GEMV %d with bf16 activations must be refused", k);
     }
     tern_cuda_force_kernel(0);
+    /* a misspelt kernel choice is an error, not a silent default */
+    setenv("TERNLAB_CUDA_GEMV1", "bogus", 1);
+    report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 1, dy, 0) < 0 &&
+               strstr(err_msg(), "TERNLAB_CUDA_GEMV1=bogus") != NULL,
+           "TERNLAB_CUDA_GEMV1=bogus must be refused: %s", err_msg());
+    unsetenv("TERNLAB_CUDA_GEMV1");
     tern_cuda_free(&dW);
     {
         TernaryMatrix G;
