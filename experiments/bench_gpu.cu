@@ -277,6 +277,23 @@ int main(int argc, char **argv) {
                 "(unknown argument %s)",
                 argv[i]);
     }
+    struct {
+        int64_t N, K;
+    } shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
+    /* --shape NxK: that shape alone; it must be one of these */
+    auto picked = [&](int64_t N, int64_t K) {
+        char nk[48];
+        snprintf(nk, sizeof nk, "%lldx%lld", (long long)N, (long long)K);
+        return !shape_arg || !strcmp(nk, shape_arg);
+    };
+    if (shape_arg) {
+        bool ok = false;
+        for (auto &sh : shapes) ok = ok || picked(sh.N, sh.K);
+        if (!ok)
+            DIE("--shape %s: expected one of 4096x4096, 14336x4096, 4096x14336, 36864x4608, "
+                "4608x36864",
+                shape_arg);
+    }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) DIE("no GPU: nothing to measure");
     cudaDeviceProp prop;
@@ -331,23 +348,6 @@ int main(int argc, char **argv) {
         CK(cudaFree(sink));
     }
 
-    struct {
-        int64_t N, K;
-    } shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
-    /* --shape NxK: that shape alone; it must be one of these */
-    auto picked = [&](int64_t N, int64_t K) {
-        char nk[48];
-        snprintf(nk, sizeof nk, "%lldx%lld", (long long)N, (long long)K);
-        return !shape_arg || !strcmp(nk, shape_arg);
-    };
-    if (shape_arg) {
-        bool ok = false;
-        for (auto &sh : shapes) ok = ok || picked(sh.N, sh.K);
-        if (!ok)
-            DIE("--shape %s: expected one of 4096x4096, 14336x4096, 4096x14336, 36864x4608, "
-                "4608x36864",
-                shape_arg);
-    }
     std::vector<int64_t> Ms = {1, 8, 16, 64, 256, 2048};
     if (quick) Ms = {1, 16, 2048};
     if (ms_arg) { /* --ms 1,16 (none: the sweep alone) */
