@@ -57,13 +57,6 @@ struct BmArgs {
     int *part, *ctr; /* split K: partial sums per row, slices done per row group */
 };
 
-__device__ __forceinline__ uint4 ld_codes(const uint8_t *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 /* d += popc(A AND B) per (row, column) */
 __device__ __forceinline__ void bmma(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -156,7 +149,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     uint4 ca[U], cb[U];
 #pragma unroll
     for (int u = 0; u < U; u++)
-        if (u < nkb) ca[u] = ld_codes(pa + 64 * u), cb[u] = ld_codes(pb + 64 * u);
+        if (u < nkb) ca[u] = ldg_stream_u4(pa + 64 * u), cb[u] = ldg_stream_u4(pb + 64 * u);
     asm volatile("griddepcontrol.wait;" ::: "memory");
 
     /* B planes of the slice and its sum x */
@@ -172,8 +165,8 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
                 const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
                 block_mma(de, dq, ca[u], cb[u], e);
                 if (kb + u + U < nkb) {
-                    ca[u] = ld_codes(pa + 64 * (kb + u + U));
-                    cb[u] = ld_codes(pb + 64 * (kb + u + U));
+                    ca[u] = ldg_stream_u4(pa + 64 * (kb + u + U));
+                    cb[u] = ldg_stream_u4(pb + 64 * (kb + u + U));
                 }
             }
         }

@@ -26,13 +26,6 @@
 
 namespace {
 
-__device__ __forceinline__ uint4 ld_stream(const uint8_t *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, int64_t base,
                                          int64_t cols) {
@@ -75,15 +68,15 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
         int64_t c = lane;
         /* four loads in flight per lane before any arithmetic */
         for (; c + 96 < chunks; c += 128) {
-            uint4 w0 = ld_stream(row + 16 * c), w1 = ld_stream(row + 16 * (c + 32));
-            uint4 w2 = ld_stream(row + 16 * (c + 64)), w3 = ld_stream(row + 16 * (c + 96));
+            uint4 w0 = ldg_stream_u4(row + 16 * c), w1 = ldg_stream_u4(row + 16 * (c + 32));
+            uint4 w2 = ldg_stream_u4(row + 16 * (c + 64)), w3 = ldg_stream_u4(row + 16 * (c + 96));
             acc += chunk_dot(w0, x, (c >> 2) * 256 + (c & 3) * 16, cols);
             acc += chunk_dot(w1, x, ((c + 32) >> 2) * 256 + ((c + 32) & 3) * 16, cols);
             acc += chunk_dot(w2, x, ((c + 64) >> 2) * 256 + ((c + 64) & 3) * 16, cols);
             acc += chunk_dot(w3, x, ((c + 96) >> 2) * 256 + ((c + 96) & 3) * 16, cols);
         }
         for (; c < chunks; c += 32)
-            acc += chunk_dot(ld_stream(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
+            acc += chunk_dot(ldg_stream_u4(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) {

@@ -23,13 +23,6 @@
 
 namespace {
 
-__device__ __forceinline__ uint4 ld_codes(const uint8_t *p) {
-    uint4 v;
-    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
-                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
-                 : "l"(p));
-    return v;
-}
 
 __device__ __forceinline__ void cp_async16(void *smem, const void *g) {
     const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
@@ -112,7 +105,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
     if (D == 0) {
         if (c < cend)
 #pragma unroll
-            for (int q = 0; q < R; q++) w[q] = ld_codes(rp[q] + 16 * c);
+            for (int q = 0; q < R; q++) w[q] = ldg_stream_u4(rp[q] + 16 * c);
     } else {
 #pragma unroll
         for (int st = 0; st < D - 1; st++) {
@@ -131,7 +124,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
         if (D == 0) {
             if (c + L < cend)
 #pragma unroll
-                for (int q = 0; q < R; q++) wn[q] = ld_codes(rp[q] + 16 * (c + L));
+                for (int q = 0; q < R; q++) wn[q] = ldg_stream_u4(rp[q] + 16 * (c + L));
         } else {
             const int64_t cc = c + (int64_t)(D - 1) * L;
             const int st = (k + D - 1) % DS;

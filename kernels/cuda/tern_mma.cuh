@@ -182,11 +182,18 @@ __device__ __forceinline__ void split3(float x, float &hi, float &mid, float &lo
     lo = r - mid;
 }
 
-/* Streaming 8-byte load of codes: read once, keep out of L1. */
+/* Streaming 8- / 16-byte loads of codes: read once, keep out of L1. */
 __device__ __forceinline__ uint2 ldg_stream_u2(const void *p) {
     uint2 v;
     asm volatile("ld.global.nc.L1::no_allocate.v2.u32 {%0,%1}, [%2];\n"
                  : "=r"(v.x), "=r"(v.y)
+                 : "l"(p));
+    return v;
+}
+__device__ __forceinline__ uint4 ldg_stream_u4(const void *p) {
+    uint4 v;
+    asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
                  : "l"(p));
     return v;
 }

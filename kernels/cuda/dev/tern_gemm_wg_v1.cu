@@ -35,6 +35,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_util.h"
+#include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mm.cuh"
 
 namespace {
@@ -87,33 +88,6 @@ __device__ __forceinline__ void keep(int (&d)[64]) {
 __device__ __forceinline__ void keep(float (&d)[64]) {
 #pragma unroll
     for (int i = 0; i < 64; i++) asm volatile("" : "+f"(d[i])::"memory");
-}
-
-/* ---- mbarrier and TMA (cp.async.bulk.tensor) ---------------------------- */
-__device__ __forceinline__ void mbar_init(uint32_t bar, int count) {
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
-}
-__device__ __forceinline__ void mbar_expect_tx(uint32_t bar, int bytes) {
-    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes)
-                 : "memory");
-}
-__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
-    asm volatile("{\n"
-                 ".reg .pred p;\n"
-                 "WAIT:\n"
-                 "mbarrier.try_wait.parity.shared::cta.b64 p, [%0], %1;\n"
-                 "@!p bra WAIT;\n"
-                 "}\n" ::"r"(bar),
-                 "r"(parity)
-                 : "memory");
-}
-/* box at (c0 inner, c1 outer) of the 2-D map into shared memory, completing on bar */
-__device__ __forceinline__ void tma_load_2d(uint32_t dst, const CUtensorMap *map, int c0, int c1,
-                                            uint32_t bar) {
-    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                 "[%0], [%1, {%2, %3}], [%4];\n" ::"r"(dst),
-                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
-                 : "memory");
 }
 
 __device__ __forceinline__ void wgmma_s8(int (&d)[64], uint64_t da, uint64_t db) {
@@ -194,8 +168,8 @@ __global__ void __launch_bounds__(128 * WGS)
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
 
     if (tid == 0) {
-        for (int i = 0; i < WG_ST; i++) mbar_init(full_s + 8 * i, 1);
-        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+        for (int i = 0; i < WG_ST; i++) tern_mbar::init(full_s + 8 * i, 1);
+        tern_mbar::init_fence();
     }
     /* scales for the epilogue */
     for (int i = tid; i < WG_BN; i += THREADS)
@@ -209,11 +183,11 @@ __global__ void __launch_bounds__(128 * WGS)
     int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
     auto issue = [&](int slot) {
         const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
-        mbar_expect_tx(bar, C_::SLOT);
+        tern_mbar::expect_tx(bar, C_::SLOT);
         const int col0 = i_sp * (256 / esz), xrow = i_plane * (int)a.n + (int)tok0;
-        tma_load_2d(dst, &tmx, col0, xrow, bar);
-        tma_load_2d(dst + BM * 128, &tmx, col0 + 128 / esz, xrow, bar);
-        tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
+        tern_mbar::tma_load_2d(dst, &tmx, col0, xrow, bar);
+        tern_mbar::tma_load_2d(dst + BM * 128, &tmx, col0 + 128 / esz, xrow, bar);
+        tern_mbar::tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
         if (++i_sp == SPP) i_sp = 0, i_plane++;
     };
     /* code chunks of this thread: rows cr0 + k * THREADS / 4, bytes 16 cc..;
@@ -302,7 +276,7 @@ __global__ void __launch_bounds__(128 * WGS)
             if (kt0 + p < kt1) issue(p);
     if (kt0 < kt1) {
         uint4 v[NC];
-        mbar_wait(full_s, 0);
+        tern_mbar::wait(full_s, 0);
         codes_at(0, v);
         decode(v, kt0, wtile);
     }
@@ -329,7 +303,7 @@ __global__ void __launch_bounds__(128 * WGS)
         const int nslot = slot == WG_ST - 1 ? 0 : slot + 1;
         if (kt + 1 < kt1) { /* while the tensor cores work: decode kt + 1 */
             uint4 v[NC];
-            mbar_wait(full_s + 8 * nslot, ((kt + 1 - kt0) / WG_ST) & 1);
+            tern_mbar::wait(full_s + 8 * nslot, ((kt + 1 - kt0) / WG_ST) & 1);
             codes_at(nslot, v);
             decode(v, kt + 1, wtile + (wb ^ 1) * C_::W_BYTES);
         }
