@@ -26,7 +26,6 @@
 
 namespace {
 
-
 __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, int64_t base,
                                          int64_t cols) {
     int acc = 0;
