@@ -386,12 +386,32 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
     free(ref), free(sc), free(got), free(gq), free(kp), free(vp);
 }
 
+/* Both attention kernels (TERNLAB_CUDA_ATTN: the per-warp softmax by
+ * default, the block softmax) at both CTA widths (tokens x heads <= 512 or
+ * not) and every head-dim path (float4 up to 128 / 256 dims, scalars). */
 TEST(gpu_rope_paged_attention_match_reference) {
     SKIP_WITHOUT_GPU();
-    check_attention(4, 2, 20, 5, 37);    /* GQA, tiny head, block 5 */
-    check_attention(3, 3, 128, 16, 300); /* more than one 256-key chunk */
-    check_attention(2, 1, 256, 7, 70);   /* the largest head_dim */
-    check_attention(8, 2, 64, 1, 9);     /* block size 1 */
+    const char *kinds[] = {NULL, "block"};
+    for (int k = 0; k < 2; k++) {
+        if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
+        check_attention(4, 2, 20, 5, 37);    /* GQA, tiny head, block 5 */
+        check_attention(3, 3, 128, 16, 300); /* more than one 256-key chunk, 4 warps */
+        check_attention(1, 1, 128, 16, 300); /* the same at 8 warps */
+        check_attention(2, 1, 256, 7, 70);   /* the largest head_dim */
+        check_attention(4, 2, 256, 16, 150); /* the largest head_dim at 4 warps */
+        check_attention(8, 2, 64, 1, 9);     /* block size 1 */
+        check_attention(2, 2, 6, 4, 23);     /* head_dim not a multiple of 4 */
+        unsetenv("TERNLAB_CUDA_ATTN");
+    }
+    setenv("TERNLAB_CUDA_ATTN", "bogus", 1);
+    float *d = NULL;
+    REQUIRE(cudaMalloc((void **)&d, 4096) == cudaSuccess);
+    int32_t *di = (int32_t *)d;
+    err_clear();
+    CHECK(fwdc_attention(d, 8, d, d, di, di, 1, di, 1, 1, 1, 8, 16, 1, d + 512, 0) != 0);
+    CHECK_MSG(strstr(err_msg(), "TERNLAB_CUDA_ATTN"), "message: %s", err_msg());
+    unsetenv("TERNLAB_CUDA_ATTN");
+    cudaFree(d);
 }
 
 TEST(gpu_embed_gather_table_update_exact) {

@@ -6,9 +6,12 @@
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/cuda_util.h"
 #include "cuda/fwd_cuda.h"
+#include "cuda/tern_launch.cuh"
 
 namespace {
 
@@ -55,13 +58,6 @@ __device__ float block_max(float v, float *red) {
     return warp_max(r);
 }
 
-/* Lets the next kernel on the stream, when it is launched as a programmatic
- * dependent (the int8 GEMVs, tern_cuda_pdl), start its blocks and stream its
- * weights now; it waits for this whole grid before reading what it writes. */
-__device__ __forceinline__ void pdl_trigger() {
-    asm volatile("griddepcontrol.launch_dependents;");
-}
-
 __global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, int64_t H, float *x) {
     const int64_t total = n * H;
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -88,6 +84,7 @@ __global__ void __launch_bounds__(kRowThreads)
 norm_kernel(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
             __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     float *xr = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
@@ -158,6 +155,7 @@ __global__ void __launch_bounds__(kRowThreads)
 glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
                 __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
     const int64_t row = blockIdx.x * cols;
@@ -226,6 +224,7 @@ __global__ void __launch_bounds__(kRowThreads)
 norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
               __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     float *xr = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
@@ -309,6 +308,7 @@ __global__ void __launch_bounds__(kRowThreads)
 glu_rows_kernel_c(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
                   __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *gr = g + blockIdx.x * ld, *ur = u + blockIdx.x * ld;
     const int64_t row = blockIdx.x * cols, step = (int64_t)blockDim.x * 4;
@@ -330,6 +330,7 @@ __global__ void __cluster_dims__(kGluCl, 1, 1) __launch_bounds__(kGluClThreads)
 glu_rows_kernel_cl(int act, const float *g, const float *u, int64_t cols, int64_t ld, float *o32,
                    __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     namespace cg = cooperative_groups;
     __shared__ float red[32];
     __shared__ float s_mx;
@@ -368,6 +369,8 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
                                int64_t ldv, const int32_t *pos, const int32_t *slot, int n_heads,
                                int n_kv, int hd, const float *cs, const float *sn, float *kp,
                                float *vp, int bs) {
+    pdl_trigger();
+    pdl_wait();
     const int64_t i = blockIdx.x;
     const int half = hd / 2;
     const int wq = n_heads * half, wk = n_kv * half;
@@ -410,6 +413,7 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                  const int32_t *pos, const int32_t *tab, int tab_stride, const int32_t *tab_row,
                  int n_heads, int n_kv, int hd, int bs, float scale, float *out) {
     pdl_trigger();
+    pdl_wait();
     constexpr int kWarps = kAttnThreads / 32, kDims = 256 / 32;
     __shared__ __align__(16) float qs[256];
     __shared__ float sc[kAttnChunk];
@@ -496,6 +500,119 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
     }
 }
 
+/* The same attention with one online softmax per warp: warp w takes keys in
+ * runs of kU (keys kU*w .., then kU*(w + kWarps) .., ...), loads the K and V
+ * rows of a run together (one memory round trip per run, where scoring all
+ * keys before reading any value costs two plus the block-wide max and sum),
+ * and keeps its own running max, sum and weighted values; the warps' states
+ * are merged once at the end.  Lanes hold head dims 4*lane + 128*r (float4,
+ * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers. */
+template <int kThreads, int kMode> /* 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars */
+__global__ void __launch_bounds__(kThreads)
+attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
+                      const int32_t *pos, const int32_t *tab, int tab_stride,
+                      const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
+                      float *out) {
+    pdl_trigger();
+    pdl_wait();
+    constexpr bool kVec = kMode < 2;
+    constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */
+    __shared__ int64_t roff[kAttnChunk];
+    __shared__ float wm[kWarps], wl[kWarps];
+    __shared__ __align__(16) float wacc[kWarps][256];
+    const int64_t i = blockIdx.x;
+    const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
+    const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
+    const int ctx = pos[i] + 1;
+    const int32_t *tb = tab + (int64_t)tab_row[i] * tab_stride;
+    const float *qr = q + i * ldq + (int64_t)h * hd;
+    /* lane's dims: e-th of kE at dim_of(e); valid when < hd */
+    auto dim_of = [&](int e) { return kVec ? 4 * lane + 128 * (e / 4) + e % 4 : lane + 32 * e; };
+    float qv[kE], acc[kE];
+#pragma unroll
+    for (int e = 0; e < kE; e++) {
+        const int d = dim_of(e);
+        qv[e] = d < hd ? qr[d] : 0.0f;
+        acc[e] = 0.0f;
+    }
+    float m = -INFINITY, l = 0.0f;
+    for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
+        const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
+        for (int j = t; j < cn; j += kThreads) {
+            const int p = c0 + j;
+            roff[j] = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
+        }
+        __syncthreads();
+        for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
+            float kr[kU][kE], vr[kU][kE];
+#pragma unroll
+            for (int u = 0; u < kU; u++) {
+                const bool ok = j0 + u < cn;
+                const float *kb = kp + (ok ? roff[j0 + u] : 0), *vb = vp + (ok ? roff[j0 + u] : 0);
+#pragma unroll
+                for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
+                    const int d = dim_of(e);
+                    if (kVec) {
+                        float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
+                        if (ok && d < hd) {
+                            k4 = *reinterpret_cast<const float4 *>(kb + d);
+                            v4 = *reinterpret_cast<const float4 *>(vb + d);
+                        }
+                        kr[u][e] = k4.x, kr[u][e + 1] = k4.y, kr[u][e + 2] = k4.z, kr[u][e + 3] = k4.w;
+                        vr[u][e] = v4.x, vr[u][e + 1] = v4.y, vr[u][e + 2] = v4.z, vr[u][e + 3] = v4.w;
+                    } else {
+                        kr[u][e] = ok && d < hd ? kb[d] : 0.0f;
+                        vr[u][e] = ok && d < hd ? vb[d] : 0.0f;
+                    }
+                }
+            }
+            float s[kU], mn = m;
+#pragma unroll
+            for (int u = 0; u < kU; u++) {
+                float d = 0.0f;
+#pragma unroll
+                for (int e = 0; e < kE; e++) d += qv[e] * kr[u][e];
+                s[u] = j0 + u < cn ? warp_sum(d) * scale : -INFINITY;
+                mn = fmaxf(mn, s[u]);
+            }
+            const float corr = expf(m - mn); /* 0 on a warp's first run (m = -inf) */
+            l *= corr;
+#pragma unroll
+            for (int e = 0; e < kE; e++) acc[e] *= corr;
+#pragma unroll
+            for (int u = 0; u < kU; u++) {
+                const float pu = expf(s[u] - mn); /* 0 past the end */
+                l += pu;
+#pragma unroll
+                for (int e = 0; e < kE; e++) acc[e] += pu * vr[u][e];
+            }
+            m = mn;
+        }
+        __syncthreads(); /* before the next chunk overwrites roff */
+    }
+    if (lane == 0) wm[warp] = m, wl[warp] = l;
+#pragma unroll
+    for (int e = 0; e < kE; e++) {
+        const int d = dim_of(e);
+        if (d < hd) wacc[warp][d] = acc[e];
+    }
+    __syncthreads();
+    float mx = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) mx = fmaxf(mx, wm[w]);
+    float den = 0.0f, f[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; w++) f[w] = expf(wm[w] - mx), den += wl[w] * f[w]; /* 0: no keys */
+    const float inv = 1.0f / den;
+    float *o = out + (i * n_heads + h) * (int64_t)hd;
+    for (int d = t; d < hd; d += kThreads) {
+        float sum = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
+        o[d] = sum * inv;
+    }
+}
+
 __global__ void glu_kernel(int act, float *g, const float *u, int64_t cnt) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -518,6 +635,7 @@ __global__ void add_kernel(float *x, const float *h, int64_t cnt) {
 __global__ void __launch_bounds__(kRowThreads)
 act_quant_kernel(const float *x, int64_t cols, int8_t *xq, float *sx) {
     pdl_trigger();
+    pdl_wait();
     __shared__ float red[32];
     const float *xr = x + blockIdx.x * cols;
     float m = 0.0f;
@@ -635,6 +753,16 @@ bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 
+/* TERNLAB_CUDA_ATTN: warp (default, attention_warp_kernel) or block (the
+ * block-softmax attention_kernel, for end-to-end comparisons); anything else
+ * is an error (-1, err_set). */
+int attn_kind(void) {
+    const char *e = getenv("TERNLAB_CUDA_ATTN");
+    if (!e || !*e || !strcmp(e, "warp")) return 0;
+    if (!strcmp(e, "block")) return 1;
+    return err_set("TERNLAB_CUDA_ATTN=%s: expected warp or block", e);
+}
+
 } // namespace
 
 extern "C" {
@@ -656,16 +784,13 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
     if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
-        norm_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
+        return tern_launch_pdl("norm_kernel_c", norm_kernel_c, dim3((unsigned)n), dim3(kRowThreads), stream,
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else if (v4)
-        norm_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
+    if (v4)
+        return tern_launch_pdl("norm_kernel", norm_kernel<true>, dim3((unsigned)n), dim3(kRowThreads), stream,
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else
-        norm_kernel<false><<<(unsigned)n, kRowThreads, 0, stream>>>(
-            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    CUDA_CHECK_LAUNCH("norm_kernel");
-    return 0;
+    return tern_launch_pdl("norm_kernel", norm_kernel<false>, dim3((unsigned)n), dim3(kRowThreads), stream,
+        d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
 }
 
 int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,
@@ -685,19 +810,16 @@ int fwdc_glu_rows(int act, const float *d_g, const float *d_u, int64_t n, int64_
     const bool v4 = cols % 4 == 0 && ld % 4 == 0 && al16(d_g) && al16(d_u) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
     if (v4 && n <= 16 && cols >= 4096 && cols <= (int64_t)kGluCl * kGluClThreads * 4 * kCache)
-        glu_rows_kernel_cl<<<(unsigned)(n * kGluCl), kGluClThreads, 0, stream>>>(
+        return tern_launch_pdl("glu_rows_kernel_cl", glu_rows_kernel_cl, dim3((unsigned)(n * kGluCl)), dim3(kGluClThreads), stream,
             act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else if (v4 && cols <= (int64_t)kRowThreads * 4 * kCache)
-        glu_rows_kernel_c<<<(unsigned)n, kRowThreads, 0, stream>>>(
+    if (v4 && cols <= (int64_t)kRowThreads * 4 * kCache)
+        return tern_launch_pdl("glu_rows_kernel_c", glu_rows_kernel_c, dim3((unsigned)n), dim3(kRowThreads), stream,
             act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else if (v4)
-        glu_rows_kernel<true><<<(unsigned)n, kRowThreads, 0, stream>>>(
+    if (v4)
+        return tern_launch_pdl("glu_rows_kernel", glu_rows_kernel<true>, dim3((unsigned)n), dim3(kRowThreads), stream,
             act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    else
-        glu_rows_kernel<false><<<(unsigned)n, kRowThreads, 0, stream>>>(
-            act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
-    CUDA_CHECK_LAUNCH("glu_rows_kernel");
-    return 0;
+    return tern_launch_pdl("glu_rows_kernel", glu_rows_kernel<false>, dim3((unsigned)n), dim3(kRowThreads), stream,
+        act, d_g, d_u, cols, ld, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
 }
 
 int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const float *d_v,
@@ -711,11 +833,9 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
         return err_set("fwdc_rope_kv_write: %lld tokens x %lld items is too large a grid",
                        (long long)n, (long long)items);
     const dim3 grid((unsigned)n, (unsigned)((items + 255) / 256));
-    rope_kv_kernel<<<grid, 256, 0, stream>>>(d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, n_heads,
-                                             n_kv, hd, d_cos, d_sin, d_kpages, d_vpages,
-                                             block_size);
-    CUDA_CHECK_LAUNCH("rope_kv_kernel");
-    return 0;
+    return tern_launch_pdl("rope_kv_kernel", rope_kv_kernel, grid, dim3(256), stream, d_q, ldq, d_k,
+                           ldk, d_v, ldv, d_pos, d_slot, n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
+                           d_vpages, block_size);
 }
 
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
@@ -733,16 +853,34 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                        n_heads);
     dim3 grid((unsigned)n, (unsigned)n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
-    if (n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512) /* batch 1..16 at 32 heads */
-        attention_kernel<kAttnThreadsSmall><<<grid, kAttnThreadsSmall, 0, stream>>>(
-            d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv, hd,
-            block_size, scale, d_out);
-    else
-        attention_kernel<kAttnThreadsLarge><<<grid, kAttnThreadsLarge, 0, stream>>>(
-            d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv, hd,
-            block_size, scale, d_out);
-    CUDA_CHECK_LAUNCH("attention_kernel");
-    return 0;
+    const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
+    const int kind = attn_kind();
+    if (kind < 0) return -1;
+    if (kind == 1) { /* the block-softmax kernel (TERNLAB_CUDA_ATTN=block) */
+        if (small)
+            attention_kernel<kAttnThreadsSmall><<<grid, kAttnThreadsSmall, 0, stream>>>(
+                d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv,
+                hd, block_size, scale, d_out);
+        else
+            attention_kernel<kAttnThreadsLarge><<<grid, kAttnThreadsLarge, 0, stream>>>(
+                d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv,
+                hd, block_size, scale, d_out);
+        CUDA_CHECK_LAUNCH("attention_kernel");
+        return 0;
+    }
+    using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
+                       const int32_t *, int, const int32_t *, int, int, int, int, float, float *);
+    static const K kern[2][3] = {
+        {attention_warp_kernel<kAttnThreadsLarge, 0>, attention_warp_kernel<kAttnThreadsLarge, 1>,
+         attention_warp_kernel<kAttnThreadsLarge, 2>},
+        {attention_warp_kernel<kAttnThreadsSmall, 0>, attention_warp_kernel<kAttnThreadsSmall, 1>,
+         attention_warp_kernel<kAttnThreadsSmall, 2>}};
+    const bool vec = hd % 4 == 0 && al16(d_kpages) && al16(d_vpages);
+    const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
+    return tern_launch_pdl("attention_warp_kernel", kern[small][mode], grid,
+                           dim3(small ? kAttnThreadsSmall : kAttnThreadsLarge), stream, d_q, ldq,
+                           d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv,
+                           hd, block_size, scale, d_out);
 }
 
 int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream) {
@@ -763,9 +901,8 @@ int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, f
                       cudaStream_t stream) {
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8: %lld rows", (long long)n);
-    act_quant_kernel<<<(unsigned)n, kRowThreads, 0, stream>>>(d_x, cols, d_xq, d_sx);
-    CUDA_CHECK_LAUNCH("act_quant_kernel");
-    return 0;
+    return tern_launch_pdl("act_quant_kernel", act_quant_kernel, dim3((unsigned)n), dim3(kRowThreads),
+                           stream, d_x, cols, d_xq, d_sx);
 }
 
 int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stream) {

@@ -150,7 +150,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
 #pragma unroll
     for (int u = 0; u < U; u++)
         if (u < nkb) ca[u] = ldg_stream_u4(pa + 64 * u), cb[u] = ldg_stream_u4(pb + 64 * u);
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_wait();
 
     /* B planes of the slice and its sum x */
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
@@ -221,7 +221,7 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + groups;
     }
-    return tern_launch_pdl_smem(gemv_i8_bmma<U>, dim3((unsigned)groups, (unsigned)S), dim3(32 * BM_WARPS),
+    return tern_launch_pdl_smem("gemv_i8_bmma", gemv_i8_bmma<U>, dim3((unsigned)groups, (unsigned)S), dim3(32 * BM_WARPS),
                                 smem, s, a);
 }
 
@@ -282,7 +282,7 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         }
         return;
     }
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_wait();
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
     const int sumx = s_sumx;
@@ -361,7 +361,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + tiles;
     }
-    return tern_launch_pdl_smem(kern, dim3((unsigned)gx, (unsigned)S), dim3(32 * (RT + 1)), smem, s, q);
+    return tern_launch_pdl_smem("gemv_i8_tbm", kern, dim3((unsigned)gx, (unsigned)S), dim3(32 * (RT + 1)), smem, s, q);
 }
 
 } // namespace

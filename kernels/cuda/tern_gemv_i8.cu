@@ -60,7 +60,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
     const int64_t chunks = row_bytes / 16;
     /* programmatic dependent launch (tern_cuda_pdl): blocks may start before
      * the previous kernel ends; nothing it writes is read before this */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_wait();
     for (int64_t r = warp; r < rows; r += nwarps) {
         const uint8_t *row = codes + r * row_bytes;
         int acc = 0;
@@ -102,7 +102,7 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
     int64_t blocks = (W->rows + 7) / 8;
     if (blocks > (int64_t)sms * 8) blocks = (int64_t)sms * 8;
-    return tern_launch_pdl(gemv_i8_rowscale, dim3((unsigned)blocks), dim3(256), s,
+    return tern_launch_pdl("gemv_i8_rowscale", gemv_i8_rowscale, dim3((unsigned)blocks), dim3(256), s,
                            (const uint8_t *)W->d_codes, (const float *)W->d_scales,
                            W->scale_stride, W->rows, x_cols, W->row_bytes, d_x, d_sx, d_y);
 }

@@ -118,7 +118,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
     }
     /* programmatic dependent launch: the codes above do not depend on the
      * previous kernel; x, the scratch and y do */
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+    pdl_wait();
     for (int k = 0; c < cend; c += L, k++) {
         uint4 wn[R];
         if (D == 0) {
@@ -217,7 +217,7 @@ int launch_rows(RowArgs &a, int sms, int wt, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + tiles;
     }
-    return tern_launch_pdl(gemv_i8_rows<L, R, D>, dim3((unsigned)((tiles + 7) / 8), (unsigned)S),
+    return tern_launch_pdl("gemv_i8_rows", gemv_i8_rows<L, R, D>, dim3((unsigned)((tiles + 7) / 8), (unsigned)S),
                            dim3(256), s, a);
 }
 

@@ -40,6 +40,7 @@
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
+#include "cuda/tern_launch.cuh"
 
 enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
 
@@ -90,34 +91,6 @@ int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
  * are stored); variant 0 = default, 5UC00 / 6abcd = bench sweeps. */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
-/* Launches kernel<<<grid, block, smem, s>>>(args...) as a programmatic
- * dependent of the previous kernel on s when tern_cuda_pdl_get() (the kernel
- * must execute griddepcontrol.wait before touching what earlier kernels
- * write). */
-template <typename... P, typename... A>
-int tern_launch_pdl_smem(void (*kernel)(P...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
-                         A &&...args) {
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim = grid;
-    cfg.blockDim = block;
-    cfg.dynamicSmemBytes = smem;
-    cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
-    cfg.attrs = attr;
-    cfg.numAttrs = tern_cuda_pdl_get() ? 1 : 0;
-    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
-    if (e != cudaSuccess)
-        return err_set("launching a ternary GEMV failed: %s (%s)", cudaGetErrorString(e),
-                       cudaGetErrorName(e));
-    return 0;
-}
-template <typename... P, typename... A>
-int tern_launch_pdl(void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s, A &&...args) {
-    return tern_launch_pdl_smem(kernel, grid, block, 0, s, static_cast<A &&>(args)...);
-}
-
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);

@@ -135,7 +135,7 @@ int launch_bmma_n(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + groups * tg;
     }
-    return tern_launch_pdl_smem(gemv_i8_bmma_n<U>, dim3((unsigned)groups, (unsigned)S, (unsigned)tg),
+    return tern_launch_pdl_smem("gemv_i8_bmma_n", gemv_i8_bmma_n<U>, dim3((unsigned)groups, (unsigned)S, (unsigned)tg),
                                 dim3(32 * BM_WARPS), smem, s, a);
 }
 

@@ -254,7 +254,7 @@ int launch_tma(TmaArgs &a, int pmax, int cap, int sms, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + groups;
     }
-    return tern_launch_pdl_smem(gemv_i8_tma<RPW>, dim3((unsigned)P), dim3(TMA_THREADS), smem, s, a);
+    return tern_launch_pdl_smem("gemv_i8_tma", gemv_i8_tma<RPW>, dim3((unsigned)P), dim3(TMA_THREADS), smem, s, a);
 }
 
 } // namespace

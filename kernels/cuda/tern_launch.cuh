@@ -1,0 +1,55 @@
+/* tern_launch.cuh — launching a kernel as a programmatic dependent of the
+ * previous kernel on its stream (tern_cuda_pdl): its blocks may start while
+ * that kernel still runs, so the kernel must execute pdl_wait() before it
+ * reads or writes anything earlier kernels touch (what it reads that no
+ * kernel writes, such as weights, it may fetch before).  The wait returns
+ * once the previous grid has completed and its writes are visible; since
+ * that grid waited for its own predecessor, the order is transitive.  A
+ * kernel launched without the attribute starts after the previous one
+ * completes, and pdl_wait() costs it nothing. */
+#ifndef TL_TERN_LAUNCH_CUH
+#define TL_TERN_LAUNCH_CUH
+
+#include <cuda_runtime.h>
+#include <stddef.h>
+
+#include "cuda/cuda_util.h"
+#include "cuda/tern_cuda.h"
+
+__device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+
+/* Lets the next kernel on the stream, when it is launched as a programmatic
+ * dependent, start its blocks now; it still waits (pdl_wait) for this whole
+ * grid before touching what this grid writes. */
+__device__ __forceinline__ void pdl_trigger() {
+    asm volatile("griddepcontrol.launch_dependents;");
+}
+
+/* kernel<<<grid, block, smem, s>>>(args...), a programmatic dependent of the
+ * previous kernel on s when tern_cuda_pdl_get(); `what` names it in errors. */
+template <typename... P, typename... A>
+int tern_launch_pdl_smem(const char *what, void (*kernel)(P...), dim3 grid, dim3 block,
+                         size_t smem, cudaStream_t s, A &&...args) {
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = grid;
+    cfg.blockDim = block;
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cfg.attrs = attr;
+    cfg.numAttrs = tern_cuda_pdl_get() ? 1 : 0;
+    const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
+    if (e != cudaSuccess)
+        return err_set("launching %s failed: %s (%s)", what, cudaGetErrorString(e),
+                       cudaGetErrorName(e));
+    return 0;
+}
+template <typename... P, typename... A>
+int tern_launch_pdl(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s,
+                    A &&...args) {
+    return tern_launch_pdl_smem(what, kernel, grid, block, 0, s, static_cast<A &&>(args)...);
+}
+
+#endif
