@@ -151,6 +151,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     for (int u = 0; u < U; u++)
         if (u < nkb) ca[u] = ldg_stream_u4(pa + 64 * u), cb[u] = ldg_stream_u4(pb + 64 * u);
     pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
 
     /* B planes of the slice and its sum x */
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
@@ -283,6 +284,7 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         return;
     }
     pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
     const int sumx = s_sumx;

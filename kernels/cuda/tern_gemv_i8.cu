@@ -61,6 +61,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
     /* programmatic dependent launch (tern_cuda_pdl): blocks may start before
      * the previous kernel ends; nothing it writes is read before this */
     pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
     for (int64_t r = warp; r < rows; r += nwarps) {
         const uint8_t *row = codes + r * row_bytes;
         int acc = 0;

@@ -119,6 +119,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
     /* programmatic dependent launch: the codes above do not depend on the
      * previous kernel; x, the scratch and y do */
     pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
     for (int k = 0; c < cend; c += L, k++) {
         uint4 wn[R];
         if (D == 0) {
