@@ -32,6 +32,8 @@
  * swizzled shared-memory B tile, activations as A) reached 0.98-1.31x cuBLAS
  * BF16 at M = 2048 with int8 and 0.65-0.70x with bf16, limited by shared
  * memory traffic (each stage wrote and re-read the decoded tile). */
+#include <algorithm>
+
 #include <cuda.h>
 #include <cudaTypedefs.h>
 #include <cuda_runtime.h>
@@ -421,10 +423,29 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
     /* split K until the grid fills the GPU (resident CTAs), keeping >= 4
-     * stages per split; tiles of >= 64 tokens (compute-bound) only when
-     * there are fewer tiles than half the SMs (the reduction costs more) */
+     * stages per split.  Tiles of >= 64 tokens: with fewer tiles than half
+     * the SMs, int8 splits only as far as the partials (8 bytes per output
+     * and split) stay below the weight bytes' order (ks <= cols / 4096:
+     * 4096 x 4096 at M = 64 took 17.1 us at ks = 9, 15.4 at 1), bf16 (twice
+     * the stages) to one CTA per SM, at most 4 (25.6 us at 9, 17.4 at 4);
+     * with more, bf16 (compute-bound) splits 2 or 3 ways when that fills the
+     * last wave better, 10 % per extra split for the reduction (4608 x 36864
+     * at M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056
+     * at 2 or 3), int8 does not split (no gain measured). */
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    int64_t ks = NT >= 64 && tiles >= n_sm / 2 ? 1 : ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
+    int64_t ks = ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
+    if (NT >= 64 && tiles < n_sm / 2) {
+        const int64_t cap = ACT == TACT_I8 ? std::max<int64_t>(1, a.cols / 4096) : 4;
+        ks = std::min<int64_t>(ACT == TACT_I8 ? ks : (n_sm + tiles - 1) / tiles, cap);
+    } else if (NT >= 64) {
+        const int64_t slots = (int64_t)n_sm * per_sm;
+        double best = 1e30;
+        for (int64_t k = 1; k <= (ACT == TACT_I8 ? 1 : 3) && KT / k >= 64; k++) {
+            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k * (1.0 + 0.1 * (double)(k - 1));
+            if (cost < best) best = cost, ks = k;
+        }
+        if (best == 1e30) ks = 1;
+    }
     if (ks > KT / 4) ks = KT / 4;
     if (ks > 64) ks = 64;
     if (ks < 1) ks = 1;
