@@ -422,19 +422,25 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
     if (gx > 0x7fffffff || gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
-    /* split K until the grid fills the GPU (resident CTAs), keeping >= 4
-     * stages per split.  Tiles of >= 64 tokens: with fewer tiles than half
-     * the SMs, int8 splits only as far as the partials (8 bytes per output
-     * and split) stay below the weight bytes' order (ks <= cols / 4096:
-     * 4096 x 4096 at M = 64 took 17.1 us at ks = 9, 15.4 at 1), bf16 (twice
-     * the stages) to one CTA per SM, at most 4 (25.6 us at 9, 17.4 at 4);
-     * with more, bf16 (compute-bound) splits 2 or 3 ways when that fills the
-     * last wave better, 10 % per extra split for the reduction (4608 x 36864
-     * at M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056
-     * at 2 or 3), int8 does not split (no gain measured). */
+    /* split K, keeping >= 4 stages per split.
+     * Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
+     * the SMs, else up to two CTAs per SM, never past one wave (filling every
+     * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
+     * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
+     * us with 448, 12.4 with its 112 tiles unsplit).
+     * Tiles of >= 64 tokens, fewer than half the SMs: int8 splits only as
+     * far as the partials (8 bytes per output and split) stay below the
+     * weight bytes' order (ks <= cols / 4096: 4096 x 4096 at M = 64 took
+     * 17.1 us at ks = 9, 15.4 at 1), bf16 (twice the stages) to one CTA per
+     * SM, at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
+     * (compute-bound) splits 2 or 3 ways when that fills the last wave
+     * better, 10 % per extra split for the reduction (4608 x 36864 at
+     * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
+     * or 3); int8 does not split (no gain measured). */
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    int64_t ks = ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
+    int64_t ks = tiles * 4 >= (int64_t)n_sm * 3 ? 1 : std::min<int64_t>(2, per_sm) * n_sm / tiles;
     if (NT >= 64 && tiles < n_sm / 2) {
+        ks = ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
         const int64_t cap = ACT == TACT_I8 ? std::max<int64_t>(1, a.cols / 4096) : 4;
         ks = std::min<int64_t>(ACT == TACT_I8 ? ks : (n_sm + tiles - 1) / tiles, cap);
     } else if (NT >= 64) {
