@@ -276,7 +276,7 @@ TEST(gpu_glu_add_bf16_match_cpu) {
 /* RoPE + paged K/V write + attention for one sequence of ctx tokens whose
  * blocks are shuffled over a pool with unused blocks, against a float64
  * reference (RoPE tables from forward.c). */
-static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
+static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, int one_seq) {
     const int n_blocks = (ctx + bs - 1) / bs + 3, qd = n_heads * hd, kvd = n_kv * hd;
     Model m;
     memset(&m, 0, sizeof m);
@@ -346,7 +346,7 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
     REQUIRE(fwdc_rope_kv_write(dq, qd, dk, kvd, dv, kvd, dpos, dslot, ctx, n_heads, n_kv, hd,
                                dcos, dsin, dkp, dvp, bs, 0) == 0);
     REQUIRE(fwdc_attention(dq, qd, dkp, dvp, dpos, dtab, n_blocks, drow, ctx, n_heads, n_kv, hd,
-                           bs, n_heads, dout, 0) == 0);
+                           bs, n_heads, one_seq, dout, 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     float *got = xmalloc(sizeof(float) * (size_t)ctx * qd), *gq = xmalloc(sizeof(float) * (size_t)ctx * qd);
     float *kp = xmalloc(sizeof(float) * page), *vp = xmalloc(sizeof(float) * page);
@@ -356,8 +356,8 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
     dev_get(&bvp, vp);
     double rq = rel_l2(gq, qr, (int64_t)ctx * qd), ra = rel_l2(got, ref, (int64_t)ctx * qd);
     CHECK_MSG(rq <= 1e-6, "heads %d/%d hd %d: RoPE rel L2 %.3g", n_heads, n_kv, hd, rq);
-    CHECK_MSG(ra <= 1e-5, "heads %d/%d hd %d bs %d ctx %d: attention rel L2 %.3g", n_heads, n_kv,
-              hd, bs, ctx, ra);
+    CHECK_MSG(ra <= 1e-5, "heads %d/%d hd %d bs %d ctx %d one_seq %d: attention rel L2 %.3g",
+              n_heads, n_kv, hd, bs, ctx, one_seq, ra);
     /* the pages: each token's K (roped) and V at its slot; unused blocks untouched */
     int bad_page = 0, touched = 0;
     for (int i = 0; i < ctx; i++)
@@ -385,6 +385,12 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
     free(q), free(k), free(v), free(tab), free(pos), free(slot), free(row), free(qr), free(kr);
     free(ref), free(sc), free(got), free(gq), free(kp), free(vp);
 }
+/* Each case as single tokens (one_seq 0: the per-warp kernel) and as one
+ * sequence's prompt (one_seq 1: from 32 tokens the tiled kernel). */
+static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
+    check_attention_1(n_heads, n_kv, hd, bs, ctx, 0);
+    check_attention_1(n_heads, n_kv, hd, bs, ctx, 1);
+}
 
 /* Both attention kernels (TERNLAB_CUDA_ATTN: the per-warp softmax by
  * default, the block softmax) at both CTA widths (tokens x heads <= 512 or
@@ -401,6 +407,9 @@ TEST(gpu_rope_paged_attention_match_reference) {
         check_attention(4, 2, 256, 16, 150); /* the largest head_dim at 4 warps */
         check_attention(8, 2, 64, 1, 9);     /* block size 1 */
         check_attention(2, 2, 6, 4, 23);     /* head_dim not a multiple of 4 */
+        check_attention(4, 1, 128, 16, 200); /* tiles: 4 query heads per KV head, a partial tile */
+        check_attention(2, 2, 64, 3, 97);    /* tiles: head_dim 64, block 3 */
+        check_attention(3, 1, 36, 8, 33);    /* tiles: head_dim 36 (dims past 32 only on some lanes) */
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     setenv("TERNLAB_CUDA_ATTN", "bogus", 1);
@@ -408,7 +417,7 @@ TEST(gpu_rope_paged_attention_match_reference) {
     REQUIRE(cudaMalloc((void **)&d, 4096) == cudaSuccess);
     int32_t *di = (int32_t *)d;
     err_clear();
-    CHECK(fwdc_attention(d, 8, d, d, di, di, 1, di, 1, 1, 1, 8, 16, 1, d + 512, 0) != 0);
+    CHECK(fwdc_attention(d, 8, d, d, di, di, 1, di, 1, 1, 1, 8, 16, 1, 0, d + 512, 0) != 0);
     CHECK_MSG(strstr(err_msg(), "TERNLAB_CUDA_ATTN"), "message: %s", err_msg());
     unsetenv("TERNLAB_CUDA_ATTN");
     cudaFree(d);

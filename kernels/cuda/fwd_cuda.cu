@@ -613,6 +613,169 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     }
 }
 
+
+/* ---- prefill: a run of tokens of one sequence, tiled (flash attention on
+ * the CUDA cores) ----
+ * CTA = kTq queries x one head.  Keys in tiles of kTk: the page offsets of a
+ * tile are looked up once, its K and V rows copied into shared memory
+ * (cp.async, zero-filled past the last key), rows padded to hd + 4 floats
+ * so that 8 consecutive rows' float4 reads fall on distinct banks.  Thread
+ * (ty, tx) = (t / 16, t % 16) scores queries ty + 16 r (r < 4) against keys
+ * tx + 16 c (c < 2): q and k as float4 from shared memory, 8 FMAs per load;
+ * the 16 lanes of a query (one half-warp) meet for its running max and sum
+ * by shuffles; P goes through shared memory, and the thread accumulates P V
+ * for its 4 queries at dims 4 tx .. 4 tx + 3 and 64 + 4 tx ...  The warp
+ * kernel above spends 5 shuffles per key and query on the dot product; here
+ * a K / V row read from shared memory serves 64 queries.
+ * head_dim % 4 == 0 and <= 128. */
+constexpr int kTq = 64, kTk = 32, kTileThreads = 256;
+
+__device__ __forceinline__ void cp_async16_zfill(void *smem, const void *g, bool ok) {
+    const unsigned sa = (unsigned)__cvta_generic_to_shared(smem);
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(sa), "l"(g), "r"(ok ? 16 : 0)
+                 : "memory");
+}
+__device__ __forceinline__ void cp_commit_wait_all() {
+    asm volatile("cp.async.commit_group;\ncp.async.wait_group 0;" ::: "memory");
+}
+
+size_t attn_tile_smem(int hd) {
+    return ((size_t)(kTq + 2 * kTk) * (size_t)(hd + 4) + (size_t)kTq * (kTk + 4)) * sizeof(float) +
+           kTk * sizeof(int64_t) + kTq * sizeof(int);
+}
+
+__global__ void __launch_bounds__(kTileThreads, 2)
+attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
+                      const int32_t *pos, const int32_t *tab, int tab_stride,
+                      const int32_t *tab_row, int64_t n, int n_heads, int n_kv, int hd, int bs,
+                      float scale, float *out) {
+    pdl_trigger();
+    pdl_wait();
+    extern __shared__ __align__(16) float sm[];
+    const int LD = hd + 4, LDP = kTk + 4, h4 = hd / 4;
+    float *Qs = sm, *Ks = Qs + kTq * LD, *Vs = Ks + kTk * LD, *Ps = Vs + kTk * LD;
+    int64_t *roff = reinterpret_cast<int64_t *>(Ps + kTq * LDP);
+    int *qpos = reinterpret_cast<int *>(roff + kTk);
+    __shared__ int s_kend;
+    const int t = threadIdx.x, tx = t & 15, ty = t >> 4;
+    const int64_t i0 = (int64_t)blockIdx.x * kTq;
+    const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
+    const int32_t *tb = tab + (int64_t)tab_row[i0] * tab_stride;
+    for (int idx = t; idx < kTq * h4; idx += kTileThreads) {
+        const int qq = idx / h4, d4 = idx - qq * h4;
+        const int64_t i = i0 + qq < n ? i0 + qq : i0;
+        cp_async16_zfill(Qs + qq * LD + 4 * d4, q + i * ldq + (int64_t)h * hd + 4 * d4, i0 + qq < n);
+    }
+    if (t < kTq) qpos[t] = i0 + t < n ? pos[i0 + t] : -1;
+    if (t < 32) { /* the tile's keys: 0 .. its largest position */
+        int mx = -1;
+        for (int qq = t; qq < kTq; qq += 32)
+            if (i0 + qq < n) mx = max(mx, (int)pos[i0 + qq]);
+        for (int o = 16; o > 0; o >>= 1) mx = max(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+        if (t == 0) s_kend = mx + 1;
+    }
+    cp_commit_wait_all();
+    __syncthreads();
+    const int kend = s_kend;
+    int myq[4];
+    float m[4], l[4], o[4][8];
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        myq[r] = qpos[ty + 16 * r];
+        m[r] = -INFINITY, l[r] = 0.0f;
+#pragma unroll
+        for (int e = 0; e < 8; e++) o[r][e] = 0.0f;
+    }
+    for (int k0 = 0; k0 < kend; k0 += kTk) {
+        const int kn = kend - k0 < kTk ? kend - k0 : kTk;
+        if (t < kTk) {
+            const int p = k0 + t;
+            roff[t] = t < kn ? (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd : 0;
+        }
+        __syncthreads();
+        for (int idx = t; idx < kTk * h4; idx += kTileThreads) {
+            const int kk = idx / h4, d4 = idx - kk * h4;
+            cp_async16_zfill(Ks + kk * LD + 4 * d4, kp + roff[kk] + 4 * d4, kk < kn);
+            cp_async16_zfill(Vs + kk * LD + 4 * d4, vp + roff[kk] + 4 * d4, kk < kn);
+        }
+        cp_commit_wait_all();
+        __syncthreads();
+        float sc[4][2];
+#pragma unroll
+        for (int r = 0; r < 4; r++) sc[r][0] = sc[r][1] = 0.0f;
+        for (int d = 0; d < hd; d += 4) {
+            float4 qv[4], kv[2];
+#pragma unroll
+            for (int r = 0; r < 4; r++) qv[r] = *reinterpret_cast<const float4 *>(Qs + (ty + 16 * r) * LD + d);
+#pragma unroll
+            for (int c = 0; c < 2; c++) kv[c] = *reinterpret_cast<const float4 *>(Ks + (tx + 16 * c) * LD + d);
+#pragma unroll
+            for (int r = 0; r < 4; r++)
+#pragma unroll
+                for (int c = 0; c < 2; c++)
+                    sc[r][c] += qv[r].x * kv[c].x + qv[r].y * kv[c].y + qv[r].z * kv[c].z + qv[r].w * kv[c].w;
+        }
+#pragma unroll
+        for (int r = 0; r < 4; r++) {
+            float mx = -INFINITY;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const int key = k0 + tx + 16 * c;
+                sc[r][c] = key <= myq[r] ? sc[r][c] * scale : -INFINITY;
+                mx = fmaxf(mx, sc[r][c]);
+            }
+            for (int off = 8; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+            const float mn = fmaxf(m[r], mx);
+            const float corr = mn == -INFINITY ? 1.0f : expf(m[r] - mn); /* 0 at the first key */
+            float ps = 0.0f;
+#pragma unroll
+            for (int c = 0; c < 2; c++) {
+                const float pc = sc[r][c] == -INFINITY ? 0.0f : expf(sc[r][c] - mn);
+                Ps[(ty + 16 * r) * LDP + tx + 16 * c] = pc;
+                ps += pc;
+            }
+            for (int off = 8; off > 0; off >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, off);
+            l[r] = l[r] * corr + ps;
+            m[r] = mn;
+#pragma unroll
+            for (int e = 0; e < 8; e++) o[r][e] *= corr;
+        }
+        __syncthreads(); /* P complete */
+        if (4 * tx < hd) {
+            const bool hi = 64 + 4 * tx < hd;
+            for (int kk = 0; kk < kn; kk += 4) { /* P and V are zero past kn */
+                float4 pr[4];
+#pragma unroll
+                for (int r = 0; r < 4; r++) pr[r] = *reinterpret_cast<const float4 *>(Ps + (ty + 16 * r) * LDP + kk);
+#pragma unroll
+                for (int u = 0; u < 4; u++) {
+                    const float *vr = Vs + (kk + u) * LD + 4 * tx;
+                    const float4 v0 = *reinterpret_cast<const float4 *>(vr);
+                    const float4 v1 = hi ? *reinterpret_cast<const float4 *>(vr + 64) : make_float4(0.f, 0.f, 0.f, 0.f);
+#pragma unroll
+                    for (int r = 0; r < 4; r++) {
+                        const float pu = u == 0 ? pr[r].x : u == 1 ? pr[r].y : u == 2 ? pr[r].z : pr[r].w;
+                        o[r][0] += pu * v0.x, o[r][1] += pu * v0.y, o[r][2] += pu * v0.z, o[r][3] += pu * v0.w;
+                        o[r][4] += pu * v1.x, o[r][5] += pu * v1.y, o[r][6] += pu * v1.z, o[r][7] += pu * v1.w;
+                    }
+                }
+            }
+        }
+        __syncthreads(); /* before the next tile's offsets, K, V and P */
+    }
+    if (4 * tx >= hd) return;
+#pragma unroll
+    for (int r = 0; r < 4; r++) {
+        const int64_t i = i0 + ty + 16 * r;
+        if (i >= n) continue;
+        const float inv = 1.0f / l[r];
+        float *orow = out + (i * n_heads + h) * (int64_t)hd + 4 * tx;
+        *reinterpret_cast<float4 *>(orow) = make_float4(o[r][0] * inv, o[r][1] * inv, o[r][2] * inv, o[r][3] * inv);
+        if (64 + 4 * tx < hd)
+            *reinterpret_cast<float4 *>(orow + 64) = make_float4(o[r][4] * inv, o[r][5] * inv, o[r][6] * inv, o[r][7] * inv);
+    }
+}
+
 __global__ void glu_kernel(int act, float *g, const float *u, int64_t cnt) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
          i += (int64_t)gridDim.x * blockDim.x) {
@@ -841,7 +1004,8 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, int model_heads, float *d_out, cudaStream_t stream) {
+                   int block_size, int model_heads, int one_seq, float *d_out,
+                   cudaStream_t stream) {
     if (hd < 1 || hd > 256)
         return err_set("fwdc_attention: head_dim %d is not supported on CUDA (1..256)", hd);
     if (n_kv < 1 || n_heads % n_kv)
@@ -867,6 +1031,26 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                 hd, block_size, scale, d_out);
         CUDA_CHECK_LAUNCH("attention_kernel");
         return 0;
+    }
+    if (one_seq && n >= kTq / 2 && hd % 4 == 0 && hd <= 128 && al16(d_q) && ldq % 4 == 0 &&
+        al16(d_kpages) && al16(d_vpages) && al16(d_out)) {
+        /* the largest tile (head_dim 128) allowed once per device: no attribute
+         * change while a graph may be capturing */
+        static bool attr_set[64];
+        int dev = 0;
+        CUDA_CHECK(cudaGetDevice(&dev));
+        if (dev < 0 || dev >= 64) return err_set("fwdc_attention: device %d", dev);
+        if (!attr_set[dev]) {
+            CUDA_CHECK(cudaFuncSetAttribute(attention_tile_kernel,
+                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                            (int)attn_tile_smem(128)));
+            attr_set[dev] = true;
+        }
+        const dim3 tgrid((unsigned)((n + kTq - 1) / kTq), (unsigned)n_heads);
+        return tern_launch_pdl_smem("attention_tile_kernel", attention_tile_kernel, tgrid,
+                                    dim3(kTileThreads), attn_tile_smem(hd), stream, d_q, ldq,
+                                    d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
+                                    n_heads, n_kv, hd, block_size, scale, d_out);
     }
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *);

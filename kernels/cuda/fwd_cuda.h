@@ -56,11 +56,15 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
  * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256.
  * model_heads: the whole model's query heads (n_heads x the tensor-parallel
  * degree): the CTA width, and with it the order of the sums, is chosen from
- * n x model_heads, so a rank's results do not depend on the degree. */
+ * n x model_heads, so a rank's results do not depend on the degree.
+ * one_seq: all n tokens belong to one sequence (table row tab_row[0]), as
+ * in a prompt: from 32 tokens on (head_dim % 4 == 0, <= 128) they go through
+ * the tiled kernel, 64 queries per CTA sharing each K / V tile. */
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, int model_heads, float *d_out, cudaStream_t stream);
+                   int block_size, int model_heads, int one_seq, float *d_out,
+                   cudaStream_t stream);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
  * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */

@@ -321,9 +321,10 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
 }
 
 /* The whole forward on the device for n tokens whose inputs are in d_in
- * (layout for n), logits of nl rows into g->logits.  Shapes depend only on
- * (n, nl): this is what a decode graph captures. */
-int run_device(CE *g, int64_t n, int64_t nl) {
+ * (layout for n), logits of nl rows into g->logits; one_seq: every token
+ * belongs to one sequence (the tiled prompt attention).  Shapes depend only
+ * on (n, nl, one_seq): this is what a decode graph captures (one_seq false). */
+int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
     const ModelConfig &c = g->c;
     const int64_t H = c.hidden, hd = c.head_dim, qd = (int64_t)c.n_heads * hd,
                   kvd = (int64_t)c.n_kv_heads * hd, I = c.inter;
@@ -356,7 +357,8 @@ int run_device(CE *g, int64_t n, int64_t nl) {
         TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
         TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
-                           c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, g->att, g->st));
+                           c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0,
+                           g->att, g->st));
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
         if (g->tp > 1) {
@@ -465,6 +467,7 @@ struct StepPlan {
     int64_t n = 0, nl = 0;
     int32_t cnt = 0;
     bool eligible = false;
+    bool one_seq = false; /* every token of one sequence (a prompt), never in a decode graph */
 };
 
 int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
@@ -522,6 +525,9 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     p->nl = nl;
     p->cnt = cnt;
     p->eligible = g->graphs && s->decode && nl == n && ident;
+    bool one = true;
+    for (int64_t i = 1; i < n && one; i++) one = seq[i] == seq[0];
+    p->one_seq = one && !p->eligible;
     return 0;
 }
 
@@ -539,7 +545,7 @@ int step_launch(CE *g, const StepPlan *p) {
         drop_graph(g);
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-        int rc = run_device(g, n, nl);
+        int rc = run_device(g, n, nl, false);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
         if (rc != 0) {
             if (graph) cudaGraphDestroy(graph);
@@ -558,7 +564,7 @@ int step_launch(CE *g, const StepPlan *p) {
         g->launches++;
     } else {
         drop_graph(g);
-        if (run_device(g, n, nl) != 0) return -1;
+        if (run_device(g, n, nl, p->one_seq) != 0) return -1;
         g->last_eager_n = p->eligible ? n : 0;
     }
     return 0;
