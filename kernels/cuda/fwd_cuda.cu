@@ -400,6 +400,12 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
     }
 }
 
+/* Offset (floats) of position p's row of KV head kvh in a layer's pages,
+ * through the sequence's block-table row tb. */
+__device__ __forceinline__ int64_t kv_row(const int32_t *tb, int p, int bs, int n_kv, int kvh, int hd) {
+    return (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
+}
+
 /* One CTA per (token, query head), keys in chunks of kAttnChunk with an
  * online softmax (running max and sum).  Scores: one warp per key, lanes over
  * head_dim (coalesced float4 loads, q in shared memory; the page offsets of
@@ -438,10 +444,7 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
         /* page offsets of the chunk's keys (one table load each), then the
          * scores: warp w takes keys w, w + kWarps, ...; lane l dims 4l.. of
          * 128 (coalesced float4 loads), a warp sum per key */
-        for (int j = t; j < cn; j += kAttnThreads) {
-            const int p = c0 + j;
-            roff[j] = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
-        }
+        for (int j = t; j < cn; j += kAttnThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
         __syncthreads();
         float lm = -INFINITY;
 #pragma unroll 4
@@ -538,10 +541,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     float m = -INFINITY, l = 0.0f;
     for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
         const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
-        for (int j = t; j < cn; j += kThreads) {
-            const int p = c0 + j;
-            roff[j] = (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd;
-        }
+        for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
         __syncthreads();
         for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
             float kr[kU][kE], vr[kU][kE];
@@ -690,7 +690,7 @@ attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float 
         const int kn = kend - k0 < kTk ? kend - k0 : kTk;
         if (t < kTk) {
             const int p = k0 + t;
-            roff[t] = t < kn ? (((int64_t)tb[p / bs] * n_kv + kvh) * bs + p % bs) * hd : 0;
+            roff[t] = t < kn ? kv_row(tb, p, bs, n_kv, kvh, hd) : 0;
         }
         __syncthreads();
         for (int idx = t; idx < kTk * h4; idx += kTileThreads) {
