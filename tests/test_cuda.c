@@ -275,8 +275,9 @@ TEST(gpu_glu_add_bf16_match_cpu) {
 
 /* RoPE + paged K/V write + attention for one sequence of ctx tokens whose
  * blocks are shuffled over a pool with unused blocks, against a float64
- * reference (RoPE tables from forward.c). */
-static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, int one_seq) {
+ * reference (RoPE tables from forward.c).  The attention call takes tokens
+ * start .. ctx-1 (a prompt continued after start cached positions). */
+static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, int one_seq, int start) {
     const int n_blocks = (ctx + bs - 1) / bs + 3, qd = n_heads * hd, kvd = n_kv * hd;
     Model m;
     memset(&m, 0, sizeof m);
@@ -345,8 +346,9 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
     float *dout = dev_new(&bout, sizeof(float) * (size_t)ctx * qd, NULL);
     REQUIRE(fwdc_rope_kv_write(dq, qd, dk, kvd, dv, kvd, dpos, dslot, ctx, n_heads, n_kv, hd,
                                dcos, dsin, dkp, dvp, bs, 0) == 0);
-    REQUIRE(fwdc_attention(dq, qd, dkp, dvp, dpos, dtab, n_blocks, drow, ctx, n_heads, n_kv, hd,
-                           bs, n_heads, one_seq, dout, 0) == 0);
+    REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks,
+                           drow + start, ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq,
+                           dout + (size_t)start * qd, 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     float *got = xmalloc(sizeof(float) * (size_t)ctx * qd), *gq = xmalloc(sizeof(float) * (size_t)ctx * qd);
     float *kp = xmalloc(sizeof(float) * page), *vp = xmalloc(sizeof(float) * page);
@@ -354,10 +356,11 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
     dev_get(&bq, gq);
     dev_get(&bkp, kp);
     dev_get(&bvp, vp);
-    double rq = rel_l2(gq, qr, (int64_t)ctx * qd), ra = rel_l2(got, ref, (int64_t)ctx * qd);
+    double rq = rel_l2(gq, qr, (int64_t)ctx * qd);
+    double ra = rel_l2(got + (size_t)start * qd, ref + (size_t)start * qd, (int64_t)(ctx - start) * qd);
     CHECK_MSG(rq <= 1e-6, "heads %d/%d hd %d: RoPE rel L2 %.3g", n_heads, n_kv, hd, rq);
-    CHECK_MSG(ra <= 1e-5, "heads %d/%d hd %d bs %d ctx %d one_seq %d: attention rel L2 %.3g",
-              n_heads, n_kv, hd, bs, ctx, one_seq, ra);
+    CHECK_MSG(ra <= 1e-5, "heads %d/%d hd %d bs %d ctx %d one_seq %d start %d: attention rel L2 %.3g",
+              n_heads, n_kv, hd, bs, ctx, one_seq, start, ra);
     /* the pages: each token's K (roped) and V at its slot; unused blocks untouched */
     int bad_page = 0, touched = 0;
     for (int i = 0; i < ctx; i++)
@@ -388,8 +391,8 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
 /* Each case as single tokens (one_seq 0: the per-warp kernel) and as one
  * sequence's prompt (one_seq 1: from 32 tokens the tiled kernel). */
 static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
-    check_attention_1(n_heads, n_kv, hd, bs, ctx, 0);
-    check_attention_1(n_heads, n_kv, hd, bs, ctx, 1);
+    check_attention_1(n_heads, n_kv, hd, bs, ctx, 0, 0);
+    check_attention_1(n_heads, n_kv, hd, bs, ctx, 1, 0);
 }
 
 /* Both attention kernels (TERNLAB_CUDA_ATTN: the per-warp softmax by
@@ -398,6 +401,7 @@ static void check_attention(int n_heads, int n_kv, int hd, int bs, int ctx) {
 TEST(gpu_rope_paged_attention_match_reference) {
     SKIP_WITHOUT_GPU();
     const char *kinds[] = {NULL, "block"};
+    unsetenv("TERNLAB_CUDA_ATTN");
     for (int k = 0; k < 2; k++) {
         if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
         check_attention(4, 2, 20, 5, 37);    /* GQA, tiny head, block 5 */
@@ -410,6 +414,11 @@ TEST(gpu_rope_paged_attention_match_reference) {
         check_attention(4, 1, 128, 16, 200); /* tiles: 4 query heads per KV head, a partial tile */
         check_attention(2, 2, 64, 3, 97);    /* tiles: head_dim 64, block 3 */
         check_attention(3, 1, 36, 8, 33);    /* tiles: head_dim 36 (dims past 32 only on some lanes) */
+        check_attention(2, 2, 96, 1, 128);   /* tiles: block size 1, dims past 64 on half the lanes, n = 2 x 64 */
+        /* a prompt continued after cached positions (chunked prefill) */
+        check_attention_1(2, 1, 128, 16, 300, 1, 200);
+        check_attention_1(3, 3, 72, 5, 150, 1, 50);
+        check_attention_1(3, 3, 72, 5, 150, 0, 50);
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     setenv("TERNLAB_CUDA_ATTN", "bogus", 1);

@@ -627,7 +627,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
  * for its 4 queries at dims 4 tx .. 4 tx + 3 and 64 + 4 tx ...  The warp
  * kernel above spends 5 shuffles per key and query on the dot product; here
  * a K / V row read from shared memory serves 64 queries.
- * head_dim % 4 == 0 and <= 128. */
+ * head_dim % 4 == 0 and <= 128.  Keys past a query's position (up to the
+ * tile's last) enter P V with weight 0, so their pages must hold finite
+ * values: a call writes its own positions (fwdc_rope_kv_write) first. */
 constexpr int kTq = 64, kTk = 32, kTileThreads = 256;
 
 __device__ __forceinline__ void cp_async16_zfill(void *smem, const void *g, bool ok) {
