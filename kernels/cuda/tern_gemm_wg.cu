@@ -402,6 +402,42 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
     return 0;
 }
 
+/* How many ways launch_wg splits K for a grid of `tiles` CTAs of NT tokens
+ * (KT stages of K in all; at least 4 stages per split, at most 64 splits).
+ * Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
+ * the SMs, else up to two CTAs per SM, never past one wave (filling every
+ * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
+ * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
+ * us with 448, 12.4 with its 112 tiles unsplit).
+ * Tiles of >= 64 tokens, fewer than half the SMs: int8 splits only as
+ * far as the partials (8 bytes per output and split) stay below the
+ * weight bytes' order (ks <= cols / 4096: 4096 x 4096 at M = 64 took
+ * 17.1 us at ks = 9, 15.4 at 1), bf16 (twice the stages) to one CTA per
+ * SM, at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
+ * (compute-bound) splits 2 or 3 ways when that fills the last wave
+ * better, 10 % per extra split for the reduction (4608 x 36864 at
+ * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
+ * or 3); int8 does not split (no gain measured). */
+int64_t wg_splits(bool i8, int NT, int64_t tiles, int64_t KT, int64_t cols, int n_sm, int per_sm) {
+    int64_t ks = 1;
+    if (NT < 64) {
+        if (tiles * 4 < (int64_t)n_sm * 3) ks = std::min(2, per_sm) * (int64_t)n_sm / tiles;
+    } else if (tiles < n_sm / 2) {
+        ks = i8 ? std::min<int64_t>(((int64_t)n_sm * per_sm + tiles - 1) / tiles,
+                                    std::max<int64_t>(1, cols / 4096))
+                : std::min<int64_t>((n_sm + tiles - 1) / tiles, 4);
+    } else if (!i8) {
+        const int64_t slots = (int64_t)n_sm * per_sm;
+        double best = 1e30;
+        for (int64_t k = 1; k <= 3 && KT / k >= 64; k++) {
+            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k *
+                                (1.0 + 0.1 * (double)(k - 1));
+            if (cost < best) best = cost, ks = k;
+        }
+    }
+    return std::max<int64_t>(1, std::min<int64_t>({ks, KT / 4, 64}));
+}
+
 /* dev, n_sm: the current device and its SM count (by_tokens asked already) */
 template <int ACT, int NT>
 int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
@@ -422,39 +458,8 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
     if (gx > 0x7fffffff || gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
-    /* split K, keeping >= 4 stages per split.
-     * Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
-     * the SMs, else up to two CTAs per SM, never past one wave (filling every
-     * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
-     * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
-     * us with 448, 12.4 with its 112 tiles unsplit).
-     * Tiles of >= 64 tokens, fewer than half the SMs: int8 splits only as
-     * far as the partials (8 bytes per output and split) stay below the
-     * weight bytes' order (ks <= cols / 4096: 4096 x 4096 at M = 64 took
-     * 17.1 us at ks = 9, 15.4 at 1), bf16 (twice the stages) to one CTA per
-     * SM, at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
-     * (compute-bound) splits 2 or 3 ways when that fills the last wave
-     * better, 10 % per extra split for the reduction (4608 x 36864 at
-     * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
-     * or 3); int8 does not split (no gain measured). */
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    int64_t ks = tiles * 4 >= (int64_t)n_sm * 3 ? 1 : std::min<int64_t>(2, per_sm) * n_sm / tiles;
-    if (NT >= 64 && tiles < n_sm / 2) {
-        ks = ((int64_t)n_sm * per_sm + tiles - 1) / tiles;
-        const int64_t cap = ACT == TACT_I8 ? std::max<int64_t>(1, a.cols / 4096) : 4;
-        ks = std::min<int64_t>(ACT == TACT_I8 ? ks : (n_sm + tiles - 1) / tiles, cap);
-    } else if (NT >= 64) {
-        const int64_t slots = (int64_t)n_sm * per_sm;
-        double best = 1e30;
-        for (int64_t k = 1; k <= (ACT == TACT_I8 ? 1 : 3) && KT / k >= 64; k++) {
-            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k * (1.0 + 0.1 * (double)(k - 1));
-            if (cost < best) best = cost, ks = k;
-        }
-        if (best == 1e30) ks = 1;
-    }
-    if (ks > KT / 4) ks = KT / 4;
-    if (ks > 64) ks = 64;
-    if (ks < 1) ks = 1;
+    const int64_t ks = wg_splits(ACT == TACT_I8, NT, tiles, KT, a.cols, n_sm, per_sm);
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, tiles, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;

@@ -374,16 +374,9 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     int sms = 0;
     if (tern_gemv1_prepare("tern_gemv_i8_bmma", W, d_x, xcols, 4194304, &sms) < 0) return -1;
     BmArgs a = {};
-    a.codes = W->d_codes;
-    a.scales = W->d_scales;
-    a.scale_stride = W->scale_stride;
-    a.rows = W->rows;
-    a.row_bytes = W->row_bytes;
+    tern_gemv1_fill(a, W, d_x, d_sx, d_y);
     a.kblocks = W->row_bytes / 64;
     a.xcols = xcols;
-    a.x = d_x;
-    a.sx = d_sx;
-    a.y = d_y;
     /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
      * warps) per unit (2 or 4), b = largest K slice (kSliceMax), c = stages (2..8), d = CTAs
      * per SM at most (0: as many as fit) */

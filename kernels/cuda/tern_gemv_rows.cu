@@ -230,16 +230,9 @@ int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     int sms = 0;
     if (tern_gemv1_prepare("tern_gemv_i8_rows", W, d_x, xcols, 131072, &sms) < 0) return -1;
     RowArgs a = {};
-    a.codes = W->d_codes;
-    a.scales = W->d_scales;
-    a.scale_stride = W->scale_stride;
-    a.rows = W->rows;
-    a.row_bytes = W->row_bytes;
+    tern_gemv1_fill(a, W, d_x, d_sx, d_y);
     a.nch = W->row_bytes / 16;
     a.cols = xcols;
-    a.x = d_x;
-    a.sx = d_sx;
-    a.y = d_y;
     /* variant 3LRDW (bench sweeps): L = 0 auto, 1: 8, 2: 16, 3: 32 lanes per row; R row
      * groups per warp; D cp.async stages (0: registers); W = warps per SM / 8 */
     int lc = 0, r = 2, d = -1, wt = 32;

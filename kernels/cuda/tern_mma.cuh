@@ -82,6 +82,20 @@ inline int tern_gemv1_prepare(const char *who, const TernCudaMatrix *W, const in
     return 0;
 }
 
+/* The fields every one-token GEMV's argument struct shares (RowArgs, BmArgs),
+ * from the matrix and the call. */
+template <typename Args>
+void tern_gemv1_fill(Args &a, const TernCudaMatrix *W, const int8_t *d_x, const float *d_sx, float *d_y) {
+    a.codes = W->d_codes;
+    a.scales = W->d_scales;
+    a.scale_stride = W->scale_stride;
+    a.rows = W->rows;
+    a.row_bytes = W->row_bytes;
+    a.x = d_x;
+    a.sx = d_sx;
+    a.y = d_y;
+}
+
 /* tern_gemv_rows.cu: int8, one token, one scale per row, cols <= 131072; dp4a.
  * x has xcols readable columns (zeros past W->cols); variant 0 = default,
  * 3LRDW = bench sweeps (see the file). */
