@@ -96,7 +96,8 @@ int tern_cuda_force_kernel(int which);
  * 2 = 4 blocks per stage, 20 = stream-K persistent grid, and 10 = variant 0
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
  * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
- * 6abcd ones of tern_gemv_bmma.cu (see those files).  Returns the previous value. */
+ * 6abcd ones of tern_gemv_bmma.cu (see those files); 7KK (701 .. 764) makes the
+ * wgmma GEMM split K into KK parts (capped at its stage count).  Returns the previous value. */
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 

@@ -42,6 +42,8 @@
 #include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mm.cuh"
 
+extern "C" int tern_cuda_decode_variant_get(void);
+
 namespace {
 
 constexpr int WG_BN = 128;              /* weight rows per CTA: 2 warpgroups x 64 */
@@ -95,8 +97,9 @@ __device__ __forceinline__ void keep(uint32_t (&A)[8][4]) {
 /* D (64 weight rows x N tokens) += A (registers: this warp's 16 rows x K of
  * decoded weights, mma.m16n8k32 / m16n8k16 fragment order) x B (the
  * activations' descriptor, N tokens x K, K-major) */
+constexpr int WG_U8 = 100; /* wgmma_rs: int8 activations, unsigned 8-bit weights */
 template <int ACT, int N>
-__device__ __forceinline__ void wgmma_rs(typename std::conditional<ACT == TACT_I8, int, float>::type (&d)[N / 2],
+__device__ __forceinline__ void wgmma_rs(typename std::conditional<ACT != TACT_BF16, int, float>::type (&d)[N / 2],
                                          const uint32_t (&A)[4], uint64_t db);
 
 /* The specialisations, one asm statement per N: the accumulators are
@@ -140,10 +143,6 @@ __device__ __forceinline__ void wgmma_rs(typename std::conditional<ACT == TACT_I
                      : WG_OUT##ND_(C_)                                                          \
                      : "r"(A[0]), "r"(A[1]), "r"(A[2]), "r"(A[3]), "l"(db));                    \
     }
-WG_RS(TACT_I8, 8, int, WG_I8, 4, "wgmma.mma_async.sync.aligned.m64n8k32.s32.s8.s8 ",
-      "{%4, %5, %6, %7}, %8, 1;")
-WG_RS(TACT_I8, 16, int, WG_I8, 8, "wgmma.mma_async.sync.aligned.m64n16k32.s32.s8.s8 ",
-      "{%8, %9, %10, %11}, %12, 1;")
 WG_RS(TACT_I8, 32, int, WG_I8, 16, "wgmma.mma_async.sync.aligned.m64n32k32.s32.s8.s8 ",
       "{%16, %17, %18, %19}, %20, 1;")
 WG_RS(TACT_I8, 64, int, WG_I8, 32, "wgmma.mma_async.sync.aligned.m64n64k32.s32.s8.s8 ",
@@ -152,6 +151,11 @@ WG_RS(TACT_I8, 128, int, WG_I8, 64, "wgmma.mma_async.sync.aligned.m64n128k32.s32
       "{%64, %65, %66, %67}, %68, 1;")
 WG_RS(TACT_I8, 256, int, WG_I8, 128, "wgmma.mma_async.sync.aligned.m64n256k32.s32.s8.s8 ",
       "{%128, %129, %130, %131}, %132, 1;")
+/* int8 tiles of 8 and 16 tokens: unsigned weights (the offset decoding, see OFF) */
+WG_RS(WG_U8, 8, int, WG_I8, 4, "wgmma.mma_async.sync.aligned.m64n8k32.s32.u8.s8 ",
+      "{%4, %5, %6, %7}, %8, 1;")
+WG_RS(WG_U8, 16, int, WG_I8, 8, "wgmma.mma_async.sync.aligned.m64n16k32.s32.u8.s8 ",
+      "{%8, %9, %10, %11}, %12, 1;")
 WG_RS(TACT_BF16, 8, float, WG_F32, 4, "wgmma.mma_async.sync.aligned.m64n8k16.f32.bf16.bf16 ",
       "{%4, %5, %6, %7}, %8, 1, 1, 1, 0;")
 WG_RS(TACT_BF16, 16, float, WG_F32, 8, "wgmma.mma_async.sync.aligned.m64n16k16.f32.bf16.bf16 ",
@@ -175,17 +179,29 @@ WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k
 /* tmx: the activations as (planes * n rows, cols) with 128-byte boxes of NT
  * rows, 128-byte swizzle; tmc: the codes as (rows, row_bytes) with 64-byte
  * boxes of 128 rows, 64-byte swizzle.  Both zero-fill outside the tensor. */
-template <int ACT, int NT>
+template <int ACT, int NT, bool ONE_A>
 __global__ void __launch_bounds__(WG_THREADS)
     tern_gemm_wg_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
                         const __grid_constant__ CUtensorMap tmc) {
     using C_ = WgCfg<NT>;
     constexpr bool I8 = ACT == TACT_I8;
     constexpr int ST = C_::ST, ND = NT / 2; /* accumulators per thread */
+    /* Offset decoding (int8, tiles of <= 16 tokens, where the decoding is a
+     * large share of the work per byte): the weights enter the MMA as the
+     * unsigned codes c = w + 1 in {0, 1, 2} masked in place, without shifting
+     * (one AND per 4 weights instead of shift, mask, add, xor): fields 0 and 2
+     * (after one shift of the word by 4) as c, fields 1 and 3 as 4c, summed
+     * into two accumulator sets; then sum w x = S1 + S4 / 4 - sum x (exact:
+     * S4 is a multiple of 4), with sum x over this CTA's columns taken from
+     * the activation tiles in shared memory (one 16-byte load and four dp4a
+     * per thread and stage). */
+    constexpr bool OFF = I8 && NT <= 16;
+    static_assert(OFF || !ONE_A, "one A register set only with the offset decoding");
     using Acc = typename std::conditional<I8, int, float>::type;
     extern __shared__ uint8_t smem_raw[];
     __shared__ int s_last;
     __shared__ float s_scale[WG_BN], s_sx[NT]; /* the tile's row and token scales */
+    __shared__ int s_xs[NT];                     /* OFF: sum x per token over this split */
     __shared__ __align__(8) uint64_t s_full[ST]; /* a slot's copies have landed */
     /* 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes) */
     const uint32_t raw_s = (uint32_t)__cvta_generic_to_shared(smem_raw);
@@ -213,6 +229,8 @@ __global__ void __launch_bounds__(WG_THREADS)
         s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
     if constexpr (I8)
         for (int i = tid; i < NT; i += WG_THREADS) s_sx[i] = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
+    if constexpr (OFF)
+        for (int i = tid; i < NT; i += WG_THREADS) s_xs[i] = 0;
     __syncthreads();
 
     /* thread 0 issues a stage's copies: two 128-byte halves of activations
@@ -237,9 +255,8 @@ __global__ void __launch_bounds__(WG_THREADS)
      * bf16, k step s (16 of the stage's 128 columns): field 2 hs + (s >> 2),
      * bytes 16 (s & 3) + 2t, +1 (a0, a1) and + 8 (a2, a3). */
     const int rA = 64 * wg + 16 * q + g;
-    auto frags = [&](int slot, int st, uint32_t (&A)[8][4]) {
+    auto words = [&](int slot, uint32_t (&w)[2][4]) {
         const uint8_t *c = smem + slot * C_::SLOT + C_::X_BYTES;
-        uint32_t w[2][4];
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
             const int r = rA + 8 * hh;
@@ -260,7 +277,22 @@ __global__ void __launch_bounds__(WG_THREADS)
                 }
             }
         }
-        if constexpr (I8) {
+    };
+    auto decode = [&](int st, const uint32_t (&w)[2][4], uint32_t (&A)[8][4]) {
+        if constexpr (OFF) {
+#pragma unroll
+            for (int o = 0; o < 2; o++) {
+                const uint32_t v[4] = {w[0][2 * o], w[1][2 * o], w[0][2 * o + 1], w[1][2 * o + 1]};
+#pragma unroll
+                for (int r = 0; r < 4; r++) {
+                    const uint32_t hi = v[r] >> 4;
+                    A[o][r] = v[r] & 0x03030303u;     /* field 0: c */
+                    A[2 + o][r] = v[r] & 0x0C0C0C0Cu; /* field 1: 4c */
+                    A[4 + o][r] = hi & 0x03030303u;   /* field 2: c */
+                    A[6 + o][r] = hi & 0x0C0C0C0Cu;   /* field 3: 4c */
+                }
+            }
+        } else if constexpr (I8) {
             auto field = [&](auto Fc) {
                 constexpr int F = decltype(Fc)::value;
 #pragma unroll
@@ -297,50 +329,114 @@ __global__ void __launch_bounds__(WG_THREADS)
             }
         }
     };
+    auto frags = [&](int slot, int st, uint32_t (&A)[8][4]) {
+        uint32_t w[2][4];
+        words(slot, w);
+        decode(st, w, A);
+    };
 
-    Acc d[ND];
+    Acc d[ND], d4[OFF ? ND : 1]; /* OFF: d = S1, d4 = S4 */
 #pragma unroll
     for (int i = 0; i < ND; i++) d[i] = 0;
+#pragma unroll
+    for (int i = 0; i < (OFF ? ND : 1); i++) d4[i] = 0;
+    int xs = 0; /* OFF: this thread's part of sum x, token (tid % (8 NT)) / 8 */
 
-    /* ST - 1 stages in flight; stage kt0's fragments before the loop.  Per
-     * stage kt: copies of kt + ST - 1 into kt - 1's slot | wgmmas of kt
-     * (asynchronous, A from registers) | while they run: fragments of kt + 1
-     * into the other register set | wait | one barrier (the slot is free). */
-    uint32_t A0[8][4], A1[8][4];
+    /* ST - 1 stages in flight.  Per stage kt: copies of kt + ST - 1 into
+     * kt - 1's slot | wgmmas of kt (asynchronous, A from registers) | while
+     * they run: fragments of kt + 1 into the other register set | wait | one
+     * barrier (the slot is free).  ONE_A (offset decoding: 8 ANDs and one
+     * shift per code word) keeps one A register set, decoded after the wait
+     * from code words loaded while the wgmmas run: 66 / 78 registers instead
+     * of 98 / 106 for 8 / 16 tokens, 3 CTAs per SM instead of 2. */
     if (tid == 0)
         for (int p = 0; p < ST - 1; p++)
             if (kt0 + p < kt1) issue(p);
-    if (kt0 < kt1) {
-        tern_mbar::wait(full_s, 0);
-        frags(0, kt0, A0);
-    }
     int slot = 0;
-    auto step = [&](int kt, uint32_t (&Acur)[8][4], uint32_t (&Anxt)[8][4]) {
-        if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
+    auto mmas = [&](const uint32_t (&A)[8][4]) {
         /* a k step adds its byte offset / 16 to the descriptor's address field
          * (no carry: shared addresses are < 256 KB) */
         const uint64_t db = wg_desc(smem_s + slot * C_::SLOT);
         wg_fence();
 #pragma unroll
-        for (int s = 0; s < 8; s++)
-            wgmma_rs<ACT, NT>(d, Acur[s], db + ((uint64_t)((s >> 2) * (NT * 128) + (s & 3) * 32) >> 4));
-        wg_commit();
-        const int nslot = slot == ST - 1 ? 0 : slot + 1;
-        if (kt + 1 < kt1) {
-            tern_mbar::wait(full_s + 8 * nslot, ((kt + 1 - kt0) / ST) & 1);
-            frags(nslot, kt + 1, Anxt);
+        for (int s = 0; s < 8; s++) {
+            const uint64_t dbs = db + ((uint64_t)((s >> 2) * (NT * 128) + (s & 3) * 32) >> 4);
+            if constexpr (!OFF) wgmma_rs<ACT, NT>(d, A[s], dbs);
+            else if ((s >> 1) & 1) wgmma_rs<WG_U8, NT>(d4, A[s], dbs);
+            else wgmma_rs<WG_U8, NT>(d, A[s], dbs);
         }
+        wg_commit();
+        if constexpr (OFF) { /* sum x of this stage's tile (16-byte chunks, rows of 128 bytes) */
+            constexpr int CH = C_::X_BYTES / 16;
+            const uint8_t *xt = smem + slot * C_::SLOT;
+#pragma unroll
+            for (int j = 0; j < (CH + WG_THREADS - 1) / WG_THREADS; j++)
+                if (CH >= WG_THREADS || tid < CH) {
+                    const uint4 v = *reinterpret_cast<const uint4 *>(xt + 16 * (tid + WG_THREADS * j));
+                    xs = __dp4a((int)v.x, 0x01010101, xs);
+                    xs = __dp4a((int)v.y, 0x01010101, xs);
+                    xs = __dp4a((int)v.z, 0x01010101, xs);
+                    xs = __dp4a((int)v.w, 0x01010101, xs);
+                }
+        }
+    };
+    /* the end of stage kt: waits for the wgmmas, then one barrier */
+    auto finish = [&](uint32_t (&A)[8][4], int nslot) {
         wg_wait<0>();
         keep(d);
-        keep(Acur);
+        if constexpr (OFF) keep(d4);
+        keep(A);
         __syncthreads(); /* every warpgroup is done with this slot */
         slot = nslot;
     };
-    for (int kt = kt0; kt < kt1; kt += 2) {
-        step(kt, A0, A1);
-        if (kt + 1 < kt1) step(kt + 1, A1, A0);
+    auto next_slot = [&](int kt) {
+        const int nslot = slot == ST - 1 ? 0 : slot + 1;
+        if (kt + 1 < kt1) tern_mbar::wait(full_s + 8 * nslot, ((kt + 1 - kt0) / ST) & 1);
+        return nslot;
+    };
+    if constexpr (ONE_A) {
+        uint32_t w[2][4], A[8][4];
+        if (kt0 < kt1) {
+            tern_mbar::wait(full_s, 0);
+            words(0, w);
+        }
+        for (int kt = kt0; kt < kt1; kt++) {
+            if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
+            decode(kt, w, A);
+            mmas(A);
+            const int nslot = next_slot(kt);
+            if (kt + 1 < kt1) words(nslot, w);
+            finish(A, nslot);
+        }
+    } else {
+        uint32_t A0[8][4], A1[8][4];
+        if (kt0 < kt1) {
+            tern_mbar::wait(full_s, 0);
+            frags(0, kt0, A0);
+        }
+        auto step = [&](int kt, uint32_t (&Acur)[8][4], uint32_t (&Anxt)[8][4]) {
+            if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
+            mmas(Acur);
+            const int nslot = next_slot(kt);
+            if (kt + 1 < kt1) frags(nslot, kt + 1, Anxt);
+            finish(Acur, nslot);
+        };
+        for (int kt = kt0; kt < kt1; kt += 2) {
+            step(kt, A0, A1);
+            if (kt + 1 < kt1) step(kt + 1, A1, A0);
+        }
     }
 
+    if constexpr (OFF) { /* the 8 lanes of a token's 128-byte row, then the rows' threads */
+        static_assert(WG_THREADS % (8 * NT) == 0, "one token per thread");
+        xs += __shfl_xor_sync(0xffffffffu, xs, 1);
+        xs += __shfl_xor_sync(0xffffffffu, xs, 2);
+        xs += __shfl_xor_sync(0xffffffffu, xs, 4);
+        constexpr int CH = C_::X_BYTES / 16;
+        if ((lane & 7) == 0 && (CH >= WG_THREADS || tid < CH))
+            atomicAdd(&s_xs[(tid % (8 * NT)) / 8], xs);
+        __syncthreads();
+    }
     /* d[4j + 2h + e]: weight row 64 wg + 16 q + g + 8h, token 8j + 2t + e;
      * y as finalize_out computes it, with the scales from shared memory */
     using Red = Acc;
@@ -357,7 +453,8 @@ __global__ void __launch_bounds__(WG_THREADS)
                 const int tl = 8 * j + 2 * t + e;
                 const int64_t tok = tok0 + tl;
                 if (tok >= a.n) continue;
-                const Red v = d[4 * j + 2 * h + e];
+                Red v = d[4 * j + 2 * h + e];
+                if constexpr (OFF) v += (d4[4 * j + 2 * h + e] >> 2) - s_xs[tl];
                 if (ksplit > 1) part[((int64_t)split * a.n + tok) * a.rows + row] = v;
                 else if constexpr (I8)
                     a.y[tok * a.rows + row] = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
@@ -439,10 +536,10 @@ int64_t wg_splits(bool i8, int NT, int64_t tiles, int64_t KT, int64_t cols, int 
 }
 
 /* dev, n_sm: the current device and its SM count (by_tokens asked already) */
-template <int ACT, int NT>
+template <int ACT, int NT, bool ONE_A = false>
 int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
-    auto kern = tern_gemm_wg_kernel<ACT, NT>;
+    auto kern = tern_gemm_wg_kernel<ACT, NT, ONE_A>;
     static int attr_dev = -1, per_sm = 1; /* the attribute is per function and device */
     if (attr_dev != dev) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
@@ -459,7 +556,9 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    const int64_t ks = wg_splits(ACT == TACT_I8, NT, tiles, KT, a.cols, n_sm, per_sm);
+    int64_t ks = wg_splits(ACT == TACT_I8, NT, tiles, KT, a.cols, n_sm, per_sm);
+    const int dv = tern_cuda_decode_variant_get(); /* 7KK: K split KK (bench only) */
+    if (dv >= 701 && dv <= 764) ks = std::min<int64_t>(dv - 700, KT);
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, tiles, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;
@@ -497,8 +596,25 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     if (a->n > 32 && nt == 128) return launch_wg<ACT, 128>(a, dev, n_sm, s);
     if (a->n > 32) return launch_wg<ACT, 64>(a, dev, n_sm, s);
     if (a->n > 16) return launch_wg<ACT, 32>(a, dev, n_sm, s);
-    if (a->n > 8) return launch_wg<ACT, 16>(a, dev, n_sm, s);
-    return launch_wg<ACT, 8>(a, dev, n_sm, s);
+    if constexpr (ACT == TACT_I8) {
+        /* 16 tokens: the kernel with two A register sets (2 CTAs per SM,
+         * decoding overlapped with the wgmmas) where K is split — a few CTAs
+         * per SM with long K, bound by each CTA's stage latency; one set (3
+         * per SM) for larger grids.  H200, us, 16 tokens, one set / two:
+         * 36864 x 4608 21.7 / 26.3, 14336 x 4096 11.6 / 11.9; split K:
+         * 4608 x 36864 24.3 / 22.9, 4096 x 14336 15.7 / 14.2, 4096 x 4096
+         * 9.8 / 9.2.  8 tokens: one set (equal or faster everywhere). */
+        if (a->n > 8) {
+            const int64_t tiles = gx * ((a->n + 15) / 16), KT = (int64_t)a->planes * a->kblocks;
+            if (wg_splits(true, 16, tiles, KT, a->cols, n_sm, 2) > 1)
+                return launch_wg<ACT, 16, false>(a, dev, n_sm, s);
+            return launch_wg<ACT, 16, true>(a, dev, n_sm, s);
+        }
+        return launch_wg<ACT, 8, true>(a, dev, n_sm, s);
+    } else {
+        if (a->n > 8) return launch_wg<ACT, 16>(a, dev, n_sm, s);
+        return launch_wg<ACT, 8>(a, dev, n_sm, s);
+    }
 }
 
 } // namespace

@@ -268,63 +268,91 @@ static int make_matrix(int64_t rows, int64_t cols, QuantGroup grp, TernaryMatrix
     return rc;
 }
 
+/* A forced kernel `kern` under each development variant of `variants` on
+ * the given shapes and token counts, int8 activations, one scale per row:
+ * results bit-identical to the reference, repeated calls identical (split
+ * scratch left zero), guards intact. */
+struct Shape2 {
+    int64_t rows, cols;
+};
+static void forced_variants(const char *what, int kern, const Shape2 *shapes, int n_shapes,
+                            const int64_t *ns, int n_ns, const int *variants, int n_var) {
+    for (int si = 0; si < n_shapes; si++) {
+        const int64_t rows = shapes[si].rows, cols = shapes[si].cols;
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (make_matrix(rows, cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
+            report(false, "%s %lldx%lld: %s", what, (long long)rows, (long long)cols, err_msg());
+            continue;
+        }
+        for (int ni = 0; ni < n_ns; ni++) {
+            const int64_t n = ns[ni];
+            int8_t *xq = (int8_t *)malloc((size_t)(n * cols));
+            float *sx = (float *)malloc((size_t)n * 4), *ref = (float *)malloc((size_t)(n * rows) * 4),
+                  *got = (float *)malloc((size_t)(n * rows) * 4);
+            for (int64_t i = 0; i < n * cols; i++) xq[i] = (int8_t)(int)(rnd() % 256 - 128);
+            for (int64_t t = 0; t < n; t++) sx[t] = 0.5f + 3.0f * frand();
+            int rc = tern_matmul_i8_ref(&W, xq, sx, n, ref);
+            GBuf dx = gbuf((size_t)(n * cols), 1), dy = gbuf((size_t)(n * rows) * 4, 4),
+                 dsx = gbuf((size_t)n * 4, 4);
+            CK(cudaMemcpy(dx.ptr(), xq, dx.bytes, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
+            for (int vi = 0; vi < n_var; vi++) {
+                tern_cuda_force_kernel(kern);
+                const int oldv = tern_cuda_decode_variant(variants[vi]);
+                int64_t mism = 0;
+                bool call_ok = rc == 0;
+                for (int rep = 0; rep < 3 && call_ok; rep++) {
+                    CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes));
+                    call_ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(),
+                                                  n, (float *)dy.ptr(), 0) == 0 &&
+                              cudaDeviceSynchronize() == cudaSuccess;
+                    if (!call_ok) break;
+                    CK(cudaMemcpy(got, dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+                    for (int64_t i = 0; i < n * rows; i++) mism += memcmp(&got[i], &ref[i], 4) != 0;
+                }
+                tern_cuda_decode_variant(oldv);
+                tern_cuda_force_kernel(0);
+                const bool gok = guards_ok(dx) && guards_ok(dy) && guards_ok(dsx);
+                report(call_ok && mism == 0 && gok,
+                       "%s %lldx%lld n=%lld variant %d (3 calls): %s bit-mismatch %lld guards %d", what,
+                       (long long)rows, (long long)cols, (long long)n, variants[vi],
+                       call_ok ? "ok" : err_msg(), (long long)mism, gok);
+            }
+            gfree(dx);
+            gfree(dy);
+            gfree(dsx);
+            free(xq);
+            free(sx);
+            free(ref);
+            free(got);
+        }
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+}
+
 /* The one-token GEMV on the binary tensor cores (tern_gemv_bmma.cu) with
  * configurations that the shapes of run_case do not reach: 1..4 blocks of
  * codes in flight, K splits for 1..9 CTAs per SM (several row groups, split
  * groups), and the bulk-copy version (K slices of 4..18 blocks, 2..8 stages,
- * several units per CTA).  int8 results bit-identical to the reference,
- * repeated calls identical (the split scratch is left zero). */
+ * several units per CTA). */
 static void test_bmma_grid(void) {
-    struct {
-        int64_t rows, cols;
-    } shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
+    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
+    const int64_t ns[] = {1};
     const int variants[] = {0, 51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282};
-    for (auto &sh : shapes) {
-        TernaryMatrix W;
-        TernCudaMatrix dW;
-        if (make_matrix(sh.rows, sh.cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
-            report(false, "bmma grid %lldx%lld: %s", (long long)sh.rows, (long long)sh.cols, err_msg());
-            continue;
-        }
-        const int64_t rows = sh.rows, cols = sh.cols;
-        int8_t *xq = (int8_t *)malloc((size_t)cols);
-        float *ref = (float *)malloc((size_t)rows * 4), *got = (float *)malloc((size_t)rows * 4);
-        for (int64_t i = 0; i < cols; i++) xq[i] = (int8_t)(int)(rnd() % 256 - 128);
-        const float sx = 0.5f + 3.0f * frand();
-        int rc = tern_matmul_i8_ref(&W, xq, &sx, 1, ref);
-        GBuf dx = gbuf((size_t)cols, 1), dy = gbuf((size_t)rows * 4, 4), dsx = gbuf(4, 4);
-        CK(cudaMemcpy(dx.ptr(), xq, (size_t)cols, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dsx.ptr(), &sx, 4, cudaMemcpyHostToDevice));
-        for (int v : variants) {
-            tern_cuda_force_kernel(6);
-            const int oldv = tern_cuda_decode_variant(v);
-            int64_t mism = 0;
-            bool call_ok = rc == 0;
-            for (int rep = 0; rep < 3 && call_ok; rep++) {
-                CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes));
-                call_ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 1,
-                                              (float *)dy.ptr(), 0) == 0 &&
-                          cudaDeviceSynchronize() == cudaSuccess;
-                if (!call_ok) break;
-                CK(cudaMemcpy(got, dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
-                for (int64_t i = 0; i < rows; i++) mism += memcmp(&got[i], &ref[i], 4) != 0;
-            }
-            tern_cuda_decode_variant(oldv);
-            tern_cuda_force_kernel(0);
-            const bool gok = guards_ok(dx) && guards_ok(dy) && guards_ok(dsx);
-            report(call_ok && mism == 0 && gok,
-                   "gemv_bmma %lldx%lld variant %d (3 calls): %s bit-mismatch %lld guards %d",
-                   (long long)rows, (long long)cols, v, call_ok ? "ok" : err_msg(), (long long)mism, gok);
-        }
-        gfree(dx);
-        gfree(dy);
-        gfree(dsx);
-        free(xq);
-        free(ref);
-        free(got);
-        tern_cuda_free(&dW);
-        tern_free(&W);
-    }
+    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 9);
+}
+
+/* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
+ * with sum x per split) and larger ones under forced K splits (7KK): full
+ * and partial tiles, splits of one stage up to splits of several, partial
+ * 256-column blocks, extreme activations (-128..127). */
+static void test_wg_splits(void) {
+    const Shape2 shapes[] = {{300, 5000}, {1000, 2304}, {129, 260}};
+    const int64_t ns[] = {2, 8, 13, 16, 40};
+    const int variants[] = {0, 701, 702, 703, 705, 719};
+    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 6);
 }
 
 static void test_dense(void) {
@@ -477,6 +505,7 @@ int main(int argc, char **argv) {
         }
     test_dense();
     test_bmma_grid();
+    test_wg_splits();
     test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);
