@@ -11,7 +11,9 @@
 #include <condition_variable>
 #include <initializer_list>
 #include <mutex>
+#include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <stdio.h>
 #include <stdlib.h>
@@ -102,6 +104,8 @@ struct CE {
 #ifdef TL_HAVE_NCCL
     ncclComm_t comm = nullptr;
 #endif
+    /* a warm-up pass (tensor parallelism): the collectives are left out */
+    bool dry = false;
     int64_t qd_full = 0, inter_full = 0, att_lo = 0, inter_lo = 0;
     float *gath = nullptr, *full = nullptr, *ones = nullptr;
     int8_t *xq_full = nullptr;
@@ -298,7 +302,8 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
                  const float *sub, float *y) {
 #ifdef TL_HAVE_NCCL
     if (d.act_int8) {
-        NCCL_TRY(ncclAllGather(x_local, g->gath, (size_t)(n * w), ncclFloat, g->comm, g->st));
+        if (!g->dry)
+            NCCL_TRY(ncclAllGather(x_local, g->gath, (size_t)(n * w), ncclFloat, g->comm, g->st));
         TRY(fwdc_unshard(g->gath, g->tp, n, w, g->full, g->st));
         if (sub)
             TRY(fwdc_norm(g->full, nullptr, sub, n, full_dim, g->c.eps, nullptr, nullptr,
@@ -307,13 +312,14 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
             TRY(fwdc_act_quant_i8(g->full, n, full_dim, g->xq_full, g->sx, g->st));
         TRY(fwdc_slice_i8(g->xq_full, n, full_dim, lo, w, g->xq, g->st));
         TRY(tern_cuda_matmul_i8(&d.tm, g->xq, g->ones, n, y, g->st));
-        NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
+        if (!g->dry)
+            NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
         return fwdc_scale_rows(y, n, d.out, true_scale, sstride, g->sx, g->st);
     }
     if (sub) return err_set("cuda --tp: a sub-norm with f32/bf16 activations is not supported");
     TRY(prep_input(g, x_local, n, w, need_of(g, {&d})));
     TRY(dlin_run(g, d, x_local, g->x16, n, y));
-    NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
+    if (!g->dry) NCCL_TRY(ncclAllReduce(y, y, (size_t)(n * d.out), ncclFloat, ncclSum, g->comm, g->st));
     return 0;
 #else
     return err_set("cuda --tp: this build has no NCCL");
@@ -908,7 +914,7 @@ struct TpGpu {
     std::vector<std::vector<TpLinear>> sh; /* the shards the rank models' linears point into */
     /* workers: ranks 1.. on their own threads, rank 0 on the caller's */
     std::vector<pthread_t> th;
-    pthread_barrier_t go, done, launched;
+    pthread_barrier_t go, done, launched, warmed;
     bool barriers = false, quit = false;
     /* start gate: workers wait here until every one was started (gate 1) or a
      * start failed (gate -1: they leave without touching the barriers) */
@@ -916,6 +922,10 @@ struct TpGpu {
     std::condition_variable gate_cv;
     int gate = 0;
     StepPlan plan;
+    /* step shapes (n, logits, one sequence, graph-eligible) run before; a new
+     * one gets a warm-up pass on every rank first (tp_rank_step) */
+    std::set<std::tuple<int64_t, int64_t, bool, bool>> shapes;
+    bool warm = false, warm_failed = false;
     int32_t *argmax_out = nullptr;
     float *logits = nullptr;
     std::vector<int> rc;
@@ -923,16 +933,49 @@ struct TpGpu {
     int pdl_saved = -1; /* tern_cuda_pdl before this engine turned it off */
 };
 
+/* The warm-up pass of a new step shape on rank g: the whole forward without
+ * its collectives (results discarded; the K/V rows it writes are those the
+ * real pass writes again), then the stream drained.  Its purpose is what
+ * the first call of a shape does besides computing: the first launch of a
+ * kernel and the first cuBLAS call of a shape load code (cuBLASLt holds a
+ * process-wide lock while it loads a kernel library, and the load waits for
+ * the GPU), and workspaces grow (cudaMalloc, cudaDeviceSynchronize).  With
+ * the ranks' collectives in flight that deadlocked: one rank loading, its
+ * GPU inside an all-reduce that waits for a rank blocked on the lock
+ * (H200 x 2: `bench-e2e --tp 2` stopped in 2 of 4 runs, both ranks inside
+ * cublasGemmEx, one in cuLibraryLoadData).  Every rank finishes its warm-up
+ * before any rank starts the real pass (the `warmed` barrier). */
+int tp_warm(CE *g, const StepPlan &p) {
+    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * p.n + 1 + 2 * p.cnt),
+                               cudaMemcpyHostToDevice, g->st));
+    g->dry = true;
+    const int rc = run_device(g, p.n, p.nl, p.one_seq);
+    g->dry = false;
+    if (rc != 0) return err_prefix("warm-up pass: ");
+    CUDA_CHECK(cudaStreamSynchronize(g->st));
+    return 0;
+}
+
 /* What rank r does for one forward call (inputs already in rank 0's h_in). */
 int tp_rank_step(TpGpu *t, int r) {
     CE *g = t->ce[(size_t)r];
     if (cudaSetDevice(g->gpu) != cudaSuccess) {
+        if (t->warm) pthread_barrier_wait(&t->warmed);
         pthread_barrier_wait(&t->launched); /* the others wait there for every rank */
         return err_set("cuda: cannot select GPU %d", g->gpu);
     }
     if (r > 0) /* (its RoPE table and block-table rows were grown before the step) */
         memcpy(g->h_in, t->ce[0]->h_in,
                sizeof(int32_t) * (size_t)(5 * t->plan.n + 1 + 2 * t->plan.cnt));
+    if (t->warm) { /* a failed warm-up on any rank: no rank starts the real pass */
+        const int rc = tp_warm(g, t->plan);
+        if (rc != 0) t->warm_failed = true;
+        pthread_barrier_wait(&t->warmed);
+        if (t->warm_failed) {
+            pthread_barrier_wait(&t->launched);
+            return rc != 0 ? -1 : err_set("another rank's warm-up pass failed");
+        }
+    }
     StepPlan p = t->plan;
     if (r > 0) p.nl = 0; /* logits on rank 0 only */
     return device_step(g, &p, r == 0 ? t->plan.nl : 0, r == 0 ? t->argmax_out : nullptr,
@@ -969,6 +1012,9 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     if (host_prepare(g0, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0) return -1;
     if (p.n <= 0) return 0;
     t->plan = p;
+    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.eligible);
+    t->warm = t->shapes.insert(shape).second;
+    t->warm_failed = false;
     t->argmax_out = s->argmax_out;
     t->logits = logits;
     /* the other ranks' RoPE tables and block-table rows grow like rank 0's,
@@ -988,7 +1034,10 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     if (t->rc[0] != 0) t->msg[0] = err_msg();
     pthread_barrier_wait(&t->done);
     for (int r = 0; r < t->tp; r++)
-        if (t->rc[(size_t)r] != 0) return err_set("tp rank %d: %s", r, t->msg[(size_t)r].c_str());
+        if (t->rc[(size_t)r] != 0) {
+            if (t->warm) t->shapes.erase(shape); /* warm up again next time */
+            return err_set("tp rank %d: %s", r, t->msg[(size_t)r].c_str());
+        }
     update_lens(kv, seq, pos, n);
     return 0;
 }
@@ -1002,6 +1051,7 @@ void tp_destroy(TpGpu *t) {
         pthread_barrier_destroy(&t->go);
         pthread_barrier_destroy(&t->done);
         pthread_barrier_destroy(&t->launched);
+        pthread_barrier_destroy(&t->warmed);
     }
     /* A captured collective keeps its communicator referenced until the graph
      * is destroyed, and NCCL's last ncclCommDestroy polls until no graph holds
@@ -1187,6 +1237,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         pthread_barrier_init(&t->go, nullptr, (unsigned)tp);
         pthread_barrier_init(&t->done, nullptr, (unsigned)tp);
         pthread_barrier_init(&t->launched, nullptr, (unsigned)tp);
+        pthread_barrier_init(&t->warmed, nullptr, (unsigned)tp);
         for (int r = 1; r < tp; r++) {
             pthread_t h;
             auto *arg = new std::pair<TpGpu *, int>(t, r);
@@ -1210,6 +1261,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
             pthread_barrier_destroy(&t->go);
             pthread_barrier_destroy(&t->done);
             pthread_barrier_destroy(&t->launched);
+            pthread_barrier_destroy(&t->warmed);
         }
     }
     if (rc != 0) return open_fail(e, t, tp_destroy);
