@@ -97,7 +97,9 @@ int tern_cuda_force_kernel(int which);
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
  * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
  * 6abcd ones of tern_gemv_bmma.cu (see those files); 7KK (701 .. 764) makes the
- * wgmma GEMM split K into KK parts (capped at its stage count).  Returns the previous value. */
+ * wgmma GEMM split K into KK parts (capped at its stage count); 8KK the same
+ * with the one-A-register-set kernel for int8 tiles of 16 tokens (800: its
+ * own split rule).  Returns the previous value. */
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 

@@ -557,8 +557,8 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
                        (long long)a.rows, (long long)a.n);
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
     int64_t ks = wg_splits(ACT == TACT_I8, NT, tiles, KT, a.cols, n_sm, per_sm);
-    const int dv = tern_cuda_decode_variant_get(); /* 7KK: K split KK (bench only) */
-    if (dv >= 701 && dv <= 764) ks = std::min<int64_t>(dv - 700, KT);
+    const int dv = tern_cuda_decode_variant_get(); /* 7KK / 8KK: K split KK (bench only) */
+    if ((dv >= 701 && dv <= 764) || (dv >= 801 && dv <= 864)) ks = std::min<int64_t>(dv % 100, KT);
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, tiles, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;
@@ -606,7 +606,8 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
          * 9.8 / 9.2.  8 tokens: one set (equal or faster everywhere). */
         if (a->n > 8) {
             const int64_t tiles = gx * ((a->n + 15) / 16), KT = (int64_t)a->planes * a->kblocks;
-            if (wg_splits(true, 16, tiles, KT, a->cols, n_sm, 2) > 1)
+            const int dv = tern_cuda_decode_variant_get(); /* 8KK: one set, K split KK (bench) */
+            if (!(dv >= 800 && dv <= 864) && wg_splits(true, 16, tiles, KT, a->cols, n_sm, 2) > 1)
                 return launch_wg<ACT, 16, false>(a, dev, n_sm, s);
             return launch_wg<ACT, 16, true>(a, dev, n_sm, s);
         }
