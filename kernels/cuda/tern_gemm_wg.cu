@@ -33,6 +33,7 @@
  * BF16 at M = 2048 with int8 and 0.65-0.70x with bf16, limited by shared
  * memory traffic (each stage wrote and re-read the decoded tile). */
 #include <algorithm>
+#include <atomic>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -540,15 +541,19 @@ template <int ACT, int NT, bool ONE_A = false>
 int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
     auto kern = tern_gemm_wg_kernel<ACT, NT, ONE_A>;
-    static int attr_dev = -1, per_sm = 1; /* the attribute is per function and device */
-    if (attr_dev != dev) {
+    /* the shared-memory attribute is per function and device; CTAs per SM,
+     * 0 = not set yet (one thread per GPU under tensor parallelism) */
+    static std::atomic<int> per_sm_of[64];
+    if (dev < 0 || dev >= 64) return err_set("tern_gemm_wg: device id %d out of range", dev);
+    int per_sm = per_sm_of[dev].load();
+    if (per_sm == 0) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, WG_THREADS, C_::SMEM));
         if (per_sm < 1)
             return err_set("tern_gemm_wg: a %d-thread CTA with %d bytes of shared memory does not "
                            "fit on this GPU",
                            WG_THREADS, C_::SMEM);
-        attr_dev = dev;
+        per_sm_of[dev].store(per_sm);
     }
     TernKArgs a = *a0;
     const int64_t gx = (a.rows + WG_BN - 1) / WG_BN, gy = (a.n + NT - 1) / NT;

@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <atomic>
 #include <condition_variable>
 #include <initializer_list>
 #include <mutex>
@@ -925,7 +926,8 @@ struct TpGpu {
     /* step shapes (n, logits, one sequence, graph-eligible) run before; a new
      * one gets a warm-up pass on every rank first (tp_rank_step) */
     std::set<std::tuple<int64_t, int64_t, bool, bool>> shapes;
-    bool warm = false, warm_failed = false;
+    bool warm = false;
+    std::atomic<bool> warm_failed{false};
     int32_t *argmax_out = nullptr;
     float *logits = nullptr;
     std::vector<int> rc;
@@ -944,7 +946,9 @@ struct TpGpu {
  * GPU inside an all-reduce that waits for a rank blocked on the lock
  * (H200 x 2: `bench-e2e --tp 2` stopped in 2 of 4 runs, both ranks inside
  * cublasGemmEx, one in cuLibraryLoadData).  Every rank finishes its warm-up
- * before any rank starts the real pass (the `warmed` barrier). */
+ * before any rank starts the real pass (the `warmed` barrier).  The cost: a
+ * forward shape (tokens, logits, one sequence, graph-eligible) seen for the
+ * first time runs twice — once per prompt length when prompts vary. */
 int tp_warm(CE *g, const StepPlan &p) {
     CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * p.n + 1 + 2 * p.cnt),
                                cudaMemcpyHostToDevice, g->st));
@@ -960,15 +964,20 @@ int tp_warm(CE *g, const StepPlan &p) {
 int tp_rank_step(TpGpu *t, int r) {
     CE *g = t->ce[(size_t)r];
     if (cudaSetDevice(g->gpu) != cudaSuccess) {
-        if (t->warm) pthread_barrier_wait(&t->warmed);
+        if (t->warm) {
+            t->warm_failed = true;
+            pthread_barrier_wait(&t->warmed);
+        }
         pthread_barrier_wait(&t->launched); /* the others wait there for every rank */
         return err_set("cuda: cannot select GPU %d", g->gpu);
     }
     if (r > 0) /* (its RoPE table and block-table rows were grown before the step) */
         memcpy(g->h_in, t->ce[0]->h_in,
                sizeof(int32_t) * (size_t)(5 * t->plan.n + 1 + 2 * t->plan.cnt));
+    StepPlan p = t->plan;
+    if (r > 0) p.nl = 0; /* logits on rank 0 only */
     if (t->warm) { /* a failed warm-up on any rank: no rank starts the real pass */
-        const int rc = tp_warm(g, t->plan);
+        const int rc = tp_warm(g, p);
         if (rc != 0) t->warm_failed = true;
         pthread_barrier_wait(&t->warmed);
         if (t->warm_failed) {
@@ -976,8 +985,6 @@ int tp_rank_step(TpGpu *t, int r) {
             return rc != 0 ? -1 : err_set("another rank's warm-up pass failed");
         }
     }
-    StepPlan p = t->plan;
-    if (r > 0) p.nl = 0; /* logits on rank 0 only */
     return device_step(g, &p, r == 0 ? t->plan.nl : 0, r == 0 ? t->argmax_out : nullptr,
                        r == 0 ? t->logits : nullptr, &t->launched);
 }
@@ -1012,9 +1019,6 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     if (host_prepare(g0, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0) return -1;
     if (p.n <= 0) return 0;
     t->plan = p;
-    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.eligible);
-    t->warm = t->shapes.insert(shape).second;
-    t->warm_failed = false;
     t->argmax_out = s->argmax_out;
     t->logits = logits;
     /* the other ranks' RoPE tables and block-table rows grow like rank 0's,
@@ -1029,6 +1033,9 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
             return err_prefix("tp rank %d: ", r);
     }
     if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
+    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.eligible);
+    t->warm = t->shapes.insert(shape).second;
+    t->warm_failed = false;
     pthread_barrier_wait(&t->go);
     t->rc[0] = tp_rank_step(t, 0);
     if (t->rc[0] != 0) t->msg[0] = err_msg();

@@ -345,14 +345,15 @@ static void test_bmma_grid(void) {
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
- * with sum x per split) and larger ones under forced K splits (7KK): full
- * and partial tiles, splits of one stage up to splits of several, partial
- * 256-column blocks, extreme activations (-128..127). */
+ * with sum x per split) and larger ones under forced K splits (7KK; 8KK:
+ * the one-A-set kernel for 16 tokens too): full and partial tiles, splits
+ * of one stage up to splits of several, partial 256-column blocks, extreme
+ * activations (-128..127). */
 static void test_wg_splits(void) {
     const Shape2 shapes[] = {{300, 5000}, {1000, 2304}, {129, 260}};
     const int64_t ns[] = {2, 8, 13, 16, 40};
-    const int variants[] = {0, 701, 702, 703, 705, 719};
-    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 6);
+    const int variants[] = {0, 701, 702, 703, 705, 719, 800, 802, 805};
+    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 9);
 }
 
 static void test_dense(void) {
