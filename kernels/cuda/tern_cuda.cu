@@ -152,13 +152,9 @@ int group_unit(const TernCudaMatrix *W, const char *who, int *gu) {
 
 TernKArgs base_args(const TernCudaMatrix *W, int gu) {
     TernKArgs a = {};
-    a.codes = W->d_codes;
-    a.scales = W->d_scales;
-    a.rows = W->rows;
+    tern_args_matrix(a, W);
     a.cols = W->cols;
-    a.row_bytes = W->row_bytes;
     a.kblocks = W->kblocks;
-    a.scale_stride = W->scale_stride;
     a.group_cols = W->group_cols;
     a.gu = gu;
     a.planes = 1;

@@ -82,15 +82,21 @@ inline int tern_gemv1_prepare(const char *who, const TernCudaMatrix *W, const in
     return 0;
 }
 
-/* The fields every one-token GEMV's argument struct shares (RowArgs, BmArgs),
- * from the matrix and the call. */
+/* The matrix fields every kernel argument struct shares (TernKArgs, RowArgs,
+ * BmArgs). */
 template <typename Args>
-void tern_gemv1_fill(Args &a, const TernCudaMatrix *W, const int8_t *d_x, const float *d_sx, float *d_y) {
+void tern_args_matrix(Args &a, const TernCudaMatrix *W) {
     a.codes = W->d_codes;
     a.scales = W->d_scales;
     a.scale_stride = W->scale_stride;
     a.rows = W->rows;
     a.row_bytes = W->row_bytes;
+}
+
+/* A one-token GEMV's arguments (RowArgs, BmArgs) from the matrix and the call. */
+template <typename Args>
+void tern_gemv1_fill(Args &a, const TernCudaMatrix *W, const int8_t *d_x, const float *d_sx, float *d_y) {
+    tern_args_matrix(a, W);
     a.x = d_x;
     a.sx = d_sx;
     a.y = d_y;
