@@ -15,10 +15,11 @@
  * of the activation tile and the 128 x 64-byte code tile (64-byte swizzle:
  * the fragment reads are conflict-free), completing on the slot's mbarrier;
  * outside the tensors the boxes read zeros (columns past cols, tokens past
- * n, rows past rows).  Per stage kt: copies of kt + ST - 1 | wgmmas of kt
- * (asynchronous) | fragments of kt + 1 into the other register set while
- * they run | wait | one barrier.  Each code is decoded once per CTA and
- * feeds NT tokens; the weights never pass through shared memory.
+ * n, rows past rows).  Per stage kt: wgmmas of kt (asynchronous) | wait
+ * for kt - 1's | one barrier | copies of kt + ST - 1 into kt - 1's slot |
+ * fragments of kt + 1 into kt - 1's register set while kt's run.  Each
+ * code is decoded once per CTA and feeds NT tokens; the weights never pass
+ * through shared memory.
  *
  * int8 accumulates exact s32 sums (y = s_row * sum / s_tok, bit-identical to
  * tern_matmul_i8_ref); bf16 (f32 = three bf16 planes stacked along the rows
@@ -40,6 +41,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/cuda_util.h"
+#include "cuda/tern_launch.cuh"
 #include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mm.cuh"
 
@@ -221,19 +223,6 @@ __global__ void __launch_bounds__(WG_THREADS)
     const int SPP = (int)a.kblocks * SPB, KT = a.planes * SPP;
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
 
-    if (tid == 0) {
-        for (int i = 0; i < ST; i++) tern_mbar::init(full_s + 8 * i, 1);
-        tern_mbar::init_fence();
-    }
-    /* scales for the epilogue */
-    for (int i = tid; i < WG_BN; i += WG_THREADS)
-        s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
-    if constexpr (I8)
-        for (int i = tid; i < NT; i += WG_THREADS) s_sx[i] = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
-    if constexpr (OFF)
-        for (int i = tid; i < NT; i += WG_THREADS) s_xs[i] = 0;
-    __syncthreads();
-
     /* thread 0 issues a stage's copies: two 128-byte halves of activations
      * and the codes of its block */
     int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
@@ -246,6 +235,29 @@ __global__ void __launch_bounds__(WG_THREADS)
         tern_mbar::tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
         if (++i_sp == SPP) i_sp = 0, i_plane++;
     };
+
+    /* Launched as a programmatic dependent, this grid may start while the
+     * previous one runs: the barriers (and the tensor maps' prefetch) before
+     * the wait, then the first ST - 1 stages' copies ahead of the scales'
+     * loads (their latency no longer delays the first copy). */
+    if (tid == 0) {
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
+        asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmx)) : "memory");
+        for (int i = 0; i < ST; i++) tern_mbar::init(full_s + 8 * i, 1);
+        tern_mbar::init_fence();
+    }
+    pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
+    if (tid == 0)
+        for (int p = 0; p < ST - 1; p++)
+            if (kt0 + p < kt1) issue(p);
+    for (int i = tid; i < WG_BN; i += WG_THREADS)
+        s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
+    if constexpr (I8)
+        for (int i = tid; i < NT; i += WG_THREADS) s_sx[i] = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
+    if constexpr (OFF)
+        for (int i = tid; i < NT; i += WG_THREADS) s_xs[i] = 0;
+    __syncthreads();
 
     /* The A fragments of a stage, decoded from the codes in shared memory (row
      * r at r * 64, 16-byte chunk j at (j ^ ((r >> 1) & 3)) * 16: 64-byte
@@ -343,16 +355,11 @@ __global__ void __launch_bounds__(WG_THREADS)
     for (int i = 0; i < (OFF ? ND : 1); i++) d4[i] = 0;
     int xs = 0; /* OFF: this thread's part of sum x, token (tid % (8 NT)) / 8 */
 
-    /* ST - 1 stages in flight.  Per stage kt: copies of kt + ST - 1 into
-     * kt - 1's slot | wgmmas of kt (asynchronous, A from registers) | while
-     * they run: fragments of kt + 1 into the other register set | wait | one
-     * barrier (the slot is free).  ONE_A (offset decoding: 8 ANDs and one
-     * shift per code word) keeps one A register set, decoded after the wait
-     * from code words loaded while the wgmmas run: 66 / 78 registers instead
-     * of 98 / 106 for 8 / 16 tokens, 3 CTAs per SM instead of 2. */
-    if (tid == 0)
-        for (int p = 0; p < ST - 1; p++)
-            if (kt0 + p < kt1) issue(p);
+    /* ST - 1 stages in flight (two A register sets: the loop below).  ONE_A
+     * (offset decoding: 8 ANDs and one shift per code word) keeps one A
+     * register set, decoded after the wait from code words loaded while the
+     * wgmmas run: 66 / 78 registers instead of 98 / 106 for 8 / 16 tokens,
+     * 3 CTAs per SM instead of 2. */
     int slot = 0;
     auto mmas = [&](const uint32_t (&A)[8][4]) {
         /* a k step adds its byte offset / 16 to the descriptor's address field
@@ -411,21 +418,33 @@ __global__ void __launch_bounds__(WG_THREADS)
         }
     } else {
         uint32_t A0[8][4], A1[8][4];
+        keep(d);
+        if constexpr (OFF) keep(d4);
         if (kt0 < kt1) {
             tern_mbar::wait(full_s, 0);
             frags(0, kt0, A0);
         }
+        /* one stage's wgmmas stay in flight across the stage boundary: stage
+         * kt's are issued, then the wait for kt - 1's (its A set and slot
+         * are free after it), the barrier, kt + ST - 1's copies into that
+         * slot and kt + 1's fragments into that A set, so the tensor cores
+         * are not drained at every stage */
         auto step = [&](int kt, uint32_t (&Acur)[8][4], uint32_t (&Anxt)[8][4]) {
-            if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
             mmas(Acur);
+            wg_wait<1>();
+            __syncthreads(); /* every warpgroup is done with kt - 1's slot */
+            if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
             const int nslot = next_slot(kt);
             if (kt + 1 < kt1) frags(nslot, kt + 1, Anxt);
-            finish(Acur, nslot);
+            slot = nslot;
         };
         for (int kt = kt0; kt < kt1; kt += 2) {
             step(kt, A0, A1);
             if (kt + 1 < kt1) step(kt + 1, A1, A0);
         }
+        wg_wait<0>();
+        keep(d);
+        if constexpr (OFF) keep(d4);
     }
 
     if constexpr (OFF) { /* the 8 lanes of a token's 128-byte row, then the rows' threads */
@@ -507,11 +526,13 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
  * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
  * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
  * us with 448, 12.4 with its 112 tiles unsplit).
- * Tiles of >= 64 tokens, fewer than half the SMs: int8 splits only as
- * far as the partials (8 bytes per output and split) stay below the
- * weight bytes' order (ks <= cols / 4096: 4096 x 4096 at M = 64 took
- * 17.1 us at ks = 9, 15.4 at 1), bf16 (twice the stages) to one CTA per
- * SM, at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
+ * Tiles of >= 64 tokens, fewer than half the SMs: within one wave (36
+ * tiles at M = 64 on 4608 x 36864: ks = 3, 108 CTAs, 40.4 us int8 / 68.8
+ * bf16; ks = 4, 144 CTAs on 132 SMs, 57.5 / 101.8); int8 only as far as
+ * the partials (8 bytes per output and split) stay below the weight
+ * bytes' order (ks <= cols / 4096 rounded up: 4096 x 4096 at M = 64 took
+ * 17.1 us at ks = 9, 15.4 at 1; 4096 x 14336 21.5 at 4, 23.1 at 3), bf16
+ * (twice the stages) at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
  * (compute-bound) splits 2 or 3 ways when that fills the last wave
  * better, 10 % per extra split for the reduction (4608 x 36864 at
  * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
@@ -521,9 +542,8 @@ int64_t wg_splits(bool i8, int NT, int64_t tiles, int64_t KT, int64_t cols, int 
     if (NT < 64) {
         if (tiles * 4 < (int64_t)n_sm * 3) ks = std::min(2, per_sm) * (int64_t)n_sm / tiles;
     } else if (tiles < n_sm / 2) {
-        ks = i8 ? std::min<int64_t>(((int64_t)n_sm * per_sm + tiles - 1) / tiles,
-                                    std::max<int64_t>(1, cols / 4096))
-                : std::min<int64_t>((n_sm + tiles - 1) / tiles, 4);
+        ks = i8 ? std::min<int64_t>((int64_t)n_sm * per_sm / tiles, (cols + 4095) / 4096)
+                : std::min<int64_t>(n_sm / tiles, 4);
     } else if (!i8) {
         const int64_t slots = (int64_t)n_sm * per_sm;
         double best = 1e30;
@@ -579,10 +599,17 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
         encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
-    kern<<<dim3((unsigned)gx, (unsigned)gy, (unsigned)ks), WG_THREADS, C_::SMEM, s>>>(a, (int)ks,
-                                                                                   tmx, tmc);
-    CUDA_CHECK_LAUNCH("tern_gemm_wg_kernel");
-    return 0;
+    /* A programmatic dependent launch overlaps this grid's start with the
+     * previous kernel's end (4096 x 4096 at 8 tokens: 7.8 -> 6.9 us), but
+     * its first CTAs take the slots that kernel leaves free: where this
+     * grid fills only part of the slots beyond one CTA per SM (a K split
+     * sized for 2 of 3 CTAs per SM), the SMs end up with unequal shares
+     * (4096 x 14336 at 8 tokens: 12.5 -> 13.6 us, 4608 x 36864 21.0 ->
+     * 23.6); those launch plainly. */
+    const int64_t ctas = tiles * ks, slots = (int64_t)n_sm * per_sm;
+    const bool pdl = tern_cuda_pdl_get() && (ctas <= n_sm || slots - ctas < n_sm);
+    return tern_launch_ex("tern_gemm_wg_kernel", kern, dim3((unsigned)gx, (unsigned)gy, (unsigned)ks),
+                          dim3(WG_THREADS), (size_t)C_::SMEM, s, pdl, a, (int)ks, tmx, tmc);
 }
 
 /* the token tile (the wgmma N): the smallest of 8 .. 256 that holds n, but

@@ -26,10 +26,10 @@ __device__ __forceinline__ void pdl_trigger() {
 }
 
 /* kernel<<<grid, block, smem, s>>>(args...), a programmatic dependent of the
- * previous kernel on s when tern_cuda_pdl_get(); `what` names it in errors. */
+ * previous kernel on s when pdl; `what` names it in errors. */
 template <typename... P, typename... A>
-int tern_launch_pdl_smem(const char *what, void (*kernel)(P...), dim3 grid, dim3 block,
-                         size_t smem, cudaStream_t s, A &&...args) {
+int tern_launch_ex(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t s, bool pdl, A &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
@@ -39,12 +39,19 @@ int tern_launch_pdl_smem(const char *what, void (*kernel)(P...), dim3 grid, dim3
     attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
     attr[0].val.programmaticStreamSerializationAllowed = 1;
     cfg.attrs = attr;
-    cfg.numAttrs = tern_cuda_pdl_get() ? 1 : 0;
+    cfg.numAttrs = pdl ? 1 : 0;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
     if (e != cudaSuccess)
         return err_set("launching %s failed: %s (%s)", what, cudaGetErrorString(e),
                        cudaGetErrorName(e));
     return 0;
+}
+/* the same, a programmatic dependent when tern_cuda_pdl_get() */
+template <typename... P, typename... A>
+int tern_launch_pdl_smem(const char *what, void (*kernel)(P...), dim3 grid, dim3 block,
+                         size_t smem, cudaStream_t s, A &&...args) {
+    return tern_launch_ex(what, kernel, grid, block, smem, s, tern_cuda_pdl_get() != 0,
+                          static_cast<A &&>(args)...);
 }
 template <typename... P, typename... A>
 int tern_launch_pdl(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, cudaStream_t s,

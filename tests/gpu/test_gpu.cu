@@ -356,6 +356,32 @@ static void test_wg_splits(void) {
     forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 9);
 }
 
+/* The wgmma GEMM's large token tiles (128 and 256 tokens, chosen from 66
+ * row tiles on: the shapes above never reach them): 67 row tiles, partial
+ * token tiles, forced K splits; int8 bit-identical, f32 and bf16 against
+ * the reference (run_case, every kernel family). */
+static void test_wg_big_tiles(void) {
+    const Shape2 shapes[] = {{8500, 520}};
+    const int64_t ns[] = {100, 129, 300};
+    const int variants[] = {0, 702, 703};
+    forced_variants("gemm_wgmma big tiles", 5, shapes, 1, ns, 3, variants, 3);
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    if (make_matrix(8500, 520, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
+        report(false, "big tiles 8500x520: %s", err_msg());
+        return;
+    }
+    for (int v : {0, 702}) {
+        const int oldv = tern_cuda_decode_variant(v);
+        run_case(&W, &dW, 129, 1, "row");
+        run_case(&W, &dW, 300, 1, "row");
+        if (v == 0) run_case(&W, &dW, 129, 0, "row");
+        tern_cuda_decode_variant(oldv);
+    }
+    tern_cuda_free(&dW);
+    tern_free(&W);
+}
+
 static void test_dense(void) {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
@@ -507,6 +533,7 @@ int main(int argc, char **argv) {
     test_dense();
     test_bmma_grid();
     test_wg_splits();
+    test_wg_big_tiles();
     test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);
