@@ -15,9 +15,10 @@
  * of the activation tile and the 128 x 64-byte code tile (64-byte swizzle:
  * the fragment reads are conflict-free), completing on the slot's mbarrier;
  * outside the tensors the boxes read zeros (columns past cols, tokens past
- * n, rows past rows).  Per stage kt: wgmmas of kt (asynchronous) | wait
- * for kt - 1's | one barrier | copies of kt + ST - 1 into kt - 1's slot |
- * fragments of kt + 1 into kt - 1's register set while kt's run.  Each
+ * n, rows past rows).  Per stage kt (two A register sets): wgmmas of kt
+ * (asynchronous) | wait for kt - 1's | one barrier | copies of kt + ST - 1
+ * into kt - 1's slot | fragments of kt + 1 into kt - 1's register set
+ * while kt's run (one A set: see the ONE_A loop).  Each
  * code is decoded once per CTA and feeds NT tokens; the weights never pass
  * through shared memory.
  *
@@ -239,9 +240,9 @@ __global__ void __launch_bounds__(WG_THREADS)
     /* Launched as a programmatic dependent, this grid may start while the
      * previous one runs: the barriers (and the tensor maps' prefetch) before
      * the wait.  The first ST - 1 stages' copies go out ahead of the scales'
-     * loads for tiles of >= 32 tokens (1-2 % faster at M = 64..2048), after
-     * them for the small offset-decoded tiles (2-5 % faster at M = 8 / 16,
-     * except 4096 x 4096: 7.1 vs 6.9 us; H200, same run). */
+     * loads (1-2 % faster at M = 64..2048), except for the offset-decoded
+     * int8 tiles of 8 / 16 tokens, where after them is 2-5 % faster (but
+     * 4096 x 4096: 7.1 vs 6.9 us; H200, same run). */
     if (tid == 0) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmx)) : "memory");
@@ -364,8 +365,8 @@ __global__ void __launch_bounds__(WG_THREADS)
     /* ST - 1 stages in flight (two A register sets: the loop below).  ONE_A
      * (offset decoding: 8 ANDs and one shift per code word) keeps one A
      * register set, decoded after the wait from code words loaded while the
-     * wgmmas run: 66 / 78 registers instead of 98 / 106 for 8 / 16 tokens,
-     * 3 CTAs per SM instead of 2. */
+     * wgmmas run: 66 / 78 registers for 8 / 16 tokens instead of 107 for
+     * the two-set 16-token kernel, 3 CTAs per SM instead of 2. */
     int slot = 0;
     auto mmas = [&](const uint32_t (&A)[8][4]) {
         /* a k step adds its byte offset / 16 to the descriptor's address field
@@ -394,7 +395,7 @@ __global__ void __launch_bounds__(WG_THREADS)
                 }
         }
     };
-    /* the end of stage kt: waits for the wgmmas, then one barrier */
+    /* the end of stage kt (one A set): waits for the wgmmas, then one barrier */
     auto finish = [&](uint32_t (&A)[8][4], int nslot) {
         wg_wait<0>();
         keep(d);
