@@ -35,7 +35,7 @@ FLAGS_avx2   := -mavx2 -mfma -mf16c
 FLAGS_avx512 := -mavx512f -mavx512bw -mavx512vl -mavx512dq -mavx512vnni -mavx2 -mfma -mf16c
 
 LIB_SRC  := $(sort $(wildcard src/core/*.c src/load/*.c src/quant/*.c src/kv/*.c src/tp/*.c \
-              src/runtime/*.c src/eval/*.c src/log/*.c kernels/cpu/*.c))
+              src/runtime/*.c src/eval/*.c src/log/*.c kernels/cpu/*.c kernels/cuda/*.c))
 CLI_SRC  := $(wildcard src/cli/*.c)
 TEST_SRC := $(wildcard tests/*.c)
 EXP_SRC  := $(wildcard experiments/*.c)

@@ -45,12 +45,13 @@
 #include "cuda/tern_launch.cuh"
 #include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mm.cuh"
+#include "cuda/tern_wg_plan.h"
 
 extern "C" int tern_cuda_decode_variant_get(void);
 
 namespace {
 
-constexpr int WG_BN = 128;              /* weight rows per CTA: 2 warpgroups x 64 */
+constexpr int WG_BN = TERN_WG_ROWS;     /* weight rows per CTA: 2 warpgroups x 64 */
 constexpr int WG_THREADS = 256;
 constexpr int WG_CBYTES = WG_BN * 64;   /* codes of one stage (one 64-byte block per row) */
 
@@ -526,46 +527,10 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
     return 0;
 }
 
-/* How many ways launch_wg splits K for a grid of `tiles` CTAs of NT tokens
- * (KT stages of K in all; at least 4 stages per split, at most 64 splits).
- * Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
- * the SMs, else up to two CTAs per SM, never past one wave (filling every
- * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
- * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
- * us with 448, 12.4 with its 112 tiles unsplit).
- * Tiles of >= 64 tokens, fewer than half the SMs: within one wave (36
- * tiles at M = 64 on 4608 x 36864: ks = 3, 108 CTAs, 40.4 us int8 / 68.8
- * bf16; ks = 4, 144 CTAs on 132 SMs, 57.5 / 101.8); int8 only as far as
- * the partials (8 bytes per output and split) stay below the weight
- * bytes' order (ks <= cols / 4096 rounded up: 4096 x 4096 at M = 64 took
- * 17.1 us at ks = 9, 15.4 at 1; 4096 x 14336 21.5 at 4, 23.1 at 3), bf16
- * (twice the stages) at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
- * (compute-bound) splits 2 or 3 ways when that fills the last wave
- * better, 10 % per extra split for the reduction (4608 x 36864 at
- * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
- * or 3); int8 does not split (no gain measured). */
-int64_t wg_splits(bool i8, int NT, int64_t tiles, int64_t KT, int64_t cols, int n_sm, int per_sm) {
-    int64_t ks = 1;
-    if (NT < 64) {
-        if (tiles * 4 < (int64_t)n_sm * 3) ks = std::min(2, per_sm) * (int64_t)n_sm / tiles;
-    } else if (tiles < n_sm / 2) {
-        ks = i8 ? std::min<int64_t>((int64_t)n_sm * per_sm / tiles, (cols + 4095) / 4096)
-                : std::min<int64_t>(n_sm / tiles, 4);
-    } else if (!i8) {
-        const int64_t slots = (int64_t)n_sm * per_sm;
-        double best = 1e30;
-        for (int64_t k = 1; k <= 3 && KT / k >= 64; k++) {
-            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k *
-                                (1.0 + 0.1 * (double)(k - 1));
-            if (cost < best) best = cost, ks = k;
-        }
-    }
-    return std::max<int64_t>(1, std::min<int64_t>({ks, KT / 4, 64}));
-}
-
-/* dev, n_sm: the current device and its SM count (by_tokens asked already) */
+/* plan: the tile (tern_wg_tile); dev, n_sm: the current device and its SM
+ * count (by_tokens asked already) */
 template <int ACT, int NT, bool ONE_A = false>
-int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
+int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
     auto kern = tern_gemm_wg_kernel<ACT, NT, ONE_A>;
     /* the shared-memory attribute is per function and device; CTAs per SM,
@@ -583,15 +548,16 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
         per_sm_of[dev].store(per_sm);
     }
     TernKArgs a = *a0;
-    const int64_t gx = (a.rows + WG_BN - 1) / WG_BN, gy = (a.n + NT - 1) / NT;
+    const int64_t gx = plan.gx, gy = plan.gy;
     if (gx > 0x7fffffff || gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
-    const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2), tiles = gx * gy;
-    int64_t ks = wg_splits(ACT == TACT_I8, NT, tiles, KT, a.cols, n_sm, per_sm);
+    const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2);
     const int dv = tern_cuda_decode_variant_get(); /* 7KK / 8KK: K split KK (bench only) */
-    if ((dv >= 701 && dv <= 764) || (dv >= 801 && dv <= 864)) ks = std::min<int64_t>(dv % 100, KT);
-    if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, tiles, &a.partial, &a.counters) < 0) return -1;
+    const int64_t forced = (dv >= 701 && dv <= 764) || (dv >= 801 && dv <= 864) ? dv % 100 : 0;
+    tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm, forced, tern_cuda_pdl_get(), &plan);
+    const int64_t ks = plan.ks;
+    if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, gx * gy, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;
     if (a.planes > 1 && a.plane_stride != a.n * a.ldx)
@@ -606,54 +572,35 @@ int launch_wg(const TernKArgs *a0, int dev, int n_sm, cudaStream_t s) {
         encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
-    /* A programmatic dependent launch overlaps this grid's start with the
-     * previous kernel's end (4096 x 4096 at 8 tokens: 7.8 -> 6.9 us), but
-     * its first CTAs take the slots that kernel leaves free: where this
-     * grid fills only part of the slots beyond one CTA per SM (a K split
-     * sized for 2 of 3 CTAs per SM), the SMs end up with unequal shares
-     * (4096 x 14336 at 8 tokens: 12.5 -> 13.6 us, 4608 x 36864 21.0 ->
-     * 23.6); those launch plainly. */
-    const int64_t ctas = tiles * ks, slots = (int64_t)n_sm * per_sm;
-    const bool pdl = tern_cuda_pdl_get() && (ctas <= n_sm || slots - ctas < n_sm);
     return tern_launch_ex("tern_gemm_wg_kernel", kern, dim3((unsigned)gx, (unsigned)gy, (unsigned)ks),
-                          dim3(WG_THREADS), (size_t)C_::SMEM, s, pdl, a, (int)ks, tmx, tmc);
+                          dim3(WG_THREADS), (size_t)C_::SMEM, s, plan.pdl != 0, a, (int)ks, tmx, tmc);
 }
 
-/* the token tile (the wgmma N): the smallest of 8 .. 256 that holds n, but
- * from 64 tokens on halved while the grid would cover less than half of the
- * SMs (more tiles instead of a split K with its reduction: M = 256 on
- * 4096 x 4096 took 44 us with 32 tiles of 256 tokens split 4 ways) */
+/* the tile and kernel by tern_wg_tile (tern_wg_plan.c) */
 template <int ACT>
 int by_tokens(const TernKArgs *a, cudaStream_t s) {
     int dev, n_sm;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    const int64_t gx = (a->rows + WG_BN - 1) / WG_BN;
-    int nt = a->n > 128 ? 256 : a->n > 64 ? 128 : 64;
-    while (nt > 64 && gx * ((a->n + nt - 1) / nt) < n_sm / 2) nt /= 2;
-    if (a->n > 32 && nt == 256) return launch_wg<ACT, 256>(a, dev, n_sm, s);
-    if (a->n > 32 && nt == 128) return launch_wg<ACT, 128>(a, dev, n_sm, s);
-    if (a->n > 32) return launch_wg<ACT, 64>(a, dev, n_sm, s);
-    if (a->n > 16) return launch_wg<ACT, 32>(a, dev, n_sm, s);
+    const int dv = tern_cuda_decode_variant_get(); /* 8KK: one set for 16 tokens (bench) */
+    TernWgPlan p;
+    tern_wg_tile(ACT == TACT_I8, a->rows, a->n, a->cols, (int64_t)a->planes * a->kblocks, n_sm,
+                 dv >= 800 && dv <= 864, &p);
+    switch (p.nt) {
+    case 256: return launch_wg<ACT, 256>(a, p, dev, n_sm, s);
+    case 128: return launch_wg<ACT, 128>(a, p, dev, n_sm, s);
+    case 64: return launch_wg<ACT, 64>(a, p, dev, n_sm, s);
+    case 32: return launch_wg<ACT, 32>(a, p, dev, n_sm, s);
+    default: break;
+    }
     if constexpr (ACT == TACT_I8) {
-        /* 16 tokens: the kernel with two A register sets (2 CTAs per SM,
-         * decoding overlapped with the wgmmas) where K is split — a few CTAs
-         * per SM with long K, bound by each CTA's stage latency; one set (3
-         * per SM) for larger grids.  H200, us, 16 tokens, one set / two:
-         * 36864 x 4608 21.7 / 26.3, 14336 x 4096 11.6 / 11.9; split K:
-         * 4608 x 36864 24.3 / 22.9, 4096 x 14336 15.7 / 14.2, 4096 x 4096
-         * 9.8 / 9.2.  8 tokens: one set (equal or faster everywhere). */
-        if (a->n > 8) {
-            const int64_t tiles = gx * ((a->n + 15) / 16), KT = (int64_t)a->planes * a->kblocks;
-            const int dv = tern_cuda_decode_variant_get(); /* 8KK: one set, K split KK (bench) */
-            if (!(dv >= 800 && dv <= 864) && wg_splits(true, 16, tiles, KT, a->cols, n_sm, 2) > 1)
-                return launch_wg<ACT, 16, false>(a, dev, n_sm, s);
-            return launch_wg<ACT, 16, true>(a, dev, n_sm, s);
-        }
-        return launch_wg<ACT, 8, true>(a, dev, n_sm, s);
+        if (p.nt == 16)
+            return p.one_a ? launch_wg<ACT, 16, true>(a, p, dev, n_sm, s)
+                           : launch_wg<ACT, 16, false>(a, p, dev, n_sm, s);
+        return launch_wg<ACT, 8, true>(a, p, dev, n_sm, s);
     } else {
-        if (a->n > 8) return launch_wg<ACT, 16>(a, dev, n_sm, s);
-        return launch_wg<ACT, 8>(a, dev, n_sm, s);
+        if (p.nt == 16) return launch_wg<ACT, 16>(a, p, dev, n_sm, s);
+        return launch_wg<ACT, 8>(a, p, dev, n_sm, s);
     }
 }
 

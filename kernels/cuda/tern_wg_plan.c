@@ -1,0 +1,88 @@
+/* tern_wg_plan.c — the wgmma GEMM's tile, K split and launch choices
+ * (tern_wg_plan.h).  Times quoted: H200, build/gpu/bench_gpu, int8 unless
+ * said (kernels/cuda/dev/NOTES.md). */
+#include "cuda/tern_wg_plan.h"
+
+static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
+static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
+
+/* Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
+ * the SMs, else up to two CTAs per SM, never past one wave (filling every
+ * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
+ * 17.0 us with 416 CTAs on 396 slots, 13.3 with 256; 14336 x 4096 15.6
+ * us with 448, 12.4 with its 112 tiles unsplit).
+ * Tiles of >= 64 tokens, fewer than half the SMs: within one wave (36
+ * tiles at M = 64 on 4608 x 36864: ks = 3, 108 CTAs, 40.4 us int8 / 68.8
+ * bf16; ks = 4, 144 CTAs on 132 SMs, 57.5 / 101.8); int8 only as far as
+ * the partials (8 bytes per output and split) stay below the weight
+ * bytes' order (ks <= cols / 4096 rounded up: 4096 x 4096 at M = 64 took
+ * 17.1 us at ks = 9, 15.4 at 1; 4096 x 14336 21.5 at 4, 23.1 at 3), bf16
+ * (twice the stages) at most 4 (25.6 us at 9, 17.4 at 4).  More tiles: bf16
+ * (compute-bound) splits 2 or 3 ways when that fills the last wave
+ * better, 10 % per extra split for the reduction (4608 x 36864 at
+ * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
+ * or 3); int8 does not split (no gain measured). */
+int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, int n_sm,
+                       int per_sm) {
+    int64_t ks = 1;
+    if (tiles < 1) tiles = 1;
+    if (nt < 64) {
+        if (tiles * 4 < (int64_t)n_sm * 3) ks = (per_sm < 2 ? per_sm : 2) * (int64_t)n_sm / tiles;
+    } else if (tiles < n_sm / 2) {
+        ks = i8 ? min64((int64_t)n_sm * per_sm / tiles, (cols + 4095) / 4096)
+                : min64(n_sm / tiles, 4);
+    } else if (!i8) {
+        const int64_t slots = (int64_t)n_sm * per_sm;
+        double best = 1e30;
+        for (int64_t k = 1; k <= 3 && kt / k >= 64; k++) {
+            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k *
+                                (1.0 + 0.1 * (double)(k - 1));
+            if (cost < best) best = cost, ks = k;
+        }
+    }
+    return max64(1, min64(min64(ks, kt / 4), 64));
+}
+
+/* The token tile: the smallest of 8 .. 256 that holds n, but from 64
+ * tokens on halved while the grid would cover less than half of the SMs
+ * (more tiles instead of a split K with its reduction: M = 256 on
+ * 4096 x 4096 took 44 us with 32 tiles of 256 tokens split 4 ways).
+ * int8, 16 tokens: the kernel with two A register sets (2 CTAs per SM,
+ * decoding overlapped with the wgmmas) where K is split — a few CTAs per
+ * SM with long K, bound by each CTA's stage latency; one set (3 per SM)
+ * for larger grids.  us, 16 tokens, one set / two: 36864 x 4608 21.7 /
+ * 26.3, 14336 x 4096 11.6 / 11.9; split K: 4608 x 36864 24.3 / 22.9,
+ * 4096 x 14336 15.7 / 14.2, 4096 x 4096 9.8 / 9.2.  8 tokens: one set
+ * (equal or faster everywhere). */
+void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
+                  int force_one_a, TernWgPlan *p) {
+    const int64_t gx = (rows + TERN_WG_ROWS - 1) / TERN_WG_ROWS;
+    int nt = n > 128 ? 256 : n > 64 ? 128 : 64;
+    while (nt > 64 && gx * ((n + nt - 1) / nt) < n_sm / 2) nt /= 2;
+    int one_a = 0;
+    if (n <= 32) nt = n > 16 ? 32 : n > 8 ? 16 : 8;
+    if (i8 && nt == 8) one_a = 1;
+    if (i8 && nt == 16)
+        one_a = force_one_a || tern_wg_splits(1, 16, gx * ((n + 15) / 16), kt, cols, n_sm, 2) <= 1;
+    p->nt = nt;
+    p->one_a = one_a;
+    p->gx = gx;
+    p->gy = (n + nt - 1) / nt;
+    p->ks = 1;
+    p->pdl = 0;
+}
+
+/* A programmatic dependent launch overlaps the grid's start with the
+ * previous kernel's end (4096 x 4096 at 8 tokens: 7.8 -> 6.9 us), but its
+ * first CTAs take the slots that kernel leaves free: where the grid fills
+ * only part of the slots beyond one CTA per SM (a K split sized for 2 of 3
+ * CTAs per SM), the SMs end up with unequal shares (4096 x 14336 at 8
+ * tokens: 12.5 -> 13.6 us, 4608 x 36864 21.0 -> 23.6); those launch
+ * plainly. */
+void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_t forced_ks,
+                  int pdl_on, TernWgPlan *p) {
+    const int64_t tiles = p->gx * p->gy;
+    p->ks = forced_ks > 0 ? min64(forced_ks, kt) : tern_wg_splits(i8, p->nt, tiles, kt, cols, n_sm, per_sm);
+    const int64_t ctas = tiles * p->ks, slots = (int64_t)n_sm * per_sm;
+    p->pdl = pdl_on && (ctas <= n_sm || slots - ctas < n_sm);
+}
