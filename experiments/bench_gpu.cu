@@ -21,7 +21,8 @@
  * + f32 scales (+ dense bf16 weights for cuBLAS) + activations read +
  * outputs written, each once.
  *
- * Output: DIR/bench_gpu.csv (one row per shape, M, kernel), DIR/bench_gpu.md
+ * Output: DIR/bench_gpu.csv (one row per shape, M, kernel; the last column
+ * names the ternary kernel the dispatch chose), DIR/bench_gpu.md
  * (the paper table) and, on stdout, the same table.  HDF5: the device
  * machine has no libhdf5, so tests/gpu/bench_csv2h5.c turns the CSV into
  * DIR/bench_gpu.h5 through src/log/h5log.h where HDF5 exists (make bench-gpu
@@ -34,6 +35,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <string>
 #include <vector>
 
 #include "cuda/tern_cuda.h"
@@ -242,6 +244,7 @@ struct Row {
     int64_t N, K, M;
     const char *kernel;
     double t, bytes, flops;
+    std::string config = ""; /* the ternary kernel chosen (tern_cuda_last_config) */
 };
 
 int main(int argc, char **argv) {
@@ -491,12 +494,14 @@ int main(int argc, char **argv) {
             const double flops = 2.0 * M * N * K, yb = (double)M * N * 4;
             double t;
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
-            rows.push_back({N, K, M, "tern_bf16", t, wbytes + M * K * 2.0 + yb, flops});
+            rows.push_back({N, K, M, "tern_bf16", t, wbytes + M * K * 2.0 + yb, flops, tern_cuda_last_config()});
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
-            rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops});
+            rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
+                            tern_cuda_last_config()});
             if (M <= 16) {
                 t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_f32(&dW[i], xf, M, y, s)); });
-                rows.push_back({N, K, M, "tern_f32", t, wbytes + M * K * 4.0 + yb, flops});
+                rows.push_back({N, K, M, "tern_f32", t, wbytes + M * K * 4.0 + yb, flops,
+                                tern_cuda_last_config()});
             }
             t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y, 1, s)); });
             rows.push_back({N, K, M, "cublas_bf16", t, dbytes + M * K * 2.0 + yb, flops});
@@ -523,16 +528,16 @@ int main(int argc, char **argv) {
     fprintf(f, "# device=%s;sms=%d;copy_bw_gbs=%.1f;memcpy_bw_gbs=%.1f;kernel_copy_bw_gbs=%.1f;group=%s\n",
             prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
             quant_group_name(grp));
-    fprintf(f, "N,K,M,kernel,time_us,gbs,frac_copy,tflops,speedup_vs_cublas\n");
+    fprintf(f, "N,K,M,kernel,time_us,gbs,frac_copy,tflops,speedup_vs_cublas,config\n");
     auto base = [&](const Row &r) -> double {
         for (auto &b : rows)
             if (b.N == r.N && b.K == r.K && b.M == r.M && !strcmp(b.kernel, "cublas_bf16")) return b.t;
         return NAN;
     };
     for (auto &r : rows)
-        fprintf(f, "%lld,%lld,%lld,%s,%.3f,%.1f,%.4f,%.2f,%.3f\n", (long long)r.N, (long long)r.K,
+        fprintf(f, "%lld,%lld,%lld,%s,%.3f,%.1f,%.4f,%.2f,%.3f,%s\n", (long long)r.N, (long long)r.K,
                 (long long)r.M, r.kernel, r.t * 1e6, r.bytes / r.t / 1e9, r.bytes / r.t / copy_bw,
-                r.flops / r.t / 1e12, base(r) / r.t);
+                r.flops / r.t / 1e12, base(r) / r.t, r.config.c_str());
     fclose(f);
 
     snprintf(path, sizeof path, "%s/bench_gpu.md", out);

@@ -37,6 +37,7 @@ int gemv1_pick(void) {
 }
 
 int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
+thread_local char g_config[96]; /* tern_cuda_last_config */
 
 /* Per-device workspaces.  Slot 0: staged activations; 1: split-K partials;
  * 2: split-K counters (zeroed when allocated; kernels leave them zero).
@@ -245,6 +246,8 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
                                                                                    : 0;
     }
     const int v = tern_cuda_decode_variant_get();
+    tern_cuda_set_config(k1 == 6 ? "gemv_bmma" : k1 == 3 ? "gemv_rows" : k1 == 4 ? "gemv_warp"
+                         : gemv ? "gemv_mma" : "gemm_mma");
     if (k1 == 6) {
         if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
                               v >= 50000 && v < 70000 ? v : 0, s) < 0)
@@ -350,6 +353,11 @@ void tern_cuda_free(TernCudaMatrix *m) {
 
 int64_t tern_cuda_weight_bytes(const TernCudaMatrix *m) {
     return m->rows * m->row_bytes + m->n_scales * (int64_t)sizeof(float);
+}
+
+const char *tern_cuda_last_config(void) { return g_config; }
+void tern_cuda_set_config(const char *cfg) {
+    snprintf(g_config, sizeof g_config, "%s", cfg ? cfg : "");
 }
 
 int tern_cuda_pdl_get(void) {

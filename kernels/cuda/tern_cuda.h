@@ -103,6 +103,12 @@ int tern_cuda_force_kernel(int which);
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 
+/* The kernel the calling thread's last tern_cuda_matmul_* chose, in words
+ * without commas (e.g. "gemv_bmma", "wgmma nt=16 sets=2 ks=7 pdl=1"); ""
+ * before any call.  tern_cuda_set_config: the launchers record it. */
+const char *tern_cuda_last_config(void);
+void tern_cuda_set_config(const char *cfg);
+
 /* Programmatic dependent launch of the one-token int8 GEMVs (default on;
  * TERNLAB_CUDA_PDL=0 in the environment turns it off): they are launched
  * with cudaLaunchAttributeProgrammaticStreamSerialization, so their blocks

@@ -36,6 +36,7 @@
  * memory traffic (each stage wrote and re-read the decoded tile). */
 #include <algorithm>
 #include <atomic>
+#include <stdio.h>
 
 #include <cuda.h>
 #include <cudaTypedefs.h>
@@ -557,6 +558,10 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     const int64_t forced = (dv >= 701 && dv <= 764) || (dv >= 801 && dv <= 864) ? dv % 100 : 0;
     tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm, forced, tern_cuda_pdl_get(), &plan);
     const int64_t ks = plan.ks;
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d", NT, ONE_A ? 1 : 2, (long long)ks,
+             plan.pdl);
+    tern_cuda_set_config(cfg);
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, gx * gy, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;

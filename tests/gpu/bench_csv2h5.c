@@ -5,7 +5,9 @@
  * Layout: root attributes experiment = "bench-gpu", device, sms, group,
  * copy_bw_gbs (from the CSV's "# key=value;..." header) and the provenance
  * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
- * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64), one
+ * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64) and,
+ * when the CSV has the column (bench_gpu from 17e6d6d on), /bench/config
+ * (strings: the ternary kernel the dispatch chose, "" for cuBLAS rows), one
  * entry per CSV row. */
 #include "core/err.h"
 #include "log/h5log.h"
@@ -33,8 +35,9 @@ int main(int argc, char **argv) {
     }
     static int64_t N[MAX_ROWS], K[MAX_ROWS], M[MAX_ROWS];
     static double t[MAX_ROWS], gbs[MAX_ROWS], frac[MAX_ROWS], tf[MAX_ROWS], sp[MAX_ROWS];
-    static char kname[MAX_ROWS][32];
-    const char *kp[MAX_ROWS];
+    static char kname[MAX_ROWS][32], cfg[MAX_ROWS][96];
+    const char *kp[MAX_ROWS], *cp[MAX_ROWS];
+    int has_cfg = 0;
     char line[1024], device[256] = "unknown", group[32] = "unknown";
     double copy_bw = 0;
     int sms = 0, n = 0;
@@ -47,21 +50,29 @@ int main(int argc, char **argv) {
             if ((p = strstr(line, "group="))) sscanf(p, "group=%31[^;\n]", group);
             continue;
         }
-        if (!strncmp(line, "N,", 2)) continue;
+        if (!strncmp(line, "N,", 2)) {
+            has_cfg = strstr(line, ",config") != NULL;
+            continue;
+        }
         if (n == MAX_ROWS) {
             fprintf(stderr, "bench_csv2h5: more than %d rows in %s\n", MAX_ROWS, argv[1]);
             fclose(f);
             return 1;
         }
         long long a, b, c;
-        if (sscanf(line, "%lld,%lld,%lld,%31[^,],%lf,%lf,%lf,%lf,%lf", &a, &b, &c, kname[n], &t[n],
-                   &gbs[n], &frac[n], &tf[n], &sp[n]) != 9) {
+        int end = 0;
+        if (sscanf(line, "%lld,%lld,%lld,%31[^,],%lf,%lf,%lf,%lf,%lf%n", &a, &b, &c, kname[n], &t[n],
+                   &gbs[n], &frac[n], &tf[n], &sp[n], &end) != 9 ||
+            (has_cfg && line[end] != ',')) {
             fprintf(stderr, "bench_csv2h5: %s: malformed row %d: %s", argv[1], n + 1, line);
             fclose(f);
             return 1;
         }
         N[n] = a, K[n] = b, M[n] = c;
         kp[n] = kname[n];
+        cfg[n][0] = 0;
+        if (has_cfg) sscanf(line + end + 1, "%95[^\r\n]", cfg[n]);
+        cp[n] = cfg[n];
         n++;
     }
     fclose(f);
@@ -79,7 +90,8 @@ int main(int argc, char **argv) {
         h5log_i64(lg, "/bench/M", M, n) || h5log_strings(lg, "/bench/kernel", kp, n) ||
         h5log_f64(lg, "/bench/time_us", t, n) || h5log_f64(lg, "/bench/gbs", gbs, n) ||
         h5log_f64(lg, "/bench/frac_copy", frac, n) || h5log_f64(lg, "/bench/tflops", tf, n) ||
-        h5log_f64(lg, "/bench/speedup_vs_cublas", sp, n)) {
+        h5log_f64(lg, "/bench/speedup_vs_cublas", sp, n) ||
+        (has_cfg && h5log_strings(lg, "/bench/config", cp, n))) {
         h5log_abort(lg);
         return fail("write");
     }

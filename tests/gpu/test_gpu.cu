@@ -374,6 +374,33 @@ static void test_wg_big_tiles(void) {
                err_msg());
         return;
     }
+    { /* the dispatch took the tiles meant (67 row tiles >= 66 with <= 134 SMs) */
+        int dev = 0, n_sm = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+        GBuf dx = gbuf((size_t)(300 * shapes[0].cols), 1), dsx = gbuf(300 * 4, 4),
+             dy = gbuf((size_t)(300 * shapes[0].rows) * 4, 4);
+        CK(cudaMemset(dx.ptr(), 1, dx.bytes));
+        CK(cudaMemset(dsx.ptr(), 0x3f, dsx.bytes)); /* 0x3f3f3f3f: 0.75f */
+        const int64_t nn[2] = {100, 300};
+        const char *want[2] = {"wgmma nt=128 ", "wgmma nt=256 "};
+        for (int i = 0; i < 2; i++) {
+            const int rc = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(),
+                                               nn[i], (float *)dy.ptr(), 0);
+            CK(cudaDeviceSynchronize());
+            const char *cfg = tern_cuda_last_config();
+            if (n_sm <= 134)
+                report(rc == 0 && !strncmp(cfg, want[i], strlen(want[i])),
+                       "big tiles n=%lld on %d SMs: the dispatch chose \"%s\"", (long long)nn[i],
+                       n_sm, cfg);
+            else
+                printf("  (big tiles n=%lld on %d SMs: \"%s\", not checked)\n", (long long)nn[i], n_sm,
+                       cfg);
+        }
+        gfree(dx);
+        gfree(dsx);
+        gfree(dy);
+    }
     run_case(&W, &dW, 100, 1, "row"); /* 128-token tiles */
     run_case(&W, &dW, 300, 1, "row"); /* 256-token tiles, the second one partial */
     run_case(&W, &dW, 129, 0, "row"); /* f32: three bf16 planes */
