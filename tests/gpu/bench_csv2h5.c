@@ -6,7 +6,7 @@
  * copy_bw_gbs (from the CSV's "# key=value;..." header) and the provenance
  * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
  * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64) and,
- * when the CSV has the column (bench_gpu from 17e6d6d on), /bench/config
+ * when the CSV has the column (bench_gpu from 6e90586 on), /bench/config
  * (strings: the ternary kernel the dispatch chose, "" for cuBLAS rows), one
  * entry per CSV row. */
 #include "core/err.h"
