@@ -465,7 +465,7 @@ int main(int argc, char **argv) {
                     snprintf(nm, 64, "sweep_%s_i8", k.name);
                     double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
                     rows.push_back({N, K, M, nm, t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
-                                    2.0 * M * N * K});
+                                    2.0 * M * N * K, tern_cuda_last_config()});
                 }
             tern_cuda_decode_variant(oldv);
             tern_cuda_force_kernel(oldf);

@@ -80,13 +80,17 @@ TEST(wg_plan_k_split) {
     /* int8 at most cols / 4096 rounded up: 4096 x 14336 -> 4, 4096^2 -> 1 */
     CHECK(plan(1, 4096, 64, 14336, 132, 1, 0, 1).ks == 4);
     CHECK(plan(1, 4096, 64, 4096, 132, 1, 0, 1).ks == 1);
-    /* bf16 at most 4: 4096^2 at M = 64 -> 132 / 32 = 4 */
-    CHECK(plan(0, 4096, 64, 4096, 132, 1, 0, 1).ks == 4);
+    /* bf16 at most 4: 2048 rows (16 tiles) at M = 64 -> 132 / 16 = 8, capped */
+    CHECK(plan(0, 2048, 64, 4096, 132, 1, 0, 1).ks == 4);
+    CHECK(plan(0, 4096, 64, 4096, 132, 1, 0, 1).ks == 4); /* 132 / 32 */
     /* many tiles: bf16 fills the last wave (4608 x 36864, M = 2048: 288
      * tiles, 3 waves unsplit, 5 waves of half the work at ks = 2 with
      * 10 %: 2.75 < 3, ks = 3: 7 / 3 * 1.2 = 2.8) */
     CHECK(plan(0, 4608, 2048, 36864, 132, 1, 0, 1).ks == 2);
     CHECK(plan(1, 4608, 2048, 36864, 132, 1, 0, 1).ks == 1); /* int8 does not split */
+    /* ... nor bf16 when a split would leave < 64 stages: 8192 columns are
+     * 64 bf16 stages (the wave rule alone would take 2 here) */
+    CHECK(plan(0, 4608, 2048, 8192, 132, 1, 0, 1).ks == 1);
     /* forced (bench knob 7KK): that many, at most the stages */
     CHECK(plan(1, 4096, 64, 4096, 132, 1, 2, 1).ks == 2);
     CHECK(plan(1, 300, 40, 5000, 132, 1, 64, 1).ks == kt_of(1, 5000));

@@ -167,6 +167,7 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
 
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
+    tern_cuda_set_config(""); /* until a kernel is chosen */
     if (check_matrix(W, who) < 0) return -1;
     if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
     if (n == 0) return 0;
@@ -246,26 +247,28 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
                                                                                    : 0;
     }
     const int v = tern_cuda_decode_variant_get();
-    tern_cuda_set_config(k1 == 6 ? "gemv_bmma" : k1 == 3 ? "gemv_rows" : k1 == 4 ? "gemv_warp"
-                         : gemv ? "gemv_mma" : "gemm_mma");
     if (k1 == 6) {
+        tern_cuda_set_config("gemv_bmma");
         if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
                               v >= 50000 && v < 70000 ? v : 0, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }
     if (k1 == 3) {
+        tern_cuda_set_config("gemv_rows");
         if (tern_gemv_i8_rows(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
                               v >= 30000 && v < 40000 ? v : 0, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }
     if (k1 == 4) {
+        tern_cuda_set_config("gemv_warp");
         if (tern_gemv_i8_rowscale(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }
     if (gemv) { /* chunks of 16 tokens, ordered on the stream */
+        tern_cuda_set_config("gemv_mma");
         for (int64_t c = 0; c < n; c += 16) {
             TernKArgs b = a;
             b.n = n - c < 16 ? n - c : 16;
@@ -283,9 +286,11 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         return err_set("%s: the wgmma GEMM takes one scale per row (group of %lld columns)", who,
                        (long long)W->group_cols);
     if (g_force == 5 || (g_force == 0 && gu == 0)) {
+        tern_cuda_set_config("wgmma"); /* the launch adds its tile, sets, split */
         if (tern_gemm_wg_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
         return 0;
     }
+    tern_cuda_set_config("gemm_mma");
     if (tern_gemm_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
     return 0;
 }

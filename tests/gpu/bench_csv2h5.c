@@ -7,7 +7,8 @@
  * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
  * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64) and,
  * when the CSV has the column (bench_gpu from 6e90586 on), /bench/config
- * (strings: the ternary kernel the dispatch chose, "" for cuBLAS rows), one
+ * (strings: the ternary kernel the dispatch chose, "" for the cuBLAS and
+ * read-floor rows), one
  * entry per CSV row. */
 #include "core/err.h"
 #include "log/h5log.h"
