@@ -111,6 +111,18 @@ TEST(wg_plan_dependent_launch) {
     CHECK(plan(1, 4096, 8, 4096, 132, 3, 0, 0).pdl == 0);
 }
 
+TEST(wg_plan_bench_knobs) {
+    /* 7KK: split KK; 8KK: split KK with one A set; 800: one set, own split */
+    CHECK(tern_wg_forced_ks(0) == 0 && !tern_wg_forced_one_a(0) && !tern_wg_variant(0));
+    CHECK(tern_wg_forced_ks(700) == 0 && !tern_wg_variant(700));
+    CHECK(tern_wg_forced_ks(701) == 1 && tern_wg_forced_ks(719) == 19 && tern_wg_forced_ks(764) == 64);
+    CHECK(!tern_wg_forced_one_a(719) && tern_wg_variant(719));
+    CHECK(tern_wg_forced_ks(765) == 0 && tern_wg_forced_ks(800) == 0 && tern_wg_forced_one_a(800));
+    CHECK(tern_wg_forced_ks(805) == 5 && tern_wg_forced_one_a(805) && tern_wg_variant(864));
+    CHECK(tern_wg_forced_ks(865) == 0 && !tern_wg_forced_one_a(865) && !tern_wg_variant(865));
+    CHECK(tern_wg_forced_ks(31000) == 0 && !tern_wg_variant(51100)); /* the GEMVs' knobs */
+}
+
 TEST(wg_plan_invariants) {
     /* random shapes: tiles cover the matrix and the tokens, the split stays
      * in 1 .. max(1, min(kt / 4, 64)), n <= 32 takes the smallest tile */

@@ -48,7 +48,6 @@
 #include "cuda/tern_mm.cuh"
 #include "cuda/tern_wg_plan.h"
 
-extern "C" int tern_cuda_decode_variant_get(void);
 
 namespace {
 
@@ -554,9 +553,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
     const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2);
-    const int dv = tern_cuda_decode_variant_get(); /* 7KK / 8KK: K split KK (bench only) */
-    const int64_t forced = (dv >= 701 && dv <= 764) || (dv >= 801 && dv <= 864) ? dv % 100 : 0;
-    tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm, forced, tern_cuda_pdl_get(), &plan);
+    tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm,
+                 tern_wg_forced_ks(tern_cuda_decode_variant_get()), tern_cuda_pdl_get(), &plan);
     const int64_t ks = plan.ks;
     char cfg[96];
     snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d", NT, ONE_A ? 1 : 2, (long long)ks,
@@ -587,10 +585,9 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     int dev, n_sm;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-    const int dv = tern_cuda_decode_variant_get(); /* 8KK: one set for 16 tokens (bench) */
     TernWgPlan p;
     tern_wg_tile(ACT == TACT_I8, a->rows, a->n, a->cols, (int64_t)a->planes * a->kblocks, n_sm,
-                 dv >= 800 && dv <= 864, &p);
+                 tern_wg_forced_one_a(tern_cuda_decode_variant_get()), &p);
     switch (p.nt) {
     case 256: return launch_wg<ACT, 256>(a, p, dev, n_sm, s);
     case 128: return launch_wg<ACT, 128>(a, p, dev, n_sm, s);

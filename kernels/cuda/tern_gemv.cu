@@ -15,6 +15,7 @@
 
 #include "cuda/cuda_util.h"
 #include "cuda/tern_mm.cuh"
+#include "cuda/tern_wg_plan.h"
 
 extern "C" int tern_cuda_decode_variant(int v);
 extern "C" int tern_cuda_decode_variant_get(void);
@@ -27,7 +28,7 @@ int g_variant = 0; /* tern_cuda_decode_variant (bench / development only) */
 template <int ACT, int WN, int GU>
 int by_variant(const TernKArgs *a, cudaStream_t s) {
     using namespace tern_mm;
-    if (g_variant == 0 || (g_variant >= 701 && g_variant <= 864)) /* 7KK / 8KK: the wgmma GEMM's */
+    if (g_variant == 0 || tern_wg_variant(g_variant)) /* 7KK / 8KK: the wgmma GEMM's */
         return launch<ACT, 4, 2, WN, 4, GU, 1>(a, s, 1);
     /* measured alternatives (H200, 2026-11-29; none beat variant 0):
      * 2 = 4 blocks (256 B per row) per stage; 20 = stream-K persistent grid

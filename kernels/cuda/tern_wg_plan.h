@@ -40,6 +40,15 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
 void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_t forced_ks,
                   int pdl_on, TernWgPlan *p);
 
+/* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:
+ * 7KK (701 .. 764) splits K into KK parts, 8KK (801 .. 864) the same with
+ * the one-set kernel for 16 tokens, 800 that kernel with its own split.
+ * tern_wg_variant: v in 701 .. 864 (the other kernels run as with 0);
+ * tern_wg_forced_ks: the split forced (0: none); tern_wg_forced_one_a. */
+int tern_wg_variant(int v);
+int64_t tern_wg_forced_ks(int v);
+int tern_wg_forced_one_a(int v);
+
 #ifdef __cplusplus
 }
 #endif

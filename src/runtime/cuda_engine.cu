@@ -538,12 +538,20 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     return 0;
 }
 
+/* The bytes of a step's inputs in h_in / d_in */
+size_t input_bytes(const StepPlan *p) { return sizeof(int32_t) * (size_t)(5 * p->n + 1 + 2 * p->cnt); }
+
+/* The step's inputs up */
+int upload_inputs(CE *g, const StepPlan *p) {
+    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, input_bytes(p), cudaMemcpyHostToDevice, g->st));
+    return 0;
+}
+
 /* The step's device work: inputs up, then a graph replay, a capture (the
  * second time the same eligible shape comes) or eager launches. */
 int step_launch(CE *g, const StepPlan *p) {
     const int64_t n = p->n, nl = p->nl;
-    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * n + 1 + 2 * p->cnt),
-                               cudaMemcpyHostToDevice, g->st));
+    TRY(upload_inputs(g, p));
     if (p->eligible && g->exec && g->exec_n == n) {
         CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
         g->launches++;
@@ -950,8 +958,7 @@ struct TpGpu {
  * forward shape (tokens, logits, one sequence, graph-eligible) seen for the
  * first time runs twice — once per prompt length when prompts vary. */
 int tp_warm(CE *g, const StepPlan &p) {
-    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, sizeof(int32_t) * (size_t)(5 * p.n + 1 + 2 * p.cnt),
-                               cudaMemcpyHostToDevice, g->st));
+    TRY(upload_inputs(g, &p));
     g->dry = true;
     const int rc = run_device(g, p.n, p.nl, p.one_seq);
     g->dry = false;
@@ -972,8 +979,7 @@ int tp_rank_step(TpGpu *t, int r) {
         return err_set("cuda: cannot select GPU %d", g->gpu);
     }
     if (r > 0) /* (its RoPE table and block-table rows were grown before the step) */
-        memcpy(g->h_in, t->ce[0]->h_in,
-               sizeof(int32_t) * (size_t)(5 * t->plan.n + 1 + 2 * t->plan.cnt));
+        memcpy(g->h_in, t->ce[0]->h_in, input_bytes(&t->plan));
     StepPlan p = t->plan;
     if (r > 0) p.nl = 0; /* logits on rank 0 only */
     if (t->warm) { /* a failed warm-up on any rank: no rank starts the real pass */
