@@ -206,6 +206,7 @@ __global__ void __launch_bounds__(WG_THREADS)
     extern __shared__ uint8_t smem_raw[];
     __shared__ int s_last;
     __shared__ float s_scale[WG_BN], s_sx[NT]; /* the tile's row and token scales */
+    __shared__ float s_rx[I8 ? NT : 1];          /* int8: __frcp_rn of the token scales */
     __shared__ int s_xs[NT];                     /* OFF: sum x per token over this split */
     __shared__ __align__(8) uint64_t s_full[ST]; /* a slot's copies have landed */
     /* 1024-byte aligned base (the swizzle pattern repeats every 1024 bytes) */
@@ -258,13 +259,25 @@ __global__ void __launch_bounds__(WG_THREADS)
                 if (kt0 + p < kt1) issue(p);
     };
     if constexpr (!OFF) first_copies();
-    for (int i = tid; i < WG_BN; i += WG_THREADS)
-        s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
+    /* int8: the epilogue divides by the token scales with div_rn_by where
+     * every scale of the tile allows it (any other: __fdiv_rn throughout) */
+    int slow_div = 0;
+    for (int i = tid; i < WG_BN; i += WG_THREADS) {
+        const float sr = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
+        s_scale[i] = sr;
+        if constexpr (I8) slow_div |= !tern_mm::div_scale_ok(sr, true);
+    }
     if constexpr (I8)
-        for (int i = tid; i < NT; i += WG_THREADS) s_sx[i] = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
+        for (int i = tid; i < NT; i += WG_THREADS) {
+            const float sx = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
+            s_sx[i] = sx;
+            s_rx[i] = __frcp_rn(sx);
+            slow_div |= !tern_mm::div_scale_ok(sx, false);
+        }
     if constexpr (OFF)
         for (int i = tid; i < NT; i += WG_THREADS) s_xs[i] = 0;
-    __syncthreads();
+    if constexpr (I8) slow_div = __syncthreads_or(slow_div);
+    else __syncthreads();
     if constexpr (OFF) first_copies();
 
     /* The A fragments of a stage, decoded from the codes in shared memory (row
@@ -466,29 +479,38 @@ __global__ void __launch_bounds__(WG_THREADS)
         __syncthreads();
     }
     /* d[4j + 2h + e]: weight row 64 wg + 16 q + g + 8h, token 8j + 2t + e;
-     * y as finalize_out computes it, with the scales from shared memory */
+     * y as finalize_out computes it, with the scales from shared memory (the
+     * int8 quotient by div_rn_by: one loop per division, so the fast one has
+     * no branch) */
     using Red = Acc;
     Red *part = reinterpret_cast<Red *>(a.partial);
+    auto epilogue = [&](auto fast_div) {
 #pragma unroll
-    for (int h = 0; h < 2; h++) {
-        const int rl = rA + 8 * h;
-        const int64_t row = row0 + rl;
-        if (row >= a.rows) continue;
+        for (int h = 0; h < 2; h++) {
+            const int rl = rA + 8 * h;
+            const int64_t row = row0 + rl;
+            if (row >= a.rows) continue;
 #pragma unroll
-        for (int j = 0; j < NT / 8; j++)
+            for (int j = 0; j < NT / 8; j++)
 #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                const int tl = 8 * j + 2 * t + e;
-                const int64_t tok = tok0 + tl;
-                if (tok >= a.n) continue;
-                Red v = d[4 * j + 2 * h + e];
-                if constexpr (OFF) v += (d4[4 * j + 2 * h + e] >> 2) - s_xs[tl];
-                if (ksplit > 1) part[((int64_t)split * a.n + tok) * a.rows + row] = v;
-                else if constexpr (I8)
-                    a.y[tok * a.rows + row] = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
-                else a.y[tok * a.rows + row] = s_scale[rl] * v;
-            }
-    }
+                for (int e = 0; e < 2; e++) {
+                    if constexpr (I8 && NT == 32) keep(d); /* else 170 registers, one CTA per SM */
+                    const int tl = 8 * j + 2 * t + e;
+                    const int64_t tok = tok0 + tl;
+                    if (tok >= a.n) continue;
+                    Red v = d[4 * j + 2 * h + e];
+                    if constexpr (OFF) v += (d4[4 * j + 2 * h + e] >> 2) - s_xs[tl];
+                    float *y = a.y + tok * a.rows + row;
+                    if (ksplit > 1) part[((int64_t)split * a.n + tok) * a.rows + row] = v;
+                    else if constexpr (!I8) *y = s_scale[rl] * v;
+                    else if constexpr (decltype(fast_div)::value)
+                        *y = tern_mm::div_rn_by(__fmul_rn(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
+                    else *y = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
+                }
+        }
+    };
+    if (!I8 || ksplit > 1 || !slow_div) epilogue(std::true_type());
+    else if constexpr (I8) epilogue(std::false_type());
     if (ksplit == 1) return;
     __threadfence();
     __syncthreads();

@@ -16,6 +16,11 @@
  * (kernels/cuda/gpu.mk). */
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <atomic>
+#include <thread>
+#include <vector>
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -23,6 +28,7 @@
 #include <string.h>
 
 #include "cuda/tern_cuda.h"
+#include "cuda/tern_mm.cuh"
 extern "C" {
 #include "core/dtype.h"
 #include "core/err.h"
@@ -134,6 +140,27 @@ static double rel_l2(const float *a, const float *ref, size_t n, int *nan_or_mis
 static const char *act_name(int act) { return act == 0 ? "f32" : act == 1 ? "bf16" : "int8"; }
 
 /* One (matrix, n, activation) case: reference once, then each kernel family. */
+/* fn(t0, t1) for slices of the n tokens on all host threads: the CPU
+ * references, whose result for a token does not depend on the others (the
+ * output is the same as one call over all tokens; the device machine's
+ * cores make the full run several times shorter) */
+template <typename F>
+static int par_tokens(int64_t n, F fn) {
+    const int64_t nt = std::min<int64_t>(n, std::max(1u, std::thread::hardware_concurrency()));
+    if (nt <= 1) return fn((int64_t)0, n);
+    std::vector<std::thread> th;
+    std::atomic<int> rc{0};
+    for (int64_t i = 0; i < nt; i++)
+        th.emplace_back([&, i] {
+            if (fn(n * i / nt, n * (i + 1) / nt) < 0) rc = -1;
+        });
+    for (auto &t : th) t.join();
+    return rc;
+}
+
+/* int8 token scales of run_case: 0.5 .. 3.5 unless set (test_i8_scale_range) */
+static float (*g_sx_of)(int64_t t);
+
 static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n, int act,
                      const char *gname) {
     const int64_t rows = W->rows, cols = W->cols;
@@ -155,20 +182,25 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
     }
     if (act == 2) {
         for (int64_t i = 0; i < n * cols; i++) xq[i] = (int8_t)(int)(rnd() % 256 - 128);
-        for (int64_t t = 0; t < n; t++) sx[t] = 0.5f + 3.0f * frand();
-        rc = tern_matmul_i8_ref(W, xq, sx, n, ref);
+        for (int64_t t = 0; t < n; t++) sx[t] = g_sx_of ? g_sx_of(t) : 0.5f + 3.0f * frand();
+        rc = par_tokens(n, [&](int64_t t0, int64_t t1) {
+            return tern_matmul_i8_ref(W, xq + t0 * cols, sx + t0, t1 - t0, ref + t0 * rows);
+        });
     } else {
-        rc = tern_matmul_f32_ref(W, x, n, ref);
-        /* float64 sum of the same terms, for the f32 bound */
-        for (int64_t t = 0; t < n; t++)
-            for (int64_t r = 0; r < rows; r++) {
-                const uint8_t *row = W->codes + r * W->row_bytes;
-                double acc = 0;
-                for (int64_t k = 0; k < cols; k++)
-                    acc += (double)tern_get(row, k) * W->scales[r * W->scale_stride + k / W->group_cols] *
-                           x[t * cols + k];
-                ref64[t * rows + r] = (float)acc;
-            }
+        rc = par_tokens(n, [&](int64_t t0, int64_t t1) {
+            if (tern_matmul_f32_ref(W, x + t0 * cols, t1 - t0, ref + t0 * rows) < 0) return -1;
+            /* float64 sum of the same terms, for the f32 bound */
+            for (int64_t t = t0; t < t1; t++)
+                for (int64_t r = 0; r < rows; r++) {
+                    const uint8_t *row = W->codes + r * W->row_bytes;
+                    double acc = 0;
+                    for (int64_t k = 0; k < cols; k++)
+                        acc += (double)tern_get(row, k) * W->scales[r * W->scale_stride + k / W->group_cols] *
+                               x[t * cols + k];
+                    ref64[t * rows + r] = (float)acc;
+                }
+            return 0;
+        });
     }
     if (rc < 0) {
         report(false, "reference failed: %s", err_msg());
@@ -292,7 +324,9 @@ static void forced_variants(const char *what, int kern, const Shape2 *shapes, in
                   *got = (float *)malloc((size_t)(n * rows) * 4);
             for (int64_t i = 0; i < n * cols; i++) xq[i] = (int8_t)(int)(rnd() % 256 - 128);
             for (int64_t t = 0; t < n; t++) sx[t] = 0.5f + 3.0f * frand();
-            int rc = tern_matmul_i8_ref(&W, xq, sx, n, ref);
+            int rc = par_tokens(n, [&](int64_t t0, int64_t t1) {
+                return tern_matmul_i8_ref(&W, xq + t0 * cols, sx + t0, t1 - t0, ref + t0 * rows);
+            });
             GBuf dx = gbuf((size_t)(n * cols), 1), dy = gbuf((size_t)(n * rows) * 4, 4),
                  dsx = gbuf((size_t)n * 4, 4);
             CK(cudaMemcpy(dx.ptr(), xq, dx.bytes, cudaMemcpyHostToDevice));
@@ -407,6 +441,122 @@ static void test_wg_big_tiles(void) {
     const int oldv = tern_cuda_decode_variant(702);
     run_case(&W, &dW, 300, 1, "row");
     tern_cuda_decode_variant(oldv);
+    tern_cuda_free(&dW);
+    tern_free(&W);
+}
+
+/* tern_mm::div_rn_by (the int8 epilogues' division) against __fdiv_rn, bit
+ * for bit, over the range where callers take it (div_scale_ok): random
+ * signs, exponents and mantissas of p and s, exact quotients (p = k s),
+ * quotients next to ties (p = (q +- half an ulp) s rounded), zeros, and the
+ * range's ends. */
+__global__ void div_rn_kernel(const float *p, const float *s, int64_t n, unsigned *bad) {
+    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x) {
+        const float q = tern_mm::div_rn_by(p[i], s[i], __frcp_rn(s[i]));
+        const float want = __fdiv_rn(p[i], s[i]);
+        if (__float_as_uint(q) != __float_as_uint(want)) atomicAdd(bad, 1u);
+    }
+}
+__global__ void div_ok_kernel(const float *s, int n, int *ok) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) ok[i] = (int)tern_mm::div_scale_ok(s[i], false) + 2 * (int)tern_mm::div_scale_ok(s[i], true);
+}
+static float rand_exp_float(int lo, int hi) { /* random sign and mantissa, exponent in [lo, hi) */
+    const float m = 1.0f + (float)(rnd() & 0x7fffff) / 8388608.0f;
+    const float v = ldexpf(m, lo + (int)(rnd() % (uint32_t)(hi - lo)));
+    return rnd() & 1 ? -v : v;
+}
+static void test_div_rn(void) {
+    const int64_t N = 1 << 24;
+    float *p = (float *)malloc(N * 4), *s = (float *)malloc(N * 4);
+    for (int64_t i = 0; i < N; i++) {
+        s[i] = rand_exp_float(-32, 32); /* |s| in [2^-32, 2^32) */
+        switch (i % 6) {
+        case 0: case 1: p[i] = rand_exp_float(-32, 63); break; /* |p| in [2^-32, 2^63) */
+        case 2: { /* p = s_row * an int32 sum, as the GEMM forms it */
+            const float sr = rand_exp_float(-32, 32);
+            const int v = (int)(rnd() >> (rnd() % 31)) * (rnd() & 1 ? 1 : -1);
+            p[i] = sr * (float)(v ? v : 1);
+            if (fabsf(p[i]) < 0x1p-32f || fabsf(p[i]) >= 0x1p63f) p[i] = 1.0f;
+            break;
+        }
+        case 3: p[i] = (float)(int)(rnd() % 20001 - 10000) * s[i]; break; /* exact, or rounded */
+        case 4: { /* next to a tie: q + half an ulp, times s */
+            const float q = fabsf(rand_exp_float(-60, 90));
+            const float h = nextafterf(q, INFINITY) - q;
+            p[i] = (double)(q + 0.5 * h) * s[i] * (rnd() & 1 ? 1.0 : 1.0000001);
+            if (fabsf(p[i]) < 0x1p-32f || fabsf(p[i]) >= 0x1p63f) p[i] = 3.0f;
+            break;
+        }
+        default: p[i] = i % 12 == 5 ? 0.0f : -0.0f; break;
+        }
+    }
+    const float ends[] = {0x1p-32f, -0x1p-32f, 0x1p32f, -0x1p32f};
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            s[64 * i + j] = ends[i];
+            p[64 * i + j] = j == 0 ? 0x1p-32f : j == 1 ? -0x1.fffffep62f : j == 2 ? 0x1.234568p40f : 7.0f;
+        }
+    GBuf dp = gbuf((size_t)N * 4, 4), ds = gbuf((size_t)N * 4, 4), db = gbuf(4, 4);
+    CK(cudaMemcpy(dp.ptr(), p, N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(ds.ptr(), s, N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(db.ptr(), 0, 4));
+    div_rn_kernel<<<1024, 256>>>((const float *)dp.ptr(), (const float *)ds.ptr(), N, (unsigned *)db.ptr());
+    unsigned bad = 1;
+    CK(cudaMemcpy(&bad, db.ptr(), 4, cudaMemcpyDeviceToHost));
+    report(bad == 0 && guards_ok(dp) && guards_ok(ds), "div_rn_by vs __fdiv_rn: %u of %lld quotients differ",
+           bad, (long long)N);
+    /* the range check: 1 = ok as a token scale, 3 = also as a row scale */
+    const float sv[] = {0x1p-32f, 0x1p32f, -0x1p32f, 1.0f, 0.0f, -0.0f, nextafterf(0x1p-32f, 0.0f),
+                        nextafterf(0x1p32f, INFINITY), INFINITY, NAN, 1e-40f};
+    const int want[] = {3, 3, 3, 3, 2, 2, 0, 0, 0, 0, 0};
+    const int ns = (int)(sizeof sv / sizeof sv[0]);
+    int got[16] = {0};
+    GBuf dsv = gbuf(sizeof sv, 4), dok = gbuf(sizeof got, 4);
+    CK(cudaMemcpy(dsv.ptr(), sv, sizeof sv, cudaMemcpyHostToDevice));
+    div_ok_kernel<<<1, 32>>>((const float *)dsv.ptr(), ns, (int *)dok.ptr());
+    CK(cudaMemcpy(got, dok.ptr(), ns * 4, cudaMemcpyDeviceToHost));
+    int wrong = 0;
+    for (int i = 0; i < ns; i++) wrong += got[i] != want[i];
+    report(wrong == 0, "div_scale_ok: %d of %d scales classified wrongly", wrong, ns);
+    gfree(dp);
+    gfree(ds);
+    gfree(db);
+    gfree(dsv);
+    gfree(dok);
+    free(p);
+    free(s);
+}
+
+/* int8 with scales at and past the ends of div_rn_by's range: every kernel
+ * bit-identical to the reference, whether a tile divides with div_rn_by
+ * (row scales 0, 2^-32, 2^32; token scales 2^-32, 2^32) or falls back to
+ * __fdiv_rn (a row scale of 1e-13, a token scale of 1e-11 or 1e11). */
+static float sx_ends(int64_t t) { return t % 5 == 1 ? 0x1p-32f : t % 5 == 3 ? 0x1p32f : 0.75f + 0.01f * (float)(t % 7); }
+static float sx_outside(int64_t t) { return t == 5 ? 1e-11f : t == 40 ? 1e11f : 1.5f; }
+static void test_i8_scale_range(void) {
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    if (make_matrix(300, 700, QG_ROW, &W) < 0) {
+        report(false, "scale range: %s", err_msg());
+        return;
+    }
+    const int64_t ss = W.scale_stride;
+    W.scales[0 * ss] = 0.0f;
+    W.scales[2 * ss] = 0x1p-32f;
+    W.scales[3 * ss] = 0x1p32f;
+    W.scales[130 * ss] = 1e-13f; /* the second 128-row tile: __fdiv_rn */
+    if (tern_cuda_upload(&W, &dW) < 0) {
+        report(false, "scale range upload: %s", err_msg());
+        tern_free(&W);
+        return;
+    }
+    const int64_t ns[] = {1, 9, 17, 64, 300};
+    for (int k = 0; k < 2; k++) {
+        g_sx_of = k == 0 ? sx_ends : sx_outside;
+        for (int64_t n : ns) run_case(&W, &dW, n, 2, k == 0 ? "row, scales at the ends" : "row, scales outside");
+    }
+    g_sx_of = nullptr;
     tern_cuda_free(&dW);
     tern_free(&W);
 }
@@ -559,6 +709,8 @@ int main(int argc, char **argv) {
             tern_cuda_free(&dW);
             tern_free(&W);
         }
+    test_div_rn();
+    test_i8_scale_range();
     test_dense();
     test_bmma_grid();
     test_wg_splits();
