@@ -121,6 +121,9 @@ TEST(wg_plan_bench_knobs) {
     CHECK(tern_wg_forced_ks(805) == 5 && tern_wg_forced_one_a(805) && tern_wg_variant(864));
     CHECK(tern_wg_forced_ks(865) == 0 && !tern_wg_forced_one_a(865) && !tern_wg_variant(865));
     CHECK(tern_wg_forced_ks(31000) == 0 && !tern_wg_variant(51100)); /* the GEMVs' knobs */
+    CHECK(tern_wg_variant(900) && tern_wg_direct_y(900) && tern_wg_forced_ks(900) == 0 &&
+          !tern_wg_forced_one_a(900));
+    CHECK(!tern_wg_direct_y(0) && !tern_wg_direct_y(899) && !tern_wg_direct_y(901) && !tern_wg_variant(901));
 }
 
 TEST(wg_plan_invariants) {

@@ -23,10 +23,13 @@
  * through shared memory.
  *
  * int8 accumulates exact s32 sums (y = s_row * sum / s_tok, bit-identical to
- * tern_matmul_i8_ref); bf16 (f32 = three bf16 planes stacked along the rows
- * of the activation tensor) accumulates f32.  Small grids split K; the
- * partials are reduced in split order (tern_mm.cuh), so results do not
- * depend on the schedule.
+ * tern_matmul_i8_ref; the quotient by tern_mm::div_rn_by, not div.rn, whose
+ * slow-path checks cost 15-20 % at M = 2048); bf16 (f32 = three bf16 planes
+ * stacked along the rows of the activation tensor) accumulates f32.  Tiles
+ * of >= 64 tokens without a K split stage y in shared memory and store it
+ * with the copy engine (2-5 % at M = 2048 over direct stores).  Small grids
+ * split K; the partials are reduced in split order (tern_mm.cuh), so results
+ * do not depend on the schedule.
  *
  * Versions (H200, 2026-11-29; NOTES.md): the mma.sync kernel of tern_mm.cuh
  * (tern_gemm.cu, kept for grouped scales) runs near 530 int8 TOPS; the
@@ -62,6 +65,11 @@ struct WgCfg {
     static constexpr int X_BYTES = NT * 256;           /* two 128-byte swizzle columns */
     static constexpr int SLOT = X_BYTES + WG_CBYTES;   /* a multiple of 1024 */
     static constexpr int SMEM = ST * SLOT + 1024;      /* + alignment */
+    /* the staged epilogue (tma_y) for tiles of >= 64 tokens: in the smaller
+     * kernels it costs registers (3 -> 2 CTAs per SM for 16 tokens) and
+     * their grids split K anyway */
+    static constexpr bool TMA_Y = NT >= 64;
+    static_assert(!TMA_Y || ST * SLOT >= WG_BN * NT * 4, "the staged tile fits in the slots");
     static_assert(SLOT % 1024 == 0, "swizzle atoms need 1024-byte alignment");
 };
 
@@ -187,7 +195,8 @@ WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k
 template <int ACT, int NT, bool ONE_A>
 __global__ void __launch_bounds__(WG_THREADS)
     tern_gemm_wg_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
-                        const __grid_constant__ CUtensorMap tmc) {
+                        const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
+                        int tma_y) {
     using C_ = WgCfg<NT>;
     constexpr bool I8 = ACT == TACT_I8;
     constexpr int ST = C_::ST, ND = NT / 2; /* accumulators per thread */
@@ -481,15 +490,20 @@ __global__ void __launch_bounds__(WG_THREADS)
     /* d[4j + 2h + e]: weight row 64 wg + 16 q + g + 8h, token 8j + 2t + e;
      * y as finalize_out computes it, with the scales from shared memory (the
      * int8 quotient by div_rn_by: one loop per division, so the fast one has
-     * no branch) */
+     * no branch).  Written either straight to y (4 rows x 8 tokens per warp
+     * store) or, where the launch gave a tensor map of y (tma_y), into
+     * shared memory as 4 boxes of 32 rows x NT tokens (128-byte swizzle:
+     * conflict-free here) that the copy engine stores (outside y: clipped),
+     * so the CTA is not held by 64 - 128 scattered stores per thread. */
     using Red = Acc;
     Red *part = reinterpret_cast<Red *>(a.partial);
-    auto epilogue = [&](auto fast_div) {
+    auto epilogue = [&](auto fast_div, auto staged_c) {
+        constexpr bool staged = decltype(staged_c)::value;
 #pragma unroll
         for (int h = 0; h < 2; h++) {
             const int rl = rA + 8 * h;
             const int64_t row = row0 + rl;
-            if (row >= a.rows) continue;
+            if (!staged && row >= a.rows) continue;
 #pragma unroll
             for (int j = 0; j < NT / 8; j++)
 #pragma unroll
@@ -497,20 +511,46 @@ __global__ void __launch_bounds__(WG_THREADS)
                     if constexpr (I8 && NT == 32) keep(d); /* else 170 registers, one CTA per SM */
                     const int tl = 8 * j + 2 * t + e;
                     const int64_t tok = tok0 + tl;
-                    if (tok >= a.n) continue;
+                    if (!staged && tok >= a.n) continue;
                     Red v = d[4 * j + 2 * h + e];
                     if constexpr (OFF) v += (d4[4 * j + 2 * h + e] >> 2) - s_xs[tl];
-                    float *y = a.y + tok * a.rows + row;
-                    if (ksplit > 1) part[((int64_t)split * a.n + tok) * a.rows + row] = v;
-                    else if constexpr (!I8) *y = s_scale[rl] * v;
+                    if (!staged && ksplit > 1) {
+                        part[((int64_t)split * a.n + tok) * a.rows + row] = v;
+                        continue;
+                    }
+                    float y;
+                    if constexpr (!I8) y = s_scale[rl] * v;
                     else if constexpr (decltype(fast_div)::value)
-                        *y = tern_mm::div_rn_by(__fmul_rn(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
-                    else *y = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
+                        y = tern_mm::div_rn_by(__fmul_rn(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
+                    else y = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
+                    if constexpr (staged) {
+                        const int r = rl & 31;
+                        *reinterpret_cast<float *>(smem + (rl >> 5) * (NT * 128) + tl * 128 +
+                                                   (((r >> 2) ^ (tl & 7)) << 4) + (r & 3) * 4) = y;
+                    } else {
+                        a.y[tok * a.rows + row] = y;
+                    }
                 }
         }
     };
-    if (!I8 || ksplit > 1 || !slow_div) epilogue(std::true_type());
-    else if constexpr (I8) epilogue(std::false_type());
+    const bool fast = !I8 || ksplit > 1 || !slow_div;
+    if (WgCfg<NT>::TMA_Y && tma_y) {
+        __syncthreads(); /* both warpgroups are done with the slots */
+        if (fast) epilogue(std::true_type(), std::true_type());
+        else if constexpr (I8) epilogue(std::false_type(), std::true_type());
+        tern_mbar::fence_async_smem();
+        __syncthreads();
+        if (tid == 0) {
+#pragma unroll
+            for (int b = 0; b < WG_BN / 32; b++)
+                tern_mbar::tma_store_2d(&tmy, (int)row0 + 32 * b, (int)tok0, smem_s + b * (NT * 128));
+            tern_mbar::store_commit();
+            tern_mbar::store_wait_read();
+        }
+        return;
+    }
+    if (fast) epilogue(std::true_type(), std::false_type());
+    else if constexpr (I8) epilogue(std::false_type(), std::false_type());
     if (ksplit == 1) return;
     __threadfence();
     __syncthreads();
@@ -578,10 +618,6 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm,
                  tern_wg_forced_ks(tern_cuda_decode_variant_get()), tern_cuda_pdl_get(), &plan);
     const int64_t ks = plan.ks;
-    char cfg[96];
-    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d", NT, ONE_A ? 1 : 2, (long long)ks,
-             plan.pdl);
-    tern_cuda_set_config(cfg);
     if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, gx * gy, &a.partial, &a.counters) < 0) return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;
@@ -590,15 +626,29 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     if ((int64_t)a.planes * a.n > 0x7fffffff || a.cols > 0x7fffffff || a.row_bytes > 0x7fffffff)
         return err_set("tern_gemm_wg: %lld tokens x %lld columns is too large for one launch",
                        (long long)a.n, (long long)a.cols);
-    CUtensorMap tmx, tmc;
+    CUtensorMap tmx, tmc, tmy;
+    /* y through shared memory and the copy engine (the kernel's epilogue)
+     * where a tensor map can describe it: no K split, rows a multiple of 4
+     * (16-byte row stride), 16-byte aligned */
+    const int tma_y = C_::TMA_Y && ks == 1 && a.rows % 4 == 0 && a.rows <= 0x7fffffff && a.n <= 0x7fffffff &&
+                      ((uintptr_t)a.y & 15) == 0 && !tern_wg_direct_y(tern_cuda_decode_variant_get());
+    memset(&tmy, 0, sizeof tmy);
+    if (tma_y && encode_2d(&tmy, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.y, (uint64_t)a.rows, (uint64_t)a.n,
+                           (uint64_t)a.rows * 4, 32, NT, CU_TENSOR_MAP_SWIZZLE_128B) < 0)
+        return -1;
     if (encode_2d(&tmx, ACT == TACT_I8 ? CU_TENSOR_MAP_DATA_TYPE_UINT8 : CU_TENSOR_MAP_DATA_TYPE_BFLOAT16,
                   a.x, (uint64_t)a.cols, (uint64_t)(a.planes * a.n), (uint64_t)(a.ldx * esz),
                   128 / esz, NT, CU_TENSOR_MAP_SWIZZLE_128B) < 0 ||
         encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
+    char cfg[96];
+    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d", NT, ONE_A ? 1 : 2,
+             (long long)ks, plan.pdl, tma_y);
+    tern_cuda_set_config(cfg);
     return tern_launch_ex("tern_gemm_wg_kernel", kern, dim3((unsigned)gx, (unsigned)gy, (unsigned)ks),
-                          dim3(WG_THREADS), (size_t)C_::SMEM, s, plan.pdl != 0, a, (int)ks, tmx, tmc);
+                          dim3(WG_THREADS), (size_t)C_::SMEM, s, plan.pdl != 0, a, (int)ks, tmx, tmc, tmy,
+                          tma_y);
 }
 
 /* the tile and kernel by tern_wg_tile (tern_wg_plan.c) */

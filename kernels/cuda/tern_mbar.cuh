@@ -56,6 +56,25 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                  : "memory");
 }
 
+/* shared-memory writes of this thread made visible to the copy engine (before
+ * a barrier and a tma_store_2d of them) */
+__device__ __forceinline__ void fence_async_smem() {
+    asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+}
+/* box at (c0 inner, c1 outer) of a 2-D tensor map from shared memory (the
+ * parts outside the tensor are not written); a bulk group per store_commit */
+__device__ __forceinline__ void tma_store_2d(const void *map, int c0, int c1, uint32_t src) {
+    asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n" ::"l"(
+                     reinterpret_cast<uint64_t>(map)),
+                 "r"(c0), "r"(c1), "r"(src)
+                 : "memory");
+}
+__device__ __forceinline__ void store_commit() { asm volatile("cp.async.bulk.commit_group;\n" ::: "memory"); }
+/* waits until the committed stores have read their shared memory */
+__device__ __forceinline__ void store_wait_read() {
+    asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+}
+
 } // namespace tern_mbar
 
 #endif

@@ -72,11 +72,12 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
     p->pdl = 0;
 }
 
-int tern_wg_variant(int v) { return v >= 701 && v <= 864; }
+int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || v == 900; }
 int64_t tern_wg_forced_ks(int v) {
     return (v >= 701 && v <= 764) || (v >= 801 && v <= 864) ? v % 100 : 0;
 }
 int tern_wg_forced_one_a(int v) { return v >= 800 && v <= 864; }
+int tern_wg_direct_y(int v) { return v == 900; }
 
 /* A programmatic dependent launch overlaps the grid's start with the
  * previous kernel's end (4096 x 4096 at 8 tokens: 7.8 -> 6.9 us), but its

@@ -42,12 +42,15 @@ void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_
 
 /* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:
  * 7KK (701 .. 764) splits K into KK parts, 8KK (801 .. 864) the same with
- * the one-set kernel for 16 tokens, 800 that kernel with its own split.
- * tern_wg_variant: v in 701 .. 864 (the other kernels run as with 0);
- * tern_wg_forced_ks: the split forced (0: none); tern_wg_forced_one_a. */
+ * the one-set kernel for 16 tokens, 800 that kernel with its own split, 900
+ * the epilogue's direct stores instead of the staged copy-engine store.
+ * tern_wg_variant: v in 701 .. 864 or 900 (the other kernels run as with
+ * 0); tern_wg_forced_ks: the split forced (0: none); tern_wg_forced_one_a;
+ * tern_wg_direct_y. */
 int tern_wg_variant(int v);
 int64_t tern_wg_forced_ks(int v);
 int tern_wg_forced_one_a(int v);
+int tern_wg_direct_y(int v);
 
 #ifdef __cplusplus
 }

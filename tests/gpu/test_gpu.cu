@@ -393,14 +393,16 @@ static void test_wg_splits(void) {
 /* The wgmma GEMM's large token tiles (128 and 256 tokens, chosen from 66
  * row tiles on — with up to 134 SMs — so the shapes above never reach
  * them): 67 row tiles, partial token tiles, 9 / 18 stages (int8 / bf16:
- * the slot ring wraps, with and without forced K splits); int8
- * bit-identical, f32 and bf16 against the reference (run_case, every
+ * the slot ring wraps, with and without forced K splits); the epilogue
+ * staged for the copy engine (one split: the last row and token tiles
+ * partial, clipped by the store) and direct (variant 900, and the splits);
+ * int8 bit-identical, f32 and bf16 against the reference (run_case, every
  * kernel family). */
 static void test_wg_big_tiles(void) {
     const Shape2 shapes[] = {{8500, 2056}};
     const int64_t ns[] = {100, 129, 300};
-    const int variants[] = {0, 702, 703};
-    forced_variants("gemm_wgmma big tiles", 5, shapes, 1, ns, 3, variants, 3);
+    const int variants[] = {0, 702, 703, 900}; /* 900: the epilogue's direct stores */
+    forced_variants("gemm_wgmma big tiles", 5, shapes, 1, ns, 3, variants, 4);
     TernaryMatrix W;
     TernCudaMatrix dW;
     if (make_matrix(shapes[0].rows, shapes[0].cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
@@ -423,8 +425,9 @@ static void test_wg_big_tiles(void) {
                                                nn[i], (float *)dy.ptr(), 0);
             CK(cudaDeviceSynchronize());
             const char *cfg = tern_cuda_last_config();
-            if (n_sm <= 134)
-                report(rc == 0 && !strncmp(cfg, want[i], strlen(want[i])),
+            if (n_sm <= 134) /* ... and the staged epilogue (one K split, 8500 rows) */
+                report(rc == 0 && !strncmp(cfg, want[i], strlen(want[i])) && strstr(cfg, " ks=1 ") &&
+                           strstr(cfg, "tma_y=1"),
                        "big tiles n=%lld on %d SMs: the dispatch chose \"%s\"", (long long)nn[i],
                        n_sm, cfg);
             else
@@ -438,9 +441,11 @@ static void test_wg_big_tiles(void) {
     run_case(&W, &dW, 100, 1, "row"); /* 128-token tiles */
     run_case(&W, &dW, 300, 1, "row"); /* 256-token tiles, the second one partial */
     run_case(&W, &dW, 129, 0, "row"); /* f32: three bf16 planes */
-    const int oldv = tern_cuda_decode_variant(702);
-    run_case(&W, &dW, 300, 1, "row");
-    tern_cuda_decode_variant(oldv);
+    for (int v : {702, 900}) {
+        const int oldv = tern_cuda_decode_variant(v);
+        run_case(&W, &dW, 300, 1, "row");
+        tern_cuda_decode_variant(oldv);
+    }
     tern_cuda_free(&dW);
     tern_free(&W);
 }
@@ -530,7 +535,8 @@ static void test_div_rn(void) {
 
 /* int8 with scales at and past the ends of div_rn_by's range: every kernel
  * bit-identical to the reference, whether a tile divides with div_rn_by
- * (row scales 0, 2^-32, 2^32; token scales 2^-32, 2^32) or falls back to
+ * (row scales 0 (a row of zero codes), 2^-32, 2^32; token scales 2^-32,
+ * 2^32) or falls back to
  * __fdiv_rn (a row scale of 1e-13, a token scale of 1e-11 or 1e11). */
 static float sx_ends(int64_t t) { return t % 5 == 1 ? 0x1p-32f : t % 5 == 3 ? 0x1p32f : 0.75f + 0.01f * (float)(t % 7); }
 static float sx_outside(int64_t t) { return t == 5 ? 1e-11f : t == 40 ? 1e11f : 1.5f; }
@@ -542,6 +548,11 @@ static void test_i8_scale_range(void) {
         return;
     }
     const int64_t ss = W.scale_stride;
+    /* a zero scale on a row of zero codes (as a row that ternarised to all
+     * zeros gets): the reference sums 0.0f + s * d, which is +0 also where
+     * the GPU's s * d is -0 (a zero scale on nonzero codes: bit-different
+     * zeros in every kernel, the old ones included) */
+    memset(W.codes, TERN_BYTE_ZERO, (size_t)W.row_bytes);
     W.scales[0 * ss] = 0.0f;
     W.scales[2 * ss] = 0x1p-32f;
     W.scales[3 * ss] = 0x1p32f;
