@@ -390,9 +390,9 @@ static void test_wg_splits(void) {
     forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 9);
 }
 
-/* The wgmma GEMM's large token tiles (128 and 256 tokens, chosen from 66
- * row tiles on — with up to 134 SMs — so the shapes above never reach
- * them): 67 row tiles, partial token tiles, 9 / 18 stages (int8 / bf16:
+/* The wgmma GEMM's large token tiles (128 and 256 tokens, the kernels with
+ * a producer warpgroup; chosen from 66 row tiles on — with up to 134 SMs —
+ * so the shapes above never reach them): 67 row tiles, partial token tiles, 9 / 18 stages (int8 / bf16:
  * the slot ring wraps, with and without forced K splits); the epilogue
  * staged for the copy engine (one split: the last row and token tiles
  * partial, clipped by the store) and direct (variant 900, and the splits);
@@ -425,9 +425,9 @@ static void test_wg_big_tiles(void) {
                                                nn[i], (float *)dy.ptr(), 0);
             CK(cudaDeviceSynchronize());
             const char *cfg = tern_cuda_last_config();
-            if (n_sm <= 134) /* ... and the staged epilogue (one K split, 8500 rows) */
+            if (n_sm <= 134) /* ... the staged epilogue (one K split, 8500 rows), the producer */
                 report(rc == 0 && !strncmp(cfg, want[i], strlen(want[i])) && strstr(cfg, " ks=1 ") &&
-                           strstr(cfg, "tma_y=1"),
+                           strstr(cfg, "tma_y=1") && strstr(cfg, "pw=1"),
                        "big tiles n=%lld on %d SMs: the dispatch chose \"%s\"", (long long)nn[i],
                        n_sm, cfg);
             else
