@@ -18,8 +18,8 @@
  * n, rows past rows).  Per stage kt (two A register sets): wgmmas of kt
  * (asynchronous) | wait for kt - 1's | one barrier | copies of kt + ST - 1
  * into kt - 1's slot | fragments of kt + 1 into kt - 1's register set
- * while kt's run (one A set: see the ONE_A loop).  Tiles of 128 / 256
- * tokens (and int8 of 64) have a producer warpgroup instead (PW): one thread issues every
+ * while kt's run (one A set: see the ONE_A loop).  Tiles of 64 - 256
+ * tokens have a producer warpgroup instead (PW): one thread issues every
  * stage's copies as soon as the 8 consumer warps have released the slot
  * (an mbarrier per slot), and the consumers never meet at a barrier in the
  * loop: at M = 2048, bf16 0.86-0.91x -> 0.93-1.00x cuBLAS BF16 on the
@@ -596,7 +596,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
 }
 
 /* The kernels: 256 consumer threads that also issue the copies (tiles of
- * <= 32 tokens, bf16 of 64), or the same with a producer warpgroup (PW: 384
+ * <= 32 tokens), or the same with a producer warpgroup (PW: 384
  * threads, 168 registers each at launch; the producer gives up all but 40,
  * the consumers take 232: one producer warp with 224-register consumers
  * does not fit, each SM sub-partition's 16K registers would hold 3 warps) */
@@ -716,15 +716,15 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     TernWgPlan p;
     tern_wg_tile(ACT == TACT_I8, a->rows, a->n, a->cols, (int64_t)a->planes * a->kblocks, n_sm,
                  tern_wg_forced_one_a(tern_cuda_decode_variant_get()), &p);
-    /* the producer warpgroup where the kernel holds one CTA per SM either
-     * way (int8 from 64 tokens: 3-14 % at M = 64 / 256, H200, same run);
-     * bf16 tiles of 64 and all of <= 32 tokens keep their 2 - 3 CTAs per SM */
+    /* the producer warpgroup from 64 tokens on (one CTA per SM; H200, same
+     * run: int8 64-token tiles 3-14 % faster at M = 64 / 256, bf16 6-21 %
+     * on four shapes, 7 % slower on 36864 x 4608 M = 64, where the two CTAs
+     * per SM of the kernel without it fit its 288 tiles in one wave); tiles
+     * of <= 32 tokens keep their 2 - 3 CTAs per SM */
     switch (p.nt) {
     case 256: return launch_wg<ACT, 256, false, true>(a, p, dev, n_sm, s);
     case 128: return launch_wg<ACT, 128, false, true>(a, p, dev, n_sm, s);
-    case 64:
-        if constexpr (ACT == TACT_I8) return launch_wg<ACT, 64, false, true>(a, p, dev, n_sm, s);
-        else return launch_wg<ACT, 64>(a, p, dev, n_sm, s);
+    case 64: return launch_wg<ACT, 64, false, true>(a, p, dev, n_sm, s);
     case 32: return launch_wg<ACT, 32>(a, p, dev, n_sm, s);
     default: break;
     }
