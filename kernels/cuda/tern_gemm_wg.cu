@@ -23,7 +23,8 @@
  * stage's copies as soon as the 8 consumer warps have released the slot
  * (an mbarrier per slot), and the consumers never meet at a barrier in the
  * loop: at M = 2048, bf16 0.86-0.91x -> 0.93-1.00x cuBLAS BF16 on the
- * K = 4096 / 14336 shapes (H200, same run; int8 unchanged).  Each
+ * K = 4096 / 14336 shapes (H200, same run; int8 there within 1.5 %, int8
+ * at 64 - 256 tokens 3-27 % faster).  Each
  * code is decoded once per CTA and feeds NT tokens; the weights never pass
  * through shared memory.
  *
@@ -62,6 +63,11 @@ namespace {
 constexpr int WG_BN = TERN_WG_ROWS;     /* weight rows per CTA: 2 warpgroups x 64 */
 constexpr int WG_THREADS = 256;
 constexpr int WG_CBYTES = WG_BN * 64;   /* codes of one stage (one 64-byte block per row) */
+/* the producer warpgroup's kernels (PW): 384 threads launched with 168
+ * registers each; setmaxnreg moves them to 40 (producer) and 232 (the two
+ * consumer warpgroups), which needs the whole pool: 40 x 128 + 232 x 256 =
+ * 168 x 384 (launch_wg checks the compiled count) */
+constexpr int PW_THREADS = WG_THREADS + 128, PW_PRODUCER_REGS = 40, PW_CONSUMER_REGS = 232;
 
 template <int NT> /* tokens per CTA: the wgmma N */
 struct WgCfg {
@@ -247,8 +253,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
     const int SPP = (int)a.kblocks * SPB, KT = a.planes * SPP;
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
 
-    /* thread 0 issues a stage's copies: two 128-byte halves of activations
-     * and the codes of its block */
+    /* thread 0 (PW: thread 256, the producer) issues a stage's copies: two
+     * 128-byte halves of activations and the codes of its block */
     int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
     auto issue = [&](int slot) {
         const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
@@ -305,7 +311,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
     if constexpr (PW) { /* registers move from the producer warpgroup to the consumers */
         if (tid >= WG_THREADS) { /* the producer: stage j into slot (j - kt0) % ST once the
                                   * consumers released its previous use */
-            asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+            asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS) : "memory");
             if (tid == WG_THREADS)
                 for (int j = kt0, sl = 0, use = 0; j < kt1; j++) {
                     if (use > 0) tern_mbar::wait(empty_s + 8 * sl, (use - 1) & 1);
@@ -314,7 +320,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
                 }
             return;
         }
-        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS) : "memory");
     }
 
     /* The A fragments of a stage, decoded from the codes in shared memory (row
@@ -553,8 +559,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
                     float y;
                     if constexpr (!I8) y = s_scale[rl] * v;
                     else if constexpr (decltype(fast_div)::value)
-                        y = tern_mm::div_rn_by(__fmul_rn(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
-                    else y = __fdiv_rn(__fmul_rn(s_scale[rl], (float)v), s_sx[tl]);
+                        y = tern_mm::div_rn_by(tern_i8_acc(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
+                    else y = __fdiv_rn(tern_i8_acc(s_scale[rl], (float)v), s_sx[tl]);
                     if constexpr (staged) {
                         const int r = rl & 31;
                         *reinterpret_cast<float *>(smem + (rl >> 5) * (NT * 128) + tl * 128 +
@@ -608,7 +614,7 @@ __global__ void __launch_bounds__(WG_THREADS)
     wg_gemm<ACT, NT, ONE_A, false>(a, ksplit, tmx, tmc, tmy, tma_y);
 }
 template <int ACT, int NT>
-__global__ void __launch_bounds__(WG_THREADS + 128, 1)
+__global__ void __launch_bounds__(PW_THREADS, 1)
     tern_gemm_wg_pw_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
                            const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
                            int tma_y) {
@@ -650,7 +656,7 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT>;
         else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
     }();
-    constexpr int threads = PW ? WG_THREADS + 128 : WG_THREADS;
+    constexpr int threads = PW ? PW_THREADS : WG_THREADS;
     /* the shared-memory attribute is per function and device; CTAs per SM,
      * 0 = not set yet (one thread per GPU under tensor parallelism) */
     static std::atomic<int> per_sm_of[64];
@@ -659,6 +665,16 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     if (per_sm == 0) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, C_::SMEM));
+        if (PW) { /* fewer registers at launch than setmaxnreg hands out: the consumers would wait
+                   * for them forever */
+            cudaFuncAttributes fa;
+            CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
+            if (fa.numRegs * PW_THREADS < PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS)
+                return err_set("tern_gemm_wg: the producer kernel was compiled with %d registers per "
+                               "thread; setmaxnreg needs %d",
+                               fa.numRegs,
+                               (PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS) / PW_THREADS);
+        }
         if (per_sm < 1)
             return err_set("tern_gemm_wg: a %d-thread CTA with %d bytes of shared memory does not "
                            "fit on this GPU",

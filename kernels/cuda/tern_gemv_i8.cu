@@ -81,7 +81,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) {
             /* the reference: acc = 0 + s * (float)D; y = acc / sx */
-            const float a = __fmul_rn(scales[r * scale_stride], (float)acc);
+            const float a = tern_i8_acc(scales[r * scale_stride], (float)acc);
             y[r] = __fdiv_rn(a, sxp[0]);
         }
     }

@@ -535,11 +535,17 @@ static void test_div_rn(void) {
 
 /* int8 with scales at and past the ends of div_rn_by's range: every kernel
  * bit-identical to the reference, whether a tile divides with div_rn_by
- * (row scales 0 (a row of zero codes), 2^-32, 2^32; token scales 2^-32,
- * 2^32) or falls back to
- * __fdiv_rn (a row scale of 1e-13, a token scale of 1e-11 or 1e11). */
+ * (row scales 0, negative, 2^-32, 2^32; token scales 2^-32, 2^32) or falls
+ * back to __fdiv_rn (row scales of 1e-13 and subnormal ones, token scales
+ * of 1e-11, 1e11 and 1e-20): with the subnormal row scales div_rn_by itself
+ * differs from __fdiv_rn in ~4 % of the quotients by a 1e-20 token scale
+ * (CPU emulation), so a tile that skipped the fallback fails.  The zero
+ * scale on nonzero codes gives products of -0, which the reference's
+ * 0.0f + s d turns into +0 (tern_i8_acc). */
 static float sx_ends(int64_t t) { return t % 5 == 1 ? 0x1p-32f : t % 5 == 3 ? 0x1p32f : 0.75f + 0.01f * (float)(t % 7); }
-static float sx_outside(int64_t t) { return t == 5 ? 1e-11f : t == 40 ? 1e11f : 1.5f; }
+static float sx_outside(int64_t t) {
+    return t == 5 ? 1e-11f : t == 40 ? 1e11f : t % 7 == 3 ? 1e-20f : 1.5f;
+}
 static void test_i8_scale_range(void) {
     TernaryMatrix W;
     TernCudaMatrix dW;
@@ -548,15 +554,12 @@ static void test_i8_scale_range(void) {
         return;
     }
     const int64_t ss = W.scale_stride;
-    /* a zero scale on a row of zero codes (as a row that ternarised to all
-     * zeros gets): the reference sums 0.0f + s * d, which is +0 also where
-     * the GPU's s * d is -0 (a zero scale on nonzero codes: bit-different
-     * zeros in every kernel, the old ones included) */
-    memset(W.codes, TERN_BYTE_ZERO, (size_t)W.row_bytes);
     W.scales[0 * ss] = 0.0f;
+    W.scales[1 * ss] = -0.5f;
     W.scales[2 * ss] = 0x1p-32f;
     W.scales[3 * ss] = 0x1p32f;
     W.scales[130 * ss] = 1e-13f; /* the second 128-row tile: __fdiv_rn */
+    for (int i = 0; i < 30; i++) W.scales[(131 + i) * ss] = 1e-40f * (1.0f + (float)i / 15.0f);
     if (tern_cuda_upload(&W, &dW) < 0) {
         report(false, "scale range upload: %s", err_msg());
         tern_free(&W);
