@@ -268,11 +268,15 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
 
     /* Launched as a programmatic dependent, this grid may start while the
      * previous one runs: the barriers (and the tensor maps' prefetch) before
-     * the wait.  The first ST - 1 stages' copies go out ahead of the scales'
+     * the wait.  The first ST - 1 stages' copies (PW: ST) go out ahead of the scales'
      * loads (1-2 % faster at M = 64..2048), except for the offset-decoded
      * int8 tiles of 8 / 16 tokens, where after them is 2-5 % faster (but
      * 4096 x 4096: 7.1 vs 6.9 us; H200, same run). */
-    if (tid == 0) {
+    /* the thread that issues the copies (PW: the producer) also sets up the
+     * barriers, so that it can issue the first ST stages before the
+     * prologue's barrier (the consumers wait on them only after it) */
+    constexpr int ISSUER = PW ? WG_THREADS : 0;
+    if (tid == ISSUER) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmx)) : "memory");
         for (int i = 0; i < ST; i++) tern_mbar::init(full_s + 8 * i, 1);
@@ -283,8 +287,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
     auto first_copies = [&] {
-        if (!PW && tid == 0)
-            for (int p = 0; p < ST - 1; p++)
+        if (tid == ISSUER)
+            for (int p = 0; p < (PW ? ST : ST - 1); p++)
                 if (kt0 + p < kt1) issue(p);
     };
     if constexpr (!OFF) first_copies();
@@ -312,9 +316,9 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
         if (tid >= WG_THREADS) { /* the producer: stage j into slot (j - kt0) % ST once the
                                   * consumers released its previous use */
             asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(PW_PRODUCER_REGS) : "memory");
-            if (tid == WG_THREADS)
-                for (int j = kt0, sl = 0, use = 0; j < kt1; j++) {
-                    if (use > 0) tern_mbar::wait(empty_s + 8 * sl, (use - 1) & 1);
+            if (tid == WG_THREADS) /* the first ST stages went out above */
+                for (int j = kt0 + ST, sl = 0, use = 1; j < kt1; j++) {
+                    tern_mbar::wait(empty_s + 8 * sl, (use - 1) & 1);
                     issue(sl);
                     if (++sl == ST) sl = 0, use++;
                 }
