@@ -126,6 +126,35 @@ TEST(wg_plan_bench_knobs) {
     CHECK(!tern_wg_direct_y(0) && !tern_wg_direct_y(899) && !tern_wg_direct_y(901) && !tern_wg_variant(901));
 }
 
+TEST(wg_plan_producer_and_epilogue) {
+    /* the producer warpgroup from 64 tokens on */
+    CHECK(plan(1, 4096, 256, 4096, 132, 1, 0, 1).pw == 1);       /* nt 64 */
+    CHECK(plan(0, 8500, 300, 2056, 132, 1, 0, 1).pw == 1);       /* nt 256 */
+    CHECK(plan(1, 4096, 17, 4096, 132, 1, 0, 1).pw == 0);        /* nt 32 */
+    CHECK(plan(1, 4096, 16, 4096, 132, 1, 0, 1).pw == 0);        /* nt 16 */
+    /* staged y: test_gpu's big-tile case (8500 rows, 256 tokens, no split) */
+    TernWgPlan p = plan(1, 8500, 300, 2056, 132, 1, 0, 1);
+    CHECK(p.staged_y == 0 && p.ks == 1); /* not before tern_wg_epilogue */
+    tern_wg_epilogue(8500, 300, 1, 0, &p);
+    CHECK(p.staged_y == 1);
+    tern_wg_epilogue(8500, 300, 0, 0, &p); /* y not 16-byte aligned */
+    CHECK(p.staged_y == 0);
+    tern_wg_epilogue(8500, 300, 1, 900, &p); /* the direct-store knob */
+    CHECK(p.staged_y == 0);
+    tern_wg_epilogue(8499, 300, 1, 0, &p); /* row stride not a multiple of 16 bytes */
+    CHECK(p.staged_y == 0);
+    tern_wg_epilogue(8500, (int64_t)1 << 31, 1, 0, &p); /* past a tensor-map coordinate */
+    CHECK(p.staged_y == 0);
+    tern_wg_epilogue(8500, 300, 1, 702, &p); /* the knob of a K split is not this function's */
+    CHECK(p.staged_y == 1);
+    p = plan(1, 8500, 300, 2056, 132, 1, 2, 1); /* a K split */
+    tern_wg_epilogue(8500, 300, 1, 0, &p);
+    CHECK(p.ks == 2 && p.staged_y == 0);
+    p = plan(1, 4096, 17, 4096, 132, 1, 0, 1); /* 32-token tiles: direct */
+    tern_wg_epilogue(4096, 17, 1, 0, &p);
+    CHECK(p.nt == 32 && p.staged_y == 0);
+}
+
 TEST(wg_plan_invariants) {
     /* random shapes: tiles cover the matrix and the tokens, the split stays
      * in 1 .. max(1, min(kt / 4, 64)), n <= 32 takes the smallest tile */
@@ -147,5 +176,6 @@ TEST(wg_plan_invariants) {
         if (n <= 32) CHECK(p.nt == (n > 16 ? 32 : n > 8 ? 16 : 8));
         if (!i8 || p.nt > 16) CHECK(p.one_a == 0);
         if (i8 && p.nt == 8) CHECK(p.one_a == 1);
+        CHECK(p.pw == (p.nt >= 64) && !(p.pw && p.one_a));
     }
 }

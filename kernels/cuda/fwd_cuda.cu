@@ -12,6 +12,7 @@
 #include "cuda/cuda_util.h"
 #include "cuda/fwd_cuda.h"
 #include "cuda/tern_launch.cuh"
+#include "cuda/tern_mma.cuh"
 
 namespace {
 
@@ -885,7 +886,7 @@ __global__ void scale_rows_kernel(float *y, int64_t n, int64_t cols, const float
                                   int64_t stride, const float *sx) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n * cols;
          i += (int64_t)gridDim.x * blockDim.x)
-        y[i] = __fdiv_rn(__fadd_rn(0.0f, __fmul_rn(sc[(i % cols) * stride], y[i])), sx[i / cols]); /* as tern_i8_acc */
+        y[i] = tern_i8_out(sc[(i % cols) * stride], y[i], sx[i / cols]);
 }
 
 __device__ uint64_t mix64(uint64_t z) {

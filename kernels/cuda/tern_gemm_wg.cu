@@ -76,10 +76,7 @@ struct WgCfg {
     static constexpr int X_BYTES = NT * 256;           /* two 128-byte swizzle columns */
     static constexpr int SLOT = X_BYTES + WG_CBYTES;   /* a multiple of 1024 */
     static constexpr int SMEM = ST * SLOT + 1024;      /* + alignment */
-    /* the staged epilogue (tma_y) for tiles of >= 64 tokens: in the smaller
-     * kernels it costs registers (3 -> 2 CTAs per SM for 16 tokens) and
-     * their grids split K anyway */
-    static constexpr bool TMA_Y = NT >= 64;
+    static constexpr bool TMA_Y = NT >= TERN_WG_STAGED_NT; /* the staged epilogue compiled in */
     static_assert(!TMA_Y || ST * SLOT >= WG_BN * NT * 4, "the staged tile fits in the slots");
     static_assert(SLOT % 1024 == 0, "swizzle atoms need 1024-byte alignment");
 };
@@ -268,13 +265,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
 
     /* Launched as a programmatic dependent, this grid may start while the
      * previous one runs: the barriers (and the tensor maps' prefetch) before
-     * the wait.  The first ST - 1 stages' copies (PW: ST) go out ahead of the scales'
-     * loads (1-2 % faster at M = 64..2048), except for the offset-decoded
-     * int8 tiles of 8 / 16 tokens, where after them is 2-5 % faster (but
-     * 4096 x 4096: 7.1 vs 6.9 us; H200, same run). */
-    /* the thread that issues the copies (PW: the producer) also sets up the
-     * barriers, so that it can issue the first ST stages before the
-     * prologue's barrier (the consumers wait on them only after it) */
+     * the wait, set up by the thread that issues the copies.  The first
+     * ST - 1 stages' copies (PW: ST; the consumers wait on them only after
+     * the prologue's barrier) go out ahead of the scales' loads (1-2 %
+     * faster at M = 64..2048), except for the offset-decoded int8 tiles of
+     * 8 / 16 tokens, where after them is 2-5 % faster (but 4096 x 4096: 7.1
+     * vs 6.9 us; H200, same run). */
     constexpr int ISSUER = PW ? WG_THREADS : 0;
     if (tid == ISSUER) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
@@ -564,7 +560,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
                     if constexpr (!I8) y = s_scale[rl] * v;
                     else if constexpr (decltype(fast_div)::value)
                         y = tern_mm::div_rn_by(tern_i8_acc(s_scale[rl], (float)v), s_sx[tl], s_rx[tl]);
-                    else y = __fdiv_rn(tern_i8_acc(s_scale[rl], (float)v), s_sx[tl]);
+                    else y = tern_i8_out(s_scale[rl], (float)v, s_sx[tl]);
                     if constexpr (staged) {
                         const int r = rl & 31;
                         *reinterpret_cast<float *>(smem + (rl >> 5) * (NT * 128) + tl * 128 +
@@ -653,9 +649,10 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
 
 /* plan: the tile (tern_wg_tile); dev, n_sm: the current device and its SM
  * count (by_tokens asked already) */
-template <int ACT, int NT, bool ONE_A = false, bool PW = false>
+template <int ACT, int NT, bool ONE_A = false>
 int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
+    constexpr bool PW = NT >= TERN_WG_PW_NT; /* plan.pw */
     auto kern = [] {
         if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT>;
         else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
@@ -669,8 +666,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     if (per_sm == 0) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, C_::SMEM));
-        if (PW) { /* fewer registers at launch than setmaxnreg hands out: the consumers would wait
-                   * for them forever */
+        if constexpr (PW) { /* fewer registers at launch than setmaxnreg hands out: the
+                             * consumers would wait for them forever */
             cudaFuncAttributes fa;
             CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
             if (fa.numRegs * PW_THREADS < PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS)
@@ -703,11 +700,10 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         return err_set("tern_gemm_wg: %lld tokens x %lld columns is too large for one launch",
                        (long long)a.n, (long long)a.cols);
     CUtensorMap tmx, tmc, tmy;
-    /* y through shared memory and the copy engine (the kernel's epilogue)
-     * where a tensor map can describe it: no K split, rows a multiple of 4
-     * (16-byte row stride), 16-byte aligned */
-    const int tma_y = C_::TMA_Y && ks == 1 && a.rows % 4 == 0 && a.rows <= 0x7fffffff && a.n <= 0x7fffffff &&
-                      ((uintptr_t)a.y & 15) == 0 && !tern_wg_direct_y(tern_cuda_decode_variant_get());
+    /* y through shared memory and the copy engine where a tensor map can
+     * describe it (tern_wg_epilogue) */
+    tern_wg_epilogue(a.rows, a.n, ((uintptr_t)a.y & 15) == 0, tern_cuda_decode_variant_get(), &plan);
+    const int tma_y = plan.staged_y;
     memset(&tmy, 0, sizeof tmy);
     if (tma_y && encode_2d(&tmy, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, a.y, (uint64_t)a.rows, (uint64_t)a.n,
                            (uint64_t)a.rows * 4, 32, NT, CU_TENSOR_MAP_SWIZZLE_128B) < 0)
@@ -736,15 +732,10 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     TernWgPlan p;
     tern_wg_tile(ACT == TACT_I8, a->rows, a->n, a->cols, (int64_t)a->planes * a->kblocks, n_sm,
                  tern_wg_forced_one_a(tern_cuda_decode_variant_get()), &p);
-    /* the producer warpgroup from 64 tokens on (one CTA per SM; H200, same
-     * run: int8 64-token tiles 3-14 % faster at M = 64 / 256, bf16 6-21 %
-     * on four shapes, 7 % slower on 36864 x 4608 M = 64, where the two CTAs
-     * per SM of the kernel without it fit its 288 tiles in one wave); tiles
-     * of <= 32 tokens keep their 2 - 3 CTAs per SM */
     switch (p.nt) {
-    case 256: return launch_wg<ACT, 256, false, true>(a, p, dev, n_sm, s);
-    case 128: return launch_wg<ACT, 128, false, true>(a, p, dev, n_sm, s);
-    case 64: return launch_wg<ACT, 64, false, true>(a, p, dev, n_sm, s);
+    case 256: return launch_wg<ACT, 256>(a, p, dev, n_sm, s);
+    case 128: return launch_wg<ACT, 128>(a, p, dev, n_sm, s);
+    case 64: return launch_wg<ACT, 64>(a, p, dev, n_sm, s);
     case 32: return launch_wg<ACT, 32>(a, p, dev, n_sm, s);
     default: break;
     }

@@ -125,11 +125,11 @@ __device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&d
 __device__ __forceinline__ void store_rows(const BmArgs &p, int64_t r, int va, int vb, bool split, float sx) {
     if (r < p.rows) {
         if (split) atomicAdd(&p.part[r], va);
-        else p.y[r] = __fdiv_rn(tern_i8_acc(p.scales[r * p.scale_stride], (float)va), sx);
+        else p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)va, sx);
     }
     if (r + 8 < p.rows) {
         if (split) atomicAdd(&p.part[r + 8], vb);
-        else p.y[r + 8] = __fdiv_rn(tern_i8_acc(p.scales[(r + 8) * p.scale_stride], (float)vb), sx);
+        else p.y[r + 8] = tern_i8_out(p.scales[(r + 8) * p.scale_stride], (float)vb, sx);
     }
 }
 
@@ -192,7 +192,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
         const int64_t r = rg0 + i;
         if (r >= p.rows) break;
         const int d = atomicExch(&p.part[r], 0);
-        p.y[r] = __fdiv_rn(tern_i8_acc(p.scales[r * p.scale_stride], (float)d), sx);
+        p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)d, sx);
     }
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
@@ -324,7 +324,7 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         if (lane < 16 && r0 + lane < p.rows) {
             const int64_t r = r0 + lane;
             const int d = atomicExch(&p.part[r], 0);
-            p.y[r] = __fdiv_rn(tern_i8_acc(p.scales[r * p.scale_stride], (float)d), sx);
+            p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)d, sx);
         }
         if (lane == 0) atomicExch(&p.ctr[r0 / 16], 0);
     }

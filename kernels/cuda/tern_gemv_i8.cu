@@ -79,11 +79,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
             acc += chunk_dot(ldg_stream_u4(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) {
-            /* the reference: acc = 0 + s * (float)D; y = acc / sx */
-            const float a = tern_i8_acc(scales[r * scale_stride], (float)acc);
-            y[r] = __fdiv_rn(a, sxp[0]);
-        }
+        if (lane == 0) y[r] = tern_i8_out(scales[r * scale_stride], (float)acc, sxp[0]);
     }
 }
 

@@ -176,8 +176,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
             if (split) {
                 atomicAdd(&p.part[r], d[q]);
             } else {
-                const float a = tern_i8_acc(p.scales[r * p.scale_stride], (float)d[q]);
-                p.y[r] = __fdiv_rn(a, p.sx[0]);
+                p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)d[q], p.sx[0]);
             }
         }
     if (!split) return;
@@ -194,8 +193,7 @@ __global__ void __launch_bounds__(256) gemv_i8_rows(RowArgs p) {
             const int64_t r = r0 + q * RPI + sub;
             if (r >= p.rows) continue;
             const int dd = atomicExch(&p.part[r], 0);
-            const float a = tern_i8_acc(p.scales[r * p.scale_stride], (float)dd);
-            p.y[r] = __fdiv_rn(a, p.sx[0]);
+            p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)dd, p.sx[0]);
         }
     if (lane == 0) atomicExch(&p.ctr[tile], 0);
 }

@@ -71,7 +71,7 @@ template <bool I8, int GU, typename Red>
 __device__ __forceinline__ float finalize_out(const TernKArgs &a, Red v, int64_t row, int64_t tok) {
     if constexpr (GU == 0) {
         const float s = a.scales[row * a.scale_stride];
-        if constexpr (I8) return __fdiv_rn(tern_i8_acc(s, (float)v), a.sx[tok]);
+        if constexpr (I8) return tern_i8_out(s, (float)v, a.sx[tok]);
         else return s * v;
     } else {
         if constexpr (I8) return __fdiv_rn(v, a.sx[tok]);

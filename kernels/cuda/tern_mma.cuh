@@ -44,10 +44,13 @@
 
 enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
 
-/* s_row * sum as tern_matmul_i8_ref forms it (acc = 0.0f; acc += s * (float)D):
- * the same value, and +0 where the product is -0 (a zero or negative row
- * scale), so every int8 kernel's y is bit-identical to the reference's */
+/* An int8 output as tern_matmul_i8_ref forms it from the exact sum d, the
+ * row scale s and the token scale sx: acc = 0.0f; acc += s * (float)d;
+ * y = acc / sx.  tern_i8_acc is acc: the product, but +0 where it is -0 (a
+ * zero or negative row scale), so every int8 kernel's y is bit-identical
+ * to the reference's. */
 __device__ __forceinline__ float tern_i8_acc(float s, float d) { return __fadd_rn(0.0f, __fmul_rn(s, d)); }
+__device__ __forceinline__ float tern_i8_out(float s, float d, float sx) { return __fdiv_rn(tern_i8_acc(s, d), sx); }
 
 /* Arguments of one ternary matmul launch (all device pointers). */
 struct TernKArgs {

@@ -43,7 +43,12 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
     return max64(1, min64(min64(ks, kt / 4), 64));
 }
 
-/* The token tile: the smallest of 8 .. 256 that holds n, but from 64
+/* The producer warpgroup from 64 tokens on (one CTA per SM either way for
+ * int8; same run: int8 64-token tiles 3-14 % faster at M = 64 / 256, bf16
+ * 6-21 % on four shapes, 7 % slower on 36864 x 4608 M = 64, where the two
+ * CTAs per SM of the kernel without it fit its 288 tiles in one wave);
+ * 128 / 256 tokens: bf16 M = 2048 0.86-0.91x -> 0.93-1.00x cuBLAS.
+ * The token tile: the smallest of 8 .. 256 that holds n, but from 64
  * tokens on halved while the grid would cover less than half of the SMs
  * (more tiles instead of a split K with its reduction: M = 256 on
  * 4096 x 4096 took 44 us with 32 tiles of 256 tokens split 4 ways).
@@ -66,10 +71,20 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
         one_a = force_one_a || tern_wg_splits(1, 16, gx * ((n + 15) / 16), kt, cols, n_sm, 2) <= 1;
     p->nt = nt;
     p->one_a = one_a;
+    p->pw = nt >= TERN_WG_PW_NT;
     p->gx = gx;
     p->gy = (n + nt - 1) / nt;
     p->ks = 1;
     p->pdl = 0;
+    p->staged_y = 0;
+}
+
+/* Staged y: +2-6 % at M = 2048 over direct stores (variant 900, H200,
+ * same run); not for the small tiles, where it costs registers (the
+ * 16-token one-set kernel 78 -> 97: 3 -> 2 CTAs per SM) and K is split. */
+void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, TernWgPlan *p) {
+    p->staged_y = p->nt >= TERN_WG_STAGED_NT && p->ks == 1 && rows % 4 == 0 && rows <= INT32_MAX &&
+                  n <= INT32_MAX && y_aligned16 && !tern_wg_direct_y(variant);
 }
 
 int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || v == 900; }

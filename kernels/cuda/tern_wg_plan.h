@@ -1,6 +1,7 @@
 /* tern_wg_plan.h — the host-side choices of the wgmma GEMM
- * (tern_gemm_wg.cu): the token tile, one or two A register sets, the K
- * split and the programmatic dependent launch.  Plain C with no CUDA, so
+ * (tern_gemm_wg.cu): the token tile, one or two A register sets, the
+ * producer warpgroup, the K split, the programmatic dependent launch and
+ * the staged epilogue.  Plain C with no CUDA, so
  * that the rules, each taken from a measurement (kernels/cuda/dev/NOTES.md),
  * are tested without a GPU (tests/test_wg_plan.c). */
 #ifndef TL_TERN_WG_PLAN_H
@@ -12,14 +13,22 @@
 extern "C" {
 #endif
 
-enum { TERN_WG_ROWS = 128 }; /* weight rows per CTA: 2 warpgroups x 64 */
+enum {
+    TERN_WG_ROWS = 128,  /* weight rows per CTA: 2 warpgroups x 64 */
+    TERN_WG_PW_NT = 64,  /* tiles of this many tokens and more: the kernel with a producer
+                          * warpgroup (one CTA per SM; the smaller tiles keep 2 - 3) */
+    TERN_WG_STAGED_NT = 64 /* ... and more: the staged epilogue is compiled in (below, the
+                            * registers it costs take CTAs per SM) */
+};
 
 typedef struct {
     int nt;         /* tokens per CTA, the wgmma N: 8, 16, 32, 64, 128 or 256 */
     int one_a;      /* 1: the kernel with one A register set (int8, 8 / 16 tokens) */
+    int pw;         /* 1: the kernel with a producer warpgroup (nt >= TERN_WG_PW_NT) */
     int64_t gx, gy; /* row tiles, token tiles */
     int64_t ks;     /* K split (1: none) */
     int pdl;        /* 1: launched as a programmatic dependent */
+    int staged_y;   /* 1: y staged in shared memory and stored by the copy engine */
 } TernWgPlan;
 
 /* How many ways K is split for a grid of `tiles` CTAs of nt tokens: kt
@@ -29,7 +38,8 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
                        int per_sm);
 
 /* The tile for n >= 1 tokens of a rows x cols matrix with kt int8 stages
- * (code blocks) on n_sm SMs: sets nt, one_a, gx, gy (ks = 1, pdl = 0).
+ * (code blocks) on n_sm SMs: sets nt, one_a, pw, gx, gy (ks = 1, pdl = 0,
+ * staged_y = 0).
  * force_one_a: the one-set kernel for 16 tokens too (bench knob 8KK). */
 void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
                   int force_one_a, TernWgPlan *p);
@@ -39,6 +49,13 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
  * type, per_sm resident CTAs per SM of the chosen kernel. */
 void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_t forced_ks,
                   int pdl_on, TernWgPlan *p);
+
+/* The epilogue of a planned grid (after tern_wg_grid): staged_y where a
+ * tensor map can describe y — tiles of >= TERN_WG_STAGED_NT tokens, no K
+ * split, rows a multiple of 4 (16-byte row stride), rows and n within
+ * int32, y 16-byte aligned (y_aligned16) — unless the bench knob `variant`
+ * asks for direct stores (tern_wg_direct_y). */
+void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, TernWgPlan *p);
 
 /* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:
  * 7KK (701 .. 764) splits K into KK parts, 8KK (801 .. 864) the same with
