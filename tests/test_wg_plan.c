@@ -15,7 +15,8 @@ static TernWgPlan plan(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, 
                        int64_t forced_ks, int pdl_on) {
     TernWgPlan p;
     tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, 0, &p);
-    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, per_sm, forced_ks, pdl_on, &p);
+    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, per_sm, forced_ks > 0 ? 700 + (int)forced_ks : 0, pdl_on,
+                 &p);
     return p;
 }
 
@@ -83,17 +84,105 @@ TEST(wg_plan_k_split) {
     /* bf16 at most 4: 2048 rows (16 tiles) at M = 64 -> 132 / 16 = 8, capped */
     CHECK(plan(0, 2048, 64, 4096, 132, 1, 0, 1).ks == 4);
     CHECK(plan(0, 4096, 64, 4096, 132, 1, 0, 1).ks == 4); /* 132 / 32 */
-    /* many tiles: bf16 fills the last wave (4608 x 36864, M = 2048: 288
-     * tiles, 3 waves unsplit, 5 waves of half the work at ks = 2 with
-     * 10 %: 2.75 < 3, ks = 3: 7 / 3 * 1.2 = 2.8) */
-    CHECK(plan(0, 4608, 2048, 36864, 132, 1, 0, 1).ks == 2);
-    CHECK(plan(1, 4608, 2048, 36864, 132, 1, 0, 1).ks == 1); /* int8 does not split */
-    /* ... nor bf16 when a split would leave < 64 stages: 8192 columns are
-     * 64 bf16 stages (the wave rule alone would take 2 here) */
-    CHECK(plan(0, 4608, 2048, 8192, 132, 1, 0, 1).ks == 1);
+    /* between half a wave and one: bf16 (compute-bound) splits when the
+     * split fills the wave better, 10 % per extra split (10240 x 36864 at
+     * M = 256: 80 tiles of 256 tokens on 132 SMs: 1 unsplit, 2 / 2 * 1.1
+     * at ks = 2, 2 / 3 * 1.2 = 0.8 at 3); int8 does not split */
+    p = plan(0, 10240, 256, 36864, 132, 1, 0, 1);
+    CHECK(p.nt == 256 && p.ks == 3 && p.full == 0);
+    CHECK(plan(1, 10240, 256, 36864, 132, 1, 0, 1).ks == 1);
+    /* ... not when a split would leave < 64 stages: 8192 columns are 64
+     * bf16 stages */
+    CHECK(plan(0, 10240, 256, 8192, 132, 1, 0, 1).ks == 1);
+    /* (more tiles than slots: wg_plan_last_wave_split) */
     /* forced (bench knob 7KK): that many, at most the stages */
     CHECK(plan(1, 4096, 64, 4096, 132, 1, 2, 1).ks == 2);
     CHECK(plan(1, 300, 40, 5000, 132, 1, 64, 1).ks == kt_of(1, 5000));
+}
+
+/* the plan under a bench knob */
+static TernWgPlan plan_v(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int variant) {
+    TernWgPlan p;
+    tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, 0, &p);
+    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, 1, variant, 1, &p);
+    return p;
+}
+
+TEST(wg_plan_last_wave_split) {
+    /* 4608 x 36864 at M = 2048 on 132 SMs: 288 tiles of 256 tokens = 2
+     * whole waves + 24 tiles, k <= 132 / 24 = 5; the split costs 30 + 8 k
+     * stages.  bf16 (kt 288): 576 + 288 / k + 30 + 8 k = 766, 721, 710,
+     * 703.6 for k = 2..5 against 792 (the uniform ks = 2: 5 waves of 144
+     * stages + 10 %) -> 5; int8 (kt 144): 288 + 144 / k + 30 + 8 k = 406,
+     * 390, 386, 386.8 against 432 (3 waves unsplit) -> 4 */
+    TernWgPlan p = plan(0, 4608, 2048, 36864, 132, 1, 0, 1);
+    CHECK(p.nt == 256 && p.full == 264 && p.ks == 5);
+    p = plan(1, 4608, 2048, 36864, 132, 1, 0, 1);
+    CHECK(p.full == 264 && p.ks == 4);
+    /* short K: 36864 x 4608 (int8 18 stages, 2304 tiles = 17 waves + 60,
+     * k <= 2): 306 + 9 + 46 = 361 > 324 unsplit -> none (measured 594 ->
+     * 628 us split); M = 256 (288 tiles): 36 + 9 + 46 > 54 -> none (92 ->
+     * 132 us); bf16 M = 256 (36 stages, k <= 4): 72 + 18 + 46 = 136, ... >
+     * 108 unsplit (the uniform rule wants >= 64 stages) -> none (measured
+     * 152 us unsplit, 149 at k = 2: a gain the rule leaves) */
+    p = plan(1, 36864, 2048, 4608, 132, 1, 0, 1);
+    CHECK(p.ks == 1 && p.full == 2304);
+    p = plan(1, 36864, 256, 4608, 132, 1, 0, 1);
+    CHECK(p.ks == 1 && p.full == 288);
+    p = plan(0, 36864, 256, 4608, 132, 1, 0, 1);
+    CHECK(p.ks == 1 && p.full == 288);
+    /* 8500 x 36864 at 300 tokens: 134 tiles, 2 over: k <= min(66, 8,
+     * 144 / 8): 144 + 144 / k + 30 + 8 k: 262, 246, 242, 242.8, ... against
+     * 288 -> 4; 8500 x 2056 (9 int8 stages): none (k <= 9 / 8) */
+    p = plan(1, 8500, 300, 36864, 132, 1, 0, 1);
+    CHECK(p.ks == 4 && p.full == 132);
+    p = plan(1, 8500, 300, 2056, 132, 1, 0, 1);
+    CHECK(p.ks == 1 && p.full == 134);
+    /* test_gpu's case: (n_sm + 5) row tiles, 6000 columns (int8 24
+     * stages: 24 + 12 + 46 > 48 -> none; forced 3 ways by its knob) */
+    p = plan(1, 128 * 137 - 36, 130, 6000, 132, 1, 0, 1);
+    CHECK(p.nt == 256 && p.ks == 1 && p.full == 137);
+    p = plan_v(1, 128 * 137 - 36, 130, 6000, 132, 903);
+    CHECK(p.ks == 3 && p.full == 132);
+    p = plan_v(0, 128 * 137 - 36, 130, 6000, 132, 908); /* bf16 48 stages: at most 6 */
+    CHECK(p.ks == 6 && p.full == 132);
+    /* whole waves or less than one: unchanged (4096 x 4096 at 2048: 256
+     * tiles, 124 over -> k <= 1; 4608 x 36864 at M = 256: 72 tiles of 128
+     * tokens, under one wave) */
+    p = plan(1, 4096, 2048, 4096, 132, 1, 0, 1);
+    CHECK(p.ks == 1 && p.full == 256);
+    p = plan(1, 4608, 256, 36864, 132, 1, 0, 1);
+    CHECK(p.nt == 128 && p.ks == 1 && p.full == 72);
+    p = plan(1, 4608, 128 * 132, 36864, 66, 2, 0, 1); /* exactly 36 waves of 132 slots */
+    CHECK(p.ks == 1 && p.full == p.gx * p.gy);
+    /* only for tiles of >= 64 tokens (the producer kernel's flat grid) */
+    p = plan(1, 18176, 32, 36864, 132, 1, 0, 1); /* 142 tiles of 32 */
+    CHECK(p.nt == 32 && (p.ks == 1 || p.full == 0));
+    /* the knobs: a forced uniform split (7KK); 901 none; 90K K ways, at
+     * most what fits */
+    p = plan(0, 4608, 2048, 36864, 132, 1, 2, 1);
+    CHECK(p.ks == 2 && p.full == 0);
+    p = plan_v(0, 4608, 2048, 36864, 132, 901);
+    CHECK(p.ks == 2 && p.full == 0); /* bf16's uniform rule */
+    p = plan_v(1, 4608, 2048, 36864, 132, 901);
+    CHECK(p.ks == 1 && p.full == 288);
+    p = plan_v(1, 4608, 2048, 36864, 132, 902);
+    CHECK(p.ks == 2 && p.full == 264);
+    p = plan_v(1, 4608, 2048, 36864, 132, 908);
+    CHECK(p.ks == 5 && p.full == 264);
+    p = plan_v(1, 36864, 2048, 4608, 132, 902); /* forced where the rule says no */
+    CHECK(p.ks == 2 && p.full == 2244);
+    p = plan_v(1, 4096, 2048, 4096, 132, 905); /* no room for a split */
+    CHECK(p.ks == 1 && p.full == 256);
+    /* the staged epilogue stays for the unsplit tiles */
+    p = plan(0, 4608, 2048, 36864, 132, 1, 0, 1);
+    tern_wg_epilogue(4608, 2048, 1, 0, &p);
+    CHECK(p.staged_y == 1);
+    p = plan(0, 4608, 2048, 36864, 132, 1, 2, 1);
+    tern_wg_epilogue(4608, 2048, 1, 0, &p);
+    CHECK(p.staged_y == 0);
+    /* PDL: 264 + 120 CTAs, more than the slots */
+    CHECK(plan(0, 4608, 2048, 36864, 132, 1, 0, 1).pdl == 1);
 }
 
 TEST(wg_plan_dependent_launch) {
@@ -123,7 +212,13 @@ TEST(wg_plan_bench_knobs) {
     CHECK(tern_wg_forced_ks(31000) == 0 && !tern_wg_variant(51100)); /* the GEMVs' knobs */
     CHECK(tern_wg_variant(900) && tern_wg_direct_y(900) && tern_wg_forced_ks(900) == 0 &&
           !tern_wg_forced_one_a(900));
-    CHECK(!tern_wg_direct_y(0) && !tern_wg_direct_y(899) && !tern_wg_direct_y(901) && !tern_wg_variant(901));
+    CHECK(!tern_wg_direct_y(0) && !tern_wg_direct_y(899) && !tern_wg_direct_y(901));
+    /* 901: no last wave split; 902 .. 908: forced 2 .. 8 ways */
+    CHECK(tern_wg_variant(901) && tern_wg_no_last_split(901) && !tern_wg_no_last_split(900) &&
+          !tern_wg_no_last_split(0) && tern_wg_forced_last_split(901) == 0);
+    CHECK(tern_wg_forced_last_split(902) == 2 && tern_wg_forced_last_split(908) == 8 &&
+          tern_wg_variant(908) && !tern_wg_variant(909) && tern_wg_forced_last_split(909) == 0 &&
+          tern_wg_forced_last_split(0) == 0 && tern_wg_forced_ks(905) == 0);
 }
 
 TEST(wg_plan_producer_and_epilogue) {
@@ -177,5 +272,14 @@ TEST(wg_plan_invariants) {
         if (!i8 || p.nt > 16) CHECK(p.one_a == 0);
         if (i8 && p.nt == 8) CHECK(p.one_a == 1);
         CHECK(p.pw == (p.nt >= 64) && !(p.pw && p.one_a));
+        /* full: every tile when unsplit, none for a uniform split, else the
+         * whole waves (the producer kernel only) */
+        const int64_t tiles = p.gx * p.gy, slots = (int64_t)n_sm * per_sm;
+        if (p.ks == 1) CHECK(p.full == tiles);
+        else
+            CHECK_MSG(p.full == 0 || (p.pw && p.full > 0 && p.full % slots == 0 && tiles - p.full < slots &&
+                                      p.ks <= 8 && kt / p.ks >= 8),
+                      "tiles %lld full %lld ks %lld slots %lld", (long long)tiles, (long long)p.full,
+                      (long long)p.ks, (long long)slots);
     }
 }

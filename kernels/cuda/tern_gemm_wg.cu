@@ -69,6 +69,45 @@ constexpr int WG_CBYTES = WG_BN * 64;   /* codes of one stage (one 64-byte block
  * 168 x 384 (launch_wg checks the compiled count) */
 constexpr int PW_THREADS = WG_THREADS + 128, PW_PRODUCER_REGS = 40, PW_CONSUMER_REGS = 232;
 
+/* The grid.  Kernels without the producer warpgroup: (row tiles, token
+ * tiles, K splits), every tile split ks ways.  With it (FLAT): one
+ * dimension, the first `full` tiles (row tile fastest, then token tile) one
+ * CTA each, then the remaining `tail` tiles split ks ways (split-major:
+ * every tail tile's split 0, then split 1, ...), so that only the last
+ * wave's tiles need be split (tern_wg_plan.c). */
+struct WgGrid {
+    int gx, full, tail, ks;
+};
+/* A CTA's tile (in grid order) and K split.  FLAT reads its index with a
+ * volatile move, so that the epilogue can take it afresh instead of keeping
+ * it in registers through the main loop (the 3-D grid's indices are
+ * special registers, reread for free). */
+struct WgPlace {
+    int tile, split, ksplit;
+    int64_t row0, tok0;
+};
+template <bool FLAT, int NT>
+__device__ __forceinline__ WgPlace wg_place(const WgGrid &gr) {
+    WgPlace p;
+    if constexpr (FLAT) {
+        int b;
+        asm volatile("mov.u32 %0, %%ctaid.x;" : "=r"(b));
+        const bool tail = b >= gr.full;
+        p.tile = tail ? gr.full + (b - gr.full) % gr.tail : b;
+        p.split = tail ? (b - gr.full) / gr.tail : 0;
+        p.ksplit = tail ? gr.ks : 1;
+        p.row0 = (int64_t)(p.tile % gr.gx) * TERN_WG_ROWS;
+        p.tok0 = (int64_t)(p.tile / gr.gx) * NT;
+    } else {
+        p.tile = (int)(blockIdx.y * gridDim.x + blockIdx.x);
+        p.split = (int)blockIdx.z;
+        p.ksplit = gr.ks;
+        p.row0 = (int64_t)blockIdx.x * TERN_WG_ROWS;
+        p.tok0 = (int64_t)blockIdx.y * NT;
+    }
+    return p;
+}
+
 template <int NT> /* tokens per CTA: the wgmma N */
 struct WgCfg {
     /* pipeline slots: deeper for the small, memory-bound tiles */
@@ -201,7 +240,7 @@ WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k
  * rows, 128-byte swizzle; tmc: the codes as (rows, row_bytes) with 64-byte
  * boxes of 128 rows, 64-byte swizzle.  Both zero-fill outside the tensor. */
 template <int ACT, int NT, bool ONE_A, bool PW>
-__device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CUtensorMap &tmx,
+__device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, const CUtensorMap &tmx,
                                         const CUtensorMap &tmc, const CUtensorMap &tmy, int tma_y) {
     using C_ = WgCfg<NT>;
     constexpr bool I8 = ACT == TACT_I8;
@@ -241,8 +280,10 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
 
     const int tid = threadIdx.x, wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
     const int g = lane >> 2, t = lane & 3;
-    const int64_t row0 = (int64_t)blockIdx.x * WG_BN, tok0 = (int64_t)blockIdx.y * NT;
-    const int split = blockIdx.z;
+    /* this CTA's tile and K split (taken again for the epilogue) */
+    WgPlace pl = wg_place<PW, NT>(gr);
+    int64_t row0 = pl.row0, tok0 = pl.tok0;
+    int split = pl.split, ksplit = pl.ksplit;
     constexpr int SPB = I8 ? 1 : 2; /* stages per code block */
     constexpr int esz = I8 ? 1 : 2;
     /* 32-bit stage counters, advanced incrementally: no 64-bit division in
@@ -534,7 +575,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
      * conflict-free here) that the copy engine stores (outside y: clipped),
      * so the CTA is not held by 64 - 128 scattered stores per thread. */
     using Red = Acc;
-    Red *part = reinterpret_cast<Red *>(a.partial);
+    pl = wg_place<PW, NT>(gr);
+    row0 = pl.row0, tok0 = pl.tok0, split = pl.split, ksplit = pl.ksplit;
+    /* the partials of a split tile: in y's layout, or (PW) NT x WG_BN per
+     * split, tail tile after tail tile */
+    Red *part = reinterpret_cast<Red *>(a.partial) +
+                (PW && ksplit > 1 ? (int64_t)(pl.tile - gr.full) * ksplit * (NT * WG_BN) : 0);
     auto epilogue = [&](auto fast_div, auto staged_c) {
         constexpr bool staged = decltype(staged_c)::value;
 #pragma unroll
@@ -553,7 +599,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
                     Red v = d[4 * j + 2 * h + e];
                     if constexpr (OFF) v += (d4[4 * j + 2 * h + e] >> 2) - s_xs[tl];
                     if (!staged && ksplit > 1) {
-                        part[((int64_t)split * a.n + tok) * a.rows + row] = v;
+                        if constexpr (PW) part[split * (NT * WG_BN) + tl * WG_BN + rl] = v;
+                        else part[((int64_t)split * a.n + tok) * a.rows + row] = v;
                         continue;
                     }
                     float y;
@@ -572,7 +619,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
         }
     };
     const bool fast = !I8 || ksplit > 1 || !slow_div;
-    if (WgCfg<NT>::TMA_Y && tma_y) {
+    if (WgCfg<NT>::TMA_Y && tma_y && ksplit == 1) {
         csync(); /* both warpgroups are done with the slots */
         if (fast) epilogue(std::true_type(), std::true_type());
         else if constexpr (I8) epilogue(std::false_type(), std::true_type());
@@ -592,12 +639,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
     if (ksplit == 1) return;
     __threadfence();
     csync();
-    int *ctr = a.counters + (int64_t)blockIdx.y * gridDim.x + blockIdx.x;
+    int *ctr = a.counters + pl.tile;
     if (tid == 0) s_last = atomicAdd(ctr, 1) == ksplit - 1;
     csync();
     if (!s_last) return;
     __threadfence();
-    tern_mm::reduce_splits<I8, 0, WG_THREADS, WG_BN, NT, 16>(a, part, ksplit, row0, tok0);
+    tern_mm::reduce_splits<I8, 0, WG_THREADS, WG_BN, NT, 16, PW>(a, part, ksplit, row0, tok0);
     if (tid == 0) *ctr = 0;
 }
 
@@ -608,17 +655,17 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, int ksplit, const CU
  * does not fit, each SM sub-partition's 16K registers would hold 3 warps) */
 template <int ACT, int NT, bool ONE_A>
 __global__ void __launch_bounds__(WG_THREADS)
-    tern_gemm_wg_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
+    tern_gemm_wg_kernel(const TernKArgs a, const WgGrid gr, const __grid_constant__ CUtensorMap tmx,
                         const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
                         int tma_y) {
-    wg_gemm<ACT, NT, ONE_A, false>(a, ksplit, tmx, tmc, tmy, tma_y);
+    wg_gemm<ACT, NT, ONE_A, false>(a, gr, tmx, tmc, tmy, tma_y);
 }
 template <int ACT, int NT>
 __global__ void __launch_bounds__(PW_THREADS, 1)
-    tern_gemm_wg_pw_kernel(const TernKArgs a, int ksplit, const __grid_constant__ CUtensorMap tmx,
+    tern_gemm_wg_pw_kernel(const TernKArgs a, const WgGrid gr, const __grid_constant__ CUtensorMap tmx,
                            const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
                            int tma_y) {
-    wg_gemm<ACT, NT, false, true>(a, ksplit, tmx, tmc, tmy, tma_y);
+    wg_gemm<ACT, NT, false, true>(a, gr, tmx, tmc, tmy, tma_y);
 }
 
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no link
@@ -683,15 +730,20 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         per_sm_of[dev].store(per_sm);
     }
     TernKArgs a = *a0;
-    const int64_t gx = plan.gx, gy = plan.gy;
-    if (gx > 0x7fffffff || gy > 65535)
+    const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2);
+    tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm, tern_cuda_decode_variant_get(),
+                 tern_cuda_pdl_get(), &plan);
+    const int64_t ks = plan.ks, tiles = plan.gx * plan.gy, tail = tiles - plan.full;
+    if (!PW && ks > 1 && plan.full != 0)
+        return err_set("tern_gemm_wg: a split of part of the tiles needs the producer kernel (internal)");
+    if (PW ? tiles + tail * (ks - 1) > 0x7fffffff : plan.gx > 0x7fffffff || plan.gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);
-    const int64_t KT = (int64_t)a.planes * a.kblocks * (ACT == TACT_I8 ? 1 : 2);
-    tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm,
-                 tern_wg_forced_ks(tern_cuda_decode_variant_get()), tern_cuda_pdl_get(), &plan);
-    const int64_t ks = plan.ks;
-    if (ks > 1 && tern_mm::scratch(ks * a.n * a.rows, gx * gy, &a.partial, &a.counters) < 0) return -1;
+    const WgGrid gr = {(int)plan.gx, (int)plan.full, (int)tail, (int)ks};
+    /* partials: PW, NT x WG_BN per split tile and split; else y's layout */
+    if (ks > 1 && tern_mm::scratch(PW ? tail * ks * NT * WG_BN : ks * a.n * a.rows, tiles, &a.partial,
+                                   &a.counters) < 0)
+        return -1;
     /* the activations: planes stacked along the rows (f32 = 3 bf16 planes) */
     constexpr int esz = ACT == TACT_I8 ? 1 : 2;
     if (a.planes > 1 && a.plane_stride != a.n * a.ldx)
@@ -714,13 +766,13 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
-    char cfg[96];
-    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d", NT, ONE_A ? 1 : 2,
-             (long long)ks, plan.pdl, tma_y, (int)PW);
+    char cfg[112];
+    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld", NT,
+             ONE_A ? 1 : 2, (long long)ks, plan.pdl, tma_y, (int)PW, (long long)(ks > 1 ? tail : 0));
     tern_cuda_set_config(cfg);
-    return tern_launch_ex("tern_gemm_wg_kernel", kern, dim3((unsigned)gx, (unsigned)gy, (unsigned)ks),
-                          dim3(threads), (size_t)C_::SMEM, s, plan.pdl != 0, a, (int)ks, tmx, tmc, tmy,
-                          tma_y);
+    const dim3 grid = PW ? dim3((unsigned)(tiles + tail * (ks - 1)))
+                         : dim3((unsigned)plan.gx, (unsigned)plan.gy, (unsigned)ks);
+    return tern_launch_ex("tern_gemm_wg_kernel", kern, grid, dim3(threads), (size_t)C_::SMEM, s, plan.pdl != 0, a, gr, tmx, tmc, tmy, tma_y);
 }
 
 /* the tile and kernel by tern_wg_tile (tern_wg_plan.c) */

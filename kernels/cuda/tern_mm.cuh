@@ -79,33 +79,37 @@ __device__ __forceinline__ float finalize_out(const TernKArgs &a, Red v, int64_t
     }
 }
 
-/* The last CTA of a split-K tile: y = finalize(sum of the ksplit partials,
- * part[(split * n + tok) * rows + row]) for the TR rows x TT tokens at
- * (row0, tok0).  JB elements per thread at a time, every split's loads of
- * them independent of the sums (one load per split and element in turn was
- * a chain of L2 round trips: 15-100 us at M = 8..256); each element is still
+/* The last CTA of a split-K tile: y = finalize(sum of the ksplit partials)
+ * for the TR rows x TT tokens at (row0, tok0), the partials either in the
+ * matrix's layout, part[(split * n + tok) * rows + row], or (TILE) the
+ * tile's own, part[split * TR * TT + tok_in_tile * TR + row_in_tile] (only
+ * the elements inside the matrix written).
+ * JB elements per thread at a time, every split's loads of them
+ * independent of the sums (one load per split and element in turn was a
+ * chain of L2 round trips: 15-100 us at M = 8..256); each element is still
  * summed in split order, so the result does not depend on the schedule. */
-template <bool I8, int GU, int THREADS, int TR, int TT, int JM, typename Red>
+template <bool I8, int GU, int THREADS, int TR, int TT, int JM, bool TILE = false, typename Red>
 __device__ __forceinline__ void reduce_splits(const TernKArgs &a, const Red *part, int ksplit,
                                               int64_t row0, int64_t tok0) {
     constexpr int PER = TR * TT / THREADS, JB = PER < JM ? PER : JM;
     static_assert(TR * TT % THREADS == 0 && PER % JB == 0, "reduction tiling");
-    const int64_t sstride = a.n * a.rows;
+    const int64_t sstride = TILE ? (int64_t)TR * TT : a.n * a.rows;
     for (int j0 = 0; j0 < PER; j0 += JB) {
         Red v[JB];
-        int64_t off[JB];
+        int64_t off[JB], src[JB];
 #pragma unroll
         for (int j = 0; j < JB; j++) {
             const int e = threadIdx.x + (j0 + j) * THREADS;
             const int64_t row = row0 + e % TR, tok = tok0 + e / TR;
             off[j] = row < a.rows && tok < a.n ? tok * a.rows + row : -1;
-            v[j] = __ldcg(part + (off[j] < 0 ? 0 : off[j]));
+            src[j] = off[j] < 0 ? 0 : TILE ? e : off[j]; /* element 0: (row0, tok0), written */
+            v[j] = __ldcg(part + src[j]);
         }
 #pragma unroll 2
         for (int sp = 1; sp < ksplit; sp++) {
             const Red *ps = part + sp * sstride;
 #pragma unroll
-            for (int j = 0; j < JB; j++) v[j] += __ldcg(ps + (off[j] < 0 ? 0 : off[j]));
+            for (int j = 0; j < JB; j++) v[j] += __ldcg(ps + src[j]);
         }
 #pragma unroll
         for (int j = 0; j < JB; j++)

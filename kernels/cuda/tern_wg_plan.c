@@ -6,6 +6,12 @@
 static int64_t min64(int64_t a, int64_t b) { return a < b ? a : b; }
 static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
 
+/* Waves in units of one tile's time, 10 % more per extra split (the
+ * partials and their reduction; tern_wg_splits). */
+static double split_cost(int64_t tiles, int64_t ks, int64_t slots) {
+    return (double)((tiles * ks + slots - 1) / slots) / (double)ks * (1.0 + 0.1 * (double)(ks - 1));
+}
+
 /* Tiles of < 64 tokens (memory-bound): none when the tiles nearly cover
  * the SMs, else up to two CTAs per SM, never past one wave (filling every
  * resident slot left a partial second wave: 4096 x 14336 at M = 8 took
@@ -21,7 +27,8 @@ static int64_t max64(int64_t a, int64_t b) { return a > b ? a : b; }
  * (compute-bound) splits 2 or 3 ways when that fills the last wave
  * better, 10 % per extra split for the reduction (4608 x 36864 at
  * M = 2048: 288 tiles are 2.2 waves of 132; 1139 us at ks = 1, 1056 at 2
- * or 3); int8 does not split (no gain measured). */
+ * or 3); int8 does not split (no gain measured).  From one whole wave on,
+ * last_wave_split (below) usually does better than either. */
 int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, int n_sm,
                        int per_sm) {
     int64_t ks = 1;
@@ -35,8 +42,7 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
         const int64_t slots = (int64_t)n_sm * per_sm;
         double best = 1e30;
         for (int64_t k = 1; k <= 3 && kt / k >= 64; k++) {
-            const double cost = (double)((tiles * k + slots - 1) / slots) / (double)k *
-                                (1.0 + 0.1 * (double)(k - 1));
+            const double cost = split_cost(tiles, k, slots);
             if (cost < best) best = cost, ks = k;
         }
     }
@@ -75,6 +81,7 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
     p->gx = gx;
     p->gy = (n + nt - 1) / nt;
     p->ks = 1;
+    p->full = p->gx * p->gy;
     p->pdl = 0;
     p->staged_y = 0;
 }
@@ -83,16 +90,45 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
  * same run); not for the small tiles, where it costs registers (the
  * 16-token one-set kernel 78 -> 97: 3 -> 2 CTAs per SM) and K is split. */
 void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, TernWgPlan *p) {
-    p->staged_y = p->nt >= TERN_WG_STAGED_NT && p->ks == 1 && rows % 4 == 0 && rows <= INT32_MAX &&
+    p->staged_y = p->nt >= TERN_WG_STAGED_NT && p->full > 0 && rows % 4 == 0 && rows <= INT32_MAX &&
                   n <= INT32_MAX && y_aligned16 && !tern_wg_direct_y(variant);
 }
 
-int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || v == 900; }
+int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || (v >= 900 && v <= 908); }
 int64_t tern_wg_forced_ks(int v) {
     return (v >= 701 && v <= 764) || (v >= 801 && v <= 864) ? v % 100 : 0;
 }
 int tern_wg_forced_one_a(int v) { return v >= 800 && v <= 864; }
 int tern_wg_direct_y(int v) { return v == 900; }
+int tern_wg_no_last_split(int v) { return v == 901; }
+int64_t tern_wg_forced_last_split(int v) { return v >= 902 && v <= 908 ? v - 900 : 0; }
+
+/* The last wave split: tiles of >= 64 tokens (compute-bound) with more
+ * tiles than resident slots — the whole waves run unsplit (copy-engine
+ * epilogue, no partials) and only the last wave's `rest` tiles split k
+ * ways (k <= slots / rest, at most 8, at least 8 stages each).  Cost in
+ * stages of one CTA: whole waves x kt + kt / k + TERN_WG_SPLIT_FIXED +
+ * TERN_WG_SPLIT_STAGES x k (the partials and the last CTA's reduction),
+ * taken where it is below the uniform plan's (split_cost x kt).  The
+ * overhead is fitted to H200 runs (same run, 256-token tiles, us; the
+ * bench knobs 901 / 90K): 4608 x 36864 at M = 2048 (288 tiles = 2 waves +
+ * 24, k <= 5): int8 564 unsplit, k = 2..5 536 / 516 / 511 / 509; bf16
+ * 1015 at the uniform ks = 2 (1088 unsplit), k = 2..5 969 / 935 / 905 /
+ * 903 — 40-80 stages over the share of K, more with k; 36864 x 4608 (18
+ * int8 / 36 bf16 stages, k <= 2): int8 M = 256 (2 waves + 24) 92 -> 132,
+ * M = 2048 (17 + 60) 594 -> 628, bf16 M = 2048 930-972 -> 992, M = 256
+ * 152 -> 149 (the one gain there the rule leaves). */
+static void last_wave_split(int64_t tiles, int64_t kt, int64_t slots, int64_t forced, TernWgPlan *p) {
+    const int64_t rest = tiles % slots;
+    if (tiles < slots || rest == 0) return;
+    const int64_t kmax = min64(min64(slots / rest, 8), kt / 8);
+    double best = split_cost(tiles, p->ks, slots) * (double)kt;
+    for (int64_t k = 2; k <= kmax; k++) {
+        const double cost = (double)(tiles - rest) / (double)slots * (double)kt + (double)kt / (double)k +
+                            (double)(TERN_WG_SPLIT_FIXED + TERN_WG_SPLIT_STAGES * k);
+        if (forced ? k == min64(forced, kmax) : cost < best) best = cost, p->full = tiles - rest, p->ks = k;
+    }
+}
 
 /* A programmatic dependent launch overlaps the grid's start with the
  * previous kernel's end (4096 x 4096 at 8 tokens: 7.8 -> 6.9 us), but its
@@ -101,10 +137,14 @@ int tern_wg_direct_y(int v) { return v == 900; }
  * CTAs per SM), the SMs end up with unequal shares (4096 x 14336 at 8
  * tokens: 12.5 -> 13.6 us, 4608 x 36864 21.0 -> 23.6); those launch
  * plainly. */
-void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_t forced_ks,
-                  int pdl_on, TernWgPlan *p) {
-    const int64_t tiles = p->gx * p->gy;
+void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int variant, int pdl_on,
+                  TernWgPlan *p) {
+    const int64_t forced_ks = tern_wg_forced_ks(variant);
+    const int64_t tiles = p->gx * p->gy, slots = (int64_t)n_sm * per_sm;
     p->ks = forced_ks > 0 ? min64(forced_ks, kt) : tern_wg_splits(i8, p->nt, tiles, kt, cols, n_sm, per_sm);
-    const int64_t ctas = tiles * p->ks, slots = (int64_t)n_sm * per_sm;
+    p->full = p->ks == 1 ? tiles : 0;
+    if (forced_ks <= 0 && p->nt >= 64 && !tern_wg_no_last_split(variant))
+        last_wave_split(tiles, kt, slots, tern_wg_forced_last_split(variant), p);
+    const int64_t ctas = p->full + (tiles - p->full) * p->ks;
     p->pdl = pdl_on && (ctas <= n_sm || slots - ctas < n_sm);
 }

@@ -17,8 +17,13 @@ enum {
     TERN_WG_ROWS = 128,  /* weight rows per CTA: 2 warpgroups x 64 */
     TERN_WG_PW_NT = 64,  /* tiles of this many tokens and more: the kernel with a producer
                           * warpgroup (one CTA per SM; the smaller tiles keep 2 - 3) */
-    TERN_WG_STAGED_NT = 64 /* ... and more: the staged epilogue is compiled in (below, the
-                            * registers it costs take CTAs per SM) */
+    TERN_WG_STAGED_NT = 64, /* ... and more: the staged epilogue is compiled in (below, the
+                             * registers it costs take CTAs per SM) */
+    /* the cost of splitting a tile's K k ways, in stages beyond its share
+     * of K: TERN_WG_SPLIT_FIXED + TERN_WG_SPLIT_STAGES x k (the partials and
+     * the last CTA's reduction; tern_wg_plan.c) */
+    TERN_WG_SPLIT_FIXED = 30,
+    TERN_WG_SPLIT_STAGES = 8
 };
 
 typedef struct {
@@ -26,7 +31,9 @@ typedef struct {
     int one_a;      /* 1: the kernel with one A register set (int8, 8 / 16 tokens) */
     int pw;         /* 1: the kernel with a producer warpgroup (nt >= TERN_WG_PW_NT) */
     int64_t gx, gy; /* row tiles, token tiles */
-    int64_t ks;     /* K split (1: none) */
+    int64_t ks;     /* K split of the tiles from `full` on (1: none) */
+    int64_t full;   /* tiles (in grid order) run unsplit: gx * gy when ks = 1, 0 for a uniform
+                     * split, else the whole waves before a split last wave */
     int pdl;        /* 1: launched as a programmatic dependent */
     int staged_y;   /* 1: y staged in shared memory and stored by the copy engine */
 } TernWgPlan;
@@ -44,15 +51,18 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
 void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
                   int force_one_a, TernWgPlan *p);
 
-/* The grid of a tile chosen by tern_wg_tile: ks (forced_ks > 0: that, at
- * most kt) and pdl (only when pdl_on); kt stages of K for this activation
- * type, per_sm resident CTAs per SM of the chosen kernel. */
-void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int64_t forced_ks,
-                  int pdl_on, TernWgPlan *p);
+/* The grid of a tile chosen by tern_wg_tile: ks and full (tern_wg_splits,
+ * or the whole waves unsplit and the last one's tiles split where that is
+ * cheaper; the bench knobs of `variant`: 7KK / 8KK a uniform split KK ways,
+ * at most kt; 901 no last wave split, 902..908 that split 2..8 ways where
+ * there is one) and pdl (only when pdl_on); kt stages of K for this
+ * activation type, per_sm resident CTAs per SM of the chosen kernel. */
+void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int variant, int pdl_on,
+                  TernWgPlan *p);
 
 /* The epilogue of a planned grid (after tern_wg_grid): staged_y where a
- * tensor map can describe y — tiles of >= TERN_WG_STAGED_NT tokens, no K
- * split, rows a multiple of 4 (16-byte row stride), rows and n within
+ * tensor map can describe y — tiles of >= TERN_WG_STAGED_NT tokens, some
+ * tiles without a K split (the only ones that use it), rows a multiple of 4 (16-byte row stride), rows and n within
  * int32, y 16-byte aligned (y_aligned16) — unless the bench knob `variant`
  * asks for direct stores (tern_wg_direct_y). */
 void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, TernWgPlan *p);
@@ -60,14 +70,18 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
 /* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:
  * 7KK (701 .. 764) splits K into KK parts, 8KK (801 .. 864) the same with
  * the one-set kernel for 16 tokens, 800 that kernel with its own split, 900
- * the epilogue's direct stores instead of the staged copy-engine store.
- * tern_wg_variant: v in 701 .. 864 or 900 (the other kernels run as with
- * 0); tern_wg_forced_ks: the split forced (0: none); tern_wg_forced_one_a;
- * tern_wg_direct_y. */
+ * the epilogue's direct stores instead of the staged copy-engine store, 901
+ * no last wave split, 902 .. 908 the last wave split 2 .. 8 ways (at most
+ * as many as fit).  tern_wg_variant: v in 701 .. 864 or 900 .. 908 (the
+ * other kernels run as with 0); tern_wg_forced_ks: the split forced (0:
+ * none); tern_wg_forced_one_a; tern_wg_direct_y; tern_wg_no_last_split;
+ * tern_wg_forced_last_split (0: none). */
 int tern_wg_variant(int v);
 int64_t tern_wg_forced_ks(int v);
 int tern_wg_forced_one_a(int v);
 int tern_wg_direct_y(int v);
+int tern_wg_no_last_split(int v);
+int64_t tern_wg_forced_last_split(int v);
 
 #ifdef __cplusplus
 }

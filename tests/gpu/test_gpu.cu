@@ -450,6 +450,56 @@ static void test_wg_big_tiles(void) {
     tern_free(&W);
 }
 
+/* The last wave split (tern_wg_plan.c): n_sm + 5 row tiles of 256 tokens,
+ * so 5 tiles are left over after one whole wave; split by the knobs 90K
+ * (K ways, at most 8 stages each: int8 24 stages -> 3, bf16 48 -> 6, f32
+ * 144 -> 8) while the others run unsplit with the staged epilogue, or not
+ * at all (0: the default rule, which leaves 24 stages unsplit; 901).
+ * int8 bit-identical, bf16 / f32 against the reference (run_case). */
+static void test_wg_last_wave(void) {
+    int dev = 0, n_sm = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    const Shape2 shapes[] = {{128 * (int64_t)(n_sm + 5) - 36, 6000}};
+    const int64_t ns[] = {130};
+    const int variants[] = {0, 901, 902, 903, 908};
+    forced_variants("gemm_wgmma last wave", 5, shapes, 1, ns, 1, variants, 5);
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    if (make_matrix(shapes[0].rows, shapes[0].cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
+        report(false, "last wave %lldx%lld: %s", (long long)shapes[0].rows, (long long)shapes[0].cols,
+               err_msg());
+        return;
+    }
+    const int oldv = tern_cuda_decode_variant(903);
+    { /* the dispatch split only the 5 tiles past the wave, 3 ways */
+        GBuf dx = gbuf((size_t)(130 * shapes[0].cols), 1), dsx = gbuf(130 * 4, 4),
+             dy = gbuf((size_t)(130 * shapes[0].rows) * 4, 4);
+        CK(cudaMemset(dx.ptr(), 1, dx.bytes));
+        CK(cudaMemset(dsx.ptr(), 0x3f, dsx.bytes));
+        const int rc = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 130,
+                                           (float *)dy.ptr(), 0);
+        CK(cudaDeviceSynchronize());
+        const char *cfg = tern_cuda_last_config();
+        if (n_sm >= 15) /* n_sm / 5 >= 3 */
+            report(rc == 0 && !strncmp(cfg, "wgmma nt=256 ", 13) && strstr(cfg, " ks=3 ") &&
+                       strstr(cfg, "tma_y=1") && strstr(cfg, "pw=1") && strstr(cfg, "split_tiles=5"),
+                   "last wave on %d SMs: the dispatch chose \"%s\"", n_sm, cfg);
+        else
+            printf("  (last wave on %d SMs: \"%s\", not checked)\n", n_sm, cfg);
+        gfree(dx);
+        gfree(dsx);
+        gfree(dy);
+    }
+    run_case(&W, &dW, 130, 1, "row"); /* bf16, 3 ways */
+    run_case(&W, &dW, 130, 0, "row"); /* f32 (three bf16 planes), 3 ways */
+    tern_cuda_decode_variant(908);
+    run_case(&W, &dW, 130, 0, "row"); /* f32, 8 ways */
+    tern_cuda_decode_variant(oldv);
+    tern_cuda_free(&dW);
+    tern_free(&W);
+}
+
 /* tern_mm::div_rn_by (the int8 epilogues' division) against __fdiv_rn, bit
  * for bit, over the range where callers take it (div_scale_ok): random
  * signs, exponents and mantissas of p and s, exact quotients (p = k s),
@@ -729,6 +779,7 @@ int main(int argc, char **argv) {
     test_bmma_grid();
     test_wg_splits();
     test_wg_big_tiles();
+    test_wg_last_wave();
     test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);
