@@ -230,8 +230,53 @@ TEST(gpu_act_quant_bit_identical) {
     dev_get(&bs, sg);
     CHECK(memcmp(qr, qg, (size_t)(n * cols)) == 0);
     CHECK(memcmp(sr, sg, sizeof sr) == 0);
+    /* the tensor-parallel form: each of two column slices (as a rank holds
+     * them, rows of w) quantised with the larger of the slices' row maxima
+     * (fwdc_row_absmax; the all-reduce's max) gives the whole rows' values
+     * and scales */
+    const int64_t w0 = 400, w1 = cols - w0;
+    float *xs[2] = {xmalloc(sizeof(float) * (size_t)(n * w0)), xmalloc(sizeof(float) * (size_t)(n * w1))};
+    for (int64_t t = 0; t < n; t++) {
+        memcpy(xs[0] + t * w0, x + t * cols, sizeof(float) * (size_t)w0);
+        memcpy(xs[1] + t * w1, x + t * cols + w0, sizeof(float) * (size_t)w1);
+    }
+    float mx[2][5], mref[5];
+    int quant_ok = 1;
+    for (int pass = 0; pass < 2; pass++) /* pass 0: the maxima; 1: quantise with their max */
+        for (int r = 0; r < 2; r++) {
+            const int64_t w = r ? w1 : w0;
+            DevBuf bxs, bm, bqs, bss;
+            float *dxs = dev_new(&bxs, sizeof(float) * (size_t)(n * w), xs[r]);
+            float *dm = dev_new(&bm, sizeof mref, pass ? mref : NULL);
+            int8_t *dqs = dev_new(&bqs, (size_t)(n * w), NULL);
+            float *dss = dev_new(&bss, sizeof sg, NULL);
+            if (pass == 0) {
+                REQUIRE(fwdc_row_absmax(dxs, n, w, dm, 0) == 0);
+                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                dev_get(&bm, mx[r]);
+            } else {
+                REQUIRE(fwdc_act_quant_i8_max(dxs, n, w, dm, dqs, dss, 0) == 0);
+                REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+                int8_t *q = xmalloc((size_t)(n * w));
+                dev_get(&bqs, q);
+                dev_get(&bss, sg);
+                for (int64_t t = 0; t < n; t++)
+                    quant_ok = quant_ok && !memcmp(q + t * w, qr + t * cols + (r ? w0 : 0), (size_t)w);
+                quant_ok = quant_ok && !memcmp(sr, sg, sizeof sr);
+                free(q);
+            }
+            CHECK(dev_done(&bxs) && dev_done(&bm) && dev_done(&bqs) && dev_done(&bss));
+            if (pass == 0 && r == 1)
+                for (int64_t t = 0; t < n; t++) mref[t] = mx[0][t] > mx[1][t] ? mx[0][t] : mx[1][t];
+        }
+    for (int64_t t = 0; t < n; t++) { /* the maxima themselves */
+        float m = 0.0f;
+        for (int64_t k = 0; k < cols; k++) m = fabsf(x[t * cols + k]) > m ? fabsf(x[t * cols + k]) : m;
+        CHECK_MSG(mref[t] == m, "row %lld: max %g, expected %g", (long long)t, mref[t], m);
+    }
+    CHECK(quant_ok);
     CHECK(dev_done(&bx) && dev_done(&bq) && dev_done(&bs));
-    free(x), free(qr), free(qg);
+    free(x), free(qr), free(qg), free(xs[0]), free(xs[1]);
 }
 
 TEST(gpu_glu_add_bf16_match_cpu) {

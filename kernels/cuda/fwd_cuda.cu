@@ -798,15 +798,29 @@ __global__ void add_kernel(float *x, const float *h, int64_t cnt) {
         x[i] += h[i];
 }
 
+/* max |x| over a row of cols (one CTA), exact in any order */
+__device__ float row_absmax(const float *xr, int64_t cols, float *red) {
+    float m = 0.0f;
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));
+    return block_max(m, red);
+}
+
+__global__ void __launch_bounds__(kRowThreads) row_absmax_kernel(const float *x, int64_t cols, float *mx) {
+    pdl_trigger();
+    pdl_wait();
+    __shared__ float red[32];
+    const float m = row_absmax(x + blockIdx.x * cols, cols, red);
+    if (threadIdx.x == 0) mx[blockIdx.x] = m;
+}
+
+/* mx_in: the rows' max |x| given (tensor parallelism: over all ranks' slices) */
 __global__ void __launch_bounds__(kRowThreads)
-act_quant_kernel(const float *x, int64_t cols, int8_t *xq, float *sx) {
+act_quant_kernel(const float *x, int64_t cols, const float *mx_in, int8_t *xq, float *sx) {
     pdl_trigger();
     pdl_wait();
     __shared__ float red[32];
     const float *xr = x + blockIdx.x * cols;
-    float m = 0.0f;
-    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) m = fmaxf(m, fabsf(xr[k]));
-    m = block_max(m, red); /* max is exact in any order */
+    const float m = mx_in ? mx_in[blockIdx.x] : row_absmax(xr, cols, red);
     const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
     for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
         const float r = rintf(__fmul_rn(xr[k], s));
@@ -1084,12 +1098,24 @@ int fwdc_add(float *d_x, const float *d_h, int64_t cnt, cudaStream_t stream) {
     return 0;
 }
 
-int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, float *d_sx,
-                      cudaStream_t stream) {
+int fwdc_act_quant_i8_max(const float *d_x, int64_t n, int64_t cols, const float *d_mx, int8_t *d_xq,
+                          float *d_sx, cudaStream_t stream) {
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8: %lld rows", (long long)n);
     return tern_launch_pdl("act_quant_kernel", act_quant_kernel, dim3((unsigned)n), dim3(kRowThreads),
-                           stream, d_x, cols, d_xq, d_sx);
+                           stream, d_x, cols, d_mx, d_xq, d_sx);
+}
+
+int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, float *d_sx,
+                      cudaStream_t stream) {
+    return fwdc_act_quant_i8_max(d_x, n, cols, nullptr, d_xq, d_sx, stream);
+}
+
+int fwdc_row_absmax(const float *d_x, int64_t n, int64_t cols, float *d_mx, cudaStream_t stream) {
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff) return err_set("fwdc_row_absmax: %lld rows", (long long)n);
+    return tern_launch_pdl("row_absmax_kernel", row_absmax_kernel, dim3((unsigned)n), dim3(kRowThreads),
+                           stream, d_x, cols, d_mx);
 }
 
 int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stream) {

@@ -79,6 +79,13 @@ int fwdc_add(float *d_x, const float *d_h, int64_t cnt, cudaStream_t stream);
  * xq = clamp(rint(x * sx), -128, 127) — bit-identical to act_quant_int8_ref. */
 int fwdc_act_quant_i8(const float *d_x, int64_t n, int64_t cols, int8_t *d_xq, float *d_sx,
                       cudaStream_t stream);
+/* The same with each row's max|x| given in d_mx (n): a tensor-parallel rank
+ * quantises its slice of a row with the max over every rank's slice (an
+ * all-reduce of fwdc_row_absmax), giving the values the whole row would. */
+int fwdc_act_quant_i8_max(const float *d_x, int64_t n, int64_t cols, const float *d_mx, int8_t *d_xq,
+                          float *d_sx, cudaStream_t stream);
+/* d_mx[t] = max |x_t| over the cols of row t (exact, in any order). */
+int fwdc_row_absmax(const float *d_x, int64_t n, int64_t cols, float *d_mx, cudaStream_t stream);
 /* y = bf16(x) (round to nearest even), cnt elements. */
 int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stream);
 /* out (cnt, dim) = x[idx[j]] rows. */
