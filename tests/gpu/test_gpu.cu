@@ -390,6 +390,37 @@ static void test_wg_splits(void) {
     forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 9);
 }
 
+/* W for a shape and its upload (false: reported) */
+static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCudaMatrix *dW) {
+    if (make_matrix(sh.rows, sh.cols, QG_ROW, W) == 0 && tern_cuda_upload(W, dW) == 0) return true;
+    report(false, "%s %lldx%lld: %s", what, (long long)sh.rows, (long long)sh.cols, err_msg());
+    return false;
+}
+
+static int sm_count(void) {
+    int dev = 0, n_sm = 0;
+    CK(cudaGetDevice(&dev));
+    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    return n_sm;
+}
+
+/* The kernel configuration the dispatch chose for n int8 tokens (constant
+ * activations) into cfg; the call's return code. */
+static int dispatch_config(const TernCudaMatrix *dW, Shape2 sh, int64_t n, char *cfg, size_t cap) {
+    GBuf dx = gbuf((size_t)(n * sh.cols), 1), dsx = gbuf((size_t)n * 4, 4),
+         dy = gbuf((size_t)(n * sh.rows) * 4, 4);
+    CK(cudaMemset(dx.ptr(), 1, dx.bytes));
+    CK(cudaMemset(dsx.ptr(), 0x3f, dsx.bytes)); /* 0x3f3f3f3f: about 0.747f */
+    const int rc = tern_cuda_matmul_i8(dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n,
+                                       (float *)dy.ptr(), 0);
+    CK(cudaDeviceSynchronize());
+    snprintf(cfg, cap, "%s", tern_cuda_last_config());
+    gfree(dx);
+    gfree(dsx);
+    gfree(dy);
+    return rc;
+}
+
 /* The wgmma GEMM's large token tiles (128 and 256 tokens, the kernels with
  * a producer warpgroup; chosen from 66 row tiles on — with up to 134 SMs —
  * so the shapes above never reach them): 67 row tiles, partial token tiles, 9 / 18 stages (int8 / bf16:
@@ -405,26 +436,14 @@ static void test_wg_big_tiles(void) {
     forced_variants("gemm_wgmma big tiles", 5, shapes, 1, ns, 3, variants, 4);
     TernaryMatrix W;
     TernCudaMatrix dW;
-    if (make_matrix(shapes[0].rows, shapes[0].cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
-        report(false, "big tiles %lldx%lld: %s", (long long)shapes[0].rows, (long long)shapes[0].cols,
-               err_msg());
-        return;
-    }
+    if (!upload_shape("big tiles", shapes[0], &W, &dW)) return;
     { /* the dispatch took the tiles meant (67 row tiles >= 66 with <= 134 SMs) */
-        int dev = 0, n_sm = 0;
-        CK(cudaGetDevice(&dev));
-        CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
-        GBuf dx = gbuf((size_t)(300 * shapes[0].cols), 1), dsx = gbuf(300 * 4, 4),
-             dy = gbuf((size_t)(300 * shapes[0].rows) * 4, 4);
-        CK(cudaMemset(dx.ptr(), 1, dx.bytes));
-        CK(cudaMemset(dsx.ptr(), 0x3f, dsx.bytes)); /* 0x3f3f3f3f: about 0.747f */
+        const int n_sm = sm_count();
         const int64_t nn[2] = {100, 300};
         const char *want[2] = {"wgmma nt=128 ", "wgmma nt=256 "};
         for (int i = 0; i < 2; i++) {
-            const int rc = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(),
-                                               nn[i], (float *)dy.ptr(), 0);
-            CK(cudaDeviceSynchronize());
-            const char *cfg = tern_cuda_last_config();
+            char cfg[128];
+            const int rc = dispatch_config(&dW, shapes[0], nn[i], cfg, sizeof cfg);
             if (n_sm <= 134) /* ... the staged epilogue (one K split, 8500 rows), the producer */
                 report(rc == 0 && !strncmp(cfg, want[i], strlen(want[i])) && strstr(cfg, " ks=1 ") &&
                            strstr(cfg, "tma_y=1") && strstr(cfg, "pw=1"),
@@ -434,9 +453,6 @@ static void test_wg_big_tiles(void) {
                 printf("  (big tiles n=%lld on %d SMs: \"%s\", not checked)\n", (long long)nn[i], n_sm,
                        cfg);
         }
-        gfree(dx);
-        gfree(dsx);
-        gfree(dy);
     }
     run_case(&W, &dW, 100, 1, "row"); /* 128-token tiles */
     run_case(&W, &dW, 300, 1, "row"); /* 256-token tiles, the second one partial */
@@ -457,39 +473,24 @@ static void test_wg_big_tiles(void) {
  * at all (0: the default rule, which leaves 24 stages unsplit; 901).
  * int8 bit-identical, bf16 / f32 against the reference (run_case). */
 static void test_wg_last_wave(void) {
-    int dev = 0, n_sm = 0;
-    CK(cudaGetDevice(&dev));
-    CK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
+    const int n_sm = sm_count();
     const Shape2 shapes[] = {{128 * (int64_t)(n_sm + 5) - 36, 6000}};
     const int64_t ns[] = {130};
     const int variants[] = {0, 901, 902, 903, 908};
     forced_variants("gemm_wgmma last wave", 5, shapes, 1, ns, 1, variants, 5);
     TernaryMatrix W;
     TernCudaMatrix dW;
-    if (make_matrix(shapes[0].rows, shapes[0].cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
-        report(false, "last wave %lldx%lld: %s", (long long)shapes[0].rows, (long long)shapes[0].cols,
-               err_msg());
-        return;
-    }
+    if (!upload_shape("last wave", shapes[0], &W, &dW)) return;
     const int oldv = tern_cuda_decode_variant(903);
     { /* the dispatch split only the 5 tiles past the wave, 3 ways */
-        GBuf dx = gbuf((size_t)(130 * shapes[0].cols), 1), dsx = gbuf(130 * 4, 4),
-             dy = gbuf((size_t)(130 * shapes[0].rows) * 4, 4);
-        CK(cudaMemset(dx.ptr(), 1, dx.bytes));
-        CK(cudaMemset(dsx.ptr(), 0x3f, dsx.bytes));
-        const int rc = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 130,
-                                           (float *)dy.ptr(), 0);
-        CK(cudaDeviceSynchronize());
-        const char *cfg = tern_cuda_last_config();
+        char cfg[128];
+        const int rc = dispatch_config(&dW, shapes[0], 130, cfg, sizeof cfg);
         if (n_sm >= 15) /* n_sm / 5 >= 3 */
             report(rc == 0 && !strncmp(cfg, "wgmma nt=256 ", 13) && strstr(cfg, " ks=3 ") &&
                        strstr(cfg, "tma_y=1") && strstr(cfg, "pw=1") && strstr(cfg, "split_tiles=5"),
                    "last wave on %d SMs: the dispatch chose \"%s\"", n_sm, cfg);
         else
             printf("  (last wave on %d SMs: \"%s\", not checked)\n", n_sm, cfg);
-        gfree(dx);
-        gfree(dsx);
-        gfree(dy);
     }
     run_case(&W, &dW, 130, 1, "row"); /* bf16, 3 ways */
     run_case(&W, &dW, 130, 0, "row"); /* f32 (three bf16 planes), 3 ways */
