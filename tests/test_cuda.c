@@ -217,6 +217,8 @@ TEST(gpu_act_quant_bit_identical) {
     for (int64_t i = 0; i < n * cols; i++) x[i] = 2.0f * frand(&s);
     for (int64_t i = 0; i < cols; i++) x[cols + i] = (float)(i % 255 - 127) / 127.0f; /* ties */
     for (int64_t i = 0; i < cols; i++) x[2 * cols + i] = 0.0f;                        /* all zero */
+    for (int64_t i = 0; i < 400; i++) x[3 * cols + i] = i % 3 ? 0.0f : -0.0f; /* zero in slice 0 only */
+    x[4 * cols + 7] = -0.0f, x[4 * cols + 500] = -3.5f; /* the row's largest |x| in slice 1, negative */
     int8_t *qr = xmalloc((size_t)(n * cols)), *qg = xmalloc((size_t)(n * cols));
     float sr[5], sg[5];
     act_quant_int8_ref(x, n, cols, qr, sr);

@@ -111,7 +111,7 @@ static TernWgPlan plan_v(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm
 TEST(wg_plan_last_wave_split) {
     /* 4608 x 36864 at M = 2048 on 132 SMs: 288 tiles of 256 tokens = 2
      * whole waves + 24 tiles, k <= 132 / 24 = 5; the split costs 30 + 8 k
-     * stages.  bf16 (kt 288): 576 + 288 / k + 30 + 8 k = 766, 721, 710,
+     * stages.  bf16 (kt 288): 576 + 288 / k + 30 + 8 k = 766, 726, 710,
      * 703.6 for k = 2..5 against 792 (the uniform ks = 2: 5 waves of 144
      * stages + 10 %) -> 5; int8 (kt 144): 288 + 144 / k + 30 + 8 k = 406,
      * 390, 386, 386.8 against 432 (3 waves unsplit) -> 4 */

@@ -1101,7 +1101,7 @@ int fwdc_add(float *d_x, const float *d_h, int64_t cnt, cudaStream_t stream) {
 int fwdc_act_quant_i8_max(const float *d_x, int64_t n, int64_t cols, const float *d_mx, int8_t *d_xq,
                           float *d_sx, cudaStream_t stream) {
     if (n <= 0) return 0;
-    if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8: %lld rows", (long long)n);
+    if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8%s: %lld rows", d_mx ? "_max" : "", (long long)n);
     return tern_launch_pdl("act_quant_kernel", act_quant_kernel, dim3((unsigned)n), dim3(kRowThreads),
                            stream, d_x, cols, d_mx, d_xq, d_sx);
 }

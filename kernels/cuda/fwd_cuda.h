@@ -9,6 +9,7 @@
  *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
  *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
  *   fwdc_act_quant_i8    act_quant_int8_ref (bit-identical)  src/quant/quant.h
+ *   fwdc_act_quant_i8_max, fwdc_row_absmax: the same by column slices (tp)
  *
  * Paged KV on the device: one layer's pages are (n_blocks, n_kv_heads,
  * block_size, head_dim) f32, the host cache's layout; a token's slot is

@@ -1,7 +1,9 @@
 # kernels/cuda/gpu.mk — GPU correctness tests and the GPU benchmark.
 #
 #   make test-gpu     build build/gpu/test_gpu and run it ("N passed, N failed";
-#                     "SKIPPED: no GPU" and exit 0 where there is no GPU); from the
+#                     "SKIPPED: no GPU" and exit 0 where there is no GPU; T=quick a
+#                     smaller set, T=wg only the wgmma GEMM's split / tile tests, e.g.
+#                     under compute-sanitizer); from the
 #                     top Makefile also the CUDA backend tests (test_runner gpu_ cuda_:
 #                     fixtures' logits on the GPU, GPU vs CPU greedy, graphs, --tp on GPUs)
 #   make bench-gpu    build build/gpu/bench_gpu, run it (BENCH_GPU_OUT, default

@@ -34,8 +34,10 @@
  * stacked along the rows of the activation tensor) accumulates f32.  Tiles
  * of >= 64 tokens without a K split stage y in shared memory and store it
  * with the copy engine (2-5 % at M = 2048 over direct stores).  Small grids
- * split K; the partials are reduced in split order (tern_mm.cuh), so results
- * do not depend on the schedule.
+ * split K, and grids of >= 64-token tiles with a partial last wave may split
+ * only that wave's tiles (tern_wg_plan.c; partials per split tile); the
+ * partials are reduced in split order (tern_mm.cuh), so results do not
+ * depend on the schedule.
  *
  * Versions (H200, 2026-11-29; NOTES.md): the mma.sync kernel of tern_mm.cuh
  * (tern_gemm.cu, kept for grouped scales) runs near 530 int8 TOPS; the
@@ -98,7 +100,7 @@ __device__ __forceinline__ WgPlace wg_place(const WgGrid &gr) {
         p.ksplit = tail ? gr.ks : 1;
         p.row0 = (int64_t)(p.tile % gr.gx) * TERN_WG_ROWS;
         p.tok0 = (int64_t)(p.tile / gr.gx) * NT;
-    } else {
+    } else { /* gy = 1 here (tiles of <= 32 tokens hold n <= 32), so tile < 2^31 */
         p.tile = (int)(blockIdx.y * gridDim.x + blockIdx.x);
         p.split = (int)blockIdx.z;
         p.ksplit = gr.ks;
@@ -734,8 +736,10 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     tern_wg_grid(ACT == TACT_I8, a.cols, KT, n_sm, per_sm, tern_cuda_decode_variant_get(),
                  tern_cuda_pdl_get(), &plan);
     const int64_t ks = plan.ks, tiles = plan.gx * plan.gy, tail = tiles - plan.full;
-    if (!PW && ks > 1 && plan.full != 0)
-        return err_set("tern_gemm_wg: a split of part of the tiles needs the producer kernel (internal)");
+    if ((!PW && ks > 1 && plan.full != 0) || (ks > 1 && tail == 0) || (ks == 1 && tail != 0))
+        return err_set("tern_gemm_wg: inconsistent split plan: %lld of %lld tiles split %lld ways (%s kernel; "
+                       "internal)",
+                       (long long)tail, (long long)tiles, (long long)ks, PW ? "producer" : "plain");
     if (PW ? tiles + tail * (ks - 1) > 0x7fffffff : plan.gx > 0x7fffffff || plan.gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
                        (long long)a.rows, (long long)a.n);

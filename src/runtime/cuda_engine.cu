@@ -1228,11 +1228,15 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
             if (rc == 0) rc = unit_scales(g, &D.down, &D.down_scale, &D.down_sstride);
         }
         const int64_t T = g->max_tok, wmax = std::max(qd, (int64_t)m->cfg.inter);
-        if (rc == 0)
+        bool sub = false; /* only sub-norms gather the full vectors (row_parallel) */
+        for (int l = 0; l < m->cfg.n_layers && rc == 0; l++)
+            sub = sub || g->L[(size_t)l].attn_sub || g->L[(size_t)l].ffn_sub;
+        if (rc == 0 && sub)
             rc = dalloc(g, &g->gath, (size_t)(T * wmax), "tp gather") ||
                  dalloc(g, &g->full, (size_t)(T * wmax), "tp gather") ||
-                 dalloc(g, &g->xq_full, (size_t)(T * wmax), "tp gather") ||
-                 dalloc(g, &g->ones, (size_t)T, "tp ones") ||
+                 dalloc(g, &g->xq_full, (size_t)(T * wmax), "tp gather");
+        if (rc == 0)
+            rc = dalloc(g, &g->ones, (size_t)T, "tp ones") ||
                  dalloc(g, &g->amax, (size_t)T, "tp row maxima") ||
                  fwdc_fill(g->ones, T, 3, 1.0f, 0, g->st);
         if (rc == 0 && cudaStreamSynchronize(g->st) != cudaSuccess) rc = err_set("cuda: setup failed");

@@ -467,17 +467,19 @@ static void test_wg_big_tiles(void) {
 }
 
 /* The last wave split (tern_wg_plan.c): n_sm + 5 row tiles of 256 tokens,
- * so 5 tiles are left over after one whole wave; split by the knobs 90K
- * (K ways, at most 8 stages each: int8 24 stages -> 3, bf16 48 -> 6, f32
- * 144 -> 8) while the others run unsplit with the staged epilogue, or not
- * at all (0: the default rule, which leaves 24 stages unsplit; 901).
+ * so 5 tiles are left over after one whole wave (300 tokens: two token
+ * tiles, the second partial, 10 left over after two waves, all in the
+ * second token tile); split by the knobs 90K (K ways, at least 8 stages
+ * each: int8 24 stages -> 3, bf16 48 -> 6, f32 144 -> 8) while the others
+ * run unsplit with the staged epilogue, or not at all (0: the default rule,
+ * which leaves 24 stages unsplit; 901).
  * int8 bit-identical, bf16 / f32 against the reference (run_case). */
 static void test_wg_last_wave(void) {
     const int n_sm = sm_count();
     const Shape2 shapes[] = {{128 * (int64_t)(n_sm + 5) - 36, 6000}};
-    const int64_t ns[] = {130};
+    const int64_t ns[] = {130, 300};
     const int variants[] = {0, 901, 902, 903, 908};
-    forced_variants("gemm_wgmma last wave", 5, shapes, 1, ns, 1, variants, 5);
+    forced_variants("gemm_wgmma last wave", 5, shapes, 1, ns, 2, variants, 5);
     TernaryMatrix W;
     TernCudaMatrix dW;
     if (!upload_shape("last wave", shapes[0], &W, &dW)) return;
@@ -493,6 +495,7 @@ static void test_wg_last_wave(void) {
             printf("  (last wave on %d SMs: \"%s\", not checked)\n", n_sm, cfg);
     }
     run_case(&W, &dW, 130, 1, "row"); /* bf16, 3 ways */
+    run_case(&W, &dW, 300, 1, "row"); /* bf16, 3 ways, the split tiles in the second token tile */
     run_case(&W, &dW, 130, 0, "row"); /* f32 (three bf16 planes), 3 ways */
     tern_cuda_decode_variant(908);
     run_case(&W, &dW, 130, 0, "row"); /* f32, 8 ways */
@@ -744,6 +747,8 @@ int main(int argc, char **argv) {
     printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
            prop.minor);
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
+    const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
 
     struct Shape {
         int64_t rows, cols;
@@ -754,6 +759,7 @@ int main(int argc, char **argv) {
     const int64_t ns[] = {1, 3, 9, 17, 64, 100, 300};
     for (const Shape &sh : shapes)
         for (QuantGroup grp : groups) {
+            if (wg_only) break;
             TernaryMatrix W;
             if (make_matrix(sh.rows, sh.cols, grp, &W) < 0) {
                 report(false, "make_matrix: %s", err_msg());
@@ -774,14 +780,16 @@ int main(int argc, char **argv) {
             tern_cuda_free(&dW);
             tern_free(&W);
         }
-    test_div_rn();
-    test_i8_scale_range();
-    test_dense();
-    test_bmma_grid();
+    if (!wg_only) {
+        test_div_rn();
+        test_i8_scale_range();
+        test_dense();
+        test_bmma_grid();
+    }
     test_wg_splits();
     test_wg_big_tiles();
     test_wg_last_wave();
-    test_errors();
+    if (!wg_only) test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);
     printf("%d passed, %d failed\n", g_pass, g_fail);
