@@ -6,18 +6,36 @@
 #include "test.h"
 #include "cuda/tern_wg_plan.h"
 
+#include <stdio.h>
 #include <stdlib.h>
 
 /* int8: kt = code blocks = ceil(cols / 256); bf16: twice that */
 static int64_t kt_of(int i8, int64_t cols) { return (cols + 255) / 256 * (i8 ? 1 : 2); }
 
-static TernWgPlan plan(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int per_sm,
-                       int64_t forced_ks, int pdl_on) {
+/* the plan under the bench knob `variant` (0: none) */
+static TernWgPlan plan_at(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int per_sm,
+                          int variant, int pdl_on) {
     TernWgPlan p;
     tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, 0, &p);
-    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, per_sm, forced_ks > 0 ? 700 + (int)forced_ks : 0, pdl_on,
-                 &p);
+    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, per_sm, variant, pdl_on, &p);
     return p;
+}
+/* forced_ks > 0: the knob 7KK that forces it */
+static TernWgPlan plan(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int per_sm,
+                       int64_t forced_ks, int pdl_on) {
+    return plan_at(i8, rows, n, cols, n_sm, per_sm, forced_ks > 0 ? 700 + (int)forced_ks : 0, pdl_on);
+}
+/* one CTA per SM (the producer kernels), PDL on */
+static TernWgPlan plan_v(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int variant) {
+    return plan_at(i8, rows, n, cols, n_sm, 1, variant, 1);
+}
+
+/* the plan's K split and unsplit tiles are ks and full (both printed when not) */
+static int split_is(TernWgPlan p, int64_t ks, int64_t full) {
+    if (p.ks == ks && p.full == full) return 1;
+    fprintf(stderr, "    plan: ks %lld full %lld, expected %lld %lld\n", (long long)p.ks,
+            (long long)p.full, (long long)ks, (long long)full);
+    return 0;
 }
 
 TEST(wg_plan_token_tiles) {
@@ -100,14 +118,6 @@ TEST(wg_plan_k_split) {
     CHECK(plan(1, 300, 40, 5000, 132, 1, 64, 1).ks == kt_of(1, 5000));
 }
 
-/* the plan under a bench knob */
-static TernWgPlan plan_v(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int variant) {
-    TernWgPlan p;
-    tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, 0, &p);
-    tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, 1, variant, 1, &p);
-    return p;
-}
-
 TEST(wg_plan_last_wave_split) {
     /* 4608 x 36864 at M = 2048 on 132 SMs: 288 tiles of 256 tokens = 2
      * whole waves + 24 tiles, k <= 132 / 24 = 5; the split costs 30 + 8 k
@@ -117,63 +127,48 @@ TEST(wg_plan_last_wave_split) {
      * 390, 386, 386.8 against 432 (3 waves unsplit) -> 4 */
     TernWgPlan p = plan(0, 4608, 2048, 36864, 132, 1, 0, 1);
     CHECK(p.nt == 256 && p.full == 264 && p.ks == 5);
-    p = plan(1, 4608, 2048, 36864, 132, 1, 0, 1);
-    CHECK(p.full == 264 && p.ks == 4);
+    CHECK(split_is(plan(1, 4608, 2048, 36864, 132, 1, 0, 1), 4, 264));
     /* short K: 36864 x 4608 (int8 18 stages, 2304 tiles = 17 waves + 60,
      * k <= 2): 306 + 9 + 46 = 361 > 324 unsplit -> none (measured 594 ->
      * 628 us split); M = 256 (288 tiles): 36 + 9 + 46 > 54 -> none (92 ->
      * 132 us); bf16 M = 256 (36 stages, k <= 4): 72 + 18 + 46 = 136, ... >
      * 108 unsplit (the uniform rule wants >= 64 stages) -> none (measured
      * 152 us unsplit, 149 at k = 2: a gain the rule leaves) */
-    p = plan(1, 36864, 2048, 4608, 132, 1, 0, 1);
-    CHECK(p.ks == 1 && p.full == 2304);
-    p = plan(1, 36864, 256, 4608, 132, 1, 0, 1);
-    CHECK(p.ks == 1 && p.full == 288);
-    p = plan(0, 36864, 256, 4608, 132, 1, 0, 1);
-    CHECK(p.ks == 1 && p.full == 288);
+    CHECK(split_is(plan(1, 36864, 2048, 4608, 132, 1, 0, 1), 1, 2304));
+    CHECK(split_is(plan(1, 36864, 256, 4608, 132, 1, 0, 1), 1, 288));
+    CHECK(split_is(plan(0, 36864, 256, 4608, 132, 1, 0, 1), 1, 288));
     /* 8500 x 36864 at 300 tokens: 134 tiles, 2 over: k <= min(66, 8,
      * 144 / 8): 144 + 144 / k + 30 + 8 k: 262, 246, 242, 242.8, ... against
      * 288 -> 4; 8500 x 2056 (9 int8 stages): none (k <= 9 / 8) */
-    p = plan(1, 8500, 300, 36864, 132, 1, 0, 1);
-    CHECK(p.ks == 4 && p.full == 132);
-    p = plan(1, 8500, 300, 2056, 132, 1, 0, 1);
-    CHECK(p.ks == 1 && p.full == 134);
+    CHECK(split_is(plan(1, 8500, 300, 36864, 132, 1, 0, 1), 4, 132));
+    CHECK(split_is(plan(1, 8500, 300, 2056, 132, 1, 0, 1), 1, 134));
     /* test_gpu's case: (n_sm + 5) row tiles, 6000 columns (int8 24
      * stages: 24 + 12 + 46 > 48 -> none; forced 3 ways by its knob) */
     p = plan(1, 128 * 137 - 36, 130, 6000, 132, 1, 0, 1);
     CHECK(p.nt == 256 && p.ks == 1 && p.full == 137);
-    p = plan_v(1, 128 * 137 - 36, 130, 6000, 132, 903);
-    CHECK(p.ks == 3 && p.full == 132);
-    p = plan_v(0, 128 * 137 - 36, 130, 6000, 132, 908); /* bf16 48 stages: at most 6 */
-    CHECK(p.ks == 6 && p.full == 132);
+    CHECK(split_is(plan_v(1, 128 * 137 - 36, 130, 6000, 132, 903), 3, 132));
+    CHECK(split_is(plan_v(0, 128 * 137 - 36, 130, 6000, 132, 908), 6, 132)); /* bf16 48 stages: at most 6 */
     /* whole waves or less than one: unchanged (4096 x 4096 at 2048: 256
      * tiles, 124 over -> k <= 1; 4608 x 36864 at M = 256: 72 tiles of 128
      * tokens, under one wave) */
-    p = plan(1, 4096, 2048, 4096, 132, 1, 0, 1);
-    CHECK(p.ks == 1 && p.full == 256);
+    CHECK(split_is(plan(1, 4096, 2048, 4096, 132, 1, 0, 1), 1, 256));
     p = plan(1, 4608, 256, 36864, 132, 1, 0, 1);
     CHECK(p.nt == 128 && p.ks == 1 && p.full == 72);
-    p = plan(1, 4608, 128 * 132, 36864, 66, 2, 0, 1); /* exactly 36 waves of 132 slots */
-    CHECK(p.ks == 1 && p.full == p.gx * p.gy);
+    /* 36 x 66 tiles of 256 tokens: exactly 18 waves of 132 slots (66 SMs x 2) */
+    CHECK(split_is(plan(1, 4608, 256 * 66, 36864, 66, 2, 0, 1), 1, 36 * 66));
     /* only for tiles of >= 64 tokens (the producer kernel's flat grid) */
     p = plan(1, 18176, 32, 36864, 132, 1, 0, 1); /* 142 tiles of 32 */
     CHECK(p.nt == 32 && (p.ks == 1 || p.full == 0));
     /* the knobs: a forced uniform split (7KK); 901 none; 90K K ways, at
      * most what fits */
-    p = plan(0, 4608, 2048, 36864, 132, 1, 2, 1);
-    CHECK(p.ks == 2 && p.full == 0);
+    CHECK(split_is(plan(0, 4608, 2048, 36864, 132, 1, 2, 1), 2, 0));
     p = plan_v(0, 4608, 2048, 36864, 132, 901);
     CHECK(p.ks == 2 && p.full == 0); /* bf16's uniform rule */
-    p = plan_v(1, 4608, 2048, 36864, 132, 901);
-    CHECK(p.ks == 1 && p.full == 288);
-    p = plan_v(1, 4608, 2048, 36864, 132, 902);
-    CHECK(p.ks == 2 && p.full == 264);
-    p = plan_v(1, 4608, 2048, 36864, 132, 908);
-    CHECK(p.ks == 5 && p.full == 264);
-    p = plan_v(1, 36864, 2048, 4608, 132, 902); /* forced where the rule says no */
-    CHECK(p.ks == 2 && p.full == 2244);
-    p = plan_v(1, 4096, 2048, 4096, 132, 905); /* no room for a split */
-    CHECK(p.ks == 1 && p.full == 256);
+    CHECK(split_is(plan_v(1, 4608, 2048, 36864, 132, 901), 1, 288));
+    CHECK(split_is(plan_v(1, 4608, 2048, 36864, 132, 902), 2, 264));
+    CHECK(split_is(plan_v(1, 4608, 2048, 36864, 132, 908), 5, 264));
+    CHECK(split_is(plan_v(1, 36864, 2048, 4608, 132, 902), 2, 2244)); /* forced where the rule says no */
+    CHECK(split_is(plan_v(1, 4096, 2048, 4096, 132, 905), 1, 256)); /* no room for a split */
     /* the staged epilogue stays for the unsplit tiles */
     p = plan(0, 4608, 2048, 36864, 132, 1, 0, 1);
     tern_wg_epilogue(4608, 2048, 1, 0, &p);

@@ -737,8 +737,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
                  tern_cuda_pdl_get(), &plan);
     const int64_t ks = plan.ks, tiles = plan.gx * plan.gy, tail = tiles - plan.full;
     if ((!PW && ks > 1 && plan.full != 0) || (ks > 1 && tail == 0) || (ks == 1 && tail != 0))
-        return err_set("tern_gemm_wg: inconsistent split plan: %lld of %lld tiles split %lld ways (%s kernel; "
-                       "internal)",
+        return err_set("tern_gemm_wg: inconsistent split plan: %lld of %lld tiles split %lld ways "
+                       "(%s kernel; internal)",
                        (long long)tail, (long long)tiles, (long long)ks, PW ? "producer" : "plain");
     if (PW ? tiles + tail * (ks - 1) > 0x7fffffff : plan.gx > 0x7fffffff || plan.gy > 65535)
         return err_set("tern_gemm_wg: %lld rows x %lld tokens is too large for one launch",
@@ -776,7 +776,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     tern_cuda_set_config(cfg);
     const dim3 grid = PW ? dim3((unsigned)(tiles + tail * (ks - 1)))
                          : dim3((unsigned)plan.gx, (unsigned)plan.gy, (unsigned)ks);
-    return tern_launch_ex("tern_gemm_wg_kernel", kern, grid, dim3(threads), (size_t)C_::SMEM, s, plan.pdl != 0, a, gr, tmx, tmc, tmy, tma_y);
+    return tern_launch_ex("tern_gemm_wg_kernel", kern, grid, dim3(threads), (size_t)C_::SMEM, s,
+                          plan.pdl != 0, a, gr, tmx, tmc, tmy, tma_y);
 }
 
 /* the tile and kernel by tern_wg_tile (tern_wg_plan.c) */

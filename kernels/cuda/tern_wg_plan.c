@@ -143,7 +143,7 @@ void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int va
     const int64_t tiles = p->gx * p->gy, slots = (int64_t)n_sm * per_sm;
     p->ks = forced_ks > 0 ? min64(forced_ks, kt) : tern_wg_splits(i8, p->nt, tiles, kt, cols, n_sm, per_sm);
     p->full = p->ks == 1 ? tiles : 0;
-    if (forced_ks <= 0 && p->nt >= 64 && !tern_wg_no_last_split(variant))
+    if (forced_ks <= 0 && p->pw && !tern_wg_no_last_split(variant)) /* the producer kernels' flat grid */
         last_wave_split(tiles, kt, slots, tern_wg_forced_last_split(variant), p);
     const int64_t ctas = p->full + (tiles - p->full) * p->ks;
     p->pdl = pdl_on && (ctas <= n_sm || slots - ctas < n_sm);

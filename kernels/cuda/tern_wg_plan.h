@@ -62,9 +62,10 @@ void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int va
 
 /* The epilogue of a planned grid (after tern_wg_grid): staged_y where a
  * tensor map can describe y — tiles of >= TERN_WG_STAGED_NT tokens, some
- * tiles without a K split (the only ones that use it), rows a multiple of 4 (16-byte row stride), rows and n within
- * int32, y 16-byte aligned (y_aligned16) — unless the bench knob `variant`
- * asks for direct stores (tern_wg_direct_y). */
+ * tiles without a K split (the only ones that use it), rows a multiple of
+ * 4 (16-byte row stride), rows and n within int32, y 16-byte aligned
+ * (y_aligned16) — unless the bench knob `variant` asks for direct stores
+ * (tern_wg_direct_y). */
 void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, TernWgPlan *p);
 
 /* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:

@@ -293,12 +293,13 @@ int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_
  * full vector of full_dim columns); `sub` the optional sub-norm over the full
  * vector (BitNet).
  *   int8 activations — exact: each rank quantises its slice with the full
- *   vector's scale as on one GPU — without a sub-norm from the rows' max|x|
- *   all-reduced (max: exact; n floats, where all-gathering the slices moved
- *   n x full_dim, 33-90 MB per linear at a 2048-token prefill), with one
- *   from the full vector all-gathered and normed —, multiplies it with unit
- *   scales (exact integer sums as floats), the sums are all-reduced (integers
- *   below 2^24: exact in any order) and scaled by the kernels' own formula.
+ *   vector's scale, as on one GPU: without a sub-norm, the scale comes from
+ *   the rows' max|x| all-reduced (max is exact; n floats, where gathering
+ *   the slices moved n x full_dim: 33-90 MB per linear at a 2048-token
+ *   prefill); with one, the full vector is all-gathered and normed.  Each
+ *   rank multiplies its slice with unit scales (exact integer sums as
+ *   floats), the sums are all-reduced (integers below 2^24: exact in any
+ *   order) and scaled by the kernels' own formula.
  *   f32 / bf16 activations: each rank's partial product, summed by the
  *   all-reduce (float reassociation only). */
 int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,

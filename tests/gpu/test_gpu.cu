@@ -139,7 +139,6 @@ static double rel_l2(const float *a, const float *ref, size_t n, int *nan_or_mis
 
 static const char *act_name(int act) { return act == 0 ? "f32" : act == 1 ? "bf16" : "int8"; }
 
-/* One (matrix, n, activation) case: reference once, then each kernel family. */
 /* fn(t0, t1) for slices of the n tokens on all host threads: the CPU
  * references, whose result for a token does not depend on the others (the
  * output is the same as one call over all tokens; the device machine's
@@ -161,6 +160,7 @@ static int par_tokens(int64_t n, F fn) {
 /* int8 token scales of run_case: 0.5 .. 3.5 unless set (test_i8_scale_range) */
 static float (*g_sx_of)(int64_t t);
 
+/* One (matrix, n, activation) case: reference once, then each kernel family. */
 static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n, int act,
                      const char *gname) {
     const int64_t rows = W->rows, cols = W->cols;
@@ -423,8 +423,9 @@ static int dispatch_config(const TernCudaMatrix *dW, Shape2 sh, int64_t n, char 
 
 /* The wgmma GEMM's large token tiles (128 and 256 tokens, the kernels with
  * a producer warpgroup; chosen from 66 row tiles on — with up to 134 SMs —
- * so the shapes above never reach them): 67 row tiles, partial token tiles, 9 / 18 stages (int8 / bf16:
- * the slot ring wraps, with and without forced K splits); the epilogue
+ * so the shapes above never reach them): 67 row tiles, partial token
+ * tiles, 9 / 18 stages (int8 / bf16: the slot ring wraps, with and without
+ * forced K splits); the epilogue
  * staged for the copy engine (one split: the last row and token tiles
  * partial, clipped by the store) and direct (variant 900, and the splits);
  * int8 bit-identical, f32 and bf16 against the reference (run_case, every
@@ -734,22 +735,9 @@ static void test_errors(void) {
     cudaFree(dy);
 }
 
-int main(int argc, char **argv) {
-    int ndev = 0;
-    cudaError_t e = cudaGetDeviceCount(&ndev);
-    if (e != cudaSuccess || ndev == 0) {
-        printf("SKIPPED: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
-        printf("0 passed, 0 failed\n");
-        return 0;
-    }
-    cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
-           prop.minor);
-    const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
-    /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
-    const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
-
+/* Every kernel family on awkward shapes, each scale grouping and token
+ * count, against the CPU reference (run_case). */
+static void test_shapes(int quick) {
     struct Shape {
         int64_t rows, cols;
     } shapes[] = {{1, 1},     {3, 5},     {17, 300},  {33, 257},  {100, 1000},
@@ -759,7 +747,6 @@ int main(int argc, char **argv) {
     const int64_t ns[] = {1, 3, 9, 17, 64, 100, 300};
     for (const Shape &sh : shapes)
         for (QuantGroup grp : groups) {
-            if (wg_only) break;
             TernaryMatrix W;
             if (make_matrix(sh.rows, sh.cols, grp, &W) < 0) {
                 report(false, "make_matrix: %s", err_msg());
@@ -780,7 +767,26 @@ int main(int argc, char **argv) {
             tern_cuda_free(&dW);
             tern_free(&W);
         }
+}
+
+int main(int argc, char **argv) {
+    int ndev = 0;
+    cudaError_t e = cudaGetDeviceCount(&ndev);
+    if (e != cudaSuccess || ndev == 0) {
+        printf("SKIPPED: no GPU (%s)\n", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        printf("0 passed, 0 failed\n");
+        return 0;
+    }
+    cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    printf("device: %s, %d SMs, cc %d.%d\n", prop.name, prop.multiProcessorCount, prop.major,
+           prop.minor);
+    const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
+    /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
+    const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
+
     if (!wg_only) {
+        test_shapes(quick);
         test_div_rn();
         test_i8_scale_range();
         test_dense();
