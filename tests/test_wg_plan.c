@@ -148,6 +148,13 @@ TEST(wg_plan_last_wave_split) {
     CHECK(p.nt == 256 && p.ks == 1 && p.full == 137);
     CHECK(split_is(plan_v(1, 128 * 137 - 36, 130, 6000, 132, 903), 3, 132));
     CHECK(split_is(plan_v(0, 128 * 137 - 36, 130, 6000, 132, 908), 6, 132)); /* bf16 48 stages: at most 6 */
+    /* the fitted cost at its margin: (n_sm + 5) tiles = one whole wave + 5,
+     * so a split k ways costs kt + kt / k + 30 + 8 k against 2 kt unsplit:
+     * 80 int8 stages (20480 columns) 160.67 at k = 3 (the cheapest) > 160 ->
+     * none; 82 stages 163.33 < 164 -> 3 ways (a fixed cost outside 29.3 ..
+     * 30.7 stages, or another per-split cost, changes one of the two) */
+    CHECK(split_is(plan(1, 128 * 137 - 36, 130, 80 * 256, 132, 1, 0, 1), 1, 137));
+    CHECK(split_is(plan(1, 128 * 137 - 36, 130, 82 * 256, 132, 1, 0, 1), 3, 132));
     /* whole waves or less than one: unchanged (4096 x 4096 at 2048: 256
      * tiles, 124 over -> k <= 1; 4608 x 36864 at M = 256: 72 tiles of 128
      * tokens, under one wave) */
