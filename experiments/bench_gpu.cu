@@ -1,7 +1,8 @@
 /* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
- *                       [--sweep-decode] [--decode-variant V] [--ms M1,M2,..|none]
+ *                       [--sweep-decode | --sweep-only NAME] [--decode-variant V]
+ *                       [--ms M1,M2,..|none]
  *                       [--shape NxK]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
@@ -252,11 +253,13 @@ int main(int argc, char **argv) {
     int quick = 0, sweep = 0, mma_rate = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
+    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling) */
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
+        else if (!strcmp(argv[i], "--sweep-only") && i + 1 < argc) sweep = 1, sweep_only = argv[++i];
         else if (!strcmp(argv[i], "--mma-rate")) mma_rate = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
@@ -275,7 +278,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
-            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode] "
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME] "
                 "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--mma-rate] "
                 "(unknown argument %s)",
                 argv[i]);
@@ -404,6 +407,7 @@ int main(int argc, char **argv) {
                 {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 0},       {"warp_gemv", 4, 0, 1},
                 {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
                 {"rows_31204", 3, 31204, 1}, {"rows_31244", 3, 31244, 1}, {"rows_30206", 3, 30206, 1},
+                {"rows_33204", 3, 33204, 1}, {"rows_33244", 3, 33244, 1},
                 /* the GEMV on the binary tensor cores (tern_gemv_bmma.cu), variant 5UC00:
                  * U blocks in flight per warp, C CTAs per SM */
                 {"bmma", 6, 0, 1},          {"bmma_51400", 6, 51400, 1}, {"bmma_54400", 6, 54400, 1},
@@ -411,6 +415,13 @@ int main(int argc, char **argv) {
                 /* its bulk-copy version, variant 6abcd: row tiles per unit, largest K slice
                  * (4 .. 64 blocks), stages, CTAs per SM at most */
                 {"tbm_64520", 6, 64520, 1}, {"tbm_64620", 6, 64620, 1}, {"tbm_62520", 6, 62520, 1},
+                {"tbm_62540", 6, 62540, 1}, {"tbm_62550", 6, 62550, 1}, {"tbm_64530", 6, 64530, 1},
+                {"tbm_62740", 6, 62740, 1}, {"tbm_62940", 6, 62940, 1}, {"tbm_62330", 6, 62330, 1},
+                {"tbm_64521", 6, 64521, 1}, {"tbm_62541", 6, 62541, 1},
+                /* the same on the s8 tensor cores (a = 3 / 5) */
+                {"tbs_65520", 6, 65520, 1}, {"tbs_63540", 6, 63540, 1}, {"tbs_65530", 6, 65530, 1},
+                {"tbs_63550", 6, 63550, 1}, {"tbs_65521", 6, 65521, 1}, {"tbs_63740", 6, 63740, 1},
+                {"tbs_65720", 6, 65720, 1}, {"tbs_65420", 6, 65420, 1}, {"tbs_63340", 6, 63340, 1},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));
@@ -425,6 +436,7 @@ int main(int argc, char **argv) {
             for (const SweepK &k : ks)
                 for (int64_t M : {1, 8, 16}) {
                     if (k.only_m1 && M > 1) continue;
+                    if (sweep_only && strcmp(sweep_only, k.name)) continue;
                     if (k.force < 0) {
                         double t = time_graph(s, R, [&](int i) {
                             read_kernel<<<prop.multiProcessorCount * 8, 256, 0, s>>>(

@@ -67,13 +67,30 @@ __device__ __forceinline__ void bmma(int (&d)[4], uint32_t a0, uint32_t a1, uint
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
 }
 
-/* The four MMAs of one block (two k steps, even and odd B). */
-__device__ __forceinline__ void block_mma(int (&de)[4], int (&dq)[4], const uint4 &ca, const uint4 &cb,
-                                          const uint4 &e) {
-    bmma(de, ca.x, cb.x, ca.y, cb.y, e.x, e.y);
-    bmma(dq, ca.x, cb.x, ca.y, cb.y, e.x << 1, e.y << 1);
-    bmma(de, ca.z, cb.z, ca.w, cb.w, e.z, e.w);
-    bmma(dq, ca.z, cb.z, ca.w, cb.w, e.z << 1, e.w << 1);
+/* The four MMAs of one block (two k steps, even and odd B), each into its
+ * own accumulator: the MMAs into one accumulator form a dependent chain, and
+ * the binary MMA's latency, not its rate, bounded the kernels while one
+ * accumulator pair took every block (d[0] + d[2] = D_e, d[1] + d[3] = D_o). */
+__device__ __forceinline__ void block_mma(int (&d)[4][4], const uint4 &ca, const uint4 &cb, const uint4 &e) {
+    bmma(d[0], ca.x, cb.x, ca.y, cb.y, e.x, e.y);
+    bmma(d[1], ca.x, cb.x, ca.y, cb.y, e.x << 1, e.y << 1);
+    bmma(d[2], ca.z, cb.z, ca.w, cb.w, e.z, e.w);
+    bmma(d[3], ca.z, cb.z, ca.w, cb.w, e.z << 1, e.w << 1);
+}
+
+/* D_e and D_o from NS accumulator sets of block_mma (exact integer sums) */
+template <int NS>
+__device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4], int (&dq)[4]) {
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        de[j] = 0;
+        dq[j] = 0;
+#pragma unroll
+        for (int u = 0; u < NS; u++) {
+            de[j] += d[u][0][j] + d[u][2][j];
+            dq[j] += d[u][1][j] + d[u][3][j];
+        }
+    }
 }
 
 /* The B planes of blocks kb0 .. kb0 + nkb - 1 of x ([block][plane][word], 512
@@ -105,6 +122,59 @@ __device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, 
     if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
 }
 
+/* The int8 activations of blocks kb0 .. kb0 + nkb - 1 (256 bytes per block,
+ * zero past xcols) and their sum x, added to *sumx, for the s8 tensor-core
+ * consumer; the same barrier rule as build_planes. */
+__device__ __forceinline__ void build_xs(uint32_t *xs, const int8_t *x, int64_t xcols, int64_t kb0, int nkb,
+                                        int tid, int nthr, int *sumx) {
+    if (tid == 0) *sumx = 0;
+    int sx_part = 0;
+    for (int it = tid; it < nkb * 64; it += nthr) {
+        const int64_t col = kb0 * 256 + 4 * (int64_t)it;
+        const uint32_t w = col < xcols ? __ldg(reinterpret_cast<const uint32_t *>(x + col)) : 0u;
+        sx_part = __dp4a((int)w, 0x01010101, sx_part);
+        xs[it] = w;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
+    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
+    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
+}
+
+/* d += A (u8: codes masked in place) x B (s8 activations), m16n8k32 */
+__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                         uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
+                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+}
+
+/* One 64-byte block of a 16-row tile on the s8 tensor cores (the binary MMA
+ * has no tensor-core path on sm_90: ptxas emulates it with integer
+ * instructions, which bounded the binary consumer).  Thread (g, t) holds
+ * bytes 16t .. 16t + 15 (words m = 0..3) of rows g (ca) and g + 8 (cb);
+ * field f of word m is 4 codes of columns 64 f + 16 t + 4 m + 0..3, used in
+ * place: w & 0x03030303 = c, w & 0x0C0C0C0C = 4 c (fields 0 / 1; 2 / 3 the
+ * same after >> 4).  MMA (f, h) takes words 2h (k 4t..) and 2h + 1 (k 16 +
+ * 4t..) of field f; B = the activations of the same columns, equal in all 8
+ * columns (one token), so D column 0 of thread t = 0 is the row's sum.
+ * Accumulator f: fields 1 and 3 are 4x. */
+__device__ __forceinline__ void block_s8(int (&d)[4][4], const uint4 &ca, const uint4 &cb, const uint4 (&xv)[4]) {
+    const uint32_t a[2][4] = {{ca.x, ca.y, ca.z, ca.w}, {cb.x, cb.y, cb.z, cb.w}};
+    const uint32_t xw[4][4] = {{xv[0].x, xv[0].y, xv[0].z, xv[0].w}, {xv[1].x, xv[1].y, xv[1].z, xv[1].w},
+                               {xv[2].x, xv[2].y, xv[2].z, xv[2].w}, {xv[3].x, xv[3].y, xv[3].z, xv[3].w}};
+#pragma unroll
+    for (int f = 0; f < 4; f++) {
+        const uint32_t m = f & 1 ? 0x0C0C0C0Cu : 0x03030303u;
+        const int sh = f < 2 ? 0 : 4;
+#pragma unroll
+        for (int h = 0; h < 2; h++)
+            mma_u8s8(d[f], (a[0][2 * h] >> sh) & m, (a[1][2 * h] >> sh) & m, (a[0][2 * h + 1] >> sh) & m,
+                     (a[1][2 * h + 1] >> sh) & m, xw[f][2 * h], xw[f][2 * h + 1]);
+    }
+}
+
 /* sum c x of rows g (*va) and g + 8 (*vb) of a 16-row tile from the
  * accumulators (this thread: planes 2t, 2t + 1), reduced over the 4 lanes of
  * a row */
@@ -120,16 +190,23 @@ __device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&d
     *vb = b;
 }
 
+/* The scale of row r: from a copy in shared memory of rows sbase.. (ssc),
+ * else from global memory. */
+__device__ __forceinline__ float row_scale(const BmArgs &p, int64_t r, const float *ssc, int64_t sbase) {
+    return ssc ? ssc[r - sbase] : p.scales[r * p.scale_stride];
+}
+
 /* Rows r and r + 8 of a tile: y = s_row * d / s_x, or (split K) the exact
  * partial added to the scratch. */
-__device__ __forceinline__ void store_rows(const BmArgs &p, int64_t r, int va, int vb, bool split, float sx) {
+__device__ __forceinline__ void store_rows(const BmArgs &p, int64_t r, int va, int vb, bool split, float sx,
+                                           const float *ssc = nullptr, int64_t sbase = 0) {
     if (r < p.rows) {
         if (split) atomicAdd(&p.part[r], va);
-        else p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)va, sx);
+        else p.y[r] = tern_i8_out(row_scale(p, r, ssc, sbase), (float)va, sx);
     }
     if (r + 8 < p.rows) {
         if (split) atomicAdd(&p.part[r + 8], vb);
-        else p.y[r + 8] = tern_i8_out(p.scales[(r + 8) * p.scale_stride], (float)vb, sx);
+        else p.y[r + 8] = tern_i8_out(row_scale(p, r + 8, ssc, sbase), (float)vb, sx);
     }
 }
 
@@ -157,14 +234,15 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
     __syncthreads(); /* planes and s_sumx complete */
 
-    int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
+    constexpr int NS = 1; /* accumulator sets (block u takes set u % NS): two cost 22 registers, 4 -> 3 CTAs per SM */
+    int d[NS][4][4] = {};
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     for (int kb = 0; kb < nkb; kb += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (kb + u < nkb) {
                 const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
-                block_mma(de, dq, ca[u], cb[u], e);
+                block_mma(d[u % NS], ca[u], cb[u], e);
                 if (kb + u + U < nkb) {
                     ca[u] = ldg_stream_u4(pa + 64 * (kb + u + U));
                     cb[u] = ldg_stream_u4(pb + 64 * (kb + u + U));
@@ -173,7 +251,8 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
         }
     }
 
-    int va, vb;
+    int de[4], dq[4], va, vb;
+    sum_sets(d, de, dq);
     combine_planes(de, dq, t, &va, &vb);
     va -= s_sumx;
     vb -= s_sumx;
@@ -228,19 +307,26 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
 
 
 /* ---- the same arithmetic with the codes streamed by the bulk copy engine ----
- * CTA (x, y): K slice y (ks blocks; the B planes built once) and the units
- * x, x + gridDim.x, ... of 16 RT rows; one producer warp copies each unit's
- * rows (the slice's bytes of a row are contiguous) into a stage, row r at
- * r * stride (stride = the slice's bytes, padded to 64 mod 128: the A reads
- * of rows g and g + 1 in one quarter-warp fall on different banks); consumer
- * warp w takes rows 16 w .. 16 w + 15 of each unit. */
+ * CTA (x, y): K slice y (ks blocks; the B planes built once) and an equal
+ * share of the 16-row tiles, tiles [x T / gx, (x + 1) T / gx) of T (a
+ * grid-stride over units of RT tiles left SMs with 5 units where the average
+ * was 4.36: the stream ran at the busiest SM's pace); one producer warp
+ * copies each unit's rows (the slice's bytes of a row are contiguous) into a
+ * stage, row r at r * stride (stride = the slice's bytes, padded to 64 mod
+ * 128: the A reads of rows g and g + 1 in one quarter-warp fall on different
+ * banks); consumer warp w takes tile w of each unit (the last unit of a CTA
+ * may hold fewer). */
+/* shared memory for sc row scales, in whole 128-byte lines (the stages follow) */
+__host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)sc * 4 + 127) / 128 * 128; }
+
 struct TbArgs {
     BmArgs b;
     int st, stride;  /* stages, bytes per row in a stage */
-    int64_t units;   /* row units of 16 RT rows */
+    int64_t tiles;   /* 16-row tiles */
+    int sc_rows;     /* row scales copied to shared memory at the start (0: read at the end) */
 };
 
-template <int RT>
+template <int RT, bool S8>
 __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
     const BmArgs &p = q.b;
     constexpr int NT = 32 * RT; /* consumer threads */
@@ -253,7 +339,10 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
     const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
     uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
-    uint8_t *stages = smem + (size_t)p.ks * 512;
+    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + (size_t)p.ks * 512) : nullptr;
+    uint8_t *stages = smem + (size_t)p.ks * 512 + tbm_scale_bytes(q.sc_rows);
+    const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
+                  te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
     const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
                    empty_s = (uint32_t)__cvta_generic_to_shared(s_empty);
     if (tid == 0) {
@@ -269,11 +358,11 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
     if (warp == RT) { /* producer: the codes do not depend on earlier kernels */
         const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
         int i = 0;
-        for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x, i++) {
+        for (int64_t t0 = tb; t0 < te; t0 += RT, i++) {
             if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
             __syncwarp();
-            const int64_t row0 = u * 16 * RT;
-            const int nr = (int)(p.rows - row0 < 16 * RT ? p.rows - row0 : 16 * RT);
+            const int64_t row0 = t0 * 16, rend = te * 16 < p.rows ? te * 16 : p.rows;
+            const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
             const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
             if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
             __syncwarp();
@@ -283,35 +372,73 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         }
         return;
     }
+    /* the CTA's row scales (independent of earlier kernels too): one round trip
+     * here instead of one per unit at its end (the unit loop's only global load) */
+    if (ssc) {
+        const int64_t r0 = tb * 16, nr = (te * 16 < p.rows ? te * 16 : p.rows) - r0;
+        for (int64_t i = tid; i < nr; i += NT) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
+    }
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
-    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    if (S8) build_xs(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx); /* the barrier: ssc too */
+    else build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
     const int sumx = s_sumx;
     const float sx = p.sx[0];
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
-    for (int64_t u = blockIdx.x; u < q.units; u += gridDim.x) {
+    for (int64_t t0 = tb; t0 < te; t0 += RT) {
         tern_mbar::wait(full_s + 8 * slot, phase);
+        const bool mine = t0 + warp < te; /* the CTA's last unit may hold fewer tiles */
         const uint8_t *ra = stages + slot * stage_bytes + (16 * warp + g) * q.stride + 16 * t;
         const uint8_t *rb = ra + 8 * q.stride;
-        int de[4] = {0, 0, 0, 0}, dq[4] = {0, 0, 0, 0};
-#pragma unroll 2
-        for (int kb = 0; kb < nkb; kb++) {
-            const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
-            const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
-            const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + kb * 128);
-            block_mma(de, dq, ca, cb, e);
+        int d[2][4][4] = {}; /* even and odd blocks in their own accumulators */
+        if (S8) {
+            if (mine)
+                for (int kb = 0; kb < nkb; kb++) {
+                    const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
+                    const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+                    uint4 xv[4];
+#pragma unroll
+                    for (int f = 0; f < 4; f++)
+                        xv[f] = *reinterpret_cast<const uint4 *>(planes + kb * 64 + 16 * f + 4 * t);
+                    block_s8(d[0], ca, cb, xv);
+                }
+        } else if (mine) {
+            int kb = 0;
+            for (; kb + 1 < nkb; kb += 2) {
+#pragma unroll
+                for (int u = 0; u < 2; u++) {
+                    const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * (kb + u));
+                    const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * (kb + u));
+                    const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
+                    block_mma(d[u], ca, cb, e);
+                }
+            }
+            if (kb < nkb) {
+                const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
+                const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+                const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + kb * 128);
+                block_mma(d[0], ca, cb, e);
+            }
         }
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot); /* the slot may be refilled */
         if (++slot == ST) slot = 0, phase ^= 1;
+        if (!mine) continue;
         int va, vb;
-        combine_planes(de, dq, t, &va, &vb);
+        if (S8) { /* column 0: thread t = 0, registers 0 (row g) and 2 (row g + 8) */
+            va = d[0][0][0] + d[0][2][0] + ((d[0][1][0] + d[0][3][0]) >> 2);
+            vb = d[0][0][2] + d[0][2][2] + ((d[0][1][2] + d[0][3][2]) >> 2);
+        } else {
+            int de[4], dq[4];
+            sum_sets(d, de, dq);
+            combine_planes(de, dq, t, &va, &vb);
+        }
         va -= sumx;
         vb -= sumx;
-        const int64_t r0 = u * 16 * RT + 16 * warp;
-        if (t == 0) store_rows(p, r0 + g, va, vb, split, sx);
+        const int64_t r0 = (t0 + warp) * 16;
+        if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
         if (!split || r0 >= p.rows) continue;
         /* the last slice of this 16-row tile writes y (counter per tile) */
         __threadfence();
@@ -324,7 +451,7 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
         if (lane < 16 && r0 + lane < p.rows) {
             const int64_t r = r0 + lane;
             const int d = atomicExch(&p.part[r], 0);
-            p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)d, sx);
+            p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
         }
         if (lane == 0) atomicExch(&p.ctr[r0 / 16], 0);
     }
@@ -333,37 +460,72 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
 /* largest K slice (blocks) for variant digit b */
 constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
 
-template <int RT>
+/* The K split and grid of the bulk-copy kernel: every split from the one the
+ * largest slice (kmax blocks) gives to four times as many, each with the CTAs
+ * that fit one wave (occupancy under its shared memory, at most cap per SM);
+ * taken: the least bytes on the busiest SM (its CTAs x the largest CTA's
+ * tiles x blocks per slice), a larger split only where that is > 1 % less
+ * (each split adds partial sums and a counter per tile). */
+template <int RT, bool S8>
 int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     BmArgs &a = q.b;
-    int64_t S = (a.kblocks + kmax - 1) / kmax;
-    a.ks = (int)((a.kblocks + S - 1) / S);
-    S = (a.kblocks + a.ks - 1) / a.ks;
-    q.stride = a.ks * 64;
-    if (q.stride % 128 == 0) q.stride += 64;
-    q.units = (a.rows + 16 * RT - 1) / (16 * RT);
-    const size_t smem = (size_t)a.ks * 512 + (size_t)q.st * 16 * RT * q.stride;
-    if (smem > 227 * 1024 - 1024 || S > 65535) /* 1 KB left for the static barriers */
-        return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory (%d stages of %d x %d)", smem, q.st,
-                       16 * RT, q.stride);
-    auto kern = gemv_i8_tbm<RT>;
+    auto kern = gemv_i8_tbm<RT, S8>;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - 1024));
-    int occ = 0;
-    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
-    if (occ < 1) return err_set("tern_gemv_i8_bmma: %zu bytes of shared memory do not fit an SM", smem);
-    if (cap > 0 && occ > cap) occ = cap;
-    /* one wave: a CTA left over for a second wave would double the time */
-    int64_t gx = (int64_t)sms * occ / S;
-    if (gx < 1) gx = 1;
-    if (gx > q.units) gx = q.units;
-    if (S > 1) {
-        const int64_t tiles = (a.rows + 15) / 16;
-        void *ws;
-        if (tern_ws_zeroed((size_t)(tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
-        a.ctr = static_cast<int *>(ws);
-        a.part = a.ctr + tiles;
+    q.tiles = (a.rows + 15) / 16;
+    const int64_t s0 = (a.kblocks + kmax - 1) / kmax;
+    int64_t best_cost = -1, best_s = 0, best_gx = 0;
+    int best_ks = 0, best_stride = 0, best_sc = 0;
+    size_t best_smem = 0;
+    for (int64_t S = s0; S <= 4 * s0 && S <= a.kblocks; S++) {
+        const int ks = (int)((a.kblocks + S - 1) / S);
+        if ((a.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
+        int stride = ks * 64;
+        if (stride % 128 == 0) stride += 64;
+        size_t smem = (size_t)ks * 512 + (size_t)q.st * 16 * RT * stride;
+        if (smem > 227 * 1024 - 1024 || S > 65535) continue; /* 1 KB left for the static barriers */
+        int occ = 0;
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
+        if (cap > 0 && occ > cap) occ = cap;
+        if (occ < 1) continue;
+        /* one wave: a CTA left over for a second wave would double the time */
+        int64_t gx = (int64_t)sms * occ / S;
+        if (gx < 1) gx = 1;
+        if (gx > q.tiles) gx = q.tiles;
+        /* the CTA's row scales in shared memory where they fit beside the same occupancy */
+        int sc = 0;
+        if (a.scale_stride != 0) {
+            const int64_t need = 16 * ((q.tiles + gx - 1) / gx);
+            int occ2 = 0;
+            if (need <= 16384)
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
+                    &occ2, kern, 32 * (RT + 1), smem + tbm_scale_bytes((int)need)));
+            if (cap > 0 && occ2 > cap) occ2 = cap;
+            if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= 227 * 1024 - 1024) {
+                sc = (int)need;
+                smem += tbm_scale_bytes(sc);
+            }
+        }
+        const int64_t busiest = (gx * S + sms - 1) / sms;
+        const int64_t cost = busiest * ((q.tiles + gx - 1) / gx) * ks;
+        if (best_cost < 0 || cost * 100 < best_cost * 99) {
+            best_cost = cost, best_s = S, best_gx = gx;
+            best_ks = ks, best_stride = stride, best_smem = smem, best_sc = sc;
+        }
     }
-    return tern_launch_pdl_smem("gemv_i8_tbm", kern, dim3((unsigned)gx, (unsigned)S), dim3(32 * (RT + 1)), smem, s, q);
+    if (best_cost < 0)
+        return err_set("tern_gemv_i8_bmma: no K slice of <= %d blocks fits an SM with %d stages of %d rows",
+                       4 * kmax, q.st, 16 * RT);
+    a.ks = best_ks;
+    q.stride = best_stride;
+    q.sc_rows = best_sc;
+    if (best_s > 1) {
+        void *ws;
+        if (tern_ws_zeroed((size_t)(q.tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
+        a.ctr = static_cast<int *>(ws);
+        a.part = a.ctr + q.tiles;
+    }
+    return tern_launch_pdl_smem("gemv_i8_tbm", kern, dim3((unsigned)best_gx, (unsigned)best_s),
+                                dim3(32 * (RT + 1)), best_smem, s, q);
 }
 
 } // namespace
@@ -378,17 +540,22 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     a.kblocks = W->row_bytes / 64;
     a.xcols = xcols;
     /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
-     * warps) per unit (2 or 4), b = largest K slice (kSliceMax), c = stages (2..8), d = CTAs
-     * per SM at most (0: as many as fit) */
+     * warps) per unit (2 or 4: binary MMA; 3 or 5: 2 or 4 on the s8 tensor cores), b =
+     * largest K slice (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many
+     * as fit) */
     if (variant >= 60000 && variant < 70000) {
         const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
         TbArgs q = {};
         q.b = a;
         q.st = variant / 10 % 10;
         if (q.st < 2 || q.st > 8) return err_set("tern_gemv_i8_bmma: variant %d: %d stages (2..8)", variant, q.st);
-        if (rt == 2) return launch_tbm<2>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 4) return launch_tbm<4>(q, kSliceMax[b], cap, sms, s);
-        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4)", variant, rt);
+        if (rt == 2) return launch_tbm<2, false>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 4) return launch_tbm<4, false>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 3) return launch_tbm<2, true>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 5) return launch_tbm<4, true>(q, kSliceMax[b], cap, sms, s);
+        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4; 3 / 5: 2 / 4 on "
+                       "the s8 tensor cores)",
+                       variant, rt);
     }
     /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM
      * the K split aims at (1..9) */

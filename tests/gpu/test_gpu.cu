@@ -374,8 +374,9 @@ static void forced_variants(const char *what, int kern, const Shape2 *shapes, in
 static void test_bmma_grid(void) {
     const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
     const int64_t ns[] = {1};
-    const int variants[] = {0, 51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282};
-    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 9);
+    const int variants[] = {0,     51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282, 62550, 64530,
+                            62941, 63131, 65521, 63440, 63282, 63550, 65530, 63941, 65520};
+    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 20);
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
@@ -784,6 +785,12 @@ int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
     const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
+    /* gemv: only the one-token binary tensor-core GEMV's configurations */
+    if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
+        test_bmma_grid();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
 
     if (!wg_only) {
         test_shapes(quick);
