@@ -247,10 +247,14 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
                                                                                    : 0;
     }
     const int v = tern_cuda_decode_variant_get();
-    if (k1 == 6) {
-        tern_cuda_set_config("gemv_bmma");
+    /* the multi-row GEMV's shapes with rows of <= 6144 columns: the bulk-copy
+     * kernel (tern_gemv_bmma.cu, bench variant 64520: 14336 x 4096 6.9 vs 7.3 us,
+     * 36864 x 4608 15.8 vs 16.0 on the H200) */
+    const bool tbm = g_force == 0 && k1 == 3 && W->cols <= 6144 && v == 0;
+    if (k1 == 6 || tbm) {
+        tern_cuda_set_config(tbm ? "gemv_tbm" : "gemv_bmma");
         if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
-                              v >= 50000 && v < 70000 ? v : 0, s) < 0)
+                              tbm ? 64520 : v >= 50000 && v < 70000 ? v : 0, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

@@ -375,8 +375,8 @@ static void test_bmma_grid(void) {
     const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
     const int64_t ns[] = {1};
     const int variants[] = {0,     51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282, 62550, 64530,
-                            62941, 63131, 65521, 63440, 63282, 63550, 65530, 63941, 65520};
-    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 20);
+                            62941, 63131, 65521, 63440, 63282, 63550, 65530, 63941, 65520, 64520};
+    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 21);
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
@@ -476,6 +476,24 @@ static void test_wg_big_tiles(void) {
  * run unsplit with the staged epilogue, or not at all (0: the default rule,
  * which leaves 24 stages unsplit; 901).
  * int8 bit-identical, bf16 / f32 against the reference (run_case). */
+/* The default one-token dispatch: >= 32M weights in rows of <= 6144 columns
+ * take the bulk-copy GEMV (config gemv_tbm), bit-identical to the reference. */
+static void test_gemv_default(void) {
+    const Shape2 shapes[] = {{8200, 4100}};
+    const int64_t ns[] = {1};
+    const int variants[] = {0};
+    forced_variants("gemv default", 0, shapes, 1, ns, 1, variants, 1);
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    if (!upload_shape("gemv default", shapes[0], &W, &dW)) return;
+    char cfg[128];
+    const int rc = dispatch_config(&dW, shapes[0], 1, cfg, sizeof cfg);
+    report(rc == 0 && strcmp(cfg, "gemv_tbm") == 0, "gemv default 8200x4100 n=1: config '%s' (want gemv_tbm)",
+           cfg);
+    tern_cuda_free(&dW);
+    tern_free(&W);
+}
+
 static void test_wg_last_wave(void) {
     const int n_sm = sm_count();
     const Shape2 shapes[] = {{128 * (int64_t)(n_sm + 5) - 36, 6000}};
@@ -788,6 +806,7 @@ int main(int argc, char **argv) {
     /* gemv: only the one-token binary tensor-core GEMV's configurations */
     if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
         test_bmma_grid();
+        test_gemv_default();
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
@@ -798,6 +817,7 @@ int main(int argc, char **argv) {
         test_i8_scale_range();
         test_dense();
         test_bmma_grid();
+        test_gemv_default();
     }
     test_wg_splits();
     test_wg_big_tiles();
