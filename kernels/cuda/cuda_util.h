@@ -39,12 +39,17 @@ static inline const char *tl_cublas_status_name(cublasStatus_t s) {
     }
 }
 
+/* A failed call also clears the runtime's last error (where it is not sticky):
+ * left set, a refused call (e.g. an attribute out of range) made the next
+ * unrelated launch check report it. */
 #define CUDA_CHECK(call)                                                                   \
     do {                                                                                   \
         cudaError_t tl_e_ = (call);                                                        \
-        if (tl_e_ != cudaSuccess)                                                          \
+        if (tl_e_ != cudaSuccess) {                                                        \
+            (void)cudaGetLastError();                                                      \
             return err_set("%s:%d: %s failed: %s (%s)", __FILE__, __LINE__, #call,         \
                            cudaGetErrorString(tl_e_), cudaGetErrorName(tl_e_));            \
+        }                                                                                  \
     } while (0)
 
 /* After a kernel launch: catches bad launch configurations at once (and, in

@@ -228,6 +228,17 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * 4608 x 36864 16.8 vs 20.4 on the H200), shorter ones with dp4a — the
      * multi-row GEMV (tern_gemv_rows.cu) for >= 32M weights, where it was
      * faster, the one-warp-per-row one (tern_gemv_i8.cu) below (NOTES.md).
+     * Of these, the large ones take the binary tensor cores fed by the bulk
+     * copy engine (tern_gemv_bmma.cu's gemv_i8_tbm; H200, M = 1, us): rows of
+     * <= 6144 columns with >= 32M weights variant 64520 (units of 4 tiles, 2
+     * stages; 36864 x 4608 15.6 vs 16.4 multi-row, 14336 x 4096 6.8 vs 7.2),
+     * rows of 8192 .. 65536 columns with >= 48M weights in >= 4096 rows 63530
+     * (two consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma,
+     * 4608 x 36864 15.3 vs 18.2).  In the decode step (bench-e2e, B = 1) two
+     * consumer warps per tile lost where the bench said they win: 66520 for
+     * the first group and 63530 down to 4096 rows (7B's 4096 x 11008 down
+     * projection included) 7B 677 -> 572-576 tok/s; not understood, measured
+     * and left out (dev/NOTES.md).
      * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
@@ -236,25 +247,28 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
                        "scale per row",
                        who);
-    int k1 = g_force;
+    int k1 = g_force, tbm = 0; /* tbm: the bulk-copy kernel's variant, 0: not taken */
+    const int v = tern_cuda_decode_variant_get();
     if (g_force == 0 && i8_one) {
         k1 = gemv1_pick();
         if (k1 < 0) return err_prefix("%s: ", who);
-        if (k1 == 0)
+        if (k1 == 0) {
             k1 = W->cols >= 8192 && W->cols <= 4194304                              ? 6
                  : W->rows * W->cols >= ((int64_t)32 << 20) && W->cols <= 131072 ? 3
                  : W->cols <= 16384                                                ? 4
                                                                                    : 0;
+            if (v == 0 && k1 == 3 && W->cols <= 6144) tbm = 64520;
+            if (v == 0 && k1 == 6 && W->cols <= 65536 && W->rows >= 4096 &&
+                W->rows * W->cols >= ((int64_t)48 << 20))
+                tbm = 63530;
+        }
     }
-    const int v = tern_cuda_decode_variant_get();
-    /* the multi-row GEMV's shapes with rows of <= 6144 columns: the bulk-copy
-     * kernel (tern_gemv_bmma.cu, bench variant 64520: 14336 x 4096 6.9 vs 7.3 us,
-     * 36864 x 4608 15.8 vs 16.0 on the H200) */
-    const bool tbm = g_force == 0 && k1 == 3 && W->cols <= 6144 && v == 0;
     if (k1 == 6 || tbm) {
-        tern_cuda_set_config(tbm ? "gemv_tbm" : "gemv_bmma");
+        char cfg[32];
+        snprintf(cfg, sizeof cfg, "gemv_tbm v=%d", tbm);
+        tern_cuda_set_config(tbm ? cfg : "gemv_bmma");
         if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
-                              tbm ? 64520 : v >= 50000 && v < 70000 ? v : 0, s) < 0)
+                              tbm ? tbm : v >= 50000 && v < 70000 ? v : 0, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

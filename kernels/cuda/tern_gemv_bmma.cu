@@ -122,59 +122,6 @@ __device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, 
     if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
 }
 
-/* The int8 activations of blocks kb0 .. kb0 + nkb - 1 (256 bytes per block,
- * zero past xcols) and their sum x, added to *sumx, for the s8 tensor-core
- * consumer; the same barrier rule as build_planes. */
-__device__ __forceinline__ void build_xs(uint32_t *xs, const int8_t *x, int64_t xcols, int64_t kb0, int nkb,
-                                        int tid, int nthr, int *sumx) {
-    if (tid == 0) *sumx = 0;
-    int sx_part = 0;
-    for (int it = tid; it < nkb * 64; it += nthr) {
-        const int64_t col = kb0 * 256 + 4 * (int64_t)it;
-        const uint32_t w = col < xcols ? __ldg(reinterpret_cast<const uint32_t *>(x + col)) : 0u;
-        sx_part = __dp4a((int)w, 0x01010101, sx_part);
-        xs[it] = w;
-    }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
-    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
-    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
-}
-
-/* d += A (u8: codes masked in place) x B (s8 activations), m16n8k32 */
-__device__ __forceinline__ void mma_u8s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
-                                         uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 "
-                 "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* One 64-byte block of a 16-row tile on the s8 tensor cores (the binary MMA
- * has no tensor-core path on sm_90: ptxas emulates it with integer
- * instructions, which bounded the binary consumer).  Thread (g, t) holds
- * bytes 16t .. 16t + 15 (words m = 0..3) of rows g (ca) and g + 8 (cb);
- * field f of word m is 4 codes of columns 64 f + 16 t + 4 m + 0..3, used in
- * place: w & 0x03030303 = c, w & 0x0C0C0C0C = 4 c (fields 0 / 1; 2 / 3 the
- * same after >> 4).  MMA (f, h) takes words 2h (k 4t..) and 2h + 1 (k 16 +
- * 4t..) of field f; B = the activations of the same columns, equal in all 8
- * columns (one token), so D column 0 of thread t = 0 is the row's sum.
- * Accumulator f: fields 1 and 3 are 4x. */
-__device__ __forceinline__ void block_s8(int (&d)[4][4], const uint4 &ca, const uint4 &cb, const uint4 (&xv)[4]) {
-    const uint32_t a[2][4] = {{ca.x, ca.y, ca.z, ca.w}, {cb.x, cb.y, cb.z, cb.w}};
-    const uint32_t xw[4][4] = {{xv[0].x, xv[0].y, xv[0].z, xv[0].w}, {xv[1].x, xv[1].y, xv[1].z, xv[1].w},
-                               {xv[2].x, xv[2].y, xv[2].z, xv[2].w}, {xv[3].x, xv[3].y, xv[3].z, xv[3].w}};
-#pragma unroll
-    for (int f = 0; f < 4; f++) {
-        const uint32_t m = f & 1 ? 0x0C0C0C0Cu : 0x03030303u;
-        const int sh = f < 2 ? 0 : 4;
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-            mma_u8s8(d[f], (a[0][2 * h] >> sh) & m, (a[1][2 * h] >> sh) & m, (a[0][2 * h + 1] >> sh) & m,
-                     (a[1][2 * h + 1] >> sh) & m, xw[f][2 * h], xw[f][2 * h + 1]);
-    }
-}
-
 /* sum c x of rows g (*va) and g + 8 (*vb) of a 16-row tile from the
  * accumulators (this thread: planes 2t, 2t + 1), reduced over the 4 lanes of
  * a row */
@@ -326,14 +273,46 @@ struct TbArgs {
     int sc_rows;     /* row scales copied to shared memory at the start (0: read at the end) */
 };
 
-template <int RT, bool S8>
-__global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
+/* The binary MMAs of blocks [kb, ke) of rows g (ra) and g + 8 (rb) of a
+ * stage against the planes from pl_g: the next block's operands are loaded
+ * before the current block's MMAs (one warp per scheduler: nothing else hides
+ * the shared-memory latency), even and odd blocks in their own accumulators. */
+__device__ __forceinline__ void tile_mma(int (&d)[2][4][4], const uint8_t *ra, const uint8_t *rb,
+                                         const uint32_t *pl_g, int kb, int ke) {
+    if (kb >= ke) return;
+    uint4 a0 = *reinterpret_cast<const uint4 *>(ra + 64 * kb), b0 = *reinterpret_cast<const uint4 *>(rb + 64 * kb),
+          e0 = *reinterpret_cast<const uint4 *>(pl_g + kb * 128), a1, b1, e1;
+    for (; kb < ke; kb += 2) {
+        const bool has1 = kb + 1 < ke;
+        if (has1) {
+            a1 = *reinterpret_cast<const uint4 *>(ra + 64 * (kb + 1));
+            b1 = *reinterpret_cast<const uint4 *>(rb + 64 * (kb + 1));
+            e1 = *reinterpret_cast<const uint4 *>(pl_g + (kb + 1) * 128);
+        }
+        block_mma(d[0], a0, b0, e0);
+        if (kb + 2 < ke) {
+            a0 = *reinterpret_cast<const uint4 *>(ra + 64 * (kb + 2));
+            b0 = *reinterpret_cast<const uint4 *>(rb + 64 * (kb + 2));
+            e0 = *reinterpret_cast<const uint4 *>(pl_g + (kb + 2) * 128);
+        }
+        if (has1) block_mma(d[1], a1, b1, e1);
+    }
+}
+
+/* RT consumer warps per K part, KH parts: warp w takes tile w % RT of each
+ * unit and blocks [h nkb / KH, (h + 1) nkb / KH) of it (h = w / RT); with
+ * several parts the others' sums go to the first through shared memory, one
+ * consumer barrier per unit (KH times the warps for the MMAs' latency). */
+template <int RT, int KH>
+__global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q) {
     const BmArgs &p = q.b;
-    constexpr int NT = 32 * RT; /* consumer threads */
+    constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
-    __shared__ int s_sumx;
+    __shared__ int s_sumx, s_last;
+    __shared__ int s_pair[2][KH > 1 ? KH - 1 : 1][RT][16]; /* the other parts' sums, by unit parity */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tw = warp % RT, half = warp / RT; /* consumers: tile and K half */
     const int ST = q.st;
     const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
@@ -348,14 +327,14 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
     if (tid == 0) {
         for (int i = 0; i < ST; i++) {
             tern_mbar::init(full_s + 8 * i, 1);
-            tern_mbar::init(empty_s + 8 * i, RT);
+            tern_mbar::init(empty_s + 8 * i, NW);
         }
         tern_mbar::init_fence();
     }
     __syncthreads();
     int slot = 0;
     uint32_t phase = 0;
-    if (warp == RT) { /* producer: the codes do not depend on earlier kernels */
+    if (warp == NW) { /* producer: the codes do not depend on earlier kernels */
         const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
         int i = 0;
         for (int64_t t0 = tb; t0 < te; t0 += RT, i++) {
@@ -380,81 +359,67 @@ __global__ void __launch_bounds__(32 * (RT + 1)) gemv_i8_tbm(const TbArgs q) {
     }
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
-    if (S8) build_xs(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx); /* the barrier: ssc too */
-    else build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes and s_sumx complete */
+#if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2 /* no planes either */
+    if (tid == 0) s_sumx = 0;
+#else
+    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+#endif
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
     const int sumx = s_sumx;
     const float sx = p.sx[0];
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
-    for (int64_t t0 = tb; t0 < te; t0 += RT) {
+    const int kbeg = half * nkb / KH, kend = (half + 1) * nkb / KH;
+    int u = 0;
+    for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
         tern_mbar::wait(full_s + 8 * slot, phase);
-        const bool mine = t0 + warp < te; /* the CTA's last unit may hold fewer tiles */
-        const uint8_t *ra = stages + slot * stage_bytes + (16 * warp + g) * q.stride + 16 * t;
-        const uint8_t *rb = ra + 8 * q.stride;
-        int d[2][4][4] = {}; /* even and odd blocks in their own accumulators */
-        if (S8) {
-            if (mine)
-                for (int kb = 0; kb < nkb; kb++) {
-                    const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
-                    const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
-                    uint4 xv[4];
-#pragma unroll
-                    for (int f = 0; f < 4; f++)
-                        xv[f] = *reinterpret_cast<const uint4 *>(planes + kb * 64 + 16 * f + 4 * t);
-                    block_s8(d[0], ca, cb, xv);
-                }
-        } else if (mine) {
-            int kb = 0;
-            for (; kb + 1 < nkb; kb += 2) {
-#pragma unroll
-                for (int u = 0; u < 2; u++) {
-                    const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * (kb + u));
-                    const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * (kb + u));
-                    const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
-                    block_mma(d[u], ca, cb, e);
-                }
-            }
-            if (kb < nkb) {
-                const uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
-                const uint4 cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
-                const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + kb * 128);
-                block_mma(d[0], ca, cb, e);
-            }
-        }
+#ifdef TERN_TBM_PROBE /* timing probes built on the device only (results wrong): no MMAs */
+        const bool mine = false;
+#else
+        const bool mine = t0 + tw < te; /* the CTA's last unit may hold fewer tiles */
+#endif
+        const uint8_t *ra = stages + slot * stage_bytes + (16 * tw + g) * q.stride + 16 * t;
+        int d[2][4][4] = {};
+        if (mine) tile_mma(d, ra, ra + 8 * q.stride, pl_g, kbeg, kend);
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot); /* the slot may be refilled */
         if (++slot == ST) slot = 0, phase ^= 1;
-        if (!mine) continue;
-        int va, vb;
-        if (S8) { /* column 0: thread t = 0, registers 0 (row g) and 2 (row g + 8) */
-            va = d[0][0][0] + d[0][2][0] + ((d[0][1][0] + d[0][3][0]) >> 2);
-            vb = d[0][0][2] + d[0][2][2] + ((d[0][1][2] + d[0][3][2]) >> 2);
-        } else {
+        int va = 0, vb = 0;
+        if (mine) {
             int de[4], dq[4];
             sum_sets(d, de, dq);
             combine_planes(de, dq, t, &va, &vb);
         }
+        if (KH > 1) {
+            if (half > 0 && mine && t == 0) s_pair[u][half - 1][tw][g] = va, s_pair[u][half - 1][tw][g + 8] = vb;
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+            if (half > 0) continue;
+            if (mine)
+#pragma unroll
+                for (int h = 0; h < KH - 1; h++) va += s_pair[u][h][tw][g], vb += s_pair[u][h][tw][g + 8];
+        }
+        if (!mine) continue;
         va -= sumx;
         vb -= sumx;
-        const int64_t r0 = (t0 + warp) * 16;
+        const int64_t r0 = (t0 + tw) * 16;
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
-        if (!split || r0 >= p.rows) continue;
-        /* the last slice of this 16-row tile writes y (counter per tile) */
-        __threadfence();
-        __syncwarp();
-        int last = 0;
-        if (lane == 0) last = atomicAdd(&p.ctr[r0 / 16], 1) == (int)gridDim.y - 1;
-        last = __shfl_sync(0xffffffffu, last, 0);
-        if (!last) continue;
-        __threadfence();
-        if (lane < 16 && r0 + lane < p.rows) {
-            const int64_t r = r0 + lane;
-            const int d = atomicExch(&p.part[r], 0);
-            p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
-        }
-        if (lane == 0) atomicExch(&p.ctr[r0 / 16], 0);
     }
+    if (!split) return;
+    /* the last of the K slices of this CTA's tiles writes their y (one counter per
+     * CTA range, the same tiles in every slice: a fence and a counter per tile
+     * inside the unit loop put an L2 round trip between units) */
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (!s_last) return;
+    __threadfence();
+    const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows;
+    for (int64_t r = tb * 16 + tid; r < rend; r += NT) {
+        const int d = atomicExch(&p.part[r], 0);
+        p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
+    }
+    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
 /* largest K slice (blocks) for variant digit b */
@@ -466,11 +431,19 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * taken: the least bytes on the busiest SM (its CTAs x the largest CTA's
  * tiles x blocks per slice), a larger split only where that is > 1 % less
  * (each split adds partial sums and a counter per tile). */
-template <int RT, bool S8>
+template <int RT, int KH>
 int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     BmArgs &a = q.b;
-    auto kern = gemv_i8_tbm<RT, S8>;
-    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, 227 * 1024 - 1024));
+    auto kern = gemv_i8_tbm<RT, KH>;
+    constexpr int threads = 32 * (RT * KH + 1);
+    /* dynamic shared memory: the opt-in limit less the kernel's static part */
+    cudaFuncAttributes fa;
+    int dev = 0, optin = 0;
+    CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    const size_t dyn_max = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
+    CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
     q.tiles = (a.rows + 15) / 16;
     const int64_t s0 = (a.kblocks + kmax - 1) / kmax;
     int64_t best_cost = -1, best_s = 0, best_gx = 0;
@@ -482,9 +455,9 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         int stride = ks * 64;
         if (stride % 128 == 0) stride += 64;
         size_t smem = (size_t)ks * 512 + (size_t)q.st * 16 * RT * stride;
-        if (smem > 227 * 1024 - 1024 || S > 65535) continue; /* 1 KB left for the static barriers */
+        if (smem > dyn_max || S > 65535) continue;
         int occ = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, 32 * (RT + 1), smem));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
         if (cap > 0 && occ > cap) occ = cap;
         if (occ < 1) continue;
         /* one wave: a CTA left over for a second wave would double the time */
@@ -498,9 +471,9 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
             int occ2 = 0;
             if (need <= 16384)
                 CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &occ2, kern, 32 * (RT + 1), smem + tbm_scale_bytes((int)need)));
+                    &occ2, kern, threads, smem + tbm_scale_bytes((int)need)));
             if (cap > 0 && occ2 > cap) occ2 = cap;
-            if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= 227 * 1024 - 1024) {
+            if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= dyn_max) {
                 sc = (int)need;
                 smem += tbm_scale_bytes(sc);
             }
@@ -525,7 +498,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         a.part = a.ctr + q.tiles;
     }
     return tern_launch_pdl_smem("gemv_i8_tbm", kern, dim3((unsigned)best_gx, (unsigned)best_s),
-                                dim3(32 * (RT + 1)), best_smem, s, q);
+                                dim3(threads), best_smem, s, q);
 }
 
 } // namespace
@@ -540,7 +513,8 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     a.kblocks = W->row_bytes / 64;
     a.xcols = xcols;
     /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
-     * warps) per unit (2 or 4: binary MMA; 3 or 5: 2 or 4 on the s8 tensor cores), b =
+     * warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer warps per tile, each a K
+     * part; four were no faster), b =
      * largest K slice (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many
      * as fit) */
     if (variant >= 60000 && variant < 70000) {
@@ -549,12 +523,12 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
         q.b = a;
         q.st = variant / 10 % 10;
         if (q.st < 2 || q.st > 8) return err_set("tern_gemv_i8_bmma: variant %d: %d stages (2..8)", variant, q.st);
-        if (rt == 2) return launch_tbm<2, false>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 4) return launch_tbm<4, false>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 3) return launch_tbm<2, true>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 5) return launch_tbm<4, true>(q, kSliceMax[b], cap, sms, s);
-        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4; 3 / 5: 2 / 4 on "
-                       "the s8 tensor cores)",
+        if (rt == 2) return launch_tbm<2, 1>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 4) return launch_tbm<4, 1>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 3) return launch_tbm<2, 2>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 6) return launch_tbm<4, 2>(q, kSliceMax[b], cap, sms, s);
+        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with "
+                       "two K parts)",
                        variant, rt);
     }
     /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM

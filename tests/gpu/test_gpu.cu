@@ -369,14 +369,15 @@ static void forced_variants(const char *what, int kern, const Shape2 *shapes, in
 /* The one-token GEMV on the binary tensor cores (tern_gemv_bmma.cu) with
  * configurations that the shapes of run_case do not reach: 1..4 blocks of
  * codes in flight, K splits for 1..9 CTAs per SM (several row groups, split
- * groups), and the bulk-copy version (K slices of 4..18 blocks, 2..8 stages,
- * several units per CTA). */
+ * groups), and the bulk-copy version (K slices of 4..64 blocks, 2..8 stages,
+ * several units per CTA, one or two consumer warps per tile). */
 static void test_bmma_grid(void) {
     const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
     const int64_t ns[] = {1};
     const int variants[] = {0,     51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282, 62550, 64530,
-                            62941, 63131, 65521, 63440, 63282, 63550, 65530, 63941, 65520, 64520};
-    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 21);
+                            62941, 63131, 66521, 63440, 63282, 63550, 66420, 63941, 66520, 64520,
+                            63530};
+    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 22);
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
@@ -476,22 +477,28 @@ static void test_wg_big_tiles(void) {
  * run unsplit with the staged epilogue, or not at all (0: the default rule,
  * which leaves 24 stages unsplit; 901).
  * int8 bit-identical, bf16 / f32 against the reference (run_case). */
-/* The default one-token dispatch: >= 32M weights in rows of <= 6144 columns
- * take the bulk-copy GEMV (config gemv_tbm), bit-identical to the reference. */
+/* The default one-token dispatch to the bulk-copy GEMV: >= 32M weights in
+ * rows of <= 6144 columns (variant 64520), >= 48M weights in rows of 8192 ..
+ * 65536 columns and >= 4096 rows (63530, a K split), bit-identical to the
+ * reference; the config names the variant.  4100 x 9000 (36.9M weights)
+ * stays on the binary tensor cores' register-fed kernel. */
 static void test_gemv_default(void) {
-    const Shape2 shapes[] = {{8200, 4100}};
+    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}};
+    const char *const want[] = {"gemv_tbm v=64520", "gemv_tbm v=63530", "gemv_bmma"};
     const int64_t ns[] = {1};
     const int variants[] = {0};
-    forced_variants("gemv default", 0, shapes, 1, ns, 1, variants, 1);
-    TernaryMatrix W;
-    TernCudaMatrix dW;
-    if (!upload_shape("gemv default", shapes[0], &W, &dW)) return;
-    char cfg[128];
-    const int rc = dispatch_config(&dW, shapes[0], 1, cfg, sizeof cfg);
-    report(rc == 0 && strcmp(cfg, "gemv_tbm") == 0, "gemv default 8200x4100 n=1: config '%s' (want gemv_tbm)",
-           cfg);
-    tern_cuda_free(&dW);
-    tern_free(&W);
+    forced_variants("gemv default", 0, shapes, 3, ns, 1, variants, 1);
+    for (int i = 0; i < 3; i++) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("gemv default", shapes[i], &W, &dW)) continue;
+        char cfg[128];
+        const int rc = dispatch_config(&dW, shapes[i], 1, cfg, sizeof cfg);
+        report(rc == 0 && strcmp(cfg, want[i]) == 0, "gemv default %lldx%lld n=1: config '%s' (want %s)",
+               (long long)shapes[i].rows, (long long)shapes[i].cols, cfg, want[i]);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
 }
 
 static void test_wg_last_wave(void) {
