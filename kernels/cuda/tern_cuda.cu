@@ -236,9 +236,9 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * (two consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma,
      * 4608 x 36864 15.3 vs 18.2).  In the decode step (bench-e2e, B = 1) two
      * consumer warps per tile lost where the bench said they win: 66520 for
-     * the first group and 63530 down to 4096 rows (7B's 4096 x 11008 down
-     * projection included) 7B 677 -> 572-576 tok/s; not understood, measured
-     * and left out (dev/NOTES.md).
+     * the first group, or 63530 also below 48M weights (7B's 4096 x 11008
+     * down projection, 45M), took 7B from 677 to 572-576 tok/s; not
+     * understood (dev/NOTES.md) — hence 64520 there and the 48M floor.
      * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
@@ -264,11 +264,11 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         }
     }
     if (k1 == 6 || tbm) {
+        const int bv = tbm ? tbm : v >= 50000 && v < 70000 ? v : 0; /* 6abcd: the bulk-copy kernel */
         char cfg[32];
-        snprintf(cfg, sizeof cfg, "gemv_tbm v=%d", tbm);
-        tern_cuda_set_config(tbm ? cfg : "gemv_bmma");
-        if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y,
-                              tbm ? tbm : v >= 50000 && v < 70000 ? v : 0, s) < 0)
+        snprintf(cfg, sizeof cfg, "gemv_tbm v=%d", bv);
+        tern_cuda_set_config(bv >= 60000 ? cfg : "gemv_bmma");
+        if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, bv, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

@@ -36,6 +36,9 @@
 
 #include <stdint.h>
 
+#include <mutex>
+#include <vector>
+
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mbar.cuh"
@@ -54,7 +57,8 @@ struct BmArgs {
     const float *sx;
     float *y;
     int ks;          /* blocks per K slice */
-    int *part, *ctr; /* split K: partial sums per row, slices done per row group */
+    int *part, *ctr; /* split K: partial sums per row, slices done per row group (bmma) or per
+                      * CTA range (tbm) */
 };
 
 
@@ -261,8 +265,8 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
  * copies each unit's rows (the slice's bytes of a row are contiguous) into a
  * stage, row r at r * stride (stride = the slice's bytes, padded to 64 mod
  * 128: the A reads of rows g and g + 1 in one quarter-warp fall on different
- * banks); consumer warp w takes tile w of each unit (the last unit of a CTA
- * may hold fewer). */
+ * banks); consumer warp w takes tile w % RT of each unit (the last unit of
+ * a CTA may hold fewer). */
 /* shared memory for sc row scales, in whole 128-byte lines (the stages follow) */
 __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)sc * 4 + 127) / 128 * 128; }
 
@@ -430,75 +434,110 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * that fit one wave (occupancy under its shared memory, at most cap per SM);
  * taken: the least bytes on the busiest SM (its CTAs x the largest CTA's
  * tiles x blocks per slice), a larger split only where that is > 1 % less
- * (each split adds partial sums and a counter per tile). */
+ * (each split adds partial sums and a counter per CTA range). */
+struct TbPlan {
+    int dev, rt, kh, kmax, st, cap, sms, scaled; /* the key (scaled: one scale per row) */
+    int64_t rows, kblocks;
+    int64_t s, gx; /* the plan */
+    int ks, stride, sc;
+    size_t smem;
+};
+
 template <int RT, int KH>
-int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
-    BmArgs &a = q.b;
+int plan_tbm(TbPlan &pl) {
     auto kern = gemv_i8_tbm<RT, KH>;
     constexpr int threads = 32 * (RT * KH + 1);
     /* dynamic shared memory: the opt-in limit less the kernel's static part */
     cudaFuncAttributes fa;
-    int dev = 0, optin = 0;
+    int optin = 0;
     CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, pl.dev));
     const size_t dyn_max = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
-    q.tiles = (a.rows + 15) / 16;
-    const int64_t s0 = (a.kblocks + kmax - 1) / kmax;
-    int64_t best_cost = -1, best_s = 0, best_gx = 0;
-    int best_ks = 0, best_stride = 0, best_sc = 0;
-    size_t best_smem = 0;
-    for (int64_t S = s0; S <= 4 * s0 && S <= a.kblocks; S++) {
-        const int ks = (int)((a.kblocks + S - 1) / S);
-        if ((a.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
+    const int64_t tiles = (pl.rows + 15) / 16, s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
+    int64_t best_cost = -1;
+    for (int64_t S = s0; S <= 4 * s0 && S <= pl.kblocks; S++) {
+        const int ks = (int)((pl.kblocks + S - 1) / S);
+        if ((pl.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
         int stride = ks * 64;
         if (stride % 128 == 0) stride += 64;
-        size_t smem = (size_t)ks * 512 + (size_t)q.st * 16 * RT * stride;
+        size_t smem = (size_t)ks * 512 + (size_t)pl.st * 16 * RT * stride;
         if (smem > dyn_max || S > 65535) continue;
         int occ = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
-        if (cap > 0 && occ > cap) occ = cap;
+        if (pl.cap > 0 && occ > pl.cap) occ = pl.cap;
         if (occ < 1) continue;
         /* one wave: a CTA left over for a second wave would double the time */
-        int64_t gx = (int64_t)sms * occ / S;
+        int64_t gx = (int64_t)pl.sms * occ / S;
         if (gx < 1) gx = 1;
-        if (gx > q.tiles) gx = q.tiles;
+        if (gx > tiles) gx = tiles;
         /* the CTA's row scales in shared memory where they fit beside the same occupancy */
         int sc = 0;
-        if (a.scale_stride != 0) {
-            const int64_t need = 16 * ((q.tiles + gx - 1) / gx);
+        if (pl.scaled) {
+            const int64_t need = 16 * ((tiles + gx - 1) / gx);
             int occ2 = 0;
             if (need <= 16384)
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(
-                    &occ2, kern, threads, smem + tbm_scale_bytes((int)need)));
-            if (cap > 0 && occ2 > cap) occ2 = cap;
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ2, kern, threads,
+                                                                         smem + tbm_scale_bytes((int)need)));
+            if (pl.cap > 0 && occ2 > pl.cap) occ2 = pl.cap;
             if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= dyn_max) {
                 sc = (int)need;
                 smem += tbm_scale_bytes(sc);
             }
         }
-        const int64_t busiest = (gx * S + sms - 1) / sms;
-        const int64_t cost = busiest * ((q.tiles + gx - 1) / gx) * ks;
+        const int64_t busiest = (gx * S + pl.sms - 1) / pl.sms;
+        const int64_t cost = busiest * ((tiles + gx - 1) / gx) * ks;
         if (best_cost < 0 || cost * 100 < best_cost * 99) {
-            best_cost = cost, best_s = S, best_gx = gx;
-            best_ks = ks, best_stride = stride, best_smem = smem, best_sc = sc;
+            best_cost = cost;
+            pl.s = S, pl.gx = gx, pl.ks = ks, pl.stride = stride, pl.sc = sc, pl.smem = smem;
         }
     }
     if (best_cost < 0)
-        return err_set("tern_gemv_i8_bmma: no K slice of <= %d blocks fits an SM with %d stages of %d rows",
-                       4 * kmax, q.st, 16 * RT);
-    a.ks = best_ks;
-    q.stride = best_stride;
-    q.sc_rows = best_sc;
-    if (best_s > 1) {
+        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks fits an SM with %d stages of %d rows",
+                       (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, pl.st, 16 * RT);
+    return 0;
+}
+
+/* Plans made, per device and shape (the planner's occupancy queries cost more
+ * host time than the kernel takes, for every call outside a CUDA graph). */
+std::mutex g_tb_mu;
+std::vector<TbPlan> g_tb_plans;
+
+template <int RT, int KH>
+int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
+    BmArgs &a = q.b;
+    TbPlan pl = {};
+    CUDA_CHECK(cudaGetDevice(&pl.dev));
+    pl.rt = RT, pl.kh = KH, pl.kmax = kmax, pl.st = q.st, pl.cap = cap, pl.sms = sms;
+    pl.scaled = a.scale_stride != 0;
+    pl.rows = a.rows, pl.kblocks = a.kblocks;
+    {
+        std::lock_guard<std::mutex> lk(g_tb_mu);
+        bool hit = false;
+        for (const TbPlan &c : g_tb_plans)
+            if (c.dev == pl.dev && c.rt == RT && c.kh == KH && c.kmax == kmax && c.st == q.st && c.cap == cap &&
+                c.sms == sms && c.scaled == pl.scaled && c.rows == a.rows && c.kblocks == a.kblocks) {
+                pl = c;
+                hit = true;
+                break;
+            }
+        if (!hit) {
+            if (plan_tbm<RT, KH>(pl) < 0) return -1;
+            g_tb_plans.push_back(pl);
+        }
+    }
+    q.tiles = (a.rows + 15) / 16;
+    a.ks = pl.ks;
+    q.stride = pl.stride;
+    q.sc_rows = pl.sc;
+    if (pl.s > 1) {
         void *ws;
         if (tern_ws_zeroed((size_t)(q.tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
     }
-    return tern_launch_pdl_smem("gemv_i8_tbm", kern, dim3((unsigned)best_gx, (unsigned)best_s),
-                                dim3(threads), best_smem, s, q);
+    return tern_launch_pdl_smem("gemv_i8_tbm", gemv_i8_tbm<RT, KH>, dim3((unsigned)pl.gx, (unsigned)pl.s),
+                                dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
 
 } // namespace

@@ -301,19 +301,19 @@ static int make_matrix(int64_t rows, int64_t cols, QuantGroup grp, TernaryMatrix
 }
 
 /* A forced kernel `kern` under each development variant of `variants` on
- * the given shapes and token counts, int8 activations, one scale per row:
- * results bit-identical to the reference, repeated calls identical (split
- * scratch left zero), guards intact. */
+ * the given shapes and token counts, int8 activations, one scale per row
+ * (or per tensor: grp): results bit-identical to the reference, repeated
+ * calls identical (split scratch left zero), guards intact. */
 struct Shape2 {
     int64_t rows, cols;
 };
-static void forced_variants(const char *what, int kern, const Shape2 *shapes, int n_shapes,
-                            const int64_t *ns, int n_ns, const int *variants, int n_var) {
+static void forced_variants_g(const char *what, int kern, const Shape2 *shapes, int n_shapes,
+                              const int64_t *ns, int n_ns, const int *variants, int n_var, QuantGroup grp) {
     for (int si = 0; si < n_shapes; si++) {
         const int64_t rows = shapes[si].rows, cols = shapes[si].cols;
         TernaryMatrix W;
         TernCudaMatrix dW;
-        if (make_matrix(rows, cols, QG_ROW, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
+        if (make_matrix(rows, cols, grp, &W) < 0 || tern_cuda_upload(&W, &dW) < 0) {
             report(false, "%s %lldx%lld: %s", what, (long long)rows, (long long)cols, err_msg());
             continue;
         }
@@ -366,18 +366,28 @@ static void forced_variants(const char *what, int kern, const Shape2 *shapes, in
     }
 }
 
+static void forced_variants(const char *what, int kern, const Shape2 *shapes, int n_shapes,
+                            const int64_t *ns, int n_ns, const int *variants, int n_var) {
+    forced_variants_g(what, kern, shapes, n_shapes, ns, n_ns, variants, n_var, QG_ROW);
+}
+
 /* The one-token GEMV on the binary tensor cores (tern_gemv_bmma.cu) with
  * configurations that the shapes of run_case do not reach: 1..4 blocks of
  * codes in flight, K splits for 1..9 CTAs per SM (several row groups, split
  * groups), and the bulk-copy version (K slices of 4..64 blocks, 2..8 stages,
- * several units per CTA, one or two consumer warps per tile). */
+ * several units per CTA, one or two consumer warps per tile; 200 x 1024:
+ * slices of one block, so with two warps per tile the first has none), and
+ * the bulk-copy version with one scale per tensor (no row scales in shared
+ * memory). */
 static void test_bmma_grid(void) {
-    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}};
+    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}};
     const int64_t ns[] = {1};
     const int variants[] = {0,     51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282, 62550, 64530,
                             62941, 63131, 66521, 63440, 63282, 63550, 66420, 63941, 66520, 64520,
                             63530};
-    forced_variants("gemv_bmma", 6, shapes, 3, ns, 1, variants, 22);
+    forced_variants("gemv_bmma", 6, shapes, 4, ns, 1, variants, 22);
+    const int tensor_variants[] = {64520, 63530, 66521, 63131};
+    forced_variants_g("gemv_bmma tensor scale", 6, shapes, 4, ns, 1, tensor_variants, 4, QG_TENSOR);
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
@@ -469,6 +479,48 @@ static void test_wg_big_tiles(void) {
     tern_free(&W);
 }
 
+/* The default one-token dispatch to the bulk-copy GEMV: >= 32M weights in
+ * rows of <= 6144 columns (variant 64520), >= 48M weights in rows of 8192 ..
+ * 65536 columns and >= 4096 rows (63530, a K split), bit-identical to the
+ * reference; the config names the variant.  Not taken: 4100 x 9000 (36.9M
+ * weights), 4095 rows, 6160 columns, a forced kernel, a decode variant,
+ * TERNLAB_CUDA_GEMV1. */
+static void test_gemv_default(void) {
+    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}};
+    const int64_t ns[] = {1};
+    const int variants[] = {0};
+    forced_variants("gemv default", 0, shapes, 3, ns, 1, variants, 1);
+    struct {
+        Shape2 sh;
+        int force, variant;
+        const char *env, *want;
+    } cases[] = {
+        {{8200, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},  {{4100, 12300}, 0, 0, NULL, "gemv_tbm v=63530"},
+        {{4100, 9000}, 0, 0, NULL, "gemv_bmma"},         {{4095, 12300}, 0, 0, NULL, "gemv_bmma"},
+        {{8200, 6160}, 0, 0, NULL, "gemv_rows"},         {{8200, 4100}, 3, 0, NULL, "gemv_rows"},
+        {{4100, 12300}, 0, 51400, NULL, "gemv_bmma"},    {{8200, 4100}, 0, 0, "bmma", "gemv_bmma"},
+        {{8200, 4100}, 6, 64521, NULL, "gemv_tbm v=64521"},
+    };
+    for (const auto &c : cases) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("gemv default", c.sh, &W, &dW)) continue;
+        const int oldf = tern_cuda_force_kernel(c.force), oldv = tern_cuda_decode_variant(c.variant);
+        if (c.env) setenv("TERNLAB_CUDA_GEMV1", c.env, 1);
+        char cfg[128];
+        const int rc = dispatch_config(&dW, c.sh, 1, cfg, sizeof cfg);
+        if (c.env) unsetenv("TERNLAB_CUDA_GEMV1");
+        tern_cuda_force_kernel(oldf);
+        tern_cuda_decode_variant(oldv);
+        report(rc == 0 && strcmp(cfg, c.want) == 0,
+               "gemv default %lldx%lld n=1 force %d variant %d GEMV1=%s: config '%s' (want %s)%s%s",
+               (long long)c.sh.rows, (long long)c.sh.cols, c.force, c.variant, c.env ? c.env : "-", cfg, c.want,
+               rc ? ": " : "", rc ? err_msg() : "");
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+}
+
 /* The last wave split (tern_wg_plan.c): n_sm + 5 row tiles of 256 tokens,
  * so 5 tiles are left over after one whole wave (300 tokens: two token
  * tiles, the second partial, 10 left over after two waves, all in the
@@ -477,30 +529,6 @@ static void test_wg_big_tiles(void) {
  * run unsplit with the staged epilogue, or not at all (0: the default rule,
  * which leaves 24 stages unsplit; 901).
  * int8 bit-identical, bf16 / f32 against the reference (run_case). */
-/* The default one-token dispatch to the bulk-copy GEMV: >= 32M weights in
- * rows of <= 6144 columns (variant 64520), >= 48M weights in rows of 8192 ..
- * 65536 columns and >= 4096 rows (63530, a K split), bit-identical to the
- * reference; the config names the variant.  4100 x 9000 (36.9M weights)
- * stays on the binary tensor cores' register-fed kernel. */
-static void test_gemv_default(void) {
-    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}};
-    const char *const want[] = {"gemv_tbm v=64520", "gemv_tbm v=63530", "gemv_bmma"};
-    const int64_t ns[] = {1};
-    const int variants[] = {0};
-    forced_variants("gemv default", 0, shapes, 3, ns, 1, variants, 1);
-    for (int i = 0; i < 3; i++) {
-        TernaryMatrix W;
-        TernCudaMatrix dW;
-        if (!upload_shape("gemv default", shapes[i], &W, &dW)) continue;
-        char cfg[128];
-        const int rc = dispatch_config(&dW, shapes[i], 1, cfg, sizeof cfg);
-        report(rc == 0 && strcmp(cfg, want[i]) == 0, "gemv default %lldx%lld n=1: config '%s' (want %s)",
-               (long long)shapes[i].rows, (long long)shapes[i].cols, cfg, want[i]);
-        tern_cuda_free(&dW);
-        tern_free(&W);
-    }
-}
-
 static void test_wg_last_wave(void) {
     const int n_sm = sm_count();
     const Shape2 shapes[] = {{128 * (int64_t)(n_sm + 5) - 36, 6000}};
