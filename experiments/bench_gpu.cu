@@ -432,6 +432,12 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
+            if (sweep_only) { /* a name that is not an entry would time nothing */
+                bool known = false;
+                for (const SweepK &k : ks) known = known || !strcmp(sweep_only, k.name);
+                if (!known) DIE("--sweep-only %s: not a sweep entry (see the list in experiments/bench_gpu.cu)",
+                                sweep_only);
+            }
             const int oldv = tern_cuda_decode_variant(0), oldf = tern_cuda_force_kernel(0);
             for (const SweepK &k : ks)
                 for (int64_t M : {1, 8, 16}) {

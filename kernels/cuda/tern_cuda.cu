@@ -36,6 +36,24 @@ int gemv1_pick(void) {
     return err_set("TERNLAB_CUDA_GEMV1=%s: expected bmma, rows or warp", e);
 }
 
+/* The default one-token int8 GEMV for W (the comment in run() has the
+ * measurements): 6 binary tensor cores, 3 multi-row dp4a, 4 one warp per
+ * row, 0 none of them; *tbm the bulk-copy kernel's variant where it is
+ * taken instead (0: not; only with no development variant v set). */
+int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
+    const int64_t weights = W->rows * W->cols;
+    *tbm = 0;
+    if (W->cols >= 8192 && W->cols <= 4194304) {
+        if (v == 0 && W->cols <= 65536 && W->rows >= 4096 && weights >= ((int64_t)48 << 20)) *tbm = 63530;
+        return 6;
+    }
+    if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
+        if (v == 0 && W->cols <= 6144) *tbm = 64520;
+        return 3;
+    }
+    return W->cols <= 16384 ? 4 : 0;
+}
+
 int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
 thread_local char g_config[96]; /* tern_cuda_last_config */
 
@@ -252,16 +270,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     if (g_force == 0 && i8_one) {
         k1 = gemv1_pick();
         if (k1 < 0) return err_prefix("%s: ", who);
-        if (k1 == 0) {
-            k1 = W->cols >= 8192 && W->cols <= 4194304                              ? 6
-                 : W->rows * W->cols >= ((int64_t)32 << 20) && W->cols <= 131072 ? 3
-                 : W->cols <= 16384                                                ? 4
-                                                                                   : 0;
-            if (v == 0 && k1 == 3 && W->cols <= 6144) tbm = 64520;
-            if (v == 0 && k1 == 6 && W->cols <= 65536 && W->rows >= 4096 &&
-                W->rows * W->cols >= ((int64_t)48 << 20))
-                tbm = 63530;
-        }
+        if (k1 == 0) k1 = gemv1_rule(W, v, &tbm);
     }
     if (k1 == 6 || tbm) {
         const int bv = tbm ? tbm : v >= 50000 && v < 70000 ? v : 0; /* 6abcd: the bulk-copy kernel */

@@ -185,15 +185,14 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
     __syncthreads(); /* planes and s_sumx complete */
 
-    constexpr int NS = 1; /* accumulator sets (block u takes set u % NS): two cost 22 registers, 4 -> 3 CTAs per SM */
-    int d[NS][4][4] = {};
+    int d[1][4][4] = {}; /* one accumulator set (a second, for odd blocks: 22 more registers, 3 CTAs per SM) */
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     for (int kb = 0; kb < nkb; kb += U) {
 #pragma unroll
         for (int u = 0; u < U; u++) {
             if (kb + u < nkb) {
                 const uint4 e = *reinterpret_cast<const uint4 *>(pl_g + (kb + u) * 128);
-                block_mma(d[u % NS], ca[u], cb[u], e);
+                block_mma(d[0], ca[u], cb[u], e);
                 if (kb + u + U < nkb) {
                     ca[u] = ldg_stream_u4(pa + 64 * (kb + u + U));
                     cb[u] = ldg_stream_u4(pb + 64 * (kb + u + U));
@@ -222,7 +221,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
         const int64_t r = rg0 + i;
         if (r >= p.rows) break;
         const int d = atomicExch(&p.part[r], 0);
-        p.y[r] = tern_i8_out(p.scales[r * p.scale_stride], (float)d, sx);
+        p.y[r] = tern_i8_out(row_scale(p, r, nullptr, 0), (float)d, sx);
     }
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
@@ -316,7 +315,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     __shared__ int s_sumx, s_last;
     __shared__ int s_pair[2][KH > 1 ? KH - 1 : 1][RT][16]; /* the other parts' sums, by unit parity */
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
-    const int tw = warp % RT, half = warp / RT; /* consumers: tile and K half */
+    const int tw = warp % RT, part = warp / RT; /* consumers: tile and K part */
     const int ST = q.st;
     const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
@@ -373,7 +372,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const float sx = p.sx[0];
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
-    const int kbeg = half * nkb / KH, kend = (half + 1) * nkb / KH;
+    const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
     int u = 0;
     for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
         tern_mbar::wait(full_s + 8 * slot, phase);
@@ -395,9 +394,9 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             combine_planes(de, dq, t, &va, &vb);
         }
         if (KH > 1) {
-            if (half > 0 && mine && t == 0) s_pair[u][half - 1][tw][g] = va, s_pair[u][half - 1][tw][g + 8] = vb;
+            if (part > 0 && mine && t == 0) s_pair[u][part - 1][tw][g] = va, s_pair[u][part - 1][tw][g + 8] = vb;
             asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-            if (half > 0) continue;
+            if (part > 0) continue;
             if (mine)
 #pragma unroll
                 for (int h = 0; h < KH - 1; h++) va += s_pair[u][h][tw][g], vb += s_pair[u][h][tw][g + 8];
