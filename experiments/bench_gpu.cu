@@ -6,7 +6,8 @@
  *                       [--shape NxK]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
- * 36864x4608, 4608x36864; M (tokens) in {1, 8, 16, 64, 256, 2048}.
+ * 36864x4608, 4608x36864 (--shape: one given shape instead); M (tokens) in
+ * {1, 8, 16, 64, 256, 2048}.
  * Kernels: tern_bf16 (bf16 activations), tern_i8 (int8 activations + per
  * token scales), tern_f32 (M <= 16: the fp32 reference path), cublas_bf16
  * (cublasGemmEx bf16 x bf16, fp32 accumulate, f32 out: the same output as
@@ -283,22 +284,18 @@ int main(int argc, char **argv) {
                 "(unknown argument %s)",
                 argv[i]);
     }
-    struct {
+    struct Shape {
         int64_t N, K;
-    } shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
-    /* --shape NxK: that shape alone; it must be one of these */
-    auto picked = [&](int64_t N, int64_t K) {
-        char nk[48];
-        snprintf(nk, sizeof nk, "%lldx%lld", (long long)N, (long long)K);
-        return !shape_arg || !strcmp(nk, shape_arg);
     };
+    std::vector<Shape> shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}, {36864, 4608}, {4608, 36864}};
+    /* --shape NxK: that shape alone (any, e.g. a model's own matrices) */
     if (shape_arg) {
-        bool ok = false;
-        for (auto &sh : shapes) ok = ok || picked(sh.N, sh.K);
-        if (!ok)
-            DIE("--shape %s: expected one of 4096x4096, 14336x4096, 4096x14336, 36864x4608, "
-                "4608x36864",
-                shape_arg);
+        long long n = 0, k = 0;
+        char tail = 0;
+        if (sscanf(shape_arg, "%lldx%lld%c", &n, &k, &tail) != 2 || n < 1 || k < 1 || n > (1 << 20) ||
+            k > (1 << 20) || n * k > ((long long)1 << 31))
+            DIE("--shape %s: expected NxK (rows x columns, each 1..1048576, N * K <= 2^31)", shape_arg);
+        shapes = {{n, k}};
     }
     int ndev = 0;
     if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) DIE("no GPU: nothing to measure");
@@ -372,7 +369,6 @@ int main(int argc, char **argv) {
 
     for (auto &sh : shapes) {
         const int64_t N = sh.N, K = sh.K;
-        if (!picked(N, K)) continue;
         /* random ternary weights, ~1/3 zeros, scales rounded to bf16 */
         TernaryMatrix W;
         {

@@ -172,41 +172,58 @@ static void check_fused_norm_glu(int64_t dim, int64_t n) {
     free(sg), free(sr);
 }
 
-/* 777: the scalar kernels; 1000: float4 rows kept in registers; 17000 x 20
+/* 777: the scalar kernels; 1000, 4608, 40: float4 rows kept in registers; 17000 x 20
  * rows: float4 rows too wide for the register cache; up to 16 rows of >= 4096
  * columns: the GLU rows split over a cluster of CTAs (11008, 17000, 36864) */
 TEST(gpu_fused_norm_glu_match_cpu) {
     SKIP_WITHOUT_GPU();
     check_fused_norm_glu(777, 6);
     check_fused_norm_glu(1000, 6);
+    check_fused_norm_glu(4608, 2);
+    check_fused_norm_glu(40, 3);
     check_fused_norm_glu(17000, 20);
     check_fused_norm_glu(17000, 6);
     check_fused_norm_glu(11008, 1);
     check_fused_norm_glu(36864, 3);
 }
 
-/* argmax of each row equals argmax_f32 (first index on ties). */
-TEST(gpu_argmax_rows_match_cpu) {
-    SKIP_WITHOUT_GPU();
-    const int64_t rows = 5, cols = 5003;
-    uint64_t s = 12;
+/* argmax of each row equals argmax_f32 (first index on ties), rows of one
+ * chunk of columns and of many (the chunks' pairs reduced by the last CTA of
+ * a row; called twice: the counters and scratch are left clear). */
+static void check_argmax(int64_t rows, int64_t cols, uint64_t seed) {
+    uint64_t s = seed;
     float *x = xmalloc(sizeof(float) * rows * cols);
     for (int64_t i = 0; i < rows * cols; i++) x[i] = frand(&s);
-    x[0 * cols + 17] = x[0 * cols + 4000] = 7.0f;           /* tie: the first wins */
+    x[0 * cols + 17] = x[0 * cols + cols - 3] = 7.0f;           /* tie far apart: the first wins */
     for (int64_t i = 0; i < cols; i++) x[1 * cols + i] = -1.0f; /* all equal: index 0 */
-    x[2 * cols + cols - 1] = 9.0f;                           /* the last column */
-    int32_t got[5];
+    x[2 * cols + cols - 1] = 9.0f;                              /* the last column */
+    if (rows > 3) x[3 * cols + cols / 2] = x[3 * cols + cols / 2 + 1] = 8.0f; /* adjacent tie */
+    if (rows > 4)
+        for (int64_t i = 0; i < cols; i++) x[4 * cols + i] = -INFINITY; /* nothing above -inf: index 0 */
+    int32_t *got = xmalloc(sizeof(int32_t) * rows);
     DevBuf bx, bo;
     float *dx = dev_new(&bx, sizeof(float) * rows * cols, x);
-    int32_t *dout = dev_new(&bo, sizeof got, NULL);
-    REQUIRE(fwdc_argmax_rows(dx, rows, cols, dout, 0) == 0);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    dev_get(&bo, got);
-    for (int64_t r = 0; r < rows; r++)
-        CHECK_MSG(got[r] == argmax_f32(x + r * cols, cols), "row %lld: %d vs %lld", (long long)r,
-                  got[r], (long long)argmax_f32(x + r * cols, cols));
+    int32_t *dout = dev_new(&bo, sizeof(int32_t) * rows, NULL);
+    for (int rep = 0; rep < 2; rep++) {
+        REQUIRE(fwdc_argmax_rows(dx, rows, cols, dout, 0) == 0);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        dev_get(&bo, got);
+        for (int64_t r = 0; r < rows; r++)
+            CHECK_MSG(got[r] == argmax_f32(x + r * cols, cols), "%lld x %lld, call %d, row %lld: %d vs %lld",
+                      (long long)rows, (long long)cols, rep, (long long)r, got[r],
+                      (long long)argmax_f32(x + r * cols, cols));
+    }
     CHECK(dev_done(&bx) && dev_done(&bo));
-    free(x);
+    free(x), free(got);
+}
+
+TEST(gpu_argmax_rows_match_cpu) {
+    SKIP_WITHOUT_GPU();
+    check_argmax(5, 5003, 12);   /* two chunks of 4096 */
+    check_argmax(5, 4096, 13);   /* exactly one */
+    check_argmax(4, 300, 14);    /* less than one */
+    check_argmax(6, 70001, 15);  /* 18 chunks, the last partial */
+    check_argmax(3, 256000, 16); /* the 27B vocabulary */
 }
 
 TEST(gpu_act_quant_bit_identical) {

@@ -851,21 +851,26 @@ __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const in
         tab[pairs[2 * u]] = pairs[2 * u + 1];
 }
 
-__global__ void argmax_kernel(const float *x, int64_t cols, int32_t *out) {
-    __shared__ float bv[32];
-    __shared__ int64_t bi[32];
-    const float *xr = x + blockIdx.x * cols;
-    float best = -INFINITY;
-    int64_t bidx = cols; /* "none yet": larger than every index */
-    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x)
-        if (xr[k] > best || (bidx == cols && k < bidx)) best = xr[k], bidx = k;
-    /* reduce (value, index): larger value wins, equal values the smaller index */
+/* argmax: (value, index) pairs, the larger value wins, equal values the
+ * smaller index; "none yet" is (-inf, cols).  Each CTA takes a chunk of
+ * kArgChunk columns of one row (one CTA per row had read a 256000-column
+ * row of logits in ~100 us: one load in flight per thread); the last CTA of
+ * a row (a counter) reduces the chunks' pairs, then clears its scratch. */
+constexpr int kArgThreads = 256, kArgPer = 16, kArgChunk = kArgThreads * kArgPer;
+
+__device__ __forceinline__ void argmax_take(float &best, int64_t &bidx, float v, int64_t i) {
+    if (v > best || (v == best && i < bidx)) best = v, bidx = i;
+}
+
+/* the CTA's pair, in thread 0 */
+__device__ void argmax_block(float &best, int64_t &bidx, int64_t cols, float *bv, int64_t *bi) {
     for (int o = 16; o > 0; o >>= 1) {
         const float v = __shfl_xor_sync(0xffffffffu, best, o);
         const int64_t i = __shfl_xor_sync(0xffffffffu, bidx, o);
-        if (v > best || (v == best && i < bidx)) best = v, bidx = i;
+        argmax_take(best, bidx, v, i);
     }
     const int lane = threadIdx.x & 31, w = threadIdx.x >> 5, nw = blockDim.x >> 5;
+    __syncthreads(); /* bv / bi free (a second call) */
     if (lane == 0) bv[w] = best, bi[w] = bidx;
     __syncthreads();
     if (w == 0) {
@@ -874,10 +879,55 @@ __global__ void argmax_kernel(const float *x, int64_t cols, int32_t *out) {
         for (int o = 16; o > 0; o >>= 1) {
             const float v = __shfl_xor_sync(0xffffffffu, best, o);
             const int64_t i = __shfl_xor_sync(0xffffffffu, bidx, o);
-            if (v > best || (v == best && i < bidx)) best = v, bidx = i;
+            argmax_take(best, bidx, v, i);
         }
-        if (lane == 0) out[blockIdx.x] = (int32_t)(bidx < cols ? bidx : 0);
     }
+}
+
+/* grid (chunks, rows); pv / pi: chunks pairs per row, ctr: a counter per row
+ * (zero before and after; only used when chunks > 1) */
+__global__ void __launch_bounds__(kArgThreads)
+argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out) {
+    __shared__ float bv[32];
+    __shared__ int64_t bi[32];
+    __shared__ int s_last;
+    const int64_t r = blockIdx.y, chunks = gridDim.x;
+    const float *xr = x + r * cols;
+    const int64_t k0 = (int64_t)blockIdx.x * kArgChunk + threadIdx.x;
+    float v[kArgPer];
+#pragma unroll
+    for (int j = 0; j < kArgPer; j++) {
+        const int64_t k = k0 + (int64_t)j * kArgThreads;
+        v[j] = k < cols ? xr[k] : 0.0f;
+    }
+    float best = -INFINITY;
+    int64_t bidx = cols;
+#pragma unroll
+    for (int j = 0; j < kArgPer; j++) {
+        const int64_t k = k0 + (int64_t)j * kArgThreads;
+        if (k < cols && (v[j] > best || bidx == cols)) best = v[j], bidx = k;
+    }
+    argmax_block(best, bidx, cols, bv, bi);
+    if (chunks > 1) {
+        if (threadIdx.x == 0) {
+            pv[r * chunks + blockIdx.x] = best;
+            pi[r * chunks + blockIdx.x] = (int32_t)bidx;
+            __threadfence();
+            s_last = atomicAdd(&ctr[r], 1) == (int)chunks - 1;
+        }
+        __syncthreads();
+        if (!s_last) return;
+        __threadfence();
+        best = -INFINITY;
+        bidx = cols;
+        for (int64_t c = threadIdx.x; c < chunks; c += kArgThreads)
+            argmax_take(best, bidx, __ldcg(pv + r * chunks + c), __ldcg(pi + r * chunks + c));
+        argmax_block(best, bidx, cols, bv, bi); /* its barriers order the reads before the clearing */
+        for (int64_t c = threadIdx.x; c < chunks; c += kArgThreads)
+            pv[r * chunks + c] = 0.0f, pi[r * chunks + c] = 0;
+        if (threadIdx.x == 0) ctr[r] = 0;
+    }
+    if (threadIdx.x == 0) out[r] = (int32_t)(bidx < cols ? bidx : 0);
 }
 
 __global__ void unshard_kernel(const float *g, int tp, int64_t n, int64_t w, float *out) {
@@ -1145,9 +1195,24 @@ int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_p
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
                      cudaStream_t stream) {
     if (rows <= 0) return 0;
-    if (rows > 0x7fffffff || cols < 1) return err_set("fwdc_argmax_rows: %lld x %lld", (long long)rows, (long long)cols);
-    argmax_kernel<<<(unsigned)rows, kRowThreads, 0, stream>>>(d_x, cols, d_out);
-    CUDA_CHECK_LAUNCH("argmax_kernel");
+    if (cols < 1 || cols > 0x7fffffff) return err_set("fwdc_argmax_rows: %lld x %lld", (long long)rows, (long long)cols);
+    const int64_t chunks = (cols + kArgChunk - 1) / kArgChunk, per = rows < 65535 ? rows : 65535;
+    float *pv = nullptr;
+    int32_t *pi = nullptr;
+    int *ctr = nullptr;
+    if (chunks > 1) { /* the split-K scratch: zero, and left zero */
+        void *ws;
+        if (tern_ws_zeroed(sizeof(int) * (size_t)(per + 2 * per * chunks), &ws) < 0) return -1;
+        ctr = static_cast<int *>(ws);
+        pv = reinterpret_cast<float *>(ctr + per);
+        pi = reinterpret_cast<int32_t *>(pv + per * chunks);
+    }
+    for (int64_t r0 = 0; r0 < rows; r0 += per) { /* grid.y <= 65535 rows per launch */
+        const int64_t nr = rows - r0 < per ? rows - r0 : per;
+        argmax_kernel<<<dim3((unsigned)chunks, (unsigned)nr), kArgThreads, 0, stream>>>(d_x + r0 * cols, cols, pv,
+                                                                                         pi, ctr, d_out + r0);
+        CUDA_CHECK_LAUNCH("argmax_kernel");
+    }
     return 0;
 }
 

@@ -48,7 +48,7 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
-        if (v == 0 && W->cols <= 6144) *tbm = 64520;
+        if (v == 0 && W->cols <= 6144) *tbm = weights >= ((int64_t)64 << 20) ? 63520 : 64520;
         return 3;
     }
     return W->cols <= 16384 ? 4 : 0;
@@ -250,13 +250,16 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * copy engine (tern_gemv_bmma.cu's gemv_i8_tbm; H200, M = 1, us): rows of
      * <= 6144 columns with >= 32M weights variant 64520 (units of 4 tiles, 2
      * stages; 36864 x 4608 15.6 vs 16.4 multi-row, 14336 x 4096 6.8 vs 7.2),
-     * rows of 8192 .. 65536 columns with >= 48M weights in >= 4096 rows 63530
-     * (two consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma,
-     * 4608 x 36864 15.3 vs 18.2).  In the decode step (bench-e2e, B = 1) two
-     * consumer warps per tile lost where the bench said they win: 66520 for
-     * the first group, or 63530 also below 48M weights (7B's 4096 x 11008
-     * down projection, 45M), took 7B from 677 to 572-576 tok/s; not
-     * understood (dev/NOTES.md) — hence 64520 there and the 48M floor.
+     * from 64M weights 63520 (units of 2 tiles, two consumer warps per tile;
+     * 73728 x 4608 25.3 vs 26.1, 36864 x 4608 14.7 vs 15.4, 22016 x 4096 9.05
+     * vs 9.2), rows of 8192 .. 65536 columns with >= 48M weights in >= 4096
+     * rows 63530 (two consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs
+     * 8.4 bmma, 4608 x 36864 15.3 vs 18.2).  Chosen end to end (bench-e2e, B
+     * = 1, same runs): 63520 from 64M weights took 7B 671-684 -> 699-707
+     * tok/s, 27B 269-272 -> 273-274.  (Two consumer warps per tile had once
+     * lost in the decode step where the bench said they win: the planner
+     * had split 22016 x 4096 into K slices of 4 blocks, 19.4 us instead of
+     * 9.4 — it no longer takes such splits, tern_gemv_bmma.cu.)
      * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */

@@ -433,7 +433,11 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * that fit one wave (occupancy under its shared memory, at most cap per SM);
  * taken: the least bytes on the busiest SM (its CTAs x the largest CTA's
  * tiles x blocks per slice), a larger split only where that is > 1 % less
- * (each split adds partial sums and a counter per CTA range). */
+ * (each split adds partial sums and a counter per CTA range), and none that
+ * leaves a consumer warp fewer than 4 blocks of a unit's K slice (its barrier
+ * and epilogue per unit then outweigh its MMAs: 22016 x 4096 with two warps
+ * per tile in 4 slices of 4 blocks took 19.4 us, in one slice 9.4; 4608 x
+ * 36864, 29 slices of 5 blocks, 26.0 against 15.9 in 8 of 18). */
 struct TbPlan {
     int dev, rt, kh, kmax, st, cap, sms, scaled; /* the key (scaled: one scale per row) */
     int64_t rows, kblocks;
@@ -458,6 +462,7 @@ int plan_tbm(TbPlan &pl) {
     for (int64_t S = s0; S <= 4 * s0 && S <= pl.kblocks; S++) {
         const int ks = (int)((pl.kblocks + S - 1) / S);
         if ((pl.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
+        if (S > s0 && ks < 4 * KH) continue;            /* too little K per consumer warp */
         int stride = ks * 64;
         if (stride % 128 == 0) stride += 64;
         size_t smem = (size_t)ks * 512 + (size_t)pl.st * 16 * RT * stride;
