@@ -44,11 +44,16 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
     *tbm = 0;
     if (W->cols >= 8192 && W->cols <= 4194304) {
-        if (v == 0 && W->cols <= 65536 && W->rows >= 4096 && weights >= ((int64_t)48 << 20)) *tbm = 63530;
+        if (v == 0 && W->cols <= 65536 && W->rows >= 4096 && weights >= ((int64_t)48 << 20))
+            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : 63530;
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
         if (v == 0 && W->cols <= 6144) *tbm = weights >= ((int64_t)64 << 20) ? 63520 : 64520;
+        return 3;
+    }
+    if (v == 0 && W->cols <= 6144 && weights >= ((int64_t)18 << 20)) {
+        *tbm = 64520;
         return 3;
     }
     return W->cols <= 16384 ? 4 : 0;
@@ -252,11 +257,15 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * stages; 36864 x 4608 15.6 vs 16.4 multi-row, 14336 x 4096 6.8 vs 7.2),
      * from 64M weights 63520 (units of 2 tiles, two consumer warps per tile;
      * 73728 x 4608 25.3 vs 26.1, 36864 x 4608 14.7 vs 15.4, 22016 x 4096 9.05
-     * vs 9.2), rows of 8192 .. 65536 columns with >= 48M weights in >= 4096
-     * rows 63530 (two consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs
-     * 8.4 bmma, 4608 x 36864 15.3 vs 18.2).  Chosen end to end (bench-e2e, B
-     * = 1, same runs): 63520 from 64M weights took 7B 671-684 -> 699-707
-     * tok/s, 27B 269-272 -> 273-274.  (Two consumer warps per tile had once
+     * vs 9.2), and 64520 down to 18M weights (4608 x 4096 4.26 vs 4.61 one
+     * warp per row; 4096 x 4096, 16.8M, stays with it: 3.5 vs 4.0), rows of
+     * 8192 .. 65536 columns with >= 48M weights in >= 4096 rows 63530 (two
+     * consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma, 4608 x
+     * 36864 15.3 vs 18.2), from 128M weights 63520 (4608 x 36864 15.35 vs
+     * 15.8).  Chosen end to end (bench-e2e, B = 1, same runs): 63520 from 64M
+     * weights took 7B 671-684 -> 699-707 tok/s, 27B 269-272 -> 273-274; then
+     * 64520 from 18M and 63520 from 128M 27B 271-272 -> 276-278 (7B, which
+     * has neither shape, 700-706 either way).  (Two consumer warps per tile had once
      * lost in the decode step where the bench said they win: the planner
      * had split 22016 x 4096 into K slices of 4 blocks, 19.4 us instead of
      * 9.4 — it no longer takes such splits, tern_gemv_bmma.cu.)

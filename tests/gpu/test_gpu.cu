@@ -479,18 +479,19 @@ static void test_wg_big_tiles(void) {
     tern_free(&W);
 }
 
-/* The default one-token dispatch to the bulk-copy GEMV: >= 32M weights in
- * rows of <= 6144 columns (variant 64520; from 64M weights 63520: 16400 x
- * 4100 is 67.2M, 16300 x 4100 66.8M), >= 48M weights in rows of 8192 ..
- * 65536 columns and >= 4096 rows (63530, a K split), bit-identical to the
- * reference; the config names the variant.  Not taken: 4100 x 9000 (36.9M
- * weights), 4095 rows, 6160 columns, a forced kernel, a decode variant,
- * TERNLAB_CUDA_GEMV1. */
+/* The default one-token dispatch to the bulk-copy GEMV: >= 18M weights in
+ * rows of <= 6144 columns (variant 64520; from 64M weights 63520; M = 2^20:
+ * 16400 x 4100 is 64.1M, 16300 x 4100 63.7M; 4700 x 4100 18.4M, 4400 x 4100
+ * 17.2M), >= 48M weights in rows of 8192 .. 65536 columns and >= 4096 rows
+ * (63530, a K split; from 128M weights 63520: 4100 x 32800 is 128.3M), bit-identical to
+ * the reference; the config names the variant.  Not taken: 4100 x 9000
+ * (35.2M weights), 4095 rows, 6160 columns, a forced kernel, a decode
+ * variant, TERNLAB_CUDA_GEMV1. */
 static void test_gemv_default(void) {
-    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}, {16400, 4100}};
+    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}, {16400, 4100}, {4700, 4100}, {4100, 32800}};
     const int64_t ns[] = {1};
     const int variants[] = {0};
-    forced_variants("gemv default", 0, shapes, 4, ns, 1, variants, 1);
+    forced_variants("gemv default", 0, shapes, 6, ns, 1, variants, 1);
     struct {
         Shape2 sh;
         int force, variant;
@@ -501,7 +502,8 @@ static void test_gemv_default(void) {
         {{8200, 6160}, 0, 0, NULL, "gemv_rows"},         {{8200, 4100}, 3, 0, NULL, "gemv_rows"},
         {{4100, 12300}, 0, 51400, NULL, "gemv_bmma"},    {{8200, 4100}, 0, 0, "bmma", "gemv_bmma"},
         {{8200, 4100}, 6, 64521, NULL, "gemv_tbm v=64521"}, {{16400, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
-        {{16300, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
+        {{16300, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{4700, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
+        {{4400, 4100}, 0, 0, NULL, "gemv_warp"},         {{4100, 32800}, 0, 0, NULL, "gemv_tbm v=63520"},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
