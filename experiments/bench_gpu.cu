@@ -1,7 +1,7 @@
 /* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
- *                       [--sweep-decode | --sweep-only NAME] [--decode-variant V]
+ *                       [--sweep-decode | --sweep-only NAME|var_V] [--decode-variant V]
  *                       [--ms M1,M2,..|none]
  *                       [--shape NxK]
  *
@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     int quick = 0, sweep = 0, mma_rate = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
-    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling) */
+    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V: decode variant V */
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -279,7 +279,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
-            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME] "
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V] "
                 "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--mma-rate] "
                 "(unknown argument %s)",
                 argv[i]);
@@ -428,14 +428,18 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
+            /* --sweep-only var_V: the one-token int8 GEMV with decode variant V (any) */
+            std::vector<SweepK> list(std::begin(ks), std::end(ks));
+            if (sweep_only && !strncmp(sweep_only, "var_", 4) && atoi(sweep_only + 4) > 0)
+                list.push_back({sweep_only, 6, atoi(sweep_only + 4), 1});
             if (sweep_only) { /* a name that is not an entry would time nothing */
                 bool known = false;
-                for (const SweepK &k : ks) known = known || !strcmp(sweep_only, k.name);
+                for (const SweepK &k : list) known = known || !strcmp(sweep_only, k.name);
                 if (!known) DIE("--sweep-only %s: not a sweep entry (see the list in experiments/bench_gpu.cu)",
                                 sweep_only);
             }
             const int oldv = tern_cuda_decode_variant(0), oldf = tern_cuda_force_kernel(0);
-            for (const SweepK &k : ks)
+            for (const SweepK &k : list)
                 for (int64_t M : {1, 8, 16}) {
                     if (k.only_m1 && M > 1) continue;
                     if (sweep_only && strcmp(sweep_only, k.name)) continue;
