@@ -254,7 +254,7 @@ int main(int argc, char **argv) {
     int quick = 0, sweep = 0, mma_rate = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
-    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V: decode variant V */
+    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V: bmma variant V */
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -428,7 +428,8 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
-            /* --sweep-only var_V: the one-token int8 GEMV with decode variant V (any) */
+            /* --sweep-only var_V: the one-token int8 GEMV on the binary tensor cores (forced kernel
+             * 6) with decode variant V: 0, 5UC00 or 6abcd */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
             if (sweep_only && !strncmp(sweep_only, "var_", 4) && atoi(sweep_only + 4) > 0)
                 list.push_back({sweep_only, 6, atoi(sweep_only + 4), 1});

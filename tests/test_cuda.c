@@ -36,6 +36,7 @@ static float frand(uint64_t *s) {
     return (float)((*s >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
 }
 #include "cuda/fwd_cuda.h"
+#include "cuda/tern_cuda.h"
 
 #include <cuda_runtime_api.h>
 
@@ -194,7 +195,7 @@ static void check_argmax(int64_t rows, int64_t cols, uint64_t seed) {
     uint64_t s = seed;
     float *x = xmalloc(sizeof(float) * rows * cols);
     for (int64_t i = 0; i < rows * cols; i++) x[i] = frand(&s);
-    x[0 * cols + 17] = x[0 * cols + cols - 3] = 7.0f;           /* tie far apart: the first wins */
+    if (cols > 20) x[0 * cols + 17] = x[0 * cols + cols - 3] = 7.0f; /* tie far apart: the first wins */
     for (int64_t i = 0; i < cols; i++) x[1 * cols + i] = -1.0f; /* all equal: index 0 */
     x[2 * cols + cols - 1] = 9.0f;                              /* the last column */
     if (rows > 3) x[3 * cols + cols / 2] = x[3 * cols + cols / 2 + 1] = 8.0f; /* adjacent tie */
@@ -205,6 +206,8 @@ static void check_argmax(int64_t rows, int64_t cols, uint64_t seed) {
     float *dx = dev_new(&bx, sizeof(float) * rows * cols, x);
     int32_t *dout = dev_new(&bo, sizeof(int32_t) * rows, NULL);
     for (int rep = 0; rep < 2; rep++) {
+        /* -1 before each call: a row whose last CTA never ran (a counter left non-zero) shows */
+        REQUIRE(cudaMemset(dout, 0xff, sizeof(int32_t) * rows) == cudaSuccess);
         REQUIRE(fwdc_argmax_rows(dx, rows, cols, dout, 0) == 0);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         dev_get(&bo, got);
@@ -224,6 +227,7 @@ TEST(gpu_argmax_rows_match_cpu) {
     check_argmax(4, 300, 14);    /* less than one */
     check_argmax(6, 70001, 15);  /* 18 chunks, the last partial */
     check_argmax(3, 256000, 16); /* the 27B vocabulary */
+    check_argmax(65537, 8, 17);  /* more rows than one launch's grid takes (65535) */
 }
 
 TEST(gpu_act_quant_bit_identical) {
@@ -530,6 +534,63 @@ TEST(gpu_embed_gather_table_update_exact) {
     CHECK(dev_done(&be) && dev_done(&bt) && dev_done(&bx) && dev_done(&bi) && dev_done(&bo) &&
           dev_done(&btab) && dev_done(&bin));
     free(emb), free(got);
+}
+
+/* One decode run of a synthetic ternary int8 model (hidden 256, MLP 8192: a
+ * down projection of 8192 columns, the binary tensor-core GEMV's shape):
+ * prompt of 8 tokens, then `steps` single-token steps (eager, captured,
+ * replayed), each step's logits into lg (steps x vocab); the config of the
+ * first decode step's last ternary matmul into cfg. */
+static void synth_decode(int fuse, int steps, float *lg, char *cfg, size_t cap) {
+    Model m;
+    memset(&m, 0, sizeof m);
+    ModelConfig *c = &m.cfg;
+    c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
+    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 2, c->n_kv_heads = 2;
+    c->head_dim = 128, c->vocab = 512;
+    snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+    setenv("TERNLAB_CUDA_GLU_FUSE", fuse ? "1" : "0", 1);
+    EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 4};
+    CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
+    Engine e;
+    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
+    unsetenv("TERNLAB_CUDA_GLU_FUSE");
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc != 0) return;
+    int tok[8], seq[8];
+    int64_t pos[8], last = 7;
+    const int sid = kv_seq_new(&e.kv);
+    for (int i = 0; i < 8; i++) tok[i] = (i * 37 + 5) % c->vocab, seq[i] = sid, pos[i] = i;
+    REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, 8, &last, 1, lg) == 0);
+    e.rs.decode = 1;
+    for (int s = 0; s < steps; s++) {
+        int t1 = (int)argmax_f32(lg + (s ? s - 1 : 0) * c->vocab, c->vocab), q1 = sid;
+        int64_t p1 = 8 + s, l0 = 0;
+        REQUIRE(forward(e.m, &e.kv, &e.rs, &t1, &q1, &p1, 1, &l0, 1, lg + (int64_t)s * c->vocab) == 0);
+        if (s == 0) snprintf(cfg, cap, "%s", tern_cuda_last_config());
+    }
+    e.rs.decode = 0;
+    engine_free(&e);
+    mem_free(m.rope_cos);
+    mem_free(m.rope_sin);
+}
+
+/* The one-token MLP fused into two GEMVs (the GLU in the gate|up GEMV, the
+ * int8 coding of h in the down GEMV) gives the same logits, bit for bit, as
+ * the separate GEMV / GLU / GEMV kernels, eagerly and in a decode graph. */
+TEST(gpu_fused_mlp_bit_identical) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 5, V = 512;
+    float *a = xmalloc(sizeof(float) * steps * V), *b = xmalloc(sizeof(float) * steps * V);
+    char ca[96], cb[96];
+    synth_decode(0, steps, a, ca, sizeof ca);
+    synth_decode(1, steps, b, cb, sizeof cb);
+    CHECK_MSG(strstr(ca, "f32x") == NULL && strstr(cb, "f32x") != NULL,
+              "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" fused", ca, cb);
+    int bad = 0;
+    for (int i = 0; i < steps * V; i++) bad += memcmp(a + i, b + i, 4) != 0;
+    CHECK_MSG(bad == 0, "%d of %d logits differ", bad, steps * V);
+    free(a), free(b);
 }
 #endif /* TL_HAVE_CUDA */
 

@@ -71,10 +71,7 @@ __global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, 
 constexpr int kRowThreads = 1024; /* row kernels: a decode step has few rows, so one
                                     * CTA per row must keep many loads in flight */
 
-__device__ __forceinline__ int8_t quant1(float v, float s) {
-    const float q = rintf(__fmul_rn(v, s));
-    return (int8_t)(q > 127.0f ? 127 : q < -128.0f ? -128 : (int)q);
-}
+__device__ __forceinline__ int8_t quant1(float v, float s) { return tern_quant1(v, s); }
 
 /* One CTA per row: x += h (optional, written back), out = x * rsqrt(mean(x^2)
  * + eps) * w in f32 and/or bf16, and optionally the row's int8 activations
@@ -143,11 +140,7 @@ norm_kernel(float *x, const float *h, const float *w, int64_t dim, float eps, fl
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
-__device__ __forceinline__ float glu1(int act, float x, float u) {
-    if (act == 0) return __fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u);
-    const float rl = x > 0.0f ? x : 0.0f;
-    return __fmul_rn(__fmul_rn(rl, rl), u);
-}
+__device__ __forceinline__ float glu1(int act, float x, float u) { return tern_glu1(act, x, u); }
 
 /* One CTA per row: y = act(g) * u (g, u rows of stride ld) into o32 (n, cols),
  * optional bf16 copy and int8 activations of the f32 values. */
@@ -920,8 +913,12 @@ argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, in
         __threadfence();
         best = -INFINITY;
         bidx = cols;
-        for (int64_t c = threadIdx.x; c < chunks; c += kArgThreads)
-            argmax_take(best, bidx, __ldcg(pv + r * chunks + c), __ldcg(pi + r * chunks + c));
+        for (int64_t c = threadIdx.x; c < chunks; c += kArgThreads) { /* a thread's first pair taken as is */
+            const float v = __ldcg(pv + r * chunks + c);
+            const int32_t i = __ldcg(pi + r * chunks + c);
+            if (bidx == cols) best = v, bidx = i; /* (as the scan: a NaN there stays, as it did with one CTA) */
+            else argmax_take(best, bidx, v, i);
+        }
         argmax_block(best, bidx, cols, bv, bi); /* its barriers order the reads before the clearing */
         for (int64_t c = threadIdx.x; c < chunks; c += kArgThreads)
             pv[r * chunks + c] = 0.0f, pi[r * chunks + c] = 0;

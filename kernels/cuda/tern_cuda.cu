@@ -54,7 +54,7 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     }
     if (v == 0 && W->cols <= 6144 && weights >= ((int64_t)18 << 20)) {
         *tbm = 64520;
-        return 3;
+        return 4; /* (what it would be without the bulk-copy kernel) */
     }
     return W->cols <= 16384 ? 4 : 0;
 }
@@ -254,11 +254,11 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * Of these, the large ones take the binary tensor cores fed by the bulk
      * copy engine (tern_gemv_bmma.cu's gemv_i8_tbm; H200, M = 1, us): rows of
      * <= 6144 columns with >= 32M weights variant 64520 (units of 4 tiles, 2
-     * stages; 36864 x 4608 15.6 vs 16.4 multi-row, 14336 x 4096 6.8 vs 7.2),
+     * stages; 14336 x 4096 6.8 vs 7.2 multi-row; M = 2^20 weights here),
      * from 64M weights 63520 (units of 2 tiles, two consumer warps per tile;
      * 73728 x 4608 25.3 vs 26.1, 36864 x 4608 14.7 vs 15.4, 22016 x 4096 9.05
      * vs 9.2), and 64520 down to 18M weights (4608 x 4096 4.26 vs 4.61 one
-     * warp per row; 4096 x 4096, 16.8M, stays with it: 3.5 vs 4.0), rows of
+     * warp per row; 4096 x 4096, 16M, stays with it: 3.5 vs 4.0), rows of
      * 8192 .. 65536 columns with >= 48M weights in >= 4096 rows 63530 (two
      * consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma, 4608 x
      * 36864 15.3 vs 18.2), from 128M weights 63520 (4608 x 36864 15.35 vs
@@ -437,6 +437,54 @@ int tern_cuda_matmul_bf16(const TernCudaMatrix *W, const uint16_t *d_x, int64_t 
 int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx,
                         int64_t n, float *d_y, cudaStream_t stream) {
     return run(TACT_I8, W, d_xq, d_sx, n, d_y, stream, "tern_cuda_matmul_i8");
+}
+
+int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
+    return W && W->d_codes && W->n_groups == 1 && W->rows >= 32 && W->rows % 32 == 0 && W->cols % 16 == 0 &&
+           W->cols <= 4194304 && W->row_bytes % 64 == 0;
+}
+
+/* the bulk-copy variant: the dispatch's for W where it takes that kernel, else
+ * 64520; a development variant 6abcd (tern_cuda_decode_variant) instead */
+int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
+                     unsigned *d_hmax, cudaStream_t stream) {
+    if (!tern_cuda_glu_i8_ok(W))
+        return err_set("tern_cuda_glu_i8: %lld x %lld (%lld scale groups per row): not a gate|up matrix of "
+                       "whole 16-row tiles with one scale per row",
+                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
+                       W ? (long long)W->n_groups : 0LL);
+    const int dv = tern_cuda_decode_variant_get();
+    int tbm = 0;
+    gemv1_rule(W, 0, &tbm);
+    const int v = dv >= 60000 && dv < 70000 ? dv : tbm ? tbm : 64520;
+    char cfg[40];
+    snprintf(cfg, sizeof cfg, "gemv_tbm glu v=%d", v);
+    tern_cuda_set_config(cfg);
+    if (tern_gemv_i8_glu(W, d_xq, W->cols, d_sx, act, d_h, d_hmax, v, stream) < 0)
+        return err_prefix("tern_cuda_glu_i8: ");
+    return 0;
+}
+
+int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
+    if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
+    int tbm = 0;
+    return gemv1_rule(W, 0, &tbm) == 6 || tbm ? 1 : 0;
+}
+
+int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                             cudaStream_t stream) {
+    if (!tern_cuda_matmul_i8_f32x_ok(W))
+        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs",
+                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
+    const int dv = tern_cuda_decode_variant_get();
+    int tbm = 0;
+    gemv1_rule(W, 0, &tbm);
+    const int v = dv >= 50000 && dv < 70000 ? dv : tbm;
+    char cfg[40];
+    snprintf(cfg, sizeof cfg, v >= 60000 ? "gemv_tbm f32x v=%d" : "gemv_bmma f32x", v);
+    tern_cuda_set_config(cfg);
+    if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
+    return 0;
 }
 
 int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,

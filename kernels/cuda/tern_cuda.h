@@ -81,6 +81,23 @@ int tern_cuda_matmul_bf16(const TernCudaMatrix *W, const uint16_t *d_x, int64_t 
 int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx,
                         int64_t n, float *d_y, cudaStream_t stream);
 
+/* The decode step's fused one-token forms (int8 activations, one scale per
+ * row).  tern_cuda_glu_i8: W holds gate rows [0, half) over up rows [half,
+ * 2 half); d_h (half,) = act(W_gate x) * (W_up x) with act 0 SiLU, 1 ReLU^2
+ * (the same bits as tern_cuda_matmul_i8 and then the GLU), and max|h| raised
+ * into *d_hmax (its float bits; zero before the call).  tern_cuda_matmul_i8_f32x:
+ * y = W x for f32 x whose int8 codes and scale (act_quant_int8_ref's: 127 /
+ * max|x|, max|x| from *d_xmax's float bits) the kernel forms itself.  The
+ * _ok functions: 1 where W's shape and format allow the call (rows % 32 == 0
+ * for the GLU, cols % 16 == 0 for both, one scale per row, and for f32x a
+ * one-token dispatch to the binary tensor-core GEMVs), else 0. */
+int tern_cuda_glu_i8_ok(const TernCudaMatrix *W);
+int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
+                     unsigned *d_hmax, cudaStream_t stream);
+int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W);
+int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                             cudaStream_t stream);
+
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
  * for one token of int8 activations and one scale per row, 3 = the

@@ -55,6 +55,8 @@ struct BmArgs {
     int64_t xcols; /* readable columns of x (zeros past them) */
     const int8_t *x;
     const float *sx;
+    const float *xf;      /* instead of x / sx: f32 activations coded here with the scale */
+    const unsigned *xmax; /* 127 / max|x| (max as float bits; tern_gemv_i8_bmma_f32x) */
     float *y;
     int ks;          /* blocks per K slice */
     int *part, *ctr; /* split K: partial sums per row, slices done per row group (bmma) or per
@@ -99,9 +101,11 @@ __device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4],
 
 /* The B planes of blocks kb0 .. kb0 + nkb - 1 of x ([block][plane][word], 512
  * bytes per block) and their sum x, added to *sumx (zeroed here; a barrier
- * among the nthr threads that call this must follow before either is read). */
-__device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, int64_t xcols, int64_t kb0,
-                                             int nkb, int tid, int nthr, int *sumx) {
+ * among the nthr threads that call this must follow before either is read).
+ * xf: x's codes formed here from f32 values with the scale xs instead. */
+template <bool XF>
+__device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, const float *xf, float xs,
+                                             int64_t xcols, int64_t kb0, int nkb, int tid, int nthr, int *sumx) {
     if (tid == 0) *sumx = 0;
     int sx_part = 0;
     for (int it = tid; it < nkb * 16; it += nthr) {
@@ -110,7 +114,15 @@ __device__ __forceinline__ void build_planes(uint32_t *planes, const int8_t *x, 
         uint32_t w[4];
 #pragma unroll
         for (int f = 0; f < 4; f++) {
-            w[f] = col + 64 * f < xcols ? __ldg(reinterpret_cast<const uint32_t *>(x + col + 64 * f)) : 0u;
+            if (col + 64 * f >= xcols) {
+                w[f] = 0u;
+            } else if (XF) {
+                const float4 v = *reinterpret_cast<const float4 *>(xf + col + 64 * f);
+                w[f] = (uint32_t)(uint8_t)tern_quant1(v.x, xs) | (uint32_t)(uint8_t)tern_quant1(v.y, xs) << 8 |
+                       (uint32_t)(uint8_t)tern_quant1(v.z, xs) << 16 | (uint32_t)(uint8_t)tern_quant1(v.w, xs) << 24;
+            } else {
+                w[f] = __ldg(reinterpret_cast<const uint32_t *>(x + col + 64 * f));
+            }
             sx_part = __dp4a((int)w[f], 0x01010101, sx_part);
         }
 #pragma unroll
@@ -141,6 +153,12 @@ __device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&d
     *vb = b;
 }
 
+/* The token's int8 scale: given, or from max|x| (XF: f32 activations coded here) */
+template <bool XF>
+__device__ __forceinline__ float token_scale(const BmArgs &p) {
+    return XF ? tern_act_scale(__uint_as_float(*p.xmax)) : p.sx[0];
+}
+
 /* The scale of row r: from a copy in shared memory of rows sbase.. (ssc),
  * else from global memory. */
 __device__ __forceinline__ float row_scale(const BmArgs &p, int64_t r, const float *ssc, int64_t sbase) {
@@ -161,7 +179,7 @@ __device__ __forceinline__ void store_rows(const BmArgs &p, int64_t r, int va, i
     }
 }
 
-template <int U>
+template <int U, bool XF>
 __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     extern __shared__ __align__(16) uint32_t planes[]; /* [block][plane 8][word 16] */
     __shared__ int s_sumx, s_last;
@@ -182,7 +200,8 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     pdl_trigger(); /* the next kernel may take its place in the queue now */
 
     /* B planes of the slice and its sum x */
-    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
+    const float xs = XF ? token_scale<XF>(p) : 0.0f; /* (int8 x: its scale read after the planes) */
+    build_planes<XF>(planes, p.x, p.xf, xs, p.xcols, kb0, nkb, tid, 32 * BM_WARPS, &s_sumx);
     __syncthreads(); /* planes and s_sumx complete */
 
     int d[1][4][4] = {}; /* one accumulator set (a second, for odd blocks: 22 more registers, 3 CTAs per SM) */
@@ -207,7 +226,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     va -= s_sumx;
     vb -= s_sumx;
     const bool split = gridDim.y > 1;
-    const float sx = p.sx[0];
+    const float sx = XF ? xs : token_scale<XF>(p);
     if (t == 0) store_rows(p, r0 + g, va, vb, split, sx);
     if (!split) return;
     __threadfence();
@@ -226,7 +245,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
-template <int U>
+template <int U, bool XF>
 int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
     const int64_t groups = (a.rows + BM_ROWS - 1) / BM_ROWS;
     /* K slices: as many CTAs as per_sm per SM hold, at least U blocks each, one
@@ -244,14 +263,14 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
     const size_t smem = (size_t)a.ks * 512; /* <= 128 KB (ks <= 256) */
     /* the limit is the largest any call uses, never lowered: a captured graph
      * replays launches of several sizes */
-    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma<U>, cudaFuncAttributeMaxDynamicSharedMemorySize, 128 * 1024));
+    CUDA_CHECK(cudaFuncSetAttribute(gemv_i8_bmma<U, XF>, cudaFuncAttributeMaxDynamicSharedMemorySize, 128 * 1024));
     if (S > 1) {
         void *ws;
         if (tern_ws_zeroed((size_t)(groups + a.rows) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + groups;
     }
-    return tern_launch_pdl_smem("gemv_i8_bmma", gemv_i8_bmma<U>, dim3((unsigned)groups, (unsigned)S), dim3(32 * BM_WARPS),
+    return tern_launch_pdl_smem("gemv_i8_bmma", gemv_i8_bmma<U, XF>, dim3((unsigned)groups, (unsigned)S), dim3(32 * BM_WARPS),
                                 smem, s, a);
 }
 
@@ -269,12 +288,43 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
 /* shared memory for sc row scales, in whole 128-byte lines (the stages follow) */
 __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)sc * 4 + 127) / 128 * 128; }
 
+/* the bulk-copy kernel's forms: int8 x; f32 x coded in the kernel
+ * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows) */
+enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2 };
+
 struct TbArgs {
     BmArgs b;
     int st, stride;  /* stages, bytes per row in a stage */
-    int64_t tiles;   /* 16-row tiles */
+    int64_t tiles;   /* 16-row tiles (paired: of the gate half) */
     int sc_rows;     /* row scales copied to shared memory at the start (0: read at the end) */
+    /* paired (the GLU, tern_gemv_i8_glu): rows [0, half) gate, [half, 2 half) up;
+     * a unit holds RT / 2 tiles of gate rows and the same tiles of up rows, and
+     * h = act(y_gate) * y_up replaces y, its max|h| raised into *hmax */
+    int64_t half; /* 0: plain */
+    int act;
+    float *h;
+    unsigned *hmax;
 };
+
+/* paired: h of gate row r (y from the exact sum dg) and up row half + r (du)
+ * into q.h[r]; returns m raised by |h|.  Scales from ssc (the CTA's nr gate
+ * rows from row sbase, then the same up rows) or global memory. */
+__device__ __forceinline__ float glu_pair(const TbArgs &q, int64_t r, int dg, int du, float sx, const float *ssc,
+                                          int64_t sbase, int64_t nr, float m) {
+    const BmArgs &p = q.b;
+    const float sg = ssc ? ssc[r - sbase] : p.scales[r * p.scale_stride],
+                su = ssc ? ssc[nr + r - sbase] : p.scales[(q.half + r) * p.scale_stride];
+    const float hv = tern_glu1(q.act, tern_i8_out(sg, (float)dg, sx), tern_i8_out(su, (float)du, sx));
+    q.h[r] = hv;
+    return fmaxf(m, fabsf(hv));
+}
+
+/* paired: the warp's largest |h| into *q.hmax (every lane of the warp calls) */
+__device__ __forceinline__ void raise_hmax(const TbArgs &q, float m) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(q.hmax, __float_as_uint(m)); /* |h| >= 0: bits order as floats */
+}
 
 /* The binary MMAs of blocks [kb, ke) of rows g (ra) and g + 8 (rb) of a
  * stage against the planes from pl_g: the next block's operands are loaded
@@ -306,16 +356,20 @@ __device__ __forceinline__ void tile_mma(int (&d)[2][4][4], const uint8_t *ra, c
  * unit and blocks [h nkb / KH, (h + 1) nkb / KH) of it (h = w / RT); with
  * several parts the others' sums go to the first through shared memory, one
  * consumer barrier per unit (KH times the warps for the MMAs' latency). */
-template <int RT, int KH>
+template <int RT, int KH, int MODE>
 __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q) {
     const BmArgs &p = q.b;
     constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
+    constexpr int RH = RT / 2;                /* paired: gate tiles per unit (their up tiles follow) */
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
     __shared__ int s_sumx, s_last;
-    __shared__ int s_pair[2][KH > 1 ? KH - 1 : 1][RT][16]; /* the other parts' sums, by unit parity */
+    constexpr bool paired = MODE == TBM_GLU, XF = MODE == TBM_F32X;
+    /* the parts' sums by unit parity: paired every part's, else parts 1.. at [part - 1] */
+    __shared__ int s_part[2][paired ? KH : KH > 1 ? KH - 1 : 1][RT][16];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tw = warp % RT, part = warp / RT; /* consumers: tile and K part */
+    const int step = paired ? RH : RT; /* tiles of the range per unit */
     const int ST = q.st;
     const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
@@ -340,46 +394,68 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     if (warp == NW) { /* producer: the codes do not depend on earlier kernels */
         const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
         int i = 0;
-        for (int64_t t0 = tb; t0 < te; t0 += RT, i++) {
+        for (int64_t t0 = tb; t0 < te; t0 += step, i++) {
             if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
             __syncwarp();
-            const int64_t row0 = t0 * 16, rend = te * 16 < p.rows ? te * 16 : p.rows;
-            const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
             const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
-            if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
-            __syncwarp();
-            for (int r = lane; r < nr; r += 32)
-                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            if (!paired) {
+                const int64_t row0 = t0 * 16, rend = te * 16 < p.rows ? te * 16 : p.rows;
+                const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
+                if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
+                __syncwarp();
+                for (int r = lane; r < nr; r += 32)
+                    tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            } else { /* nh gate rows to stage rows [0, nh), the same up rows to [16 RH, 16 RH + nh) */
+                const int nh = 16 * (int)(te - t0 < RH ? te - t0 : RH);
+                if (lane == 0) tern_mbar::expect_tx(bar, 2 * nh * (int)sb);
+                __syncwarp();
+                for (int r = lane; r < 2 * nh; r += 32) {
+                    const int hr = r < nh ? r : r - nh;
+                    const int64_t src = (r < nh ? 0 : q.half) + t0 * 16 + hr;
+                    tern_mbar::bulk_load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride,
+                                         p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
+                }
+            }
             if (++slot == ST) slot = 0, phase ^= 1;
         }
         return;
     }
     /* the CTA's row scales (independent of earlier kernels too): one round trip
      * here instead of one per unit at its end (the unit loop's only global load) */
+    const int64_t nrange = (te - tb) * 16; /* paired: the range's gate rows */
     if (ssc) {
-        const int64_t r0 = tb * 16, nr = (te * 16 < p.rows ? te * 16 : p.rows) - r0;
-        for (int64_t i = tid; i < nr; i += NT) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
+        const int64_t r0 = tb * 16;
+        if constexpr (paired) { /* the gate rows' scales, then the up rows' */
+            for (int64_t i = tid; i < 2 * nrange; i += NT)
+                ssc[i] = p.scales[(i < nrange ? r0 + i : q.half + r0 + i - nrange) * p.scale_stride];
+        } else {
+            const int64_t nr = (te * 16 < p.rows ? te * 16 : p.rows) - r0;
+            for (int64_t i = tid; i < nr; i += NT) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
+        }
     }
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
+    const float xs = XF ? token_scale<XF>(p) : 0.0f; /* (int8 x: its scale read after the planes) */
 #if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2 /* no planes either */
     if (tid == 0) s_sumx = 0;
 #else
-    build_planes(planes, p.x, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    build_planes<XF>(planes, p.x, p.xf, xs, p.xcols, kb0, nkb, tid, NT, &s_sumx);
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
     const int sumx = s_sumx;
-    const float sx = p.sx[0];
+    const float sx = XF ? xs : token_scale<XF>(p);
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
     int u = 0;
-    for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
+    float hm = 0.0f; /* paired: this thread's largest |h| */
+    for (int64_t t0 = tb; t0 < te; t0 += step, u ^= 1) {
         tern_mbar::wait(full_s + 8 * slot, phase);
+        const int64_t my = t0 + (paired ? tw % RH : tw); /* this warp's tile (paired: of the gate half) */
 #ifdef TERN_TBM_PROBE /* timing probes built on the device only (results wrong): no MMAs */
         const bool mine = false;
 #else
-        const bool mine = t0 + tw < te; /* the CTA's last unit may hold fewer tiles */
+        const bool mine = my < te; /* the CTA's last unit may hold fewer tiles */
 #endif
         const uint8_t *ra = stages + slot * stage_bytes + (16 * tw + g) * q.stride + 16 * t;
         int d[2][4][4] = {};
@@ -393,13 +469,33 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             sum_sets(d, de, dq);
             combine_planes(de, dq, t, &va, &vb);
         }
+        if constexpr (paired) { /* every part's sums of the unit's gate and up tiles meet in shared memory */
+            if (t == 0) s_part[u][part][tw][g] = va, s_part[u][part][tw][g + 8] = vb;
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+            if (part > 0 || tw >= RH || !mine || t != 0) continue;
+            int dg0 = -sumx, dg1 = -sumx, du0 = -sumx, du1 = -sumx;
+#pragma unroll
+            for (int h = 0; h < KH; h++) {
+                dg0 += s_part[u][h][tw][g], dg1 += s_part[u][h][tw][g + 8];
+                du0 += s_part[u][h][tw + RH][g], du1 += s_part[u][h][tw + RH][g + 8];
+            }
+            const int64_t r = my * 16 + g;
+            if (split) {
+                atomicAdd(&p.part[r], dg0), atomicAdd(&p.part[r + 8], dg1);
+                atomicAdd(&p.part[q.half + r], du0), atomicAdd(&p.part[q.half + r + 8], du1);
+            } else {
+                hm = glu_pair(q, r, dg0, du0, sx, ssc, tb * 16, nrange, hm);
+                hm = glu_pair(q, r + 8, dg1, du1, sx, ssc, tb * 16, nrange, hm);
+            }
+            continue;
+        }
         if (KH > 1) {
-            if (part > 0 && mine && t == 0) s_pair[u][part - 1][tw][g] = va, s_pair[u][part - 1][tw][g + 8] = vb;
+            if (part > 0 && mine && t == 0) s_part[u][part - 1][tw][g] = va, s_part[u][part - 1][tw][g + 8] = vb;
             asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
             if (part > 0) continue;
             if (mine)
 #pragma unroll
-                for (int h = 0; h < KH - 1; h++) va += s_pair[u][h][tw][g], vb += s_pair[u][h][tw][g + 8];
+                for (int h = 0; h < KH - 1; h++) va += s_part[u][h][tw][g], vb += s_part[u][h][tw][g + 8];
         }
         if (!mine) continue;
         va -= sumx;
@@ -407,6 +503,8 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         const int64_t r0 = (t0 + tw) * 16;
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
     }
+    if (paired && !split) raise_hmax(q, hm);
+    (void)hm;
     if (!split) return;
     /* the last of the K slices of this CTA's tiles writes their y (one counter per
      * CTA range, the same tiles in every slice: a fence and a counter per tile
@@ -417,10 +515,19 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
     if (!s_last) return;
     __threadfence();
-    const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows;
-    for (int64_t r = tb * 16 + tid; r < rend; r += NT) {
-        const int d = atomicExch(&p.part[r], 0);
-        p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
+    if (paired) {
+        float m = 0.0f;
+        for (int64_t r = tb * 16 + tid; r < te * 16; r += NT) {
+            const int dg = atomicExch(&p.part[r], 0), du = atomicExch(&p.part[q.half + r], 0);
+            m = glu_pair(q, r, dg, du, sx, ssc, tb * 16, nrange, m);
+        }
+        raise_hmax(q, m);
+    } else {
+        const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows;
+        for (int64_t r = tb * 16 + tid; r < rend; r += NT) {
+            const int d = atomicExch(&p.part[r], 0);
+            p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
+        }
     }
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
@@ -439,16 +546,17 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * per tile in 4 slices of 4 blocks took 19.4 us, in one slice 9.4; 4608 x
  * 36864, 29 slices of 5 blocks, 26.0 against 15.9 in 8 of 18). */
 struct TbPlan {
-    int dev, rt, kh, kmax, st, cap, sms, scaled; /* the key (scaled: one scale per row) */
+    int dev, rt, kh, kmax, st, cap, sms, scaled, mode; /* the key (scaled: one scale per row) */
     int64_t rows, kblocks;
     int64_t s, gx; /* the plan */
     int ks, stride, sc;
     size_t smem;
 };
 
-template <int RT, int KH>
+template <int RT, int KH, int MODE>
 int plan_tbm(TbPlan &pl) {
-    auto kern = gemv_i8_tbm<RT, KH>;
+    auto kern = gemv_i8_tbm<RT, KH, MODE>;
+    constexpr bool paired = MODE == TBM_GLU;
     constexpr int threads = 32 * (RT * KH + 1);
     /* dynamic shared memory: the opt-in limit less the kernel's static part */
     cudaFuncAttributes fa;
@@ -457,7 +565,8 @@ int plan_tbm(TbPlan &pl) {
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, pl.dev));
     const size_t dyn_max = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
-    const int64_t tiles = (pl.rows + 15) / 16, s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
+    /* tiles shared out among the CTAs (paired: of the gate half, each with its up tile) */
+    const int64_t tiles = paired ? pl.rows / 32 : (pl.rows + 15) / 16, s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
     int64_t best_cost = -1;
     for (int64_t S = s0; S <= 4 * s0 && S <= pl.kblocks; S++) {
         const int ks = (int)((pl.kblocks + S - 1) / S);
@@ -478,7 +587,7 @@ int plan_tbm(TbPlan &pl) {
         /* the CTA's row scales in shared memory where they fit beside the same occupancy */
         int sc = 0;
         if (pl.scaled) {
-            const int64_t need = 16 * ((tiles + gx - 1) / gx);
+            const int64_t need = (paired ? 32 : 16) * ((tiles + gx - 1) / gx);
             int occ2 = 0;
             if (need <= 16384)
                 CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ2, kern, threads,
@@ -497,8 +606,9 @@ int plan_tbm(TbPlan &pl) {
         }
     }
     if (best_cost < 0)
-        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks fits an SM with %d stages of %d rows",
-                       (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, pl.st, 16 * RT);
+        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks (split ones of >= %d) fits an SM with %d "
+                       "stages of %d rows",
+                       (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, 4 * KH, pl.st, 16 * RT);
     return 0;
 }
 
@@ -507,30 +617,32 @@ int plan_tbm(TbPlan &pl) {
 std::mutex g_tb_mu;
 std::vector<TbPlan> g_tb_plans;
 
-template <int RT, int KH>
+template <int RT, int KH, int MODE>
 int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     BmArgs &a = q.b;
     TbPlan pl = {};
     CUDA_CHECK(cudaGetDevice(&pl.dev));
     pl.rt = RT, pl.kh = KH, pl.kmax = kmax, pl.st = q.st, pl.cap = cap, pl.sms = sms;
     pl.scaled = a.scale_stride != 0;
+    pl.mode = MODE;
     pl.rows = a.rows, pl.kblocks = a.kblocks;
     {
         std::lock_guard<std::mutex> lk(g_tb_mu);
         bool hit = false;
         for (const TbPlan &c : g_tb_plans)
             if (c.dev == pl.dev && c.rt == RT && c.kh == KH && c.kmax == kmax && c.st == q.st && c.cap == cap &&
-                c.sms == sms && c.scaled == pl.scaled && c.rows == a.rows && c.kblocks == a.kblocks) {
+                c.sms == sms && c.scaled == pl.scaled && c.mode == MODE && c.rows == a.rows &&
+                c.kblocks == a.kblocks) {
                 pl = c;
                 hit = true;
                 break;
             }
         if (!hit) {
-            if (plan_tbm<RT, KH>(pl) < 0) return -1;
+            if (plan_tbm<RT, KH, MODE>(pl) < 0) return -1;
             g_tb_plans.push_back(pl);
         }
     }
-    q.tiles = (a.rows + 15) / 16;
+    q.tiles = MODE == TBM_GLU ? q.half / 16 : (a.rows + 15) / 16;
     a.ks = pl.ks;
     q.stride = pl.stride;
     q.sc_rows = pl.sc;
@@ -540,8 +652,53 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
     }
-    return tern_launch_pdl_smem("gemv_i8_tbm", gemv_i8_tbm<RT, KH>, dim3((unsigned)pl.gx, (unsigned)pl.s),
+    return tern_launch_pdl_smem("gemv_i8_tbm", gemv_i8_tbm<RT, KH, MODE>, dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
+}
+
+} // namespace
+
+namespace {
+
+/* variant 6abcd (bench sweeps, the dispatch): the bulk-copy kernel with a = row
+ * tiles (consumer warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer
+ * warps per tile, each a K part; four were no faster), b = largest K slice
+ * (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many as fit) */
+template <int MODE>
+int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
+    const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
+    q.st = variant / 10 % 10;
+    if (q.st < 2 || q.st > 8) return err_set("%s: variant %d: %d stages (2..8)", who, variant, q.st);
+    if (rt == 2) return launch_tbm<2, 1, MODE>(q, kSliceMax[b], cap, sms, s);
+    if (rt == 4) return launch_tbm<4, 1, MODE>(q, kSliceMax[b], cap, sms, s);
+    if (rt == 3) return launch_tbm<2, 2, MODE>(q, kSliceMax[b], cap, sms, s);
+    if (rt == 6) return launch_tbm<4, 2, MODE>(q, kSliceMax[b], cap, sms, s);
+    return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts)", who, variant,
+                   rt);
+}
+
+/* The one-token GEMV of a (x or xf) with variant 0 (the register-fed kernel),
+ * 5UC00 or 6abcd (the bulk-copy kernel) */
+int bmma_call(BmArgs &a, int variant, int sms, cudaStream_t s, const char *who) {
+    if (variant >= 60000 && variant < 70000) {
+        TbArgs q = {};
+        q.b = a;
+        return a.xf ? launch_variant<TBM_F32X>(q, variant, sms, s, who) : launch_variant<TBM_I8>(q, variant, sms, s, who);
+    }
+    /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM
+     * the K split aims at (1..9) */
+    int u = 2, per_sm = 4;
+    if (variant >= 50000 && variant < 60000) {
+        u = variant / 1000 % 10;
+        per_sm = variant / 100 % 10;
+    } else if (variant != 0) {
+        return err_set("%s: unknown variant %d", who, variant);
+    }
+    if (per_sm < 1) return err_set("%s: variant %d: no CTAs", who, variant);
+    if (u == 1) return a.xf ? launch_bmma<1, true>(a, per_sm, sms, s) : launch_bmma<1, false>(a, per_sm, sms, s);
+    if (u == 2) return a.xf ? launch_bmma<2, true>(a, per_sm, sms, s) : launch_bmma<2, false>(a, per_sm, sms, s);
+    if (u == 4) return a.xf ? launch_bmma<4, true>(a, per_sm, sms, s) : launch_bmma<4, false>(a, per_sm, sms, s);
+    return err_set("%s: variant %d: %d blocks in flight (1, 2 or 4)", who, variant, u);
 }
 
 } // namespace
@@ -555,37 +712,43 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     tern_gemv1_fill(a, W, d_x, d_sx, d_y);
     a.kblocks = W->row_bytes / 64;
     a.xcols = xcols;
-    /* variant 6abcd (bench sweeps): the bulk-copy kernel with a = row tiles (consumer
-     * warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer warps per tile, each a K
-     * part; four were no faster), b =
-     * largest K slice (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many
-     * as fit) */
-    if (variant >= 60000 && variant < 70000) {
-        const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
-        TbArgs q = {};
-        q.b = a;
-        q.st = variant / 10 % 10;
-        if (q.st < 2 || q.st > 8) return err_set("tern_gemv_i8_bmma: variant %d: %d stages (2..8)", variant, q.st);
-        if (rt == 2) return launch_tbm<2, 1>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 4) return launch_tbm<4, 1>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 3) return launch_tbm<2, 2>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 6) return launch_tbm<4, 2>(q, kSliceMax[b], cap, sms, s);
-        return err_set("tern_gemv_i8_bmma: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with "
-                       "two K parts)",
-                       variant, rt);
-    }
-    /* variant 5UC00 (bench sweeps): U blocks in flight per warp (1, 2, 4), C = CTAs per SM
-     * the K split aims at (1..9) */
-    int u = 2, per_sm = 4;
-    if (variant >= 50000 && variant < 60000) {
-        u = variant / 1000 % 10;
-        per_sm = variant / 100 % 10;
-    } else if (variant != 0) {
-        return err_set("tern_gemv_i8_bmma: unknown variant %d", variant);
-    }
-    if (per_sm < 1) return err_set("tern_gemv_i8_bmma: variant %d: no CTAs", variant);
-    if (u == 1) return launch_bmma<1>(a, per_sm, sms, s);
-    if (u == 2) return launch_bmma<2>(a, per_sm, sms, s);
-    if (u == 4) return launch_bmma<4>(a, per_sm, sms, s);
-    return err_set("tern_gemv_i8_bmma: variant %d: %d blocks in flight (1, 2 or 4)", variant, u);
+    return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma");
+}
+
+int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                           int variant, cudaStream_t s) {
+    int sms = 0;
+    if (!d_x || !d_xmax || !d_y) return err_set("tern_gemv_i8_bmma_f32x: NULL argument");
+    if (tern_gemv1_prepare("tern_gemv_i8_bmma_f32x", W, reinterpret_cast<const int8_t *>(d_x), W->cols, 4194304,
+                           &sms) < 0)
+        return -1;
+    BmArgs a = {};
+    tern_gemv1_fill(a, W, nullptr, nullptr, d_y);
+    a.xf = d_x;
+    a.xmax = d_xmax;
+    a.kblocks = W->row_bytes / 64;
+    a.xcols = W->cols;
+    return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x");
+}
+
+int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
+                     float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
+    int sms = 0;
+    if (!d_h || !d_hmax) return err_set("tern_gemv_i8_glu: NULL output");
+    if (tern_gemv1_prepare("tern_gemv_i8_glu", W, d_x, xcols, 4194304, &sms) < 0) return -1;
+    if (W->rows % 32 != 0)
+        return err_set("tern_gemv_i8_glu: %lld rows: gate and up halves of whole 16-row tiles needed",
+                       (long long)W->rows);
+    if (variant < 60000 || variant >= 70000) return err_set("tern_gemv_i8_glu: variant %d (6abcd only)", variant);
+    BmArgs a = {};
+    tern_gemv1_fill(a, W, d_x, d_sx, nullptr);
+    a.kblocks = W->row_bytes / 64;
+    a.xcols = xcols;
+    TbArgs q = {};
+    q.b = a;
+    q.half = W->rows / 2;
+    q.act = act;
+    q.h = d_h;
+    q.hmax = d_hmax;
+    return launch_variant<TBM_GLU>(q, variant, sms, s, "tern_gemv_i8_glu");
 }

@@ -52,6 +52,21 @@ enum { TACT_BF16 = 0, TACT_F32 = 1, TACT_I8 = 2 };
 __device__ __forceinline__ float tern_i8_acc(float s, float d) { return __fadd_rn(0.0f, __fmul_rn(s, d)); }
 __device__ __forceinline__ float tern_i8_out(float s, float d, float sx) { return __fdiv_rn(tern_i8_acc(s, d), sx); }
 
+/* The GLU's act(x) * u (act 0: SiLU, 1: ReLU^2), a row's int8 scale from its
+ * max|v| and a value's int8 code (act_quant_int8_ref: s = 127 / max(max|v|,
+ * 1e-5), q = rint(v s) clamped).  The row kernels (fwd_cuda.cu) and the
+ * one-token GEMV's fused forms (tern_gemv_bmma.cu) share them: the same bits. */
+__device__ __forceinline__ float tern_glu1(int act, float x, float u) {
+    if (act == 0) return __fmul_rn(__fdiv_rn(x, 1.0f + expf(-x)), u);
+    const float rl = x > 0.0f ? x : 0.0f;
+    return __fmul_rn(__fmul_rn(rl, rl), u);
+}
+__device__ __forceinline__ float tern_act_scale(float mx) { return 127.0f / (mx > 1e-5f ? mx : 1e-5f); }
+__device__ __forceinline__ int8_t tern_quant1(float v, float s) {
+    const float q = rintf(__fmul_rn(v, s));
+    return (int8_t)(q > 127.0f ? 127 : q < -128.0f ? -128 : (int)q);
+}
+
 /* Arguments of one ternary matmul launch (all device pointers). */
 struct TernKArgs {
     const uint8_t *codes;   /* (rows, row_bytes) */
@@ -119,6 +134,20 @@ int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
  * are stored); variant 0 = default, 5UC00 / 6abcd = bench sweeps. */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
+/* tern_gemv_bmma.cu, the decode step's fused forms (one token, int8, one
+ * scale per row):
+ * tern_gemv_i8_glu: W holds gate rows [0, half) over up rows [half, 2 half)
+ *   (half % 16 == 0); h[j] = act(y[j]) * y[half + j] of y = W x, and max|h|
+ *   raised into *d_hmax (float bits: zero before the call); the bulk-copy
+ *   kernel with variant 6abcd.
+ * tern_gemv_i8_bmma_f32x: y = W x for f32 x (cols % 16 == 0, 16-byte
+ *   aligned) whose int8 codes the kernel forms with the scale 127 / max|x|
+ *   (*d_xmax, float bits) — act_quant_int8_ref's codes and scale; variant as
+ *   tern_gemv_i8_bmma. */
+int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
+                     float *d_h, unsigned *d_hmax, int variant, cudaStream_t s);
+int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                           int variant, cudaStream_t s);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);

@@ -92,6 +92,10 @@ struct CE {
     uint16_t *x16 = nullptr;
     int8_t *xq = nullptr;
     int32_t *ids = nullptr; /* argmax of each logit row */
+    /* one token: the GLU fused into the gate|up GEMV (TERNLAB_CUDA_GLU_FUSE=0
+     * turns it off), max|h| of each layer's GLU output (float bits) */
+    int glu_fuse = 1;
+    unsigned *hmax = nullptr;
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -335,6 +339,16 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
 #endif
 }
 
+/* One token's MLP as two fused GEMVs (tern_cuda_glu_i8, then
+ * tern_cuda_matmul_i8_f32x: the GLU kernel and its int8 pass gone, the same
+ * bits): one GPU, gate|up as one ternary matrix of 2 x inter rows, int8
+ * activations, no sub-norm, shapes both kernels take. */
+bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
+    return n == 1 && g->glu_fuse && g->tp == 1 && L.fgu && !L.ffn_sub && L.gu.kind == LIN_TERN &&
+           L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 && L.gu.tm.rows == 2 * g->c.inter &&
+           tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_ok(&L.down.tm);
+}
+
 /* The whole forward on the device for n tokens whose inputs are in d_in
  * (layout for n), logits of nl rows into g->logits; one_seq: every token
  * belongs to one sequence (the tiled prompt attention).  Shapes depend only
@@ -348,6 +362,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
+    if (n == 1 && g->glu_fuse) /* the fused GLUs raise these */
+        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)c.n_layers, g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -391,31 +407,36 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
         TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
-        const float *gp, *up;
-        int64_t ldg;
-        if (L.fgu) {
-            TRY(dlin_run(g, L.gu, g->xb, g->x16, n, g->gu));
-            gp = g->gu, up = g->gu + I, ldg = 2 * I;
+        if (mlp_fused(g, L, n)) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
+            TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
+            TRY(tern_cuda_matmul_i8_f32x(&L.down.tm, g->hb, g->hmax + l, g->hout, g->st));
         } else {
-            TRY(dlin_run(g, L.gate, g->xb, g->x16, n, g->gu));
-            TRY(dlin_run(g, L.up, g->xb, g->x16, n, g->gu + n * I));
-            gp = g->gu, up = g->gu + n * I, ldg = I;
+            const float *gp, *up;
+            int64_t ldg;
+            if (L.fgu) {
+                TRY(dlin_run(g, L.gu, g->xb, g->x16, n, g->gu));
+                gp = g->gu, up = g->gu + I, ldg = 2 * I;
+            } else {
+                TRY(dlin_run(g, L.gate, g->xb, g->x16, n, g->gu));
+                TRY(dlin_run(g, L.up, g->xb, g->x16, n, g->gu + n * I));
+                gp = g->gu, up = g->gu + n * I, ldg = I;
+            }
+            const Need nd = need_of(g, {&L.down});
+            const float *mi = g->hb;
+            if (g->tp > 1) {
+                TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
+                TRY(row_parallel(g, L.down, L.down_scale, L.down_sstride, g->hb, n, I, g->inter_full,
+                                 g->inter_lo, L.ffn_sub, g->hout));
+            } else if (L.ffn_sub) {
+                TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
+                TRY(norm_into(g, g->hb, nullptr, L.ffn_sub, n, I, nd));
+                mi = g->xb;
+            } else {
+                TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nd.x16 ? g->x16 : nullptr,
+                                  nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st));
+            }
+            if (g->tp == 1) TRY(dlin_run(g, L.down, mi, g->x16, n, g->hout));
         }
-        const Need nd = need_of(g, {&L.down});
-        const float *mi = g->hb;
-        if (g->tp > 1) {
-            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
-            TRY(row_parallel(g, L.down, L.down_scale, L.down_sstride, g->hb, n, I, g->inter_full,
-                             g->inter_lo, L.ffn_sub, g->hout));
-        } else if (L.ffn_sub) {
-            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nullptr, nullptr, nullptr, g->st));
-            TRY(norm_into(g, g->hb, nullptr, L.ffn_sub, n, I, nd));
-            mi = g->xb;
-        } else {
-            TRY(fwdc_glu_rows(act, gp, up, n, I, ldg, g->hb, nd.x16 ? g->x16 : nullptr,
-                              nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st));
-        }
-        if (g->tp == 1) TRY(dlin_run(g, L.down, mi, g->x16, n, g->hout));
         if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
             const DLayer &N = g->L[(size_t)l + 1];
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
@@ -714,7 +735,8 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
         dalloc(g, &g->gu, (size_t)(2 * T * c.inter), "activations") != 0 ||
         dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
         dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
-        dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0)
+        dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0 ||
+        dalloc(g, &g->hmax, (size_t)c.n_layers, "GLU maxima") != 0)
         return -1;
     return 0;
 }
@@ -781,6 +803,8 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
     g->graphs = !o->no_graphs && graphs_from_env();
+    const char *fz = getenv("TERNLAB_CUDA_GLU_FUSE");
+    g->glu_fuse = !(fz && strcmp(fz, "0") == 0);
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;

@@ -504,6 +504,7 @@ static void test_gemv_default(void) {
         {{8200, 4100}, 6, 64521, NULL, "gemv_tbm v=64521"}, {{16400, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
         {{16300, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{4700, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
         {{4400, 4100}, 0, 0, NULL, "gemv_warp"},         {{4100, 32800}, 0, 0, NULL, "gemv_tbm v=63520"},
+        {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=63530"},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
@@ -520,6 +521,140 @@ static void test_gemv_default(void) {
                "gemv default %lldx%lld n=1 force %d variant %d GEMV1=%s: config '%s' (want %s)%s%s",
                (long long)c.sh.rows, (long long)c.sh.cols, c.force, c.variant, c.env ? c.env : "-", cfg, c.want,
                rc ? ": " : "", rc ? err_msg() : "");
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+}
+
+/* h = act(y_gate) * y_up of a gate|up output y, and max|h| raised (the GLU
+ * the fused GEMV must reproduce, through the same tern_glu1) */
+__global__ void glu_ref_kernel(const float *y, int64_t half, int act, float *h, unsigned *hmax) {
+    for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < half; j += (int64_t)gridDim.x * blockDim.x) {
+        h[j] = tern_glu1(act, y[j], y[half + j]);
+        atomicMax(hmax, __float_as_uint(fabsf(h[j])));
+    }
+}
+
+/* The decode step's fused one-token MLP forms against the separate kernels:
+ * tern_cuda_glu_i8 (the gate|up GEMV with the GLU in its epilogue: h and
+ * max|h| bit-identical to tern_cuda_matmul_i8 followed by the GLU) for both
+ * activations, units of 2 / 4 tiles, one / two warps per tile, one K slice
+ * and several (4608 x 36864-like rows: the split's finishing CTA forms h),
+ * partial units; tern_cuda_matmul_i8_f32x (f32 activations coded in the
+ * kernel) bit-identical to act_quant_int8_ref + tern_matmul_i8_ref on the
+ * register-fed and the bulk-copy kernels; shapes either refuses. */
+static void test_fused_mlp(void) {
+    const Shape2 glu_shapes[] = {{2048, 4096}, {2016, 36864}, {64, 256}, {1440, 1040}, {32, 4096}};
+    const int glu_vars[] = {0, 64520, 63520, 66520, 62520, 63530, 66521, 62330};
+    for (const Shape2 &sh : glu_shapes) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("fused glu", sh, &W, &dW)) continue;
+        const int64_t half = sh.rows / 2, K = sh.cols;
+        std::vector<int8_t> xq((size_t)K);
+        for (auto &v : xq) v = (int8_t)((int)(rnd() % 256) - 128);
+        const float sx = 0.37f;
+        GBuf dx = gbuf((size_t)K, 1), dsx = gbuf(4, 4), dy = gbuf((size_t)sh.rows * 4, 4),
+             dh = gbuf((size_t)half * 4, 4), dhr = gbuf((size_t)half * 4, 4), dm = gbuf(8, 4);
+        CK(cudaMemcpy(dx.ptr(), xq.data(), (size_t)K, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dsx.ptr(), &sx, 4, cudaMemcpyHostToDevice));
+        for (int act = 0; act < 2; act++) {
+            /* the separate kernels: the GEMV (bit-identical to the reference elsewhere), then the GLU */
+            CK(cudaMemset(dm.ptr(), 0, 8));
+            bool ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 1,
+                                          (float *)dy.ptr(), 0) == 0;
+            glu_ref_kernel<<<64, 256>>>((const float *)dy.ptr(), half, act, (float *)dhr.ptr(),
+                                        (unsigned *)dm.ptr() + 1);
+            CK(cudaDeviceSynchronize());
+            std::vector<float> hr((size_t)half), hg((size_t)half);
+            unsigned m[2];
+            CK(cudaMemcpy(hr.data(), dhr.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
+            for (int v : glu_vars) {
+                const int oldv = tern_cuda_decode_variant(v);
+                CK(cudaMemset(dm.ptr(), 0, 4));
+                CK(cudaMemset(dh.ptr(), 0xff, (size_t)half * 4));
+                const int rc = tern_cuda_glu_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), act,
+                                                (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+                tern_cuda_decode_variant(oldv);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(hg.data(), dh.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(m, dm.ptr(), 8, cudaMemcpyDeviceToHost));
+                int bad = 0;
+                for (int64_t j = 0; j < half; j++) bad += memcmp(&hg[(size_t)j], &hr[(size_t)j], 4) != 0;
+                report(ok && rc == 0 && bad == 0 && m[0] == m[1] && m[1] != 0,
+                       "fused glu %lldx%lld act %d variant %d (%s): %d of %lld h differ, max bits %08x vs %08x%s%s",
+                       (long long)sh.rows, (long long)K, act, v, tern_cuda_last_config(), bad, (long long)half, m[0],
+                       m[1], rc ? ": " : "", rc ? err_msg() : "");
+            }
+        }
+        report(guards_ok(dh) && guards_ok(dy) && guards_ok(dm), "fused glu %lldx%lld: sentinels intact",
+               (long long)sh.rows, (long long)K);
+        gfree(dx), gfree(dsx), gfree(dy), gfree(dh), gfree(dhr), gfree(dm);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    { /* rows not of whole gate / up tiles, groups of scales: refused */
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (upload_shape("fused glu refusal", {48, 256}, &W, &dW)) {
+            report(!tern_cuda_glu_i8_ok(&dW), "fused glu 48 x 256 (24 + 24 rows) refused");
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+    }
+
+    const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 12304}, {300, 8192}, {8200, 4096}, {4100, 32768}};
+    const int f32_vars[] = {0, 51400, 52200, 63530, 64520, 66520, 63520};
+    for (const Shape2 &sh : f32_shapes) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("f32x", sh, &W, &dW)) continue;
+        const int64_t K = sh.cols, N = sh.rows;
+        std::vector<float> x((size_t)K), ref((size_t)N), got((size_t)N);
+        for (auto &v : x) v = 3.0f * nrand();
+        x[(size_t)(K / 3)] = -40.0f; /* the largest |x|, negative */
+        std::vector<int8_t> xq((size_t)K);
+        float sx = 0.0f, mx = 0.0f;
+        for (float v : x) mx = std::max(mx, fabsf(v));
+        act_quant_int8_ref(x.data(), 1, K, xq.data(), &sx);
+        tern_matmul_i8_ref(&W, xq.data(), &sx, 1, ref.data());
+        unsigned mb;
+        memcpy(&mb, &mx, 4);
+        GBuf dx = gbuf((size_t)K * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)N * 4, 4);
+        CK(cudaMemcpy(dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+        const bool ok = tern_cuda_matmul_i8_f32x_ok(&dW) != 0;
+        report(ok, "f32x %lldx%lld: taken", (long long)N, (long long)K);
+        for (int v : f32_vars) {
+            if (!ok) break;
+            const int oldv = tern_cuda_decode_variant(v);
+            CK(cudaMemset(dy.ptr(), 0xff, (size_t)N * 4));
+            const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                    (float *)dy.ptr(), 0);
+            tern_cuda_decode_variant(oldv);
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), dy.ptr(), (size_t)N * 4, cudaMemcpyDeviceToHost));
+            int bad = 0;
+            for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &ref[(size_t)r], 4) != 0;
+            report(rc == 0 && bad == 0, "f32x %lldx%lld variant %d (%s): %d of %lld outputs differ from the reference%s%s",
+                   (long long)N, (long long)K, v, tern_cuda_last_config(), bad, (long long)N, rc ? ": " : "",
+                   rc ? err_msg() : "");
+        }
+        report(guards_ok(dy) && guards_ok(dx), "f32x %lldx%lld: sentinels intact", (long long)N, (long long)K);
+        gfree(dx), gfree(dm), gfree(dy);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}}) { /* the dp4a GEMVs' shapes: refused */
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("f32x refusal", sh, &W, &dW)) continue;
+        GBuf dx = gbuf((size_t)sh.cols * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)sh.rows * 4, 4);
+        const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                (float *)dy.ptr(), 0);
+        report(!tern_cuda_matmul_i8_f32x_ok(&dW) && rc < 0 && strstr(err_msg(), "binary tensor-core"),
+               "f32x %lldx%lld refused: %s", (long long)sh.rows, (long long)sh.cols, rc < 0 ? err_msg() : "(taken)");
+        gfree(dx), gfree(dm), gfree(dy);
         tern_cuda_free(&dW);
         tern_free(&W);
     }
@@ -846,6 +981,7 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
         test_bmma_grid();
         test_gemv_default();
+        test_fused_mlp();
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
@@ -857,6 +993,7 @@ int main(int argc, char **argv) {
         test_dense();
         test_bmma_grid();
         test_gemv_default();
+        test_fused_mlp();
     }
     test_wg_splits();
     test_wg_big_tiles();
