@@ -439,7 +439,10 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
     return run(TACT_I8, W, d_xq, d_sx, n, d_y, stream, "tern_cuda_matmul_i8");
 }
 
+/* (a kernel forced for every one-token GEMV — tern_cuda_force_kernel,
+ * TERNLAB_CUDA_GEMV1 — keeps the separate kernels, so comparisons measure it) */
 int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
+    if (g_force != 0 || gemv1_pick() != 0) return 0;
     return W && W->d_codes && W->n_groups == 1 && W->rows >= 32 && W->rows % 32 == 0 && W->cols % 16 == 0 &&
            W->cols <= 4194304 && W->row_bytes % 64 == 0;
 }
@@ -466,6 +469,7 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
 }
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
+    if (g_force != 0 || gemv1_pick() != 0) return 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     int tbm = 0;
     return gemv1_rule(W, 0, &tbm) == 6 || tbm ? 1 : 0;

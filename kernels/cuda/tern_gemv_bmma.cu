@@ -55,8 +55,8 @@ struct BmArgs {
     int64_t xcols; /* readable columns of x (zeros past them) */
     const int8_t *x;
     const float *sx;
-    const float *xf;      /* instead of x / sx: f32 activations coded here with the scale */
-    const unsigned *xmax; /* 127 / max|x| (max as float bits; tern_gemv_i8_bmma_f32x) */
+    const float *xf;      /* instead of x / sx: f32 activations, coded here (tern_gemv_i8_bmma_f32x) */
+    const unsigned *xmax; /* with xf: max|x| as float bits (the scale 127 / max formed here) */
     float *y;
     int ks;          /* blocks per K slice */
     int *part, *ctr; /* split K: partial sums per row, slices done per row group (bmma) or per
@@ -509,6 +509,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     /* the last of the K slices of this CTA's tiles writes their y (one counter per
      * CTA range, the same tiles in every slice: a fence and a counter per tile
      * inside the unit loop put an L2 round trip between units) */
+    __syncwarp(); /* (the lanes that stored the last unit's sums, with the rest, before the barrier) */
     __threadfence();
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
     if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
