@@ -431,8 +431,14 @@ int main(int argc, char **argv) {
             /* --sweep-only var_V: the one-token int8 GEMV on the binary tensor cores (forced kernel
              * 6) with decode variant V: 0, 5UC00 or 6abcd */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
-            if (sweep_only && !strncmp(sweep_only, "var_", 4) && atoi(sweep_only + 4) > 0)
-                list.push_back({sweep_only, 6, atoi(sweep_only + 4), 1});
+            if (sweep_only && !strncmp(sweep_only, "var_", 4)) {
+                char *end = nullptr;
+                const long v = strtol(sweep_only + 4, &end, 10);
+                if (end == sweep_only + 4 || *end || v < 50000 || v >= 70000)
+                    DIE("--sweep-only %s: var_V takes a variant 5UC00 or 6abcd of the binary tensor-core GEMV",
+                        sweep_only);
+                list.push_back({sweep_only, 6, (int)v, 1});
+            }
             if (sweep_only) { /* a name that is not an entry would time nothing */
                 bool known = false;
                 for (const SweepK &k : list) known = known || !strcmp(sweep_only, k.name);

@@ -447,8 +447,24 @@ int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
            W->cols <= 4194304 && W->row_bytes % 64 == 0;
 }
 
-/* the bulk-copy variant: the dispatch's for W where it takes that kernel, else
- * 64520; a development variant 6abcd (tern_cuda_decode_variant) instead */
+/* A fused form's binary tensor-core variant for W: a development variant in
+ * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one,
+ * else `other`; recorded as the config "gemv_tbm <form> v=V" (V >= 60000) or
+ * "gemv_bmma <form>". */
+static int fused_variant(const TernCudaMatrix *W, int lo, int other, const char *form) {
+    const int dv = tern_cuda_decode_variant_get();
+    int tbm = 0;
+    gemv1_rule(W, 0, &tbm);
+    const int v = dv >= lo && dv < 70000 ? dv : tbm ? tbm : other;
+    char cfg[40];
+    if (v >= 60000) snprintf(cfg, sizeof cfg, "gemv_tbm %s v=%d", form, v);
+    else snprintf(cfg, sizeof cfg, "gemv_bmma %s", form);
+    tern_cuda_set_config(cfg);
+    return v;
+}
+
+/* the bulk-copy kernel (the GLU form exists only there): 64520 where the
+ * dispatch would not take it */
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
                      unsigned *d_hmax, cudaStream_t stream) {
     if (!tern_cuda_glu_i8_ok(W))
@@ -456,13 +472,7 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
                        "whole 16-row tiles with one scale per row",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
                        W ? (long long)W->n_groups : 0LL);
-    const int dv = tern_cuda_decode_variant_get();
-    int tbm = 0;
-    gemv1_rule(W, 0, &tbm);
-    const int v = dv >= 60000 && dv < 70000 ? dv : tbm ? tbm : 64520;
-    char cfg[40];
-    snprintf(cfg, sizeof cfg, "gemv_tbm glu v=%d", v);
-    tern_cuda_set_config(cfg);
+    const int v = fused_variant(W, 60000, 64520, "glu");
     if (tern_gemv_i8_glu(W, d_xq, W->cols, d_sx, act, d_h, d_hmax, v, stream) < 0)
         return err_prefix("tern_cuda_glu_i8: ");
     return 0;
@@ -480,13 +490,7 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
     if (!tern_cuda_matmul_i8_f32x_ok(W))
         return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
-    const int dv = tern_cuda_decode_variant_get();
-    int tbm = 0;
-    gemv1_rule(W, 0, &tbm);
-    const int v = dv >= 50000 && dv < 70000 ? dv : tbm;
-    char cfg[40];
-    snprintf(cfg, sizeof cfg, v >= 60000 ? "gemv_tbm f32x v=%d" : "gemv_bmma f32x", v);
-    tern_cuda_set_config(cfg);
+    const int v = fused_variant(W, 50000, 0, "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
     return 0;
 }

@@ -657,10 +657,6 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
 
-} // namespace
-
-namespace {
-
 /* variant 6abcd (bench sweeps, the dispatch): the bulk-copy kernel with a = row
  * tiles (consumer warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer
  * warps per tile, each a K part; four were no faster), b = largest K slice
@@ -702,51 +698,51 @@ int bmma_call(BmArgs &a, int variant, int sms, cudaStream_t s, const char *who) 
     return err_set("%s: variant %d: %d blocks in flight (1, 2 or 4)", who, variant, u);
 }
 
-} // namespace
-
-int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
-                      float *d_y, int variant, cudaStream_t s) {
-    /* |sum c x| <= 2 * 128 * cols in int32 */
-    int sms = 0;
-    if (tern_gemv1_prepare("tern_gemv_i8_bmma", W, d_x, xcols, 4194304, &sms) < 0) return -1;
-    BmArgs a = {};
-    tern_gemv1_fill(a, W, d_x, d_sx, d_y);
+/* The one-token GEMVs' common start: the checks (tern_gemv1_prepare; x the
+ * activations as given, int8 or f32) and a's matrix, activation and output
+ * fields; the SM count into *sms. */
+int bm_args(const char *who, const TernCudaMatrix *W, const void *x, int64_t xcols, const float *d_sx, float *d_y,
+            BmArgs &a, int *sms) {
+    if (tern_gemv1_prepare(who, W, static_cast<const int8_t *>(x), xcols, 4194304, sms) < 0) return -1;
+    tern_gemv1_fill(a, W, static_cast<const int8_t *>(x), d_sx, d_y);
     a.kblocks = W->row_bytes / 64;
     a.xcols = xcols;
+    return 0;
+}
+
+} // namespace
+
+/* |sum c x| <= 2 * 128 * cols fits int32 for cols <= 4194304 */
+int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
+                      float *d_y, int variant, cudaStream_t s) {
+    int sms = 0;
+    BmArgs a = {};
+    if (bm_args("tern_gemv_i8_bmma", W, d_x, xcols, d_sx, d_y, a, &sms) < 0) return -1;
     return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma");
 }
 
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                            int variant, cudaStream_t s) {
-    int sms = 0;
     if (!d_x || !d_xmax || !d_y) return err_set("tern_gemv_i8_bmma_f32x: NULL argument");
-    if (tern_gemv1_prepare("tern_gemv_i8_bmma_f32x", W, reinterpret_cast<const int8_t *>(d_x), W->cols, 4194304,
-                           &sms) < 0)
-        return -1;
+    int sms = 0;
     BmArgs a = {};
-    tern_gemv1_fill(a, W, nullptr, nullptr, d_y);
+    if (bm_args("tern_gemv_i8_bmma_f32x", W, d_x, W->cols, nullptr, d_y, a, &sms) < 0) return -1;
+    a.x = nullptr; /* f32 activations instead */
     a.xf = d_x;
     a.xmax = d_xmax;
-    a.kblocks = W->row_bytes / 64;
-    a.xcols = W->cols;
     return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x");
 }
 
 int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
                      float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
-    int sms = 0;
     if (!d_h || !d_hmax) return err_set("tern_gemv_i8_glu: NULL output");
-    if (tern_gemv1_prepare("tern_gemv_i8_glu", W, d_x, xcols, 4194304, &sms) < 0) return -1;
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args("tern_gemv_i8_glu", W, d_x, xcols, d_sx, nullptr, q.b, &sms) < 0) return -1;
     if (W->rows % 32 != 0)
         return err_set("tern_gemv_i8_glu: %lld rows: gate and up halves of whole 16-row tiles needed",
                        (long long)W->rows);
     if (variant < 60000 || variant >= 70000) return err_set("tern_gemv_i8_glu: variant %d (6abcd only)", variant);
-    BmArgs a = {};
-    tern_gemv1_fill(a, W, d_x, d_sx, nullptr);
-    a.kblocks = W->row_bytes / 64;
-    a.xcols = xcols;
-    TbArgs q = {};
-    q.b = a;
     q.half = W->rows / 2;
     q.act = act;
     q.h = d_h;

@@ -362,8 +362,9 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
-    if (n == 1 && g->glu_fuse) /* the fused GLUs raise these */
-        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)c.n_layers, g->st));
+    bool fused = false; /* the fused GLUs raise g->hmax: zero before the first */
+    for (int l = 0; l < c.n_layers && !fused; l++) fused = mlp_fused(g, g->L[(size_t)l], n);
+    if (fused) CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)c.n_layers, g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -790,10 +791,12 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
                           (int)o->n_blocks);
 }
 
-/* TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
- * time kernels one by one, e.g. Nsight Compute). */
-bool graphs_from_env() {
-    const char *v = getenv("TERNLAB_CUDA_GRAPHS");
+/* An on-by-default switch: false only where `name` is "0" in the environment.
+ * TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
+ * time kernels one by one, e.g. Nsight Compute); TERNLAB_CUDA_GLU_FUSE=0: the
+ * one-token MLP as separate kernels (mlp_fused). */
+bool env_on(const char *name) {
+    const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
 }
 
@@ -802,9 +805,8 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
-    g->graphs = !o->no_graphs && graphs_from_env();
-    const char *fz = getenv("TERNLAB_CUDA_GLU_FUSE");
-    g->glu_fuse = !(fz && strcmp(fz, "0") == 0);
+    g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
+    g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1229,7 +1231,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         t->ce[(size_t)r] = g;
         g->gpu = r;
         g->bf16 = o->bf16;
-        g->graphs = !o->no_graphs && graphs_from_env();
+        g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
         g->c = t->rm[(size_t)r].cfg;
         g->L.resize((size_t)m->cfg.n_layers);
         g->tp = tp;
