@@ -418,6 +418,10 @@ int main(int argc, char **argv) {
                 {"tbk_66520", 6, 66520, 1}, {"tbk_66521", 6, 66521, 1}, {"tbk_66420", 6, 66420, 1},
                 {"tbk_63540", 6, 63540, 1}, {"tbk_63520", 6, 63520, 1}, {"tbk_63530", 6, 63530, 1},
                 {"tbk_63340", 6, 63340, 1},
+                /* force -2: the dispatch's one-token GEMV from f32 x coded in the kernel
+                 * (tern_cuda_matmul_i8_f32x, the decode step's down / o projection), next
+                 * to the same dispatch from int8 x ("auto") */
+                {"auto", 0, 0, 1}, {"f32x", -2, 0, 1},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));
@@ -450,6 +454,26 @@ int main(int argc, char **argv) {
                 for (int64_t M : {1, 8, 16}) {
                     if (k.only_m1 && M > 1) continue;
                     if (sweep_only && strcmp(sweep_only, k.name)) continue;
+                    if (k.force == -2) {
+                        float *xf;
+                        unsigned *xmax, one = 0x3f800000u; /* max|x| <= 1: codes in range */
+                        CK(cudaMalloc(&xf, (size_t)K * 4));
+                        CK(cudaMalloc(&xmax, 4));
+                        fill_f32<<<1024, 256, 0, s>>>(xf, (size_t)K, 81u);
+                        CK(cudaMemcpy(xmax, &one, 4, cudaMemcpyHostToDevice));
+                        if (tern_cuda_matmul_i8_f32x(&dW[0], xf, xmax, y, s) < 0) {
+                            fprintf(stderr, "sweep f32x: %s\n", err_msg());
+                        } else {
+                            const double t = time_graph(s, R, [&](int i) {
+                                TL(tern_cuda_matmul_i8_f32x(&dW[i], xf, xmax, y, s));
+                            });
+                            rows.push_back({N, K, M, "sweep_f32x", t, wbytes + K * 4.0 + 4.0 + N * 4.0,
+                                            2.0 * N * K, tern_cuda_last_config()});
+                        }
+                        CK(cudaFree(xf));
+                        CK(cudaFree(xmax));
+                        continue;
+                    }
                     if (k.force < 0) {
                         double t = time_graph(s, R, [&](int i) {
                             read_kernel<<<prop.multiProcessorCount * 8, 256, 0, s>>>(

@@ -500,6 +500,131 @@ TEST(gpu_rope_paged_attention_match_reference) {
     cudaFree(d);
 }
 
+/* The decode attention with RoPE and the KV write folded in
+ * (fwdc_attention_rope) against the separate calls: n tokens of n distinct
+ * sequences at positions `pos` (earlier positions' K / V random in the
+ * pages, blocks shuffled over a pool), outputs and every page byte
+ * identical, and max |out row| raised into omax. */
+static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos) {
+    const int qd = n_heads * hd, kvd = n_kv * hd, ld = qd + 2 * kvd, half = hd / 2;
+    int maxb = 0;
+    for (int i = 0; i < n; i++) maxb = pos[i] / bs + 1 > maxb ? pos[i] / bs + 1 : maxb;
+    const int n_blocks = n * maxb + 2; /* table rows of maxb entries, 2 blocks spare */
+    int maxp = 0;
+    for (int i = 0; i < n; i++) maxp = pos[i] > maxp ? pos[i] : maxp;
+    Model m;
+    memset(&m, 0, sizeof m);
+    m.cfg.head_dim = hd;
+    m.cfg.rope_theta = 10000.0;
+    REQUIRE(fwd_rope_ensure(&m, maxp + 1) == 0);
+    uint64_t s = (uint64_t)(n_heads * 7919 + hd * 31 + bs * 7 + n);
+    /* q | k | v rows as the fused q|k|v projection leaves them */
+    float *qkv = xmalloc(sizeof(float) * (size_t)n * ld);
+    for (int i = 0; i < n * ld; i++) qkv[i] = frand(&s);
+    const size_t page = (size_t)n_blocks * n_kv * bs * hd;
+    float *pk = xmalloc(sizeof(float) * page), *pv = xmalloc(sizeof(float) * page);
+    for (size_t e = 0; e < page; e++) pk[e] = frand(&s), pv[e] = frand(&s);
+    int32_t *perm = xmalloc(sizeof(int32_t) * (size_t)n_blocks);
+    for (int b = 0; b < n_blocks; b++) perm[b] = b;
+    for (int b = n_blocks - 1; b > 0; b--) {
+        int j = (int)((frand(&s) * 0.5f + 0.5f) * (float)(b + 1)) % (b + 1), t = perm[b];
+        perm[b] = perm[j], perm[j] = t;
+    }
+    int32_t *tab = xmalloc(sizeof(int32_t) * (size_t)n * maxb), *row = xmalloc(sizeof(int32_t) * (size_t)n);
+    int32_t *slot = xmalloc(sizeof(int32_t) * (size_t)n);
+    for (int i = 0; i < n; i++) {
+        row[i] = n - 1 - i; /* token i uses table row n-1-i */
+        for (int b = 0; b < maxb; b++) tab[(size_t)row[i] * maxb + b] = perm[i * maxb + b];
+        slot[i] = tab[(size_t)row[i] * maxb + pos[i] / bs] * bs + pos[i] % bs;
+    }
+    DevBuf bq1, bq2, bpos, bslot, brow, btab, bcos, bsin, bk1, bv1, bk2, bv2, bo1, bo2, bmx;
+    float *dq1 = dev_new(&bq1, sizeof(float) * (size_t)n * ld, qkv);
+    float *dq2 = dev_new(&bq2, sizeof(float) * (size_t)n * ld, qkv);
+    int32_t *dpos = dev_new(&bpos, sizeof(int32_t) * (size_t)n, pos);
+    int32_t *dslot = dev_new(&bslot, sizeof(int32_t) * (size_t)n, slot);
+    int32_t *drow = dev_new(&brow, sizeof(int32_t) * (size_t)n, row);
+    int32_t *dtab = dev_new(&btab, sizeof(int32_t) * (size_t)n * maxb, tab);
+    float *dcos = dev_new(&bcos, sizeof(float) * (size_t)m.rope_len * half, m.rope_cos);
+    float *dsin = dev_new(&bsin, sizeof(float) * (size_t)m.rope_len * half, m.rope_sin);
+    float *dk1 = dev_new(&bk1, sizeof(float) * page, pk), *dv1 = dev_new(&bv1, sizeof(float) * page, pv);
+    float *dk2 = dev_new(&bk2, sizeof(float) * page, pk), *dv2 = dev_new(&bv2, sizeof(float) * page, pv);
+    float *do1 = dev_new(&bo1, sizeof(float) * (size_t)n * qd, NULL);
+    float *do2 = dev_new(&bo2, sizeof(float) * (size_t)n * qd, NULL);
+    unsigned *dmx = dev_new(&bmx, sizeof(unsigned) * (size_t)n, NULL);
+    REQUIRE(cudaMemset(dmx, 0, sizeof(unsigned) * (size_t)n) == cudaSuccess);
+    REQUIRE(fwdc_rope_kv_write(dq1, ld, dq1 + qd, ld, dq1 + qd + kvd, ld, dpos, dslot, n, n_heads, n_kv,
+                               hd, dcos, dsin, dk1, dv1, bs, 0) == 0);
+    REQUIRE(fwdc_attention(dq1, ld, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
+                           n_heads, 0, do1, 0) == 0);
+    REQUIRE(fwdc_attention_rope(dq2, ld, dq2 + qd, ld, dq2 + qd + kvd, ld, dpos, dslot, dcos, dsin, dk2,
+                                dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
+                                0) == 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    float *o1 = xmalloc(sizeof(float) * (size_t)n * qd), *o2 = xmalloc(sizeof(float) * (size_t)n * qd);
+    float *k1 = xmalloc(sizeof(float) * page), *k2 = xmalloc(sizeof(float) * page);
+    float *v1 = xmalloc(sizeof(float) * page), *v2 = xmalloc(sizeof(float) * page);
+    unsigned *mx = xmalloc(sizeof(unsigned) * (size_t)n);
+    dev_get(&bo1, o1), dev_get(&bo2, o2), dev_get(&bk1, k1), dev_get(&bk2, k2);
+    dev_get(&bv1, v1), dev_get(&bv2, v2), dev_get(&bmx, mx);
+    int bad_o = 0, bad_mx = 0, new_k = 0;
+    for (int i = 0; i < n * qd; i++) bad_o += memcmp(o1 + i, o2 + i, 4) != 0;
+    for (int i = 0; i < n; i++) {
+        float want = 0.0f;
+        for (int e = 0; e < qd; e++) want = fmaxf(want, fabsf(o1[(size_t)i * qd + e]));
+        unsigned wb;
+        memcpy(&wb, &want, 4);
+        bad_mx += mx[i] != wb;
+        /* the token's K was written (the pages held other values there) */
+        for (int h = 0; h < n_kv; h++) {
+            size_t at = (((size_t)(slot[i] / bs) * n_kv + h) * bs + slot[i] % bs) * hd;
+            new_k += memcmp(k2 + at, pk + at, sizeof(float) * (size_t)hd) != 0;
+        }
+    }
+    CHECK_MSG(bad_o == 0, "heads %d/%d hd %d bs %d n %d: %d of %d outputs differ", n_heads, n_kv, hd, bs,
+              n, bad_o, n * qd);
+    CHECK_MSG(memcmp(k1, k2, sizeof(float) * page) == 0 && memcmp(v1, v2, sizeof(float) * page) == 0,
+              "heads %d/%d hd %d n %d: the pages differ", n_heads, n_kv, hd, n);
+    CHECK_MSG(new_k == n * n_kv, "%d of %d K rows written", new_k, n * n_kv);
+    CHECK_MSG(bad_mx == 0, "heads %d/%d hd %d n %d: %d row maxima wrong", n_heads, n_kv, hd, n, bad_mx);
+    DevBuf *all[] = {&bq1, &bq2, &bpos, &bslot, &brow, &btab, &bcos, &bsin, &bk1, &bv1, &bk2, &bv2, &bo1, &bo2, &bmx};
+    int guards = 1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) guards &= dev_done(all[i]);
+    CHECK_MSG(guards, "a guard region around a device buffer was written");
+    mem_free(m.rope_cos), mem_free(m.rope_sin);
+    free(qkv), free(pk), free(pv), free(perm), free(tab), free(row), free(slot);
+    free(o1), free(o2), free(k1), free(k2), free(v1), free(v2), free(mx);
+}
+
+/* Both attention kinds (the block-softmax one runs the separate passes), both
+ * CTA widths, every head-dim path, positions 0, inside and past a 256-key
+ * chunk, the token's own key first / mid / last in its warp's run. */
+TEST(gpu_attention_rope_matches_separate_calls) {
+    SKIP_WITHOUT_GPU();
+    const char *kinds[] = {NULL, "block"};
+    const int p1[] = {37}, p3[] = {0, 300, 513}, p4[] = {5, 6, 7, 8};
+    int p40[40];
+    for (int i = 0; i < 40; i++) p40[i] = (i * 53) % 290;
+    unsetenv("TERNLAB_CUDA_ATTN");
+    for (int k = 0; k < 2; k++) {
+        if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
+        check_attention_rope(32, 8, 128, 16, 1, p1);   /* 27B-like GQA, one token, 8 warps */
+        check_attention_rope(4, 2, 20, 5, 3, p3);      /* a small head, chunks of 256 keys */
+        check_attention_rope(3, 3, 128, 16, 4, p4);    /* the own key at each place in a run */
+        check_attention_rope(2, 1, 256, 7, 3, p3);     /* the largest head_dim */
+        check_attention_rope(2, 2, 6, 4, 4, p4);       /* head_dim not a multiple of 4 */
+        check_attention_rope(16, 4, 64, 16, 40, p40);  /* 640 CTAs: 4 warps */
+        unsetenv("TERNLAB_CUDA_ATTN");
+    }
+    float *d = NULL;
+    REQUIRE(cudaMalloc((void **)&d, 4096) == cudaSuccess);
+    int32_t *di = (int32_t *)d;
+    err_clear();
+    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 1, 1, 7, 16, 1, d, NULL, 0) != 0);
+    CHECK_MSG(strstr(err_msg(), "head_dim 7"), "message: %s", err_msg());
+    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 3, 2, 8, 16, 3, d, NULL, 0) != 0);
+    cudaFree(d);
+}
+
 TEST(gpu_embed_gather_table_update_exact) {
     SKIP_WITHOUT_GPU();
     const int64_t V = 50, H = 37;
@@ -536,60 +661,95 @@ TEST(gpu_embed_gather_table_update_exact) {
     free(emb), free(got);
 }
 
-/* One decode run of a synthetic ternary int8 model (hidden 256, MLP 8192: a
- * down projection of 8192 columns, the binary tensor-core GEMV's shape):
- * prompt of 8 tokens, then `steps` single-token steps (eager, captured,
- * replayed), each step's logits into lg (steps x vocab); the config of the
+/* One decode run of a synthetic ternary int8 model (hidden 256, MLP 8192,
+ * 64 heads of 128: down and o projections of 8192 columns, the binary
+ * tensor-core GEMV's shape) with
+ * the fusions set by glu / att (TERNLAB_CUDA_GLU_FUSE, _ATT_FUSE): prompts of
+ * 8 tokens for sequences A and B, then `steps` single-token steps of A
+ * (eager, captured, replayed), `steps` two-token steps of A and B (distinct
+ * sequences: the fused attention at two tokens), and one step of A, A, B
+ * (two tokens of one sequence: the separate RoPE / KV write).  Logits of
+ * every decode token into lg (steps x 3 + 3 rows of vocab); the config of the
  * first decode step's last ternary matmul into cfg. */
-static void synth_decode(int fuse, int steps, float *lg, char *cfg, size_t cap) {
+enum { SYN_V = 512 };
+static void synth_decode(int glu, int att, int steps, float *lg, char *cfg, size_t cap,
+                         CudaEngineInfo *info) {
     Model m;
     memset(&m, 0, sizeof m);
     ModelConfig *c = &m.cfg;
     c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 2, c->n_kv_heads = 2;
-    c->head_dim = 128, c->vocab = 512;
+    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 64, c->n_kv_heads = 4;
+    c->head_dim = 128, c->vocab = SYN_V; /* o: 256 x 8192, a binary tensor-core shape too */
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
-    setenv("TERNLAB_CUDA_GLU_FUSE", fuse ? "1" : "0", 1);
-    EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 4};
+    setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
+    setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
+    EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
     const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
     unsetenv("TERNLAB_CUDA_GLU_FUSE");
+    unsetenv("TERNLAB_CUDA_ATT_FUSE");
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[8], seq[8];
-    int64_t pos[8], last = 7;
-    const int sid = kv_seq_new(&e.kv);
-    for (int i = 0; i < 8; i++) tok[i] = (i * 37 + 5) % c->vocab, seq[i] = sid, pos[i] = i;
-    REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, 8, &last, 1, lg) == 0);
+    int64_t pos[8], li[3] = {0, 1, 2}, last = 7, np[2] = {8, 8};
+    const int sa = kv_seq_new(&e.kv), sb = kv_seq_new(&e.kv);
+    float *out = lg;
+    for (int q = 0; q < 2; q++) {
+        for (int i = 0; i < 8; i++) tok[i] = (i * 37 + 5 + q * 11) % SYN_V, seq[i] = q ? sb : sa, pos[i] = i;
+        REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, 8, &last, 1, out) == 0);
+    }
     e.rs.decode = 1;
-    for (int s = 0; s < steps; s++) {
-        int t1 = (int)argmax_f32(lg + (s ? s - 1 : 0) * c->vocab, c->vocab), q1 = sid;
-        int64_t p1 = 8 + s, l0 = 0;
-        REQUIRE(forward(e.m, &e.kv, &e.rs, &t1, &q1, &p1, 1, &l0, 1, lg + (int64_t)s * c->vocab) == 0);
+    for (int s = 0; s < 2 * steps + 1; s++) {
+        const int n = s < steps ? 1 : s < 2 * steps ? 2 : 3;
+        for (int i = 0; i < n; i++) {
+            seq[i] = n == 3 ? (i < 2 ? sa : sb) : (i ? sb : sa);
+            tok[i] = (int)argmax_f32(out + (s ? i : 0) * SYN_V, SYN_V) ^ i;
+            pos[i] = np[seq[i] == sb]++;
+        }
+        out = lg + (s < steps ? s : s < 2 * steps ? steps + 2 * (s - steps) : 3 * steps) * SYN_V;
+        REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, n, li, n, out) == 0);
         if (s == 0) snprintf(cfg, cap, "%s", tern_cuda_last_config());
     }
     e.rs.decode = 0;
+    CHECK(cuda_engine_info(&e, info) == 0);
     engine_free(&e);
     mem_free(m.rope_cos);
     mem_free(m.rope_sin);
 }
 
 /* The one-token MLP fused into two GEMVs (the GLU in the gate|up GEMV, the
- * int8 coding of h in the down GEMV) gives the same logits, bit for bit, as
- * the separate GEMV / GLU / GEMV kernels, eagerly and in a decode graph. */
-TEST(gpu_fused_mlp_bit_identical) {
+ * int8 coding of h in the down GEMV) and the decode attention with RoPE, the
+ * KV write and (one token) the o projection's int8 pass folded in give the
+ * same logits, bit for bit, as the separate kernels, eagerly and in decode
+ * graphs, at one and two tokens, and for two tokens of one sequence. */
+TEST(gpu_fused_decode_bit_identical) {
     SKIP_WITHOUT_GPU();
-    const int steps = 5, V = 512;
-    float *a = xmalloc(sizeof(float) * steps * V), *b = xmalloc(sizeof(float) * steps * V);
+    const int steps = 4, rows = 3 * steps + 3;
+    float *a = xmalloc(sizeof(float) * rows * SYN_V), *b = xmalloc(sizeof(float) * rows * SYN_V);
     char ca[96], cb[96];
-    synth_decode(0, steps, a, ca, sizeof ca);
-    synth_decode(1, steps, b, cb, sizeof cb);
-    CHECK_MSG(strstr(ca, "f32x") == NULL && strstr(cb, "f32x") != NULL,
-              "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" fused", ca, cb);
-    int bad = 0;
-    for (int i = 0; i < steps * V; i++) bad += memcmp(a + i, b + i, 4) != 0;
-    CHECK_MSG(bad == 0, "%d of %d logits differ", bad, steps * V);
+    CudaEngineInfo ia, ib;
+    synth_decode(0, 0, steps, a, ca, sizeof ca, &ia);
+    CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0, "fused layers with fusion off");
+    for (int v = 1; v < 4; v++) {
+        const int glu = v & 1, att = v >> 1;
+        memset(b, 0, sizeof(float) * rows * SYN_V);
+        synth_decode(glu, att, steps, b, cb, sizeof cb, &ib);
+        /* layers enqueued fused: the MLP and o at one token, the attention at
+         * one and two tokens (more layers than o) */
+        CHECK_MSG((ib.fused_mlp > 0) == glu && (ib.fused_o > 0) == att &&
+                      (att ? ib.fused_att > ib.fused_o : ib.fused_att == 0),
+                  "glu %d att %d: fused layers: MLP %lld, o %lld, attention %lld", glu, att,
+                  (long long)ib.fused_mlp, (long long)ib.fused_o, (long long)ib.fused_att);
+        CHECK_MSG(strstr(ca, "f32x") == NULL && (strstr(cb, "f32x") != NULL) == glu,
+                  "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" glu %d att %d", ca,
+                  cb, glu, att);
+        int bad = 0, first = -1;
+        for (int i = 0; i < rows * SYN_V; i++)
+            if (memcmp(a + i, b + i, 4) != 0) bad++, first = first < 0 ? i / SYN_V : first;
+        CHECK_MSG(bad == 0, "glu %d att %d: %d of %d logits differ (first in row %d)", glu, att, bad,
+                  rows * SYN_V, first);
+    }
     free(a), free(b);
 }
 #endif /* TL_HAVE_CUDA */

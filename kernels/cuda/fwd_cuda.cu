@@ -355,6 +355,13 @@ glu_rows_kernel_cl(int act, const float *g, const float *u, int64_t cols, int64_
     cl.sync(); /* no CTA leaves while another may still read its s_mx */
 }
 
+/* Rotate-half RoPE of the pair (x1, x2) = dims (j, j + hd/2) by the angle
+ * whose cosine / sine are c / s (fwd_rope_apply's rounding: no contraction). */
+__device__ __forceinline__ void rope_pair(float x1, float x2, float c, float s, float *y1, float *y2) {
+    *y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
+    *y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+}
+
 /* One thread per work item of a token: a q pair, a k pair (rotated, written
  * to its page) or a v element (copied to its page); grid (tokens, items /
  * 256).  A single CTA looping over the items was latency-bound (~17 us per
@@ -377,9 +384,8 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
         const int h = e / half, j = e % half;
         const float c = cs[(int64_t)p * half + j], s = sn[(int64_t)p * half + j];
         float *r = (isq ? q + i * ldq : k + i * ldk) + (int64_t)h * hd;
-        const float x1 = r[j], x2 = r[j + half];
-        const float y1 = __fsub_rn(__fmul_rn(x1, c), __fmul_rn(x2, s));
-        const float y2 = __fadd_rn(__fmul_rn(x2, c), __fmul_rn(x1, s));
+        float y1, y2;
+        rope_pair(r[j], r[j + half], c, s, &y1, &y2);
         r[j] = y1;
         r[j + half] = y2;
         if (!isq) {
@@ -497,19 +503,40 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
     }
 }
 
+/* The decode step's RoPE and KV write folded into the attention
+ * (attention_warp_kernel<.., true>): q, k, v as the q|k|v projection left
+ * them (not rotated); each CTA rotates its query head and its KV head's key
+ * of the token at pos[i] (rope_pair, the bits rope_kv_kernel stores), keeps
+ * that key and value in shared memory and scores the token's own position
+ * from there; the first query head of each KV group writes them to the
+ * token's slot.  No CTA reads that slot from the pages, so the tokens must
+ * belong to distinct sequences (a decode batch).  omax (either form, may be
+ * NULL): max |out row i| raised into omax[i] as float bits (zero before) —
+ * the scale of the row's int8 codes, formed by the next GEMV
+ * (tern_cuda_matmul_i8_f32x) instead of an act-quant pass. */
+struct AttnFuse {
+    const float *k = nullptr, *v = nullptr;
+    int64_t ldk = 0, ldv = 0;
+    const int32_t *slot = nullptr;
+    const float *cs = nullptr, *sn = nullptr;
+    float *kw = nullptr, *vw = nullptr; /* the layer's pages, written */
+    unsigned *omax = nullptr;
+};
+
 /* The same attention with one online softmax per warp: warp w takes keys in
  * runs of kU (keys kU*w .., then kU*(w + kWarps) .., ...), loads the K and V
  * rows of a run together (one memory round trip per run, where scoring all
  * keys before reading any value costs two plus the block-wide max and sum),
  * and keeps its own running max, sum and weighted values; the warps' states
  * are merged once at the end.  Lanes hold head dims 4*lane + 128*r (float4,
- * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers. */
-template <int kThreads, int kMode> /* 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars */
+ * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers.
+ * kRope: the fused decode form above (AttnFuse). */
+template <int kThreads, int kMode, bool kRope> /* kMode 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
-                      float *out) {
+                      float *out, AttnFuse fz) {
     pdl_trigger();
     pdl_wait();
     constexpr bool kVec = kMode < 2;
@@ -517,43 +544,82 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     __shared__ int64_t roff[kAttnChunk];
     __shared__ float wm[kWarps], wl[kWarps];
     __shared__ __align__(16) float wacc[kWarps][256];
+    __shared__ __align__(16) float cur[kRope ? 3 * 256 : 4]; /* rotated q, k; v of the token */
     const int64_t i = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int ctx = pos[i] + 1;
     const int32_t *tb = tab + (int64_t)tab_row[i] * tab_stride;
     const float *qr = q + i * ldq + (int64_t)h * hd;
+    float *const cq = cur, *const ck = cur + (kRope ? 256 : 0), *const cv = cur + (kRope ? 512 : 0);
+    if constexpr (kRope) { /* (no barrier here: the first chunk's one serves) */
+        const int half = hd / 2, p = ctx - 1;
+        const float *kr0 = fz.k + i * fz.ldk + (int64_t)kvh * hd, *vr0 = fz.v + i * fz.ldv + (int64_t)kvh * hd;
+        const bool wr = h % (n_heads / n_kv) == 0; /* one CTA per KV head stores the token's K and V */
+        const int sl = wr ? fz.slot[i] : 0;
+        float *kw = fz.kw + (((int64_t)(sl / bs) * n_kv + kvh) * bs + sl % bs) * hd,
+              *vw = fz.vw + (kw - fz.kw);
+        for (int j = t; j < half; j += kThreads) {
+            const float c = fz.cs[(int64_t)p * half + j], s = fz.sn[(int64_t)p * half + j];
+            float y1, y2;
+            rope_pair(qr[j], qr[j + half], c, s, &cq[j], &cq[j + half]);
+            rope_pair(kr0[j], kr0[j + half], c, s, &y1, &y2);
+            ck[j] = y1, ck[j + half] = y2;
+            if (wr) kw[j] = y1, kw[j + half] = y2;
+        }
+        for (int d = t; d < hd; d += kThreads) {
+            const float x = vr0[d];
+            cv[d] = x;
+            if (wr) vw[d] = x;
+        }
+        qr = cq;
+    }
     /* lane's dims: e-th of kE at dim_of(e); valid when < hd */
     auto dim_of = [&](int e) { return kVec ? 4 * lane + 128 * (e / 4) + e % 4 : lane + 32 * e; };
     float qv[kE], acc[kE];
+    auto load_q = [&]() {
 #pragma unroll
-    for (int e = 0; e < kE; e++) {
-        const int d = dim_of(e);
-        qv[e] = d < hd ? qr[d] : 0.0f;
-        acc[e] = 0.0f;
-    }
+        for (int e = 0; e < kE; e++) {
+            const int d = dim_of(e);
+            qv[e] = d < hd ? qr[d] : 0.0f;
+        }
+    };
+    if (!kRope) load_q();
+#pragma unroll
+    for (int e = 0; e < kE; e++) acc[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
     for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
         const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
         for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
         __syncthreads();
+        if (kRope && c0 == 0) load_q(); /* the rotated q is complete */
         for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
             float kr[kU][kE], vr[kU][kE];
 #pragma unroll
             for (int u = 0; u < kU; u++) {
                 const bool ok = j0 + u < cn;
+                /* kRope: the token's own key from shared memory (warp-uniform) */
+                const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
                 const float *kb = kp + (ok ? roff[j0 + u] : 0), *vb = vp + (ok ? roff[j0 + u] : 0);
 #pragma unroll
                 for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
                     const int d = dim_of(e);
                     if (kVec) {
                         float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
-                        if (ok && d < hd) {
+                        if (own) {
+                            if (d < hd) {
+                                k4 = *reinterpret_cast<const float4 *>(ck + d);
+                                v4 = *reinterpret_cast<const float4 *>(cv + d);
+                            }
+                        } else if (ok && d < hd) {
                             k4 = *reinterpret_cast<const float4 *>(kb + d);
                             v4 = *reinterpret_cast<const float4 *>(vb + d);
                         }
                         kr[u][e] = k4.x, kr[u][e + 1] = k4.y, kr[u][e + 2] = k4.z, kr[u][e + 3] = k4.w;
                         vr[u][e] = v4.x, vr[u][e + 1] = v4.y, vr[u][e + 2] = v4.z, vr[u][e + 3] = v4.w;
+                    } else if (own) {
+                        kr[u][e] = d < hd ? ck[d] : 0.0f;
+                        vr[u][e] = d < hd ? cv[d] : 0.0f;
                     } else {
                         kr[u][e] = ok && d < hd ? kb[d] : 0.0f;
                         vr[u][e] = ok && d < hd ? vb[d] : 0.0f;
@@ -599,11 +665,17 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     for (int w = 0; w < kWarps; w++) f[w] = expf(wm[w] - mx), den += wl[w] * f[w]; /* 0: no keys */
     const float inv = 1.0f / den;
     float *o = out + (i * n_heads + h) * (int64_t)hd;
+    float amax = 0.0f;
     for (int d = t; d < hd; d += kThreads) {
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
         o[d] = sum * inv;
+        amax = fmaxf(amax, fabsf(sum * inv));
+    }
+    if (fz.omax) {
+        amax = warp_max(amax);
+        if (lane == 0) atomicMax(fz.omax + i, __float_as_uint(amax));
     }
 }
 
@@ -983,6 +1055,35 @@ bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 /* TERNLAB_CUDA_ATTN: warp (default, attention_warp_kernel) or block (the
  * block-softmax attention_kernel, for end-to-end comparisons); anything else
  * is an error (-1, err_set). */
+/* attention_warp_kernel over (tokens, heads): 8 or 4 warps by the whole
+ * model's heads x tokens (kAttnThreadsSmall / Large), float4 or scalar
+ * lanes by head_dim and alignment. */
+template <bool kRope>
+int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
+                     const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
+                     int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s) {
+    if (n > 0x7fffffff || n_heads > 65535)
+        return err_set("fwdc_attention: %lld tokens x %d heads is too large a grid", (long long)n,
+                       n_heads);
+    const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
+    using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
+                       const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
+                       AttnFuse);
+    static const K kern[2][3] = {
+        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope>,
+         attention_warp_kernel<kAttnThreadsLarge, 1, kRope>,
+         attention_warp_kernel<kAttnThreadsLarge, 2, kRope>},
+        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope>,
+         attention_warp_kernel<kAttnThreadsSmall, 1, kRope>,
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope>}};
+    const bool vec = hd % 4 == 0 && al16(kp) && al16(vp);
+    const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
+    const float scale = 1.0f / sqrtf((float)hd);
+    return tern_launch_pdl("attention_warp_kernel", kern[small][mode], dim3((unsigned)n, (unsigned)n_heads),
+                           dim3(small ? kAttnThreadsSmall : kAttnThreadsLarge), s, q, ldq, kp, vp, pos,
+                           tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz);
+}
+
 int attn_kind(void) {
     const char *e = getenv("TERNLAB_CUDA_ATTN");
     if (!e || !*e || !strcmp(e, "warp")) return 0;
@@ -1116,19 +1217,41 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                                     d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
                                     n_heads, n_kv, hd, block_size, scale, d_out);
     }
-    using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
-                       const int32_t *, int, const int32_t *, int, int, int, int, float, float *);
-    static const K kern[2][3] = {
-        {attention_warp_kernel<kAttnThreadsLarge, 0>, attention_warp_kernel<kAttnThreadsLarge, 1>,
-         attention_warp_kernel<kAttnThreadsLarge, 2>},
-        {attention_warp_kernel<kAttnThreadsSmall, 0>, attention_warp_kernel<kAttnThreadsSmall, 1>,
-         attention_warp_kernel<kAttnThreadsSmall, 2>}};
-    const bool vec = hd % 4 == 0 && al16(d_kpages) && al16(d_vpages);
-    const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
-    return tern_launch_pdl("attention_warp_kernel", kern[small][mode], grid,
-                           dim3(small ? kAttnThreadsSmall : kAttnThreadsLarge), stream, d_q, ldq,
-                           d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n_heads, n_kv,
-                           hd, block_size, scale, d_out);
+    return attn_warp_launch<false>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row,
+                                   n, n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{},
+                                   stream);
+}
+
+int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
+                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
+                        const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
+                        int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
+                        int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
+                        cudaStream_t stream) {
+    if (hd % 2 || hd < 2 || hd > 256)
+        return err_set("fwdc_attention_rope: head_dim %d is not even in 2..256", hd);
+    if (n_kv < 1 || n_heads % n_kv)
+        return err_set("fwdc_attention_rope: %d query heads do not group over %d KV heads", n_heads,
+                       n_kv);
+    if (n <= 0) return 0;
+    const int kind = attn_kind();
+    if (kind < 0) return -1;
+    if (kind == 1) { /* the block-softmax kernel: the separate passes (q, k rotated in place) */
+        if (fwdc_rope_kv_write(const_cast<float *>(d_q), ldq, const_cast<float *>(d_k), ldk, d_v,
+                               ldv, d_pos, d_slot, n, n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
+                               d_vpages, block_size, stream) != 0 ||
+            fwdc_attention(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
+                           n_heads, n_kv, hd, block_size, model_heads, 0, d_out, stream) != 0)
+            return -1;
+        return d_omax ? fwdc_row_absmax(d_out, n, (int64_t)n_heads * hd, reinterpret_cast<float *>(d_omax),
+                                        stream)
+                      : 0;
+    }
+    AttnFuse fz;
+    fz.k = d_k, fz.v = d_v, fz.ldk = ldk, fz.ldv = ldv, fz.slot = d_slot, fz.cs = d_cos, fz.sn = d_sin;
+    fz.kw = d_kpages, fz.vw = d_vpages, fz.omax = d_omax;
+    return attn_warp_launch<true>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
+                                  n_heads, n_kv, hd, block_size, model_heads, d_out, fz, stream);
 }
 
 int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream) {

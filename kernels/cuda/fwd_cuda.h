@@ -7,6 +7,7 @@
  *   fwdc_glu_rows        fwd_glu (+ act_quant_int8_ref)
  *   fwdc_rope_kv_write   fwd_rope_apply + kv_write_token     forward.c, src/kv/kvcache.c
  *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
+ *   fwdc_attention_rope  the two above in one decode kernel
  *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
  *   fwdc_act_quant_i8    act_quant_int8_ref (bit-identical)  src/quant/quant.h
  *   fwdc_act_quant_i8_max, fwdc_row_absmax: the same by column slices (tp)
@@ -66,6 +67,22 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
                    int block_size, int model_heads, int one_seq, float *d_out,
                    cudaStream_t stream);
+/* The decode step's fwdc_rope_kv_write + fwdc_attention in one kernel, for
+ * n tokens of n distinct sequences (no token reads another's new position):
+ * q, k, v (strides ldq, ldk, ldv) as the projections left them, not rotated
+ * — each CTA rotates its own query head and its KV head's key (the bits
+ * fwdc_rope_kv_write stores), scores the token's own position from them and
+ * one CTA per KV head writes K, V to slot[i]; d_out bit-identical to the two
+ * calls.  d_omax (n) may be NULL; else max |out row i| raised into d_omax[i]
+ * as float bits (zero before the call): the int8 scale of the row, formed by
+ * tern_cuda_matmul_i8_f32x.  q and k may be rotated in place (the separate
+ * calls run under TERNLAB_CUDA_ATTN=block).  head_dim even, <= 256. */
+int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
+                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
+                        const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
+                        int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
+                        int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
+                        cudaStream_t stream);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
  * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */

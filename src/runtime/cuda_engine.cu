@@ -93,9 +93,13 @@ struct CE {
     int8_t *xq = nullptr;
     int32_t *ids = nullptr; /* argmax of each logit row */
     /* one token: the GLU fused into the gate|up GEMV (TERNLAB_CUDA_GLU_FUSE=0
-     * turns it off), max|h| of each layer's GLU output (float bits) */
-    int glu_fuse = 1;
+     * turns it off); decode steps: RoPE and the KV write in the attention
+     * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token the o
+     * projection's int8 pass in it too (TERNLAB_CUDA_O_FUSE=0).  hmax: per
+     * layer, max|h| of the GLU output, then max|attention output| (float bits) */
+    int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
     unsigned *hmax = nullptr;
+    int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -349,11 +353,21 @@ bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
            tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_ok(&L.down.tm);
 }
 
+/* The o projection's input as f32 with its max|x| raised by the attention
+ * kernel (fwdc_attention_rope's d_omax; tern_cuda_matmul_i8_f32x forms the
+ * int8 codes): one token, one GPU, int8 ternary o, no sub-norm. */
+bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
+    return att_fused && g->o_fuse && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8 &&
+           tern_cuda_matmul_i8_f32x_ok(&L.o.tm);
+}
+
 /* The whole forward on the device for n tokens whose inputs are in d_in
  * (layout for n), logits of nl rows into g->logits; one_seq: every token
- * belongs to one sequence (the tiled prompt attention).  Shapes depend only
- * on (n, nl, one_seq): this is what a decode graph captures (one_seq false). */
-int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
+ * belongs to one sequence (the tiled prompt attention); distinct: no two
+ * tokens of one sequence (a decode batch: RoPE and the KV write go into the
+ * attention kernel).  Shapes depend only on (n, nl, one_seq, distinct): this
+ * is what a decode graph captures (one_seq false, distinct true). */
+int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     const ModelConfig &c = g->c;
     const int64_t H = c.hidden, hd = c.head_dim, qd = (int64_t)c.n_heads * hd,
                   kvd = (int64_t)c.n_kv_heads * hd, I = c.inter;
@@ -362,9 +376,12 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
-    bool fused = false; /* the fused GLUs raise g->hmax: zero before the first */
-    for (int l = 0; l < c.n_layers && !fused; l++) fused = mlp_fused(g, g->L[(size_t)l], n);
-    if (fused) CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)c.n_layers, g->st));
+    const bool att_fused = g->att_fuse && distinct;
+    bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
+    for (int l = 0; l < c.n_layers && !fused; l++)
+        fused = mlp_fused(g, g->L[(size_t)l], n) || o_fused(g, g->L[(size_t)l], n, att_fused);
+    if (fused)
+        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(2 * c.n_layers), g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -386,14 +403,25 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
             q = g->q, k = g->k, v = g->v;
             ldq = qd, ldk = ldv = kvd;
         }
-        TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
-                               (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
-        TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
-                           c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0,
-                           g->att, g->st));
+        unsigned *omax = g->hmax + c.n_layers + l;
+        const bool of = o_fused(g, L, n, att_fused);
+        g->n_fused[0] += att_fused, g->n_fused[1] += of;
+        if (att_fused) {
+            TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
+                                    g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
+                                    g->bs, c.n_heads * g->tp, g->att, of ? omax : nullptr, g->st));
+        } else {
+            TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
+                                   (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
+            TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
+                               c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0,
+                               g->att, g->st));
+        }
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
-        if (g->tp > 1) {
+        if (of) { /* one token: the attention raised max|att|; the GEMV forms the int8 codes */
+            TRY(tern_cuda_matmul_i8_f32x(&L.o.tm, g->att, omax, g->hout, g->st));
+        } else if (g->tp > 1) {
             TRY(row_parallel(g, L.o, L.o_scale, L.o_sstride, g->att, n, qd, g->qd_full, g->att_lo,
                              L.attn_sub, g->hout));
         } else {
@@ -409,6 +437,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq) {
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
         TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
         if (mlp_fused(g, L, n)) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
+            g->n_fused[2]++;
             TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
             TRY(tern_cuda_matmul_i8_f32x(&L.down.tm, g->hb, g->hmax + l, g->hout, g->st));
         } else {
@@ -505,6 +534,7 @@ struct StepPlan {
     int32_t cnt = 0;
     bool eligible = false;
     bool one_seq = false; /* every token of one sequence (a prompt), never in a decode graph */
+    bool distinct = true; /* no two tokens of one sequence (every decode graph) */
 };
 
 int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
@@ -540,6 +570,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
         in[n + i] = (int32_t)pos[i];
         in[2 * n + i] = sq->blocks[pos[i] / bs] * bs + (int32_t)(pos[i] % bs);
         in[3 * n + i] = seq[i];
+        if (g->seen[(size_t)seq[i]] == g->stamp) p->distinct = false;
         if (g->seen[(size_t)seq[i]] != g->stamp) { /* table row of this sequence: changed entries */
             g->seen[(size_t)seq[i]] = g->stamp;
             int32_t *sh = g->shadow.data() + (size_t)seq[i] * (size_t)g->stride;
@@ -561,7 +592,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     in[5 * n] = cnt;
     p->nl = nl;
     p->cnt = cnt;
-    p->eligible = g->graphs && s->decode && nl == n && ident;
+    p->eligible = g->graphs && s->decode && nl == n && ident && p->distinct;
     bool one = true;
     for (int64_t i = 1; i < n && one; i++) one = seq[i] == seq[0];
     p->one_seq = one && !p->eligible;
@@ -590,7 +621,7 @@ int step_launch(CE *g, const StepPlan *p) {
         drop_graph(g);
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-        int rc = run_device(g, n, nl, false);
+        int rc = run_device(g, n, nl, false, true);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
         if (rc != 0) {
             if (graph) cudaGraphDestroy(graph);
@@ -609,7 +640,7 @@ int step_launch(CE *g, const StepPlan *p) {
         g->launches++;
     } else {
         drop_graph(g);
-        if (run_device(g, n, nl, p->one_seq) != 0) return -1;
+        if (run_device(g, n, nl, p->one_seq, p->distinct) != 0) return -1;
         g->last_eager_n = p->eligible ? n : 0;
     }
     return 0;
@@ -737,7 +768,7 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
         dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
         dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
         dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0 ||
-        dalloc(g, &g->hmax, (size_t)c.n_layers, "GLU maxima") != 0)
+        dalloc(g, &g->hmax, (size_t)(2 * c.n_layers), "GLU / attention maxima") != 0)
         return -1;
     return 0;
 }
@@ -794,7 +825,9 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
 /* An on-by-default switch: false only where `name` is "0" in the environment.
  * TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
  * time kernels one by one, e.g. Nsight Compute); TERNLAB_CUDA_GLU_FUSE=0: the
- * one-token MLP as separate kernels (mlp_fused). */
+ * one-token MLP as separate kernels (mlp_fused); TERNLAB_CUDA_ATT_FUSE=0: RoPE
+ * + KV write and the attention as separate kernels; TERNLAB_CUDA_O_FUSE=0:
+ * the o projection's input coded by an int8 pass, not by the GEMV (o_fused). */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -807,6 +840,8 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->bf16 = o->bf16;
     g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
+    g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
+    g->o_fuse = env_on("TERNLAB_CUDA_O_FUSE");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -967,7 +1002,7 @@ struct TpGpu {
     StepPlan plan;
     /* step shapes (n, logits, one sequence, graph-eligible) run before; a new
      * one gets a warm-up pass on every rank first (tp_rank_step) */
-    std::set<std::tuple<int64_t, int64_t, bool, bool>> shapes;
+    std::set<std::tuple<int64_t, int64_t, bool, bool, bool>> shapes;
     bool warm = false;
     std::atomic<bool> warm_failed{false};
     int32_t *argmax_out = nullptr;
@@ -989,12 +1024,12 @@ struct TpGpu {
  * (H200 x 2: `bench-e2e --tp 2` stopped in 2 of 4 runs, both ranks inside
  * cublasGemmEx, one in cuLibraryLoadData).  Every rank finishes its warm-up
  * before any rank starts the real pass (the `warmed` barrier).  The cost: a
- * forward shape (tokens, logits, one sequence, graph-eligible) seen for the
- * first time runs twice — once per prompt length when prompts vary. */
+ * forward shape (tokens, logits, one sequence, distinct, graph-eligible) seen
+ * for the first time runs twice — once per prompt length when prompts vary. */
 int tp_warm(CE *g, const StepPlan &p) {
     TRY(upload_inputs(g, &p));
     g->dry = true;
-    const int rc = run_device(g, p.n, p.nl, p.one_seq);
+    const int rc = run_device(g, p.n, p.nl, p.one_seq, p.distinct);
     g->dry = false;
     if (rc != 0) return err_prefix("warm-up pass: ");
     CUDA_CHECK(cudaStreamSynchronize(g->st));
@@ -1073,7 +1108,7 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
             return err_prefix("tp rank %d: ", r);
     }
     if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
-    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.eligible);
+    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.distinct, p.eligible);
     t->warm = t->shapes.insert(shape).second;
     t->warm_failed = false;
     pthread_barrier_wait(&t->go);
@@ -1394,6 +1429,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
         info->graphs = g->n_graphs;
         info->graph_launches = g->launches;
+        info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
         snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
         return 0;
     }
@@ -1405,6 +1441,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
+    info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
 }

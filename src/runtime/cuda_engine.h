@@ -88,6 +88,9 @@ typedef struct {
     size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */
     int64_t graphs;        /* decode graphs captured (rank 0) */
     int64_t graph_launches;
+    /* layers enqueued (eagerly or into a graph) with the fused decode forms:
+     * attention with RoPE + KV write, o projection from f32, MLP as two GEMVs */
+    int64_t fused_att, fused_o, fused_mlp;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
