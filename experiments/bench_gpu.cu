@@ -456,7 +456,8 @@ int main(int argc, char **argv) {
                     if (sweep_only && strcmp(sweep_only, k.name)) continue;
                     if (k.force == -2) {
                         float *xf;
-                        unsigned *xmax, one = 0x3f800000u; /* max|x| <= 1: codes in range */
+                        unsigned *xmax, one = 0x3f800000u; /* |x| <= ~1 (codes clamp past it) */
+                        tern_cuda_force_kernel(0), tern_cuda_decode_variant(0); /* the dispatch's own */
                         CK(cudaMalloc(&xf, (size_t)K * 4));
                         CK(cudaMalloc(&xmax, 4));
                         fill_f32<<<1024, 256, 0, s>>>(xf, (size_t)K, 81u);
@@ -541,17 +542,25 @@ int main(int argc, char **argv) {
             CK(cudaGetLastError());
             CK(cudaStreamSynchronize(s));
             const double flops = 2.0 * M * N * K, yb = (double)M * N * 4;
+            /* --force-kernel 3 / 4 / 6 name one-token int8 kernels: the rows they cannot
+             * run (bf16 / f32 activations, M > 1) take the automatic choice (the config
+             * column says which kernel ran) */
+            const int forced = tern_cuda_force_kernel(0), other = forced >= 3 && forced != 5 ? 0 : forced;
             double t;
+            tern_cuda_force_kernel(other);
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
             rows.push_back({N, K, M, "tern_bf16", t, wbytes + M * K * 2.0 + yb, flops, tern_cuda_last_config()});
+            tern_cuda_force_kernel(M == 1 ? forced : other);
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
             rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
                             tern_cuda_last_config()});
+            tern_cuda_force_kernel(other);
             if (M <= 16) {
                 t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_f32(&dW[i], xf, M, y, s)); });
                 rows.push_back({N, K, M, "tern_f32", t, wbytes + M * K * 4.0 + yb, flops,
                                 tern_cuda_last_config()});
             }
+            tern_cuda_force_kernel(forced);
             t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y, 1, s)); });
             rows.push_back({N, K, M, "cublas_bf16", t, dbytes + M * K * 2.0 + yb, flops});
             t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y16, 0, s)); });

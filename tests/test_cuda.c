@@ -505,8 +505,12 @@ TEST(gpu_rope_paged_attention_match_reference) {
  * sequences at positions `pos` (earlier positions' K / V random in the
  * pages, blocks shuffled over a pool), outputs and every page byte
  * identical, and max |out row| raised into omax. */
-static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos) {
+static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep) {
     const int qd = n_heads * hd, kvd = n_kv * hd, ld = qd + 2 * kvd, half = hd / 2;
+    /* sep: q, k, v as three arrays (n x qd, n x kvd, n x kvd) in one buffer,
+     * as separate projections leave them; else rows of q | k | v */
+    const int ldq = sep ? qd : ld, ldk = sep ? kvd : ld;
+    const size_t ko = sep ? (size_t)n * qd : (size_t)qd, vo = sep ? (size_t)n * (qd + kvd) : (size_t)(qd + kvd);
     int maxb = 0;
     for (int i = 0; i < n; i++) maxb = pos[i] / bs + 1 > maxb ? pos[i] / bs + 1 : maxb;
     const int n_blocks = n * maxb + 2; /* table rows of maxb entries, 2 blocks spare */
@@ -552,11 +556,11 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
     float *do2 = dev_new(&bo2, sizeof(float) * (size_t)n * qd, NULL);
     unsigned *dmx = dev_new(&bmx, sizeof(unsigned) * (size_t)n, NULL);
     REQUIRE(cudaMemset(dmx, 0, sizeof(unsigned) * (size_t)n) == cudaSuccess);
-    REQUIRE(fwdc_rope_kv_write(dq1, ld, dq1 + qd, ld, dq1 + qd + kvd, ld, dpos, dslot, n, n_heads, n_kv,
+    REQUIRE(fwdc_rope_kv_write(dq1, ldq, dq1 + ko, ldk, dq1 + vo, ldk, dpos, dslot, n, n_heads, n_kv,
                                hd, dcos, dsin, dk1, dv1, bs, 0) == 0);
-    REQUIRE(fwdc_attention(dq1, ld, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
+    REQUIRE(fwdc_attention(dq1, ldq, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
                            n_heads, 0, do1, 0) == 0);
-    REQUIRE(fwdc_attention_rope(dq2, ld, dq2 + qd, ld, dq2 + qd + kvd, ld, dpos, dslot, dcos, dsin, dk2,
+    REQUIRE(fwdc_attention_rope(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin, dk2,
                                 dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
                                 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -607,12 +611,13 @@ TEST(gpu_attention_rope_matches_separate_calls) {
     unsetenv("TERNLAB_CUDA_ATTN");
     for (int k = 0; k < 2; k++) {
         if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
-        check_attention_rope(32, 8, 128, 16, 1, p1);   /* 27B-like GQA, one token, 8 warps */
-        check_attention_rope(4, 2, 20, 5, 3, p3);      /* a small head, chunks of 256 keys */
-        check_attention_rope(3, 3, 128, 16, 4, p4);    /* the own key at each place in a run */
-        check_attention_rope(2, 1, 256, 7, 3, p3);     /* the largest head_dim */
-        check_attention_rope(2, 2, 6, 4, 4, p4);       /* head_dim not a multiple of 4 */
-        check_attention_rope(16, 4, 64, 16, 40, p40);  /* 640 CTAs: 4 warps */
+        check_attention_rope(32, 8, 128, 16, 1, p1, 0);  /* 27B-like GQA, one token, 8 warps */
+        check_attention_rope(4, 2, 20, 5, 3, p3, 0);     /* a small head, chunks of 256 keys */
+        check_attention_rope(3, 3, 128, 16, 4, p4, 0);   /* the own key at each place in a run */
+        check_attention_rope(3, 3, 128, 16, 4, p4, 1);   /* q, k, v from separate projections */
+        check_attention_rope(2, 1, 256, 7, 3, p3, 0);    /* the largest head_dim */
+        check_attention_rope(2, 2, 6, 4, 4, p4, 1);      /* head_dim not a multiple of 4 */
+        check_attention_rope(16, 4, 64, 16, 40, p40, 0); /* 640 CTAs: 4 warps */
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     float *d = NULL;
@@ -672,7 +677,7 @@ TEST(gpu_embed_gather_table_update_exact) {
  * every decode token into lg (steps x 3 + 3 rows of vocab); the config of the
  * first decode step's last ternary matmul into cfg. */
 enum { SYN_V = 512 };
-static void synth_decode(int glu, int att, int steps, float *lg, char *cfg, size_t cap,
+static void synth_decode(int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
                          CudaEngineInfo *info) {
     Model m;
     memset(&m, 0, sizeof m);
@@ -683,12 +688,14 @@ static void synth_decode(int glu, int att, int steps, float *lg, char *cfg, size
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
     setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
+    setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
     const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
     unsetenv("TERNLAB_CUDA_GLU_FUSE");
     unsetenv("TERNLAB_CUDA_ATT_FUSE");
+    unsetenv("TERNLAB_CUDA_O_FUSE");
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[8], seq[8];
@@ -700,13 +707,15 @@ static void synth_decode(int glu, int att, int steps, float *lg, char *cfg, size
         REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, 8, &last, 1, out) == 0);
     }
     e.rs.decode = 1;
+    int prev_n = 1; /* logit rows the previous call wrote at out */
     for (int s = 0; s < 2 * steps + 1; s++) {
         const int n = s < steps ? 1 : s < 2 * steps ? 2 : 3;
         for (int i = 0; i < n; i++) {
             seq[i] = n == 3 ? (i < 2 ? sa : sb) : (i ? sb : sa);
-            tok[i] = (int)argmax_f32(out + (s ? i : 0) * SYN_V, SYN_V) ^ i;
+            tok[i] = (int)argmax_f32(out + (i < prev_n ? i : 0) * SYN_V, SYN_V) ^ i;
             pos[i] = np[seq[i] == sb]++;
         }
+        prev_n = n;
         out = lg + (s < steps ? s : s < 2 * steps ? steps + 2 * (s - steps) : 3 * steps) * SYN_V;
         REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, n, li, n, out) == 0);
         if (s == 0) snprintf(cfg, cap, "%s", tern_cuda_last_config());
@@ -726,29 +735,33 @@ static void synth_decode(int glu, int att, int steps, float *lg, char *cfg, size
 TEST(gpu_fused_decode_bit_identical) {
     SKIP_WITHOUT_GPU();
     const int steps = 4, rows = 3 * steps + 3;
-    float *a = xmalloc(sizeof(float) * rows * SYN_V), *b = xmalloc(sizeof(float) * rows * SYN_V);
+    float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xmalloc(sizeof(float) * rows * SYN_V);
     char ca[96], cb[96];
     CudaEngineInfo ia, ib;
-    synth_decode(0, 0, steps, a, ca, sizeof ca, &ia);
+    synth_decode(0, 0, 0, steps, a, ca, sizeof ca, &ia);
     CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0, "fused layers with fusion off");
-    for (int v = 1; v < 4; v++) {
-        const int glu = v & 1, att = v >> 1;
+    /* (glu, att, o): each alone, all, attention without o */
+    static const int set[][3] = {{1, 0, 0}, {0, 1, 1}, {1, 1, 1}, {1, 1, 0}};
+    for (int v = 0; v < 4; v++) {
+        const int glu = set[v][0], att = set[v][1], ofu = set[v][2];
         memset(b, 0, sizeof(float) * rows * SYN_V);
-        synth_decode(glu, att, steps, b, cb, sizeof cb, &ib);
-        /* layers enqueued fused: the MLP and o at one token, the attention at
-         * one and two tokens (more layers than o) */
-        CHECK_MSG((ib.fused_mlp > 0) == glu && (ib.fused_o > 0) == att &&
-                      (att ? ib.fused_att > ib.fused_o : ib.fused_att == 0),
-                  "glu %d att %d: fused layers: MLP %lld, o %lld, attention %lld", glu, att,
-                  (long long)ib.fused_mlp, (long long)ib.fused_o, (long long)ib.fused_att);
+        synth_decode(glu, att, ofu, steps, b, cb, sizeof cb, &ib);
         CHECK_MSG(strstr(ca, "f32x") == NULL && (strstr(cb, "f32x") != NULL) == glu,
                   "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" glu %d att %d", ca,
                   cb, glu, att);
+        /* layers enqueued fused: the MLP and o at one token, the attention at
+         * one and two tokens (more layers than o); a graph for each step shape */
+        CHECK_MSG((ib.fused_mlp > 0) == glu && (ib.fused_o > 0) == (att && ofu) &&
+                      (att ? ib.fused_att > ib.fused_o : ib.fused_att == 0),
+                  "glu %d att %d o %d: fused layers: MLP %lld, o %lld, attention %lld", glu, att, ofu,
+                  (long long)ib.fused_mlp, (long long)ib.fused_o, (long long)ib.fused_att);
+        CHECK_MSG(ia.graphs >= 2 && ib.graphs >= 2, "decode graphs captured: %lld / %lld",
+                  (long long)ia.graphs, (long long)ib.graphs);
         int bad = 0, first = -1;
         for (int i = 0; i < rows * SYN_V; i++)
             if (memcmp(a + i, b + i, 4) != 0) bad++, first = first < 0 ? i / SYN_V : first;
-        CHECK_MSG(bad == 0, "glu %d att %d: %d of %d logits differ (first in row %d)", glu, att, bad,
-                  rows * SYN_V, first);
+        CHECK_MSG(bad == 0, "glu %d att %d o %d: %d of %d logits differ (first in row %d)", glu, att, ofu,
+                  bad, rows * SYN_V, first);
     }
     free(a), free(b);
 }

@@ -1052,9 +1052,6 @@ bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 
-/* TERNLAB_CUDA_ATTN: warp (default, attention_warp_kernel) or block (the
- * block-softmax attention_kernel, for end-to-end comparisons); anything else
- * is an error (-1, err_set). */
 /* attention_warp_kernel over (tokens, heads): 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsSmall / Large), float4 or scalar
  * lanes by head_dim and alignment. */
@@ -1084,6 +1081,9 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
                            tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz);
 }
 
+/* TERNLAB_CUDA_ATTN: warp (default, attention_warp_kernel) or block (the
+ * block-softmax attention_kernel, for end-to-end comparisons); anything else
+ * is an error (-1, err_set). */
 int attn_kind(void) {
     const char *e = getenv("TERNLAB_CUDA_ATTN");
     if (!e || !*e || !strcmp(e, "warp")) return 0;

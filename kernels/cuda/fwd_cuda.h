@@ -74,9 +74,10 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
  * fwdc_rope_kv_write stores), scores the token's own position from them and
  * one CTA per KV head writes K, V to slot[i]; d_out bit-identical to the two
  * calls.  d_omax (n) may be NULL; else max |out row i| raised into d_omax[i]
- * as float bits (zero before the call): the int8 scale of the row, formed by
- * tern_cuda_matmul_i8_f32x.  q and k may be rotated in place (the separate
- * calls run under TERNLAB_CUDA_ATTN=block).  head_dim even, <= 256. */
+ * as float bits (zero before the call; under TERNLAB_CUDA_ATTN=block, where
+ * the separate calls run and q, k are rotated in place, it is written, the
+ * same value): the int8 scale of the row, formed by
+ * tern_cuda_matmul_i8_f32x.  head_dim even, <= 256. */
 int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
                         int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
                         const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,

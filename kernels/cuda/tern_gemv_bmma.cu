@@ -103,14 +103,14 @@ __device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4],
  * bytes per block) and their sum x, added to *sumx (zeroed here; a barrier
  * among the nthr threads that call this must follow before either is read).
  * XF: x's codes formed here from the f32 values xf with the scale 127 /
- * max|x| (*xmax's float bits), which is returned (else 0).  PRE > 0: each
- * thread's first PRE items of f32 values are loaded before the scale is
- * formed, one L2 round trip instead of two (max, then values): 4608 x 36864
- * 18.5 -> 16.2 us, 4608 x 4096 6.2 -> 4.9 (int8 x: 15.5, 4.4).  The
+ * max|x| (*xmax's float bits), which is returned (else 0); each thread's
+ * first PRE items of f32 values are loaded before the scale is formed, one
+ * L2 round trip instead of two (max, then values): 4608 x 36864 18.7 -> 16.1
+ * us, 4608 x 4096 6.2 -> 4.9 (int8 x: 15.3, 4.4).  The
  * register-fed kernel takes PRE 1 (its CTAs hold <= 1 item per thread at
  * the shapes it serves): 16 registers per item, and with PRE 2 it lost a
  * CTA per SM (7B's 4096 x 11008: 10.0 -> 11.9 us). */
-template <bool XF, int PRE = 0>
+template <bool XF, int PRE = 1>
 __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x, const float *xf,
                                               const unsigned *xmax, int64_t xcols, int64_t kb0, int nkb,
                                               int tid, int nthr, int *sumx) {
@@ -144,7 +144,8 @@ __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x,
             vv[f] = it < n && col + 64 * f < xcols ? *reinterpret_cast<const float4 *>(xf + col + 64 * f)
                                                    : make_float4(0.f, 0.f, 0.f, 0.f);
     };
-    if constexpr (XF && PRE > 0) {
+    static_assert(!XF || PRE > 0, "f32 input: PRE items loaded before the scale");
+    if constexpr (XF) {
         const unsigned xm = *xmax;
         float4 v[PRE][4];
         int it = tid;
@@ -163,15 +164,6 @@ __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x,
             if (it < n)
 #pragma unroll
                 for (int k = 0; k < PRE; k++) load(it + k * nthr, v[k]);
-        }
-    } else if constexpr (XF) {
-        xs = tern_act_scale(__uint_as_float(*xmax));
-        for (int it = tid; it < n; it += nthr) {
-            float4 vv[4];
-            uint32_t w[4];
-            load(it, vv);
-            quant4(vv, w);
-            emit(it, w);
         }
     } else {
         for (int it = tid; it < n; it += nthr) {

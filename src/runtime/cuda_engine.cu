@@ -1000,7 +1000,7 @@ struct TpGpu {
     std::condition_variable gate_cv;
     int gate = 0;
     StepPlan plan;
-    /* step shapes (n, logits, one sequence, graph-eligible) run before; a new
+    /* step shapes (n, logits, one sequence, distinct, graph-eligible) run before; a new
      * one gets a warm-up pass on every rank first (tp_rank_step) */
     std::set<std::tuple<int64_t, int64_t, bool, bool, bool>> shapes;
     bool warm = false;
