@@ -71,8 +71,6 @@ __global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, 
 constexpr int kRowThreads = 1024; /* row kernels: a decode step has few rows, so one
                                     * CTA per row must keep many loads in flight */
 
-__device__ __forceinline__ int8_t quant1(float v, float s) { return tern_quant1(v, s); }
-
 /* One CTA per row: x += h (optional, written back), out = x * rsqrt(mean(x^2)
  * + eps) * w in f32 and/or bf16, and optionally the row's int8 activations
  * of the f32 out values (act_quant_int8_ref: s = 127 / max(max|out|, 1e-5)).
@@ -129,18 +127,16 @@ norm_kernel(float *x, const float *h, const float *w, int64_t dim, float eps, fl
     }
     if (!xq) return;
     mx = block_max(mx, red);
-    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+    const float s = tern_act_scale(mx);
     for (int64_t i = threadIdx.x * W; i < dim; i += (int64_t)blockDim.x * W) {
         int8_t q[W];
 #pragma unroll
-        for (int e = 0; e < W; e++) q[e] = quant1(__fmul_rn(w[i + e], __fmul_rn(xr[i + e], r)), s);
+        for (int e = 0; e < W; e++) q[e] = tern_quant1(__fmul_rn(w[i + e], __fmul_rn(xr[i + e], r)), s);
         if constexpr (V4) *reinterpret_cast<char4 *>(xq + row + i) = make_char4(q[0], q[1], q[2], q[3]);
         else xq[row + i] = q[0];
     }
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
-
-__device__ __forceinline__ float glu1(int act, float x, float u) { return tern_glu1(act, x, u); }
 
 /* One CTA per row: y = act(g) * u (g, u rows of stride ld) into o32 (n, cols),
  * optional bf16 copy and int8 activations of the f32 values. */
@@ -161,15 +157,15 @@ glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t l
         if constexpr (V4) {
             const float4 a = *reinterpret_cast<const float4 *>(gr + i);
             const float4 b = *reinterpret_cast<const float4 *>(ur + i);
-            v[0] = glu1(act, a.x, b.x), v[1] = glu1(act, a.y, b.y);
-            v[2] = glu1(act, a.z, b.z), v[3] = glu1(act, a.w, b.w);
+            v[0] = tern_glu1(act, a.x, b.x), v[1] = tern_glu1(act, a.y, b.y);
+            v[2] = tern_glu1(act, a.z, b.z), v[3] = tern_glu1(act, a.w, b.w);
             *reinterpret_cast<float4 *>(orow + i) = make_float4(v[0], v[1], v[2], v[3]);
             if (o16) {
                 *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v[0], v[1]);
                 *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i + 2) = __floats2bfloat162_rn(v[2], v[3]);
             }
         } else {
-            v[0] = glu1(act, gr[i], ur[i]);
+            v[0] = tern_glu1(act, gr[i], ur[i]);
             orow[i] = v[0];
             if (o16) o16[row + i] = __float2bfloat16_rn(v[0]);
         }
@@ -178,11 +174,11 @@ glu_rows_kernel(int act, const float *g, const float *u, int64_t cols, int64_t l
     }
     if (!xq) return;
     mx = block_max(mx, red); /* its __syncthreads also orders the o32 writes before the reads */
-    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+    const float s = tern_act_scale(mx);
     for (int64_t i = threadIdx.x * W; i < cols; i += (int64_t)blockDim.x * W) {
         int8_t q[W];
 #pragma unroll
-        for (int e = 0; e < W; e++) q[e] = quant1(orow[i + e], s);
+        for (int e = 0; e < W; e++) q[e] = tern_quant1(orow[i + e], s);
         if constexpr (V4) *reinterpret_cast<char4 *>(xq + row + i) = make_char4(q[0], q[1], q[2], q[3]);
         else xq[row + i] = q[0];
     }
@@ -203,13 +199,13 @@ __device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], floa
                                                  int64_t row, int64_t step, int8_t *xq, float *sx,
                                                  float *red) {
     mx = block_max(mx, red);
-    const float s = 127.0f / (mx > 1e-5f ? mx : 1e-5f);
+    const float s = tern_act_scale(mx);
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= n) break;
         *reinterpret_cast<char4 *>(xq + row + i) =
-            make_char4(quant1(v[c].x, s), quant1(v[c].y, s), quant1(v[c].z, s), quant1(v[c].w, s));
+            make_char4(tern_quant1(v[c].x, s), tern_quant1(v[c].y, s), tern_quant1(v[c].z, s), tern_quant1(v[c].w, s));
     }
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
@@ -282,8 +278,8 @@ __device__ __forceinline__ float glu_cached_pass(int act, const float *gr, const
         const float4 a = *reinterpret_cast<const float4 *>(gr + i);
         const float4 b = *reinterpret_cast<const float4 *>(ur + i);
         float4 v;
-        v.x = glu1(act, a.x, b.x), v.y = glu1(act, a.y, b.y);
-        v.z = glu1(act, a.z, b.z), v.w = glu1(act, a.w, b.w);
+        v.x = tern_glu1(act, a.x, b.x), v.y = tern_glu1(act, a.y, b.y);
+        v.z = tern_glu1(act, a.z, b.z), v.w = tern_glu1(act, a.w, b.w);
         *reinterpret_cast<float4 *>(o32 + row + i) = v;
         if (o16) {
             *reinterpret_cast<__nv_bfloat162 *>(o16 + row + i) = __floats2bfloat162_rn(v.x, v.y);
@@ -343,13 +339,13 @@ glu_rows_kernel_cl(int act, const float *g, const float *u, int64_t cols, int64_
     float m = 0.0f;
 #pragma unroll
     for (int q = 0; q < kGluCl; q++) m = fmaxf(m, *cl.map_shared_rank(&s_mx, q));
-    const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
+    const float s = tern_act_scale(m);
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = c0 + threadIdx.x * 4 + c * step;
         if (i >= c1) break;
         *reinterpret_cast<char4 *>(xq + row + i) =
-            make_char4(quant1(vv[c].x, s), quant1(vv[c].y, s), quant1(vv[c].z, s), quant1(vv[c].w, s));
+            make_char4(tern_quant1(vv[c].x, s), tern_quant1(vv[c].y, s), tern_quant1(vv[c].z, s), tern_quant1(vv[c].w, s));
     }
     if (rank == 0 && threadIdx.x == 0) sx[r] = s;
     cl.sync(); /* no CTA leaves while another may still read its s_mx */
@@ -670,8 +666,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         float sum = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
-        o[d] = sum * inv;
-        amax = fmaxf(amax, fabsf(sum * inv));
+        const float y = sum * inv;
+        o[d] = y;
+        amax = fmaxf(amax, fabsf(y));
     }
     if (fz.omax) {
         amax = warp_max(amax);
@@ -847,13 +844,7 @@ attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float 
 __global__ void glu_kernel(int act, float *g, const float *u, int64_t cnt) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
          i += (int64_t)gridDim.x * blockDim.x) {
-        const float x = g[i];
-        if (act == 0) {
-            g[i] = x / (1.0f + expf(-x)) * u[i];
-        } else {
-            const float r = x > 0.0f ? x : 0.0f;
-            g[i] = r * r * u[i];
-        }
+        g[i] = tern_glu1(act, g[i], u[i]);
     }
 }
 
@@ -886,11 +877,8 @@ act_quant_kernel(const float *x, int64_t cols, const float *mx_in, int8_t *xq, f
     __shared__ float red[32];
     const float *xr = x + blockIdx.x * cols;
     const float m = mx_in ? mx_in[blockIdx.x] : row_absmax(xr, cols, red);
-    const float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
-    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) {
-        const float r = rintf(__fmul_rn(xr[k], s));
-        xq[blockIdx.x * cols + k] = (int8_t)(r > 127.0f ? 127 : r < -128.0f ? -128 : (int)r);
-    }
+    const float s = tern_act_scale(m);
+    for (int64_t k = threadIdx.x; k < cols; k += blockDim.x) xq[blockIdx.x * cols + k] = tern_quant1(xr[k], s);
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 

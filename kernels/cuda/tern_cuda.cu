@@ -37,9 +37,9 @@ int gemv1_pick(void) {
 }
 
 /* The default one-token int8 GEMV for W (the comment in run() has the
- * measurements): 6 binary tensor cores, 3 multi-row dp4a, 4 one warp per
- * row, 0 none of them; *tbm the bulk-copy kernel's variant where it is
- * taken instead (0: not; only with no development variant v set). */
+ * measurements): 6 binary tensor cores (*tbm: the bulk-copy kernel's
+ * variant where that one is taken, else 0; only with no development variant
+ * v set), 3 multi-row dp4a, 4 one warp per row, 0 none of them. */
 int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
     *tbm = 0;
@@ -50,17 +50,28 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
         if (v == 0 && W->cols <= 6144) *tbm = weights >= ((int64_t)64 << 20) ? 63520 : 64520;
-        return 3;
+        return *tbm ? 6 : 3;
     }
     if (v == 0 && W->cols <= 6144 && weights >= ((int64_t)18 << 20)) {
         *tbm = 64520;
-        return 4; /* (what it would be without the bulk-copy kernel) */
+        return 6;
     }
     return W->cols <= 16384 ? 4 : 0;
 }
 
 int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
 thread_local char g_config[96]; /* tern_cuda_last_config */
+
+/* The binary tensor-core GEMV's config, variant v (form: NULL, or a fused
+ * form's name): "gemv_tbm[ form] v=V" for the bulk-copy kernel (v >= 60000),
+ * else "gemv_bmma[ form]". */
+void bmma_config(int v, const char *form) {
+    char cfg[48];
+    const char *sp = form ? " " : "", *f = form ? form : "";
+    if (v >= 60000) snprintf(cfg, sizeof cfg, "gemv_tbm%s%s v=%d", sp, f, v);
+    else snprintf(cfg, sizeof cfg, "gemv_bmma%s%s", sp, f);
+    tern_cuda_set_config(cfg);
+}
 
 /* Per-device workspaces.  Slot 0: staged activations; 1: split-K partials;
  * 2: split-K counters (zeroed when allocated; kernels leave them zero).
@@ -284,11 +295,9 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         if (k1 < 0) return err_prefix("%s: ", who);
         if (k1 == 0) k1 = gemv1_rule(W, v, &tbm);
     }
-    if (k1 == 6 || tbm) {
+    if (k1 == 6) {
         const int bv = tbm ? tbm : v >= 50000 && v < 70000 ? v : 0; /* 6abcd: the bulk-copy kernel */
-        char cfg[32];
-        snprintf(cfg, sizeof cfg, "gemv_tbm v=%d", bv);
-        tern_cuda_set_config(bv >= 60000 ? cfg : "gemv_bmma");
+        bmma_config(bv, nullptr);
         if (tern_gemv_i8_bmma(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, bv, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
@@ -449,17 +458,13 @@ int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
 
 /* A fused form's binary tensor-core variant for W: a development variant in
  * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one,
- * else `other`; recorded as the config "gemv_tbm <form> v=V" (V >= 60000) or
- * "gemv_bmma <form>". */
+ * else `other`; recorded by bmma_config. */
 static int fused_variant(const TernCudaMatrix *W, int lo, int other, const char *form) {
     const int dv = tern_cuda_decode_variant_get();
     int tbm = 0;
     gemv1_rule(W, 0, &tbm);
     const int v = dv >= lo && dv < 70000 ? dv : tbm ? tbm : other;
-    char cfg[40];
-    if (v >= 60000) snprintf(cfg, sizeof cfg, "gemv_tbm %s v=%d", form, v);
-    else snprintf(cfg, sizeof cfg, "gemv_bmma %s", form);
-    tern_cuda_set_config(cfg);
+    bmma_config(v, form);
     return v;
 }
 
@@ -482,7 +487,7 @@ int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
     if (g_force != 0 || gemv1_pick() != 0) return 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     int tbm = 0;
-    return gemv1_rule(W, 0, &tbm) == 6 || tbm ? 1 : 0;
+    return gemv1_rule(W, 0, &tbm) == 6 ? 1 : 0;
 }
 
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,

@@ -197,12 +197,6 @@ __device__ __forceinline__ void combine_planes(const int (&de)[4], const int (&d
     *vb = b;
 }
 
-/* The token's int8 scale: given, or from max|x| (XF: f32 activations coded here) */
-template <bool XF>
-__device__ __forceinline__ float token_scale(const BmArgs &p) {
-    return XF ? tern_act_scale(__uint_as_float(*p.xmax)) : p.sx[0];
-}
-
 /* The scale of row r: from a copy in shared memory of rows sbase.. (ssc),
  * else from global memory. */
 __device__ __forceinline__ float row_scale(const BmArgs &p, int64_t r, const float *ssc, int64_t sbase) {
@@ -270,7 +264,7 @@ __global__ void __launch_bounds__(32 * BM_WARPS) gemv_i8_bmma(const BmArgs p) {
     va -= s_sumx;
     vb -= s_sumx;
     const bool split = gridDim.y > 1;
-    const float sx = XF ? xs : token_scale<XF>(p);
+    const float sx = XF ? xs : p.sx[0];
     if (t == 0) store_rows(p, r0 + g, va, vb, split, sx);
     if (!split) return;
     __threadfence();
@@ -356,8 +350,8 @@ struct TbArgs {
 __device__ __forceinline__ float glu_pair(const TbArgs &q, int64_t r, int dg, int du, float sx, const float *ssc,
                                           int64_t sbase, int64_t nr, float m) {
     const BmArgs &p = q.b;
-    const float sg = ssc ? ssc[r - sbase] : p.scales[r * p.scale_stride],
-                su = ssc ? ssc[nr + r - sbase] : p.scales[(q.half + r) * p.scale_stride];
+    /* (up row half + r sits at ssc[nr + r - sbase]: an offset sbase + half - nr) */
+    const float sg = row_scale(p, r, ssc, sbase), su = row_scale(p, q.half + r, ssc, sbase + q.half - nr);
     const float hv = tern_glu1(q.act, tern_i8_out(sg, (float)dg, sx), tern_i8_out(su, (float)du, sx));
     q.h[r] = hv;
     return fmaxf(m, fabsf(hv));
@@ -488,7 +482,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
     const int sumx = s_sumx;
-    const float sx = XF ? xs : token_scale<XF>(p);
+    const float sx = XF ? xs : p.sx[0];
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
@@ -549,7 +543,6 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
     }
     if (paired && !split) raise_hmax(q, hm);
-    (void)hm;
     if (!split) return;
     /* the last of the K slices of this CTA's tiles writes their y (one counter per
      * CTA range, the same tiles in every slice: a fence and a counter per tile

@@ -527,12 +527,23 @@ static void test_gemv_default(void) {
 }
 
 /* h = act(y_gate) * y_up of a gate|up output y, and max|h| raised (the GLU
- * the fused GEMV must reproduce, through the same tern_glu1) */
+ * the fused GEMV must reproduce, through the same tern_glu1; that formula is
+ * checked against the host below) */
 __global__ void glu_ref_kernel(const float *y, int64_t half, int act, float *h, unsigned *hmax) {
     for (int64_t j = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; j < half; j += (int64_t)gridDim.x * blockDim.x) {
         h[j] = tern_glu1(act, y[j], y[half + j]);
         atomicMax(hmax, __float_as_uint(fabsf(h[j])));
     }
+}
+
+/* The config a fused form records under decode variant v (0: the
+ * dispatch's own): "gemv_tbm <form> v=V" or "gemv_bmma <form>". */
+static bool fused_config_ok(const char *cfg, const char *form, int v) {
+    char want[48];
+    if (v >= 60000) snprintf(want, sizeof want, "gemv_tbm %s v=%d", form, v);
+    else if (v >= 50000) snprintf(want, sizeof want, "gemv_bmma %s", form);
+    else return strstr(cfg, form) != NULL && !strncmp(cfg, "gemv_", 5);
+    return strcmp(cfg, want) == 0;
 }
 
 /* The decode step's fused one-token MLP forms against the separate kernels:
@@ -558,8 +569,10 @@ static void test_fused_mlp(void) {
              dh = gbuf((size_t)half * 4, 4), dhr = gbuf((size_t)half * 4, 4), dm = gbuf(8, 4);
         CK(cudaMemcpy(dx.ptr(), xq.data(), (size_t)K, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), &sx, 4, cudaMemcpyHostToDevice));
+        std::vector<float> yref((size_t)sh.rows), y((size_t)sh.rows);
+        tern_matmul_i8_ref(&W, xq.data(), &sx, 1, yref.data());
         for (int act = 0; act < 2; act++) {
-            /* the separate kernels: the GEMV (bit-identical to the reference elsewhere), then the GLU */
+            /* the separate kernels: the GEMV (against the reference), then the GLU */
             CK(cudaMemset(dm.ptr(), 0, 8));
             bool ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 1,
                                           (float *)dy.ptr(), 0) == 0;
@@ -569,22 +582,45 @@ static void test_fused_mlp(void) {
             std::vector<float> hr((size_t)half), hg((size_t)half);
             unsigned m[2];
             CK(cudaMemcpy(hr.data(), dhr.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(y.data(), dy.ptr(), (size_t)sh.rows * 4, cudaMemcpyDeviceToHost));
+            /* the GLU formula on the host: ReLU^2 exact, SiLU within the device expf's error */
+            int bad_y = 0, bad_h = 0;
+            for (int64_t r = 0; r < sh.rows; r++) bad_y += memcmp(&y[(size_t)r], &yref[(size_t)r], 4) != 0;
+            for (int64_t j = 0; j < half; j++) {
+                const float g = yref[(size_t)j], u = yref[(size_t)(half + j)];
+                const float rl = g > 0.0f ? g : 0.0f;
+                const float want = act == 1 ? (rl * rl) * u : g / (1.0f + expf(-g)) * u;
+                const float got = hr[(size_t)j];
+                bad_h += act == 1 ? memcmp(&got, &want, 4) != 0
+                                  : fabsf(got - want) > 1e-6f * fabsf(want) + 1e-30f;
+            }
+            report(ok && bad_y == 0 && bad_h == 0, "fused glu %lldx%lld act %d: separate GEMV %d of %lld outputs "
+                   "differ from the reference, GLU %d of %lld from the host formula",
+                   (long long)sh.rows, (long long)K, act, bad_y, (long long)sh.rows, bad_h, (long long)half);
             for (int v : glu_vars) {
                 const int oldv = tern_cuda_decode_variant(v);
                 CK(cudaMemset(dm.ptr(), 0, 4));
                 CK(cudaMemset(dh.ptr(), 0xff, (size_t)half * 4));
                 const int rc = tern_cuda_glu_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), act,
                                                 (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+                const bool cfg_ok = fused_config_ok(tern_cuda_last_config(), "glu", v);
                 tern_cuda_decode_variant(oldv);
                 CK(cudaDeviceSynchronize());
                 CK(cudaMemcpy(hg.data(), dh.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
                 CK(cudaMemcpy(m, dm.ptr(), 8, cudaMemcpyDeviceToHost));
                 int bad = 0;
-                for (int64_t j = 0; j < half; j++) bad += memcmp(&hg[(size_t)j], &hr[(size_t)j], 4) != 0;
-                report(ok && rc == 0 && bad == 0 && m[0] == m[1] && m[1] != 0,
-                       "fused glu %lldx%lld act %d variant %d (%s): %d of %lld h differ, max bits %08x vs %08x%s%s",
+                float hmx = 0.0f;
+                for (int64_t j = 0; j < half; j++) {
+                    bad += memcmp(&hg[(size_t)j], &hr[(size_t)j], 4) != 0;
+                    hmx = std::max(hmx, fabsf(hg[(size_t)j]));
+                }
+                unsigned hb;
+                memcpy(&hb, &hmx, 4);
+                report(ok && rc == 0 && cfg_ok && bad == 0 && m[0] == m[1] && m[0] == hb && m[1] != 0,
+                       "fused glu %lldx%lld act %d variant %d (%s): %d of %lld h differ, max bits %08x vs %08x "
+                       "(host %08x)%s%s",
                        (long long)sh.rows, (long long)K, act, v, tern_cuda_last_config(), bad, (long long)half, m[0],
-                       m[1], rc ? ": " : "", rc ? err_msg() : "");
+                       m[1], hb, rc ? ": " : "", rc ? err_msg() : "");
             }
         }
         report(guards_ok(dh) && guards_ok(dy) && guards_ok(dm), "fused glu %lldx%lld: sentinels intact",
@@ -600,6 +636,14 @@ static void test_fused_mlp(void) {
             report(!tern_cuda_glu_i8_ok(&dW), "fused glu 48 x 256 (24 + 24 rows) refused");
             tern_cuda_free(&dW);
             tern_free(&W);
+        }
+        if (make_matrix(2048, 4096, QG_128, &W) == 0 && tern_cuda_upload(&W, &dW) == 0) {
+            report(!tern_cuda_glu_i8_ok(&dW) && !tern_cuda_matmul_i8_f32x_ok(&dW),
+                   "fused forms: 2048 x 4096 in groups of 128 columns refused");
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        } else {
+            report(false, "fused refusal, groups of 128: %s", err_msg());
         }
     }
 
@@ -631,12 +675,13 @@ static void test_fused_mlp(void) {
             CK(cudaMemset(dy.ptr(), 0xff, (size_t)N * 4));
             const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
                                                     (float *)dy.ptr(), 0);
+            const bool cfg_ok = fused_config_ok(tern_cuda_last_config(), "f32x", v);
             tern_cuda_decode_variant(oldv);
             CK(cudaDeviceSynchronize());
             CK(cudaMemcpy(got.data(), dy.ptr(), (size_t)N * 4, cudaMemcpyDeviceToHost));
             int bad = 0;
             for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &ref[(size_t)r], 4) != 0;
-            report(rc == 0 && bad == 0, "f32x %lldx%lld variant %d (%s): %d of %lld outputs differ from the reference%s%s",
+            report(rc == 0 && cfg_ok && bad == 0, "f32x %lldx%lld variant %d (%s): %d of %lld outputs differ from the reference%s%s",
                    (long long)N, (long long)K, v, tern_cuda_last_config(), bad, (long long)N, rc ? ": " : "",
                    rc ? err_msg() : "");
         }
