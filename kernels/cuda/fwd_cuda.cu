@@ -534,9 +534,18 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
                       float *out, AttnFuse fz) {
     pdl_trigger();
-    pdl_wait();
+    /* kRope: what the q|k|v projection (the kernel before) does not write is
+     * read before the wait — this token's page offsets of the first chunk, the
+     * rotation's cos / sin, the slot and the K / V rows of the warp's first run
+     * of earlier positions (written by earlier steps), so that one memory round
+     * trip, not three, follows the projection.  The block table is written by
+     * the step's first kernel: every kernel of the step waits before it lets
+     * the next start (a GEMV: pdl_wait, then pdl_trigger), so when this one
+     * starts, all before the projection have completed. */
+    if (!kRope) pdl_wait();
     constexpr bool kVec = kMode < 2;
     constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */
+    static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
     __shared__ int64_t roff[kAttnChunk];
     __shared__ float wm[kWarps], wl[kWarps];
     __shared__ __align__(16) float wacc[kWarps][256];
@@ -548,20 +557,61 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     const int32_t *tb = tab + (int64_t)tab_row[i] * tab_stride;
     const float *qr = q + i * ldq + (int64_t)h * hd;
     float *const cq = cur, *const ck = cur + (kRope ? 256 : 0), *const cv = cur + (kRope ? 512 : 0);
-    if constexpr (kRope) { /* (no barrier here: the first chunk's one serves) */
-        const int half = hd / 2, p = ctx - 1;
-        const float *kr0 = fz.k + i * fz.ldk + (int64_t)kvh * hd, *vr0 = fz.v + i * fz.ldv + (int64_t)kvh * hd;
+    /* lane's dims: e-th of kE at dim_of(e); valid when < hd */
+    auto dim_of = [&](int e) { return kVec ? 4 * lane + 128 * (e / 4) + e % 4 : lane + 32 * e; };
+    /* K and V of the run of kU keys from chunk key j0 (chunk c0 of cn keys)
+     * into kr / vr: the pages' rows where glob, the token's own key (kRope:
+     * from shared memory, warp-uniform) where own; zeros past the end */
+    float kr[kU][kE], vr[kU][kE];
+    auto load_run = [&](int c0, int j0, int cn, bool glob, bool own_too) {
+#pragma unroll
+        for (int u = 0; u < kU; u++) {
+            const bool ok = j0 + u < cn;
+            const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
+            if (own ? !own_too : !glob) continue;
+            const float *kb = own ? ck : kp + (ok ? roff[j0 + u] : 0), *vb = own ? cv : vp + (ok ? roff[j0 + u] : 0);
+#pragma unroll
+            for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
+                const int d = dim_of(e);
+                if (kVec) {
+                    float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
+                    if (ok && d < hd) {
+                        k4 = *reinterpret_cast<const float4 *>(kb + d);
+                        v4 = *reinterpret_cast<const float4 *>(vb + d);
+                    }
+                    kr[u][e] = k4.x, kr[u][e + 1] = k4.y, kr[u][e + 2] = k4.z, kr[u][e + 3] = k4.w;
+                    vr[u][e] = v4.x, vr[u][e + 1] = v4.y, vr[u][e + 2] = v4.z, vr[u][e + 3] = v4.w;
+                } else {
+                    kr[u][e] = ok && d < hd ? kb[d] : 0.0f;
+                    vr[u][e] = ok && d < hd ? vb[d] : 0.0f;
+                }
+            }
+        }
+    };
+    if constexpr (kRope) {
+        const int half = hd / 2, p = ctx - 1, cn0 = ctx < kAttnChunk ? ctx : kAttnChunk;
+        for (int j = t; j < cn0; j += kThreads) roff[j] = kv_row(tb, j, bs, n_kv, kvh, hd);
         const bool wr = h % (n_heads / n_kv) == 0; /* one CTA per KV head stores the token's K and V */
         const int sl = wr ? fz.slot[i] : 0;
+        const float c = t < half ? fz.cs[(int64_t)p * half + t] : 0.0f, s = t < half ? fz.sn[(int64_t)p * half + t] : 0.0f;
+        __syncthreads(); /* roff */
+        load_run(0, kU * warp, cn0, true, false);
+        /* the warp's later runs of the chunk into L2 (a lane per 128-byte line of a K or V row) */
+        const int nl = (hd + 31) / 32;
+        for (int j = kU * (warp + kWarps); j < cn0; j += kU * kWarps)
+            for (int u = 0; u < kU && j + u < cn0; u++)
+                if (lane < 2 * nl && j + u != p)
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"((lane < nl ? kp : vp) + roff[j + u] + 32 * (lane % nl)));
+        pdl_wait();
+        const float *kr0 = fz.k + i * fz.ldk + (int64_t)kvh * hd, *vr0 = fz.v + i * fz.ldv + (int64_t)kvh * hd;
         float *kw = fz.kw + (((int64_t)(sl / bs) * n_kv + kvh) * bs + sl % bs) * hd,
               *vw = fz.vw + (kw - fz.kw);
-        for (int j = t; j < half; j += kThreads) {
-            const float c = fz.cs[(int64_t)p * half + j], s = fz.sn[(int64_t)p * half + j];
+        if (t < half) {
             float y1, y2;
-            rope_pair(qr[j], qr[j + half], c, s, &cq[j], &cq[j + half]);
-            rope_pair(kr0[j], kr0[j + half], c, s, &y1, &y2);
-            ck[j] = y1, ck[j + half] = y2;
-            if (wr) kw[j] = y1, kw[j + half] = y2;
+            rope_pair(qr[t], qr[t + half], c, s, &cq[t], &cq[t + half]);
+            rope_pair(kr0[t], kr0[t + half], c, s, &y1, &y2);
+            ck[t] = y1, ck[t + half] = y2;
+            if (wr) kw[t] = y1, kw[t + half] = y2;
         }
         for (int d = t; d < hd; d += kThreads) {
             const float x = vr0[d];
@@ -570,8 +620,6 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         }
         qr = cq;
     }
-    /* lane's dims: e-th of kE at dim_of(e); valid when < hd */
-    auto dim_of = [&](int e) { return kVec ? 4 * lane + 128 * (e / 4) + e % 4 : lane + 32 * e; };
     float qv[kE], acc[kE];
     auto load_q = [&]() {
 #pragma unroll
@@ -586,42 +634,13 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     float m = -INFINITY, l = 0.0f;
     for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
         const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
-        for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
-        __syncthreads();
-        if (kRope && c0 == 0) load_q(); /* the rotated q is complete */
+        if (!kRope || c0 > 0) /* (kRope: the first chunk's offsets are in place) */
+            for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
+        __syncthreads(); /* roff; kRope: the rotated q, k and v */
+        if (kRope && c0 == 0) load_q();
         for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
-            float kr[kU][kE], vr[kU][kE];
-#pragma unroll
-            for (int u = 0; u < kU; u++) {
-                const bool ok = j0 + u < cn;
-                /* kRope: the token's own key from shared memory (warp-uniform) */
-                const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
-                const float *kb = kp + (ok ? roff[j0 + u] : 0), *vb = vp + (ok ? roff[j0 + u] : 0);
-#pragma unroll
-                for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
-                    const int d = dim_of(e);
-                    if (kVec) {
-                        float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
-                        if (own) {
-                            if (d < hd) {
-                                k4 = *reinterpret_cast<const float4 *>(ck + d);
-                                v4 = *reinterpret_cast<const float4 *>(cv + d);
-                            }
-                        } else if (ok && d < hd) {
-                            k4 = *reinterpret_cast<const float4 *>(kb + d);
-                            v4 = *reinterpret_cast<const float4 *>(vb + d);
-                        }
-                        kr[u][e] = k4.x, kr[u][e + 1] = k4.y, kr[u][e + 2] = k4.z, kr[u][e + 3] = k4.w;
-                        vr[u][e] = v4.x, vr[u][e + 1] = v4.y, vr[u][e + 2] = v4.z, vr[u][e + 3] = v4.w;
-                    } else if (own) {
-                        kr[u][e] = d < hd ? ck[d] : 0.0f;
-                        vr[u][e] = d < hd ? cv[d] : 0.0f;
-                    } else {
-                        kr[u][e] = ok && d < hd ? kb[d] : 0.0f;
-                        vr[u][e] = ok && d < hd ? vb[d] : 0.0f;
-                    }
-                }
-            }
+            if (kRope && c0 == 0 && j0 == kU * warp) load_run(c0, j0, cn, false, true); /* loaded but the own key */
+            else load_run(c0, j0, cn, true, true);
             float s[kU], mn = m;
 #pragma unroll
             for (int u = 0; u < kU; u++) {

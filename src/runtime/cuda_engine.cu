@@ -94,10 +94,11 @@ struct CE {
     int32_t *ids = nullptr; /* argmax of each logit row */
     /* one token: the GLU fused into the gate|up GEMV (TERNLAB_CUDA_GLU_FUSE=0
      * turns it off); decode steps: RoPE and the KV write in the attention
-     * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token the o
-     * projection's int8 pass in it too (TERNLAB_CUDA_O_FUSE=0).  hmax: per
-     * layer, max|h| of the GLU output, then max|attention output| (float bits) */
-    int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
+     * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token, on
+     * request (TERNLAB_CUDA_O_FUSE=1), the o projection's int8 pass in it too.
+     * hmax: per layer, max|h| of the GLU output, then max|attention output|
+     * (float bits) */
+    int glu_fuse = 1, att_fuse = 1, o_fuse = 0;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     /* one decode graph at a time */
@@ -826,11 +827,20 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
  * time kernels one by one, e.g. Nsight Compute); TERNLAB_CUDA_GLU_FUSE=0: the
  * one-token MLP as separate kernels (mlp_fused); TERNLAB_CUDA_ATT_FUSE=0: RoPE
- * + KV write and the attention as separate kernels; TERNLAB_CUDA_O_FUSE=0:
- * the o projection's input coded by an int8 pass, not by the GEMV (o_fused). */
+ * + KV write and the attention as separate kernels. */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
+}
+
+/* An off-by-default switch: true only where `name` is "1".
+ * TERNLAB_CUDA_O_FUSE=1: the o projection codes its f32 input itself
+ * (o_fused) instead of an int8 pass.  Off since the attention reads before
+ * its wait: same run, three rounds (H200, bench-e2e tern-i8 B = 1), 27B 283-284
+ * tok/s with it against 292-294 without, 7B 743-746 against 754-762. */
+bool env_set(const char *name) {
+    const char *v = getenv(name);
+    return v && strcmp(v, "1") == 0;
 }
 
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
@@ -841,7 +851,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
-    g->o_fuse = env_on("TERNLAB_CUDA_O_FUSE");
+    g->o_fuse = env_set("TERNLAB_CUDA_O_FUSE");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;

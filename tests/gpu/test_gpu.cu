@@ -647,7 +647,7 @@ static void test_fused_mlp(void) {
         }
     }
 
-    const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 12304}, {300, 8192}, {8200, 4096}, {4100, 32768}};
+    const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 12304}, {300, 8192}, {8200, 4096}, {4100, 32768}, {4096, 4096}};
     const int f32_vars[] = {0, 51400, 52200, 63530, 64520, 66520, 63520};
     for (const Shape2 &sh : f32_shapes) {
         TernaryMatrix W;
@@ -690,7 +690,7 @@ static void test_fused_mlp(void) {
         tern_cuda_free(&dW);
         tern_free(&W);
     }
-    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}}) { /* the dp4a GEMVs' shapes: refused */
+    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}, Shape2{2032, 4096}}) { /* the dp4a / one-warp GEMVs' small shapes: refused */
         TernaryMatrix W;
         TernCudaMatrix dW;
         if (!upload_shape("f32x refusal", sh, &W, &dW)) continue;
