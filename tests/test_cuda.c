@@ -188,111 +188,6 @@ TEST(gpu_fused_norm_glu_match_cpu) {
     check_fused_norm_glu(36864, 3);
 }
 
-/* The RMSNorm folded into the GEMV after it (tern_cuda_matmul_i8_norm,
- * tern_cuda_glu_i8_norm) against fwdc_norm's int8 output fed to the plain
- * forms: outputs (and the GLU's max|h|) bit-identical, x + h written to
- * x_out exactly as fwdc_norm adds it in place; with and without h; rows of
- * one and two of the norm kernel's items per thread (4096 / 4608 columns),
- * a K split (8192 columns), small and odd widths. */
-static void check_norm_fold(int64_t rows, int64_t cols, int glu, int with_h, uint64_t seed) {
-    uint64_t s = seed;
-    int8_t *q = xmalloc((size_t)(rows * cols));
-    float *sc = xmalloc(sizeof(float) * rows);
-    for (int64_t i = 0; i < rows * cols; i++) q[i] = (int8_t)((int)((s = s * 6364136223846793005ull + 1) >> 62) % 3 - 1);
-    for (int64_t r = 0; r < rows; r++) sc[r] = 0.3f + 0.5f * fabsf(frand(&s));
-    TernaryMatrix W;
-    TernCudaMatrix dW;
-    REQUIRE(tern_from_codes(q, sc, rows, cols, QG_ROW, DT_F32, &W) == 0);
-    REQUIRE(tern_cuda_upload(&W, &dW) == 0);
-    float *x = xmalloc(sizeof(float) * cols), *h = xmalloc(sizeof(float) * cols), *w = xmalloc(sizeof(float) * cols);
-    for (int64_t i = 0; i < cols; i++) x[i] = 3.0f * frand(&s), h[i] = frand(&s), w[i] = 1.0f + 0.5f * frand(&s);
-    x[cols / 3] = -30.0f;
-    const int64_t out = glu ? rows / 2 : rows;
-    DevBuf bx, bx2, bh, bw, bxo, bq, bsx, by, by2, bm;
-    float *dx = dev_new(&bx, sizeof(float) * cols, x), *dx2 = dev_new(&bx2, sizeof(float) * cols, x);
-    float *dh = dev_new(&bh, sizeof(float) * cols, h), *dw = dev_new(&bw, sizeof(float) * cols, w);
-    float *dxo = dev_new(&bxo, sizeof(float) * cols, NULL), *dsx = dev_new(&bsx, sizeof(float), NULL);
-    int8_t *dq = dev_new(&bq, (size_t)cols, NULL);
-    float *dy = dev_new(&by, sizeof(float) * rows, NULL), *dy2 = dev_new(&by2, sizeof(float) * rows, NULL);
-    unsigned *dm = dev_new(&bm, 2 * sizeof(unsigned), NULL);
-    REQUIRE(cudaMemset(dm, 0, 2 * sizeof(unsigned)) == cudaSuccess);
-    const float eps = 1e-5f;
-    /* the separate kernels: fwdc_norm (x += h in place), then the plain form */
-    REQUIRE(fwdc_norm(dx, with_h ? dh : NULL, dw, 1, cols, eps, NULL, NULL, dq, dsx, 0) == 0);
-    if (glu) REQUIRE(tern_cuda_glu_i8(&dW, dq, dsx, 1, dy2, dm, 0) == 0);
-    else REQUIRE(tern_cuda_matmul_i8(&dW, dq, dsx, 1, dy2, 0) == 0);
-    TernCudaNormIn in = {dx2, with_h ? dh : NULL, dw, with_h ? dxo : NULL, eps};
-    const int rc = glu ? tern_cuda_glu_i8_norm(&dW, &in, 1, dy, dm + 1, 0) : tern_cuda_matmul_i8_norm(&dW, &in, dy, 0);
-    CHECK_MSG(rc == 0, "%s", err_msg());
-    const char *cfg = tern_cuda_last_config();
-    CHECK_MSG(strstr(cfg, "gemv_tbm") && strstr(cfg, "norm"), "config %s", cfg);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    float *a = xmalloc(sizeof(float) * rows), *b = xmalloc(sizeof(float) * rows);
-    float *xa = xmalloc(sizeof(float) * cols), *xb = xmalloc(sizeof(float) * cols);
-    unsigned m[2];
-    cudaMemcpy(a, dy, sizeof(float) * out, cudaMemcpyDeviceToHost);
-    cudaMemcpy(b, dy2, sizeof(float) * out, cudaMemcpyDeviceToHost);
-    cudaMemcpy(m, dm, sizeof m, cudaMemcpyDeviceToHost);
-    int bad = 0;
-    for (int64_t r = 0; r < out; r++) bad += memcmp(a + r, b + r, 4) != 0;
-    CHECK_MSG(bad == 0, "%lld x %lld glu %d h %d: %d of %lld outputs differ", (long long)rows, (long long)cols, glu,
-              with_h, bad, (long long)out);
-    if (glu) CHECK_MSG(m[0] == m[1] && m[0] != 0, "max|h| bits %08x vs %08x", m[1], m[0]);
-    dev_get(&bx, xa);
-    if (with_h) {
-        dev_get(&bxo, xb);
-        CHECK_MSG(memcmp(xa, xb, sizeof(float) * cols) == 0, "x + h: the folded form's x_out differs");
-    }
-    dev_get(&bx2, xb);
-    CHECK_MSG(memcmp(x, xb, sizeof(float) * cols) == 0, "the folded form wrote its input x");
-    CHECK(dev_done(&bx) && dev_done(&bx2) && dev_done(&bh) && dev_done(&bw) && dev_done(&bxo) && dev_done(&bq) &&
-          dev_done(&bsx) && dev_done(&by) && dev_done(&by2) && dev_done(&bm));
-    tern_cuda_free(&dW);
-    tern_free(&W);
-    free(q), free(sc), free(x), free(h), free(w), free(a), free(b), free(xa), free(xb);
-}
-
-TEST(gpu_norm_folded_into_gemv_bit_identical) {
-    SKIP_WITHOUT_GPU();
-    for (int with_h = 0; with_h < 2; with_h++) {
-        check_norm_fold(9216, 256, 0, with_h, 1);  /* the engine test's q|k|v */
-        check_norm_fold(8192, 4608, 0, with_h, 2); /* 27B q|k|v: two items per thread for 128 threads */
-        check_norm_fold(12288, 4096, 0, with_h, 3);
-        check_norm_fold(4096, 8192, 0, with_h, 4); /* K split */
-        check_norm_fold(100, 1040, 0, with_h, 5);  /* partial tiles, 1040 columns */
-        check_norm_fold(16384, 256, 1, with_h, 6); /* the engine test's gate|up */
-        check_norm_fold(22016, 4096, 1, with_h, 7);
-        check_norm_fold(4096, 4608, 1, with_h, 8);
-    }
-    /* refusals: a row past the norm kernel's range, misaligned vectors, group scales */
-    TernaryMatrix W;
-    TernCudaMatrix dW;
-    int8_t *q = xcalloc(64 * 16400, 1);
-    float sc[64];
-    for (int i = 0; i < 64; i++) sc[i] = 1.0f;
-    REQUIRE(tern_from_codes(q, sc, 64, 16400, QG_ROW, DT_F32, &W) == 0);
-    REQUIRE(tern_cuda_upload(&W, &dW) == 0);
-    CHECK(!tern_cuda_matmul_i8_norm_ok(&dW));
-    float *d = NULL;
-    REQUIRE(cudaMalloc((void **)&d, sizeof(float) * 20000) == cudaSuccess);
-    TernCudaNormIn in = {d, NULL, d, NULL, 1e-5f};
-    err_clear();
-    CHECK(tern_cuda_matmul_i8_norm(&dW, &in, d, 0) != 0);
-    CHECK_MSG(strstr(err_msg(), "folded norm"), "message: %s", err_msg());
-    tern_cuda_free(&dW);
-    tern_free(&W);
-    REQUIRE(tern_from_codes(q, sc, 64, 256, QG_ROW, DT_F32, &W) == 0);
-    REQUIRE(tern_cuda_upload(&W, &dW) == 0);
-    in.x = d + 1;
-    err_clear();
-    CHECK(tern_cuda_matmul_i8_norm(&dW, &in, d, 0) != 0);
-    CHECK_MSG(strstr(err_msg(), "aligned"), "message: %s", err_msg());
-    tern_cuda_free(&dW);
-    tern_free(&W);
-    cudaFree(d);
-    free(q);
-}
-
 /* argmax of each row equals argmax_f32 (first index on ties), rows of one
  * chunk of columns and of many (the chunks' pairs reduced by the last CTA of
  * a row; called twice: the counters and scratch are left clear). */
@@ -782,7 +677,7 @@ TEST(gpu_embed_gather_table_update_exact) {
  * every decode token into lg (steps x 3 + 3 rows of vocab); the config of the
  * first decode step's last ternary matmul into cfg. */
 enum { SYN_V = 512 };
-static void synth_decode(int glu, int att, int ofu, int nrm, int steps, float *lg, char *cfg, size_t cap,
+static void synth_decode(int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
                          CudaEngineInfo *info) {
     Model m;
     memset(&m, 0, sizeof m);
@@ -794,7 +689,6 @@ static void synth_decode(int glu, int att, int ofu, int nrm, int steps, float *l
     setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
-    setenv("TERNLAB_CUDA_NORM_FUSE", nrm ? "1" : "0", 1);
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
@@ -802,7 +696,6 @@ static void synth_decode(int glu, int att, int ofu, int nrm, int steps, float *l
     unsetenv("TERNLAB_CUDA_GLU_FUSE");
     unsetenv("TERNLAB_CUDA_ATT_FUSE");
     unsetenv("TERNLAB_CUDA_O_FUSE");
-    unsetenv("TERNLAB_CUDA_NORM_FUSE");
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[8], seq[8];
@@ -836,8 +729,7 @@ static void synth_decode(int glu, int att, int ofu, int nrm, int steps, float *l
 
 /* The one-token MLP fused into two GEMVs (the GLU in the gate|up GEMV, the
  * int8 coding of h in the down GEMV) and the decode attention with RoPE, the
- * KV write and (one token) the o projection's int8 pass folded in, and (one
- * token) the RMSNorms folded into the q|k|v and gate|up GEMVs give the
+ * KV write and (one token) the o projection's int8 pass folded in give the
  * same logits, bit for bit, as the separate kernels, eagerly and in decode
  * graphs, at one and two tokens, and for two tokens of one sequence. */
 TEST(gpu_fused_decode_bit_identical) {
@@ -846,20 +738,14 @@ TEST(gpu_fused_decode_bit_identical) {
     float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xmalloc(sizeof(float) * rows * SYN_V);
     char ca[96], cb[96];
     CudaEngineInfo ia, ib;
-    synth_decode(0, 0, 0, 0, steps, a, ca, sizeof ca, &ia);
-    CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0 && ia.fused_norm == 0,
-              "fused layers with fusion off");
-    /* (glu, att, o, norm): each alone, all, attention without o, the norms with the GLU alone */
-    static const int set[][4] = {{1, 0, 0, 0}, {0, 1, 1, 0}, {0, 0, 0, 1}, {1, 1, 1, 1}, {1, 1, 0, 1}, {1, 0, 0, 1}};
-    for (int v = 0; v < 6; v++) {
-        const int glu = set[v][0], att = set[v][1], ofu = set[v][2], nrm = set[v][3];
+    synth_decode(0, 0, 0, steps, a, ca, sizeof ca, &ia);
+    CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0, "fused layers with fusion off");
+    /* (glu, att, o): each alone, all, attention without o */
+    static const int set[][3] = {{1, 0, 0}, {0, 1, 1}, {1, 1, 1}, {1, 1, 0}};
+    for (int v = 0; v < 4; v++) {
+        const int glu = set[v][0], att = set[v][1], ofu = set[v][2];
         memset(b, 0, sizeof(float) * rows * SYN_V);
-        synth_decode(glu, att, ofu, nrm, steps, b, cb, sizeof cb, &ib);
-        /* norms folded at one token: q|k|v's in every layer, gate|up's where the MLP is fused */
-        CHECK_MSG(nrm ? (glu ? ib.fused_norm == 2 * ib.fused_mlp : ib.fused_norm > 0 && ib.fused_norm % 2 == 0)
-                      : ib.fused_norm == 0,
-                  "glu %d norm %d: norms folded %lld (MLP layers %lld)", glu, nrm, (long long)ib.fused_norm,
-                  (long long)ib.fused_mlp);
+        synth_decode(glu, att, ofu, steps, b, cb, sizeof cb, &ib);
         CHECK_MSG(strstr(ca, "f32x") == NULL && (strstr(cb, "f32x") != NULL) == glu,
                   "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" glu %d att %d", ca,
                   cb, glu, att);
@@ -874,8 +760,8 @@ TEST(gpu_fused_decode_bit_identical) {
         int bad = 0, first = -1;
         for (int i = 0; i < rows * SYN_V; i++)
             if (memcmp(a + i, b + i, 4) != 0) bad++, first = first < 0 ? i / SYN_V : first;
-        CHECK_MSG(bad == 0, "glu %d att %d o %d norm %d: %d of %d logits differ (first in row %d)", glu, att,
-                  ofu, nrm, bad, rows * SYN_V, first);
+        CHECK_MSG(bad == 0, "glu %d att %d o %d: %d of %d logits differ (first in row %d)", glu, att, ofu,
+                  bad, rows * SYN_V, first);
     }
     free(a), free(b);
 }

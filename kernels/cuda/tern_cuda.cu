@@ -518,32 +518,6 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
     return 0;
 }
 
-static bool norm_cols_ok(const TernCudaMatrix *W) { return W->cols <= 16384; }
-
-int tern_cuda_matmul_i8_norm_ok(const TernCudaMatrix *W) {
-    if (g_force != 0 || gemv1_pick() != 0) return 0;
-    return W && W->d_codes && W->n_groups == 1 && W->cols % 16 == 0 && W->row_bytes % 64 == 0 && norm_cols_ok(W);
-}
-
-int tern_cuda_matmul_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *in, float *d_y, cudaStream_t stream) {
-    if (!tern_cuda_matmul_i8_norm_ok(W))
-        return err_set("tern_cuda_matmul_i8_norm: %lld x %lld: not a matrix the folded norm takes",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
-    const int v = fused_variant(W, 60000, 64520, "norm");
-    if (tern_gemv_i8_norm(W, in, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_norm: ");
-    return 0;
-}
-
-int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *in, int act, float *d_h, unsigned *d_hmax,
-                          cudaStream_t stream) {
-    if (!tern_cuda_glu_i8_ok(W) || !norm_cols_ok(W))
-        return err_set("tern_cuda_glu_i8_norm: %lld x %lld: not a gate|up matrix the folded norm takes",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
-    const int v = fused_variant(W, 60000, 64520, "glu norm");
-    if (tern_gemv_i8_glu_norm(W, in, act, d_h, d_hmax, v, stream) < 0) return err_prefix("tern_cuda_glu_i8_norm: ");
-    return 0;
-}
-
 int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,
                          const uint16_t *d_x, int64_t n, void *d_y, int y_f32,
                          cudaStream_t stream) {

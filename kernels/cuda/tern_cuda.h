@@ -101,24 +101,6 @@ int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W);
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream);
 
-/* One token's RMSNorm folded into the GEMV that takes it: a = x + h (h may
- * be NULL), the int8 codes of w * (a * r), r = 1 / sqrt(mean(a^2) + eps),
- * with the scale 127 / max|.| formed in every CTA — the bits fwdc_norm's
- * int8 output gives (cols <= 16384, 16-byte aligned vectors); x_out (may be
- * NULL) receives a, so x_out must not be x.  tern_cuda_matmul_i8_norm: y = W
- * codes on the bulk-copy kernel (the dispatch's variant, else 64520; _ok: one
- * scale per row, no kernel forced); tern_cuda_glu_i8_norm: tern_cuda_glu_i8
- * of the codes. */
-typedef struct {
-    const float *x, *h, *w;
-    float *x_out;
-    float eps;
-} TernCudaNormIn;
-int tern_cuda_matmul_i8_norm_ok(const TernCudaMatrix *W);
-int tern_cuda_matmul_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *in, float *d_y, cudaStream_t stream);
-int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *in, int act, float *d_h, unsigned *d_hmax,
-                          cudaStream_t stream);
-
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
  * for one token of int8 activations and one scale per row, 3 = the

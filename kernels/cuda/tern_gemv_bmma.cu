@@ -99,30 +99,6 @@ __device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4],
     }
 }
 
-/* Item it of a slice's planes (words j = it % 16 of block it / 16): the four
- * int8 codes words w[f] of columns 64 f + 4 j .. of the block into its 8
- * bit planes; their sum added to *sx_part. */
-__device__ __forceinline__ void emit_planes(uint32_t *planes, int it, const uint32_t (&w)[4], int *sx_part) {
-    const int kbl = it >> 4, j = it & 15;
-#pragma unroll
-    for (int f = 0; f < 4; f++) *sx_part = __dp4a((int)w[f], 0x01010101, *sx_part);
-#pragma unroll
-    for (int pl = 0; pl < 8; pl++) {
-        const uint32_t m = 0x01010101u;
-        planes[(kbl * 8 + pl) * 16 + j] = ((w[0] >> pl) & m) | (((w[1] >> pl) & m) << 2) |
-                                         (((w[2] >> pl) & m) << 4) | (((w[3] >> pl) & m) << 6);
-    }
-}
-
-/* The threads' partial sums of codes into *sumx (zeroed by thread 0 before;
- * a barrier among the nthr threads must follow before it is read). */
-__device__ __forceinline__ void add_sumx(int sx_part, int tid, int nthr, int *sumx) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
-    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
-    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
-}
-
 /* The B planes of blocks kb0 .. kb0 + nkb - 1 of x ([block][plane][word], 512
  * bytes per block) and their sum x, added to *sumx (zeroed here; a barrier
  * among the nthr threads that call this must follow before either is read).
@@ -142,7 +118,18 @@ __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x,
     int sx_part = 0;
     float xs = 0.0f;
     const int n = nkb * 16;
-    auto emit = [&](int it, const uint32_t (&w)[4]) { emit_planes(planes, it, w, &sx_part); };
+    /* item it: words j of block kbl, bytes 4j.. of each 64-column quarter f */
+    auto emit = [&](int it, const uint32_t (&w)[4]) {
+        const int kbl = it >> 4, j = it & 15;
+#pragma unroll
+        for (int f = 0; f < 4; f++) sx_part = __dp4a((int)w[f], 0x01010101, sx_part);
+#pragma unroll
+        for (int pl = 0; pl < 8; pl++) {
+            const uint32_t m = 0x01010101u;
+            planes[(kbl * 8 + pl) * 16 + j] = ((w[0] >> pl) & m) | (((w[1] >> pl) & m) << 2) |
+                                             (((w[2] >> pl) & m) << 4) | (((w[3] >> pl) & m) << 6);
+        }
+    };
     auto col_of = [&](int it) { return (kb0 + (it >> 4)) * 256 + 4 * (it & 15); };
     auto quant4 = [&](const float4 (&vv)[4], uint32_t (&w)[4]) { /* 0 past xcols (zeros loaded) */
 #pragma unroll
@@ -188,97 +175,11 @@ __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x,
             emit(it, w);
         }
     }
-    add_sumx(sx_part, tid, nthr, sumx);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sx_part += __shfl_xor_sync(0xffffffffu, sx_part, o);
+    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* *sumx = 0 is visible */
+    if ((tid & 31) == 0 && sx_part != 0) atomicAdd(sumx, sx_part);
     return xs;
-}
-
-/* One token's RMSNorm folded into a GEMV (tern_gemv_i8_norm, tern_gemv_i8_glu
- * with a norm): a = x + h (h may be NULL), out = w * (a * r), r = 1 / sqrt(sum
- * a^2 / dim + eps), coded to int8 with the scale 127 / max|out| (returned) —
- * the bits of fwdc_norm's register-cached kernel (norm_kernel_c, 1024 threads
- * of kCache = 4 float4 items at 4 t + 4096 c), whose sum of squares order is
- * replayed here: warp w of the nthr threads takes that kernel's warps w, w +
- * nthr / 32, ... (lane l its thread 32 w + l: the same items, the same shuffle
- * tree), then their 32 sums are added as its block_sum does.  Every CTA
- * normalises the whole row: x, h and w are in shared memory (sx, sh, sw, dim
- * floats each, copied by the bulk copy engine: one round trip; a replaces x
- * in sx), and codes blocks kb0 .. kb0 + nkb - 1 into planes (build_planes'
- * layout) with their sum into *sumx; a is written to xo where xo is set (one
- * CTA). */
-struct TbNorm {
-    const float *x = nullptr, *h = nullptr, *w = nullptr;
-    float *xo = nullptr; /* a, written by CTA (0, 0) */
-    float eps = 0.0f;
-    int dim = 0;
-};
-constexpr int kNormThreads = 1024, kNormCache = 4; /* norm_kernel_c's (fwd_cuda.cu) */
-
-/* shared memory for norm_planes' row copies (x, h where given, w), in whole 128-byte lines */
-__host__ __device__ constexpr size_t tbm_norm_bytes(int dim, bool h) {
-    return ((size_t)dim * (h ? 12 : 8) + 127) / 128 * 128;
-}
-
-__device__ __forceinline__ float norm_planes(uint32_t *planes, const TbNorm &nm, int64_t kb0, int nkb, int tid,
-                                             int nthr, int *sumx, float *sx, uint32_t bar, float *red) {
-    const int lane = tid & 31, warp = tid >> 5, nw = nthr >> 5, dim = nm.dim;
-    float *sh = sx + dim, *sw = sx + (nm.h ? 2 : 1) * dim;
-    const bool wr = nm.xo && blockIdx.x == 0 && blockIdx.y == 0;
-    if (tid == 0) *sumx = 0;
-    tern_mbar::wait(bar, 0); /* x, h, w in shared memory */
-    for (int vw = warp; vw < kNormThreads / 32; vw += nw) {
-        const int vt = 32 * vw + lane;
-        float ss = 0.0f;
-#pragma unroll
-        for (int c = 0; c < kNormCache; c++) {
-            const int i = 4 * vt + c * 4 * kNormThreads;
-            if (i >= dim) break;
-            float4 a = *reinterpret_cast<const float4 *>(sx + i);
-            if (nm.h) {
-                const float4 b = *reinterpret_cast<const float4 *>(sh + i);
-                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-                *reinterpret_cast<float4 *>(sx + i) = a;
-                if (wr) *reinterpret_cast<float4 *>(nm.xo + i) = a;
-            }
-            ss += a.x * a.x;
-            ss += a.y * a.y;
-            ss += a.z * a.z;
-            ss += a.w * a.w;
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if (lane == 0) red[vw] = ss;
-    }
-    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory"); /* red and a complete */
-    float tot = red[lane];
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
-    const float r = 1.0f / sqrtf(tot / (float)dim + nm.eps);
-    auto out = [&](int i) { return __fmul_rn(sw[i], __fmul_rn(sx[i], r)); };
-    float mx = 0.0f;
-    for (int i = tid; i < dim; i += nthr) mx = fmaxf(mx, fabsf(out(i)));
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
-    if (lane == 0) red[32 + warp] = mx;
-    asm volatile("bar.sync 2, %0;" ::"r"(nthr) : "memory");
-    mx = 0.0f;
-    for (int k = 0; k < nw; k++) mx = fmaxf(mx, red[32 + k]);
-    const float s = tern_act_scale(mx);
-    int sx_part = 0;
-    for (int it = tid; it < nkb * 16; it += nthr) {
-        const int col = (int)((kb0 + (it >> 4)) * 256 + 4 * (it & 15));
-        uint32_t w[4];
-#pragma unroll
-        for (int f = 0; f < 4; f++) {
-            const int c = col + 64 * f;
-            w[f] = c >= dim ? 0u
-                            : (uint32_t)(uint8_t)tern_quant1(out(c), s) | (uint32_t)(uint8_t)tern_quant1(out(c + 1), s) << 8 |
-                                  (uint32_t)(uint8_t)tern_quant1(out(c + 2), s) << 16 |
-                                  (uint32_t)(uint8_t)tern_quant1(out(c + 3), s) << 24;
-        }
-        emit_planes(planes, it, w, &sx_part);
-    }
-    add_sumx(sx_part, tid, nthr, sumx);
-    return s;
 }
 
 /* sum c x of rows g (*va) and g + 8 (*vb) of a 16-row tile from the
@@ -441,9 +342,6 @@ struct TbArgs {
     int act;
     float *h;
     unsigned *hmax;
-    /* the RMSNorm folded in (nm.x set; int8 forms, x / sx unused): norm_planes,
-     * its rows in shared memory before the stages (tbm_norm_bytes) */
-    TbNorm nm;
 };
 
 /* paired: h of gate row r (y from the exact sum dg) and up row half + r (du)
@@ -504,8 +402,6 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
     __shared__ int s_sumx, s_last;
-    __shared__ float s_red[64]; /* norm_planes */
-    __shared__ __align__(8) uint64_t s_nbar; /* norm_planes' copies */
     constexpr bool paired = MODE == TBM_GLU, XF = MODE == TBM_F32X;
     /* the parts' sums by unit parity: paired every part's, else parts 1.. at [part - 1] */
     __shared__ int s_part[2][paired ? KH : KH > 1 ? KH - 1 : 1][RT][16];
@@ -518,10 +414,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
     uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
     float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + (size_t)p.ks * 512) : nullptr;
-    float *nrow = reinterpret_cast<float *>(smem + (size_t)p.ks * 512 + tbm_scale_bytes(q.sc_rows));
-    const bool norm = !XF && q.nm.x;
-    uint8_t *stages = reinterpret_cast<uint8_t *>(nrow) + (norm ? tbm_norm_bytes(q.nm.dim, q.nm.h) : 0);
-    const uint32_t nbar = (uint32_t)__cvta_generic_to_shared(&s_nbar);
+    uint8_t *stages = smem + (size_t)p.ks * 512 + tbm_scale_bytes(q.sc_rows);
     const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
                   te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
     const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
@@ -531,7 +424,6 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             tern_mbar::init(full_s + 8 * i, 1);
             tern_mbar::init(empty_s + 8 * i, NW);
         }
-        if (norm) tern_mbar::init(nbar, 1);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -579,29 +471,18 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             for (int64_t i = tid; i < nr; i += NT) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
         }
     }
-    if (norm && tid == 0) { /* the folded norm's rows: w before the wait (a weight), x and h after */
-        const uint32_t nb = (uint32_t)q.nm.dim * 4, sx = tern_mbar::saddr(nrow);
-        tern_mbar::expect_tx(nbar, (q.nm.h ? 3 : 2) * (int)nb);
-        tern_mbar::bulk_load(sx + (q.nm.h ? 2 : 1) * nb, q.nm.w, nb, nbar);
-    }
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
-    if (norm && tid == 0) {
-        const uint32_t nb = (uint32_t)q.nm.dim * 4, sx = tern_mbar::saddr(nrow);
-        tern_mbar::bulk_load(sx, q.nm.x, nb, nbar);
-        if (q.nm.h) tern_mbar::bulk_load(sx + nb, q.nm.h, nb, nbar);
-    }
     /* (int8 x: its scale read after the planes) */
 #if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2 /* no planes either */
     if (tid == 0) s_sumx = 0;
     const float xs = 1.0f;
 #else
-    const float xs = norm ? norm_planes(planes, q.nm, kb0, nkb, tid, NT, &s_sumx, nrow, nbar, s_red)
-                          : build_planes<XF, 2>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    const float xs = build_planes<XF, 2>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx);
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
     const int sumx = s_sumx;
-    const float sx = XF || norm ? xs : p.sx[0];
+    const float sx = XF ? xs : p.sx[0];
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
@@ -705,7 +586,6 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * 36864, 29 slices of 5 blocks, 26.0 against 15.9 in 8 of 18). */
 struct TbPlan {
     int dev, rt, kh, kmax, st, cap, sms, scaled, mode; /* the key (scaled: one scale per row) */
-    size_t nmb;                                        /* (key) norm_planes' shared memory */
     int64_t rows, kblocks;
     int64_t s, gx; /* the plan */
     int ks, stride, sc;
@@ -733,7 +613,7 @@ int plan_tbm(TbPlan &pl) {
         if (S > s0 && ks < 4 * KH) continue;            /* too little K per consumer warp */
         int stride = ks * 64;
         if (stride % 128 == 0) stride += 64;
-        size_t smem = (size_t)ks * 512 + (size_t)pl.st * 16 * RT * stride + pl.nmb;
+        size_t smem = (size_t)ks * 512 + (size_t)pl.st * 16 * RT * stride;
         if (smem > dyn_max || S > 65535) continue;
         int occ = 0;
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
@@ -785,14 +665,13 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     pl.scaled = a.scale_stride != 0;
     pl.mode = MODE;
     pl.rows = a.rows, pl.kblocks = a.kblocks;
-    pl.nmb = MODE != TBM_F32X && q.nm.x ? tbm_norm_bytes(q.nm.dim, q.nm.h) : 0;
     {
         std::lock_guard<std::mutex> lk(g_tb_mu);
         bool hit = false;
         for (const TbPlan &c : g_tb_plans)
             if (c.dev == pl.dev && c.rt == RT && c.kh == KH && c.kmax == kmax && c.st == q.st && c.cap == cap &&
                 c.sms == sms && c.scaled == pl.scaled && c.mode == MODE && c.rows == a.rows &&
-                c.kblocks == a.kblocks && c.nmb == pl.nmb) {
+                c.kblocks == a.kblocks) {
                 pl = c;
                 hit = true;
                 break;
@@ -892,68 +771,19 @@ int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsi
     return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x");
 }
 
-/* The GLU form's start (tern_gemv_i8_glu, tern_gemv_i8_glu_norm): its checks and fields. */
-int glu_args(const char *who, const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
-             int act, float *d_h, unsigned *d_hmax, int variant, TbArgs &q, int *sms) {
-    if (!d_h || !d_hmax) return err_set("%s: NULL output", who);
-    if (bm_args(who, W, d_x, xcols, d_sx, nullptr, q.b, sms) < 0) return -1;
+int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
+                     float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
+    if (!d_h || !d_hmax) return err_set("tern_gemv_i8_glu: NULL output");
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args("tern_gemv_i8_glu", W, d_x, xcols, d_sx, nullptr, q.b, &sms) < 0) return -1;
     if (W->rows % 32 != 0)
-        return err_set("%s: %lld rows: gate and up halves of whole 16-row tiles needed", who, (long long)W->rows);
-    if (variant < 60000 || variant >= 70000) return err_set("%s: variant %d (6abcd only)", who, variant);
+        return err_set("tern_gemv_i8_glu: %lld rows: gate and up halves of whole 16-row tiles needed",
+                       (long long)W->rows);
+    if (variant < 60000 || variant >= 70000) return err_set("tern_gemv_i8_glu: variant %d (6abcd only)", variant);
     q.half = W->rows / 2;
     q.act = act;
     q.h = d_h;
     q.hmax = d_hmax;
-    return 0;
-}
-
-/* norm_planes' inputs from nm for W: one token of W->cols values, the
- * register-cached norm kernel's range (<= 16384 columns). */
-int norm_in(const char *who, const TernCudaMatrix *W, const TernCudaNormIn *nm, TbArgs &q) {
-    if (!nm || !nm->x || !nm->w) return err_set("%s: NULL norm input", who);
-    auto mis = [](const void *p) { return ((uintptr_t)p & 15) != 0; };
-    if (mis(nm->x) || mis(nm->h) || mis(nm->w) || mis(nm->x_out))
-        return err_set("%s: norm vectors must be 16-byte aligned", who);
-    if (W->cols > (int64_t)kNormThreads * 4 * kNormCache)
-        return err_set("%s: %lld columns: the folded norm takes at most %d", who, (long long)W->cols,
-                       kNormThreads * 4 * kNormCache);
-    q.nm.x = nm->x, q.nm.h = nm->h, q.nm.w = nm->w, q.nm.xo = nm->x_out;
-    q.nm.eps = nm->eps;
-    q.nm.dim = (int)W->cols;
-    q.b.x = nullptr; /* the codes are formed from nm */
-    q.b.sx = nullptr;
-    return 0;
-}
-
-int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
-                     float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
-    int sms = 0;
-    TbArgs q = {};
-    if (glu_args("tern_gemv_i8_glu", W, d_x, xcols, d_sx, act, d_h, d_hmax, variant, q, &sms) < 0) return -1;
     return launch_variant<TBM_GLU>(q, variant, sms, s, "tern_gemv_i8_glu");
-}
-
-int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernCudaNormIn *nm, int act, float *d_h, unsigned *d_hmax,
-                          int variant, cudaStream_t s) {
-    int sms = 0;
-    TbArgs q = {};
-    const char *who = "tern_gemv_i8_glu_norm";
-    if (!nm || !nm->x) return err_set("%s: NULL norm input", who);
-    if (glu_args(who, W, reinterpret_cast<const int8_t *>(nm->x), W->cols, nullptr, act, d_h, d_hmax, variant, q,
-                 &sms) < 0 ||
-        norm_in(who, W, nm, q) < 0)
-        return -1;
-    return launch_variant<TBM_GLU>(q, variant, sms, s, who);
-}
-
-int tern_gemv_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *nm, float *d_y, int variant, cudaStream_t s) {
-    int sms = 0;
-    TbArgs q = {};
-    const char *who = "tern_gemv_i8_norm";
-    if (!nm || !nm->x || !d_y) return err_set("%s: NULL argument", who);
-    if (variant < 60000 || variant >= 70000) return err_set("%s: variant %d (6abcd only)", who, variant);
-    if (bm_args(who, W, reinterpret_cast<const int8_t *>(nm->x), W->cols, nullptr, d_y, q.b, &sms) < 0 ||
-        norm_in(who, W, nm, q) < 0)
-        return -1;
-    return launch_variant<TBM_I8>(q, variant, sms, s, who);
 }

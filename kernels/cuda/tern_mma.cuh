@@ -148,13 +148,6 @@ int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, 
                      float *d_h, unsigned *d_hmax, int variant, cudaStream_t s);
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                            int variant, cudaStream_t s);
-/* tern_gemv_i8_norm / tern_gemv_i8_glu_norm: the bulk-copy kernel's int8
- * form / GLU form (variant 6abcd) with the activations' RMSNorm folded in
- * (TernCudaNormIn: x + h, normalised with w, coded to int8 in every CTA,
- * norm_planes; nm->x_out, when set, receives x + h). */
-int tern_gemv_i8_norm(const TernCudaMatrix *W, const TernCudaNormIn *nm, float *d_y, int variant, cudaStream_t s);
-int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernCudaNormIn *nm, int act, float *d_h, unsigned *d_hmax,
-                          int variant, cudaStream_t s);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);

@@ -99,14 +99,8 @@ struct CE {
      * hmax: per layer, max|h| of the GLU output, then max|attention output|
      * (float bits) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 0;
-    /* one token, on request (TERNLAB_CUDA_NORM_FUSE=1): the RMSNorms before
-     * q|k|v and gate|up folded into those GEMVs; they write x + h to the other
-     * of x / x2 (the residual stream alternates).  Slower (H200, bench-e2e
-     * tern-i8 B = 1: 7B 779-784 -> 669-671 tok/s, 27B 292-294 -> 258) */
-    int norm_fuse = 0;
-    float *x2 = nullptr;
     unsigned *hmax = nullptr;
-    int64_t n_fused[4] = {0, 0, 0, 0}; /* enqueued fused: attention, o, MLP layers; norms */
+    int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -360,15 +354,6 @@ bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
            tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_ok(&L.down.tm);
 }
 
-/* A one-token RMSNorm folded into the ternary int8 GEMV d that consumes it
- * (tern_cuda_matmul_i8_norm / tern_cuda_glu_i8_norm: the bits of fwdc_norm,
- * whose register-cached kernel takes rows of <= 16384 columns): one GPU,
- * `sole`: d is the norm's only consumer. */
-bool norm_folded(const CE *g, const DLin &d, int64_t n, bool sole) {
-    return sole && n == 1 && g->norm_fuse && g->tp == 1 && d.kind == LIN_TERN && d.act_int8 && g->c.hidden % 4 == 0 &&
-           tern_cuda_matmul_i8_norm_ok(&d.tm);
-}
-
 /* The o projection's input as f32 with its max|x| raised by the attention
  * kernel (fwdc_attention_rope's d_omax; tern_cuda_matmul_i8_f32x forms the
  * int8 codes): one token, one GPU, int8 ternary o, no sub-norm. */
@@ -399,32 +384,16 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     if (fused)
         CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(2 * c.n_layers), g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
-    /* the residual stream: x, or x2 after an odd number of folded norms with a residual add */
-    float *xc = g->x;
-    auto other = [&](const float *p) { return p == g->x ? g->x2 : g->x; };
-    /* a folded norm of xc (+ h) with weight w: its input, x + h written to the other buffer */
-    auto norm_in = [&](const float *h, const float *w) {
-        TernCudaNormIn in = {xc, h, w, h ? other(xc) : nullptr, c.eps};
-        if (h) xc = other(xc);
-        g->n_fused[3]++;
-        return in;
-    };
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
         float *kp = g->kp + (size_t)l * g->layer_elems, *vp = g->vp + (size_t)l * g->layer_elems;
-        /* attention block: the input norm (after the previous layer's residual add) */
+        /* attention block (layer 0's norm here; later layers' is fused into
+         * the previous layer's last residual add) */
         const Need nqkv = L.fqkv ? need_of(g, {&L.qkv}) : need_of(g, {&L.q, &L.k, &L.v});
-        const float *res = l == 0 ? nullptr : g->hout;
-        const bool nf = norm_folded(g, L.qkv, n, L.fqkv);
-        if (!nf) TRY(norm_into(g, xc, res, L.attn_norm, n, H, nqkv));
+        if (l == 0) TRY(norm_into(g, g->x, nullptr, L.attn_norm, n, H, nqkv));
         float *q, *k, *v;
         int64_t ldq, ldk, ldv;
-        if (nf) {
-            const TernCudaNormIn in = norm_in(res, L.attn_norm);
-            TRY(tern_cuda_matmul_i8_norm(&L.qkv.tm, &in, g->q, g->st));
-            q = g->q, k = g->q + qd, v = g->q + qd + kvd;
-            ldq = ldk = ldv = qd + 2 * kvd;
-        } else if (L.fqkv) {
+        if (L.fqkv) {
             TRY(dlin_run(g, L.qkv, g->xb, g->x16, n, g->q));
             q = g->q, k = g->q + qd, v = g->q + qd + kvd;
             ldq = ldk = ldv = qd + 2 * kvd;
@@ -467,16 +436,10 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         }
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
-        const bool mf = mlp_fused(g, L, n), nfm = mf && norm_folded(g, L.gu, n, true);
-        if (!nfm) TRY(norm_into(g, xc, g->hout, L.ffn_norm, n, H, ngu));
-        if (mf) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
+        TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
+        if (mlp_fused(g, L, n)) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
-            if (nfm) {
-                const TernCudaNormIn in = norm_in(g->hout, L.ffn_norm);
-                TRY(tern_cuda_glu_i8_norm(&L.gu.tm, &in, act, g->hb, g->hmax + l, g->st));
-            } else {
-                TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
-            }
+            TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
             TRY(tern_cuda_matmul_i8_f32x(&L.down.tm, g->hb, g->hmax + l, g->hout, g->st));
         } else {
             const float *gp, *up;
@@ -505,11 +468,16 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             }
             if (g->tp == 1) TRY(dlin_run(g, L.down, mi, g->x16, n, g->hout));
         }
-        /* (x += down: in the next layer's input norm) */
+        if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
+            const DLayer &N = g->L[(size_t)l + 1];
+            const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
+            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
+        } else {
+            TRY(fwdc_add(g->x, g->hout, n * H, g->st));
+        }
     }
-    TRY(fwdc_add(xc, g->hout, n * H, g->st));
     if (nl > 0) {
-        TRY(fwdc_gather_rows(xc, lidx, nl, H, g->hout, g->st));
+        TRY(fwdc_gather_rows(g->x, lidx, nl, H, g->hout, g->st));
         TRY(norm_into(g, g->hout, nullptr, g->final_norm, nl, H, need_of(g, {&g->lm})));
         TRY(dlin_run(g, g->lm, g->xb, g->x16, nl, g->logits));
     }
@@ -801,8 +769,7 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
         dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
         dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
         dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0 ||
-        dalloc(g, &g->hmax, (size_t)(2 * c.n_layers), "GLU / attention maxima") != 0 ||
-        dalloc(g, &g->x2, (size_t)c.hidden, "activations") != 0)
+        dalloc(g, &g->hmax, (size_t)(2 * c.n_layers), "GLU / attention maxima") != 0)
         return -1;
     return 0;
 }
@@ -885,7 +852,6 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = env_set("TERNLAB_CUDA_O_FUSE");
-    g->norm_fuse = env_set("TERNLAB_CUDA_NORM_FUSE");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1473,8 +1439,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
         info->graphs = g->n_graphs;
         info->graph_launches = g->launches;
-        info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2],
-        info->fused_norm = g->n_fused[3];
+        info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
         snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
         return 0;
     }
@@ -1486,8 +1451,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
-    info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2],
-    info->fused_norm = g->n_fused[3];
+    info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
 }

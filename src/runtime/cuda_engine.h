@@ -90,9 +90,8 @@ typedef struct {
     int64_t graph_launches;
     /* layers enqueued (eagerly or into a graph) with the fused decode forms:
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
-     * runs the separate kernels), o projection from f32, MLP as two GEMVs;
-     * fused_norm: RMSNorms folded into the GEMV after them */
-    int64_t fused_att, fused_o, fused_mlp, fused_norm;
+     * runs the separate kernels), o projection from f32, MLP as two GEMVs */
+    int64_t fused_att, fused_o, fused_mlp;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
