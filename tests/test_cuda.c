@@ -505,7 +505,7 @@ TEST(gpu_rope_paged_attention_match_reference) {
  * sequences at positions `pos` (earlier positions' K / V random in the
  * pages, blocks shuffled over a pool), outputs and every page byte
  * identical, and max |out row| raised into omax. */
-static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep) {
+static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep, int prod) {
     const int qd = n_heads * hd, kvd = n_kv * hd, ld = qd + 2 * kvd, half = hd / 2;
     /* sep: q, k, v as three arrays (n x qd, n x kvd, n x kvd) in one buffer,
      * as separate projections leave them; else rows of q | k | v */
@@ -556,14 +556,53 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
     float *do2 = dev_new(&bo2, sizeof(float) * (size_t)n * qd, NULL);
     unsigned *dmx = dev_new(&bmx, sizeof(unsigned) * (size_t)n, NULL);
     REQUIRE(cudaMemset(dmx, 0, sizeof(unsigned) * (size_t)n) == cudaSuccess);
+    /* prod (one token, q|k|v rows): q|k|v come from a ternary GEMV of 200M weights on the
+     * one-warp-per-row kernel (small CTAs: the attention's fit beside them) launched just before
+     * the fused call on the same stream (its programmatic dependent): the fused kernel starts
+     * while the GEMV runs, and reading q, k or v before its wait would see the NaNs left there
+     * (the reference takes the GEMV's output after a synchronisation) */
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    int8_t *dx = NULL;
+    float *dsx = NULL;
+    if (prod) {
+        REQUIRE(n == 1 && !sep);
+        const int64_t K = 32768;
+        int8_t *cq = xmalloc((size_t)(ld * K)), *xq = xmalloc((size_t)K);
+        float *cs = xmalloc(sizeof(float) * ld), one = 1.0f;
+        for (int64_t i = 0; i < ld * K; i++) cq[i] = (int8_t)((int)((s = s * 6364136223846793005ull + 1) >> 61) % 3 - 1);
+        for (int r = 0; r < ld; r++) cs[r] = 1e-3f * (1.0f + fabsf(frand(&s)));
+        for (int64_t i = 0; i < K; i++) xq[i] = (int8_t)(frand(&s) * 127.0f);
+        REQUIRE(tern_from_codes(cq, cs, ld, K, QG_ROW, DT_F32, &W) == 0);
+        REQUIRE(tern_cuda_upload(&W, &dW) == 0);
+        REQUIRE(cudaMalloc((void **)&dx, (size_t)K) == cudaSuccess && cudaMalloc((void **)&dsx, 4) == cudaSuccess);
+        REQUIRE(cudaMemcpy(dx, xq, (size_t)K, cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(cudaMemcpy(dsx, &one, 4, cudaMemcpyHostToDevice) == cudaSuccess);
+        setenv("TERNLAB_CUDA_GEMV1", "warp", 1);
+        REQUIRE(tern_cuda_matmul_i8(&dW, dx, dsx, 1, dq1, 0) == 0);
+        CHECK_MSG(strcmp(tern_cuda_last_config(), "gemv_warp") == 0, "q|k|v GEMV: %s", tern_cuda_last_config());
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        REQUIRE(cudaMemset(dq2, 0xff, sizeof(float) * (size_t)ld) == cudaSuccess);
+        free(cq), free(xq), free(cs);
+    }
     REQUIRE(fwdc_rope_kv_write(dq1, ldq, dq1 + ko, ldk, dq1 + vo, ldk, dpos, dslot, n, n_heads, n_kv,
                                hd, dcos, dsin, dk1, dv1, bs, 0) == 0);
     REQUIRE(fwdc_attention(dq1, ldq, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
                            n_heads, 0, do1, 0) == 0);
+    if (prod) {
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess); /* the reference done; the GEMV then the fused call */
+        REQUIRE(tern_cuda_matmul_i8(&dW, dx, dsx, 1, dq2, 0) == 0);
+        unsetenv("TERNLAB_CUDA_GEMV1");
+    }
     REQUIRE(fwdc_attention_rope(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin, dk2,
                                 dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
                                 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    if (prod) {
+        tern_cuda_free(&dW);
+        tern_free(&W);
+        cudaFree(dx), cudaFree(dsx);
+    }
     float *o1 = xmalloc(sizeof(float) * (size_t)n * qd), *o2 = xmalloc(sizeof(float) * (size_t)n * qd);
     float *k1 = xmalloc(sizeof(float) * page), *k2 = xmalloc(sizeof(float) * page);
     float *v1 = xmalloc(sizeof(float) * page), *v2 = xmalloc(sizeof(float) * page);
@@ -611,13 +650,14 @@ TEST(gpu_attention_rope_matches_separate_calls) {
     unsetenv("TERNLAB_CUDA_ATTN");
     for (int k = 0; k < 2; k++) {
         if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
-        check_attention_rope(32, 8, 128, 16, 1, p1, 0);  /* 27B-like GQA, one token, 8 warps */
-        check_attention_rope(4, 2, 20, 5, 3, p3, 0);     /* a small head, chunks of 256 keys */
-        check_attention_rope(3, 3, 128, 16, 4, p4, 0);   /* the own key at each place in a run */
-        check_attention_rope(3, 3, 128, 16, 4, p4, 1);   /* q, k, v from separate projections */
-        check_attention_rope(2, 1, 256, 7, 3, p3, 0);    /* the largest head_dim */
-        check_attention_rope(2, 2, 6, 4, 4, p4, 1);      /* head_dim not a multiple of 4 */
-        check_attention_rope(16, 4, 64, 16, 40, p40, 0); /* 640 CTAs: 4 warps */
+        check_attention_rope(32, 8, 128, 16, 1, p1, 0, 0);  /* 27B-like GQA, one token, 8 warps */
+        check_attention_rope(32, 8, 128, 16, 1, p1, 0, 1);  /* the same after a slow q|k|v GEMV */
+        check_attention_rope(4, 2, 20, 5, 3, p3, 0, 0);     /* a small head, chunks of 256 keys */
+        check_attention_rope(3, 3, 128, 16, 4, p4, 0, 0);   /* the own key at each place in a run */
+        check_attention_rope(3, 3, 128, 16, 4, p4, 1, 0);   /* q, k, v from separate projections */
+        check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
+        check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
+        check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     float *d = NULL;

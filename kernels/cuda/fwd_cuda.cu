@@ -538,10 +538,14 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * read before the wait — this token's page offsets of the first chunk, the
      * rotation's cos / sin, the slot and the K / V rows of the warp's first run
      * of earlier positions (written by earlier steps), so that one memory round
-     * trip, not three, follows the projection.  The block table is written by
-     * the step's first kernel: every kernel of the step waits before it lets
-     * the next start (a GEMV: pdl_wait, then pdl_trigger), so when this one
-     * starts, all before the projection have completed. */
+     * trip, not three, follows the projection.  Sound because the kernel
+     * before waits before it lets this one start (the GEMVs: pdl_wait, then
+     * pdl_trigger; a kernel launched without the attribute never lets it
+     * start early) and every kernel launched as a dependent waits before it
+     * exits: when this one starts, all kernels before the projection — the
+     * step's block-table update among them — have completed.  A row kernel
+     * here (they trigger before they wait) would break it: see
+     * fwdc_attention_rope's contract (fwd_cuda.h). */
     if (!kRope) pdl_wait();
     constexpr bool kVec = kMode < 2;
     constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */

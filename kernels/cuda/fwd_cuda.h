@@ -77,7 +77,13 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
  * as float bits (zero before the call; under TERNLAB_CUDA_ATTN=block, where
  * the separate calls run and q, k are rotated in place, it is written, the
  * same value): the int8 scale of the row, formed by
- * tern_cuda_matmul_i8_f32x.  head_dim even, <= 256. */
+ * tern_cuda_matmul_i8_f32x.  head_dim even, <= 256.  The kernel reads
+ * everything but q, k, v (positions, slots, cos / sin, the block table and
+ * the pages of earlier positions) before its programmatic wait, so on the
+ * stream the kernel just before it must (a) not write any of those and (b)
+ * wait for its own predecessor before it lets this one start (the ternary
+ * GEMVs / GEMMs do; the fwdc_ row kernels, which trigger first, do not), or
+ * be launched without the programmatic attribute (cuBLAS). */
 int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
                         int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
                         const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,

@@ -483,37 +483,33 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
     return 0;
 }
 
-/* The f32-input GEMV's variant for W, whose int8 one-token dispatch is k1
- * (gemv1_rule; tbm its bulk-copy variant): that variant where the dispatch
- * takes the bulk-copy kernel; else the bulk-copy kernel 63540 where it takes
- * the register-fed binary kernel in >= 4096 rows of <= 65536 columns (the
- * 7B's 4096 x 11008 down projection in the decode step: 743-746 -> 784-788
- * tok/s, H200, same run; 63530 768-773, 64540 723-727, 63560 740-745) or
- * the one-warp-per-row kernel (no f32 form) at >= 8M weights in rows of
- * <= 6144 columns; else the register-fed kernel (0) where k1 is 6, -1 (none)
- * where it is not. */
-static int f32x_variant(const TernCudaMatrix *W, int k1, int tbm) {
-    if (k1 == 6) return tbm ? tbm : W->rows >= 4096 && W->cols <= 65536 ? 63540 : 0;
-    if (k1 == 4 && W->cols <= 6144 && W->rows * W->cols >= ((int64_t)8 << 20)) return 63540;
-    return -1;
+/* The f32-input GEMV's variant for W, whose int8 one-token dispatch is the
+ * binary tensor-core GEMV (gemv1_rule 6; tbm its bulk-copy variant): that
+ * variant where the dispatch takes the bulk-copy kernel, else the bulk-copy
+ * kernel 63540 in >= 4096 rows of <= 65536 columns (the 7B's 4096 x 11008
+ * down projection in the decode step: 743-746 -> 784-788 tok/s, H200, same
+ * run; 63530 768-773, 64540 723-727, 63560 740-745), else the register-fed
+ * kernel (0). */
+static int f32x_variant(const TernCudaMatrix *W, int tbm) {
+    return tbm ? tbm : W->rows >= 4096 && W->cols <= 65536 ? 63540 : 0;
 }
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
     if (g_force != 0 || gemv1_pick() != 0) return 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     int tbm = 0;
-    const int k1 = gemv1_rule(W, 0, &tbm);
-    return f32x_variant(W, k1, tbm) >= 0 ? 1 : 0;
+    return gemv1_rule(W, 0, &tbm) == 6 ? 1 : 0;
 }
 
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream) {
     if (!tern_cuda_matmul_i8_f32x_ok(W))
-        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs",
+        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
+                       "with one scale per row, or a one-token kernel is forced",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
     int tbm = 0;
-    const int k1 = gemv1_rule(W, 0, &tbm);
-    const int v = fused_variant(W, 50000, f32x_variant(W, k1, tbm), "f32x");
+    gemv1_rule(W, 0, &tbm);
+    const int v = fused_variant(W, 50000, f32x_variant(W, tbm), "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
     return 0;
 }

@@ -90,9 +90,7 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * max|x|, max|x| from *d_xmax's float bits) the kernel forms itself.  The
  * _ok functions: 1 where W's shape and format allow the call (rows % 32 == 0
  * for the GLU, cols % 16 == 0 for both, one scale per row, and for f32x a
- * one-token dispatch to the binary tensor-core GEMVs, or to the one-warp-per-
- * row kernel at >= 8M weights in rows of <= 6144 columns, which the bulk-copy
- * kernel then serves) and no kernel is forced
+ * one-token dispatch to the binary tensor-core GEMVs) and no kernel is forced
  * (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1), else 0. */
 int tern_cuda_glu_i8_ok(const TernCudaMatrix *W);
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
