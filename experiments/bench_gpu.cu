@@ -175,16 +175,17 @@ __global__ void read_tiles(const uint8_t *__restrict__ p, int64_t rows, int64_t 
     if (acc == 0x9e3779b9u) out[0] = acc;
 }
 
-/* Tensor-core issue rates (--mma-rate): each warp runs `iters` rounds of 8
- * independent MMAs; B1 = m16n8k256 .b1 AND-POPC (tern_gemv_bmma.cu), else
- * m16n8k32 s8 (the mma.sync kernels). */
-template <bool B1>
+/* Tensor-core issue rates (--mma-rate): each warp runs `iters` rounds of CH
+ * independent MMAs (CH accumulator chains: 1 shows the latency, 8 the
+ * rate); B1 = m16n8k256 .b1 AND-POPC (tern_gemv_bmma.cu), else m16n8k32 s8
+ * (the mma.sync kernels). */
+template <bool B1, int CH>
 __global__ void mma_rate_kernel(int iters, unsigned *sink) {
-    int d[8][4] = {};
+    int d[CH][4] = {};
     uint32_t a = threadIdx.x * 2654435761u, b = threadIdx.x ^ 0x5bd1e995u;
     for (int it = 0; it < iters; it++) {
 #pragma unroll
-        for (int j = 0; j < 8; j++) {
+        for (int j = 0; j < CH; j++) {
             if (B1)
                 asm volatile("mma.sync.aligned.m16n8k256.row.col.s32.b1.b1.s32.and.popc "
                              "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
@@ -199,7 +200,7 @@ __global__ void mma_rate_kernel(int iters, unsigned *sink) {
     }
     int acc = 0;
 #pragma unroll
-    for (int j = 0; j < 8; j++) acc += d[j][0] + d[j][1] + d[j][2] + d[j][3];
+    for (int j = 0; j < CH; j++) acc += d[j][0] + d[j][1] + d[j][2] + d[j][3];
     if (acc == 0x7fffffff) sink[0] = acc;
 }
 
@@ -240,6 +241,18 @@ static double time_graph(cudaStream_t s, int R, F fn) {
     cudaGraphExecDestroy(ge);
     cudaGraphDestroy(g);
     return median(t);
+}
+
+/* --mma-rate for one kind, one chain count: W warps per SM (one CTA each) */
+template <bool B1, int CH>
+static void mma_rate_row(cudaStream_t s, const cudaDeviceProp &prop, int warps, double clk_ghz, unsigned *sink) {
+    const int iters = 4096, sms = prop.multiProcessorCount;
+    const double t = time_graph(s, 1, [&](int) { mma_rate_kernel<B1, CH><<<sms, 32 * warps, 0, s>>>(iters, sink); });
+    const double per_sm = (double)warps * iters * CH / (t * 1e6); /* MMAs per SM per us */
+    printf("mma rate: %s, %2d warps/SM, %d chains: %5.0f MMAs per SM per us, %6.2f cycles per MMA per warp "
+           "(%.2f GHz)\n",
+           B1 ? "m16n8k256.b1.and.popc" : "m16n8k32.s8          ", warps, CH, per_sm,
+           clk_ghz * 1e3 * warps / per_sm, clk_ghz);
 }
 
 struct Row {
@@ -334,20 +347,22 @@ int main(int argc, char **argv) {
            "copy kernel %.0f GB/s; limit used %.0f GB/s; group %s\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, memcpy_bw / 1e9,
            kernel_bw / 1e9, copy_bw / 1e9, quant_group_name(grp));
-    if (mma_rate) { /* MMAs per SM per microsecond, 4..16 warps per SM */
+    if (mma_rate) { /* MMAs per SM per microsecond, 1..16 warps per SM, 1..8 accumulator chains each */
         unsigned *sink;
         CK(cudaMalloc(&sink, 4));
-        for (int warps : {4, 8, 16})
-            for (int b1 = 0; b1 < 2; b1++) {
-                const int iters = 4096, blocks = prop.multiProcessorCount * (warps / 4);
-                const double t = time_graph(s, 1, [&](int) {
-                    if (b1) mma_rate_kernel<true><<<blocks, 128, 0, s>>>(iters, sink);
-                    else mma_rate_kernel<false><<<blocks, 128, 0, s>>>(iters, sink);
-                });
-                const double per_sm = (double)blocks * 4 * iters * 8 / prop.multiProcessorCount / (t * 1e6);
-                printf("mma rate: %s, %2d warps/SM: %.0f MMAs per SM per us (%.2f us)\n",
-                       b1 ? "m16n8k256.b1.and.popc" : "m16n8k32.s8          ", warps, per_sm, t * 1e6);
-            }
+        int khz = 0, dev = 0;
+        CK(cudaGetDevice(&dev));
+        CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, dev));
+        const double ghz = khz / 1e6;
+        for (int warps : {1, 4, 8, 16}) {
+            mma_rate_row<true, 1>(s, prop, warps, ghz, sink);
+            mma_rate_row<true, 2>(s, prop, warps, ghz, sink);
+            mma_rate_row<true, 4>(s, prop, warps, ghz, sink);
+            mma_rate_row<true, 8>(s, prop, warps, ghz, sink);
+            mma_rate_row<false, 1>(s, prop, warps, ghz, sink);
+            mma_rate_row<false, 4>(s, prop, warps, ghz, sink);
+            mma_rate_row<false, 8>(s, prop, warps, ghz, sink);
+        }
         CK(cudaFree(sink));
     }
 

@@ -506,8 +506,8 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
  * that key and value in shared memory and scores the token's own position
  * from there; the first query head of each KV group writes them to the
  * token's slot.  No CTA reads that slot from the pages, so the tokens must
- * belong to distinct sequences (a decode batch).  omax (either form, may be
- * NULL): max |out row i| raised into omax[i] as float bits (zero before) —
+ * belong to distinct sequences (a decode batch).  omax (may be NULL):
+ * max |out row i| raised into omax[i] as float bits (zero before) —
  * the scale of the row's int8 codes, formed by the next GEMV
  * (tern_cuda_matmul_i8_f32x) instead of an act-quant pass. */
 struct AttnFuse {
@@ -691,12 +691,10 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
         const float y = sum * inv;
         o[d] = y;
-        amax = fmaxf(amax, fabsf(y));
+        if constexpr (kRope) amax = fmaxf(amax, fabsf(y));
     }
-    if (fz.omax) {
-        amax = warp_max(amax);
-        if (lane == 0) atomicMax(fz.omax + i, __float_as_uint(amax));
-    }
+    if constexpr (kRope)
+        if (fz.omax) tern_raise_absmax(fz.omax + i, amax);
 }
 
 
@@ -1070,9 +1068,6 @@ template <bool kRope>
 int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
                      const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
                      int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s) {
-    if (n > 0x7fffffff || n_heads > 65535)
-        return err_set("fwdc_attention: %lld tokens x %d heads is too large a grid", (long long)n,
-                       n_heads);
     const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
@@ -1090,6 +1085,16 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
     return tern_launch_pdl("attention_warp_kernel", kern[small][mode], dim3((unsigned)n, (unsigned)n_heads),
                            dim3(small ? kAttnThreadsSmall : kAttnThreadsLarge), s, q, ldq, kp, vp, pos,
                            tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz);
+}
+
+/* The decode attentions' heads grouped over the KV heads and their grid
+ * (tokens x heads) within CUDA's limits, else -1 (err_set). */
+int attn_check(const char *who, int64_t n, int n_heads, int n_kv) {
+    if (n_kv < 1 || n_heads % n_kv)
+        return err_set("%s: %d query heads do not group over %d KV heads", who, n_heads, n_kv);
+    if (n > 0x7fffffff || n_heads > 65535)
+        return err_set("%s: %lld tokens x %d heads is too large a grid", who, (long long)n, n_heads);
+    return 0;
 }
 
 /* TERNLAB_CUDA_ATTN: warp (default, attention_warp_kernel) or block (the
@@ -1184,13 +1189,8 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                    cudaStream_t stream) {
     if (hd < 1 || hd > 256)
         return err_set("fwdc_attention: head_dim %d is not supported on CUDA (1..256)", hd);
-    if (n_kv < 1 || n_heads % n_kv)
-        return err_set("fwdc_attention: %d query heads do not group over %d KV heads", n_heads,
-                       n_kv);
+    if (attn_check("fwdc_attention", n, n_heads, n_kv) < 0) return -1;
     if (n <= 0) return 0;
-    if (n > 0x7fffffff || n_heads > 65535)
-        return err_set("fwdc_attention: %lld tokens x %d heads is too large a grid", (long long)n,
-                       n_heads);
     dim3 grid((unsigned)n, (unsigned)n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
     const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
@@ -1241,9 +1241,7 @@ int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t
                         cudaStream_t stream) {
     if (hd % 2 || hd < 2 || hd > 256)
         return err_set("fwdc_attention_rope: head_dim %d is not even in 2..256", hd);
-    if (n_kv < 1 || n_heads % n_kv)
-        return err_set("fwdc_attention_rope: %d query heads do not group over %d KV heads", n_heads,
-                       n_kv);
+    if (attn_check("fwdc_attention_rope", n, n_heads, n_kv) < 0) return -1;
     if (n <= 0) return 0;
     const int kind = attn_kind();
     if (kind < 0) return -1;

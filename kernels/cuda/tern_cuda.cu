@@ -457,12 +457,10 @@ int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
 }
 
 /* A fused form's binary tensor-core variant for W: a development variant in
- * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one,
- * else `other`; recorded by bmma_config. */
-static int fused_variant(const TernCudaMatrix *W, int lo, int other, const char *form) {
+ * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one
+ * (tbm, from gemv1_rule), else `other`; recorded by bmma_config. */
+static int fused_variant(int tbm, int lo, int other, const char *form) {
     const int dv = tern_cuda_decode_variant_get();
-    int tbm = 0;
-    gemv1_rule(W, 0, &tbm);
     const int v = dv >= lo && dv < 70000 ? dv : tbm ? tbm : other;
     bmma_config(v, form);
     return v;
@@ -477,39 +475,45 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
                        "whole 16-row tiles with one scale per row",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
                        W ? (long long)W->n_groups : 0LL);
-    const int v = fused_variant(W, 60000, 64520, "glu");
+    int tbm = 0;
+    gemv1_rule(W, 0, &tbm);
+    const int v = fused_variant(tbm, 60000, 64520, "glu");
     if (tern_gemv_i8_glu(W, d_xq, W->cols, d_sx, act, d_h, d_hmax, v, stream) < 0)
         return err_prefix("tern_cuda_glu_i8: ");
     return 0;
 }
 
-/* The f32-input GEMV's variant for W, whose int8 one-token dispatch is the
- * binary tensor-core GEMV (gemv1_rule 6; tbm its bulk-copy variant): that
- * variant where the dispatch takes the bulk-copy kernel, else the bulk-copy
- * kernel 63540 in >= 4096 rows of <= 65536 columns (the 7B's 4096 x 11008
- * down projection in the decode step: 743-746 -> 784-788 tok/s, H200, same
- * run; 63530 768-773, 64540 723-727, 63560 740-745), else the register-fed
- * kernel (0). */
-static int f32x_variant(const TernCudaMatrix *W, int tbm) {
-    return tbm ? tbm : W->rows >= 4096 && W->cols <= 65536 ? 63540 : 0;
+/* The f32-input GEMV's variant where the int8 one-token dispatch takes the
+ * register-fed binary GEMV (where it takes the bulk-copy kernel, that
+ * variant): the bulk-copy kernel 63540 in >= 4096 rows of <= 65536 columns
+ * (the 7B's 4096 x 11008 down projection in the decode step: 743-746 ->
+ * 784-788 tok/s, H200, same run; 63530 768-773, 64540 723-727, 63560
+ * 740-745), else the register-fed kernel (0). */
+static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 63540 : 0; }
+
+/* W takes the f32-input form: the format, no one-token kernel forced, and a
+ * one-token dispatch to the binary tensor-core GEMVs (*tbm: its bulk-copy
+ * variant, 0 for the register-fed kernel). */
+static bool f32x_takes(const TernCudaMatrix *W, int *tbm) {
+    *tbm = 0;
+    if (g_force != 0 || gemv1_pick() != 0) return false;
+    if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return false;
+    return gemv1_rule(W, 0, tbm) == 6;
 }
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
-    if (g_force != 0 || gemv1_pick() != 0) return 0;
-    if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
-    int tbm = 0;
-    return gemv1_rule(W, 0, &tbm) == 6 ? 1 : 0;
+    int tbm;
+    return f32x_takes(W, &tbm) ? 1 : 0;
 }
 
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream) {
-    if (!tern_cuda_matmul_i8_f32x_ok(W))
+    int tbm;
+    if (!f32x_takes(W, &tbm))
         return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
                        "with one scale per row, or a one-token kernel is forced",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
-    int tbm = 0;
-    gemv1_rule(W, 0, &tbm);
-    const int v = fused_variant(W, 50000, f32x_variant(W, tbm), "f32x");
+    const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
     return 0;
 }

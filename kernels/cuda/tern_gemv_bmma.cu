@@ -110,7 +110,7 @@ __device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4],
  * register-fed kernel takes PRE 1 (its CTAs hold <= 1 item per thread at
  * the shapes it serves): 16 registers per item, and with PRE 2 it lost a
  * CTA per SM (7B's 4096 x 11008: 10.0 -> 11.9 us). */
-template <bool XF, int PRE = 1>
+template <bool XF, int PRE>
 __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x, const float *xf,
                                               const unsigned *xmax, int64_t xcols, int64_t kb0, int nkb,
                                               int tid, int nthr, int *sumx) {
@@ -338,7 +338,7 @@ struct TbArgs {
     /* paired (the GLU, tern_gemv_i8_glu): rows [0, half) gate, [half, 2 half) up;
      * a unit holds RT / 2 tiles of gate rows and the same tiles of up rows, and
      * h = act(y_gate) * y_up replaces y, its max|h| raised into *hmax */
-    int64_t half; /* 0: plain */
+    int64_t half; /* (the paired form only) */
     int act;
     float *h;
     unsigned *hmax;
@@ -355,13 +355,6 @@ __device__ __forceinline__ float glu_pair(const TbArgs &q, int64_t r, int dg, in
     const float hv = tern_glu1(q.act, tern_i8_out(sg, (float)dg, sx), tern_i8_out(su, (float)du, sx));
     q.h[r] = hv;
     return fmaxf(m, fabsf(hv));
-}
-
-/* paired: the warp's largest |h| into *q.hmax (every lane of the warp calls) */
-__device__ __forceinline__ void raise_hmax(const TbArgs &q, float m) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(q.hmax, __float_as_uint(m)); /* |h| >= 0: bits order as floats */
 }
 
 /* The binary MMAs of blocks [kb, ke) of rows g (ra) and g + 8 (rb) of a
@@ -542,7 +535,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         const int64_t r0 = (t0 + tw) * 16;
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
     }
-    if (paired && !split) raise_hmax(q, hm);
+    if (paired && !split) tern_raise_absmax(q.hmax, hm);
     if (!split) return;
     /* the last of the K slices of this CTA's tiles writes their y (one counter per
      * CTA range, the same tiles in every slice: a fence and a counter per tile
@@ -560,7 +553,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             const int dg = atomicExch(&p.part[r], 0), du = atomicExch(&p.part[q.half + r], 0);
             m = glu_pair(q, r, dg, du, sx, ssc, tb * 16, nrange, m);
         }
-        raise_hmax(q, m);
+        tern_raise_absmax(q.hmax, m);
     } else {
         const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows;
         for (int64_t r = tb * 16 + tid; r < rend; r += NT) {

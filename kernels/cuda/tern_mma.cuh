@@ -66,6 +66,14 @@ __device__ __forceinline__ int8_t tern_quant1(float v, float s) {
     const float q = rintf(__fmul_rn(v, s));
     return (int8_t)(q > 127.0f ? 127 : q < -128.0f ? -128 : (int)q);
 }
+/* A row's max|v| for the next GEMV's int8 scale (tern_cuda_matmul_i8_f32x):
+ * the warp's largest m (every lane calls, m = some |v| >= 0) raised into *mx
+ * as float bits (non-negative floats order as their bits; *mx zero before). */
+__device__ __forceinline__ void tern_raise_absmax(unsigned *mx, float m) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+    if ((threadIdx.x & 31) == 0 && m > 0.0f) atomicMax(mx, __float_as_uint(m));
+}
 
 /* Arguments of one ternary matmul launch (all device pointers). */
 struct TernKArgs {
@@ -131,7 +139,8 @@ void tern_gemv1_fill(Args &a, const TernCudaMatrix *W, const int8_t *d_x, const 
 int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
 /* tern_gemv_bmma.cu: the same call on the binary tensor cores (codes as they
- * are stored); variant 0 = default, 5UC00 / 6abcd = bench sweeps. */
+ * are stored); variant 0 = the register-fed kernel, 5UC00 = its bench sweeps,
+ * 6abcd = the bulk-copy kernel (the dispatch and bench sweeps). */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
 /* tern_gemv_bmma.cu, the decode step's fused forms (one token, int8, one

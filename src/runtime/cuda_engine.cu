@@ -378,9 +378,14 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     const int act = c.act == ACT_SILU ? 0 : 1;
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
     const bool att_fused = g->att_fuse && distinct;
+    /* each layer's fused forms, decided once per call (the rules read the environment) */
+    std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
-    for (int l = 0; l < c.n_layers && !fused; l++)
-        fused = mlp_fused(g, g->L[(size_t)l], n) || o_fused(g, g->L[(size_t)l], n, att_fused);
+    for (int l = 0; l < c.n_layers; l++) {
+        mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
+        ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, att_fused);
+        fused = fused || mfl[(size_t)l] || ofl[(size_t)l];
+    }
     if (fused)
         CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(2 * c.n_layers), g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
@@ -405,7 +410,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             ldq = qd, ldk = ldv = kvd;
         }
         unsigned *omax = g->hmax + c.n_layers + l;
-        const bool of = o_fused(g, L, n, att_fused);
+        const bool of = ofl[(size_t)l];
         g->n_fused[0] += att_fused, g->n_fused[1] += of;
         if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
@@ -437,7 +442,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
         TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
-        if (mlp_fused(g, L, n)) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
+        if (mfl[(size_t)l]) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
             TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
             TRY(tern_cuda_matmul_i8_f32x(&L.down.tm, g->hb, g->hmax + l, g->hout, g->st));
@@ -571,8 +576,9 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
         in[n + i] = (int32_t)pos[i];
         in[2 * n + i] = sq->blocks[pos[i] / bs] * bs + (int32_t)(pos[i] % bs);
         in[3 * n + i] = seq[i];
-        if (g->seen[(size_t)seq[i]] == g->stamp) p->distinct = false;
-        if (g->seen[(size_t)seq[i]] != g->stamp) { /* table row of this sequence: changed entries */
+        if (g->seen[(size_t)seq[i]] == g->stamp) {
+            p->distinct = false;
+        } else { /* table row of this sequence: changed entries */
             g->seen[(size_t)seq[i]] = g->stamp;
             int32_t *sh = g->shadow.data() + (size_t)seq[i] * (size_t)g->stride;
             for (int b = 0; b < sq->n_blocks; b++) {

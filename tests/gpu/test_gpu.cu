@@ -403,8 +403,12 @@ static void test_wg_splits(void) {
 }
 
 /* W for a shape and its upload (false: reported) */
-static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCudaMatrix *dW) {
-    if (make_matrix(sh.rows, sh.cols, QG_ROW, W) == 0 && tern_cuda_upload(W, dW) == 0) return true;
+static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCudaMatrix *dW,
+                         QuantGroup grp = QG_ROW) {
+    if (make_matrix(sh.rows, sh.cols, grp, W) == 0) {
+        if (tern_cuda_upload(W, dW) == 0) return true;
+        tern_free(W);
+    }
     report(false, "%s %lldx%lld: %s", what, (long long)sh.rows, (long long)sh.cols, err_msg());
     return false;
 }
@@ -637,13 +641,11 @@ static void test_fused_mlp(void) {
             tern_cuda_free(&dW);
             tern_free(&W);
         }
-        if (make_matrix(2048, 4096, QG_128, &W) == 0 && tern_cuda_upload(&W, &dW) == 0) {
+        if (upload_shape("fused refusal, groups of 128", {2048, 4096}, &W, &dW, QG_128)) {
             report(!tern_cuda_glu_i8_ok(&dW) && !tern_cuda_matmul_i8_f32x_ok(&dW),
                    "fused forms: 2048 x 4096 in groups of 128 columns refused");
             tern_cuda_free(&dW);
             tern_free(&W);
-        } else {
-            report(false, "fused refusal, groups of 128: %s", err_msg());
         }
     }
 
