@@ -7,7 +7,25 @@
 CC       ?= cc
 BUILD    ?= build
 PKGS     := hdf5 openblas libcjson libcrypto
-DEPS_OK  := $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && echo yes)
+deps_ok   = $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && echo yes)
+DEPS_OK  := $(deps_ok)
+
+# A fresh machine: scripts/deps.sh installs what is missing while this file is
+# read, before any flag below is formed from pkg-config (an install from a
+# rule came too late: the objects then compiled without the packages' include
+# paths).  Not for NO_DEPS=1, nor for goals that build nothing.
+ifneq ($(DEPS_OK),yes)
+ifneq ($(NO_DEPS),1)
+ifneq ($(filter-out clean deps,$(or $(MAKECMDGOALS),all)),)
+$(info ternlab: installing missing dependencies (scripts/deps.sh))
+DEPS_RC := $(shell bash scripts/deps.sh 1>&2; echo $$?)
+ifneq ($(DEPS_RC),0)
+$(error scripts/deps.sh failed (exit $(DEPS_RC)): install the packages it names, or build with NO_DEPS=1)
+endif
+DEPS_OK := $(deps_ok)
+endif
+endif
+endif
 
 ifeq ($(DEPS_OK),yes)
 PKG_CFLAGS := $(shell pkg-config --cflags $(PKGS))
@@ -69,16 +87,8 @@ endif
 .PHONY: all deps test test-san check-ppl clean bench bench-e2e
 all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
 
-# A fresh machine: install what is missing, then re-run make with the flags.
-ifneq ($(DEPS_OK),yes)
-ifneq ($(NO_DEPS),1)
-$(LIB_OBJ) $(CLI_OBJ) $(TEST_OBJ): | deps
-endif
-endif
 deps:
-	@if ! pkg-config --exists $(PKGS) 2>/dev/null || ! command -v parallel >/dev/null; then \
-	  echo "ternlab: installing missing dependencies (scripts/deps.sh)"; bash scripts/deps.sh; \
-	  echo "ternlab: dependencies installed; re-running make"; $(MAKE) $(MAKECMDGOALS); exit $$?; fi
+	bash scripts/deps.sh
 
 $(BUILD)/obj/%_avx2.o: %_avx2.c
 	@mkdir -p $(dir $@)
