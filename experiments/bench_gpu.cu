@@ -436,7 +436,19 @@ int main(int argc, char **argv) {
                 /* force -2: the dispatch's one-token GEMV from f32 x coded in the kernel
                  * (tern_cuda_matmul_i8_f32x, the decode step's down / o projection), next
                  * to the same dispatch from int8 x ("auto") */
-                {"auto", 0, 0, 1}, {"f32x", -2, 0, 1},
+                {"auto", 0, 0, 0}, {"f32x", -2, 0, 1},
+                /* 1 .. 16 tokens: the bulk-copy kernel on the int8 tensor cores (forced 7,
+                 * tern_gemv_bmma.cu's gemv_i8_tbm_mt), variant 6abcd as above; with "auto"
+                 * (the dispatch) also at M = 2 and 4 */
+                {"mt_63520", 7, 63520, 0}, {"mt_64520", 7, 64520, 0}, {"mt_62520", 7, 62520, 0},
+                {"mt_66520", 7, 66520, 0}, {"mt_63540", 7, 63540, 0}, {"mt_64540", 7, 64540, 0},
+                {"mt_62540", 7, 62540, 0}, {"mt_63530", 7, 63530, 0}, {"mt_64530", 7, 64530, 0},
+                {"mt_63330", 7, 63330, 0}, {"mt_64330", 7, 64330, 0}, {"mt_63521", 7, 63521, 0},
+                {"mt_64420", 7, 64420, 0}, {"mt_63420", 7, 63420, 0},
+                /* (four consumer warps per tile: a = 5 / 8) */
+                {"mt_68520", 7, 68520, 0}, {"mt_65520", 7, 65520, 0}, {"mt_68420", 7, 68420, 0},
+                {"mt_65420", 7, 65420, 0}, {"mt_68320", 7, 68320, 0}, {"mt_65320", 7, 65320, 0},
+                {"mt_68530", 7, 68530, 0}, {"mt_65540", 7, 65540, 0},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));
@@ -466,8 +478,9 @@ int main(int argc, char **argv) {
             }
             const int oldv = tern_cuda_decode_variant(0), oldf = tern_cuda_force_kernel(0);
             for (const SweepK &k : list)
-                for (int64_t M : {1, 8, 16}) {
+                for (int64_t M : {1, 2, 4, 8, 16}) {
                     if (k.only_m1 && M > 1) continue;
+                    if ((M == 2 || M == 4) && k.force != 0 && k.force != 7) continue;
                     if (sweep_only && strcmp(sweep_only, k.name)) continue;
                     if (k.force == -2) {
                         float *xf;

@@ -199,6 +199,25 @@ TernKArgs base_args(const TernCudaMatrix *W, int gu) {
 extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
                                      const float *d_sx, float *d_y, cudaStream_t s);
 
+/* The multi-token bulk-copy GEMV (tern_gemv_bmma.cu's gemv_i8_tbm_mt; 2 .. 16
+ * tokens, int8, one scale per row) where it beat the wgmma GEMM's 8- / 16-token
+ * tiles (H200, bench_gpu --sweep-decode, us, mt / wgmma): 4096 x 4096 M = 2 4.7 /
+ * 6.9, M = 8 5.1 / 7.2, M = 16 6.8 / 8.3; 14336 x 4096 M = 2 9.1 / 10.5, M = 8
+ * 9.4 / 10.5 (M = 16 12.4 / 10.6: not taken); 4096 x 14336 M = 2 10.1 / 11.7,
+ * M = 8 10.8 / 12.1 (M = 16 14.4 / 12.5); not at 170M weights (36864 x 4608
+ * M = 8 19.7 / 18.9, 4608 x 36864 20.7 / 20.4, M = 16 29-34 / 21).  So: 2^24
+ * to 2^27 weights for up to 8 tokens, to 24M weights for up to 16; with no
+ * development variant set.  Variant: 65540 (2 tiles per unit, 4 K parts,
+ * slices up to 18 blocks, 4 stages) to 24M weights, 68420 (4 tiles, 4 parts)
+ * in rows of <= 6144 columns, else 65420. */
+static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
+    const int64_t w = W->rows * W->cols;
+    return w >= ((int64_t)1 << 24) && (n <= 8 ? w <= ((int64_t)1 << 27) : w <= ((int64_t)3 << 23));
+}
+static int mt_variant(const TernCudaMatrix *W) {
+    return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68420 : 65420;
+}
+
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
     tern_cuda_set_config(""); /* until a kernel is chosen */
@@ -218,6 +237,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     const size_t esize = act == TACT_F32 ? 4 : act == TACT_BF16 ? 2 : 1;
 
     /* n <= 16: the mma.sync GEMV, except int8 with one scale per row, where
+     * (unless mt_rule takes the multi-token bulk-copy GEMV, below)
      * the wgmma GEMM with 8- / 16-token tiles measured as fast or faster on
      * the bench shapes (H200, n = 8: 4096 x 4096 8.1 vs 19.4 us, 36864 x 4608
      * 28.1 vs 28.5) but one (4608 x 36864, n = 16: 34.4 vs 31.5 us) */
@@ -312,6 +332,21 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     if (k1 == 4) {
         tern_cuda_set_config("gemv_warp");
         if (tern_gemv_i8_rowscale(W, static_cast<const int8_t *>(a.x), xc, d_sx, d_y, s) < 0)
+            return err_prefix("%s: ", who);
+        return 0;
+    }
+    /* 1 .. 16 tokens of int8 activations, one scale per row: the bulk-copy
+     * kernel on the int8 tensor cores (tern_gemv_bmma.cu's gemv_i8_tbm_mt),
+     * forced 7 (any such n, variant 6abcd or its own) or where mt_rule takes it */
+    const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
+    if (g_force == 7 && !i8_mt)
+        return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "
+                       "one scale per row",
+                       who);
+    if (g_force == 7 || (g_force == 0 && v == 0 && i8_mt && n >= 2 && mt_rule(W, n))) {
+        const int mv = v >= 60000 && v < 70000 ? v : mt_variant(W);
+        bmma_config(mv, "mt");
+        if (tern_gemv_i8_mt(W, static_cast<const int8_t *>(a.x), xc, d_sx, n, d_y, mv, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

@@ -105,8 +105,10 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
  * multi-row dp4a GEMV (tern_gemv_rows.cu) and 4 = the one-warp-per-row dp4a
  * GEMV (tern_gemv_i8.cu), 6 = the GEMV on the binary tensor cores
  * (tern_gemv_bmma.cu); anything else with 3 / 4 / 6 is an error; 5 = the
- * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error).  Returns
- * the previous value. */
+ * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error); 7 = the
+ * bulk-copy GEMV on the int8 tensor cores for 1 .. 16 tokens of int8
+ * activations and one scale per row (tern_gemv_bmma.cu, else an error).
+ * Returns the previous value. */
 int tern_cuda_force_kernel(int which);
 
 /* Development knob (bench; TERNLAB_CUDA_DECODE=v in the environment sets it

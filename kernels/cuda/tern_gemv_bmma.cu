@@ -328,7 +328,9 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
 
 /* the bulk-copy kernel's forms: int8 x; f32 x coded in the kernel
  * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows) */
-enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2 };
+enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_MT1 = 3, TBM_MT2 = 4 };
+/* (TBM_MT1 / TBM_MT2: several tokens on the int8 tensor cores, one or two
+ * 8-token MMA tiles: gemv_i8_tbm_mt below) */
 
 struct TbArgs {
     BmArgs b;
@@ -342,6 +344,10 @@ struct TbArgs {
     int act;
     float *h;
     unsigned *hmax;
+    /* the multi-token kernel: tokens (1 .. 8 MN) and the distance between their rows of x
+     * (the output: token n's rows at y + n rows) */
+    int ntok;
+    int64_t ldx;
 };
 
 /* paired: h of gate row r (y from the exact sum dg) and up row half + r (du)
@@ -380,6 +386,63 @@ __device__ __forceinline__ void tile_mma(int (&d)[2][4][4], const uint8_t *ra, c
             e0 = *reinterpret_cast<const uint4 *>(pl_g + (kb + 2) * 128);
         }
         if (has1) block_mma(d[1], a1, b1, e1);
+    }
+}
+
+/* The producer warp of the bulk-copy kernels: each unit's rows of the K
+ * slice (sb bytes from block kb0) into the next of q.st stages (paired: nh
+ * gate rows to stage rows [0, nh), the same up rows to [16 RH, 16 RH + nh)),
+ * full barrier per stage, waiting for the consumers' empty one before reuse. */
+template <int RT, bool paired>
+__device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, uint32_t stage_bytes, uint32_t full_s,
+                                            uint32_t empty_s, int64_t tb, int64_t te, int64_t kb0, uint32_t sb,
+                                            int lane) {
+    const BmArgs &p = q.b;
+    constexpr int RH = RT / 2, step = paired ? RH : RT;
+    const int ST = q.st;
+    const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
+    int slot = 0, i = 0;
+    uint32_t phase = 0;
+    for (int64_t t0 = tb; t0 < te; t0 += step, i++) {
+        if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
+        __syncwarp();
+        const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
+        if (!paired) {
+            const int64_t row0 = t0 * 16, rend = te * 16 < p.rows ? te * 16 : p.rows;
+            const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
+            if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
+            __syncwarp();
+            for (int r = lane; r < nr; r += 32)
+                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+        } else {
+            const int nh = 16 * (int)(te - t0 < RH ? te - t0 : RH);
+            if (lane == 0) tern_mbar::expect_tx(bar, 2 * nh * (int)sb);
+            __syncwarp();
+            for (int r = lane; r < 2 * nh; r += 32) {
+                const int hr = r < nh ? r : r - nh;
+                const int64_t src = (r < nh ? 0 : q.half) + t0 * 16 + hr;
+                tern_mbar::bulk_load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride,
+                                     p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
+            }
+        }
+        if (++slot == ST) slot = 0, phase ^= 1;
+    }
+}
+
+/* The CTA's row scales into ssc (independent of earlier kernels too): one
+ * round trip at the start instead of one per unit at its end (paired: the
+ * gate rows' scales, then the up rows'). */
+template <bool paired>
+__device__ __forceinline__ void tbm_row_scales(const TbArgs &q, float *ssc, int64_t tb, int64_t te, int tid,
+                                               int nthr) {
+    const BmArgs &p = q.b;
+    const int64_t nrange = (te - tb) * 16, r0 = tb * 16;
+    if constexpr (paired) {
+        for (int64_t i = tid; i < 2 * nrange; i += nthr)
+            ssc[i] = p.scales[(i < nrange ? r0 + i : q.half + r0 + i - nrange) * p.scale_stride];
+    } else {
+        const int64_t nr = (te * 16 < p.rows ? te * 16 : p.rows) - r0;
+        for (int64_t i = tid; i < nr; i += nthr) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
     }
 }
 
@@ -423,47 +486,11 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     int slot = 0;
     uint32_t phase = 0;
     if (warp == NW) { /* producer: the codes do not depend on earlier kernels */
-        const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
-        int i = 0;
-        for (int64_t t0 = tb; t0 < te; t0 += step, i++) {
-            if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
-            __syncwarp();
-            const uint32_t dst = st_s + slot * stage_bytes, bar = full_s + 8 * slot;
-            if (!paired) {
-                const int64_t row0 = t0 * 16, rend = te * 16 < p.rows ? te * 16 : p.rows;
-                const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
-                if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
-                __syncwarp();
-                for (int r = lane; r < nr; r += 32)
-                    tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
-            } else { /* nh gate rows to stage rows [0, nh), the same up rows to [16 RH, 16 RH + nh) */
-                const int nh = 16 * (int)(te - t0 < RH ? te - t0 : RH);
-                if (lane == 0) tern_mbar::expect_tx(bar, 2 * nh * (int)sb);
-                __syncwarp();
-                for (int r = lane; r < 2 * nh; r += 32) {
-                    const int hr = r < nh ? r : r - nh;
-                    const int64_t src = (r < nh ? 0 : q.half) + t0 * 16 + hr;
-                    tern_mbar::bulk_load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride,
-                                         p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
-                }
-            }
-            if (++slot == ST) slot = 0, phase ^= 1;
-        }
+        tbm_produce<RT, paired>(q, stages, stage_bytes, full_s, empty_s, tb, te, kb0, sb, lane);
         return;
     }
-    /* the CTA's row scales (independent of earlier kernels too): one round trip
-     * here instead of one per unit at its end (the unit loop's only global load) */
     const int64_t nrange = (te - tb) * 16; /* paired: the range's gate rows */
-    if (ssc) {
-        const int64_t r0 = tb * 16;
-        if constexpr (paired) { /* the gate rows' scales, then the up rows' */
-            for (int64_t i = tid; i < 2 * nrange; i += NT)
-                ssc[i] = p.scales[(i < nrange ? r0 + i : q.half + r0 + i - nrange) * p.scale_stride];
-        } else {
-            const int64_t nr = (te * 16 < p.rows ? te * 16 : p.rows) - r0;
-            for (int64_t i = tid; i < nr; i += NT) ssc[i] = p.scales[(r0 + i) * p.scale_stride];
-        }
-    }
+    if (ssc) tbm_row_scales<paired>(q, ssc, tb, te, tid, NT);
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
     /* (int8 x: its scale read after the planes) */
@@ -564,6 +591,262 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
+/* ---- several tokens (1 .. 16) on the int8 tensor cores, the codes streamed the same way ----
+ * mma.m16n8k32 .s8: A = the codes c in {0, 1, 2} as bytes, B = the int8
+ * activations, sum (c - 1) x = D - sum x.  c = (word >> 2f) & 0x03030303 is
+ * field f of a word's four bytes: columns 64 f + 4j .. 64 f + 4j + 3 of word
+ * j, in order — two instructions per register, no other decoding.
+ * Fragments (m16n8k32): thread (g = lane / 4, t = lane % 4) holds A rows g
+ * (a0, a2) and g + 8 (a1, a3) at k 4t .. 4t + 3 (a0, a1) and 16 + 4t .. (a2,
+ * a3), B column (token) g at the same k (b0, b1), D rows g, g + 8 x tokens 2t,
+ * 2t + 1.  k order inside a block is ours: thread t loads words 4t .. 4t + 3
+ * of both rows (as the binary kernel does), and k step s = 2f + p takes field
+ * f of words 4t + 2p (a0 / a1) and 4t + 2p + 1 (a2 / a3), i.e. columns 64 f +
+ * 16 t + 8 p .. + 7 — so B of steps 2f and 2f + 1 is 16 bytes of token g in
+ * x's own order (one 16-byte load).  The CTA's K slice of x is copied once
+ * into shared memory by the bulk copy engine (one row per token, rows 64 mod
+ * 128 bytes apart as the stage rows: a quarter-warp's 16-byte loads fall on
+ * distinct banks), each token's sum of the slice formed from there.  B columns of tokens past ntok
+ * hold whatever shared memory held: they only reach D columns never stored.
+ * The rest is the one-token kernel's: producer, stages, units, K parts,
+ * split K (partials per token and row). */
+
+/* bytes between tokens' rows of x in shared memory for K slices of ks blocks */
+__host__ __device__ constexpr size_t mt_xrow(int ks) { return (size_t)ks * 256 + 64; }
+
+/* d += A x B (s8, m16n8k32; the codes 0 .. 2 are the same bytes as u8) */
+__device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                       uint32_t b0, uint32_t b1) {
+#if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 3 /* timing probe (results wrong): an add for the MMA */
+    d[0] += (int)(a0 + a1 + a2 + a3 + b0 + b1);
+#else
+    asm("mma.sync.aligned.m16n8k32.row.col.s32.s8.s8.s32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+/* One block's operands of this lane: the code words 4t .. 4t + 3 of rows g
+ * (ca) and g + 8 (cb); B of steps 2f, 2f + 1 in e[f] for MN tiles of tokens. */
+template <int MN>
+struct MtOps {
+    uint4 ca, cb;
+    uint4 e[4][MN];
+};
+template <int MN>
+__device__ __forceinline__ void load_mt(MtOps<MN> &o, const uint8_t *ra, const uint8_t *rb, const uint8_t *xl,
+                                        size_t xrow, int kb) {
+    o.ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb);
+    o.cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+#pragma unroll
+    for (int f = 0; f < 4; f++)
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++)
+            o.e[f][nt] = *reinterpret_cast<const uint4 *>(xl + nt * 8 * xrow + (size_t)kb * 256 + 64 * f);
+}
+template <int MN, int NS>
+__device__ __forceinline__ void block_mma_mt(int (&d)[NS][MN][4], const MtOps<MN> &o) {
+    constexpr uint32_t m = 0x03030303u;
+#pragma unroll
+    for (int st = 0; st < 8; st++) {
+        const int f = st >> 1, pp = st & 1;
+        const uint32_t a0 = ((pp ? o.ca.z : o.ca.x) >> (2 * f)) & m, a2 = ((pp ? o.ca.w : o.ca.y) >> (2 * f)) & m;
+        const uint32_t a1 = ((pp ? o.cb.z : o.cb.x) >> (2 * f)) & m, a3 = ((pp ? o.cb.w : o.cb.y) >> (2 * f)) & m;
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++) {
+            const uint4 &e = o.e[f][nt];
+            mma_s8(d[st % NS][nt], a0, a1, a2, a3, pp ? e.z : e.x, pp ? e.w : e.y);
+        }
+    }
+}
+
+/* The MMAs of blocks [kb, ke) of rows g (ra = the lane's bytes 16t of its row
+ * in the stage) and g + 8 (rb) against B from xl (the lane's token row +
+ * 16t): the next block's operands are loaded before the current block's
+ * MMAs (two operand sets in turn, no copies), which go into NS accumulator
+ * sets by step (4 independent chains). */
+template <int MN, int NS>
+__device__ __forceinline__ void tile_mma_mt(int (&d)[NS][MN][4], const uint8_t *ra, const uint8_t *rb,
+                                            const uint8_t *xl, size_t xrow, int kb, int ke) {
+    if (kb >= ke) return;
+    MtOps<MN> o0, o1;
+    load_mt<MN>(o0, ra, rb, xl, xrow, kb);
+    for (; kb < ke; kb += 2) {
+        if (kb + 1 < ke) load_mt<MN>(o1, ra, rb, xl, xrow, kb + 1);
+        block_mma_mt<MN, NS>(d, o0);
+        if (kb + 1 >= ke) break;
+        if (kb + 2 < ke) load_mt<MN>(o0, ra, rb, xl, xrow, kb + 2);
+        block_mma_mt<MN, NS>(d, o1);
+    }
+}
+
+/* y (or split K: the exact partial into the scratch, token n's rows at
+ * part + n rows) of rows r and r + 8 for tokens n, n + 1 from v[0..3] (D's
+ * order: (r, n), (r, n + 1), (r + 8, n), (r + 8, n + 1)) less the slice's sums */
+__device__ __forceinline__ void store_mt(const TbArgs &q, int64_t r, int n, const int (&v)[4], const int *sumx,
+                                         bool split, const float *ssc, int64_t sbase) {
+    const BmArgs &p = q.b;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int64_t rr = r + (j >> 1) * 8;
+        const int nn = n + (j & 1);
+        if (rr >= p.rows || nn >= q.ntok) continue;
+        const int d = v[j] - sumx[nn];
+        if (split) atomicAdd(&p.part[(int64_t)nn * p.rows + rr], d);
+        else p.y[(int64_t)nn * p.rows + rr] = tern_i8_out(row_scale(p, rr, ssc, sbase), (float)d, p.sx[nn]);
+    }
+}
+
+template <int RT, int KH, int MN>
+__global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArgs q) {
+    const BmArgs &p = q.b;
+    constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ __align__(8) uint64_t s_full[8], s_empty[8], s_xbar;
+    __shared__ int s_sumx[16], s_last;
+    /* parts 1..'s accumulators by unit parity, per tile and lane */
+    __shared__ int s_part[2][KH > 1 ? KH - 1 : 1][RT][32][4 * MN];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tw = warp % RT, part = warp / RT;
+    const int ST = q.st;
+    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
+    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
+    const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
+    const size_t xrow = mt_xrow(p.ks), xs_bytes = 8 * MN * xrow;
+    uint8_t *xs = smem;
+    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + xs_bytes) : nullptr;
+    uint8_t *stages = smem + xs_bytes + tbm_scale_bytes(q.sc_rows);
+    const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
+                  te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
+    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
+                   empty_s = (uint32_t)__cvta_generic_to_shared(s_empty),
+                   xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
+    if (tid == 0) {
+        for (int i = 0; i < ST; i++) {
+            tern_mbar::init(full_s + 8 * i, 1);
+            tern_mbar::init(empty_s + 8 * i, NW);
+        }
+        tern_mbar::init(xbar, 1);
+        tern_mbar::init_fence();
+    }
+    __syncthreads();
+    if (warp == NW) { /* producer */
+        tbm_produce<RT, false>(q, stages, stage_bytes, full_s, empty_s, tb, te, kb0, sb, lane);
+        return;
+    }
+    if (ssc) tbm_row_scales<false>(q, ssc, tb, te, tid, NT);
+    pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
+    /* the slice of each token's x (zeros past xcols), then its sum */
+    const int64_t c0 = kb0 * 256, avail = p.xcols - c0;
+    const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
+    if (tid == 0) {
+        tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
+        const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
+        for (int n = 0; n < q.ntok; n++)
+            tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * q.ldx + c0, xb, xbar);
+    }
+    if (xb < (uint32_t)nkb * 256)
+        for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
+            const int w = nkb * 256 - (int)xb, n = i / w;
+            xs[n * xrow + xb + (i - n * w)] = 0;
+        }
+    tern_mbar::wait(xbar, 0);
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* the zeroed tails */
+    for (int n = warp; n < q.ntok; n += NW) {
+        int sum = 0;
+        for (int c = lane; c < nkb * 16; c += 32) {
+            const uint4 v = *reinterpret_cast<const uint4 *>(xs + n * xrow + 16 * c);
+            sum = __dp4a((int)v.x, 0x01010101, sum);
+            sum = __dp4a((int)v.y, 0x01010101, sum);
+            sum = __dp4a((int)v.z, 0x01010101, sum);
+            sum = __dp4a((int)v.w, 0x01010101, sum);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+        if (lane == 0) s_sumx[n] = sum;
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* s_sumx and ssc complete */
+    const bool split = gridDim.y > 1;
+    const uint8_t *xl = xs + g * xrow + 16 * t;
+    const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
+    int slot = 0, u = 0;
+    uint32_t phase = 0;
+    for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
+        tern_mbar::wait(full_s + 8 * slot, phase);
+        const int64_t my = t0 + tw;
+#if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE != 3 /* timing probes (results wrong): no MMAs */
+        const bool mine = false;
+#else
+        const bool mine = my < te;
+#endif
+        const uint8_t *ra = stages + slot * stage_bytes + (16 * tw + g) * q.stride + 16 * t;
+        constexpr int NS = 4 / MN; /* accumulator sets: 4 chains */
+        int d[NS][MN][4] = {};
+        if (mine) tile_mma_mt<MN, NS>(d, ra, ra + 8 * q.stride, xl, xrow, kbeg, kend);
+        __syncwarp();
+        if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot);
+        if (++slot == ST) slot = 0, phase ^= 1;
+        int v[MN][4];
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[nt][j] = 0;
+#pragma unroll
+                for (int u2 = 0; u2 < NS; u2++) v[nt][j] += d[u2][nt][j];
+            }
+        if (KH > 1) {
+            if (part > 0 && mine)
+#pragma unroll
+                for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) s_part[u][part - 1][tw][lane][4 * nt + j] = v[nt][j];
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+            if (part > 0) continue;
+            if (mine)
+#pragma unroll
+                for (int h = 0; h < KH - 1; h++)
+#pragma unroll
+                    for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) v[nt][j] += s_part[u][h][tw][lane][4 * nt + j];
+        }
+        if (!mine) continue;
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++) store_mt(q, my * 16 + g, 8 * nt + 2 * t, v[nt], s_sumx, split, ssc, tb * 16);
+    }
+    if (!split) return;
+    /* the last of the K slices of this CTA's tiles writes their y (as the one-token kernel) */
+    __syncwarp();
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (!s_last) return;
+    __threadfence();
+    const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows, nr = rend - tb * 16;
+    for (int64_t i = tid; i < nr * q.ntok; i += NT) {
+        const int64_t n = i / nr, r = tb * 16 + i % nr;
+        const int d = atomicExch(&p.part[n * p.rows + r], 0);
+        p.y[n * p.rows + r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, p.sx[n]);
+    }
+    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+}
+
+/* the kernel of a mode */
+template <int RT, int KH, int MODE>
+constexpr auto tbm_kernel() {
+    if constexpr (MODE >= TBM_MT1) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT1 + 1>;
+    else return gemv_i8_tbm<RT, KH, MODE>;
+}
+/* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
+ * block), or 8 MN tokens' rows (mt_xrow) */
+constexpr size_t tbm_x_bytes(int mode, int ks) {
+    return mode >= TBM_MT1 ? 8 * (mode - TBM_MT1 + 1) * mt_xrow(ks) : (size_t)ks * 512;
+}
+
 /* largest K slice (blocks) for variant digit b */
 constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
 
@@ -587,7 +870,7 @@ struct TbPlan {
 
 template <int RT, int KH, int MODE>
 int plan_tbm(TbPlan &pl) {
-    auto kern = gemv_i8_tbm<RT, KH, MODE>;
+    auto kern = tbm_kernel<RT, KH, MODE>();
     constexpr bool paired = MODE == TBM_GLU;
     constexpr int threads = 32 * (RT * KH + 1);
     /* dynamic shared memory: the opt-in limit less the kernel's static part */
@@ -600,47 +883,51 @@ int plan_tbm(TbPlan &pl) {
     /* tiles shared out among the CTAs (paired: of the gate half, each with its up tile) */
     const int64_t tiles = paired ? pl.rows / 32 : (pl.rows + 15) / 16, s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
     int64_t best_cost = -1;
-    for (int64_t S = s0; S <= 4 * s0 && S <= pl.kblocks; S++) {
-        const int ks = (int)((pl.kblocks + S - 1) / S);
-        if ((pl.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
-        if (S > s0 && ks < 4 * KH) continue;            /* too little K per consumer warp */
-        int stride = ks * 64;
-        if (stride % 128 == 0) stride += 64;
-        size_t smem = (size_t)ks * 512 + (size_t)pl.st * 16 * RT * stride;
-        if (smem > dyn_max || S > 65535) continue;
-        int occ = 0;
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
-        if (pl.cap > 0 && occ > pl.cap) occ = pl.cap;
-        if (occ < 1) continue;
-        /* one wave: a CTA left over for a second wave would double the time */
-        int64_t gx = (int64_t)pl.sms * occ / S;
-        if (gx < 1) gx = 1;
-        if (gx > tiles) gx = tiles;
-        /* the CTA's row scales in shared memory where they fit beside the same occupancy */
-        int sc = 0;
-        if (pl.scaled) {
-            const int64_t need = (paired ? 32 : 16) * ((tiles + gx - 1) / gx);
-            int occ2 = 0;
-            if (need <= 16384)
-                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ2, kern, threads,
-                                                                         smem + tbm_scale_bytes((int)need)));
-            if (pl.cap > 0 && occ2 > pl.cap) occ2 = pl.cap;
-            if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= dyn_max) {
-                sc = (int)need;
-                smem += tbm_scale_bytes(sc);
+    /* pass 1 with the rule below; pass 2 without, where no slice the rule lets
+     * through fits (the multi-token kernel's x takes up to 75 KB: 16 tokens x
+     * 18 blocks beside 4 stages left no unsplit plan for 520 x 9000) */
+    for (int pass = 1; pass <= 2 && best_cost < 0; pass++) {
+        for (int64_t S = s0; S <= 4 * s0 && S <= pl.kblocks; S++) {
+            const int ks = (int)((pl.kblocks + S - 1) / S);
+            if ((pl.kblocks + ks - 1) / ks != S) continue; /* the same slices as a smaller S */
+            if (pass == 1 && S > s0 && ks < 4 * KH) continue; /* too little K per consumer warp */
+            int stride = ks * 64;
+            if (stride % 128 == 0) stride += 64;
+            size_t smem = tbm_x_bytes(MODE, ks) + (size_t)pl.st * 16 * RT * stride;
+            if (smem > dyn_max || S > 65535) continue;
+            int occ = 0;
+            CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
+            if (pl.cap > 0 && occ > pl.cap) occ = pl.cap;
+            if (occ < 1) continue;
+            /* one wave: a CTA left over for a second wave would double the time */
+            int64_t gx = (int64_t)pl.sms * occ / S;
+            if (gx < 1) gx = 1;
+            if (gx > tiles) gx = tiles;
+            /* the CTA's row scales in shared memory where they fit beside the same occupancy */
+            int sc = 0;
+            if (pl.scaled) {
+                const int64_t need = (paired ? 32 : 16) * ((tiles + gx - 1) / gx);
+                int occ2 = 0;
+                if (need <= 16384)
+                    CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ2, kern, threads,
+                                                                             smem + tbm_scale_bytes((int)need)));
+                if (pl.cap > 0 && occ2 > pl.cap) occ2 = pl.cap;
+                if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= dyn_max) {
+                    sc = (int)need;
+                    smem += tbm_scale_bytes(sc);
+                }
             }
-        }
-        const int64_t busiest = (gx * S + pl.sms - 1) / pl.sms;
-        const int64_t cost = busiest * ((tiles + gx - 1) / gx) * ks;
-        if (best_cost < 0 || cost * 100 < best_cost * 99) {
-            best_cost = cost;
-            pl.s = S, pl.gx = gx, pl.ks = ks, pl.stride = stride, pl.sc = sc, pl.smem = smem;
+            const int64_t busiest = (gx * S + pl.sms - 1) / pl.sms;
+            const int64_t cost = busiest * ((tiles + gx - 1) / gx) * ks;
+            if (best_cost < 0 || cost * 100 < best_cost * 99) {
+                best_cost = cost;
+                pl.s = S, pl.gx = gx, pl.ks = ks, pl.stride = stride, pl.sc = sc, pl.smem = smem;
+            }
         }
     }
     if (best_cost < 0)
-        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks (split ones of >= %d) fits an SM with %d "
-                       "stages of %d rows",
-                       (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, 4 * KH, pl.st, 16 * RT);
+        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks fits an SM with %d stages of %d rows",
+                       (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, pl.st, 16 * RT);
     return 0;
 }
 
@@ -680,17 +967,20 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     q.sc_rows = pl.sc;
     if (pl.s > 1) {
         void *ws;
-        if (tern_ws_zeroed((size_t)(q.tiles + a.rows) * sizeof(int), &ws) < 0) return -1;
+        const int64_t per_row = MODE >= TBM_MT1 ? q.ntok : 1; /* partials of each token */
+        if (tern_ws_zeroed((size_t)(q.tiles + a.rows * per_row) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
     }
-    return tern_launch_pdl_smem("gemv_i8_tbm", gemv_i8_tbm<RT, KH, MODE>, dim3((unsigned)pl.gx, (unsigned)pl.s),
+    return tern_launch_pdl_smem(MODE >= TBM_MT1 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
+                                dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
 
 /* variant 6abcd (bench sweeps, the dispatch): the bulk-copy kernel with a = row
  * tiles (consumer warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer
- * warps per tile, each a K part; four were no faster), b = largest K slice
+ * warps per tile, each a K part; four were no faster for one token; the
+ * multi-token kernel also 5 or 8: 2 or 4 tiles with four), b = largest K slice
  * (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many as fit) */
 template <int MODE>
 int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
@@ -701,8 +991,12 @@ int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *
     if (rt == 4) return launch_tbm<4, 1, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 3) return launch_tbm<2, 2, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 6) return launch_tbm<4, 2, MODE>(q, kSliceMax[b], cap, sms, s);
-    return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts)", who, variant,
-                   rt);
+    if constexpr (MODE >= TBM_MT1) { /* the multi-token kernel's decoding wants more warps per tile */
+        if (rt == 5) return launch_tbm<2, 4, MODE>(q, kSliceMax[b], cap, sms, s);
+        if (rt == 8) return launch_tbm<4, 4, MODE>(q, kSliceMax[b], cap, sms, s);
+    }
+    return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts%s)", who, variant,
+                   rt, MODE >= TBM_MT1 ? "; 5 / 8: with four" : "");
 }
 
 /* The one-token GEMV of a (x or xf) with variant 0 (the register-fed kernel),
@@ -779,4 +1073,19 @@ int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, 
     q.h = d_h;
     q.hmax = d_hmax;
     return launch_variant<TBM_GLU>(q, variant, sms, s, "tern_gemv_i8_glu");
+}
+
+/* 1 .. 16 tokens (x rows ldx apart), the bulk-copy kernel on the int8 tensor
+ * cores (gemv_i8_tbm_mt), variant 6abcd as the one-token kernel's */
+int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
+                    float *d_y, int variant, cudaStream_t s) {
+    const char *who = "tern_gemv_i8_mt";
+    if (n < 1 || n > 16) return err_set("%s: %lld tokens (1 .. 16)", who, (long long)n);
+    if (variant < 60000 || variant >= 70000) return err_set("%s: variant %d (6abcd only)", who, variant);
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;
+    q.ntok = (int)n;
+    q.ldx = ldx;
+    return n <= 8 ? launch_variant<TBM_MT1>(q, variant, sms, s, who) : launch_variant<TBM_MT2>(q, variant, sms, s, who);
 }

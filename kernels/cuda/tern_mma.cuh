@@ -143,6 +143,12 @@ int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
  * 6abcd = the bulk-copy kernel (the dispatch and bench sweeps). */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
+/* tern_gemv_bmma.cu: 1 .. 16 tokens of int8 activations (rows ldx apart,
+ * ldx readable columns, a multiple of 16; y token n's rows at d_y + n rows),
+ * one scale per row, on the int8 tensor cores fed by the bulk copy engine;
+ * variant 6abcd (as tern_gemv_i8_bmma's bulk-copy kernel). */
+int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
+                    float *d_y, int variant, cudaStream_t s);
 /* tern_gemv_bmma.cu, the decode step's fused forms (one token, int8, one
  * scale per row):
  * tern_gemv_i8_glu: W holds gate rows [0, half) over up rows [half, 2 half)

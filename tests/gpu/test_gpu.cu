@@ -214,11 +214,13 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
         CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
         static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp",
-                                            "gemm_wgmma", "gemv_bmma"};
-        for (int kern = 1; kern <= 6; kern++) {
+                                            "gemm_wgmma", "gemv_bmma", "gemv_tbm_mt"};
+        for (int kern = 1; kern <= 7; kern++) {
             /* 3, 4, 6: the one-token int8 one-scale-per-row GEMVs */
-            if ((kern == 3 || kern == 4 || kern >= 6) && (act != 2 || W->n_groups != 1 || n != 1))
+            if ((kern == 3 || kern == 4 || kern == 6) && (act != 2 || W->n_groups != 1 || n != 1))
                 continue;
+            /* 7: 1 .. 16 tokens, int8, one scale per row */
+            if (kern == 7 && (act != 2 || W->n_groups != 1 || n > 16)) continue;
             /* 5: the wgmma GEMM, one scale per row */
             if (kern == 5 && W->n_groups != 1) continue;
             tern_cuda_force_kernel(kern);
@@ -390,6 +392,23 @@ static void test_bmma_grid(void) {
     forced_variants_g("gemv_bmma tensor scale", 6, shapes, 4, ns, 1, tensor_variants, 4, QG_TENSOR);
 }
 
+/* The multi-token bulk-copy GEMV on the int8 tensor cores (forced 7,
+ * tern_gemv_bmma.cu's gemv_i8_tbm_mt): 1 .. 16 tokens (one and two 8-token
+ * tiles, partial ones), each variant shape of the one-token kernel (1, 2 or 4
+ * consumer warps per tile, 2 or 4 tiles per unit, K slices of 4 .. 64
+ * blocks, i.e. splits and none, 2 .. 8 stages, CTA caps), rows not a
+ * multiple of 16, a partial last 256-column block; one scale per tensor too. */
+static void test_mt_grid(void) {
+    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}, {300, 4096}};
+    const int64_t ns[] = {1, 2, 5, 8, 9, 13, 16};
+    const int variants[] = {63520, 64520, 62520, 66520, 63540, 64530, 62131, 66521, 62282,
+                            63941, 62840, 63330, 62550, 68520, 65520, 68131, 65441};
+    forced_variants("gemv_tbm_mt", 7, shapes, 5, ns, 7, variants, 17);
+    const int64_t ns_t[] = {3, 16};
+    const int tensor_variants[] = {64520, 63530, 66521};
+    forced_variants_g("gemv_tbm_mt tensor scale", 7, shapes, 5, ns_t, 2, tensor_variants, 3, QG_TENSOR);
+}
+
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
  * with sum x per split) and larger ones under forced K splits (7KK; 8KK:
  * the one-A-set kernel for 16 tokens too): full and partial tiles, splits
@@ -524,6 +543,51 @@ static void test_gemv_default(void) {
         report(rc == 0 && strcmp(cfg, c.want) == 0,
                "gemv default %lldx%lld n=1 force %d variant %d GEMV1=%s: config '%s' (want %s)%s%s",
                (long long)c.sh.rows, (long long)c.sh.cols, c.force, c.variant, c.env ? c.env : "-", cfg, c.want,
+               rc ? ": " : "", rc ? err_msg() : "");
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+}
+
+/* The default dispatch of 2 .. 16 int8 tokens to the multi-token bulk-copy
+ * GEMV (tern_cuda.cu mt_rule: 2^24 .. 2^27 weights for <= 8 tokens, to 24M
+ * for <= 16; variant 65540 to 24M weights, 68420 in rows of <= 6144
+ * columns, else 65420), bit-identical to the reference at those n; not
+ * taken: 4000 x 4100 (16.4M < 2^24), 33000 x 4100 (135.3M > 2^27), 16
+ * tokens over 24M weights, a forced kernel, a decode variant. */
+static void test_mt_default(void) {
+    /* (4100 x 4608: 18 blocks, 16 tokens — x and 4 stages fit an SM only with a K split) */
+    const Shape2 shapes[] = {{4100, 4100}, {16400, 4100}, {4100, 12300}, {4100, 4608}};
+    const int64_t ns[] = {2, 8, 16};
+    const int variants[] = {0};
+    forced_variants("gemv mt default", 0, shapes, 4, ns, 3, variants, 1);
+    struct {
+        Shape2 sh;
+        int64_t n;
+        int force, variant;
+        const char *want; /* a prefix of the config */
+    } cases[] = {
+        {{4100, 4100}, 8, 0, 0, "gemv_tbm mt v=65540"},   {{4100, 4100}, 16, 0, 0, "gemv_tbm mt v=65540"},
+        {{4100, 4100}, 2, 0, 0, "gemv_tbm mt v=65540"},   {{16400, 4100}, 5, 0, 0, "gemv_tbm mt v=68420"},
+        {{16400, 4100}, 8, 0, 0, "gemv_tbm mt v=68420"},  {{16400, 4100}, 16, 0, 0, "wgmma "},
+        {{4100, 12300}, 8, 0, 0, "gemv_tbm mt v=65420"},  {{4100, 12300}, 9, 0, 0, "wgmma "},
+        {{33000, 4100}, 8, 0, 0, "wgmma "},               {{4000, 4100}, 8, 0, 0, "wgmma "},
+        {{16400, 4100}, 8, 5, 0, "wgmma "},               {{16400, 4100}, 8, 0, 702, "wgmma "},
+        {{16400, 4100}, 8, 7, 63520, "gemv_tbm mt v=63520"}, {{4100, 4100}, 1, 0, 0, "gemv_warp"},
+        {{4100, 4608}, 16, 0, 0, "gemv_tbm mt v=65540"},
+    };
+    for (const auto &c : cases) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("gemv mt default", c.sh, &W, &dW)) continue;
+        const int oldf = tern_cuda_force_kernel(c.force), oldv = tern_cuda_decode_variant(c.variant);
+        char cfg[128];
+        const int rc = dispatch_config(&dW, c.sh, c.n, cfg, sizeof cfg);
+        tern_cuda_force_kernel(oldf);
+        tern_cuda_decode_variant(oldv);
+        report(rc == 0 && strncmp(cfg, c.want, strlen(c.want)) == 0,
+               "gemv mt default %lldx%lld n=%lld force %d variant %d: config '%s' (want %s...)%s%s",
+               (long long)c.sh.rows, (long long)c.sh.cols, (long long)c.n, c.force, c.variant, cfg, c.want,
                rc ? ": " : "", rc ? err_msg() : "");
         tern_cuda_free(&dW);
         tern_free(&W);
@@ -940,6 +1004,18 @@ static void test_errors(void) {
         report(tern_cuda_matmul_bf16(&dW, (const uint16_t *)dy, 1, dy, 0) < 0,
                "one-token GEMV %d with bf16 activations must be refused", k);
     }
+    /* the multi-token one: 1 .. 16 tokens of int8 only; its variants 6abcd only */
+    tern_cuda_force_kernel(7);
+    report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 17, dy, 0) < 0,
+           "multi-token GEMV with 17 tokens must be refused");
+    report(tern_cuda_matmul_bf16(&dW, (const uint16_t *)dy, 2, dy, 0) < 0,
+           "multi-token GEMV with bf16 activations must be refused");
+    {
+        const int oldv = tern_cuda_decode_variant(62110);
+        report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 2, dy, 0) < 0 && strstr(err_msg(), "1 stages"),
+               "multi-token GEMV with 1 stage must be refused: %s", err_msg());
+        tern_cuda_decode_variant(oldv);
+    }
     tern_cuda_force_kernel(0);
     /* a misspelt kernel choice is an error, not a silent default */
     setenv("TERNLAB_CUDA_GEMV1", "bogus", 1);
@@ -1029,8 +1105,16 @@ int main(int argc, char **argv) {
     /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
     const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
     /* gemv: only the one-token binary tensor-core GEMV's configurations */
+    if (argc > 1 && strcmp(argv[1], "mt") == 0) { /* only the multi-token bulk-copy GEMV */
+        test_mt_grid();
+        test_mt_default();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
     if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
         test_bmma_grid();
+        test_mt_grid();
+        test_mt_default();
         test_gemv_default();
         test_fused_mlp();
         printf("%d passed, %d failed\n", g_pass, g_fail);
@@ -1043,6 +1127,8 @@ int main(int argc, char **argv) {
         test_i8_scale_range();
         test_dense();
         test_bmma_grid();
+        test_mt_grid();
+        test_mt_default();
         test_gemv_default();
         test_fused_mlp();
     }
