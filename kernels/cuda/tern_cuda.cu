@@ -200,7 +200,8 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
                                      const float *d_sx, float *d_y, cudaStream_t s);
 
 /* The multi-token bulk-copy GEMV (tern_gemv_bmma.cu's gemv_i8_tbm_mt; 2 .. 16
- * tokens, int8, one scale per row) where it beat the wgmma GEMM's 8- / 16-token
+ * tokens, int8, one scale per row or per tensor — measured with one per row)
+ * where it beat the wgmma GEMM's 8- / 16-token
  * tiles (H200, bench_gpu --sweep-decode, us, mt / wgmma): 4096 x 4096 M = 2 4.7 /
  * 6.9, M = 8 5.1 / 7.2, M = 16 6.8 / 8.3; 14336 x 4096 M = 2 9.1 / 10.5, M = 8
  * 9.4 / 10.5 (M = 16 12.4 / 10.6: not taken); 4096 x 14336 M = 2 10.1 / 11.7,
@@ -212,6 +213,7 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
  * in rows of <= 6144 columns, else 65420. */
 static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
     const int64_t w = W->rows * W->cols;
+    if (W->cols > 4194304) return false; /* the kernel's limit (exact int32 sums) */
     return w >= ((int64_t)1 << 24) && (n <= 8 ? w <= ((int64_t)1 << 27) : w <= ((int64_t)3 << 23));
 }
 static int mt_variant(const TernCudaMatrix *W) {
@@ -335,9 +337,10 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
             return err_prefix("%s: ", who);
         return 0;
     }
-    /* 1 .. 16 tokens of int8 activations, one scale per row: the bulk-copy
-     * kernel on the int8 tensor cores (tern_gemv_bmma.cu's gemv_i8_tbm_mt),
-     * forced 7 (any such n, variant 6abcd or its own) or where mt_rule takes it */
+    /* 1 .. 16 tokens of int8 activations, one scale per row or per tensor: the
+     * bulk-copy kernel on the int8 tensor cores (tern_gemv_bmma.cu's
+     * gemv_i8_tbm_mt), forced 7 (any such n, variant 6abcd or its own) or
+     * where mt_rule takes it with no development variant set */
     const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
     if (g_force == 7 && !i8_mt)
         return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "

@@ -107,7 +107,8 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
  * (tern_gemv_bmma.cu); anything else with 3 / 4 / 6 is an error; 5 = the
  * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error); 7 = the
  * bulk-copy GEMV on the int8 tensor cores for 1 .. 16 tokens of int8
- * activations and one scale per row (tern_gemv_bmma.cu, else an error).
+ * activations and one scale per row or per tensor (tern_gemv_bmma.cu, else
+ * an error).
  * Returns the previous value. */
 int tern_cuda_force_kernel(int which);
 
@@ -116,7 +117,9 @@ int tern_cuda_force_kernel(int which);
  * 2 = 4 blocks per stage, 20 = stream-K persistent grid, and 10 = variant 0
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
  * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
- * 6abcd ones of tern_gemv_bmma.cu (see those files); 7KK (701 .. 764) makes the
+ * 6abcd ones of tern_gemv_bmma.cu (see those files; 6abcd also configures the
+ * multi-token GEMV, forced 7, whose a may also be 5 / 8: four K parts; any
+ * variant set keeps the dispatch from taking that GEMV itself); 7KK (701 .. 764) makes the
  * wgmma GEMM split K into KK parts (capped at its stage count); 8KK the same
  * with the one-A-register-set kernel for int8 tiles of 16 tokens (800: its
  * own split rule).  Returns the previous value. */

@@ -1,6 +1,8 @@
 /* tern_gemv_bmma.cu — the one-token decode GEMV for int8 activations and one
  * scale per row on the binary tensor cores (mma.m16n8k256 .b1, AND + POPC):
  * the 2-bit codes are the A operand as they are stored, no decoding at all.
+ * (Also here, sharing its bulk-copy pipeline: the GEMV of 1 .. 16 tokens on
+ * the int8 tensor cores, gemv_i8_tbm_mt, described where it starts below.)
  *
  * Why: the dp4a GEMVs (tern_gemv_rows.cu, tern_gemv_tma.cu) spend about 80
  * integer instructions per 128 weights (an AND and a dp4a per 4 weights) and
@@ -59,8 +61,8 @@ struct BmArgs {
     const unsigned *xmax; /* with xf: max|x| as float bits (the scale 127 / max formed here) */
     float *y;
     int ks;          /* blocks per K slice */
-    int *part, *ctr; /* split K: partial sums per row, slices done per row group (bmma) or per
-                      * CTA range (tbm) */
+    int *part, *ctr; /* split K: partial sums per row (the multi-token kernel: per token and
+                      * row), slices done per row group (bmma) or per CTA range (tbm) */
 };
 
 
@@ -328,9 +330,9 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
 
 /* the bulk-copy kernel's forms: int8 x; f32 x coded in the kernel
  * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows) */
-enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_MT1 = 3, TBM_MT2 = 4 };
-/* (TBM_MT1 / TBM_MT2: several tokens on the int8 tensor cores, one or two
- * 8-token MMA tiles: gemv_i8_tbm_mt below) */
+enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_MT8 = 3, TBM_MT16 = 4 };
+/* (TBM_MT8 / TBM_MT16: up to 8 / 16 tokens on the int8 tensor cores, one or
+ * two 8-token MMA tiles: gemv_i8_tbm_mt below) */
 
 struct TbArgs {
     BmArgs b;
@@ -349,6 +351,31 @@ struct TbArgs {
     int ntok;
     int64_t ldx;
 };
+
+/* bytes between tokens' rows of x in shared memory for K slices of ks blocks
+ * (the multi-token kernel) */
+__host__ __device__ constexpr size_t mt_xrow(int ks) { return (size_t)ks * 256 + 64; }
+/* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
+ * block), or 8 MN tokens' rows (mt_xrow); the row scales and stages follow */
+__host__ __device__ constexpr size_t tbm_x_bytes(int mode, int ks) {
+    return mode >= TBM_MT8 ? 8 * (mode - TBM_MT8 + 1) * mt_xrow(ks) : (size_t)ks * 512;
+}
+
+/* Every consumer thread of a CTA of a K split, after its partial sums are
+ * out: whether it is the last of the K slices of its tile range (one counter
+ * per CTA range, the same tiles in every slice: a fence and a counter per
+ * tile inside the unit loop put an L2 round trip between units). */
+template <int NT>
+__device__ __forceinline__ bool tbm_last_slice(int *ctr, int *s_last, int tid) {
+    __syncwarp(); /* (the lanes that stored the last unit's sums, with the rest, before the barrier) */
+    __threadfence();
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (tid == 0) *s_last = atomicAdd(&ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+    if (!*s_last) return false;
+    __threadfence();
+    return true;
+}
 
 /* paired: h of gate row r (y from the exact sum dg) and up row half + r (du)
  * into q.h[r]; returns m raised by |h|.  Scales from ssc (the CTA's nr gate
@@ -469,8 +496,8 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
     const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
     uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
-    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + (size_t)p.ks * 512) : nullptr;
-    uint8_t *stages = smem + (size_t)p.ks * 512 + tbm_scale_bytes(q.sc_rows);
+    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + tbm_x_bytes(MODE, p.ks)) : nullptr;
+    uint8_t *stages = smem + tbm_x_bytes(MODE, p.ks) + tbm_scale_bytes(q.sc_rows);
     const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
                   te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
     const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
@@ -563,17 +590,8 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
     }
     if (paired && !split) tern_raise_absmax(q.hmax, hm);
-    if (!split) return;
-    /* the last of the K slices of this CTA's tiles writes their y (one counter per
-     * CTA range, the same tiles in every slice: a fence and a counter per tile
-     * inside the unit loop put an L2 round trip between units) */
-    __syncwarp(); /* (the lanes that stored the last unit's sums, with the rest, before the barrier) */
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-    if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-    if (!s_last) return;
-    __threadfence();
+    /* the last of the K slices of this CTA's tiles writes their y */
+    if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
     if (paired) {
         float m = 0.0f;
         for (int64_t r = tb * 16 + tid; r < te * 16; r += NT) {
@@ -609,10 +627,11 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
  * distinct banks), each token's sum of the slice formed from there.  B columns of tokens past ntok
  * hold whatever shared memory held: they only reach D columns never stored.
  * The rest is the one-token kernel's: producer, stages, units, K parts,
- * split K (partials per token and row). */
+ * split K (partials per token and row).  Timing probes (device builds only,
+ * results wrong): TERN_TBM_PROBE 1 or 2 no MMA loop, 3 an add for each MMA.
+ * Variants with 4 tiles of 4 K parts (a = 8) spill at 9 .. 16 tokens (544
+ * threads: 96 registers); the dispatch does not take them there. */
 
-/* bytes between tokens' rows of x in shared memory for K slices of ks blocks */
-__host__ __device__ constexpr size_t mt_xrow(int ks) { return (size_t)ks * 256 + 64; }
 
 /* d += A x B (s8, m16n8k32; the codes 0 .. 2 are the same bytes as u8) */
 __device__ __forceinline__ void mma_s8(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
@@ -713,7 +732,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
     const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
     const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
-    const size_t xrow = mt_xrow(p.ks), xs_bytes = 8 * MN * xrow;
+    const size_t xrow = mt_xrow(p.ks), xs_bytes = tbm_x_bytes(TBM_MT8 + MN - 1, p.ks);
     uint8_t *xs = smem;
     float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + xs_bytes) : nullptr;
     uint8_t *stages = smem + xs_bytes + tbm_scale_bytes(q.sc_rows);
@@ -817,15 +836,8 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
 #pragma unroll
         for (int nt = 0; nt < MN; nt++) store_mt(q, my * 16 + g, 8 * nt + 2 * t, v[nt], s_sumx, split, ssc, tb * 16);
     }
-    if (!split) return;
-    /* the last of the K slices of this CTA's tiles writes their y (as the one-token kernel) */
-    __syncwarp();
-    __threadfence();
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-    if (tid == 0) s_last = atomicAdd(&p.ctr[blockIdx.x], 1) == (int)gridDim.y - 1;
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-    if (!s_last) return;
-    __threadfence();
+    /* the last of the K slices of this CTA's tiles writes their y */
+    if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
     const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows, nr = rend - tb * 16;
     for (int64_t i = tid; i < nr * q.ntok; i += NT) {
         const int64_t n = i / nr, r = tb * 16 + i % nr;
@@ -838,14 +850,10 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
 /* the kernel of a mode */
 template <int RT, int KH, int MODE>
 constexpr auto tbm_kernel() {
-    if constexpr (MODE >= TBM_MT1) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT1 + 1>;
+    if constexpr (MODE >= TBM_MT8) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT8 + 1>;
     else return gemv_i8_tbm<RT, KH, MODE>;
 }
-/* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
- * block), or 8 MN tokens' rows (mt_xrow) */
-constexpr size_t tbm_x_bytes(int mode, int ks) {
-    return mode >= TBM_MT1 ? 8 * (mode - TBM_MT1 + 1) * mt_xrow(ks) : (size_t)ks * 512;
-}
+
 
 /* largest K slice (blocks) for variant digit b */
 constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
@@ -859,7 +867,8 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * leaves a consumer warp fewer than 4 blocks of a unit's K slice (its barrier
  * and epilogue per unit then outweigh its MMAs: 22016 x 4096 with two warps
  * per tile in 4 slices of 4 blocks took 19.4 us, in one slice 9.4; 4608 x
- * 36864, 29 slices of 5 blocks, 26.0 against 15.9 in 8 of 18). */
+ * 36864, 29 slices of 5 blocks, 26.0 against 15.9 in 8 of 18) unless no
+ * other split fits (a second pass). */
 struct TbPlan {
     int dev, rt, kh, kmax, st, cap, sms, scaled, mode; /* the key (scaled: one scale per row) */
     int64_t rows, kblocks;
@@ -926,7 +935,7 @@ int plan_tbm(TbPlan &pl) {
         }
     }
     if (best_cost < 0)
-        return err_set("tern_gemv_i8_bmma: no K slice of %d..%d blocks fits an SM with %d stages of %d rows",
+        return err_set("bulk-copy GEMV: no K slice of %d..%d blocks fits an SM with %d stages of %d rows",
                        (int)((pl.kblocks + 4 * s0 - 1) / (4 * s0)), pl.kmax, pl.st, 16 * RT);
     return 0;
 }
@@ -967,12 +976,12 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     q.sc_rows = pl.sc;
     if (pl.s > 1) {
         void *ws;
-        const int64_t per_row = MODE >= TBM_MT1 ? q.ntok : 1; /* partials of each token */
+        const int64_t per_row = MODE >= TBM_MT8 ? q.ntok : 1; /* partials of each token */
         if (tern_ws_zeroed((size_t)(q.tiles + a.rows * per_row) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
     }
-    return tern_launch_pdl_smem(MODE >= TBM_MT1 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
+    return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
@@ -991,12 +1000,12 @@ int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *
     if (rt == 4) return launch_tbm<4, 1, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 3) return launch_tbm<2, 2, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 6) return launch_tbm<4, 2, MODE>(q, kSliceMax[b], cap, sms, s);
-    if constexpr (MODE >= TBM_MT1) { /* the multi-token kernel's decoding wants more warps per tile */
+    if constexpr (MODE >= TBM_MT8) { /* the multi-token kernel's decoding wants more warps per tile */
         if (rt == 5) return launch_tbm<2, 4, MODE>(q, kSliceMax[b], cap, sms, s);
         if (rt == 8) return launch_tbm<4, 4, MODE>(q, kSliceMax[b], cap, sms, s);
     }
     return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts%s)", who, variant,
-                   rt, MODE >= TBM_MT1 ? "; 5 / 8: with four" : "");
+                   rt, MODE >= TBM_MT8 ? "; 5 / 8: with four" : "");
 }
 
 /* The one-token GEMV of a (x or xf) with variant 0 (the register-fed kernel),
@@ -1087,5 +1096,5 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
     if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;
     q.ntok = (int)n;
     q.ldx = ldx;
-    return n <= 8 ? launch_variant<TBM_MT1>(q, variant, sms, s, who) : launch_variant<TBM_MT2>(q, variant, sms, s, who);
+    return n <= 8 ? launch_variant<TBM_MT8>(q, variant, sms, s, who) : launch_variant<TBM_MT16>(q, variant, sms, s, who);
 }

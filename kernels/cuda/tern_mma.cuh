@@ -145,7 +145,7 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
                       float *d_y, int variant, cudaStream_t s);
 /* tern_gemv_bmma.cu: 1 .. 16 tokens of int8 activations (rows ldx apart,
  * ldx readable columns, a multiple of 16; y token n's rows at d_y + n rows),
- * one scale per row, on the int8 tensor cores fed by the bulk copy engine;
+ * one scale per row or per tensor, on the int8 tensor cores fed by the bulk copy engine;
  * variant 6abcd (as tern_gemv_i8_bmma's bulk-copy kernel). */
 int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
                     float *d_y, int variant, cudaStream_t s);

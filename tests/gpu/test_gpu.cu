@@ -397,16 +397,20 @@ static void test_bmma_grid(void) {
  * tiles, partial ones), each variant shape of the one-token kernel (1, 2 or 4
  * consumer warps per tile, 2 or 4 tiles per unit, K slices of 4 .. 64
  * blocks, i.e. splits and none, 2 .. 8 stages, CTA caps), rows not a
- * multiple of 16, a partial last 256-column block; one scale per tensor too. */
+ * multiple of 16, a partial last 256-column block (padded by the caller, or
+ * not: the kernel's own zero fill); one scale per tensor too. */
 static void test_mt_grid(void) {
-    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}, {300, 4096}};
+    /* (4112 and 1040 columns: rows 16-byte aligned, so no padded copy — the kernel
+     * zero-fills the last slice past them; 5000: the padded copy) */
+    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}, {300, 4096},
+                             {1500, 4112}, {300, 1040}};
     const int64_t ns[] = {1, 2, 5, 8, 9, 13, 16};
     const int variants[] = {63520, 64520, 62520, 66520, 63540, 64530, 62131, 66521, 62282,
                             63941, 62840, 63330, 62550, 68520, 65520, 68131, 65441};
-    forced_variants("gemv_tbm_mt", 7, shapes, 5, ns, 7, variants, 17);
+    forced_variants("gemv_tbm_mt", 7, shapes, 7, ns, 7, variants, 17);
     const int64_t ns_t[] = {3, 16};
     const int tensor_variants[] = {64520, 63530, 66521};
-    forced_variants_g("gemv_tbm_mt tensor scale", 7, shapes, 5, ns_t, 2, tensor_variants, 3, QG_TENSOR);
+    forced_variants_g("gemv_tbm_mt tensor scale", 7, shapes, 7, ns_t, 2, tensor_variants, 3, QG_TENSOR);
 }
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
