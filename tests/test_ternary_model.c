@@ -7,6 +7,9 @@
 #include "core/mem.h"
 #include "eval/ppl.h"
 #include "load/tokens.h"
+#include "runtime/engine.h"
+#include "runtime/forward.h"
+#include "kv/kvcache.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -40,6 +43,46 @@ TEST(bitnet_logits_match_transformers) {
     free(ref);
 }
 
+/* Logits of the model in dir at positions np - 1 .. n - 2 of toks[0..n) (the
+ * ones that predict toks[np..n)), one forward pass: ((n - np), vocab), heap. */
+static float *teacher_forced_logits(const char *dir, const int32_t *toks, int64_t n, int64_t np, int *vocab) {
+    Model m;
+    Engine e;
+    if (fixture_engine(dir, NULL, n, 16, 1, n, &m, &e) != 0) return NULL;
+    const int V = m.cfg.vocab, sid = kv_seq_new(&e.kv);
+    int *seq = xmalloc(sizeof(int) * (size_t)n);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)n), *li = xmalloc(sizeof(int64_t) * (size_t)n);
+    for (int64_t i = 0; i < n; i++) seq[i] = sid, pos[i] = i, li[i] = np - 1 + i;
+    float *lg = xmalloc(sizeof(float) * (size_t)(n - np) * (size_t)V);
+    if (forward(e.m, &e.kv, &e.rs, toks, seq, pos, n, li, n - np, lg) != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        free(lg);
+        lg = NULL;
+    }
+    free(seq);
+    free(pos);
+    free(li);
+    engine_free(&e);
+    model_free(&m);
+    *vocab = V;
+    return lg;
+}
+
+/* BitNet greedy tokens against transformers'.  Free-running greedy decoding
+ * can part from the reference where two logits nearly tie: the int8
+ * activation rounding above moves logits by ~1e-2, and which of two tied
+ * tokens wins then depends on the summation order of the f32 parts (OpenBLAS
+ * picks its kernels by CPU: on one AMD EPYC machine its Haswell kernels part
+ * at token 30 of 64, its SkylakeX ones at none).  So: with the reference's
+ * tokens as the history (teacher forcing), every one of the 64 predictions is
+ * the reference's token or within TIE_LOGIT of our best (a near tie), at most
+ * MAX_TIES of them; and free-running greedy equals the reference up to the
+ * first such tie (all 64 tokens where there is none).  TIE_LOGIT: about the
+ * per-logit difference from transformers the logits test measures (rel L2
+ * 8.8e-3 of logits whose RMS is 5.2: 0.045); the tie met is 0.042 (token 30,
+ * with either kernel set; the one-pass forward here parts there too). */
+#define TIE_LOGIT 0.05f
+#define MAX_TIES 2
 TEST(bitnet_greedy_matches_transformers) {
     int32_t *prompt, *want, *out[1];
     int64_t np = fixture_ref_ints(BITNET_DIR, "greedy_prompt", &prompt);
@@ -49,7 +92,38 @@ TEST(bitnet_greedy_matches_transformers) {
     REQUIRE(fixture_greedy(BITNET_DIR, NULL, prompt, np, 64, 1, out, NULL) == 0);
     int same = 0;
     while (same < 64 && out[0][same] == want[same]) same++;
-    CHECK_MSG(same == 64, "first difference at token %d", same);
+    /* the reference's history: prompt then its 64 tokens */
+    int32_t *hist = xmalloc(sizeof(int32_t) * (size_t)(np + 64));
+    memcpy(hist, prompt, sizeof(int32_t) * (size_t)np);
+    memcpy(hist + np, want, sizeof(int32_t) * 64);
+    int V = 0;
+    float *lg = teacher_forced_logits(BITNET_DIR, hist, np + 64, np, &V);
+    REQUIRE(lg != NULL);
+    int ties = 0, first_tie = 64, far = 0;
+    float worst = 0.0f;
+    for (int i = 0; i < 64; i++) {
+        const float *row = lg + (int64_t)i * V;
+        const int64_t best = argmax_f32(row, V);
+        if (best == want[i]) continue;
+        const float gap = row[best] - row[want[i]];
+        worst = gap > worst ? gap : worst;
+        if (gap <= TIE_LOGIT) {
+            ties++;
+            first_tie = i < first_tie ? i : first_tie;
+        } else {
+            far++;
+        }
+    }
+    printf("    greedy: first difference at token %d of 64; teacher-forced: %d near ties (first at %d), "
+           "largest gap %.4f\n",
+           same, ties, first_tie, worst);
+    CHECK_MSG(far == 0, "%d teacher-forced predictions differ from the reference by more than %.2f (gap %.4f)",
+              far, TIE_LOGIT, worst);
+    CHECK_MSG(ties <= MAX_TIES, "%d near ties (at most %d)", ties, MAX_TIES);
+    CHECK_MSG(same >= first_tie, "free-running greedy parts at token %d, before the first near tie (%d)", same,
+              first_tie);
+    free(lg);
+    free(hist);
     free(out[0]);
     free(prompt);
     free(want);
