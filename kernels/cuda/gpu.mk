@@ -2,7 +2,8 @@
 #
 #   make test-gpu     build build/gpu/test_gpu and run it ("N passed, N failed";
 #                     "SKIPPED: no GPU" and exit 0 where there is no GPU; T=quick a
-#                     smaller set, T=wg only the wgmma GEMM's split / tile tests, e.g.
+#                     smaller set, T=gemv the one- and multi-token GEMVs' configurations,
+#                     T=mt the multi-token GEMV's alone, T=wg only the wgmma GEMM's split / tile tests, e.g.
 #                     under compute-sanitizer); from the
 #                     top Makefile also the CUDA backend tests (test_runner gpu_ cuda_:
 #                     fixtures' logits on the GPU, GPU vs CPU greedy, graphs, --tp on GPUs)
