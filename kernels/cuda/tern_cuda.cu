@@ -209,15 +209,18 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
  * M = 8 19.7 / 18.9, 4608 x 36864 20.7 / 20.4, M = 16 29-34 / 21).  So: 2^24
  * to 2^27 weights for up to 8 tokens, to 24M weights for up to 16; with no
  * development variant set.  Variant: 65540 (2 tiles per unit, 4 K parts,
- * slices up to 18 blocks, 4 stages) to 24M weights, 68420 (4 tiles, 4 parts)
- * in rows of <= 6144 columns, else 65420. */
+ * slices up to 18 blocks, 4 stages) to 24M weights, 68520 (4 tiles, 4 parts,
+ * slices up to 18 blocks) in rows of <= 6144 columns — the models' own
+ * matrices at M = 8: 8192 x 4608 7.1 us against 10.6 with slices of 16 blocks
+ * (68420: a K split), 12288 x 4096 9.2 either way, 73728 x 4608 33.3 (wgmma
+ * 35.1, outside the rule) — else 65420. */
 static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
     const int64_t w = W->rows * W->cols;
     if (W->cols > 4194304) return false; /* the kernel's limit (exact int32 sums) */
     return w >= ((int64_t)1 << 24) && (n <= 8 ? w <= ((int64_t)1 << 27) : w <= ((int64_t)3 << 23));
 }
 static int mt_variant(const TernCudaMatrix *W) {
-    return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68420 : 65420;
+    return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68520 : 65420;
 }
 
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
