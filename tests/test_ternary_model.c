@@ -76,8 +76,10 @@ static float *teacher_forced_logits(const char *dir, const int32_t *toks, int64_
  * at token 30 of 64, its SkylakeX ones at none).  So: with the reference's
  * tokens as the history (teacher forcing), every one of the 64 predictions is
  * the reference's token or within TIE_LOGIT of our best (a near tie), at most
- * MAX_TIES of them; and free-running greedy equals the reference up to the
- * first such tie (all 64 tokens where there is none).  TIE_LOGIT: about the
+ * MAX_TIES of them; and where free-running greedy parts from the reference
+ * (if it does), its token and the reference's are within TIE_LOGIT of each
+ * other in those logits (which of the two the one-pass forward prefers may
+ * differ from the step-by-step decode's choice).  TIE_LOGIT: about the
  * per-logit difference from transformers the logits test measures (rel L2
  * 8.8e-3 of logits whose RMS is 5.2: 0.045); the tie met is 0.042 (token 30,
  * with either kernel set; the one-pass forward here parts there too). */
@@ -99,7 +101,7 @@ TEST(bitnet_greedy_matches_transformers) {
     int V = 0;
     float *lg = teacher_forced_logits(BITNET_DIR, hist, np + 64, np, &V);
     REQUIRE(lg != NULL);
-    int ties = 0, first_tie = 64, far = 0;
+    int ties = 0, first_tie = -1, far = 0;
     float worst = 0.0f;
     for (int i = 0; i < 64; i++) {
         const float *row = lg + (int64_t)i * V;
@@ -109,19 +111,23 @@ TEST(bitnet_greedy_matches_transformers) {
         worst = gap > worst ? gap : worst;
         if (gap <= TIE_LOGIT) {
             ties++;
-            first_tie = i < first_tie ? i : first_tie;
+            if (first_tie < 0) first_tie = i;
         } else {
             far++;
         }
     }
-    printf("    greedy: first difference at token %d of 64; teacher-forced: %d near ties (first at %d), "
-           "largest gap %.4f\n",
+    printf("    greedy: first difference at token %d of 64; teacher-forced: %d near ties (first at %d, -1: "
+           "none), largest gap %.4f\n",
            same, ties, first_tie, worst);
     CHECK_MSG(far == 0, "%d teacher-forced predictions differ from the reference by more than %.2f (gap %.4f)",
               far, TIE_LOGIT, worst);
     CHECK_MSG(ties <= MAX_TIES, "%d near ties (at most %d)", ties, MAX_TIES);
-    CHECK_MSG(same >= first_tie, "free-running greedy parts at token %d, before the first near tie (%d)", same,
-              first_tie);
+    if (same < 64) { /* where free-running greedy parts, its token and the reference's nearly tie */
+        const float *row = lg + (int64_t)same * V;
+        const float d = row[out[0][same]] - row[want[same]];
+        CHECK_MSG(fabsf(d) <= TIE_LOGIT, "free-running greedy parts at token %d where the logits differ by %.4f", same,
+                  d);
+    }
     free(lg);
     free(hist);
     free(out[0]);
