@@ -408,14 +408,15 @@ int main(int argc, char **argv) {
             CK(cudaGetLastError());
         }
         if (sweep) { /* int8 decode GEMVs and their variants (tern_cuda_force_kernel,
-                      * tern_cuda_decode_variant), M = 1, 8, 16 */
+                      * tern_cuda_decode_variant), M = 1 .. 16 as each entry says */
             struct SweepK {
                 const char *name;
-                int force, variant, only_m1;
+                int force, variant;
+                int tokens; /* token counts timed: 1 (M = 1), 3 (1, 8, 16) or 5 (1, 2, 4, 8, 16) */
             };
             /* force -1: the read-only floor (codes + scales streamed, no math) */
             static const SweepK ks[] = {
-                {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 0},       {"warp_gemv", 4, 0, 1},
+                {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 3},       {"warp_gemv", 4, 0, 1},
                 {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
                 {"rows_31204", 3, 31204, 1}, {"rows_31244", 3, 31244, 1}, {"rows_30206", 3, 30206, 1},
                 {"rows_33204", 3, 33204, 1}, {"rows_33244", 3, 33244, 1},
@@ -436,19 +437,19 @@ int main(int argc, char **argv) {
                 /* force -2: the dispatch's one-token GEMV from f32 x coded in the kernel
                  * (tern_cuda_matmul_i8_f32x, the decode step's down / o projection), next
                  * to the same dispatch from int8 x ("auto") */
-                {"auto", 0, 0, 0}, {"f32x", -2, 0, 1},
+                {"auto", 0, 0, 5}, {"f32x", -2, 0, 1},
                 /* 1 .. 16 tokens: the bulk-copy kernel on the int8 tensor cores (forced 7,
                  * tern_gemv_bmma.cu's gemv_i8_tbm_mt), variant 6abcd as above; with "auto"
                  * (the dispatch) also at M = 2 and 4 */
-                {"mt_63520", 7, 63520, 0}, {"mt_64520", 7, 64520, 0}, {"mt_62520", 7, 62520, 0},
-                {"mt_66520", 7, 66520, 0}, {"mt_63540", 7, 63540, 0}, {"mt_64540", 7, 64540, 0},
-                {"mt_62540", 7, 62540, 0}, {"mt_63530", 7, 63530, 0}, {"mt_64530", 7, 64530, 0},
-                {"mt_63330", 7, 63330, 0}, {"mt_64330", 7, 64330, 0}, {"mt_63521", 7, 63521, 0},
-                {"mt_64420", 7, 64420, 0}, {"mt_63420", 7, 63420, 0},
+                {"mt_63520", 7, 63520, 5}, {"mt_64520", 7, 64520, 5}, {"mt_62520", 7, 62520, 5},
+                {"mt_66520", 7, 66520, 5}, {"mt_63540", 7, 63540, 5}, {"mt_64540", 7, 64540, 5},
+                {"mt_62540", 7, 62540, 5}, {"mt_63530", 7, 63530, 5}, {"mt_64530", 7, 64530, 5},
+                {"mt_63330", 7, 63330, 5}, {"mt_64330", 7, 64330, 5}, {"mt_63521", 7, 63521, 5},
+                {"mt_64420", 7, 64420, 5}, {"mt_63420", 7, 63420, 5},
                 /* (four consumer warps per tile: a = 5 / 8) */
-                {"mt_68520", 7, 68520, 0}, {"mt_65520", 7, 65520, 0}, {"mt_68420", 7, 68420, 0},
-                {"mt_65420", 7, 65420, 0}, {"mt_68320", 7, 68320, 0}, {"mt_65320", 7, 65320, 0},
-                {"mt_68530", 7, 68530, 0}, {"mt_65540", 7, 65540, 0},
+                {"mt_68520", 7, 68520, 5}, {"mt_65520", 7, 65520, 5}, {"mt_68420", 7, 68420, 5},
+                {"mt_65420", 7, 65420, 5}, {"mt_68320", 7, 68320, 5}, {"mt_65320", 7, 65320, 5},
+                {"mt_68530", 7, 68530, 5}, {"mt_65540", 7, 65540, 5},
             };
             unsigned *sink;
             CK(cudaMalloc(&sink, 4));
@@ -479,8 +480,7 @@ int main(int argc, char **argv) {
             const int oldv = tern_cuda_decode_variant(0), oldf = tern_cuda_force_kernel(0);
             for (const SweepK &k : list)
                 for (int64_t M : {1, 2, 4, 8, 16}) {
-                    if (k.only_m1 && M > 1) continue;
-                    if ((M == 2 || M == 4) && k.force != 0 && k.force != 7) continue;
+                    if ((k.tokens == 1 && M > 1) || (k.tokens == 3 && (M == 2 || M == 4))) continue;
                     if (sweep_only && strcmp(sweep_only, k.name)) continue;
                     if (k.force == -2) {
                         float *xf;

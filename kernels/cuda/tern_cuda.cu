@@ -347,7 +347,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
     if (g_force == 7 && !i8_mt)
         return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "
-                       "one scale per row",
+                       "one scale per row or per tensor",
                        who);
     if (g_force == 7 || (g_force == 0 && v == 0 && i8_mt && n >= 2 && mt_rule(W, n))) {
         const int mv = v >= 60000 && v < 70000 ? v : mt_variant(W);
