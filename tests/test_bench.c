@@ -7,6 +7,7 @@
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -36,12 +37,38 @@ TEST(bench_e2e_runs_or_refuses) {
              bin_path("ternlab"), path);
     int rc = test_run(cmd, &out);
     if (!cuda_backend_available(NULL, 0)) {
-        CHECK_MSG(rc == 1 && strstr(out, "bench-e2e:"), "rc %d: %s", rc, out);
+        /* the measuring child's error reaches the parent's message */
+        CHECK_MSG(rc == 1 && strstr(out, "bench-e2e: no CUDA device"), "rc %d: %s", rc, out);
+        free(out);
+        out = NULL;
+        snprintf(cmd, sizeof cmd, "%s bench-e2e --shapes tiny --same-process --out %s", bin_path("ternlab"), path);
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 1 && strstr(out, "bench-e2e: no CUDA device"), "rc %d: %s", rc, out);
     } else {
-        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
         const char *need[] = {"/e2e/shape", "/e2e/config", "/e2e/tp", "/e2e/tokens_per_s",
                               "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", NULL};
-        CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+        for (int same = 0; same < 2; same++) { /* a process per configuration, then one process */
+            if (same) {
+                free(out);
+                out = NULL;
+                snprintf(cmd, sizeof cmd, "%s bench-e2e --shapes tiny --batches 1,4 --steps 4 --prefill 64 "
+                         "--same-process --out %s", bin_path("ternlab"), path);
+                rc = test_run(cmd, &out);
+            }
+            CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+            CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+            /* 3 configurations x (2 batches + prefill) rows; bf16 is its own reference (1.00),
+             * every row has a ratio to it */
+            int rows = 0, bad = 0;
+            for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
+                char cfg[16] = "";
+                double ratio = 0;
+                if (sscanf(l, "| tiny | %*d | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, &ratio) != 2) bad++;
+                else if (strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) > 1e-9 : !(ratio > 0)) bad++;
+                rows++;
+            }
+            CHECK_MSG(rows == 9 && bad == 0, "%d rows, %d bad: %s", rows, bad, out);
+        }
     }
     free(out);
 }

@@ -27,8 +27,14 @@
  * fraction = roofline time / measured step time.  With --tp N (one rank per
  * GPU, NCCL) the bytes are rank 0's (its shards, the replicated lm_head and
  * norms, its KV heads): each GPU streams its own share.
+ * Processes: the copy bandwidth and each shape x tp x configuration are
+ * measured in a child process of their own (the parent never touches CUDA),
+ * so no measurement inherits the device memory layout, allocator or library
+ * state an earlier configuration left (the 27B ternary step had run at 277-281
+ * or 293-299 tok/s depending on what ran before it in the process);
+ * --same-process runs them all in this one, as before.
  * Output: a markdown table on stdout (and --md FILE); --out FILE.h5 the same
- * numbers in HDF5 (written atomically). */
+ * numbers in HDF5; both written atomically. */
 #include "cli/cli.h"
 
 #include "core/err.h"
@@ -39,9 +45,13 @@
 #include "runtime/forward.h"
 #include "runtime/forward_internal.h"
 
+#include <errno.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define MAX_ROWS 64
 
@@ -153,7 +163,7 @@ static int run_prefill(Engine *e, const E2eOpts *eo, double *sec) {
 }
 
 static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, double bw,
-                    const E2eOpts *eo) {
+                    const E2eOpts *eo, int isolate) {
     H5Log *lg = h5log_create(path);
     if (!lg) return -1;
     int rc = h5log_write_provenance(lg, "0", NULL);
@@ -163,6 +173,7 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_attr_i64(lg, "/", "prompt", eo->prompt);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "steps", eo->steps);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "prefill", eo->prefill);
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "process_per_config", isolate);
     const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS];
     int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS];
     double v[6][MAX_ROWS];
@@ -201,19 +212,169 @@ static int parse_list(const char *s, int *out, int max) {
     return n;
 }
 
+/* One measurement: the copy bandwidth (cfg NULL) or one shape x tp x
+ * configuration; what it measures goes back in E2eOut. */
+typedef struct {
+    const char *shape, *cfg;
+    int ternary, act_int8, tp, nb, maxb;
+    const int *batches;
+    const E2eOpts *eo;
+} E2eJob;
+
+#define JOB_ROWS 9 /* up to 8 batches + the prefill */
+typedef struct {
+    char dev[128];
+    double bw;
+    int n;
+    E2eRow rows[JOB_ROWS];
+} E2eOut;
+
+static int measure_bw(const E2eJob *j, E2eOut *o) {
+    (void)j;
+    char why[256];
+    if (!cuda_backend_available(why, sizeof why)) return err_set("%s", why);
+    return cuda_copy_bandwidth(0, (size_t)1 << 30, 20, &o->bw);
+}
+
+static E2eRow *job_row(const E2eJob *j, E2eOut *o, const char *mode) {
+    E2eRow *r = &o->rows[o->n++];
+    memset(r, 0, sizeof *r);
+    snprintf(r->shape, sizeof r->shape, "%s", j->shape);
+    snprintf(r->config, sizeof r->config, "%s", j->cfg);
+    snprintf(r->mode, sizeof r->mode, "%s", mode);
+    r->tp = j->tp;
+    return r;
+}
+
+/* Opens the synthetic engine and times decode at each batch and the prefill;
+ * the rows' roofline fraction and ratio to bf16 are the caller's. */
+static int measure_config(const E2eJob *j, E2eOut *o) {
+    const E2eOpts *eo = j->eo;
+    Model m;
+    memset(&m, 0, sizeof m);
+    if (shape_config(j->shape, &m.cfg) != 0) return -1;
+    const ModelConfig *c = &m.cfg;
+    int64_t ctx_max = eo->prompt + eo->warm + eo->steps + 1;
+    int64_t per_seq = (ctx_max + 15) / 16, pre_blocks = (eo->prefill + 15) / 16;
+    EngineOpts eopt = {.max_tok = j->maxb * eo->prompt > eo->prefill ? j->maxb * eo->prompt : eo->prefill,
+                       .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1};
+    eopt.n_blocks = j->maxb * per_seq > pre_blocks ? j->maxb * per_seq : pre_blocks;
+    CudaSynthetic syn = {.ternary = j->ternary, .act_int8 = j->act_int8, .seed = 1, .tp = j->tp};
+    Engine e;
+    double t0 = time_now();
+    int rc = cuda_engine_open_synthetic(&e, &m, &eopt, &syn);
+    if (rc == 0) {
+        CudaEngineInfo info;
+        cuda_engine_info(&e, &info);
+        snprintf(o->dev, sizeof o->dev, "%s", info.device_name);
+        fprintf(stderr, "bench-e2e: %s %s tp %d: %.2f GB of weights on the device (%.1f s)\n", j->shape,
+                j->cfg, j->tp, (double)info.weight_bytes / 1e9, time_now() - t0);
+        for (int bi = 0; bi < j->nb && rc == 0; bi++) {
+            double sec = 0;
+            int64_t ctx = 0;
+            if ((rc = run_decode(&e, j->batches[bi], eo, &sec, &ctx)) != 0) break;
+            E2eRow *r = job_row(j, o, "decode");
+            r->batch = j->batches[bi];
+            r->ctx = ctx;
+            r->step_ms = 1e3 * sec;
+            r->tok_s = j->batches[bi] / sec;
+            double kv = (double)j->batches[bi] * (double)ctx * c->n_layers * 2.0 * c->n_kv_heads / j->tp *
+                        c->head_dim * 4.0;
+            r->bytes_per_step = (double)info.step_bytes + kv;
+            fprintf(stderr, "bench-e2e: %s %s decode B=%d: %.3f ms/step, %.0f tok/s\n", j->shape, j->cfg,
+                    j->batches[bi], r->step_ms, r->tok_s);
+        }
+        double sec = 0;
+        if (rc == 0 && (rc = run_prefill(&e, eo, &sec)) == 0) {
+            E2eRow *r = job_row(j, o, "prefill");
+            r->batch = r->ctx = eo->prefill;
+            r->step_ms = 1e3 * sec;
+            r->tok_s = eo->prefill / sec;
+            r->bytes_per_step = (double)info.step_bytes;
+            fprintf(stderr, "bench-e2e: %s %s prefill %d: %.1f ms, %.0f tok/s\n", j->shape, j->cfg,
+                    eo->prefill, r->step_ms, r->tok_s);
+        }
+        engine_free(&e);
+    }
+    mem_free(m.rope_cos);
+    mem_free(m.rope_sin);
+    return rc;
+}
+
+static int io_all(int fd, void *buf, size_t n, int wr) {
+    for (char *p = buf; n > 0;) {
+        ssize_t k = wr ? write(fd, p, n) : read(fd, p, n);
+        if (k < 0 && errno == EINTR) continue;
+        if (k <= 0) return -1;
+        p += k, n -= (size_t)k;
+    }
+    return 0;
+}
+
+/* Runs fn in a child process of its own (isolate), so that no measurement
+ * inherits the device memory layout or library state an earlier one left:
+ * the parent never touches CUDA, each child opens, measures and exits, and
+ * sends E2eOut (or its error) back through a pipe. */
+static int run_job(int (*fn)(const E2eJob *, E2eOut *), const E2eJob *j, E2eOut *o, int isolate,
+                   const char *what) {
+    memset(o, 0, sizeof *o);
+    if (!isolate) return fn(j, o);
+    int fd[2];
+    if (pipe(fd) != 0) return err_set("pipe: %s", strerror(errno));
+    fflush(stdout);
+    fflush(stderr);
+    struct {
+        int32_t rc;
+        char msg[512];
+    } h;
+    memset(&h, 0, sizeof h);
+    const pid_t pid = fork();
+    if (pid < 0) {
+        close(fd[0]), close(fd[1]);
+        return err_set("fork: %s", strerror(errno));
+    }
+    if (pid == 0) {
+        close(fd[0]);
+        h.rc = fn(j, o) != 0;
+        if (h.rc) snprintf(h.msg, sizeof h.msg, "%s", err_msg());
+        const int ok = io_all(fd[1], &h, sizeof h, 1) == 0 && (h.rc || io_all(fd[1], o, sizeof *o, 1) == 0);
+        _exit(ok ? 0 : 3);
+    }
+    close(fd[1]);
+    int got = io_all(fd[0], &h, sizeof h, 0) == 0;
+    if (got && h.rc == 0) got = io_all(fd[0], o, sizeof *o, 0) == 0;
+    close(fd[0]);
+    int st = 0;
+    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    }
+    if (WIFSIGNALED(st))
+        return err_set("the process measuring %s died (signal %d, %s)", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
+    if (!got) return err_set("the process measuring %s exited (status %d) without a result", what, WEXITSTATUS(st));
+    if (h.rc) return err_set("%s", h.msg);
+    o->n = o->n < 0 ? 0 : o->n > JOB_ROWS ? JOB_ROWS : o->n;
+    return 0;
+}
+
 int cmd_bench_e2e(int argc, char **argv) {
     const char *shapes = "7b,27b", *out = NULL, *md = NULL, *batches_s = "1,8,64", *tps_s = "1";
     const char *configs = "bf16,tern-i8,tern-bf16";
     E2eOpts eo = {.prompt = 32, .steps = 32, .warm = 3, .prefill = 2048};
+    int isolate = 1;
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i], *v = i + 1 < argc ? argv[i + 1] : NULL;
+        if (strcmp(a, "--same-process") == 0) {
+            isolate = 0;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
-                   "                  [--md FILE.md]\n"
+                   "                  [--md FILE.md] [--same-process]\n"
                    "Decode tokens/s at each batch and prefill tokens/s of synthetic ternary\n"
-                   "models vs the BF16 reference on the same runtime (GPU; see the source).\n");
+                   "models vs the BF16 reference on the same runtime (GPU; see the source).\n"
+                   "Each configuration runs in a process of its own; --same-process runs\n"
+                   "them one after another in this one.\n");
             return 0;
         }
         if (!v) {
@@ -279,124 +440,74 @@ int cmd_bench_e2e(int argc, char **argv) {
     }
     for (int i = 0; i < ntp; i++)
         if (tps[i] > 1) cuda_prepare_multi_gpu(); /* before the first CUDA call */
-    char why[256];
-    if (!cuda_backend_available(why, sizeof why)) {
-        fprintf(stderr, "ternlab bench-e2e: %s\n", why);
-        return 1;
-    }
-    double bw = 0;
-    if (cuda_copy_bandwidth(0, (size_t)1 << 30, 20, &bw) != 0) {
+    int maxb = 1;
+    for (int i = 0; i < nb; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
+    E2eJob job = {.nb = nb, .maxb = maxb, .batches = batches, .eo = &eo};
+    E2eOut jo;
+    if (run_job(measure_bw, &job, &jo, isolate, "the copy bandwidth") != 0) {
         fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
         return 1;
     }
+    const double bw = jo.bw;
     E2eRow rows[MAX_ROWS];
-    int nr = 0, rc = 0, maxb = 1;
-    for (int i = 0; i < nb; i++) maxb = batches[i] > maxb ? batches[i] : maxb;
+    int nr = 0, rc = 0;
     char dev[128] = "";
     char list[64];
     snprintf(list, sizeof list, "%s", shapes);
-    for (char *sv = NULL, *sh = strtok_r(list, ",", &sv); sh && rc == 0; sh = strtok_r(NULL, ",", &sv)) {
-        Model m;
-        memset(&m, 0, sizeof m);
-        if ((rc = shape_config(sh, &m.cfg)) != 0) break;
-        for (int ti = 0; ti < ntp && rc == 0; ti++) {
-        double bf16_dec[8] = {0}, bf16_pre = 0;
-        for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
-            if (!use_cfg[k]) continue;
-            int64_t ctx_max = eo.prompt + eo.warm + eo.steps + 1;
-            int64_t per_seq = (ctx_max + 15) / 16, pre_blocks = (eo.prefill + 15) / 16;
-            EngineOpts o = {.max_tok = maxb * eo.prompt > eo.prefill ? maxb * eo.prompt : eo.prefill,
-                            .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1};
-            o.n_blocks = maxb * per_seq > pre_blocks ? maxb * per_seq : pre_blocks;
-            CudaSynthetic syn = {.ternary = cfgs[k].ternary, .act_int8 = cfgs[k].act_int8, .seed = 1,
-                                 .tp = tps[ti]};
-            Engine e;
-            double t0 = time_now();
-            if ((rc = cuda_engine_open_synthetic(&e, &m, &o, &syn)) != 0) break;
-            CudaEngineInfo info;
-            cuda_engine_info(&e, &info);
-            snprintf(dev, sizeof dev, "%s", info.device_name);
-            fprintf(stderr, "bench-e2e: %s %s tp %d: %.2f GB of weights on the device (%.1f s)\n",
-                    sh, cfgs[k].name, tps[ti], (double)info.weight_bytes / 1e9, time_now() - t0);
-            const ModelConfig *c = &m.cfg;
-            for (int bi = 0; bi < nb && rc == 0 && nr < MAX_ROWS; bi++) {
-                double sec = 0;
-                int64_t ctx = 0;
-                if ((rc = run_decode(&e, batches[bi], &eo, &sec, &ctx)) != 0) break;
-                E2eRow *r = &rows[nr++];
-                memset(r, 0, sizeof *r);
-                snprintf(r->shape, sizeof r->shape, "%s", sh);
-                snprintf(r->config, sizeof r->config, "%s", cfgs[k].name);
-                snprintf(r->mode, sizeof r->mode, "decode");
-                r->batch = batches[bi];
-                r->tp = tps[ti];
-                r->ctx = ctx;
-                r->step_ms = 1e3 * sec;
-                r->tok_s = batches[bi] / sec;
-                double kv = (double)batches[bi] * (double)ctx * c->n_layers * 2.0 *
-                            c->n_kv_heads / tps[ti] * c->head_dim * 4.0;
-                r->bytes_per_step = (double)info.step_bytes + kv;
-                r->roofline_frac = r->bytes_per_step / bw / sec;
-                if (k == 0) bf16_dec[bi] = r->tok_s;
-                r->speedup = bf16_dec[bi] > 0 ? r->tok_s / bf16_dec[bi] : 0;
-                fprintf(stderr, "bench-e2e: %s %s decode B=%d: %.3f ms/step, %.0f tok/s\n", sh,
-                        cfgs[k].name, batches[bi], r->step_ms, r->tok_s);
+    for (char *sv = NULL, *sh = strtok_r(list, ",", &sv); sh && rc == 0; sh = strtok_r(NULL, ",", &sv))
+        for (int ti = 0; ti < ntp && rc == 0; ti++)
+            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
+                if (!use_cfg[k]) continue;
+                job.shape = sh, job.cfg = cfgs[k].name, job.tp = tps[ti];
+                job.ternary = cfgs[k].ternary, job.act_int8 = cfgs[k].act_int8;
+                char what[64];
+                snprintf(what, sizeof what, "%s %s tp %d", sh, cfgs[k].name, tps[ti]);
+                if ((rc = run_job(measure_config, &job, &jo, isolate, what)) != 0) break;
+                if (jo.dev[0]) snprintf(dev, sizeof dev, "%s", jo.dev);
+                for (int i = 0; i < jo.n && nr < MAX_ROWS; i++) rows[nr++] = jo.rows[i];
             }
-            if (rc == 0 && nr < MAX_ROWS) {
-                double sec = 0;
-                rc = run_prefill(&e, &eo, &sec);
-                if (rc == 0) {
-                    E2eRow *r = &rows[nr++];
-                    memset(r, 0, sizeof *r);
-                    snprintf(r->shape, sizeof r->shape, "%s", sh);
-                    snprintf(r->config, sizeof r->config, "%s", cfgs[k].name);
-                    snprintf(r->mode, sizeof r->mode, "prefill");
-                    r->batch = eo.prefill;
-                    r->tp = tps[ti];
-                    r->ctx = eo.prefill;
-                    r->step_ms = 1e3 * sec;
-                    r->tok_s = eo.prefill / sec;
-                    r->bytes_per_step = (double)info.step_bytes;
-                    if (k == 0) bf16_pre = r->tok_s;
-                    r->speedup = bf16_pre > 0 ? r->tok_s / bf16_pre : 0;
-                    fprintf(stderr, "bench-e2e: %s %s prefill %d: %.1f ms, %.0f tok/s\n", sh,
-                            cfgs[k].name, eo.prefill, r->step_ms, r->tok_s);
-                }
-            }
-            engine_free(&e);
-        }
-        }
-        mem_free(m.rope_cos);
-        mem_free(m.rope_sin);
+    for (int i = 0; i < nr; i++) { /* against the bf16 row of the same shape, tp, mode, batch */
+        E2eRow *r = &rows[i];
+        if (strcmp(r->mode, "decode") == 0) r->roofline_frac = r->bytes_per_step / bw / (1e-3 * r->step_ms);
+        for (int k = 0; k < nr; k++)
+            if (strcmp(rows[k].config, "bf16") == 0 && strcmp(rows[k].shape, r->shape) == 0 &&
+                strcmp(rows[k].mode, r->mode) == 0 && rows[k].tp == r->tp && rows[k].batch == r->batch)
+                r->speedup = r->tok_s / rows[k].tok_s;
     }
     if (rc != 0) {
         fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
         return 1;
     }
-    FILE *mf = md ? fopen(md, "w") : NULL;
-    if (md && !mf) {
-        fprintf(stderr, "ternlab bench-e2e: cannot write %s\n", md);
+    char *tab = NULL;
+    size_t tab_n = 0;
+    FILE *f = open_memstream(&tab, &tab_n);
+    if (!f) {
+        fprintf(stderr, "ternlab bench-e2e: open_memstream: %s\n", strerror(errno));
         return 1;
     }
-    for (int pass = 0; pass < 2; pass++) {
-        FILE *f = pass == 0 ? stdout : mf;
-        if (!f) continue;
-        fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
-                   "synthetic models, prompt %d, %d timed decode steps, prefill %d tokens.\n\n",
-                dev, bw / 1e9, eo.prompt, eo.steps, eo.prefill);
-        fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
-        fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
-        for (int i = 0; i < nr; i++) {
-            const E2eRow *r = &rows[i];
-            char roof[16] = "—";
-            if (strcmp(r->mode, "decode") == 0) snprintf(roof, sizeof roof, "%.0f%%", 100 * r->roofline_frac);
-            fprintf(f, "| %s | %lld | %s | %s | %lld | %.3f | %.0f | %.2f | %.3f | %s |\n", r->shape,
-                    (long long)r->tp, r->config, r->mode, (long long)r->batch, r->step_ms, r->tok_s,
-                    r->speedup, r->bytes_per_step / 1e9, roof);
-        }
+    fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
+               "synthetic models, prompt %d, %d timed decode steps, prefill %d tokens, %s.\n\n",
+            dev, bw / 1e9, eo.prompt, eo.steps, eo.prefill,
+            isolate ? "each configuration in a process of its own" : "all configurations in one process");
+    fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
+    fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    for (int i = 0; i < nr; i++) {
+        const E2eRow *r = &rows[i];
+        char roof[16] = "—";
+        if (strcmp(r->mode, "decode") == 0) snprintf(roof, sizeof roof, "%.0f%%", 100 * r->roofline_frac);
+        fprintf(f, "| %s | %lld | %s | %s | %lld | %.3f | %.0f | %.2f | %.3f | %s |\n", r->shape,
+                (long long)r->tp, r->config, r->mode, (long long)r->batch, r->step_ms, r->tok_s, r->speedup,
+                r->bytes_per_step / 1e9, roof);
     }
-    if (mf) fclose(mf);
-    if (out && write_h5(out, rows, nr, dev, bw, &eo) != 0) {
+    fclose(f);
+    fwrite(tab, 1, tab_n, stdout);
+    const int md_rc = md ? file_write_atomic(md, tab, tab_n) : 0;
+    free(tab);
+    if (md_rc != 0) {
+        fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
+        return 1;
+    }
+    if (out && write_h5(out, rows, nr, dev, bw, &eo, isolate) != 0) {
         fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
         return 1;
     }
