@@ -84,7 +84,7 @@ endif
 endif
 endif
 
-.PHONY: all deps test test-san check-ppl clean bench bench-e2e
+.PHONY: all deps test test-san check-ppl clean bench bench-e2e trace
 all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
 
 deps:
@@ -134,11 +134,17 @@ bench: $(BUILD)/ternlab
 	$(BUILD)/ternlab bench --out results/bench_cpu.h5
 
 clean:
-	rm -rf build build-san
+	rm -rf build build-san build-trace
 
 include scripts/paper.mk
 GPU_MODEL_TESTS := $(BUILD)/ternlab $(BUILD)/test_runner
 include kernels/cuda/gpu.mk
+
+# The timing probe (kernels/cuda/tern_trace.cuh; development only): build-trace/ternlab
+# records every kernel's wait and end per CTA; TERNLAB_TRACE=FILE ternlab bench-e2e ...
+# dumps one decode step, scripts/trace_step.py FILE sums it up.
+trace:
+	$(MAKE) BUILD=build-trace NVFLAGS="$(NVFLAGS) -DTERN_TRACE=1" build-trace/ternlab
 
 # End-to-end GPU throughput of synthetic 7B / 27B models, ternary vs BF16 (needs a GPU).
 bench-e2e: $(BUILD)/ternlab

@@ -239,6 +239,7 @@ norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, 
         ss += a.w * a.w;
     }
     ss = block_sum(ss, red);
+    TERN_TRACE_NOW(tr_mid);
     const float r = 1.0f / sqrtf(ss / (float)dim + eps);
     float mx = 0.0f;
 #pragma unroll
@@ -262,6 +263,7 @@ norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, 
         xv[c] = v;
     }
     if (xq) quant_cached_row(xv, mx, dim, row, step, xq, sx, red);
+    TERN_TRACE_END(tr_mid);
 }
 
 /* The register-cached GLU pass of one row: columns c0 + 4 threadIdx.x +

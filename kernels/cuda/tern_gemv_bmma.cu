@@ -528,6 +528,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const float xs = build_planes<XF, 2>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx);
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
+    TERN_TRACE_NOW(tr_mid);
     const int sumx = s_sumx;
     const float sx = XF ? xs : p.sx[0];
     const bool split = gridDim.y > 1;
@@ -589,6 +590,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         const int64_t r0 = (t0 + tw) * 16;
         if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
     }
+    TERN_TRACE_END(tr_mid);
     if (paired && !split) tern_raise_absmax(q.hmax, hm);
     /* the last of the K slices of this CTA's tiles writes their y */
     if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;

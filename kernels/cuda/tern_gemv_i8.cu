@@ -62,6 +62,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
      * the previous kernel ends; nothing it writes is read before this */
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
+    TERN_TRACE_NOW(tr_mid);
     for (int64_t r = warp; r < rows; r += nwarps) {
         const uint8_t *row = codes + r * row_bytes;
         int acc = 0;
@@ -81,6 +82,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) y[r] = tern_i8_out(scales[r * scale_stride], (float)acc, sxp[0]);
     }
+    TERN_TRACE_END(tr_mid);
 }
 
 } /* namespace */

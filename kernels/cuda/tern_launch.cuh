@@ -16,7 +16,20 @@
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
 
+#ifdef TERN_TRACE /* the timing probe (tern_trace.cuh): the wait, timed at every call site */
+#include "cuda/tern_trace.cuh"
+template <unsigned F>
+struct TernTraceFile {
+    static constexpr unsigned v = F;
+};
+#define pdl_wait() tern_pdl_wait_traced(TernTraceFile<tern_trace_hash(__FILE__)>::v, __LINE__)
+#define TERN_TRACE_NOW(tvar) const unsigned long long tvar = tern_gtimer()
+#define TERN_TRACE_END(tvar) tern_trace_mark(TernTraceFile<tern_trace_hash(__FILE__)>::v, __LINE__, tvar)
+#else
+#define TERN_TRACE_NOW(tvar)
+#define TERN_TRACE_END(tvar)
 __device__ __forceinline__ void pdl_wait() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+#endif
 
 /* Lets the next kernel on the stream, when it is launched as a programmatic
  * dependent, start its blocks now; it still waits (pdl_wait) for this whole

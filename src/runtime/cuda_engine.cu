@@ -24,6 +24,9 @@
 #include "cuda/cuda_util.h"
 #include "cuda/fwd_cuda.h"
 #include "cuda/tern_cuda.h"
+#ifdef TERN_TRACE
+#include "cuda/tern_trace.cuh"
+#endif
 
 extern "C" {
 #include "core/err.h"
@@ -653,6 +656,49 @@ int step_launch(CE *g, const StepPlan *p) {
     return 0;
 }
 
+#ifdef TERN_TRACE
+/* The timing probe's dump (kernels/cuda/tern_trace.cuh; development builds
+ * only): the TERNLAB_TRACE_STEP-th (default 5) replay of each decode graph,
+ * appended to the file TERNLAB_TRACE as "file line grid cta sm t0 t1 kind". */
+struct TraceState {
+    TernTraceRec *buf = nullptr;
+    unsigned *n = nullptr;
+    int64_t exec_n = -1;
+    int replays = 0;
+};
+TraceState g_trace;
+const unsigned kTraceCap = 1u << 20;
+
+bool trace_begin(CE *g, const StepPlan *p) {
+    if (!getenv("TERNLAB_TRACE") || !(p->eligible && g->exec && g->exec_n == p->n)) return false;
+    if (g_trace.exec_n != p->n) g_trace.exec_n = p->n, g_trace.replays = 0;
+    const char *k = getenv("TERNLAB_TRACE_STEP");
+    if (++g_trace.replays != (k ? atoi(k) : 5)) return false;
+    if (!g_trace.buf && (cudaMalloc(&g_trace.buf, sizeof(TernTraceRec) * kTraceCap) != cudaSuccess ||
+                         cudaMalloc(&g_trace.n, sizeof(unsigned)) != cudaSuccess))
+        return false;
+    cudaMemsetAsync(g_trace.n, 0, sizeof(unsigned), g->st);
+    tern_trace_setup(g_trace.buf, g_trace.n, kTraceCap);
+    return true;
+}
+
+void trace_end(CE *g, const StepPlan *p) {
+    cudaStreamSynchronize(g->st);
+    unsigned n = 0;
+    cudaMemcpy(&n, g_trace.n, sizeof n, cudaMemcpyDeviceToHost);
+    if (n > kTraceCap) n = kTraceCap;
+    std::vector<TernTraceRec> r(n);
+    cudaMemcpy(r.data(), g_trace.buf, sizeof(TernTraceRec) * n, cudaMemcpyDeviceToHost);
+    tern_trace_setup(nullptr, nullptr, 0);
+    FILE *f = fopen(getenv("TERNLAB_TRACE"), "a");
+    if (!f) return;
+    fprintf(f, "# step tokens=%lld records=%u\n", (long long)p->n, n);
+    for (const TernTraceRec &x : r)
+        fprintf(f, "%u %u %u %u %u %llu %llu %u\n", x.file, x.line, x.grid, x.cta, x.sm, x.t0, x.t1, x.pad);
+    fclose(f);
+}
+#endif
+
 /* One forward call, device side: step_launch, argmax / logits back (only
  * where nl_out > 0), synchronised at the end.  launched (tensor parallelism):
  * every rank meets there once its whole step is enqueued, before any rank
@@ -663,6 +709,9 @@ int step_launch(CE *g, const StepPlan *p) {
 int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits,
                 pthread_barrier_t *launched = nullptr) {
     if (p->n <= 0) return 0;
+#ifdef TERN_TRACE
+    const bool traced = trace_begin(g, p);
+#endif
     const int rc = step_launch(g, p);
     if (launched) pthread_barrier_wait(launched);
     if (rc != 0) return -1;
@@ -675,6 +724,9 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
         CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
                                    cudaMemcpyDeviceToHost, g->st));
     CUDA_CHECK(cudaStreamSynchronize(g->st));
+#ifdef TERN_TRACE
+    if (traced) trace_end(g, p);
+#endif
     return 0;
 }
 
