@@ -780,12 +780,21 @@ TEST(gpu_fused_decode_bit_identical) {
     CudaEngineInfo ia, ib;
     synth_decode(0, 0, 0, steps, a, ca, sizeof ca, &ia);
     CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0, "fused layers with fusion off");
-    /* (glu, att, o): each alone, all, attention without o */
-    static const int set[][3] = {{1, 0, 0}, {0, 1, 1}, {1, 1, 1}, {1, 1, 0}};
-    for (int v = 0; v < 4; v++) {
+    /* (glu, att, o): each alone, all, attention without o; the last with the
+     * one-token GEMVs on bulk-copy variant 63540, whose K split of the down
+     * projection (256 x 8192) the next layer's norm finishes (deferred) */
+    static const int set[][3] = {{1, 0, 0}, {0, 1, 1}, {1, 1, 1}, {1, 1, 0}, {1, 1, 0}};
+    for (int v = 0; v < 5; v++) {
         const int glu = set[v][0], att = set[v][1], ofu = set[v][2];
         memset(b, 0, sizeof(float) * rows * SYN_V);
+        const int oldv = tern_cuda_decode_variant(v == 4 ? 63540 : 0);
         synth_decode(glu, att, ofu, steps, b, cb, sizeof cb, &ib);
+        tern_cuda_decode_variant(oldv);
+        /* the register-fed kernel (the dispatch at this shape) finishes its own split;
+         * on the bulk-copy kernel each one-token step's layer 0 defers (not the last layer) */
+        CHECK_MSG(v == 4 ? ib.deferred > 0 && ib.deferred <= ib.fused_mlp / 2 : ib.deferred == 0,
+                  "set %d: %lld down GEMVs deferred of %lld fused MLPs", v, (long long)ib.deferred,
+                  (long long)ib.fused_mlp);
         CHECK_MSG(strstr(ca, "f32x") == NULL && (strstr(cb, "f32x") != NULL) == glu,
                   "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" glu %d att %d", ca,
                   cb, glu, att);

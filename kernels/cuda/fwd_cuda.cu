@@ -210,8 +210,13 @@ __device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], floa
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
+/* DEF: h is a GEMV's output still in its split-K partials (one row,
+ * tern_cuda_matmul_i8_f32x_defer): h[i] formed as that GEMV's finisher would
+ * have (tern_i8_out of the row's scale, the exact sum and 127 / max|x|), the
+ * partials set back to zero. */
+template <bool DEF>
 __global__ void __launch_bounds__(kRowThreads)
-norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, float *o32,
+norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t dim, float eps, float *o32,
               __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
     pdl_wait();
@@ -221,13 +226,24 @@ norm_kernel_c(float *x, const float *h, const float *w, int64_t dim, float eps, 
     const int64_t row = blockIdx.x * dim, step = (int64_t)blockDim.x * 4;
     float4 xv[kCache], wv[kCache];
     float ss = 0.0f;
+    const float hsx = DEF ? tern_act_scale(__uint_as_float(*hd.xmax)) : 0.0f;
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         float4 a = *reinterpret_cast<const float4 *>(xr + i);
         wv[c] = *reinterpret_cast<const float4 *>(w + i);
-        if (hr) {
+        if constexpr (DEF) {
+            const int4 d = *reinterpret_cast<const int4 *>(hd.part + i);
+            *reinterpret_cast<int4 *>(hd.part + i) = make_int4(0, 0, 0, 0);
+            const float *sc = hd.scales + i * hd.scale_stride;
+            const int64_t ss1 = hd.scale_stride;
+            a.x += tern_i8_out(sc[0], (float)d.x, hsx);
+            a.y += tern_i8_out(sc[ss1], (float)d.y, hsx);
+            a.z += tern_i8_out(sc[2 * ss1], (float)d.z, hsx);
+            a.w += tern_i8_out(sc[3 * ss1], (float)d.w, hsx);
+            *reinterpret_cast<float4 *>(xr + i) = a;
+        } else if (hr) {
             const float4 b = *reinterpret_cast<const float4 *>(hr + i);
             a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
             *reinterpret_cast<float4 *>(xr + i) = a;
@@ -1130,13 +1146,28 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
     if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
-        return tern_launch_pdl("norm_kernel_c", norm_kernel_c, dim3((unsigned)n), dim3(kRowThreads), stream,
-            d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+        return tern_launch_pdl("norm_kernel_c", norm_kernel_c<false>, dim3((unsigned)n), dim3(kRowThreads),
+            stream, d_x, d_h, TernDeferred{}, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16),
+            d_xq, d_sx);
     if (v4)
         return tern_launch_pdl("norm_kernel", norm_kernel<true>, dim3((unsigned)n), dim3(kRowThreads), stream,
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     return tern_launch_pdl("norm_kernel", norm_kernel<false>, dim3((unsigned)n), dim3(kRowThreads), stream,
         d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+}
+
+int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int64_t dim, float eps,
+                       float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
+    if (!h || !h->part || !h->scales || !h->xmax) return err_set("fwdc_norm_deferred: no deferred GEMV output");
+    if (!d_out32 && !d_out16 && !d_xq) return err_set("fwdc_norm_deferred: no output");
+    if (d_xq && !d_sx) return err_set("fwdc_norm_deferred: int8 output without scales");
+    if (h->rows != dim || dim % 4 != 0 || dim > (int64_t)kRowThreads * 4 * kCache || !al16(d_x) ||
+        !al16(h->part) || !al16(d_w) || !al16(d_out32) || !al8(d_out16) || !al4(d_xq))
+        return err_set("fwdc_norm_deferred: %lld columns, a GEMV of %lld rows, or unaligned buffers",
+                       (long long)dim, (long long)h->rows);
+    return tern_launch_pdl("norm_kernel_c", norm_kernel_c<true>, dim3(1), dim3(kRowThreads), stream, d_x,
+                           (const float *)nullptr, *h, d_w, dim, eps, d_out32,
+                           reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
 }
 
 int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,

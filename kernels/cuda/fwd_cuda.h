@@ -29,6 +29,8 @@
 
 #include <cuda_runtime_api.h>
 
+#include "cuda/tern_cuda.h"
+
 #ifdef __cplusplus
 extern "C" {
 #endif
@@ -46,6 +48,12 @@ int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, flo
  * (act_quant_int8_ref, bit-identical) into xq, sx. */
 int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
               float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
+/* fwdc_norm of one row with h still in a deferred GEMV's split-K partials
+ * (tern_cuda_matmul_i8_f32x_defer; h->rows == dim): the same bits as
+ * fwdc_norm of the GEMV's finished output; the partials left zero.  It must
+ * be the next kernel after that GEMV on the stream. */
+int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int64_t dim, float eps,
+                       float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
 /* Rotate-half RoPE on q (n rows of stride ldq, n_heads*hd used) and k (stride
  * ldk) in place with the tables cos/sin (positions, hd/2) at pos[i], then K
  * and V (stride ldv) of token i stored at slot[i] of this layer's pages. */

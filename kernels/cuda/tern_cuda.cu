@@ -547,16 +547,22 @@ int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
     return f32x_takes(W, &tbm) ? 1 : 0;
 }
 
-int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
-                             cudaStream_t stream) {
+int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                   float *d_y, TernDeferred *def, cudaStream_t stream) {
     int tbm;
     if (!f32x_takes(W, &tbm))
         return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
                        "with one scale per row, or a one-token kernel is forced",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
     const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
-    if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream) < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
+    if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0)
+        return err_prefix("tern_cuda_matmul_i8_f32x: ");
     return 0;
+}
+
+int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                             cudaStream_t stream) {
+    return tern_cuda_matmul_i8_f32x_defer(W, d_x, d_xmax, d_y, nullptr, stream);
 }
 
 int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,

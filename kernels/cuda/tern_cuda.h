@@ -99,6 +99,23 @@ int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W);
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream);
 
+/* tern_cuda_matmul_i8_f32x whose K split, where its plan has one, is left for
+ * the next kernel to finish: the slices' exact integer sums stay in def->part
+ * (rows ints of the split-K scratch), y is not written, and y[r] =
+ * scales[r * scale_stride] * part[r] / (127 / max|x|) as the GEMV would have
+ * formed it (tern_i8_out) is the reader's, which also sets part back to zero
+ * (fwdc_norm_deferred; it must be the next kernel on the stream: the scratch
+ * is shared by every split GEMV).  def->part is NULL where the GEMV finished
+ * y itself (no split, or not the bulk-copy kernel). */
+typedef struct {
+    int *part;
+    const float *scales;
+    int64_t scale_stride, rows;
+    const unsigned *xmax; /* max|x| as float bits */
+} TernDeferred;
+int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                   float *d_y, TernDeferred *def, cudaStream_t stream);
+
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
  * for one token of int8 activations and one scale per row, 3 = the

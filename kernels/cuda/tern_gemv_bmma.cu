@@ -63,6 +63,7 @@ struct BmArgs {
     int ks;          /* blocks per K slice */
     int *part, *ctr; /* split K: partial sums per row (the multi-token kernel: per token and
                       * row), slices done per row group (bmma) or per CTA range (tbm) */
+    TernDeferred *def; /* (host) the f32-input bulk-copy kernel's split K left to the reader */
 };
 
 
@@ -350,6 +351,7 @@ struct TbArgs {
      * (the output: token n's rows at y + n rows) */
     int ntok;
     int64_t ldx;
+    int defer; /* split K: the slices' sums left in part, y not written (BmArgs::def) */
 };
 
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
@@ -593,7 +595,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     TERN_TRACE_END(tr_mid);
     if (paired && !split) tern_raise_absmax(q.hmax, hm);
     /* the last of the K slices of this CTA's tiles writes their y */
-    if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
+    if (!split || q.defer || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
     if (paired) {
         float m = 0.0f;
         for (int64_t r = tb * 16 + tid; r < te * 16; r += NT) {
@@ -976,12 +978,19 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     a.ks = pl.ks;
     q.stride = pl.stride;
     q.sc_rows = pl.sc;
+    if (a.def) { /* the f32-input kernel's K split left to the reader */
+        q.defer = MODE == TBM_F32X && pl.s > 1;
+        *a.def = {};
+        if (q.defer) a.def->scales = a.scales, a.def->scale_stride = a.scale_stride, a.def->rows = a.rows,
+                     a.def->xmax = a.xmax;
+    }
     if (pl.s > 1) {
         void *ws;
         const int64_t per_row = MODE >= TBM_MT8 ? q.ntok : 1; /* partials of each token */
         if (tern_ws_zeroed((size_t)(q.tiles + a.rows * per_row) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
+        if (q.defer) a.def->part = a.part;
     }
     return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
@@ -1058,7 +1067,7 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
 }
 
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
-                           int variant, cudaStream_t s) {
+                           int variant, cudaStream_t s, TernDeferred *def) {
     if (!d_x || !d_xmax || !d_y) return err_set("tern_gemv_i8_bmma_f32x: NULL argument");
     int sms = 0;
     BmArgs a = {};
@@ -1066,6 +1075,8 @@ int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsi
     a.x = nullptr; /* f32 activations instead */
     a.xf = d_x;
     a.xmax = d_xmax;
+    a.def = def;
+    if (def) *def = {}; /* finished here unless the bulk-copy kernel's split says otherwise */
     return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x");
 }
 

@@ -158,11 +158,12 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
  * tern_gemv_i8_bmma_f32x: y = W x for f32 x (cols % 16 == 0, 16-byte
  *   aligned) whose int8 codes the kernel forms with the scale 127 / max|x|
  *   (*d_xmax, float bits) — act_quant_int8_ref's codes and scale; variant as
- *   tern_gemv_i8_bmma. */
+ *   tern_gemv_i8_bmma; with def, a K split of the bulk-copy kernel is left
+ *   unfinished (tern_cuda_matmul_i8_f32x_defer). */
 int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
                      float *d_h, unsigned *d_hmax, int variant, cudaStream_t s);
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
-                           int variant, cudaStream_t s);
+                           int variant, cudaStream_t s, TernDeferred *def = nullptr);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);

@@ -102,8 +102,12 @@ struct CE {
      * hmax: per layer, max|h| of the GLU output, then max|attention output|
      * (float bits) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 0;
+    /* the fused MLP's down GEMV leaves its K split to the next layer's norm
+     * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
+    int defer = 1;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
+    int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -395,6 +399,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
         float *kp = g->kp + (size_t)l * g->layer_elems, *vp = g->vp + (size_t)l * g->layer_elems;
+        TernDeferred hdef = {}; /* the down GEMV's output, where it is left in its K split */
         /* attention block (layer 0's norm here; later layers' is fused into
          * the previous layer's last residual add) */
         const Need nqkv = L.fqkv ? need_of(g, {&L.qkv}) : need_of(g, {&L.q, &L.k, &L.v});
@@ -448,7 +453,9 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         if (mfl[(size_t)l]) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
             TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
-            TRY(tern_cuda_matmul_i8_f32x(&L.down.tm, g->hb, g->hmax + l, g->hout, g->st));
+            /* the next layer's norm (the next kernel) finishes a K split */
+            TRY(tern_cuda_matmul_i8_f32x_defer(&L.down.tm, g->hb, g->hmax + l, g->hout,
+                                               g->defer && l + 1 < c.n_layers ? &hdef : nullptr, g->st));
         } else {
             const float *gp, *up;
             int64_t ldg;
@@ -479,7 +486,13 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
             const DLayer &N = g->L[(size_t)l + 1];
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
-            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
+            if (hdef.part) {
+                g->n_deferred++;
+                TRY(fwdc_norm_deferred(g->x, &hdef, N.attn_norm, H, g->c.eps, g->xb, nn.x16 ? g->x16 : nullptr,
+                                       nn.xq ? g->xq : nullptr, nn.xq ? g->sx : nullptr, g->st));
+            } else {
+                TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
+            }
         } else {
             TRY(fwdc_add(g->x, g->hout, n * H, g->st));
         }
@@ -885,7 +898,8 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * TERNLAB_CUDA_GRAPHS=0: every decode step launched eagerly (profilers that
  * time kernels one by one, e.g. Nsight Compute); TERNLAB_CUDA_GLU_FUSE=0: the
  * one-token MLP as separate kernels (mlp_fused); TERNLAB_CUDA_ATT_FUSE=0: RoPE
- * + KV write and the attention as separate kernels. */
+ * + KV write and the attention as separate kernels; TERNLAB_CUDA_DEFER=0: the
+ * fused MLP's down GEMV finishes its own K split. */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -910,6 +924,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = env_set("TERNLAB_CUDA_O_FUSE");
+    g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1498,6 +1513,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         info->graphs = g->n_graphs;
         info->graph_launches = g->launches;
         info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
+        info->deferred = g->n_deferred;
         snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
         return 0;
     }
@@ -1510,6 +1526,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
+    info->deferred = g->n_deferred;
     snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
 }

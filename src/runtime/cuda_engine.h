@@ -92,6 +92,9 @@ typedef struct {
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
      * runs the separate kernels), o projection from f32, MLP as two GEMVs */
     int64_t fused_att, fused_o, fused_mlp;
+    /* down GEMVs of the fused MLP whose K split the next layer's norm finished
+     * (tern_cuda_matmul_i8_f32x_defer) */
+    int64_t deferred;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
