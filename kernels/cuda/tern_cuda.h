@@ -106,7 +106,8 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
  * formed it (tern_i8_out) is the reader's, which also sets part back to zero
  * (fwdc_norm_deferred; it must be the next kernel on the stream: the scratch
  * is shared by every split GEMV).  def->part is NULL where the GEMV finished
- * y itself (no split, or not the bulk-copy kernel). */
+ * y itself (no split, not the bulk-copy kernel, or rows not a multiple of 64
+ * up to 16384: what fwdc_norm_deferred takes). */
 typedef struct {
     int *part;
     const float *scales;

@@ -978,8 +978,9 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     a.ks = pl.ks;
     q.stride = pl.stride;
     q.sc_rows = pl.sc;
-    if (a.def) { /* the f32-input kernel's K split left to the reader */
-        q.defer = MODE == TBM_F32X && pl.s > 1;
+    if (a.def) { /* the f32-input kernel's K split left to the reader, where fwdc_norm_deferred takes it:
+                  * part 16-byte aligned (tiles % 4 == 0: rows % 64 == 0), <= 16384 rows */
+        q.defer = MODE == TBM_F32X && pl.s > 1 && a.rows % 64 == 0 && a.rows <= 16384;
         *a.def = {};
         if (q.defer) a.def->scales = a.scales, a.def->scale_stride = a.scale_stride, a.def->rows = a.rows,
                      a.def->xmax = a.xmax;

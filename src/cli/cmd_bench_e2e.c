@@ -46,6 +46,7 @@
 #include "runtime/forward_internal.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,7 +54,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#define MAX_ROWS 64
+#define MAX_ROWS 512
 
 typedef struct {
     char shape[8], config[12], mode[8]; /* mode: decode / prefill */
@@ -320,7 +321,7 @@ static int run_job(int (*fn)(const E2eJob *, E2eOut *), const E2eJob *j, E2eOut 
     memset(o, 0, sizeof *o);
     if (!isolate) return fn(j, o);
     int fd[2];
-    if (pipe(fd) != 0) return err_set("pipe: %s", strerror(errno));
+    if (pipe2(fd, O_CLOEXEC) != 0) return err_set("pipe: %s", strerror(errno));
     fflush(stdout);
     fflush(stderr);
     struct {
@@ -345,8 +346,10 @@ static int run_job(int (*fn)(const E2eJob *, E2eOut *), const E2eJob *j, E2eOut 
     if (got && h.rc == 0) got = io_all(fd[0], o, sizeof *o, 0) == 0;
     close(fd[0]);
     int st = 0;
-    while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+    pid_t w;
+    while ((w = waitpid(pid, &st, 0)) < 0 && errno == EINTR) {
     }
+    if (w < 0) return err_set("the process measuring %s: waitpid: %s", what, strerror(errno));
     if (WIFSIGNALED(st))
         return err_set("the process measuring %s died (signal %d, %s)", what, WTERMSIG(st), strsignal(WTERMSIG(st)));
     if (!got) return err_set("the process measuring %s exited (status %d) without a result", what, WEXITSTATUS(st));
@@ -409,11 +412,12 @@ int cmd_bench_e2e(int argc, char **argv) {
                         "(1..8192) / --steps (1..100000) / --prefill (1..8192)\n");
         return 2;
     }
+    int nshapes = 0;
     { /* every shape name known before any GPU work */
         char chk[64];
         snprintf(chk, sizeof chk, "%s", shapes);
         ModelConfig c;
-        for (char *sv = NULL, *sh = strtok_r(chk, ",", &sv); sh; sh = strtok_r(NULL, ",", &sv))
+        for (char *sv = NULL, *sh = strtok_r(chk, ",", &sv); sh; sh = strtok_r(NULL, ",", &sv), nshapes++)
             if (shape_config(sh, &c) != 0) {
                 fprintf(stderr, "ternlab bench-e2e: %s\n", err_msg());
                 return 2;
@@ -437,6 +441,12 @@ int cmd_bench_e2e(int argc, char **argv) {
                 return 2;
             }
         }
+    }
+    const int ncfg = use_cfg[0] + use_cfg[1] + use_cfg[2];
+    if ((int64_t)nshapes * ntp * ncfg * (nb + 1) > MAX_ROWS) {
+        fprintf(stderr, "ternlab bench-e2e: %d shapes x %d tp x %d configs x %d rows is more than %d rows\n",
+                nshapes, ntp, ncfg, nb + 1, MAX_ROWS);
+        return 2;
     }
     for (int i = 0; i < ntp; i++)
         if (tps[i] > 1) cuda_prepare_multi_gpu(); /* before the first CUDA call */
