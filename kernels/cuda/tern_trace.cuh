@@ -17,7 +17,7 @@
 
 struct TernTraceRec {
     unsigned long long t0, t1; /* global timer (ns) before and after the wait */
-    unsigned file, line, cta, sm, grid, pad;
+    unsigned file, line, cta, sm, grid, pad; /* pad: the kind, 0 a wait, 1 a mark */
 };
 
 /* FNV-1a of the call site's file name, evaluated by the compiler */
@@ -54,30 +54,29 @@ __device__ __forceinline__ unsigned long long tern_gtimer() {
     return t;
 }
 
-__device__ __forceinline__ void tern_pdl_wait_traced(unsigned file, unsigned line) {
-    const unsigned long long a = tern_gtimer();
-    asm volatile("griddepcontrol.wait;" ::: "memory");
+/* one record from thread 0 of the CTA: t0, now, kind (0: a wait, 1: a mark) */
+__device__ __forceinline__ void tern_trace_put(unsigned file, unsigned line, unsigned long long t0,
+                                               unsigned kind) {
     if (threadIdx.x == 0 && threadIdx.y == 0 && g_tr_buf) {
         const unsigned long long b = tern_gtimer();
         unsigned sm;
         asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
         const unsigned i = atomicAdd(g_tr_n, 1u);
         if (i < g_tr_cap)
-            g_tr_buf[i] = {a, b, file, line, blockIdx.x + blockIdx.y * gridDim.x, sm, gridDim.x * gridDim.y, 0};
+            g_tr_buf[i] = {t0, b, file, line, blockIdx.x + blockIdx.y * gridDim.x, sm, gridDim.x * gridDim.y, kind};
     }
 }
 
-/* a second record of the CTA (pad 1): t0 = tmid (a point the kernel took
+__device__ __forceinline__ void tern_pdl_wait_traced(unsigned file, unsigned line) {
+    const unsigned long long a = tern_gtimer();
+    asm volatile("griddepcontrol.wait;" ::: "memory");
+    tern_trace_put(file, line, a, 0);
+}
+
+/* a second record of the CTA (kind 1): t0 = tmid (a point the kernel took
  * with TERN_TRACE_NOW), t1 = now */
 __device__ __forceinline__ void tern_trace_mark(unsigned file, unsigned line, unsigned long long tmid) {
-    if (threadIdx.x == 0 && threadIdx.y == 0 && g_tr_buf) {
-        const unsigned long long b = tern_gtimer();
-        unsigned sm;
-        asm volatile("mov.u32 %0, %%smid;" : "=r"(sm));
-        const unsigned i = atomicAdd(g_tr_n, 1u);
-        if (i < g_tr_cap)
-            g_tr_buf[i] = {tmid, b, file, line, blockIdx.x + blockIdx.y * gridDim.x, sm, gridDim.x * gridDim.y, 1};
-    }
+    tern_trace_put(file, line, tmid, 1);
 }
 
 #endif
