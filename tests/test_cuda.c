@@ -779,7 +779,8 @@ TEST(gpu_fused_decode_bit_identical) {
     char ca[96], cb[96];
     CudaEngineInfo ia, ib;
     synth_decode(0, 0, 0, steps, a, ca, sizeof ca, &ia);
-    CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0, "fused layers with fusion off");
+    CHECK_MSG(ia.fused_att == 0 && ia.fused_o == 0 && ia.fused_mlp == 0 && ia.omax_given == 0,
+              "fused layers with fusion off");
     /* (glu, att, o): each alone, all, attention without o; the last with the
      * one-token GEMVs on bulk-copy variant 63540, whose K split of the down
      * projection (256 x 8192) the next layer's norm finishes (deferred) */
@@ -795,6 +796,9 @@ TEST(gpu_fused_decode_bit_identical) {
         CHECK_MSG(v == 4 ? ib.deferred > 0 && ib.deferred <= ib.fused_mlp / 2 : ib.deferred == 0,
                   "set %d: %lld down GEMVs deferred of %lld fused MLPs", v, (long long)ib.deferred,
                   (long long)ib.fused_mlp);
+        /* the int8 pass before an unfused o takes the attention's max at one token */
+        CHECK_MSG((ib.omax_given > 0) == (att && !ofu), "set %d: %lld int8 passes took the attention's max", v,
+                  (long long)ib.omax_given);
         CHECK_MSG(strstr(ca, "f32x") == NULL && (strstr(cb, "f32x") != NULL) == glu,
                   "the last ternary matmul of a decode step: \"%s\" unfused, \"%s\" glu %d att %d", ca,
                   cb, glu, att);

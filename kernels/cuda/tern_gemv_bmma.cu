@@ -347,10 +347,9 @@ struct TbArgs {
     int act;
     float *h;
     unsigned *hmax;
-    /* the multi-token kernel: tokens (1 .. 8 MN) and the distance between their rows of x
-     * (the output: token n's rows at y + n rows) */
+    /* the multi-token kernel: tokens (1 .. 8 MN; their rows of x are BmArgs::xcols apart,
+     * token n's outputs at y + n rows) */
     int ntok;
-    int64_t ldx;
     int defer; /* split K: the slices' sums left in part, y not written (BmArgs::def) */
 };
 
@@ -768,7 +767,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
         tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
         const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
         for (int n = 0; n < q.ntok; n++)
-            tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * q.ldx + c0, xb, xbar);
+            tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * p.xcols + c0, xb, xbar);
     }
     if (xb < (uint32_t)nkb * 256)
         for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
@@ -1108,7 +1107,6 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
     int sms = 0;
     TbArgs q = {};
     if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;
-    q.ntok = (int)n;
-    q.ldx = ldx;
+    q.ntok = (int)n; /* (x rows ldx = q.b.xcols apart) */
     return n <= 8 ? launch_variant<TBM_MT8>(q, variant, sms, s, who) : launch_variant<TBM_MT16>(q, variant, sms, s, who);
 }

@@ -105,9 +105,13 @@ struct CE {
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
      * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
     int defer = 1;
+    /* one token, o not fused: the int8 pass before o takes the attention's max
+     * (o_max_given; TERNLAB_CUDA_OMAX=0 turns it off) */
+    int omax_given = 1;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
+    int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -262,14 +266,16 @@ int dlin_run(CE *g, const DLin &d, const float *x32, const uint16_t *x16, int64_
 }
 
 struct Need {
-    bool x16 = false, xq = false;
+    bool x16 = false, xq = false, f32 = false;
 };
-/* What the linears `ls` read besides f32 activations: bf16 and/or int8. */
+/* What the linears `ls` read: bf16, int8 and / or f32 activations (dlin_run's
+ * x32: dense f32, or ternary with f32 activations). */
 Need need_of(const CE *g, std::initializer_list<const DLin *> ls) {
     Need n;
     for (const DLin *d : ls) {
         n.xq = n.xq || (d->kind == LIN_TERN && d->act_int8);
         n.x16 = n.x16 || d->kind == LIN_DENSE16 || (d->kind == LIN_TERN && !d->act_int8 && g->bf16);
+        n.f32 = n.f32 || d->kind == LIN_DENSE32 || (d->kind == LIN_TERN && !d->act_int8 && !g->bf16);
     }
     return n;
 }
@@ -283,9 +289,11 @@ int prep_input(CE *g, const float *x32, int64_t n, int64_t cols, Need nd) {
 }
 
 /* RMSNorm (after the residual add x += h when h is non-NULL) of x into the
- * forms the consumers need: f32 in g->xb always, bf16 / int8 on demand. */
+ * forms the consumers need: f32 in g->xb, bf16 in g->x16, int8 in g->xq (f32
+ * also where nothing else is asked for). */
 int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_t dim, Need nd) {
-    return fwdc_norm(x, h, w, n, dim, g->c.eps, g->xb, nd.x16 ? g->x16 : nullptr,
+    return fwdc_norm(x, h, w, n, dim, g->c.eps, nd.f32 || !(nd.x16 || nd.xq) ? g->xb : nullptr,
+                     nd.x16 ? g->x16 : nullptr,
                      nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st);
 }
 
@@ -369,6 +377,14 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
            tern_cuda_matmul_i8_f32x_ok(&L.o.tm);
 }
 
+/* One token, the o projection not fused but int8: the fused attention raises
+ * max|output| too, and the int8 pass before o takes it instead of a block
+ * reduction of its own (the same max, so the same codes). */
+bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool of) {
+    return att_fused && !of && g->omax_given && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN &&
+           L.o.act_int8;
+}
+
 /* The whole forward on the device for n tokens whose inputs are in d_in
  * (layout for n), logits of nl rows into g->logits; one_seq: every token
  * belongs to one sequence (the tiled prompt attention); distinct: no two
@@ -386,12 +402,13 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
     const bool att_fused = g->att_fuse && distinct;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
-    std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers);
+    std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
         ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, att_fused);
-        fused = fused || mfl[(size_t)l] || ofl[(size_t)l];
+        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, att_fused, ofl[(size_t)l]);
+        fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
     }
     if (fused)
         CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(2 * c.n_layers), g->st));
@@ -418,12 +435,12 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             ldq = qd, ldk = ldv = kvd;
         }
         unsigned *omax = g->hmax + c.n_layers + l;
-        const bool of = ofl[(size_t)l];
+        const bool of = ofl[(size_t)l], om = oml[(size_t)l];
         g->n_fused[0] += att_fused, g->n_fused[1] += of;
         if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
-                                    g->bs, c.n_heads * g->tp, g->att, of ? omax : nullptr, g->st));
+                                    g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
         } else {
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                    (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
@@ -442,6 +459,11 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             if (L.attn_sub) {
                 TRY(norm_into(g, g->att, nullptr, L.attn_sub, n, qd, no));
                 ao = g->xb;
+            } else if (om) { /* max|att| (float bits, >= 0: ordered as unsigned) from the attention */
+                g->n_omax++;
+                TRY(fwdc_act_quant_i8_max(g->att, n, qd, reinterpret_cast<const float *>(omax), g->xq, g->sx,
+                                          g->st));
+                if (no.x16) TRY(fwdc_to_bf16(g->att, n * qd, g->x16, g->st));
             } else {
                 TRY(prep_input(g, g->att, n, qd, no));
             }
@@ -488,7 +510,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
             if (hdef.part) {
                 g->n_deferred++;
-                TRY(fwdc_norm_deferred(g->x, &hdef, N.attn_norm, H, g->c.eps, g->xb, nn.x16 ? g->x16 : nullptr,
+                TRY(fwdc_norm_deferred(g->x, &hdef, N.attn_norm, H, g->c.eps,
+                                       nn.f32 || !(nn.x16 || nn.xq) ? g->xb : nullptr, nn.x16 ? g->x16 : nullptr,
                                        nn.xq ? g->xq : nullptr, nn.xq ? g->sx : nullptr, g->st));
             } else {
                 TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
@@ -925,6 +948,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = env_set("TERNLAB_CUDA_O_FUSE");
     g->defer = env_on("TERNLAB_CUDA_DEFER");
+    g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1513,7 +1537,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         info->graphs = g->n_graphs;
         info->graph_launches = g->launches;
         info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
-        info->deferred = g->n_deferred;
+        info->deferred = g->n_deferred, info->omax_given = g->n_omax;
         snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
         return 0;
     }
@@ -1526,7 +1550,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
-    info->deferred = g->n_deferred;
+    info->deferred = g->n_deferred, info->omax_given = g->n_omax;
     snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
 }

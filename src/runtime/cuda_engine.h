@@ -95,6 +95,9 @@ typedef struct {
     /* down GEMVs of the fused MLP whose K split the next layer's norm finished
      * (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
+    /* int8 passes before the o projection that took the fused attention's
+     * max|output| (one token, o not fused) */
+    int64_t omax_given;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
