@@ -9,11 +9,14 @@ TERNLAB_TRACE=FILE (one or more steps, "# step tokens=N records=R" then
 stream order (records sorted by the time after the wait; a launch is a run of
 one call site, at most its grid's CTAs), each kernel's share of the critical
 path (its wait's release to the next launch's), and the shares summed by
-kernel.  --seq also prints every launch.  Development tool; plain Python."""
+kernel.  --seq also prints every launch.  Kernel names come from the
+sources as they are now (file hash and line): trace with the same checkout.
+Development tool; plain Python."""
 import argparse
 import glob
 import os
 import re
+import signal
 import sys
 
 
@@ -83,6 +86,7 @@ def med(v):
 
 
 def main():
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # quietly, into head
     ap = argparse.ArgumentParser()
     ap.add_argument("trace")
     ap.add_argument("--repo", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
@@ -97,14 +101,22 @@ def main():
         return "%s:%d %s" % (os.path.basename(rel), key[1], names[rel].get(key[1], "?"))
 
     steps, cur = [], None
-    with open(a.trace) as f:
-        for line in f:
-            if line.startswith("#"):
-                cur = {"head": line[1:].strip(), "recs": []}
-                steps.append(cur)
-            elif cur is not None and line.strip():
-                v = [int(x) for x in line.split()]
-                cur["recs"].append(tuple(v + [0] * (8 - len(v))))
+    try:
+        with open(a.trace) as f:
+            for n, line in enumerate(f, 1):
+                if line.startswith("#"):
+                    cur = {"head": line[1:].strip(), "recs": []}
+                    steps.append(cur)
+                elif cur is not None and line.strip():
+                    try:
+                        v = [int(x) for x in line.split()]
+                    except ValueError:
+                        v = []
+                    if len(v) not in (7, 8):
+                        sys.exit("trace_step: %s:%d: expected 'file line grid cta sm t0 t1 [kind]'" % (a.trace, n))
+                    cur["recs"].append(tuple(v + [0] * (8 - len(v))))
+    except OSError as e:
+        sys.exit("trace_step: cannot read %s: %s" % (a.trace, e.strerror))
     if not steps:
         sys.exit("trace_step: no steps in %s" % a.trace)
     for st in steps:

@@ -89,3 +89,42 @@ TEST(bench_e2e_bad_arguments) {
         free(out);
     }
 }
+
+/* scripts/trace_step.py (the timing probe's summary, `make trace`) on a made-up
+ * trace: records sorted by the time after the wait split into launches at a
+ * change of call site or a full grid (two launches of one site back to back),
+ * each launch's share is its release to the next one's, a mark goes to the
+ * launch running at its end. */
+TEST(trace_step_summary) {
+    char path[512], cmd[1024], *out = NULL;
+    snprintf(path, sizeof path, "%s/trace.txt", test_tmpdir());
+    FILE *f = fopen(path, "w");
+    REQUIRE(f != NULL);
+    /* file line grid cta sm t0 t1 kind: A (1:10, one CTA), B (2:20, two CTAs) twice, A again;
+     * a mark of B's first launch (CTA 0: its point 300 ns after the wait, its end 500 later) */
+    fputs("# step tokens=1 records=7\n"
+          "1 10 1 0 5 900 1000 0\n"
+          "2 20 2 1 8 1600 2100 0\n"
+          "2 20 2 0 7 1500 2000 0\n"
+          "2 21 2 0 7 2300 2800 1\n"
+          "2 20 2 0 7 2500 4000 0\n"
+          "2 20 2 1 9 2600 4050 0\n"
+          "1 10 1 0 5 3000 5000 0\n",
+          f);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 scripts/trace_step.py %s --seq", path);
+    int rc = test_run(cmd, &out);
+    REQUIRE(out != NULL);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    CHECK_MSG(strstr(out, "4 launches, 4.0 us from the first release to the last"), "%s", out);
+    const char *a = strstr(out, "\n  00000001:10 "), *b = strstr(out, "\n  00000002:20 ");
+    int ca = 0, cb = 0;
+    double sa = 0, sb = 0, pre = 0, body = 0, tail = 0;
+    CHECK_MSG(a && sscanf(a, " 00000001:10 %d %lf", &ca, &sa) == 2 && ca == 2 && fabs(sa - 1.0) < 1e-9,
+              "A: %d calls, %.2f us: %s", ca, sa, out);
+    CHECK_MSG(b && sscanf(b, " 00000002:20 %d %lf %*f %*f %*f%% %lf %lf %lf", &cb, &sb, &pre, &body, &tail) == 5 &&
+                  cb == 2 && fabs(sb - 3.0) < 1e-9 && fabs(pre - 0.3) < 1e-9 && fabs(body - 0.5) < 1e-9 &&
+                  fabs(tail - 1.2) < 1e-9,
+              "B: %d calls, %.2f us, marks %.2f %.2f %.2f: %s", cb, sb, pre, body, tail, out);
+    free(out);
+}
