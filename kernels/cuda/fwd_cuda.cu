@@ -1137,10 +1137,17 @@ int fwdc_embed(const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H,
     return 0;
 }
 
+/* The norms' outputs: at least one, int8 codes with their scales */
+static int norm_outputs(const char *who, const float *d_out32, const uint16_t *d_out16, const int8_t *d_xq,
+                        const float *d_sx) {
+    if (!d_out32 && !d_out16 && !d_xq) return err_set("%s: no output", who);
+    if (d_xq && !d_sx) return err_set("%s: int8 output without scales", who);
+    return 0;
+}
+
 int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
               float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
-    if (!d_out32 && !d_out16 && !d_xq) return err_set("fwdc_norm: no output");
-    if (d_xq && !d_sx) return err_set("fwdc_norm: int8 output without scales");
+    if (norm_outputs("fwdc_norm", d_out32, d_out16, d_xq, d_sx) < 0) return -1;
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_norm: %lld rows", (long long)n);
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
@@ -1159,8 +1166,7 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
 int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int64_t dim, float eps,
                        float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
     if (!h || !h->part || !h->scales || !h->xmax) return err_set("fwdc_norm_deferred: no deferred GEMV output");
-    if (!d_out32 && !d_out16 && !d_xq) return err_set("fwdc_norm_deferred: no output");
-    if (d_xq && !d_sx) return err_set("fwdc_norm_deferred: int8 output without scales");
+    if (norm_outputs("fwdc_norm_deferred", d_out32, d_out16, d_xq, d_sx) < 0) return -1;
     if (h->rows != dim || dim % 4 != 0 || dim > (int64_t)kRowThreads * 4 * kCache || !al16(d_x) ||
         !al16(h->part) || !al16(d_w) || !al16(d_out32) || !al8(d_out16) || !al4(d_xq))
         return err_set("fwdc_norm_deferred: %lld columns, a GEMV of %lld rows, or unaligned buffers",

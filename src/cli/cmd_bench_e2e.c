@@ -79,7 +79,7 @@ static int shape_config(const char *name, ModelConfig *c) {
         c->hidden = 256, c->inter = 688, c->n_layers = 4, c->n_heads = 4, c->n_kv_heads = 2;
         c->head_dim = 64, c->vocab = 4096;
     } else {
-        return err_set("bench-e2e: unknown --shapes entry '%s' (7b, 27b, tiny)", name);
+        return err_set("unknown --shapes entry '%s' (7b, 27b, tiny)", name);
     }
     snprintf(c->model_type, sizeof c->model_type, "synthetic-%s", name);
     return 0;

@@ -288,13 +288,18 @@ int prep_input(CE *g, const float *x32, int64_t n, int64_t cols, Need nd) {
     return 0;
 }
 
-/* RMSNorm (after the residual add x += h when h is non-NULL) of x into the
- * forms the consumers need: f32 in g->xb, bf16 in g->x16, int8 in g->xq (f32
- * also where nothing else is asked for). */
-int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_t dim, Need nd) {
-    return fwdc_norm(x, h, w, n, dim, g->c.eps, nd.f32 || !(nd.x16 || nd.xq) ? g->xb : nullptr,
-                     nd.x16 ? g->x16 : nullptr,
-                     nd.xq ? g->xq : nullptr, nd.xq ? g->sx : nullptr, g->st);
+/* RMSNorm (after the residual add x += h when h is non-NULL, or h still in a
+ * deferred GEMV's K split: hd, one row) of x into the forms the consumers
+ * need: f32 in g->xb, bf16 in g->x16, int8 in g->xq (f32 also where nothing
+ * else is asked for). */
+int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_t dim, Need nd,
+              const TernDeferred *hd = nullptr) {
+    float *o32 = nd.f32 || !(nd.x16 || nd.xq) ? g->xb : nullptr;
+    uint16_t *o16 = nd.x16 ? g->x16 : nullptr;
+    int8_t *xq = nd.xq ? g->xq : nullptr;
+    float *sx = nd.xq ? g->sx : nullptr;
+    if (hd) return fwdc_norm_deferred(x, hd, w, dim, g->c.eps, o32, o16, xq, sx, g->st);
+    return fwdc_norm(x, h, w, n, dim, g->c.eps, o32, o16, xq, sx, g->st);
 }
 
 #define TRY(call)                                                                           \
@@ -459,11 +464,11 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             if (L.attn_sub) {
                 TRY(norm_into(g, g->att, nullptr, L.attn_sub, n, qd, no));
                 ao = g->xb;
-            } else if (om) { /* max|att| (float bits, >= 0: ordered as unsigned) from the attention */
+            } else if (om) { /* max|att| (float bits, >= 0: ordered as unsigned) from the attention; o is
+                              * int8 (o_max_given), so no other form */
                 g->n_omax++;
                 TRY(fwdc_act_quant_i8_max(g->att, n, qd, reinterpret_cast<const float *>(omax), g->xq, g->sx,
                                           g->st));
-                if (no.x16) TRY(fwdc_to_bf16(g->att, n * qd, g->x16, g->st));
             } else {
                 TRY(prep_input(g, g->att, n, qd, no));
             }
@@ -508,14 +513,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
             const DLayer &N = g->L[(size_t)l + 1];
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
-            if (hdef.part) {
-                g->n_deferred++;
-                TRY(fwdc_norm_deferred(g->x, &hdef, N.attn_norm, H, g->c.eps,
-                                       nn.f32 || !(nn.x16 || nn.xq) ? g->xb : nullptr, nn.x16 ? g->x16 : nullptr,
-                                       nn.xq ? g->xq : nullptr, nn.xq ? g->sx : nullptr, g->st));
-            } else {
-                TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn));
-            }
+            g->n_deferred += hdef.part != nullptr;
+            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr));
         } else {
             TRY(fwdc_add(g->x, g->hout, n * H, g->st));
         }
@@ -922,7 +921,8 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * time kernels one by one, e.g. Nsight Compute); TERNLAB_CUDA_GLU_FUSE=0: the
  * one-token MLP as separate kernels (mlp_fused); TERNLAB_CUDA_ATT_FUSE=0: RoPE
  * + KV write and the attention as separate kernels; TERNLAB_CUDA_DEFER=0: the
- * fused MLP's down GEMV finishes its own K split. */
+ * fused MLP's down GEMV finishes its own K split; TERNLAB_CUDA_OMAX=0: the
+ * int8 pass before an unfused o projection forms its own max. */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
