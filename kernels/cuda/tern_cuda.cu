@@ -36,13 +36,61 @@ int gemv1_pick(void) {
     return err_set("TERNLAB_CUDA_GEMV1=%s: expected bmma, rows or warp", e);
 }
 
+/* tern_cuda_tbm_override's list (TERNLAB_CUDA_TBM until set) */
+struct TbmOverride {
+    int64_t rows, cols;
+    int v;
+};
+std::mutex g_tbm_mu;
+std::vector<TbmOverride> g_tbm_list;
+bool g_tbm_set = false;
+
+int tbm_parse(const char *spec, std::vector<TbmOverride> &out) {
+    out.clear();
+    for (const char *c = spec; c && *c;) {
+        long long r, k;
+        int v, used = 0;
+        if (sscanf(c, "%lldx%lld:%d%n", &r, &k, &v, &used) != 3 || r < 1 || k < 1 || v < 60000 || v >= 70000 ||
+            (c[used] != ',' && c[used] != 0))
+            return err_set("bulk-copy GEMV variants '%s': expected ROWSxCOLS:V[,ROWSxCOLS:V..] with V a "
+                           "variant 6abcd, at '%s'",
+                           spec, c);
+        out.push_back({(int64_t)r, (int64_t)k, v});
+        c += used + (c[used] == ',');
+    }
+    return 0;
+}
+
+/* W's variant from the list (0: none; -1: TERNLAB_CUDA_TBM malformed) */
+int tbm_override(const TernCudaMatrix *W) {
+    std::lock_guard<std::mutex> lk(g_tbm_mu);
+    if (!g_tbm_set) {
+        const char *e = getenv("TERNLAB_CUDA_TBM");
+        if (tbm_parse(e, g_tbm_list) < 0) return err_prefix("TERNLAB_CUDA_TBM: ");
+        g_tbm_set = true;
+    }
+    for (const TbmOverride &o : g_tbm_list)
+        if (o.rows == W->rows && o.cols == W->cols) return o.v;
+    return 0;
+}
+
 /* The default one-token int8 GEMV for W (the comment in run() has the
  * measurements): 6 binary tensor cores (*tbm: the bulk-copy kernel's
  * variant where that one is taken, else 0; only with no development variant
- * v set), 3 multi-row dp4a, 4 one warp per row, 0 none of them. */
+ * v set), 3 multi-row dp4a, 4 one warp per row, 0 none of them; -1 on a
+ * malformed TERNLAB_CUDA_TBM.  With no v, an R x C variant from
+ * tern_cuda_tbm_override comes first. */
 int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
     *tbm = 0;
+    if (v == 0) {
+        const int o = tbm_override(W);
+        if (o < 0) return -1;
+        if (o > 0) {
+            *tbm = o;
+            return 6;
+        }
+    }
     if (W->cols >= 8192 && W->cols <= 4194304) {
         if (v == 0 && W->cols <= 65536 && W->rows >= 4096 && weights >= ((int64_t)48 << 20))
             *tbm = weights >= ((int64_t)128 << 20) ? 63520 : 63530;
@@ -319,6 +367,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         k1 = gemv1_pick();
         if (k1 < 0) return err_prefix("%s: ", who);
         if (k1 == 0) k1 = gemv1_rule(W, v, &tbm);
+        if (k1 < 0) return err_prefix("%s: ", who);
     }
     if (k1 == 6) {
         const int bv = tbm ? tbm : v >= 50000 && v < 70000 ? v : 0; /* 6abcd: the bulk-copy kernel */
@@ -474,6 +523,15 @@ int tern_cuda_force_kernel(int which) {
     return old;
 }
 
+int tern_cuda_tbm_override(const char *spec) {
+    std::vector<TbmOverride> l;
+    if (tbm_parse(spec, l) < 0) return -1;
+    std::lock_guard<std::mutex> lk(g_tbm_mu);
+    g_tbm_list.swap(l);
+    g_tbm_set = true;
+    return 0;
+}
+
 int tern_cuda_matmul_f32(const TernCudaMatrix *W, const float *d_x, int64_t n, float *d_y,
                          cudaStream_t stream) {
     return run(TACT_F32, W, d_x, nullptr, n, d_y, stream, "tern_cuda_matmul_f32");
@@ -517,7 +575,7 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
                        W ? (long long)W->n_groups : 0LL);
     int tbm = 0;
-    gemv1_rule(W, 0, &tbm);
+    if (gemv1_rule(W, 0, &tbm) < 0) return err_prefix("tern_cuda_glu_i8: ");
     const int v = fused_variant(tbm, 60000, 64520, "glu");
     if (tern_gemv_i8_glu(W, d_xq, W->cols, d_sx, act, d_h, d_hmax, v, stream) < 0)
         return err_prefix("tern_cuda_glu_i8: ");
@@ -526,11 +584,12 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
 
 /* The f32-input GEMV's variant where the int8 one-token dispatch takes the
  * register-fed binary GEMV (where it takes the bulk-copy kernel, that
- * variant): the bulk-copy kernel 63540 in >= 4096 rows of <= 65536 columns
- * (the 7B's 4096 x 11008 down projection in the decode step: 743-746 ->
- * 784-788 tok/s, H200, same run; 63530 768-773, 64540 723-727, 63560
- * 740-745), else the register-fed kernel (0). */
-static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 63540 : 0; }
+ * variant): the bulk-copy kernel 65520 (four consumer warps per tile) in
+ * >= 4096 rows of <= 65536 columns, else the register-fed kernel (0).  The
+ * 7B's 4096 x 11008 down projection in the decode step (H200, same runs): the
+ * register-fed kernel 743-746 tok/s, 63540 784-788 (63530 768-773, 64540
+ * 723-727, 63560 740-745); later 63540 792-798, 65520 801-804 (five rounds). */
+static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 65520 : 0; }
 
 /* W takes the f32-input form: the format, no one-token kernel forced, and a
  * one-token dispatch to the binary tensor-core GEMVs (*tbm: its bulk-copy

@@ -144,6 +144,14 @@ int tern_cuda_force_kernel(int which);
 int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 
+/* Development knob (TERNLAB_CUDA_TBM=spec in the environment sets it at the
+ * first GEMV unless this was called before): spec "RxC:V[,RxC:V..]" gives R x C
+ * matrices the bulk-copy GEMV's variant V (6abcd) wherever the one-token
+ * dispatch, the f32-input form or the GLU form picks one by shape — tuning
+ * one matrix of a model end to end; "" or NULL clears it.  -1 (err_set) on a
+ * malformed spec, which then leaves the list as it was. */
+int tern_cuda_tbm_override(const char *spec);
+
 /* The kernel the calling thread's last tern_cuda_matmul_* chose, in words
  * without commas (e.g. "gemv_bmma", "wgmma nt=16 sets=2 ks=7 pdl=1"); ""
  * before any call.  tern_cuda_set_config: the launchers record it. */

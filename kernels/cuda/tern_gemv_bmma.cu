@@ -999,8 +999,8 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
 
 /* variant 6abcd (bench sweeps, the dispatch): the bulk-copy kernel with a = row
  * tiles (consumer warps) per unit (2 or 4; 3 or 6: 2 or 4 with two consumer
- * warps per tile, each a K part; four were no faster for one token; the
- * multi-token kernel also 5 or 8: 2 or 4 tiles with four), b = largest K slice
+ * warps per tile, each a K part; 5 or 8: with four — the f32-input form's
+ * default 65520, and the multi-token kernel's), b = largest K slice
  * (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many as fit) */
 template <int MODE>
 int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
@@ -1011,12 +1011,10 @@ int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *
     if (rt == 4) return launch_tbm<4, 1, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 3) return launch_tbm<2, 2, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 6) return launch_tbm<4, 2, MODE>(q, kSliceMax[b], cap, sms, s);
-    if constexpr (MODE >= TBM_MT8) { /* the multi-token kernel's decoding wants more warps per tile */
-        if (rt == 5) return launch_tbm<2, 4, MODE>(q, kSliceMax[b], cap, sms, s);
-        if (rt == 8) return launch_tbm<4, 4, MODE>(q, kSliceMax[b], cap, sms, s);
-    }
-    return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts%s)", who, variant,
-                   rt, MODE >= TBM_MT8 ? "; 5 / 8: with four" : "");
+    if (rt == 5) return launch_tbm<2, 4, MODE>(q, kSliceMax[b], cap, sms, s);
+    if (rt == 8) return launch_tbm<4, 4, MODE>(q, kSliceMax[b], cap, sms, s);
+    return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts; 5 / 8: with four)",
+                   who, variant, rt);
 }
 
 /* The one-token GEMV of a (x or xf) with variant 0 (the register-fed kernel),

@@ -386,8 +386,8 @@ static void test_bmma_grid(void) {
     const int64_t ns[] = {1};
     const int variants[] = {0,     51100, 52900, 54100, 54400, 62131, 64521, 62440, 62282, 62550, 64530,
                             62941, 63131, 66521, 63440, 63282, 63550, 66420, 63941, 66520, 64520,
-                            63530};
-    forced_variants("gemv_bmma", 6, shapes, 4, ns, 1, variants, 22);
+                            63530, 65520, 68520, 65131};
+    forced_variants("gemv_bmma", 6, shapes, 4, ns, 1, variants, 25);
     const int tensor_variants[] = {64520, 63530, 66521, 63131};
     forced_variants_g("gemv_bmma tensor scale", 6, shapes, 4, ns, 1, tensor_variants, 4, QG_TENSOR);
 }
@@ -551,6 +551,42 @@ static void test_gemv_default(void) {
         tern_cuda_free(&dW);
         tern_free(&W);
     }
+
+    /* tern_cuda_tbm_override (TERNLAB_CUDA_TBM): a variant by shape, in place of the rule
+     * (8200 x 4100: 64520 by rule; 4400 x 4100: one warp per row by rule), only for that shape;
+     * a malformed list is an error and leaves the one before; NULL clears it */
+    struct {
+        const char *spec;
+        int rc;
+        Shape2 sh;
+        const char *want;
+    } ov[] = {
+        {"8200x4100:63520", 0, {8200, 4100}, "gemv_tbm v=63520"},
+        {"8200x4100:63520", 0, {4700, 4100}, "gemv_tbm v=64520"},
+        {"4700x4100:66520,4400x4100:65520", 0, {4400, 4100}, "gemv_tbm v=65520"},
+        {"4400x4100:65520,", 0, {4400, 4100}, "gemv_tbm v=65520"},
+        {"4400x4100:12", -1, {4700, 4100}, "gemv_tbm v=64520"},
+        {"4400x4100", -1, {4400, 4100}, "gemv_tbm v=65520"},
+        {"4400x4100:65520;", -1, {4400, 4100}, "gemv_tbm v=65520"},
+        {NULL, 0, {4400, 4100}, "gemv_warp"},
+        {"", 0, {8200, 4100}, "gemv_tbm v=64520"},
+    };
+    for (const auto &c : ov) {
+        const int rc = tern_cuda_tbm_override(c.spec);
+        const bool msg_ok = rc == 0 || strstr(err_msg(), "expected ROWSxCOLS:V") != NULL;
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("gemv override", c.sh, &W, &dW)) continue;
+        char cfg[128];
+        const int rc2 = dispatch_config(&dW, c.sh, 1, cfg, sizeof cfg);
+        report(rc == c.rc && msg_ok && rc2 == 0 && strcmp(cfg, c.want) == 0,
+               "gemv override '%s' (rc %d, want %d%s): %lldx%lld config '%s' (want %s)%s%s", c.spec ? c.spec : "NULL",
+               rc, c.rc, msg_ok ? "" : ", no usage message", (long long)c.sh.rows, (long long)c.sh.cols, cfg, c.want,
+               rc2 ? ": " : "", rc2 ? err_msg() : "");
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    tern_cuda_tbm_override(NULL);
 }
 
 /* The default dispatch of 2 .. 16 int8 tokens to the multi-token bulk-copy
@@ -628,7 +664,7 @@ static bool fused_config_ok(const char *cfg, const char *form, int v) {
  * register-fed and the bulk-copy kernels; shapes either refuses. */
 static void test_fused_mlp(void) {
     const Shape2 glu_shapes[] = {{2048, 4096}, {2016, 36864}, {64, 256}, {1440, 1040}, {32, 4096}};
-    const int glu_vars[] = {0, 64520, 63520, 66520, 62520, 63530, 66521, 62330};
+    const int glu_vars[] = {0, 64520, 63520, 66520, 62520, 63530, 66521, 62330, 65520, 68520};
     for (const Shape2 &sh : glu_shapes) {
         TernaryMatrix W;
         TernCudaMatrix dW;
@@ -719,9 +755,9 @@ static void test_fused_mlp(void) {
 
     const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 12304}, {300, 8192}, {8200, 4096}, {4100, 32768}};
     /* the variant each takes by default (tern_cuda.cu f32x_variant: the int8 dispatch's bulk-copy
-     * variant, 63540 for the register-fed kernel's shapes in >= 4096 rows; 50000: register-fed) */
-    const int f32_default[] = {63540, 63530, 50000, 64520, 63520};
-    const int f32_vars[] = {0, 51400, 52200, 63530, 64520, 66520, 63520};
+     * variant, 65520 for the register-fed kernel's shapes in >= 4096 rows; 50000: register-fed) */
+    const int f32_default[] = {65520, 63530, 50000, 64520, 63520};
+    const int f32_vars[] = {0, 51400, 52200, 63530, 64520, 66520, 63520, 65520, 68520};
     for (size_t si = 0; si < sizeof f32_shapes / sizeof f32_shapes[0]; si++) {
         const Shape2 &sh = f32_shapes[si];
         TernaryMatrix W;
