@@ -858,6 +858,9 @@ constexpr auto tbm_kernel() {
 }
 
 
+/* 16-row tiles the CTAs share out (paired: of the gate half, each with its up tile) */
+constexpr int64_t tbm_tiles(int mode, int64_t rows) { return mode == TBM_GLU ? rows / 32 : (rows + 15) / 16; }
+
 /* largest K slice (blocks) for variant digit b */
 constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
 
@@ -892,8 +895,7 @@ int plan_tbm(TbPlan &pl) {
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, pl.dev));
     const size_t dyn_max = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
-    /* tiles shared out among the CTAs (paired: of the gate half, each with its up tile) */
-    const int64_t tiles = paired ? pl.rows / 32 : (pl.rows + 15) / 16, s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
+    const int64_t tiles = tbm_tiles(MODE, pl.rows), s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
     int64_t best_cost = -1;
     /* pass 1 with the rule below; pass 2 without, where no slice the rule lets
      * through fits (the multi-token kernel's x takes up to 75 KB: 16 tokens x
@@ -973,7 +975,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
             g_tb_plans.push_back(pl);
         }
     }
-    q.tiles = MODE == TBM_GLU ? q.half / 16 : (a.rows + 15) / 16;
+    q.tiles = tbm_tiles(MODE, a.rows);
     a.ks = pl.ks;
     q.stride = pl.stride;
     q.sc_rows = pl.sc;

@@ -92,11 +92,11 @@ typedef struct {
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
      * runs the separate kernels), o projection from f32, MLP as two GEMVs */
     int64_t fused_att, fused_o, fused_mlp;
-    /* down GEMVs of the fused MLP whose K split the next layer's norm finished
-     * (tern_cuda_matmul_i8_f32x_defer) */
+    /* layers enqueued (the same way) whose fused MLP's down GEMV leaves its K
+     * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
-    /* int8 passes before the o projection that took the fused attention's
-     * max|output| (one token, o not fused) */
+    /* layers enqueued (the same way) whose int8 pass before the o projection
+     * takes the fused attention's max|output| (one token, o not fused) */
     int64_t omax_given;
     char device_name[128];
 } CudaEngineInfo;
