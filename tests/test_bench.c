@@ -76,6 +76,25 @@ TEST(bench_e2e_runs_or_refuses) {
     free(out);
 }
 
+/* A malformed TERNLAB_CUDA_TBM (tern_cuda_tbm_override's list) fails the
+ * ternary run with a message naming it, not a crash or a silent default. */
+TEST(bench_e2e_bad_tbm_env) {
+    char why[256] = "";
+    if (!cuda_backend_available(why, sizeof why)) {
+        test_skip("%s", why);
+        return;
+    }
+    char path[512], cmd[1024], *out = NULL;
+    snprintf(path, sizeof path, "%s/e2e_tbm.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd,
+             "TERNLAB_CUDA_TBM=4096x4096:61520 %s bench-e2e --shapes tiny --configs tern-i8 --batches 1 --steps 2 "
+             "--prefill 64 --out %s",
+             bin_path("ternlab"), path);
+    const int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "TERNLAB_CUDA_TBM") && strstr(out, "expected ROWSxCOLS:V"), "rc %d: %s", rc, out);
+    free(out);
+}
+
 /* Bad bench-e2e arguments are usage errors (exit 2) before any GPU work. */
 TEST(bench_e2e_bad_arguments) {
     const char *bad[] = {"--shapes foo", "--steps 999999999", "--batches 1,x", "--tp 0",

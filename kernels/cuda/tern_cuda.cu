@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <errno.h>
 #include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
@@ -45,28 +46,43 @@ std::mutex g_tbm_mu;
 std::vector<TbmOverride> g_tbm_list;
 bool g_tbm_set = false;
 
+/* spec "RxC:V[,RxC:V..]" into out (digits only, R and C >= 1, V a variant of
+ * the bulk-copy kernel; a trailing comma allowed; the first entry of a shape
+ * wins); -1 (err_set) when malformed */
 int tbm_parse(const char *spec, std::vector<TbmOverride> &out) {
     out.clear();
     for (const char *c = spec; c && *c;) {
-        long long r, k;
-        int v, used = 0;
-        if (sscanf(c, "%lldx%lld:%d%n", &r, &k, &v, &used) != 3 || r < 1 || k < 1 || v < 60000 || v >= 70000 ||
-            (c[used] != ',' && c[used] != 0))
-            return err_set("bulk-copy GEMV variants '%s': expected ROWSxCOLS:V[,ROWSxCOLS:V..] with V a "
-                           "variant 6abcd, at '%s'",
-                           spec, c);
-        out.push_back({(int64_t)r, (int64_t)k, v});
-        c += used + (c[used] == ',');
+        const char *at = c;
+        long long f[3] = {0, 0, 0};
+        bool ok = true;
+        for (int i = 0; i < 3 && ok; i++) {
+            char *end = nullptr;
+            errno = 0;
+            if (*c >= '0' && *c <= '9') f[i] = strtoll(c, &end, 10);
+            ok = end && errno == 0 && f[i] >= 1 && f[i] <= ((long long)1 << 40);
+            if (!ok) break;
+            c = end;
+            if (i < 2) ok = *c++ == (i == 0 ? 'x' : ':');
+        }
+        ok = ok && (*c == ',' || *c == 0) && f[2] < 70000 && tern_tbm_variant_ok((int)f[2]);
+        if (!ok)
+            return err_set("bulk-copy GEMV variants '%s': expected ROWSxCOLS:V[,ROWSxCOLS:V..] with V a variant "
+                           "6abcd of the bulk-copy kernel (a 2..6 or 8, c 2..8), at '%s'",
+                           spec, at);
+        out.push_back({(int64_t)f[0], (int64_t)f[1], (int)f[2]});
+        if (*c == ',') c++;
     }
     return 0;
 }
 
-/* W's variant from the list (0: none; -1: TERNLAB_CUDA_TBM malformed) */
+/* W's variant from the list (0: none; -1: TERNLAB_CUDA_TBM malformed, which
+ * then fails every call that consults it) */
 int tbm_override(const TernCudaMatrix *W) {
     std::lock_guard<std::mutex> lk(g_tbm_mu);
     if (!g_tbm_set) {
-        const char *e = getenv("TERNLAB_CUDA_TBM");
-        if (tbm_parse(e, g_tbm_list) < 0) return err_prefix("TERNLAB_CUDA_TBM: ");
+        std::vector<TbmOverride> l;
+        if (tbm_parse(getenv("TERNLAB_CUDA_TBM"), l) < 0) return err_prefix("TERNLAB_CUDA_TBM: ");
+        g_tbm_list.swap(l);
         g_tbm_set = true;
     }
     for (const TbmOverride &o : g_tbm_list)
@@ -525,7 +541,7 @@ int tern_cuda_force_kernel(int which) {
 
 int tern_cuda_tbm_override(const char *spec) {
     std::vector<TbmOverride> l;
-    if (tbm_parse(spec, l) < 0) return -1;
+    if (tbm_parse(spec, l) < 0) return err_prefix("tern_cuda_tbm_override: ");
     std::lock_guard<std::mutex> lk(g_tbm_mu);
     g_tbm_list.swap(l);
     g_tbm_set = true;
@@ -593,23 +609,27 @@ static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->
 
 /* W takes the f32-input form: the format, no one-token kernel forced, and a
  * one-token dispatch to the binary tensor-core GEMVs (*tbm: its bulk-copy
- * variant, 0 for the register-fed kernel). */
-static bool f32x_takes(const TernCudaMatrix *W, int *tbm) {
+ * variant, 0 for the register-fed kernel): 1, else 0; -1 (err_set) on a
+ * malformed TERNLAB_CUDA_TBM. */
+static int f32x_takes(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
-    if (g_force != 0 || gemv1_pick() != 0) return false;
-    if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return false;
-    return gemv1_rule(W, 0, tbm) == 6;
+    if (g_force != 0 || gemv1_pick() != 0) return 0;
+    if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
+    const int k = gemv1_rule(W, 0, tbm);
+    return k < 0 ? -1 : k == 6;
 }
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
     int tbm;
-    return f32x_takes(W, &tbm) ? 1 : 0;
+    return f32x_takes(W, &tbm) == 1;
 }
 
 int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                    float *d_y, TernDeferred *def, cudaStream_t stream) {
     int tbm;
-    if (!f32x_takes(W, &tbm))
+    const int takes = f32x_takes(W, &tbm);
+    if (takes < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
+    if (!takes)
         return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
                        "with one scale per row, or a one-token kernel is forced",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);

@@ -91,7 +91,8 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * _ok functions: 1 where W's shape and format allow the call (rows % 32 == 0
  * for the GLU, cols % 16 == 0 for both, one scale per row, and for f32x a
  * one-token dispatch to the binary tensor-core GEMVs) and no kernel is forced
- * (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1), else 0. */
+ * (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1), else 0 (also under a malformed
+ * TERNLAB_CUDA_TBM, which the calls themselves report). */
 int tern_cuda_glu_i8_ok(const TernCudaMatrix *W);
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
                      unsigned *d_hmax, cudaStream_t stream);
@@ -135,9 +136,9 @@ int tern_cuda_force_kernel(int which);
  * 2 = 4 blocks per stage, 20 = stream-K persistent grid, and 10 = variant 0
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
  * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
- * 6abcd ones of tern_gemv_bmma.cu (see those files; 6abcd also configures the
- * multi-token GEMV, forced 7, whose a may also be 5 / 8: four K parts; any
- * variant set keeps the dispatch from taking that GEMV itself); 7KK (701 .. 764) makes the
+ * 6abcd ones of tern_gemv_bmma.cu (see those files; a = 5 / 8: four K parts;
+ * 6abcd also configures the multi-token GEMV, forced 7; any variant set keeps
+ * the dispatch from taking that GEMV itself); 7KK (701 .. 764) makes the
  * wgmma GEMM split K into KK parts (capped at its stage count); 8KK the same
  * with the one-A-register-set kernel for int8 tiles of 16 tokens (800: its
  * own split rule).  Returns the previous value. */
@@ -145,11 +146,17 @@ int tern_cuda_decode_variant(int v);
 int tern_cuda_decode_variant_get(void);
 
 /* Development knob (TERNLAB_CUDA_TBM=spec in the environment sets it at the
- * first GEMV unless this was called before): spec "RxC:V[,RxC:V..]" gives R x C
- * matrices the bulk-copy GEMV's variant V (6abcd) wherever the one-token
- * dispatch, the f32-input form or the GLU form picks one by shape — tuning
- * one matrix of a model end to end; "" or NULL clears it.  -1 (err_set) on a
- * malformed spec, which then leaves the list as it was. */
+ * first one-token GEMV unless this was called before): spec "RxC:V[,RxC:V..]"
+ * sends the one-token int8 GEMVs of R x C matrices, and their f32-input and
+ * GLU forms (the GLU's key: the fused gate|up matrix, 2 inter x hidden), to
+ * the bulk-copy kernel with variant V (6abcd) in place of the shape rule —
+ * also where the rule would take a dp4a kernel, which also makes the f32
+ * input form available there (tern_cuda_matmul_i8_f32x_ok) — to tune one
+ * matrix of a model end to end; "" or NULL clears it; the first entry of a
+ * shape wins.  Set it before the GEMVs are enqueued: captured CUDA graphs
+ * keep the kernels they captured.  -1 (err_set) on a malformed spec, which
+ * leaves the list as it was; a malformed TERNLAB_CUDA_TBM fails every call
+ * that consults it. */
 int tern_cuda_tbm_override(const char *spec);
 
 /* The kernel the calling thread's last tern_cuda_matmul_* chose, in words

@@ -1004,6 +1004,15 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
  * warps per tile, each a K part; 5 or 8: with four — the f32-input form's
  * default 65520, and the multi-token kernel's), b = largest K slice
  * (kSliceMax), c = stages (2..8), d = CTAs per SM at most (0: as many as fit) */
+} // namespace
+
+bool tern_tbm_variant_ok(int variant) {
+    const int rt = variant / 1000 % 10, st = variant / 10 % 10;
+    return variant >= 60000 && variant < 70000 && rt >= 2 && rt <= 8 && rt != 7 && st >= 2 && st <= 8;
+}
+
+namespace {
+
 template <int MODE>
 int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
     const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;

@@ -143,6 +143,9 @@ int tern_gemv_i8_rows(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
  * 6abcd = the bulk-copy kernel (the dispatch and bench sweeps). */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s);
+/* whether 6abcd is a variant of the bulk-copy kernel launch_variant builds
+ * (a: 2 .. 6 or 8 row tiles / K parts, c: 2 .. 8 stages) */
+bool tern_tbm_variant_ok(int variant);
 /* tern_gemv_bmma.cu: 1 .. 16 tokens of int8 activations (rows ldx apart,
  * ldx readable columns, a multiple of 16; y token n's rows at d_y + n rows),
  * one scale per row or per tensor, on the int8 tensor cores fed by the bulk copy engine;

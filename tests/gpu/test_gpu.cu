@@ -565,10 +565,15 @@ static void test_gemv_default(void) {
         {"8200x4100:63520", 0, {4700, 4100}, "gemv_tbm v=64520"},
         {"4700x4100:66520,4400x4100:65520", 0, {4400, 4100}, "gemv_tbm v=65520"},
         {"4400x4100:65520,", 0, {4400, 4100}, "gemv_tbm v=65520"},
-        {"4400x4100:12", -1, {4700, 4100}, "gemv_tbm v=64520"},
+        {"4400x4100:61520", -1, {4400, 4100}, "gemv_tbm v=65520"}, /* 1 row tile: no such variant */
+        {"4400x4100:65510", -1, {4400, 4100}, "gemv_tbm v=65520"}, /* 1 stage */
         {"4400x4100", -1, {4400, 4100}, "gemv_tbm v=65520"},
-        {"4400x4100:65520;", -1, {4400, 4100}, "gemv_tbm v=65520"},
+        {"4400x4100:66520;", -1, {4400, 4100}, "gemv_tbm v=65520"},
+        {" 4400x4100:66520", -1, {4400, 4100}, "gemv_tbm v=65520"},
+        {"4400x4100:4295032816", -1, {4400, 4100}, "gemv_tbm v=65520"}, /* (65520 mod 2^32) */
+        {"4400x4100:66520,4400x4100:63520", 0, {4400, 4100}, "gemv_tbm v=66520"}, /* the first wins */
         {NULL, 0, {4400, 4100}, "gemv_warp"},
+        {"8200x4100:63520", 0, {8200, 4100}, "gemv_tbm v=63520"},
         {"", 0, {8200, 4100}, "gemv_tbm v=64520"},
     };
     for (const auto &c : ov) {
@@ -809,6 +814,41 @@ static void test_fused_mlp(void) {
                                                 (float *)dy.ptr(), 0);
         report(!tern_cuda_matmul_i8_f32x_ok(&dW) && rc < 0 && strstr(err_msg(), "binary tensor-core"),
                "f32x %lldx%lld refused: %s", (long long)sh.rows, (long long)sh.cols, rc < 0 ? err_msg() : "(taken)");
+        gfree(dx), gfree(dm), gfree(dy);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    /* tern_cuda_tbm_override reaches the fused forms: the f32-input form of 4096 x 11008 on the
+     * variant it names instead of 65520, that of a shape refused above (4096 x 4096, one warp
+     * per row) taken on its variant, the GLU of a 2048 x 4096 gate|up matrix likewise (the
+     * variants' bits are checked above) */
+    struct {
+        Shape2 sh;
+        bool glu;
+        const char *spec;
+        int want;
+    } ov[] = {{{4096, 11008}, false, "4096x11008:63540", 63540},
+              {{4096, 4096}, false, "4096x4096:64520", 64520},
+              {{2048, 4096}, true, "2048x4096:65520", 65520}};
+    for (const auto &c : ov) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("fused override", c.sh, &W, &dW)) continue;
+        GBuf dx = gbuf((size_t)c.sh.cols * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)c.sh.rows * 4, 4);
+        CK(cudaMemset(dx.ptr(), 0, dx.bytes));
+        CK(cudaMemset(dm.ptr(), 0x3f, dm.bytes)); /* a scale and a max of about 0.747 */
+        const int orc = tern_cuda_tbm_override(c.spec);
+        const bool takes = c.glu ? tern_cuda_glu_i8_ok(&dW) != 0 : tern_cuda_matmul_i8_f32x_ok(&dW) != 0;
+        const int rc = c.glu ? tern_cuda_glu_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dm.ptr(), 0,
+                                                (float *)dy.ptr(), (unsigned *)dm.ptr(), 0)
+                             : tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                        (float *)dy.ptr(), 0);
+        CK(cudaDeviceSynchronize());
+        const char *form = c.glu ? "glu" : "f32x";
+        report(orc == 0 && takes && rc == 0 && fused_config_ok(tern_cuda_last_config(), form, c.want),
+               "fused override %s: %s %lldx%lld config '%s'%s%s", c.spec, form, (long long)c.sh.rows,
+               (long long)c.sh.cols, tern_cuda_last_config(), rc ? ": " : "", rc ? err_msg() : "");
+        tern_cuda_tbm_override(NULL);
         gfree(dx), gfree(dm), gfree(dy);
         tern_cuda_free(&dW);
         tern_free(&W);
