@@ -17,9 +17,10 @@
  * R copies are >= 256 MB (L2 is 60 MB: a decode step streams weights from
  * HBM, never from L2); R calls are captured in one CUDA graph, warmed up,
  * and each replay timed with events; the median replay / R is the time of a
- * call.  The device-to-device copy bandwidth (cudaMemcpyAsync of 1 GiB,
- * bytes read + written) is measured in the same run and is the "physical
- * limit" of the bandwidth fraction.  Effective bandwidth counts packed codes
+ * call.  The device-to-device copy bandwidth (1 GiB, bytes read + written:
+ * the larger of the medians of cudaMemcpyAsync and of a copy kernel,
+ * tern_cuda_copy_bandwidth — the same measurement as bench-e2e's) is measured
+ * in the same run and is the "physical limit" of the bandwidth fraction.  Effective bandwidth counts packed codes
  * + f32 scales (+ dense bf16 weights for cuBLAS) + activations read +
  * outputs written, each once.
  *
@@ -101,13 +102,6 @@ __global__ void fill_f32(float *p, size_t n, uint32_t seed) {
         h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
         p[i] = (float)(h & 0xffff) / 32768.0f - 1.0f + 1e-3f;
     }
-}
-
-/* Copy kernel: 16-byte loads and stores, grid-stride. */
-__global__ void copy_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
-    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
-         i += (size_t)gridDim.x * blockDim.x)
-        dst[i] = src[i];
 }
 
 /* Read-only stream (the memory floor of a GEMV over the same bytes). */
@@ -324,25 +318,11 @@ int main(int argc, char **argv) {
     if (cublasSetWorkspace(h, cublas_ws, cublas_ws_bytes) != CUBLAS_STATUS_SUCCESS)
         DIE("cublasSetWorkspace failed");
 
-    /* the physical limit: device-to-device copy, bytes read + written */
+    /* the physical limit: device-to-device copy, bytes read + written (the
+     * function bench-e2e's roofline uses too) */
     double copy_bw, memcpy_bw, kernel_bw;
-    {
-        const size_t bytes = (size_t)1 << 30;
-        void *a, *b;
-        CK(cudaMalloc(&a, bytes));
-        CK(cudaMalloc(&b, bytes));
-        CK(cudaMemset(a, 1, bytes));
-        double t = time_graph(s, 4, [&](int) { CK(cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s)); });
-        memcpy_bw = 2.0 * bytes / t;
-        t = time_graph(s, 4, [&](int) {
-            copy_kernel<<<prop.multiProcessorCount * 8, 512, 0, s>>>((const uint4 *)a, (uint4 *)b,
-                                                                     bytes / 16);
-        });
-        kernel_bw = 2.0 * bytes / t;
-        copy_bw = std::max(memcpy_bw, kernel_bw); /* the stricter limit */
-        CK(cudaFree(a));
-        CK(cudaFree(b));
-    }
+    if (tern_cuda_copy_bandwidth((size_t)1 << 30, 15, &memcpy_bw, &kernel_bw) < 0) DIE("%s", err_msg());
+    copy_bw = std::max(memcpy_bw, kernel_bw); /* the stricter limit */
     printf("device: %s, %d SMs, L2 %d MB; D2D copy (read + write, 1 GiB): cudaMemcpyAsync %.0f GB/s, "
            "copy kernel %.0f GB/s; limit used %.0f GB/s; group %s\n",
            prop.name, prop.multiProcessorCount, prop.l2CacheSize >> 20, memcpy_bw / 1e9,

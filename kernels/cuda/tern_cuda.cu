@@ -5,6 +5,7 @@
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <errno.h>
 #include <mutex>
 #include <stdio.h>
@@ -642,6 +643,81 @@ int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, co
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream) {
     return tern_cuda_matmul_i8_f32x_defer(W, d_x, d_xmax, d_y, nullptr, stream);
+}
+
+} /* extern "C" */
+
+namespace {
+__global__ void copy16_kernel(const uint4 *__restrict__ src, uint4 *__restrict__ dst, size_t n) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n; i += (size_t)gridDim.x * blockDim.x)
+        dst[i] = src[i];
+}
+
+/* median ms of reps runs of fn() on s, timed with events (after one warm-up) */
+template <typename F>
+int median_ms(cudaStream_t s, int reps, F fn, float *out) {
+    cudaEvent_t e0, e1;
+    CUDA_CHECK(cudaEventCreate(&e0));
+    if (cudaEventCreate(&e1) != cudaSuccess) {
+        cudaEventDestroy(e0);
+        return err_set("tern_cuda_copy_bandwidth: cudaEventCreate failed");
+    }
+    std::vector<float> ms;
+    cudaError_t err = fn();
+    if (err == cudaSuccess) err = cudaStreamSynchronize(s);
+    for (int r = 0; r < reps && err == cudaSuccess; r++) {
+        float t = 0;
+        if ((err = cudaEventRecord(e0, s)) != cudaSuccess || (err = fn()) != cudaSuccess ||
+            (err = cudaEventRecord(e1, s)) != cudaSuccess || (err = cudaEventSynchronize(e1)) != cudaSuccess ||
+            (err = cudaEventElapsedTime(&t, e0, e1)) != cudaSuccess)
+            break;
+        ms.push_back(t);
+    }
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    if (err != cudaSuccess) return err_set("tern_cuda_copy_bandwidth: %s", cudaGetErrorString(err));
+    std::sort(ms.begin(), ms.end());
+    *out = ms[ms.size() / 2];
+    return 0;
+}
+} // namespace
+
+extern "C" {
+
+int tern_cuda_copy_bandwidth(size_t bytes, int reps, double *memcpy_bps, double *kernel_bps) {
+    if (bytes < 16 || bytes % 16 != 0 || reps < 1)
+        return err_set("tern_cuda_copy_bandwidth: %zu bytes (a multiple of 16), %d repetitions (>= 1)", bytes, reps);
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    void *a = nullptr, *b = nullptr;
+    cudaStream_t s = nullptr;
+    int rc = 0;
+    float t_mem = 0, t_ker = 0;
+    if (cudaMalloc(&a, bytes) != cudaSuccess || cudaMalloc(&b, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* (the failed allocation's error, not left for the next check) */
+        rc = err_set("tern_cuda_copy_bandwidth: no device memory for 2 x %zu bytes", bytes);
+    } else if (cudaMemset(a, 1, bytes) != cudaSuccess || cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking) != cudaSuccess ||
+               cudaDeviceSynchronize() != cudaSuccess) {
+        rc = err_set("tern_cuda_copy_bandwidth: setting up: %s", cudaGetErrorString(cudaGetLastError()));
+    } else {
+        rc = median_ms(s, reps, [&] { return cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice, s); }, &t_mem);
+        if (rc == 0)
+            rc = median_ms(
+                s, reps,
+                [&] {
+                    copy16_kernel<<<sms * 8, 512, 0, s>>>((const uint4 *)a, (uint4 *)b, bytes / 16);
+                    return cudaGetLastError();
+                },
+                &t_ker);
+    }
+    if (s) cudaStreamDestroy(s);
+    cudaFree(a);
+    cudaFree(b);
+    if (rc < 0) return -1;
+    *memcpy_bps = 2.0 * (double)bytes / (1e-3 * (double)t_mem);
+    *kernel_bps = 2.0 * (double)bytes / (1e-3 * (double)t_ker);
+    return 0;
 }
 
 int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,

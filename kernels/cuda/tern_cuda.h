@@ -175,6 +175,13 @@ void tern_cuda_set_config(const char *cfg);
 int tern_cuda_pdl(int on);
 int tern_cuda_pdl_get(void);
 
+/* The current device's device-to-device copy bandwidth over `bytes` (bytes
+ * read + written per second), the median of `reps` timed copies each way:
+ * cudaMemcpyAsync (*memcpy_bps) and a copy kernel of 16-byte loads and
+ * stores (*kernel_bps).  The benchmarks' "physical limit" is the larger
+ * (bench_gpu and bench-e2e measure it with this one function). */
+int tern_cuda_copy_bandwidth(size_t bytes, int reps, double *memcpy_bps, double *kernel_bps);
+
 
 /* Dense baseline through cuBLAS: y (n, rows) = x (n, cols) @ W^T with W bf16
  * (rows, cols) row-major, x bf16 (n, cols), fp32 accumulation

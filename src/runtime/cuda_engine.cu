@@ -1563,34 +1563,9 @@ int cuda_engine_sync(const Engine *e) {
 
 int cuda_copy_bandwidth(int gpu, size_t bytes, int reps, double *bytes_per_s) {
     CUDA_CHECK(cudaSetDevice(gpu));
-    void *a = nullptr, *b = nullptr;
-    CUDA_CHECK(cudaMalloc(&a, bytes));
-    if (cudaMalloc(&b, bytes) != cudaSuccess) {
-        cudaFree(a);
-        return err_set("cuda_copy_bandwidth: no memory for 2 x %zu bytes", bytes);
-    }
-    cudaEvent_t e0, e1;
-    cudaEventCreate(&e0);
-    cudaEventCreate(&e1);
-    std::vector<float> ms;
-    cudaMemcpy(b, a, bytes, cudaMemcpyDeviceToDevice); /* warm-up */
-    for (int r = 0; r < reps; r++) {
-        cudaEventRecord(e0);
-        cudaMemcpyAsync(b, a, bytes, cudaMemcpyDeviceToDevice);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        float t = 0;
-        cudaEventElapsedTime(&t, e0, e1);
-        ms.push_back(t);
-    }
-    cudaError_t err = cudaGetLastError();
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    cudaFree(a);
-    cudaFree(b);
-    if (err != cudaSuccess) return err_set("cuda_copy_bandwidth: %s", cudaGetErrorString(err));
-    std::sort(ms.begin(), ms.end());
-    *bytes_per_s = 2.0 * (double)bytes / (1e-3 * (double)ms[ms.size() / 2]);
+    double mem = 0, ker = 0;
+    if (tern_cuda_copy_bandwidth(bytes, reps, &mem, &ker) < 0) return -1;
+    *bytes_per_s = mem > ker ? mem : ker;
     return 0;
 }
 

@@ -106,7 +106,9 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
 int cuda_engine_sync(const Engine *e);
 
 /* Device-to-device copy bandwidth on GPU `gpu` (bytes read + written per
- * second), the median of `reps` cudaMemcpyAsync copies of `bytes`. */
+ * second) over `bytes`: the larger of the medians of `reps` cudaMemcpyAsync
+ * copies and of `reps` copy-kernel runs (tern_cuda_copy_bandwidth, the
+ * measurement bench_gpu quotes too). */
 int cuda_copy_bandwidth(int gpu, size_t bytes, int reps, double *bytes_per_s);
 
 #endif
