@@ -1059,6 +1059,16 @@ static void test_dense(void) {
 }
 
 static void test_errors(void) {
+    /* the copy bandwidth both benchmarks quote: positive and below 20 TB/s for both ways of
+     * copying (HBM3e peaks near 5 TB/s each way); a size not a multiple of 16 and no
+     * repetitions are errors */
+    double mem = 0, ker = 0;
+    const int crc = tern_cuda_copy_bandwidth((size_t)64 << 20, 3, &mem, &ker);
+    report(crc == 0 && mem > 1e11 && mem < 2e13 && ker > 1e11 && ker < 2e13,
+           "copy bandwidth of 64 MB: cudaMemcpyAsync %.0f GB/s, copy kernel %.0f GB/s%s%s", mem / 1e9, ker / 1e9,
+           crc ? ": " : "", crc ? err_msg() : "");
+    report(tern_cuda_copy_bandwidth(1000, 3, &mem, &ker) < 0 && tern_cuda_copy_bandwidth(1024, 0, &mem, &ker) < 0,
+           "copy bandwidth: 1000 bytes or 0 repetitions must be errors");
     TernCudaMatrix empty;
     memset(&empty, 0, sizeof empty);
     float *dy;
