@@ -1017,10 +1017,11 @@ template <int MODE>
 int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
     const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
     q.st = variant / 10 % 10;
-    if (!tern_tbm_variant_ok(variant))
-        return err_set("%s: variant %d: not one of the bulk-copy kernel's (6abcd: a = 2 or 4 row tiles per unit, 3 / 6 "
-                       "the same with two K parts, 5 / 8 with four; c = 2..8 stages)",
-                       who, variant);
+    if (!tern_tbm_variant_ok(variant)) {
+        if (q.st < 2 || q.st > 8) return err_set("%s: variant %d: %d stages (2..8)", who, variant, q.st);
+        return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts; 5 / 8: with four)",
+                       who, variant, rt);
+    }
     if (rt == 2) return launch_tbm<2, 1, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 4) return launch_tbm<4, 1, MODE>(q, kSliceMax[b], cap, sms, s);
     if (rt == 3) return launch_tbm<2, 2, MODE>(q, kSliceMax[b], cap, sms, s);

@@ -1201,6 +1201,11 @@ int main(int argc, char **argv) {
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
+    if (argc > 1 && strcmp(argv[1], "errors") == 0) { /* only the refusals (and the copy bandwidth) */
+        test_errors();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
     if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
         test_bmma_grid();
         test_mt_grid();
