@@ -1017,6 +1017,7 @@ template <int MODE>
 int launch_variant(TbArgs &q, int variant, int sms, cudaStream_t s, const char *who) {
     const int rt = variant / 1000 % 10, b = variant / 100 % 10, cap = variant % 10;
     q.st = variant / 10 % 10;
+    if (variant < 60000 || variant >= 70000) return err_set("%s: variant %d (6abcd only)", who, variant);
     if (!tern_tbm_variant_ok(variant)) {
         if (q.st < 2 || q.st > 8) return err_set("%s: variant %d: %d stages (2..8)", who, variant, q.st);
         return err_set("%s: variant %d: %d row tiles per unit (2 or 4; 3 / 6: 2 / 4 with two K parts; 5 / 8: with four)",
@@ -1101,7 +1102,6 @@ int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, 
     if (W->rows % 32 != 0)
         return err_set("tern_gemv_i8_glu: %lld rows: gate and up halves of whole 16-row tiles needed",
                        (long long)W->rows);
-    if (variant < 60000 || variant >= 70000) return err_set("tern_gemv_i8_glu: variant %d (6abcd only)", variant);
     q.half = W->rows / 2;
     q.act = act;
     q.h = d_h;
@@ -1115,7 +1115,6 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
                     float *d_y, int variant, cudaStream_t s) {
     const char *who = "tern_gemv_i8_mt";
     if (n < 1 || n > 16) return err_set("%s: %lld tokens (1 .. 16)", who, (long long)n);
-    if (variant < 60000 || variant >= 70000) return err_set("%s: variant %d (6abcd only)", who, variant);
     int sms = 0;
     TbArgs q = {};
     if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;

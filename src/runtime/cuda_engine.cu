@@ -1524,34 +1524,23 @@ int cuda_device_count(void) {
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     memset(info, 0, sizeof *info);
     if (!cuda_engine_is(e)) return err_set("not a CUDA engine");
-    if (e->rs.hook == ce_tp_forward) {
-        const TpGpu *t = static_cast<const TpGpu *>(e->rs.hook_ctx);
-        info->tp = t->tp;
-        for (int r = 0; r < t->tp && r < 16; r++) {
-            info->rank_layer_bytes[r] = decoder_linear_bytes(t->ce[(size_t)r]);
-            info->weight_bytes += t->ce[(size_t)r]->weight_bytes;
-        }
-        const CE *g = t->ce[0];
-        info->step_bytes = g->step_bytes;
-        info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
-        info->graphs = g->n_graphs;
-        info->graph_launches = g->launches;
-        info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
-        info->deferred = g->n_deferred, info->omax_given = g->n_omax;
-        snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
-        return 0;
+    const TpGpu *t = e->rs.hook == ce_tp_forward ? static_cast<const TpGpu *>(e->rs.hook_ctx) : nullptr;
+    /* one GPU, or rank 0 of tp: the step, the KV pool, the graphs and the counters */
+    const CE *g = t ? t->ce[0] : static_cast<const CE *>(e->rs.hook_ctx);
+    info->tp = t ? t->tp : 1;
+    for (int r = 0; r < info->tp && r < 16; r++) {
+        const CE *gr = t ? t->ce[(size_t)r] : g;
+        info->rank_layer_bytes[r] = decoder_linear_bytes(gr);
+        info->weight_bytes += gr->weight_bytes;
     }
-    const CE *g = static_cast<const CE *>(e->rs.hook_ctx);
-    info->tp = 1;
-    info->rank_layer_bytes[0] = decoder_linear_bytes(g);
-    info->weight_bytes = g->weight_bytes;
     info->step_bytes = g->step_bytes;
     info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax;
-    snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
+    if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
+    else snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
 }
 
