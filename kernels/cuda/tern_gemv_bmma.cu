@@ -474,6 +474,74 @@ __device__ __forceinline__ void tbm_row_scales(const TbArgs &q, float *ssc, int6
     }
 }
 
+/* What a bulk-copy kernel's CTA works on: its K slice (blocks kb0 ..
+ * kb0 + nkb - 1, sb bytes of a row), its range of tiles [tb, te), its
+ * shared memory (x, then the row scales ssc where copied, then the stages)
+ * and the stages' full / empty barriers (shared addresses). */
+struct TbmCta {
+    int64_t kb0, tb, te;
+    int nkb;
+    uint32_t sb, stage_bytes, full_s, empty_s;
+    uint8_t *x, *stages;
+    float *ssc;
+};
+
+/* The CTA's share, with the stage barriers (and xbar, where not 0: one
+ * arrival) initialised; every thread calls, a barrier ends it.  Then the
+ * producer warp (warp nw) streams the codes and returns true; the consumers
+ * copy the row scales, wait for the kernel before (PDL) and let the next one
+ * queue, and get false. */
+template <int RT, int MODE>
+__device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64_t *s_full, uint64_t *s_empty,
+                                          uint32_t xbar, int nw, TbmCta &c) {
+    const BmArgs &p = q.b;
+    constexpr bool paired = MODE == TBM_GLU;
+    const int tid = threadIdx.x;
+    c.kb0 = (int64_t)blockIdx.y * p.ks;
+    c.nkb = (int)(p.kblocks - c.kb0 < p.ks ? p.kblocks - c.kb0 : p.ks);
+    c.sb = (uint32_t)c.nkb * 64;
+    c.stage_bytes = (uint32_t)(16 * RT) * q.stride;
+    c.x = smem;
+    c.ssc = q.sc_rows ? reinterpret_cast<float *>(smem + tbm_x_bytes(MODE, p.ks)) : nullptr;
+    c.stages = smem + tbm_x_bytes(MODE, p.ks) + tbm_scale_bytes(q.sc_rows);
+    c.tb = (int64_t)blockIdx.x * q.tiles / gridDim.x;
+    c.te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
+    c.full_s = (uint32_t)__cvta_generic_to_shared(s_full);
+    c.empty_s = (uint32_t)__cvta_generic_to_shared(s_empty);
+    if (tid == 0) {
+        for (int i = 0; i < q.st; i++) {
+            tern_mbar::init(c.full_s + 8 * i, 1);
+            tern_mbar::init(c.empty_s + 8 * i, nw);
+        }
+        if (xbar) tern_mbar::init(xbar, 1);
+        tern_mbar::init_fence();
+    }
+    __syncthreads();
+    if (tid >> 5 == nw) { /* producer: the codes do not depend on earlier kernels */
+        tbm_produce<RT, paired>(q, c.stages, c.stage_bytes, c.full_s, c.empty_s, c.tb, c.te, c.kb0, c.sb, tid & 31);
+        return true;
+    }
+    if (c.ssc) tbm_row_scales<paired>(q, c.ssc, c.tb, c.te, tid, 32 * nw);
+    pdl_wait();
+    pdl_trigger(); /* the next kernel may take its place in the queue now */
+    return false;
+}
+
+/* The last K slice of a CTA's tiles (tbm_last_slice): y of its rows (ntok
+ * tokens' rows, each sx(n)) from the exact sums in the scratch, which it
+ * leaves zero with the counter. */
+template <typename SX>
+__device__ __forceinline__ void tbm_finish(const BmArgs &p, const TbmCta &c, int ntok, int tid, int nthr, SX sx) {
+    const int nr = (int)((c.te * 16 < p.rows ? c.te * 16 : p.rows) - c.tb * 16);
+    for (int i = tid; i < nr * ntok; i += nthr) { /* (one pass over rows x tokens: independent round trips) */
+        const int n = ntok == 1 ? 0 : i / nr;
+        const int64_t r = c.tb * 16 + (i - n * nr), at = (int64_t)n * p.rows + r;
+        const int d = atomicExch(&p.part[at], 0);
+        p.y[at] = tern_i8_out(row_scale(p, r, c.ssc, c.tb * 16), (float)d, sx(n));
+    }
+    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+}
+
 /* RT consumer warps per K part, KH parts: warp w takes tile w % RT of each
  * unit and blocks [h nkb / KH, (h + 1) nkb / KH) of it (h = w / RT); with
  * several parts the others' sums go to the first through shared memory, one
@@ -493,34 +561,17 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const int tw = warp % RT, part = warp / RT; /* consumers: tile and K part */
     const int step = paired ? RH : RT; /* tiles of the range per unit */
     const int ST = q.st;
-    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
-    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
-    const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
-    uint32_t *planes = reinterpret_cast<uint32_t *>(smem);
-    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + tbm_x_bytes(MODE, p.ks)) : nullptr;
-    uint8_t *stages = smem + tbm_x_bytes(MODE, p.ks) + tbm_scale_bytes(q.sc_rows);
-    const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
-                  te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
-    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
-                   empty_s = (uint32_t)__cvta_generic_to_shared(s_empty);
-    if (tid == 0) {
-        for (int i = 0; i < ST; i++) {
-            tern_mbar::init(full_s + 8 * i, 1);
-            tern_mbar::init(empty_s + 8 * i, NW);
-        }
-        tern_mbar::init_fence();
-    }
-    __syncthreads();
+    TbmCta c;
+    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, 0, NW, c)) return; /* (the producer) */
+    const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
+    const int nkb = c.nkb;
+    const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
+    uint32_t *planes = reinterpret_cast<uint32_t *>(c.x);
+    const float *ssc = c.ssc;
+    uint8_t *stages = c.stages;
     int slot = 0;
     uint32_t phase = 0;
-    if (warp == NW) { /* producer: the codes do not depend on earlier kernels */
-        tbm_produce<RT, paired>(q, stages, stage_bytes, full_s, empty_s, tb, te, kb0, sb, lane);
-        return;
-    }
     const int64_t nrange = (te - tb) * 16; /* paired: the range's gate rows */
-    if (ssc) tbm_row_scales<paired>(q, ssc, tb, te, tid, NT);
-    pdl_wait();
-    pdl_trigger(); /* the next kernel may take its place in the queue now */
     /* (int8 x: its scale read after the planes) */
 #if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2 /* no planes either */
     if (tid == 0) s_sumx = 0;
@@ -602,14 +653,10 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
             m = glu_pair(q, r, dg, du, sx, ssc, tb * 16, nrange, m);
         }
         tern_raise_absmax(q.hmax, m);
+        if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
     } else {
-        const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows;
-        for (int64_t r = tb * 16 + tid; r < rend; r += NT) {
-            const int d = atomicExch(&p.part[r], 0);
-            p.y[r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, sx);
-        }
+        tbm_finish(p, c, 1, tid, NT, [sx](int) { return sx; });
     }
-    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
 /* ---- several tokens (1 .. 16) on the int8 tensor cores, the codes streamed the same way ----
@@ -732,34 +779,16 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tw = warp % RT, part = warp / RT;
     const int ST = q.st;
-    const int64_t kb0 = (int64_t)blockIdx.y * p.ks;
-    const int nkb = (int)(p.kblocks - kb0 < p.ks ? p.kblocks - kb0 : p.ks);
-    const uint32_t sb = (uint32_t)nkb * 64, stage_bytes = (uint32_t)(16 * RT) * q.stride;
-    const size_t xrow = mt_xrow(p.ks), xs_bytes = tbm_x_bytes(TBM_MT8 + MN - 1, p.ks);
-    uint8_t *xs = smem;
-    float *ssc = q.sc_rows ? reinterpret_cast<float *>(smem + xs_bytes) : nullptr;
-    uint8_t *stages = smem + xs_bytes + tbm_scale_bytes(q.sc_rows);
-    const int64_t tb = (int64_t)blockIdx.x * q.tiles / gridDim.x,
-                  te = ((int64_t)blockIdx.x + 1) * q.tiles / gridDim.x;
-    const uint32_t full_s = (uint32_t)__cvta_generic_to_shared(s_full),
-                   empty_s = (uint32_t)__cvta_generic_to_shared(s_empty),
-                   xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
-    if (tid == 0) {
-        for (int i = 0; i < ST; i++) {
-            tern_mbar::init(full_s + 8 * i, 1);
-            tern_mbar::init(empty_s + 8 * i, NW);
-        }
-        tern_mbar::init(xbar, 1);
-        tern_mbar::init_fence();
-    }
-    __syncthreads();
-    if (warp == NW) { /* producer */
-        tbm_produce<RT, false>(q, stages, stage_bytes, full_s, empty_s, tb, te, kb0, sb, lane);
-        return;
-    }
-    if (ssc) tbm_row_scales<false>(q, ssc, tb, te, tid, NT);
-    pdl_wait();
-    pdl_trigger(); /* the next kernel may take its place in the queue now */
+    const uint32_t xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
+    TbmCta c;
+    if (tbm_start<RT, TBM_MT8 + MN - 1>(q, smem, s_full, s_empty, xbar, NW, c)) return; /* (the producer) */
+    const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
+    const int nkb = c.nkb;
+    const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
+    const size_t xrow = mt_xrow(p.ks);
+    uint8_t *xs = c.x;
+    const float *ssc = c.ssc;
+    uint8_t *stages = c.stages;
     /* the slice of each token's x (zeros past xcols), then its sum */
     const int64_t c0 = kb0 * 256, avail = p.xcols - c0;
     const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
@@ -841,13 +870,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     }
     /* the last of the K slices of this CTA's tiles writes their y */
     if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
-    const int64_t rend = te * 16 < p.rows ? te * 16 : p.rows, nr = rend - tb * 16;
-    for (int64_t i = tid; i < nr * q.ntok; i += NT) {
-        const int64_t n = i / nr, r = tb * 16 + i % nr;
-        const int d = atomicExch(&p.part[n * p.rows + r], 0);
-        p.y[n * p.rows + r] = tern_i8_out(row_scale(p, r, ssc, tb * 16), (float)d, p.sx[n]);
-    }
-    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+    tbm_finish(p, c, q.ntok, tid, NT, [&p](int n) { return p.sx[n]; });
 }
 
 /* the kernel of a mode */
