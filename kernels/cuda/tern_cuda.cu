@@ -564,13 +564,30 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
     return run(TACT_I8, W, d_xq, d_sx, n, d_y, stream, "tern_cuda_matmul_i8");
 }
 
-/* (a kernel forced for every one-token GEMV — tern_cuda_force_kernel,
- * TERNLAB_CUDA_GEMV1 — keeps the separate kernels, so comparisons measure it) */
-int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
-    if (g_force != 0 || gemv1_pick() != 0) return 0;
+/* Whether the fused forms are off whatever the matrix: 1 where a kernel is
+ * forced for every one-token GEMV (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1:
+ * the separate kernels stay, so comparisons measure it), -1 (err_set) on a
+ * malformed TERNLAB_CUDA_GEMV1, else 0. */
+static int fused_off(void) {
+    if (g_force != 0) return 1;
+    const int k = gemv1_pick();
+    return k < 0 ? -1 : k != 0;
+}
+
+/* a fused form's refusal for fused_off()'s reason (off != 0) */
+static int fused_off_err(int off, const char *who) {
+    if (off < 0) return err_prefix("%s: ", who);
+    return err_set("%s: a kernel is forced for every one-token GEMV (tern_cuda_force_kernel or "
+                   "TERNLAB_CUDA_GEMV1): the fused form is off", who);
+}
+
+/* W's shape and format allow the GLU form */
+static bool glu_shape_ok(const TernCudaMatrix *W) {
     return W && W->d_codes && W->n_groups == 1 && W->rows >= 32 && W->rows % 32 == 0 && W->cols % 16 == 0 &&
            W->cols <= 4194304 && W->row_bytes % 64 == 0;
 }
+
+int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) { return fused_off() == 0 && glu_shape_ok(W); }
 
 /* A fused form's binary tensor-core variant for W: a development variant in
  * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one
@@ -586,7 +603,9 @@ static int fused_variant(int tbm, int lo, int other, const char *form) {
  * dispatch would not take it */
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
                      unsigned *d_hmax, cudaStream_t stream) {
-    if (!tern_cuda_glu_i8_ok(W))
+    const int off = fused_off();
+    if (off) return fused_off_err(off, "tern_cuda_glu_i8");
+    if (!glu_shape_ok(W))
         return err_set("tern_cuda_glu_i8: %lld x %lld (%lld scale groups per row): not a gate|up matrix of "
                        "whole 16-row tiles with one scale per row",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
@@ -608,13 +627,12 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
  * 723-727, 63560 740-745); later 63540 792-798, 65520 801-804 (five rounds). */
 static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 65520 : 0; }
 
-/* W takes the f32-input form: the format, no one-token kernel forced, and a
- * one-token dispatch to the binary tensor-core GEMVs (*tbm: its bulk-copy
- * variant, 0 for the register-fed kernel): 1, else 0; -1 (err_set) on a
- * malformed TERNLAB_CUDA_TBM. */
+/* W takes the f32-input form: the format and a one-token dispatch to the
+ * binary tensor-core GEMVs (*tbm: its bulk-copy variant, 0 for the
+ * register-fed kernel): 1, else 0; -1 (err_set) on a malformed
+ * TERNLAB_CUDA_TBM.  (fused_off() is the caller's.) */
 static int f32x_takes(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
-    if (g_force != 0 || gemv1_pick() != 0) return 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     const int k = gemv1_rule(W, 0, tbm);
     return k < 0 ? -1 : k == 6;
@@ -622,17 +640,19 @@ static int f32x_takes(const TernCudaMatrix *W, int *tbm) {
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
     int tbm;
-    return f32x_takes(W, &tbm) == 1;
+    return fused_off() == 0 && f32x_takes(W, &tbm) == 1;
 }
 
 int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                    float *d_y, TernDeferred *def, cudaStream_t stream) {
+    const int off = fused_off();
+    if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x");
     int tbm;
     const int takes = f32x_takes(W, &tbm);
     if (takes < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
     if (!takes)
         return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
-                       "with one scale per row, or a one-token kernel is forced",
+                       "with one scale per row",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
     const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0)

@@ -1114,6 +1114,49 @@ static void test_errors(void) {
            "TERNLAB_CUDA_GEMV1=bogus must be refused: %s", err_msg());
     unsetenv("TERNLAB_CUDA_GEMV1");
     tern_cuda_free(&dW);
+    { /* a kernel forced for every one-token GEMV turns the fused forms off (the _ok functions
+       * say no), and their refusals give that reason, or the malformed variable's, not the shape */
+        TernaryMatrix Wg, Wf;
+        TernCudaMatrix dWg, dWf;
+        if (upload_shape("fused off: glu", {2048, 4096}, &Wg, &dWg)) {
+            if (upload_shape("fused off: f32x", {4096, 11008}, &Wf, &dWf)) {
+                GBuf dx = gbuf((size_t)11008 * 4, 4), dsx = gbuf(4, 4), dh = gbuf((size_t)4096 * 4, 4),
+                     dm = gbuf(4, 4);
+                auto glu = [&] {
+                    return tern_cuda_glu_i8(&dWg, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 0,
+                                            (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+                };
+                auto f32x = [&] {
+                    return tern_cuda_matmul_i8_f32x(&dWf, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                    (float *)dh.ptr(), 0);
+                };
+                report(tern_cuda_glu_i8_ok(&dWg) && tern_cuda_matmul_i8_f32x_ok(&dWf),
+                       "fused forms taken for 2048 x 4096 (GLU) and 4096 x 11008 (f32 input)");
+                const int oldf = tern_cuda_force_kernel(3);
+                const bool off = !tern_cuda_glu_i8_ok(&dWg) && !tern_cuda_matmul_i8_f32x_ok(&dWf);
+                const bool rg = glu() < 0 && strstr(err_msg(), "tern_cuda_glu_i8: a kernel is forced");
+                const char *mg = rg ? "" : err_msg();
+                report(off && rg, "forced kernel: GLU form off, refused as forced%s%s", *mg ? ": " : "", mg);
+                report(f32x() < 0 && strstr(err_msg(), "tern_cuda_matmul_i8_f32x: a kernel is forced"),
+                       "forced kernel: f32-input form refused as forced: %s", err_msg());
+                tern_cuda_force_kernel(oldf);
+                setenv("TERNLAB_CUDA_GEMV1", "nonsense", 1);
+                report(!tern_cuda_glu_i8_ok(&dWg) && glu() < 0 &&
+                           strstr(err_msg(), "TERNLAB_CUDA_GEMV1=nonsense") != NULL,
+                       "TERNLAB_CUDA_GEMV1=nonsense: GLU form refused with the variable's error: %s", err_msg());
+                report(f32x() < 0 && strstr(err_msg(), "TERNLAB_CUDA_GEMV1=nonsense") != NULL,
+                       "TERNLAB_CUDA_GEMV1=nonsense: f32-input form refused likewise: %s", err_msg());
+                unsetenv("TERNLAB_CUDA_GEMV1");
+                report(tern_cuda_glu_i8_ok(&dWg) && tern_cuda_matmul_i8_f32x_ok(&dWf),
+                       "fused forms taken again once nothing is forced");
+                gfree(dx), gfree(dsx), gfree(dh), gfree(dm);
+                tern_cuda_free(&dWf);
+                tern_free(&Wf);
+            }
+            tern_cuda_free(&dWg);
+            tern_free(&Wg);
+        }
+    }
     {
         TernaryMatrix G;
         TernCudaMatrix dG;
