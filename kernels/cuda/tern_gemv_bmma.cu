@@ -486,14 +486,14 @@ struct TbmCta {
     float *ssc;
 };
 
-/* The CTA's share, with the stage barriers (and xbar, where not 0: one
+/* The CTA's share, with the stage barriers (and *s_xbar, where given: one
  * arrival) initialised; every thread calls, a barrier ends it.  Then the
  * producer warp (warp nw) streams the codes and returns true; the consumers
  * copy the row scales, wait for the kernel before (PDL) and let the next one
  * queue, and get false. */
 template <int RT, int MODE>
 __device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64_t *s_full, uint64_t *s_empty,
-                                          uint32_t xbar, int nw, TbmCta &c) {
+                                          uint64_t *s_xbar, int nw, TbmCta &c) {
     const BmArgs &p = q.b;
     constexpr bool paired = MODE == TBM_GLU;
     const int tid = threadIdx.x;
@@ -513,7 +513,7 @@ __device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64
             tern_mbar::init(c.full_s + 8 * i, 1);
             tern_mbar::init(c.empty_s + 8 * i, nw);
         }
-        if (xbar) tern_mbar::init(xbar, 1);
+        if (s_xbar) tern_mbar::init((uint32_t)__cvta_generic_to_shared(s_xbar), 1);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -562,7 +562,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const int step = paired ? RH : RT; /* tiles of the range per unit */
     const int ST = q.st;
     TbmCta c;
-    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, 0, NW, c)) return; /* (the producer) */
+    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, nullptr, NW, c)) return; /* (the producer) */
     const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
     const int nkb = c.nkb;
     const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
@@ -781,7 +781,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const int ST = q.st;
     const uint32_t xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
     TbmCta c;
-    if (tbm_start<RT, TBM_MT8 + MN - 1>(q, smem, s_full, s_empty, xbar, NW, c)) return; /* (the producer) */
+    if (tbm_start<RT, TBM_MT8 + MN - 1>(q, smem, s_full, s_empty, &s_xbar, NW, c)) return; /* (the producer) */
     const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
     const int nkb = c.nkb;
     const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
