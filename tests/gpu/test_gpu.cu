@@ -746,7 +746,12 @@ static void test_fused_mlp(void) {
         TernaryMatrix W;
         TernCudaMatrix dW;
         if (upload_shape("fused glu refusal", {48, 256}, &W, &dW)) {
-            report(!tern_cuda_glu_i8_ok(&dW), "fused glu 48 x 256 (24 + 24 rows) refused");
+            GBuf dx = gbuf(256, 1), dsx = gbuf(4, 4), dh = gbuf(24 * 4, 4), dm = gbuf(4, 4);
+            const int rc = tern_cuda_glu_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 0,
+                                            (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+            report(!tern_cuda_glu_i8_ok(&dW) && rc < 0 && strstr(err_msg(), "not a gate|up matrix"),
+                   "fused glu 48 x 256 (24 + 24 rows) refused for its shape: %s", rc < 0 ? err_msg() : "(taken)");
+            gfree(dx), gfree(dsx), gfree(dh), gfree(dm);
             tern_cuda_free(&dW);
             tern_free(&W);
         }
@@ -1142,9 +1147,10 @@ static void test_errors(void) {
                 tern_cuda_force_kernel(oldf);
                 setenv("TERNLAB_CUDA_GEMV1", "nonsense", 1);
                 report(!tern_cuda_glu_i8_ok(&dWg) && glu() < 0 &&
-                           strstr(err_msg(), "TERNLAB_CUDA_GEMV1=nonsense") != NULL,
+                           strstr(err_msg(), "tern_cuda_glu_i8: TERNLAB_CUDA_GEMV1=nonsense") != NULL,
                        "TERNLAB_CUDA_GEMV1=nonsense: GLU form refused with the variable's error: %s", err_msg());
-                report(f32x() < 0 && strstr(err_msg(), "TERNLAB_CUDA_GEMV1=nonsense") != NULL,
+                report(!tern_cuda_matmul_i8_f32x_ok(&dWf) && f32x() < 0 &&
+                           strstr(err_msg(), "tern_cuda_matmul_i8_f32x: TERNLAB_CUDA_GEMV1=nonsense") != NULL,
                        "TERNLAB_CUDA_GEMV1=nonsense: f32-input form refused likewise: %s", err_msg());
                 unsetenv("TERNLAB_CUDA_GEMV1");
                 report(tern_cuda_glu_i8_ok(&dWg) && tern_cuda_matmul_i8_f32x_ok(&dWf),
