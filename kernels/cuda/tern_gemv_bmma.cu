@@ -576,6 +576,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
 #if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2 /* no planes either */
     if (tid == 0) s_sumx = 0;
     const float xs = 1.0f;
+    (void)kb0;
 #else
     const float xs = build_planes<XF, 2>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx);
 #endif
