@@ -587,7 +587,12 @@ static bool glu_shape_ok(const TernCudaMatrix *W) {
            W->cols <= 4194304 && W->row_bytes % 64 == 0;
 }
 
-int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) { return fused_off() == 0 && glu_shape_ok(W); }
+/* (the shape rule consulted as the call consults it: 0 under a malformed
+ * TERNLAB_CUDA_TBM, as for the f32-input form) */
+int tern_cuda_glu_i8_ok(const TernCudaMatrix *W) {
+    int tbm;
+    return fused_off() == 0 && glu_shape_ok(W) && gemv1_rule(W, 0, &tbm) >= 0;
+}
 
 /* A fused form's binary tensor-core variant for W: a development variant in
  * [lo, 70000) (tern_cuda_decode_variant), else the dispatch's bulk-copy one

@@ -92,10 +92,9 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * for the GLU, cols % 16 == 0 for both, one scale per row, and for f32x a
  * one-token dispatch to the binary tensor-core GEMVs) and no kernel is forced
  * (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1), else 0 — also under a
- * malformed TERNLAB_CUDA_GEMV1, and for f32x a malformed TERNLAB_CUDA_TBM,
- * which the calls themselves report (the GLU call reports a malformed
- * TERNLAB_CUDA_TBM though its _ok function said 1).  A call refused because a
- * kernel is forced says so, not that the shape is wrong. */
+ * malformed TERNLAB_CUDA_GEMV1 or TERNLAB_CUDA_TBM, which the calls themselves
+ * report.  A call refused because a kernel is forced says so, not that the
+ * shape is wrong. */
 int tern_cuda_glu_i8_ok(const TernCudaMatrix *W);
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
                      unsigned *d_hmax, cudaStream_t stream);
