@@ -707,9 +707,11 @@ TEST(gpu_embed_gather_table_update_exact) {
 }
 
 /* One decode run of a synthetic ternary int8 model (hidden 256, MLP 8192,
- * 64 heads of 128: down and o projections of 8192 columns, the binary
- * tensor-core GEMV's shape) with
- * the fusions set by glu / att (TERNLAB_CUDA_GLU_FUSE, _ATT_FUSE): prompts of
+ * `heads` heads of 128 — synth_decode: 64, down and o projections of 8192
+ * columns, the binary tensor-core GEMV's shape; 16: o of 2048 columns, the
+ * one-warp GEMV's) with
+ * the fusions set by glu / att / ofu (TERNLAB_CUDA_GLU_FUSE, _ATT_FUSE,
+ * _O_FUSE; ofu -1 leaves _O_FUSE unset, the default): prompts of
  * 8 tokens for sequences A and B, then `steps` single-token steps of A
  * (eager, captured, replayed), `steps` two-token steps of A and B (distinct
  * sequences: the fused attention at two tokens), and one step of A, A, B
@@ -717,18 +719,18 @@ TEST(gpu_embed_gather_table_update_exact) {
  * every decode token into lg (steps x 3 + 3 rows of vocab); the config of the
  * first decode step's last ternary matmul into cfg. */
 enum { SYN_V = 512 };
-static void synth_decode(int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
-                         CudaEngineInfo *info) {
+static void synth_decode_h(int heads, int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
+                           CudaEngineInfo *info) {
     Model m;
     memset(&m, 0, sizeof m);
     ModelConfig *c = &m.cfg;
     c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 64, c->n_kv_heads = 4;
+    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = heads, c->n_kv_heads = 4;
     c->head_dim = 128, c->vocab = SYN_V; /* o: 256 x 8192, a binary tensor-core shape too */
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
     setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
-    setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
+    if (ofu >= 0) setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
@@ -765,6 +767,10 @@ static void synth_decode(int glu, int att, int ofu, int steps, float *lg, char *
     engine_free(&e);
     mem_free(m.rope_cos);
     mem_free(m.rope_sin);
+}
+static void synth_decode(int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
+                         CudaEngineInfo *info) {
+    synth_decode_h(64, glu, att, ofu, steps, lg, cfg, cap, info);
 }
 
 /* The one-token MLP fused into two GEMVs (the GLU in the gate|up GEMV, the
@@ -816,6 +822,33 @@ TEST(gpu_fused_decode_bit_identical) {
         CHECK_MSG(bad == 0, "glu %d att %d o %d: %d of %d logits differ (first in row %d)", glu, att, ofu,
                   bad, rows * SYN_V, first);
     }
+    free(a), free(b);
+}
+
+/* The o projection on the one-warp GEMV (16 heads: 256 x 2048) codes its f32
+ * input itself by default (tern_cuda_matmul_i8_f32x's one-warp form, the int8
+ * pass gone): the same logits, bit for bit, as with TERNLAB_CUDA_O_FUSE=0 (the
+ * int8 pass with the attention's max, then the int8 GEMV), and o fused in
+ * every one-token layer only without it. */
+TEST(gpu_fused_o_warp_bit_identical) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 4, rows = 3 * steps + 3;
+    float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
+    char ca[96], cb[96];
+    CudaEngineInfo ia, ib;
+    synth_decode_h(16, 1, 1, 0, steps, a, ca, sizeof ca, &ia);
+    synth_decode_h(16, 1, 1, -1, steps, b, cb, sizeof cb, &ib);
+    CHECK_MSG(ia.fused_o == 0 && ia.omax_given > 0, "O_FUSE=0: o fused in %lld layers, %lld int8 passes took "
+              "the attention's max", (long long)ia.fused_o, (long long)ia.omax_given);
+    /* one-token steps: `steps` eager or captured calls of 2 layers each, at least */
+    CHECK_MSG(ib.fused_o >= 2 && ib.omax_given == 0 && ib.fused_mlp > 0,
+              "default: o fused in %lld layers, %lld int8 passes before o, MLP fused in %lld",
+              (long long)ib.fused_o, (long long)ib.omax_given, (long long)ib.fused_mlp);
+    int bad = 0, first = -1;
+    for (int i = 0; i < rows * SYN_V; i++)
+        if (memcmp(a + i, b + i, 4) != 0) bad++, first = first < 0 ? i / SYN_V : first;
+    CHECK_MSG(bad == 0, "o on the one-warp GEMV from f32: %d of %d logits differ (first in row %d)", bad,
+              rows * SYN_V, first);
     free(a), free(b);
 }
 #endif /* TL_HAVE_CUDA */

@@ -263,6 +263,8 @@ TernKArgs base_args(const TernCudaMatrix *W, int gu) {
 
 extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
                                      const float *d_sx, float *d_y, cudaStream_t s);
+extern "C" int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                          float *d_y, cudaStream_t s);
 
 /* The multi-token bulk-copy GEMV (tern_gemv_bmma.cu's gemv_i8_tbm_mt; 2 .. 16
  * tokens, int8, one scale per row or per tensor — measured with one per row)
@@ -632,33 +634,46 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
  * 723-727, 63560 740-745); later 63540 792-798, 65520 801-804 (five rounds). */
 static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 65520 : 0; }
 
-/* W takes the f32-input form: the format and a one-token dispatch to the
- * binary tensor-core GEMVs (*tbm: its bulk-copy variant, 0 for the
- * register-fed kernel): 1, else 0; -1 (err_set) on a malformed
- * TERNLAB_CUDA_TBM.  (fused_off() is the caller's.) */
-static int f32x_takes(const TernCudaMatrix *W, int *tbm) {
+/* The kernel of W's f32-input form, by the int8 one-token dispatch
+ * (gemv1_rule): 6 the binary tensor-core GEMVs (*tbm: the bulk-copy variant,
+ * 0 for the register-fed kernel), 4 one warp per row (its f32 form,
+ * tern_gemv_i8_rowscale_f32x), 0 none (the format, or the multi-row dp4a
+ * GEMV's shapes); -1 (err_set) on a malformed TERNLAB_CUDA_TBM.
+ * (fused_off() is the caller's.) */
+static int f32x_kernel(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     const int k = gemv1_rule(W, 0, tbm);
-    return k < 0 ? -1 : k == 6;
+    return k < 0 ? -1 : k == 6 || (k == 4 && W->cols <= 8192) ? k : 0;
 }
 
-int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) {
+int tern_cuda_matmul_i8_f32x_kernel(const TernCudaMatrix *W) {
     int tbm;
-    return fused_off() == 0 && f32x_takes(W, &tbm) == 1;
+    if (fused_off() != 0) return 0;
+    const int k = f32x_kernel(W, &tbm);
+    return k > 0 ? k : 0;
 }
+
+int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) { return tern_cuda_matmul_i8_f32x_kernel(W) != 0; }
 
 int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                    float *d_y, TernDeferred *def, cudaStream_t stream) {
     const int off = fused_off();
     if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x");
     int tbm;
-    const int takes = f32x_takes(W, &tbm);
-    if (takes < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
-    if (!takes)
-        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core GEMVs "
-                       "with one scale per row",
+    const int k = f32x_kernel(W, &tbm);
+    if (k < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
+    if (!k)
+        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core or the "
+                       "one-warp GEMVs with one scale per row",
                        W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
+    if (k == 4) { /* one warp per row: no K split to leave */
+        if (def) *def = {};
+        tern_cuda_set_config("gemv_warp f32x");
+        if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, stream) < 0)
+            return err_prefix("tern_cuda_matmul_i8_f32x: ");
+        return 0;
+    }
     const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0)
         return err_prefix("tern_cuda_matmul_i8_f32x: ");

@@ -90,7 +90,9 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * max|x|, max|x| from *d_xmax's float bits) the kernel forms itself.  The
  * _ok functions: 1 where W's shape and format allow the call (rows % 32 == 0
  * for the GLU, cols % 16 == 0 for both, one scale per row, and for f32x a
- * one-token dispatch to the binary tensor-core GEMVs) and no kernel is forced
+ * one-token dispatch to the binary tensor-core GEMVs or to the one-warp GEMV,
+ * which has an f32 form too: tern_cuda_matmul_i8_f32x_kernel says which, 6
+ * or 4, 0 where _ok says 0) and no kernel is forced
  * (tern_cuda_force_kernel, TERNLAB_CUDA_GEMV1), else 0 — also under a
  * malformed TERNLAB_CUDA_GEMV1 or TERNLAB_CUDA_TBM, which the calls themselves
  * report.  A call refused because a kernel is forced says so, not that the
@@ -99,6 +101,7 @@ int tern_cuda_glu_i8_ok(const TernCudaMatrix *W);
 int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
                      unsigned *d_hmax, cudaStream_t stream);
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W);
+int tern_cuda_matmul_i8_f32x_kernel(const TernCudaMatrix *W);
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream);
 

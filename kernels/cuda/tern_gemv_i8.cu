@@ -15,7 +15,12 @@
  * BF16), 14336x4096 10.1 us (3.1x), 4096x14336 9.3 us (3.4x), 36864x4608 27.5 us
  * (3.2x) — 28-40% of copy bandwidth; for rows longer than 16384 columns the
  * tensor-core GEMV (tern_gemv.cu) is faster (4608x36864: 24.3 vs 34.8 us), so
- * tern_cuda.cu uses this kernel up to 16384 columns.  v2 in dev/. */
+ * tern_cuda.cu uses this kernel up to 16384 columns.  v2 in dev/.
+ * The f32-input form (gemv_i8_rowscale_f32x, the decode step's o projection
+ * after the attention: its int8 pass gone) codes x itself: each CTA forms the
+ * int8 codes of the whole f32 row in shared memory (127 / max|x| from the max
+ * given, tern_quant1: act_quant_int8_ref's codes and scale) before its rows,
+ * so y is the same bits as the int8 pass + this kernel. */
 #include "cuda/cuda_util.h"
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mma.cuh"
@@ -26,6 +31,8 @@
 
 namespace {
 
+/* SMEM: x in shared memory (the f32-input form's codes), else global */
+template <bool SMEM>
 __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, int64_t base,
                                          int64_t cols) {
     int acc = 0;
@@ -33,7 +40,7 @@ __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, 
     for (int i = 0; i < 4; i++) {
         const int64_t c0 = base + 64 * i; /* first column of field i */
         if (c0 >= cols) break;            /* cols % 16 == 0: a run is all in or all out */
-        const int4 xv = __ldg(reinterpret_cast<const int4 *>(x + c0));
+        const int4 xv = SMEM ? *reinterpret_cast<const int4 *>(x + c0) : __ldg(reinterpret_cast<const int4 *>(x + c0));
         const unsigned sh = 2u * (unsigned)i;
         acc = __dp4a((int)((w.x >> sh) & 0x03030303u), xv.x, acc);
         acc = __dp4a((int)((w.y >> sh) & 0x03030303u), xv.y, acc);
@@ -71,13 +78,13 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
         for (; c + 96 < chunks; c += 128) {
             uint4 w0 = ldg_stream_u4(row + 16 * c), w1 = ldg_stream_u4(row + 16 * (c + 32));
             uint4 w2 = ldg_stream_u4(row + 16 * (c + 64)), w3 = ldg_stream_u4(row + 16 * (c + 96));
-            acc += chunk_dot(w0, x, (c >> 2) * 256 + (c & 3) * 16, cols);
-            acc += chunk_dot(w1, x, ((c + 32) >> 2) * 256 + ((c + 32) & 3) * 16, cols);
-            acc += chunk_dot(w2, x, ((c + 64) >> 2) * 256 + ((c + 64) & 3) * 16, cols);
-            acc += chunk_dot(w3, x, ((c + 96) >> 2) * 256 + ((c + 96) & 3) * 16, cols);
+            acc += chunk_dot<false>(w0, x, (c >> 2) * 256 + (c & 3) * 16, cols);
+            acc += chunk_dot<false>(w1, x, ((c + 32) >> 2) * 256 + ((c + 32) & 3) * 16, cols);
+            acc += chunk_dot<false>(w2, x, ((c + 64) >> 2) * 256 + ((c + 64) & 3) * 16, cols);
+            acc += chunk_dot<false>(w3, x, ((c + 96) >> 2) * 256 + ((c + 96) & 3) * 16, cols);
         }
         for (; c < chunks; c += 32)
-            acc += chunk_dot(ldg_stream_u4(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
+            acc += chunk_dot<false>(ldg_stream_u4(row + 16 * c), x, (c >> 2) * 256 + (c & 3) * 16, cols);
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
         if (lane == 0) y[r] = tern_i8_out(scales[r * scale_stride], (float)acc, sxp[0]);
@@ -85,7 +92,84 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
     TERN_TRACE_END(tr_mid);
 }
 
+/* The f32-input form: rows of at most kF32xChunks 16-byte chunks (8192
+ * columns), each lane holding its <= 4 chunks of a row in registers.  Each
+ * warp's first row — codes and scale — is loaded before the programmatic
+ * wait (no kernel writes weights), so after the release only x's round trip
+ * (the f32 row, coded into shared memory: cols bytes) is left before the
+ * arithmetic.  xf: cols floats, 16-byte aligned; max|x| the float bits
+ * *xmax.  CTAs of 1024 threads, one per SM: each CTA reads x from L2 once,
+ * and its 44 registers a thread leave room on the SM for the kernels around
+ * it.  H200, 7B decode step (bench-e2e tern-i8 B = 1, same run, five rounds):
+ * 804-815 tok/s against 785-788 with the int8 pass and gemv_i8_rowscale;
+ * with 256-thread CTAs, 4 per SM: 796-812 against 803-805 (three rounds; x
+ * read from L2 by 512 CTAs), and 772-777 against 797-802 when 62 registers
+ * (four float4 loads of x in flight) filled the register file (NOTES.md). */
+constexpr int kF32xChunks = 128, kF32xThreads = 1024;
+__global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const uint8_t *__restrict__ codes,
+                                                             const float *__restrict__ scales,
+                                                             int64_t scale_stride, int64_t rows,
+                                                             int64_t cols, int64_t row_bytes,
+                                                             const float *__restrict__ xf,
+                                                             const unsigned *__restrict__ xmax,
+                                                             float *__restrict__ y) {
+    extern __shared__ int4 xs4[];
+    int8_t *xs = reinterpret_cast<int8_t *>(xs4);
+    const int lane = threadIdx.x & 31;
+    const int64_t warp = ((int64_t)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
+    const int64_t chunks = row_bytes / 16;
+    uint4 w[kF32xChunks / 32];
+    float sr = 0.0f;
+    auto load = [&](int64_t r) {
+        const uint8_t *row = codes + r * row_bytes;
+#pragma unroll
+        for (int j = 0; j < kF32xChunks / 32; j++) {
+            const int64_t c = lane + 32 * j;
+            w[j] = c < chunks ? ldg_stream_u4(row + 16 * c) : make_uint4(0, 0, 0, 0);
+        }
+        sr = scales[r * scale_stride];
+    };
+    int64_t r = warp;
+    if (r < rows) load(r);
+    pdl_wait();
+    pdl_trigger();
+    const float sx = tern_act_scale(__uint_as_float(*xmax));
+    for (int64_t i = 4 * (int64_t)threadIdx.x; i < cols; i += 4 * (int64_t)blockDim.x) {
+        const float4 v = *reinterpret_cast<const float4 *>(xf + i);
+        *reinterpret_cast<char4 *>(xs + i) =
+            make_char4(tern_quant1(v.x, sx), tern_quant1(v.y, sx), tern_quant1(v.z, sx), tern_quant1(v.w, sx));
+    }
+    __syncthreads();
+    TERN_TRACE_NOW(tr_mid);
+    for (; r < rows; r += nwarps) {
+        if (r != warp) load(r);
+        int acc = 0;
+#pragma unroll
+        for (int j = 0; j < kF32xChunks / 32; j++) {
+            const int64_t c = lane + 32 * j;
+            if (c < chunks) acc += chunk_dot<true>(w[j], xs, (c >> 2) * 256 + (c & 3) * 16, cols);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) y[r] = tern_i8_out(sr, (float)acc, sx);
+    }
+    TERN_TRACE_END(tr_mid);
+}
+
 } /* namespace */
+
+/* the grid of either form: a row per warp of `threads`, at most per_sm CTAs per SM (one wave) */
+static int rowscale_grid(const TernCudaMatrix *W, int threads, int per_sm, unsigned *blocks) {
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    const int64_t wpc = threads / 32;
+    int64_t b = (W->rows + wpc - 1) / wpc;
+    if (b > (int64_t)sms * per_sm) b = (int64_t)sms * per_sm;
+    *blocks = (unsigned)b;
+    return 0;
+}
 
 /* x: one token of int8 activations, 16-byte aligned, x_cols (>= W->cols, a multiple
  * of 16) readable with zeros past W->cols; no host synchronisation (graph-safe). */
@@ -96,12 +180,26 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
     if (x_cols % 16 != 0 || x_cols < W->cols || ((uintptr_t)d_x & 15) != 0)
         return err_set("tern_gemv_i8_rowscale: activations must be 16-byte aligned with a "
                        "multiple of 16 columns");
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    int64_t blocks = (W->rows + 7) / 8;
-    if (blocks > (int64_t)sms * 8) blocks = (int64_t)sms * 8;
-    return tern_launch_pdl("gemv_i8_rowscale", gemv_i8_rowscale, dim3((unsigned)blocks), dim3(256), s,
-                           (const uint8_t *)W->d_codes, (const float *)W->d_scales,
-                           W->scale_stride, W->rows, x_cols, W->row_bytes, d_x, d_sx, d_y);
+    unsigned blocks;
+    if (rowscale_grid(W, 256, 8, &blocks) < 0) return -1;
+    return tern_launch_pdl("gemv_i8_rowscale", gemv_i8_rowscale, dim3(blocks), dim3(256), s,
+                           (const uint8_t *)W->d_codes, (const float *)W->d_scales, W->scale_stride, W->rows,
+                           x_cols, W->row_bytes, d_x, d_sx, d_y);
+}
+
+/* x: one token of f32 activations (W->cols of them, 16-byte aligned), max|x|
+ * as the float bits *d_xmax; W->cols a multiple of 16, at most 8192. */
+extern "C" int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                          float *d_y, cudaStream_t s) {
+    if (W->n_groups != 1) return err_set("tern_gemv_i8_rowscale_f32x: %lld scale groups per row",
+                                         (long long)W->n_groups);
+    if (W->cols % 16 != 0 || W->row_bytes > 16 * kF32xChunks || ((uintptr_t)d_x & 15) != 0)
+        return err_set("tern_gemv_i8_rowscale_f32x: %lld columns (a multiple of 16 up to %d, "
+                       "16-byte aligned activations)",
+                       (long long)W->cols, 64 * kF32xChunks);
+    unsigned blocks;
+    if (rowscale_grid(W, kF32xThreads, 1, &blocks) < 0) return -1;
+    return tern_launch_pdl_smem("gemv_i8_rowscale_f32x", gemv_i8_rowscale_f32x, dim3(blocks), dim3(kF32xThreads),
+                                (size_t)W->cols, s, (const uint8_t *)W->d_codes, (const float *)W->d_scales,
+                                W->scale_stride, W->rows, W->cols, W->row_bytes, d_x, d_xmax, d_y);
 }

@@ -97,11 +97,12 @@ struct CE {
     int32_t *ids = nullptr; /* argmax of each logit row */
     /* one token: the GLU fused into the gate|up GEMV (TERNLAB_CUDA_GLU_FUSE=0
      * turns it off); decode steps: RoPE and the KV write in the attention
-     * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token, on
-     * request (TERNLAB_CUDA_O_FUSE=1), the o projection's int8 pass in it too.
+     * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token the o
+     * projection's int8 pass in the o GEMV (o_fused: o_fuse 1 on the one-warp
+     * GEMV, 2 on any, 0 off; TERNLAB_CUDA_O_FUSE, o_fuse_mode).
      * hmax: per layer, max|h| of the GLU output, then max|attention output|
      * (float bits) */
-    int glu_fuse = 1, att_fuse = 1, o_fuse = 0;
+    int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
      * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
     int defer = 1;
@@ -371,15 +372,20 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
 bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
     return n == 1 && g->glu_fuse && g->tp == 1 && L.fgu && !L.ffn_sub && L.gu.kind == LIN_TERN &&
            L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 && L.gu.tm.rows == 2 * g->c.inter &&
-           tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_ok(&L.down.tm);
+           tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_kernel(&L.down.tm) == 6;
 }
 
 /* The o projection's input as f32 with its max|x| raised by the attention
  * kernel (fwdc_attention_rope's d_omax; tern_cuda_matmul_i8_f32x forms the
- * int8 codes): one token, one GPU, int8 ternary o, no sub-norm. */
+ * int8 codes): one token, one GPU, int8 ternary o, no sub-norm; by default
+ * (o_fuse 1) where o takes the one-warp GEMV (its f32 form codes x into
+ * shared memory in every CTA), with TERNLAB_CUDA_O_FUSE=1 (o_fuse 2) on the
+ * binary tensor-core GEMVs too. */
 bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
-    return att_fused && g->o_fuse && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8 &&
-           tern_cuda_matmul_i8_f32x_ok(&L.o.tm);
+    if (!(att_fused && g->o_fuse && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8))
+        return false;
+    const int k = tern_cuda_matmul_i8_f32x_kernel(&L.o.tm);
+    return k == 4 || (k == 6 && g->o_fuse == 2);
 }
 
 /* One token, the o projection not fused but int8: the fused attention raises
@@ -928,14 +934,15 @@ bool env_on(const char *name) {
     return !(v && strcmp(v, "0") == 0);
 }
 
-/* An off-by-default switch: true only where `name` is "1".
- * TERNLAB_CUDA_O_FUSE=1: the o projection codes its f32 input itself
- * (o_fused) instead of an int8 pass.  Off since the attention reads before
- * its wait: same run, three rounds (H200, bench-e2e tern-i8 B = 1), 27B 283-284
- * tok/s with it against 292-294 without, 7B 743-746 against 754-762. */
-bool env_set(const char *name) {
-    const char *v = getenv(name);
-    return v && strcmp(v, "1") == 0;
+/* TERNLAB_CUDA_O_FUSE: where the o projection codes its f32 input itself
+ * (o_fused) instead of an int8 pass — by default (1) only on the one-warp
+ * GEMV; "1" (2) on the binary tensor-core GEMVs too, off there by default
+ * since the attention reads before its wait (same run, three rounds, H200,
+ * bench-e2e tern-i8 B = 1: 27B 283-284 tok/s with it against 292-294
+ * without, 7B 743-746 against 754-762); "0" (0) nowhere. */
+int o_fuse_mode(void) {
+    const char *v = getenv("TERNLAB_CUDA_O_FUSE");
+    return v && strcmp(v, "0") == 0 ? 0 : v && strcmp(v, "1") == 0 ? 2 : 1;
 }
 
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
@@ -946,7 +953,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
-    g->o_fuse = env_set("TERNLAB_CUDA_O_FUSE");
+    g->o_fuse = o_fuse_mode();
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->c = m->cfg;

@@ -810,18 +810,64 @@ static void test_fused_mlp(void) {
         tern_cuda_free(&dW);
         tern_free(&W);
     }
-    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}, Shape2{4096, 4096}}) { /* the dp4a / one-warp GEMVs' shapes: refused */
+    /* the one-warp GEMV's shapes take its f32 form (the codes formed in each CTA's shared memory):
+     * bit-identical to the reference, the rows of the last CTA partial, columns not whole 256-column
+     * blocks, the largest |x| negative and zero */
+    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}, Shape2{4096, 4096}, Shape2{37, 1040}, Shape2{9, 16}, Shape2{64, 8176}}) {
         TernaryMatrix W;
         TernCudaMatrix dW;
-        if (!upload_shape("f32x refusal", sh, &W, &dW)) continue;
-        GBuf dx = gbuf((size_t)sh.cols * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)sh.rows * 4, 4);
-        const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
-                                                (float *)dy.ptr(), 0);
-        report(!tern_cuda_matmul_i8_f32x_ok(&dW) && rc < 0 && strstr(err_msg(), "binary tensor-core"),
-               "f32x %lldx%lld refused: %s", (long long)sh.rows, (long long)sh.cols, rc < 0 ? err_msg() : "(taken)");
-        gfree(dx), gfree(dm), gfree(dy);
+        if (!upload_shape("f32x one warp", sh, &W, &dW)) continue;
+        const int64_t K = sh.cols, N = sh.rows;
+        for (int zero = 0; zero < 2; zero++) {
+            std::vector<float> x((size_t)K), ref((size_t)N), got((size_t)N);
+            for (auto &v : x) v = zero ? 0.0f : 2.0f * nrand();
+            if (!zero) x[(size_t)(K / 2)] = -25.0f;
+            std::vector<int8_t> xq((size_t)K);
+            float sx = 0.0f, mx = 0.0f;
+            for (float v : x) mx = std::max(mx, fabsf(v));
+            act_quant_int8_ref(x.data(), 1, K, xq.data(), &sx);
+            tern_matmul_i8_ref(&W, xq.data(), &sx, 1, ref.data());
+            unsigned mb;
+            memcpy(&mb, &mx, 4);
+            GBuf dx = gbuf((size_t)K * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)N * 4, 4);
+            CK(cudaMemcpy(dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+            CK(cudaMemset(dy.ptr(), 0xff, (size_t)N * 4));
+            const int kind = tern_cuda_matmul_i8_f32x_kernel(&dW);
+            const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                    (float *)dy.ptr(), 0);
+            const bool cfg_ok = strcmp(tern_cuda_last_config(), "gemv_warp f32x") == 0;
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), dy.ptr(), (size_t)N * 4, cudaMemcpyDeviceToHost));
+            int bad = 0;
+            for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &ref[(size_t)r], 4) != 0;
+            report(kind == 4 && tern_cuda_matmul_i8_f32x_ok(&dW) && rc == 0 && cfg_ok && bad == 0 &&
+                       guards_ok(dy) && guards_ok(dx),
+                   "f32x %lldx%lld one warp per row%s (kind %d, %s): %d of %lld outputs differ from the "
+                   "reference%s%s",
+                   (long long)N, (long long)K, zero ? ", x = 0" : "", kind, tern_cuda_last_config(), bad,
+                   (long long)N, rc ? ": " : "", rc ? err_msg() : "");
+            gfree(dx), gfree(dm), gfree(dy);
+        }
         tern_cuda_free(&dW);
         tern_free(&W);
+    }
+    { /* the multi-row dp4a GEMV's shapes (>= 32M weights in 6145 .. 8191 columns): refused */
+        const Shape2 sh = {4200, 8000};
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (upload_shape("f32x refusal", sh, &W, &dW)) {
+            GBuf dx = gbuf((size_t)sh.cols * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)sh.rows * 4, 4);
+            const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                                    (float *)dy.ptr(), 0);
+            report(!tern_cuda_matmul_i8_f32x_ok(&dW) && tern_cuda_matmul_i8_f32x_kernel(&dW) == 0 && rc < 0 &&
+                       strstr(err_msg(), "binary tensor-core or the one-warp"),
+                   "f32x %lldx%lld refused: %s", (long long)sh.rows, (long long)sh.cols,
+                   rc < 0 ? err_msg() : "(taken)");
+            gfree(dx), gfree(dm), gfree(dy);
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
     }
     /* tern_cuda_tbm_override reaches the fused forms: the f32-input form of 4096 x 11008 on the
      * variant it names instead of 65520, that of a shape refused above (4096 x 4096, one warp
