@@ -659,6 +659,27 @@ static bool fused_config_ok(const char *cfg, const char *form, int v) {
     return strcmp(cfg, want) == 0;
 }
 
+/* An f32-input GEMV case (tern_cuda_matmul_i8_f32x) for W: x = amp N(0, 1)
+ * with x[pos] = -big (amp and big 0: all zeros) into dx, max|x| as float bits
+ * into dm, and the reference outputs (act_quant_int8_ref, then
+ * tern_matmul_i8_ref) into ref (W.rows of them). */
+static void f32x_input(const TernaryMatrix &W, float amp, int64_t pos, float big, std::vector<float> &ref,
+                       GBuf &dx, GBuf &dm) {
+    const int64_t K = W.cols;
+    std::vector<float> x((size_t)K);
+    for (auto &v : x) v = amp ? amp * nrand() : 0.0f;
+    if (big) x[(size_t)pos] = -big;
+    std::vector<int8_t> xq((size_t)K);
+    float sx = 0.0f, mx = 0.0f;
+    for (float v : x) mx = std::max(mx, fabsf(v));
+    act_quant_int8_ref(x.data(), 1, K, xq.data(), &sx);
+    tern_matmul_i8_ref(&W, xq.data(), &sx, 1, ref.data());
+    unsigned mb;
+    memcpy(&mb, &mx, 4);
+    CK(cudaMemcpy(dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+}
+
 /* The decode step's fused one-token MLP forms against the separate kernels:
  * tern_cuda_glu_i8 (the gate|up GEMV with the GLU in its epilogue: h and
  * max|h| bit-identical to tern_cuda_matmul_i8 followed by the GLU) for both
@@ -774,19 +795,9 @@ static void test_fused_mlp(void) {
         TernCudaMatrix dW;
         if (!upload_shape("f32x", sh, &W, &dW)) continue;
         const int64_t K = sh.cols, N = sh.rows;
-        std::vector<float> x((size_t)K), ref((size_t)N), got((size_t)N);
-        for (auto &v : x) v = 3.0f * nrand();
-        x[(size_t)(K / 3)] = -40.0f; /* the largest |x|, negative */
-        std::vector<int8_t> xq((size_t)K);
-        float sx = 0.0f, mx = 0.0f;
-        for (float v : x) mx = std::max(mx, fabsf(v));
-        act_quant_int8_ref(x.data(), 1, K, xq.data(), &sx);
-        tern_matmul_i8_ref(&W, xq.data(), &sx, 1, ref.data());
-        unsigned mb;
-        memcpy(&mb, &mx, 4);
+        std::vector<float> ref((size_t)N), got((size_t)N);
         GBuf dx = gbuf((size_t)K * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)N * 4, 4);
-        CK(cudaMemcpy(dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
-        CK(cudaMemcpy(dm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+        f32x_input(W, 3.0f, K / 3, 40.0f, ref, dx, dm); /* the largest |x| negative */
         const bool ok = tern_cuda_matmul_i8_f32x_ok(&dW) != 0;
         report(ok, "f32x %lldx%lld: taken", (long long)N, (long long)K);
         for (int v : f32_vars) {
@@ -819,19 +830,9 @@ static void test_fused_mlp(void) {
         if (!upload_shape("f32x one warp", sh, &W, &dW)) continue;
         const int64_t K = sh.cols, N = sh.rows;
         for (int zero = 0; zero < 2; zero++) {
-            std::vector<float> x((size_t)K), ref((size_t)N), got((size_t)N);
-            for (auto &v : x) v = zero ? 0.0f : 2.0f * nrand();
-            if (!zero) x[(size_t)(K / 2)] = -25.0f;
-            std::vector<int8_t> xq((size_t)K);
-            float sx = 0.0f, mx = 0.0f;
-            for (float v : x) mx = std::max(mx, fabsf(v));
-            act_quant_int8_ref(x.data(), 1, K, xq.data(), &sx);
-            tern_matmul_i8_ref(&W, xq.data(), &sx, 1, ref.data());
-            unsigned mb;
-            memcpy(&mb, &mx, 4);
+            std::vector<float> ref((size_t)N), got((size_t)N);
             GBuf dx = gbuf((size_t)K * 4, 4), dm = gbuf(4, 4), dy = gbuf((size_t)N * 4, 4);
-            CK(cudaMemcpy(dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
-            CK(cudaMemcpy(dm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+            f32x_input(W, zero ? 0.0f : 2.0f, K / 2, zero ? 0.0f : 25.0f, ref, dx, dm);
             CK(cudaMemset(dy.ptr(), 0xff, (size_t)N * 4));
             const int kind = tern_cuda_matmul_i8_f32x_kernel(&dW);
             const int rc = tern_cuda_matmul_i8_f32x(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(),

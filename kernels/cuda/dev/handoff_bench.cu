@@ -9,7 +9,8 @@
  *           poll it (acquire) until it reaches kernel i's grid, then trigger.
  * Each CTA reads 8 values of the previous kernel's output and writes one per
  * thread, so the chain's result checks the ordering (every value = hops).
- * Build: nvcc -O3 -arch=sm_90a -o handoff_bench handoff_bench.cu */
+ * Build: nvcc -O3 -arch=sm_90a -o handoff_bench handoff_bench.cu
+ * (H200, nineteenth session: NOTES.md) */
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -61,141 +62,98 @@ __global__ void hop(const float *in, float *out, int n, unsigned *ctr, int hopi,
     }
 }
 
-int main(int argc, char **argv) {
-    const int hops = 128, reps = 21;
-    const int grids[] = {132, 264, 528, 1056};
-    const int smems[] = {0, 100 * 1024, 200 * 1024};
-    const int spins[] = {0, 32};
-    const bool blocks_only = argc > 1; /* the same threads in fewer, larger CTAs */
-    const int bgrid[][2] = {{132, 1024}, {264, 512}, {528, 256}, {1056, 128}, {33, 1024}, {132, 256}};
-    if (blocks_only) {
-        printf("grid block mode  us/hop\n");
-        for (auto &gb : bgrid)
-            for (int mode = 0; mode < 2; mode++) {
-                const int G = gb[0], B = gb[1], n = G * B;
-                float *b[2];
-                unsigned *ctr;
-                CK(cudaMalloc(&b[0], n * sizeof(float)));
-                CK(cudaMalloc(&b[1], n * sizeof(float)));
-                CK(cudaMalloc(&ctr, hops * sizeof(unsigned)));
-                cudaStream_t s;
-                CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
-                cudaGraph_t g;
-                cudaGraphExec_t ge;
-                CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                CK(cudaMemsetAsync(b[0], 0, n * sizeof(float), s));
-                for (int h = 0; h < hops; h++) {
-                    cudaLaunchConfig_t cfg = {};
-                    cfg.gridDim = dim3(G);
-                    cfg.blockDim = dim3(B);
-                    cfg.dynamicSmemBytes = 4096;
-                    cfg.stream = s;
-                    cudaLaunchAttribute at[1];
-                    at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                    at[0].val.programmaticStreamSerializationAllowed = 1;
-                    cfg.attrs = at;
-                    cfg.numAttrs = (mode > 0 && h > 0) ? 1 : 0;
-                    const float *in = b[h & 1];
-                    float *out = b[(h + 1) & 1];
-                    if (mode == 0) CK(cudaLaunchKernelEx(&cfg, hop<0>, in, out, n, ctr, h, 0u, 0));
-                    else CK(cudaLaunchKernelEx(&cfg, hop<1>, in, out, n, ctr, h, 0u, 0));
-                }
-                CK(cudaStreamEndCapture(s, &g));
-                CK(cudaGraphInstantiate(&ge, g, 0));
-                std::vector<float> t;
-                cudaEvent_t e0, e1;
-                CK(cudaEventCreate(&e0));
-                CK(cudaEventCreate(&e1));
-                for (int r = 0; r < reps; r++) {
-                    CK(cudaEventRecord(e0, s));
-                    CK(cudaGraphLaunch(ge, s));
-                    CK(cudaEventRecord(e1, s));
-                    CK(cudaEventSynchronize(e1));
-                    float ms;
-                    CK(cudaEventElapsedTime(&ms, e0, e1));
-                    t.push_back(ms);
-                }
-                std::sort(t.begin(), t.end());
-                std::vector<float> hv(n);
-                CK(cudaMemcpy(hv.data(), b[hops & 1], n * sizeof(float), cudaMemcpyDeviceToHost));
-                int bad = 0;
-                for (int i = 0; i < n; i++) bad += hv[i] != (float)hops;
-                printf("%5d %5d %4d %7.3f %s\n", G, B, mode, t[reps / 2] * 1000.f / hops, bad ? "WRONG" : "ok");
-                CK(cudaGraphExecDestroy(ge));
-                CK(cudaGraphDestroy(g));
-                CK(cudaFree(b[0]));
-                CK(cudaFree(b[1]));
-                CK(cudaFree(ctr));
-            }
-        return 0;
+/* The chain's time per kernel (us, median of `reps` replays of one graph of
+ * `hops` kernels of G CTAs of B threads, smem bytes of dynamic shared memory,
+ * at least 4 B); *ok: every value of the result = hops. */
+static float chain_us(cudaStream_t s, int hops, int reps, int G, int B, int smem, int mode, int spin, bool *ok) {
+    const int n = G * B;
+    float *b[2];
+    unsigned *ctr;
+    CK(cudaMalloc(&b[0], n * sizeof(float)));
+    CK(cudaMalloc(&b[1], n * sizeof(float)));
+    CK(cudaMalloc(&ctr, hops * sizeof(unsigned)));
+    cudaGraph_t g;
+    cudaGraphExec_t ge;
+    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+    CK(cudaMemsetAsync(b[0], 0, n * sizeof(float), s));
+    CK(cudaMemsetAsync(ctr, 0, hops * sizeof(unsigned), s));
+    for (int h = 0; h < hops; h++) {
+        cudaLaunchConfig_t cfg = {};
+        cfg.gridDim = dim3(G);
+        cfg.blockDim = dim3(B);
+        cfg.dynamicSmemBytes = smem;
+        cfg.stream = s;
+        cudaLaunchAttribute at[1];
+        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        at[0].val.programmaticStreamSerializationAllowed = 1;
+        cfg.attrs = at;
+        cfg.numAttrs = (mode > 0 && h > 0) ? 1 : 0;
+        const float *in = b[h & 1];
+        float *out = b[(h + 1) & 1];
+        void (*k)(const float *, float *, int, unsigned *, int, unsigned, int) =
+            mode == 0 ? hop<0> : mode == 1 ? hop<1> : hop<2>;
+        CK(cudaLaunchKernelEx(&cfg, k, in, out, n, ctr, h, (unsigned)G, spin));
     }
-    CK(cudaFuncSetAttribute(hop<0>, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-    CK(cudaFuncSetAttribute(hop<1>, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-    CK(cudaFuncSetAttribute(hop<2>, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
-    cudaStream_t s;
-    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    CK(cudaStreamEndCapture(s, &g));
+    CK(cudaGraphInstantiate(&ge, g, 0));
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
+    std::vector<float> t;
+    for (int r = 0; r < reps; r++) {
+        CK(cudaEventRecord(e0, s));
+        CK(cudaGraphLaunch(ge, s));
+        CK(cudaEventRecord(e1, s));
+        CK(cudaEventSynchronize(e1));
+        float ms;
+        CK(cudaEventElapsedTime(&ms, e0, e1));
+        t.push_back(ms);
+    }
+    std::sort(t.begin(), t.end());
+    std::vector<float> hv(n);
+    CK(cudaMemcpy(hv.data(), b[hops & 1], n * sizeof(float), cudaMemcpyDeviceToHost));
+    *ok = true;
+    for (int i = 0; i < n; i++) *ok = *ok && hv[i] == (float)hops;
+    CK(cudaEventDestroy(e0));
+    CK(cudaEventDestroy(e1));
+    CK(cudaGraphExecDestroy(ge));
+    CK(cudaGraphDestroy(g));
+    CK(cudaFree(b[0]));
+    CK(cudaFree(b[1]));
+    CK(cudaFree(ctr));
+    return t[reps / 2] * 1000.f / hops;
+}
+
+/* handoff_bench: grids x shared memory x mode; handoff_bench b: the same
+ * threads in fewer, larger CTAs (modes 0 and 1) */
+int main(int argc, char **argv) {
+    const int hops = 128, reps = 21;
+    for (int m = 0; m < 3; m++) {
+        void (*k)(const float *, float *, int, unsigned *, int, unsigned, int) = m == 0 ? hop<0> : m == 1 ? hop<1> : hop<2>;
+        CK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, 220 * 1024));
+    }
+    cudaStream_t s;
+    CK(cudaStreamCreateWithFlags(&s, cudaStreamNonBlocking));
+    bool ok;
+    if (argc > 1) {
+        const int bgrid[][2] = {{132, 1024}, {264, 512}, {528, 256}, {1056, 128}, {33, 1024}, {132, 256}};
+        printf("grid block mode  us/hop\n");
+        for (auto &gb : bgrid)
+            for (int mode = 0; mode < 2; mode++) {
+                const float us = chain_us(s, hops, reps, gb[0], gb[1], 4096, mode, 0, &ok);
+                printf("%5d %5d %4d %7.3f %s\n", gb[0], gb[1], mode, us, ok ? "ok" : "WRONG");
+            }
+        return 0;
+    }
     printf("grid smemKB mode spin  us/hop  check\n");
-    for (int G : grids)
-        for (int smem : smems)
+    for (int G : {132, 264, 528, 1056})
+        for (int smem : {0, 100 * 1024, 200 * 1024})
             for (int mode = 0; mode < 3; mode++)
-                for (int spin : spins) {
+                for (int spin : {0, 32}) {
                     if (mode != 2 && spin) continue;
-                    const int n = G * 256;
-                    float *b[2];
-                    unsigned *ctr;
-                    CK(cudaMalloc(&b[0], n * sizeof(float)));
-                    CK(cudaMalloc(&b[1], n * sizeof(float)));
-                    CK(cudaMalloc(&ctr, hops * sizeof(unsigned)));
-                    cudaGraph_t g;
-                    cudaGraphExec_t ge;
-                    CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-                    CK(cudaMemsetAsync(b[0], 0, n * sizeof(float), s));
-                    CK(cudaMemsetAsync(ctr, 0, hops * sizeof(unsigned), s));
-                    for (int h = 0; h < hops; h++) {
-                        cudaLaunchConfig_t cfg = {};
-                        cfg.gridDim = dim3(G);
-                        cfg.blockDim = dim3(256);
-                        cfg.dynamicSmemBytes = smem + 1024;
-                        cfg.stream = s;
-                        cudaLaunchAttribute at[1];
-                        at[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-                        at[0].val.programmaticStreamSerializationAllowed = 1;
-                        cfg.attrs = at;
-                        cfg.numAttrs = (mode > 0 && h > 0) ? 1 : 0;
-                        const float *in = b[h & 1];
-                        float *out = b[(h + 1) & 1];
-                        if (mode == 0) CK(cudaLaunchKernelEx(&cfg, hop<0>, in, out, n, ctr, h, (unsigned)G, spin));
-                        if (mode == 1) CK(cudaLaunchKernelEx(&cfg, hop<1>, in, out, n, ctr, h, (unsigned)G, spin));
-                        if (mode == 2) CK(cudaLaunchKernelEx(&cfg, hop<2>, in, out, n, ctr, h, (unsigned)G, spin));
-                    }
-                    CK(cudaStreamEndCapture(s, &g));
-                    CK(cudaGraphInstantiate(&ge, g, 0));
-                    std::vector<float> t;
-                    for (int r = 0; r < reps; r++) {
-                        CK(cudaEventRecord(e0, s));
-                        CK(cudaGraphLaunch(ge, s));
-                        CK(cudaEventRecord(e1, s));
-                        CK(cudaEventSynchronize(e1));
-                        float ms;
-                        CK(cudaEventElapsedTime(&ms, e0, e1));
-                        t.push_back(ms);
-                    }
-                    std::sort(t.begin(), t.end());
-                    std::vector<float> h(n);
-                    CK(cudaMemcpy(h.data(), b[hops & 1], n * sizeof(float), cudaMemcpyDeviceToHost));
-                    int bad = 0;
-                    for (int i = 0; i < n; i++) bad += h[i] != (float)hops;
-                    printf("%5d %6d %4d %4d %7.3f  %s\n", G, smem / 1024, mode, spin,
-                           t[reps / 2] * 1000.f / hops, bad ? "WRONG" : "ok");
+                    const float us = chain_us(s, hops, reps, G, 256, smem + 1024, mode, spin, &ok);
+                    printf("%5d %6d %4d %4d %7.3f  %s\n", G, smem / 1024, mode, spin, us, ok ? "ok" : "WRONG");
                     fflush(stdout);
-                    CK(cudaGraphExecDestroy(ge));
-                    CK(cudaGraphDestroy(g));
-                    CK(cudaFree(b[0]));
-                    CK(cudaFree(b[1]));
-                    CK(cudaFree(ctr));
                 }
     return 0;
 }
