@@ -156,7 +156,10 @@ int tern_cuda_decode_variant_get(void);
  * GLU forms (the GLU's key: the fused gate|up matrix, 2 inter x hidden), to
  * the bulk-copy kernel with variant V (6abcd) in place of the shape rule —
  * also where the rule would take a dp4a kernel, which also makes the f32
- * input form available there (tern_cuda_matmul_i8_f32x_ok) — to tune one
+ * input form available there (tern_cuda_matmul_i8_f32x_ok), and where it
+ * would take the one-warp GEMV, whose f32 form then gives way to the
+ * bulk-copy kernel's (tern_cuda_matmul_i8_f32x_kernel 6 instead of 4: the
+ * engine then fuses such an o projection only under TERNLAB_CUDA_O_FUSE=1) — to tune one
  * matrix of a model end to end; "" or NULL clears it; the first entry of a
  * shape wins.  Set it before the GEMVs are enqueued: captured CUDA graphs
  * keep the kernels they captured.  -1 (err_set) on a malformed spec, which

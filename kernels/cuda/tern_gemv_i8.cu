@@ -13,9 +13,10 @@
  * then an integer warp reduction (exact, any order).
  * Measured (H200, make bench-gpu, M = 1, group row): 4096x4096 3.8 us (3.4x cuBLAS
  * BF16), 14336x4096 10.1 us (3.1x), 4096x14336 9.3 us (3.4x), 36864x4608 27.5 us
- * (3.2x) — 28-40% of copy bandwidth; for rows longer than 16384 columns the
- * tensor-core GEMV (tern_gemv.cu) is faster (4608x36864: 24.3 vs 34.8 us), so
- * tern_cuda.cu uses this kernel up to 16384 columns.  v2 in dev/.
+ * (3.2x) — 28-40% of copy bandwidth (the first measurements; the binary
+ * tensor-core GEMVs have since taken every row of >= 8192 columns and the
+ * larger matrices: tern_cuda.cu's gemv1_rule sends this kernel the rest).
+ * v2 in dev/.
  * The f32-input form (gemv_i8_rowscale_f32x, the decode step's o projection
  * after the attention: its int8 pass gone) codes x itself: each CTA forms the
  * int8 codes of the whole f32 row in shared memory (127 / max|x| from the max

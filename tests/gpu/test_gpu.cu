@@ -823,11 +823,19 @@ static void test_fused_mlp(void) {
     }
     /* the one-warp GEMV's shapes take its f32 form (the codes formed in each CTA's shared memory):
      * bit-identical to the reference, the rows of the last CTA partial, columns not whole 256-column
-     * blocks, the largest |x| negative and zero */
-    for (Shape2 sh : {Shape2{1000, 4096}, Shape2{300, 5008}, Shape2{4096, 4096}, Shape2{37, 1040}, Shape2{9, 16}, Shape2{64, 8176}}) {
+     * blocks, more rows than warps in the grid (the second row of a warp loaded after the wait),
+     * one scale for the whole tensor, the largest |x| negative and zero */
+    const struct {
+        Shape2 sh;
+        QuantGroup grp;
+    } warp_cases[] = {{{1000, 4096}, QG_ROW}, {{300, 5008}, QG_ROW},   {{4096, 4096}, QG_ROW},
+                      {{37, 1040}, QG_ROW},   {{9, 16}, QG_ROW},      {{64, 8176}, QG_ROW},
+                      {{8192, 1024}, QG_ROW}, {{4300, 2064}, QG_ROW}, {{4300, 2064}, QG_TENSOR}};
+    for (const auto &wc : warp_cases) {
+        const Shape2 sh = wc.sh;
         TernaryMatrix W;
         TernCudaMatrix dW;
-        if (!upload_shape("f32x one warp", sh, &W, &dW)) continue;
+        if (!upload_shape("f32x one warp", sh, &W, &dW, wc.grp)) continue;
         const int64_t K = sh.cols, N = sh.rows;
         for (int zero = 0; zero < 2; zero++) {
             std::vector<float> ref((size_t)N), got((size_t)N);
@@ -844,9 +852,10 @@ static void test_fused_mlp(void) {
             for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &ref[(size_t)r], 4) != 0;
             report(kind == 4 && tern_cuda_matmul_i8_f32x_ok(&dW) && rc == 0 && cfg_ok && bad == 0 &&
                        guards_ok(dy) && guards_ok(dx),
-                   "f32x %lldx%lld one warp per row%s (kind %d, %s): %d of %lld outputs differ from the "
+                   "f32x %lldx%lld%s one warp per row%s (kind %d, %s): %d of %lld outputs differ from the "
                    "reference%s%s",
-                   (long long)N, (long long)K, zero ? ", x = 0" : "", kind, tern_cuda_last_config(), bad,
+                   (long long)N, (long long)K, wc.grp == QG_TENSOR ? " (tensor scale)" : "", zero ? ", x = 0" : "",
+                   kind, tern_cuda_last_config(), bad,
                    (long long)N, rc ? ": " : "", rc ? err_msg() : "");
             gfree(dx), gfree(dm), gfree(dy);
         }
@@ -871,9 +880,9 @@ static void test_fused_mlp(void) {
         }
     }
     /* tern_cuda_tbm_override reaches the fused forms: the f32-input form of 4096 x 11008 on the
-     * variant it names instead of 65520, that of a shape refused above (4096 x 4096, one warp
-     * per row) taken on its variant, the GLU of a 2048 x 4096 gate|up matrix likewise (the
-     * variants' bits are checked above) */
+     * variant it names instead of 65520, that of a one-warp shape (4096 x 4096: its one-warp form
+     * above) moved to the bulk-copy kernel on its variant, the GLU of a 2048 x 4096 gate|up matrix
+     * likewise (the variants' bits are checked above) */
     struct {
         Shape2 sh;
         bool glu;
