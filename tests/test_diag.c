@@ -31,16 +31,30 @@ static int load(const char *dir, const char *quant, int dense, Model *m) {
 
 static const KvPolicy KV_NONE = {.kind = KVP_NONE, .layer_lo = -1, .layer_hi = -1};
 
-TEST(diag_diff_self_is_zero) {
+/* diff_compare of the llama fixture loaded with quant spec qa (NULL: as
+ * stored) against it as stored, no KV policy, over the first 64 test tokens,
+ * threshold 1e-2: 0 with *r (and the model's layer count), else -1 */
+static int diff_llama(const char *qa, DiffResult *r, int *layers) {
     Model a, b;
-    REQUIRE(load(LLAMA_DIR, NULL, 0, &a) == 0);
-    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
-    int64_t n;
-    int32_t *tok = load_tokens(a.cfg.vocab, &n);
-    REQUIRE(tok);
+    int rc = -1;
+    if (load(LLAMA_DIR, qa, 0, &a) != 0) return -1;
+    *layers = a.cfg.n_layers;
+    if (load(LLAMA_DIR, NULL, 0, &b) == 0) {
+        int64_t n;
+        int32_t *tok = load_tokens(a.cfg.vocab, &n);
+        if (tok) rc = diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, r);
+        free(tok);
+        model_free(&b);
+    }
+    model_free(&a);
+    return rc;
+}
+
+TEST(diag_diff_self_is_zero) {
     DiffResult r;
-    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
-    CHECK(r.have_blocks && r.n_lin == 7 * a.cfg.n_layers);
+    int layers;
+    REQUIRE(diff_llama(NULL, &r, &layers) == 0);
+    CHECK(r.have_blocks && r.n_layers == layers && r.n_lin == 7 * layers);
     for (int s = 0; s < r.n_layers + 2; s++)
         CHECK_MSG(r.resid[s].rel_l2 == 0 && r.resid[s].max_abs == 0 && !r.resid[s].nonfinite_a,
                   "row %d: %g", s, r.resid[s].rel_l2);
@@ -49,21 +63,13 @@ TEST(diag_diff_self_is_zero) {
     for (int i = 0; i < r.n_lin; i++) CHECK_MSG(r.lin[i].rel_l2 == 0, "%s", r.lin_name[i]);
     CHECK(r.first_layer == -1 && r.first_block[0] == 0);
     diff_result_free(&r);
-    free(tok);
-    model_free(&a);
-    model_free(&b);
 }
 
 /* Every linear ternarised: the error is above threshold from layer 0 on and grows. */
 TEST(diag_diff_ternary_error_grows) {
-    Model a, b;
-    REQUIRE(load(LLAMA_DIR, "rule=twn,group=128", 0, &a) == 0);
-    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
-    int64_t n;
-    int32_t *tok = load_tokens(a.cfg.vocab, &n);
-    REQUIRE(tok);
     DiffResult r;
-    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
+    int layers;
+    REQUIRE(diff_llama("rule=twn,group=128", &r, &layers) == 0);
     /* ternarising every linear: the error is there from layer 0 on and grows */
     CHECK_MSG(r.first_layer == 0 && strcmp(r.first_block, "attn") == 0, "first %d %s",
               r.first_layer, r.first_block);
@@ -72,20 +78,12 @@ TEST(diag_diff_ternary_error_grows) {
               "layer 0 %g last %g", r.resid[1].rel_l2, r.resid[r.n_layers].rel_l2);
     for (int i = 0; i < r.n_lin; i++) CHECK_MSG(r.lin[i].rel_l2 > 1e-2, "%s", r.lin_name[i]);
     diff_result_free(&r);
-    free(tok);
-    model_free(&a);
-    model_free(&b);
 }
 
 TEST(diag_diff_first_layer_and_linears) {
-    Model a, b;
-    REQUIRE(load(LLAMA_DIR, "rule=absmean,layers=3", 0, &a) == 0);
-    REQUIRE(load(LLAMA_DIR, NULL, 0, &b) == 0);
-    int64_t n;
-    int32_t *tok = load_tokens(a.cfg.vocab, &n);
-    REQUIRE(tok);
     DiffResult r;
-    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 64, 1e-2, &r) == 0);
+    int layers;
+    REQUIRE(diff_llama("rule=absmean,layers=3", &r, &layers) == 0);
     CHECK_MSG(r.first_layer == 3 && strcmp(r.first_block, "attn") == 0, "first %d %s",
               r.first_layer, r.first_block);
     for (int s = 0; s <= 3; s++) CHECK_MSG(r.resid[s].rel_l2 == 0, "row %d", s);
@@ -96,9 +94,6 @@ TEST(diag_diff_first_layer_and_linears) {
                        r.lin_name[i], r.lin[i].rel_l2);
     }
     diff_result_free(&r);
-    free(tok);
-    model_free(&a);
-    model_free(&b);
 }
 
 TEST(diag_diff_matches_reference_dump) {
