@@ -726,7 +726,7 @@ static void synth_decode_h(int heads, int glu, int att, int ofu, int steps, floa
     ModelConfig *c = &m.cfg;
     c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
     c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = heads, c->n_kv_heads = 4;
-    c->head_dim = 128, c->vocab = SYN_V; /* o: 256 x 8192, a binary tensor-core shape too */
+    c->head_dim = 128, c->vocab = SYN_V; /* o: 256 x 128 heads columns */
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
     setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);

@@ -644,8 +644,7 @@ static int f32x_kernel(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     const int k = gemv1_rule(W, 0, tbm);
-    /* (the one-warp form holds rows of <= 2048 bytes: gemv_i8_rowscale_f32x) */
-    return k < 0 ? -1 : k == 6 || (k == 4 && W->row_bytes <= 2048) ? k : 0;
+    return k < 0 ? -1 : k == 6 || (k == 4 && W->row_bytes <= kTernWarpF32xRowBytes) ? k : 0;
 }
 
 int tern_cuda_matmul_i8_f32x_kernel(const TernCudaMatrix *W) {

@@ -106,7 +106,7 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
  * with 256-thread CTAs, 4 per SM: 796-812 against 803-805 (three rounds; x
  * read from L2 by 512 CTAs), and 772-777 against 797-802 when 62 registers
  * (four float4 loads of x in flight) filled the register file (NOTES.md). */
-constexpr int kF32xChunks = 128, kF32xThreads = 1024;
+constexpr int kF32xChunks = kTernWarpF32xRowBytes / 16, kF32xThreads = 1024;
 __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const uint8_t *__restrict__ codes,
                                                              const float *__restrict__ scales,
                                                              int64_t scale_stride, int64_t rows,

@@ -66,6 +66,11 @@ __device__ __forceinline__ int8_t tern_quant1(float v, float s) {
     const float q = rintf(__fmul_rn(v, s));
     return (int8_t)(q > 127.0f ? 127 : q < -128.0f ? -128 : (int)q);
 }
+/* The longest row (bytes of codes: 8192 columns) the one-warp GEMV's
+ * f32-input form takes (tern_gemv_i8.cu, each lane holding its row's <= 4
+ * 16-byte chunks in registers); tern_cuda.cu's dispatch asks the same. */
+constexpr int kTernWarpF32xRowBytes = 2048;
+
 /* A row's max|v| for the next GEMV's int8 scale (tern_cuda_matmul_i8_f32x):
  * the warp's largest m (every lane calls, m = some |v| >= 0) raised into *mx
  * as float bits (non-negative floats order as their bits; *mx zero before). */

@@ -939,7 +939,8 @@ bool env_on(const char *name) {
  * GEMV; "1" (2) on the binary tensor-core GEMVs too, off there by default
  * since the attention reads before its wait (same run, three rounds, H200,
  * bench-e2e tern-i8 B = 1: 27B 283-284 tok/s with it against 292-294
- * without, 7B 743-746 against 754-762); "0" (0) nowhere. */
+ * without; the 7B's o then had a binary f32 form too, since removed); "0"
+ * (0) nowhere. */
 int o_fuse_mode(void) {
     const char *v = getenv("TERNLAB_CUDA_O_FUSE");
     return v && strcmp(v, "0") == 0 ? 0 : v && strcmp(v, "1") == 0 ? 2 : 1;
