@@ -114,7 +114,10 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
-        if (v == 0 && W->cols <= 6144) *tbm = weights >= ((int64_t)64 << 20) ? 63520 : 64520;
+        if (v == 0 && W->cols <= 6144)
+            *tbm = weights >= ((int64_t)64 << 20)                                         ? 63520
+                   : weights >= ((int64_t)40 << 20) && weights < ((int64_t)56 << 20) ? 63521
+                                                                                     : 64520;
         return *tbm ? 6 : 3;
     }
     if (v == 0 && W->cols <= 6144 && weights >= ((int64_t)18 << 20)) {
@@ -368,7 +371,13 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * 15.8).  Chosen end to end (bench-e2e, B = 1, same runs): 63520 from 64M
      * weights took 7B 671-684 -> 699-707 tok/s, 27B 269-272 -> 273-274; then
      * 64520 from 18M and 63520 from 128M 27B 271-272 -> 276-278 (7B, which
-     * has neither shape, 700-706 either way).  (Two consumer warps per tile had once
+     * has neither shape, 700-706 either way).  40M .. 56M weights in <= 6144
+     * columns take 63521 (one CTA per SM: the next kernel's CTAs fit beside
+     * it), chosen end to end: the 7B's q|k|v 12288 x 4096 (48M) on 63521,
+     * four rounds in two runs, 815-821 -> 825-834 tok/s (alone 6.60 -> 6.40
+     * us); not below (the 27B's 8192 x 4608, 36M: 303 -> 298 tok/s, though
+     * 5.24 -> 4.56 us alone) nor from 56M (14336 x 4096 alone 6.8 -> 7.7 us).
+     * (Two consumer warps per tile had once
      * lost in the decode step where the bench said they win: the planner
      * had split 22016 x 4096 into K slices of 4 blocks, 19.4 us instead of
      * 9.4 — it no longer takes such splits, tern_gemv_bmma.cu.)

@@ -507,18 +507,20 @@ static void test_wg_big_tiles(void) {
 }
 
 /* The default one-token dispatch to the bulk-copy GEMV: >= 18M weights in
- * rows of <= 6144 columns (variant 64520; from 64M weights 63520; M = 2^20:
- * 16400 x 4100 is 64.1M, 16300 x 4100 63.7M; 4700 x 4100 18.4M, 4400 x 4100
- * 17.2M), >= 48M weights in rows of 8192 .. 65536 columns and >= 4096 rows
+ * rows of <= 6144 columns (variant 64520; from 64M weights 63520, from 40M to
+ * 56M 63521; M = 2^20: 16400 x 4100 is 64.1M, 16300 x 4100 63.7M; 14400 x
+ * 4100 56.3M, 12300 x 4100 48.1M, 10000 x 4100 39.1M; 4700 x 4100 18.4M,
+ * 4400 x 4100 17.2M), >= 48M weights in rows of 8192 .. 65536 columns and >= 4096 rows
  * (63530, a K split; from 128M weights 63520: 4100 x 32800 is 128.3M), bit-identical to
  * the reference; the config names the variant.  Not taken: 4100 x 9000
  * (35.2M weights), 4095 rows, 6160 columns, a forced kernel, a decode
  * variant, TERNLAB_CUDA_GEMV1. */
 static void test_gemv_default(void) {
-    const Shape2 shapes[] = {{8200, 4100}, {4100, 12300}, {4100, 9000}, {16400, 4100}, {4700, 4100}, {4100, 32800}};
+    const Shape2 shapes[] = {{8200, 4100},  {4100, 12300}, {4100, 9000}, {16400, 4100},
+                             {4700, 4100}, {4100, 32800}, {12300, 4100}};
     const int64_t ns[] = {1};
     const int variants[] = {0};
-    forced_variants("gemv default", 0, shapes, 6, ns, 1, variants, 1);
+    forced_variants("gemv default", 0, shapes, 7, ns, 1, variants, 1);
     struct {
         Shape2 sh;
         int force, variant;
@@ -531,7 +533,8 @@ static void test_gemv_default(void) {
         {{8200, 4100}, 6, 64521, NULL, "gemv_tbm v=64521"}, {{16400, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
         {{16300, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{4700, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
         {{4400, 4100}, 0, 0, NULL, "gemv_warp"},         {{4100, 32800}, 0, 0, NULL, "gemv_tbm v=63520"},
-        {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=63530"},
+        {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=63530"}, {{12300, 4100}, 0, 0, NULL, "gemv_tbm v=63521"},
+        {{14400, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{10000, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
