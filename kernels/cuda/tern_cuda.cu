@@ -266,8 +266,6 @@ TernKArgs base_args(const TernCudaMatrix *W, int gu) {
 
 extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x, int64_t x_cols,
                                      const float *d_sx, float *d_y, cudaStream_t s);
-extern "C" int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
-                                          float *d_y, cudaStream_t s);
 
 /* The multi-token bulk-copy GEMV (tern_gemv_bmma.cu's gemv_i8_tbm_mt; 2 .. 16
  * tokens, int8, one scale per row or per tensor — measured with one per row)
@@ -679,7 +677,7 @@ int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, co
     if (k == 4) { /* one warp per row: no K split to leave */
         if (def) *def = {};
         tern_cuda_set_config("gemv_warp f32x");
-        if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, stream) < 0)
+        if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, nullptr, stream) < 0)
             return err_prefix("tern_cuda_matmul_i8_f32x: ");
         return 0;
     }
@@ -692,6 +690,45 @@ int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, co
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream) {
     return tern_cuda_matmul_i8_f32x_defer(W, d_x, d_xmax, d_y, nullptr, stream);
+}
+
+/* The folded norm (TernNormOut / TernNormIn, tern_cuda.h): its producer is
+ * the one-warp f32 form only (whole rows per warp, so y is final where it is
+ * added to the residual); its consumer the bulk-copy GLU form. */
+int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W) { return tern_cuda_matmul_i8_f32x_kernel(W) == 4; }
+
+int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                  TernNormOut *no, cudaStream_t stream) {
+    const int off = fused_off();
+    if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x_norm");
+    if (!no) return err_set("tern_cuda_matmul_i8_f32x_norm: no norm output");
+    int tbm;
+    const int k = f32x_kernel(W, &tbm);
+    if (k < 0) return err_prefix("tern_cuda_matmul_i8_f32x_norm: ");
+    if (k != 4)
+        return err_set("tern_cuda_matmul_i8_f32x_norm: %lld x %lld: not a shape of the one-warp GEMV with one "
+                       "scale per row",
+                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
+    tern_cuda_set_config("gemv_warp f32x norm");
+    if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, nullptr, no, stream) < 0)
+        return err_prefix("tern_cuda_matmul_i8_f32x_norm: ");
+    return 0;
+}
+
+int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
+                          cudaStream_t stream) {
+    const int off = fused_off();
+    if (off) return fused_off_err(off, "tern_cuda_glu_i8_norm");
+    if (!glu_shape_ok(W))
+        return err_set("tern_cuda_glu_i8_norm: %lld x %lld (%lld scale groups per row): not a gate|up matrix of "
+                       "whole 16-row tiles with one scale per row",
+                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
+                       W ? (long long)W->n_groups : 0LL);
+    int tbm = 0;
+    if (gemv1_rule(W, 0, &tbm) < 0) return err_prefix("tern_cuda_glu_i8_norm: ");
+    const int v = fused_variant(tbm, 60000, 64520, "glu norm");
+    if (tern_gemv_i8_glu_norm(W, ni, act, d_h, d_hmax, v, stream) < 0) return err_prefix("tern_cuda_glu_i8_norm: ");
+    return 0;
 }
 
 } /* extern "C" */

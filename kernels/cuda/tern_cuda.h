@@ -123,6 +123,51 @@ typedef struct {
 int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                    float *d_y, TernDeferred *def, cudaStream_t stream);
 
+/* The RMSNorm between the o projection and the gate|up GEMV of a one-token
+ * decode step folded into both GEMVs, no norm kernel between them.  Let x' =
+ * res + y (the residual after the o projection's output y) and v = x' * w
+ * (w the norm's weights); the norm's output x' * r * w, r = 1 / sqrt(sum
+ * x'^2 / dim + eps), has the int8 codes of v (int8 coding is scale-free: 127
+ * / max|v|) with r moved into the consumer's output scale.
+ * TernNormOut (tern_cuda_matmul_i8_f32x_norm, the one-warp f32 form only):
+ *   res[r] += y[r] in place (y not written), *amax raised by max |x'[r] *
+ *   w[r]| (float bits, zero before the call), and ss[c] = the sum of x'[r]^2
+ *   over the rows of the producer's CTA c, in a fixed order (each warp's rows
+ *   in turn, then the CTA's warps in turn); the call sets n_ss, the slots
+ *   written (<= TERN_NORM_SLOTS).
+ * TernNormIn (tern_cuda_glu_i8_norm, the bulk-copy GLU form): x = the
+ *   residual (dim = W->cols floats, 16-byte aligned), w, amax and the n_ss
+ *   slots ss as written; each output y = W q(v) as tern_cuda_matmul_i8 forms
+ *   it (127 / max|v|), times r, with sum x'^2 the slots' sum in a fixed order
+ *   (tern_norm_r: lane l of a warp adds slots l, l + 32, ... in turn, then the
+ *   lanes' sums meet by xor shuffles 16, 8, 4, 2, 1); then the GLU as
+ *   tern_cuda_glu_i8.
+ * Deterministic; not bit-identical to the separate norm kernel (its max is
+ * of x' * r * w, its sum of squares in another order): ulps of r, and a code
+ * where v * 127 / max|v| falls within rounding of a half. */
+#define TERN_NORM_SLOTS 160
+typedef struct {
+    float *res;
+    const float *w;
+    unsigned *amax;
+    float *ss;
+    int n_ss;
+} TernNormOut;
+typedef struct {
+    const float *x, *w;
+    const unsigned *amax;
+    const float *ss;
+    int n_ss;
+    float eps;
+} TernNormIn;
+/* _ok: 1 where W takes the producer (tern_cuda_matmul_i8_f32x_kernel 4), else 0;
+ * the consumer takes tern_cuda_glu_i8's shapes (tern_cuda_glu_i8_ok). */
+int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W);
+int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                  TernNormOut *no, cudaStream_t stream);
+int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
+                          cudaStream_t stream);
+
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);
  * for one token of int8 activations and one scale per row, 3 = the

@@ -59,6 +59,11 @@ struct BmArgs {
     const float *sx;
     const float *xf;      /* instead of x / sx: f32 activations, coded here (tern_gemv_i8_bmma_f32x) */
     const unsigned *xmax; /* with xf: max|x| as float bits (the scale 127 / max formed here) */
+    /* the folded norm's input (TernNormIn; the GLU form from xf): x * xw coded, r from the
+     * n_ss slots nss, eps, xcols columns */
+    const float *xw, *nss;
+    int n_ss;
+    float eps;
     float *y;
     int ks;          /* blocks per K slice */
     int *part, *ctr; /* split K: partial sums per row (the multi-token kernel: per token and
@@ -113,10 +118,10 @@ __device__ __forceinline__ void sum_sets(const int (&d)[NS][4][4], int (&de)[4],
  * register-fed kernel takes PRE 1 (its CTAs hold <= 1 item per thread at
  * the shapes it serves): 16 registers per item, and with PRE 2 it lost a
  * CTA per SM (7B's 4096 x 11008: 10.0 -> 11.9 us). */
-template <bool XF, int PRE>
+template <bool XF, int PRE, bool NX = false>
 __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x, const float *xf,
                                               const unsigned *xmax, int64_t xcols, int64_t kb0, int nkb,
-                                              int tid, int nthr, int *sumx) {
+                                              int tid, int nthr, int *sumx, const float *xw = nullptr) {
     if (tid == 0) *sumx = 0;
     int sx_part = 0;
     float xs = 0.0f;
@@ -134,39 +139,47 @@ __device__ __forceinline__ float build_planes(uint32_t *planes, const int8_t *x,
         }
     };
     auto col_of = [&](int it) { return (kb0 + (it >> 4)) * 256 + 4 * (it & 15); };
-    auto quant4 = [&](const float4 (&vv)[4], uint32_t (&w)[4]) { /* 0 past xcols (zeros loaded) */
+    /* NX: v = x * w (wv), then coded */
+    auto quant4 = [&](const float4 (&vv)[4], const float4 (&wv)[4], uint32_t (&w)[4]) { /* 0 past xcols */
 #pragma unroll
-        for (int f = 0; f < 4; f++)
-            w[f] = (uint32_t)(uint8_t)tern_quant1(vv[f].x, xs) | (uint32_t)(uint8_t)tern_quant1(vv[f].y, xs) << 8 |
-                   (uint32_t)(uint8_t)tern_quant1(vv[f].z, xs) << 16 | (uint32_t)(uint8_t)tern_quant1(vv[f].w, xs) << 24;
+        for (int f = 0; f < 4; f++) {
+            float4 v = vv[f];
+            if (NX)
+                v = make_float4(__fmul_rn(v.x, wv[f].x), __fmul_rn(v.y, wv[f].y), __fmul_rn(v.z, wv[f].z),
+                                __fmul_rn(v.w, wv[f].w));
+            w[f] = (uint32_t)(uint8_t)tern_quant1(v.x, xs) | (uint32_t)(uint8_t)tern_quant1(v.y, xs) << 8 |
+                   (uint32_t)(uint8_t)tern_quant1(v.z, xs) << 16 | (uint32_t)(uint8_t)tern_quant1(v.w, xs) << 24;
+        }
     };
-    auto load = [&](int it, float4 (&vv)[4]) {
+    auto load = [&](int it, float4 (&vv)[4], float4 (&wv)[4]) {
         const int64_t col = col_of(it);
 #pragma unroll
-        for (int f = 0; f < 4; f++)
-            vv[f] = it < n && col + 64 * f < xcols ? *reinterpret_cast<const float4 *>(xf + col + 64 * f)
-                                                   : make_float4(0.f, 0.f, 0.f, 0.f);
+        for (int f = 0; f < 4; f++) {
+            const bool in = it < n && col + 64 * f < xcols;
+            vv[f] = in ? *reinterpret_cast<const float4 *>(xf + col + 64 * f) : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (NX) wv[f] = in ? *reinterpret_cast<const float4 *>(xw + col + 64 * f) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
     };
     static_assert(!XF || PRE > 0, "f32 input: PRE items loaded before the scale");
     if constexpr (XF) {
         const unsigned xm = *xmax;
-        float4 v[PRE][4];
+        float4 v[PRE][4], wv[NX ? PRE : 1][4];
         int it = tid;
 #pragma unroll
-        for (int k = 0; k < PRE; k++) load(it + k * nthr, v[k]);
+        for (int k = 0; k < PRE; k++) load(it + k * nthr, v[k], wv[NX ? k : 0]);
         xs = tern_act_scale(__uint_as_float(xm));
         while (it < n) {
 #pragma unroll
             for (int k = 0; k < PRE; k++) {
                 if (it + k * nthr >= n) break;
                 uint32_t w[4];
-                quant4(v[k], w);
+                quant4(v[k], wv[NX ? k : 0], w);
                 emit(it + k * nthr, w);
             }
             it += PRE * nthr;
             if (it < n)
 #pragma unroll
-                for (int k = 0; k < PRE; k++) load(it + k * nthr, v[k]);
+                for (int k = 0; k < PRE; k++) load(it + k * nthr, v[k], wv[NX ? k : 0]);
         }
     } else {
         for (int it = tid; it < n; it += nthr) {
@@ -330,8 +343,11 @@ int launch_bmma(BmArgs &a, int per_sm, int sms, cudaStream_t s) {
 __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)sc * 4 + 127) / 128 * 128; }
 
 /* the bulk-copy kernel's forms: int8 x; f32 x coded in the kernel
- * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows) */
-enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_MT8 = 3, TBM_MT16 = 4 };
+ * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows); the
+ * GLU form from the folded norm's input (tern_gemv_i8_glu_norm: f32 x * w
+ * coded, the outputs times r) */
+enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5 };
+__host__ __device__ constexpr bool tbm_paired(int mode) { return mode == TBM_GLU || mode == TBM_GLU_N; }
 /* (TBM_MT8 / TBM_MT16: up to 8 / 16 tokens on the int8 tensor cores, one or
  * two 8-token MMA tiles: gemv_i8_tbm_mt below) */
 
@@ -380,13 +396,17 @@ __device__ __forceinline__ bool tbm_last_slice(int *ctr, int *s_last, int tid) {
 
 /* paired: h of gate row r (y from the exact sum dg) and up row half + r (du)
  * into q.h[r]; returns m raised by |h|.  Scales from ssc (the CTA's nr gate
- * rows from row sbase, then the same up rows) or global memory. */
+ * rows from row sbase, then the same up rows) or global memory.  NX: both y
+ * times the folded norm's r (rn). */
+template <bool NX>
 __device__ __forceinline__ float glu_pair(const TbArgs &q, int64_t r, int dg, int du, float sx, const float *ssc,
-                                          int64_t sbase, int64_t nr, float m) {
+                                          int64_t sbase, int64_t nr, float m, float rn) {
     const BmArgs &p = q.b;
     /* (up row half + r sits at ssc[nr + r - sbase]: an offset sbase + half - nr) */
     const float sg = row_scale(p, r, ssc, sbase), su = row_scale(p, q.half + r, ssc, sbase + q.half - nr);
-    const float hv = tern_glu1(q.act, tern_i8_out(sg, (float)dg, sx), tern_i8_out(su, (float)du, sx));
+    float yg = tern_i8_out(sg, (float)dg, sx), yu = tern_i8_out(su, (float)du, sx);
+    if (NX) yg = __fmul_rn(yg, rn), yu = __fmul_rn(yu, rn);
+    const float hv = tern_glu1(q.act, yg, yu);
     q.h[r] = hv;
     return fmaxf(m, fabsf(hv));
 }
@@ -495,7 +515,7 @@ template <int RT, int MODE>
 __device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64_t *s_full, uint64_t *s_empty,
                                           uint64_t *s_xbar, int nw, TbmCta &c) {
     const BmArgs &p = q.b;
-    constexpr bool paired = MODE == TBM_GLU;
+    constexpr bool paired = tbm_paired(MODE);
     const int tid = threadIdx.x;
     c.kb0 = (int64_t)blockIdx.y * p.ks;
     c.nkb = (int)(p.kblocks - c.kb0 < p.ks ? p.kblocks - c.kb0 : p.ks);
@@ -554,7 +574,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
     __shared__ int s_sumx, s_last;
-    constexpr bool paired = MODE == TBM_GLU, XF = MODE == TBM_F32X;
+    constexpr bool paired = tbm_paired(MODE), XF = MODE == TBM_F32X || MODE == TBM_GLU_N, NX = MODE == TBM_GLU_N;
     /* the parts' sums by unit parity: paired every part's, else parts 1.. at [part - 1] */
     __shared__ int s_part[2][paired ? KH : KH > 1 ? KH - 1 : 1][RT][16];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
@@ -578,9 +598,16 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const float xs = 1.0f;
     (void)kb0;
 #else
-    const float xs = build_planes<XF, 2>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx);
+    float nsv[kTernNormSlotsLane]; /* NX: the norm's slots, in flight while the planes form */
+    if (NX) tern_norm_slots_load(p.nss, p.n_ss, nsv);
+    const float xs = build_planes<XF, 2, NX>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx, p.xw);
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
+#if !(defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2)
+    const float rn = NX ? tern_norm_r(nsv, p.xcols, p.eps) : 1.0f;
+#else
+    const float rn = 1.0f;
+#endif
     TERN_TRACE_NOW(tr_mid);
     const int sumx = s_sumx;
     const float sx = XF ? xs : p.sx[0];
@@ -624,8 +651,8 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
                 atomicAdd(&p.part[r], dg0), atomicAdd(&p.part[r + 8], dg1);
                 atomicAdd(&p.part[q.half + r], du0), atomicAdd(&p.part[q.half + r + 8], du1);
             } else {
-                hm = glu_pair(q, r, dg0, du0, sx, ssc, tb * 16, nrange, hm);
-                hm = glu_pair(q, r + 8, dg1, du1, sx, ssc, tb * 16, nrange, hm);
+                hm = glu_pair<NX>(q, r, dg0, du0, sx, ssc, tb * 16, nrange, hm, rn);
+                hm = glu_pair<NX>(q, r + 8, dg1, du1, sx, ssc, tb * 16, nrange, hm, rn);
             }
             continue;
         }
@@ -651,7 +678,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         float m = 0.0f;
         for (int64_t r = tb * 16 + tid; r < te * 16; r += NT) {
             const int dg = atomicExch(&p.part[r], 0), du = atomicExch(&p.part[q.half + r], 0);
-            m = glu_pair(q, r, dg, du, sx, ssc, tb * 16, nrange, m);
+            m = glu_pair<NX>(q, r, dg, du, sx, ssc, tb * 16, nrange, m, rn);
         }
         tern_raise_absmax(q.hmax, m);
         if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
@@ -883,7 +910,7 @@ constexpr auto tbm_kernel() {
 
 
 /* 16-row tiles the CTAs share out (paired: of the gate half, each with its up tile) */
-constexpr int64_t tbm_tiles(int mode, int64_t rows) { return mode == TBM_GLU ? rows / 32 : (rows + 15) / 16; }
+constexpr int64_t tbm_tiles(int mode, int64_t rows) { return tbm_paired(mode) ? rows / 32 : (rows + 15) / 16; }
 
 /* largest K slice (blocks) for variant digit b */
 constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
@@ -910,7 +937,7 @@ struct TbPlan {
 template <int RT, int KH, int MODE>
 int plan_tbm(TbPlan &pl) {
     auto kern = tbm_kernel<RT, KH, MODE>();
-    constexpr bool paired = MODE == TBM_GLU;
+    constexpr bool paired = tbm_paired(MODE);
     constexpr int threads = 32 * (RT * KH + 1);
     /* dynamic shared memory: the opt-in limit less the kernel's static part */
     cudaFuncAttributes fa;
@@ -1131,6 +1158,33 @@ int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, 
     q.h = d_h;
     q.hmax = d_hmax;
     return launch_variant<TBM_GLU>(q, variant, sms, s, "tern_gemv_i8_glu");
+}
+
+int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
+                          int variant, cudaStream_t s) {
+    const char *who = "tern_gemv_i8_glu_norm";
+    if (!d_h || !d_hmax || !ni || !ni->x || !ni->w || !ni->amax || !ni->ss) return err_set("%s: NULL argument", who);
+    if (ni->n_ss < 1 || ni->n_ss > TERN_NORM_SLOTS)
+        return err_set("%s: %d norm slots (1 .. %d)", who, ni->n_ss, TERN_NORM_SLOTS);
+    if (((uintptr_t)ni->x & 15) != 0 || ((uintptr_t)ni->w & 15) != 0)
+        return err_set("%s: x and w must be 16-byte aligned", who);
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args(who, W, ni->x, W->cols, nullptr, nullptr, q.b, &sms) < 0) return -1;
+    if (W->rows % 32 != 0)
+        return err_set("%s: %lld rows: gate and up halves of whole 16-row tiles needed", who, (long long)W->rows);
+    q.b.x = nullptr; /* f32 activations instead */
+    q.b.xf = ni->x;
+    q.b.xmax = ni->amax;
+    q.b.xw = ni->w;
+    q.b.nss = ni->ss;
+    q.b.n_ss = ni->n_ss;
+    q.b.eps = ni->eps;
+    q.half = W->rows / 2;
+    q.act = act;
+    q.h = d_h;
+    q.hmax = d_hmax;
+    return launch_variant<TBM_GLU_N>(q, variant, sms, s, who);
 }
 
 /* 1 .. 16 tokens (x rows ldx apart), the bulk-copy kernel on the int8 tensor

@@ -107,13 +107,25 @@ __global__ void __launch_bounds__(256, 8) gemv_i8_rowscale(const uint8_t *__rest
  * read from L2 by 512 CTAs), and 772-777 against 797-802 when 62 registers
  * (four float4 loads of x in flight) filled the register file (NOTES.md). */
 constexpr int kF32xChunks = kTernWarpF32xRowBytes / 16, kF32xThreads = 1024;
+/* NO: the folded norm's producer (TernNormOut, tern_cuda.h): y added to res
+ * (loaded after the wait, while x is coded), the next norm's weight of the
+ * row loaded with its codes; each warp's sum of x'^2 over its rows in row
+ * order and its max|x' w|, then the CTA's warps' sums in warp order into
+ * ss[blockIdx.x] and the max raised into *amax. */
+struct NormOut {
+    float *res;
+    const float *w;
+    unsigned *amax;
+    float *ss;
+};
+template <bool NO>
 __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const uint8_t *__restrict__ codes,
                                                              const float *__restrict__ scales,
                                                              int64_t scale_stride, int64_t rows,
                                                              int64_t cols, int64_t row_bytes,
                                                              const float *__restrict__ xf,
                                                              const unsigned *__restrict__ xmax,
-                                                             float *__restrict__ y) {
+                                                             float *__restrict__ y, NormOut no) {
     extern __shared__ int4 xs4[];
     int8_t *xs = reinterpret_cast<int8_t *>(xs4);
     const int lane = threadIdx.x & 31;
@@ -121,7 +133,7 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
     const int64_t nwarps = ((int64_t)gridDim.x * blockDim.x) >> 5;
     const int64_t chunks = row_bytes / 16;
     uint4 w[kF32xChunks / 32];
-    float sr = 0.0f;
+    float sr = 0.0f, nw = 0.0f;
     auto load = [&](int64_t r) {
         const uint8_t *row = codes + r * row_bytes;
 #pragma unroll
@@ -130,11 +142,13 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
             w[j] = c < chunks ? ldg_stream_u4(row + 16 * c) : make_uint4(0, 0, 0, 0);
         }
         sr = scales[r * scale_stride];
+        if (NO) nw = no.w[r];
     };
     int64_t r = warp;
     if (r < rows) load(r);
     pdl_wait();
     pdl_trigger();
+    float res = NO && r < rows && lane == 0 ? no.res[r] : 0.0f;
     const float sx = tern_act_scale(__uint_as_float(*xmax));
     for (int64_t i = 4 * (int64_t)threadIdx.x; i < cols; i += 4 * (int64_t)blockDim.x) {
         const float4 v = *reinterpret_cast<const float4 *>(xf + i);
@@ -143,8 +157,12 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
     }
     __syncthreads();
     TERN_TRACE_NOW(tr_mid);
+    float ss = 0.0f, mx = 0.0f; /* NO: this warp's sum of x'^2 and max|x' w| (lane 0) */
     for (; r < rows; r += nwarps) {
-        if (r != warp) load(r);
+        if (r != warp) {
+            load(r);
+            if (NO && lane == 0) res = no.res[r];
+        }
         int acc = 0;
 #pragma unroll
         for (int j = 0; j < kF32xChunks / 32; j++) {
@@ -153,9 +171,32 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) y[r] = tern_i8_out(sr, (float)acc, sx);
+        if (lane == 0) {
+            const float yr = tern_i8_out(sr, (float)acc, sx);
+            if (NO) {
+                const float xn = __fadd_rn(res, yr);
+                no.res[r] = xn;
+                ss = __fadd_rn(ss, __fmul_rn(xn, xn));
+                mx = fmaxf(mx, fabsf(__fmul_rn(xn, nw)));
+            } else {
+                y[r] = yr;
+            }
+        }
     }
     TERN_TRACE_END(tr_mid);
+    if constexpr (NO) {
+        __shared__ float s_ss[kF32xThreads / 32], s_mx[kF32xThreads / 32];
+        if (lane == 0) s_ss[threadIdx.x >> 5] = ss, s_mx[threadIdx.x >> 5] = mx;
+        __syncthreads();
+        if (threadIdx.x < 32) {
+            float t = 0.0f, m = 0.0f;
+            if (threadIdx.x == 0)
+                for (int i = 0; i < (int)(blockDim.x >> 5); i++) t = __fadd_rn(t, s_ss[i]);
+            m = threadIdx.x < (blockDim.x >> 5) ? s_mx[threadIdx.x] : 0.0f;
+            if (threadIdx.x == 0) no.ss[blockIdx.x] = t;
+            tern_raise_absmax(no.amax, m);
+        }
+    }
 }
 
 } /* namespace */
@@ -189,9 +230,10 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
 }
 
 /* x: one token of f32 activations (W->cols of them, 16-byte aligned), max|x|
- * as the float bits *d_xmax; W->cols a multiple of 16, at most 8192. */
-extern "C" int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
-                                          float *d_y, cudaStream_t s) {
+ * as the float bits *d_xmax; W->cols a multiple of 16, at most 8192; with
+ * no, the folded norm's producer (no->n_ss set: the CTAs). */
+int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                               TernNormOut *no, cudaStream_t s) {
     if (W->n_groups != 1) return err_set("tern_gemv_i8_rowscale_f32x: %lld scale groups per row",
                                          (long long)W->n_groups);
     if (W->cols % 16 != 0 || W->row_bytes > 16 * kF32xChunks || ((uintptr_t)d_x & 15) != 0)
@@ -200,7 +242,18 @@ extern "C" int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *
                        (long long)W->cols, 64 * kF32xChunks);
     unsigned blocks;
     if (rowscale_grid(W, kF32xThreads, 1, &blocks) < 0) return -1;
-    return tern_launch_pdl_smem("gemv_i8_rowscale_f32x", gemv_i8_rowscale_f32x, dim3(blocks), dim3(kF32xThreads),
-                                (size_t)W->cols, s, (const uint8_t *)W->d_codes, (const float *)W->d_scales,
-                                W->scale_stride, W->rows, W->cols, W->row_bytes, d_x, d_xmax, d_y);
+    NormOut n = {};
+    if (no) {
+        if (!no->res || !no->w || !no->amax || !no->ss)
+            return err_set("tern_gemv_i8_rowscale_f32x: the folded norm's output without its buffers");
+        if (blocks > TERN_NORM_SLOTS)
+            return err_set("tern_gemv_i8_rowscale_f32x: %u CTAs, more than %d norm slots", blocks, TERN_NORM_SLOTS);
+        n = {no->res, no->w, no->amax, no->ss};
+        no->n_ss = (int)blocks;
+    }
+    const char *name = no ? "gemv_i8_rowscale_f32x (norm)" : "gemv_i8_rowscale_f32x";
+    return tern_launch_pdl_smem(name, no ? gemv_i8_rowscale_f32x<true> : gemv_i8_rowscale_f32x<false>, dim3(blocks),
+                                dim3(kF32xThreads), (size_t)W->cols, s, (const uint8_t *)W->d_codes,
+                                (const float *)W->d_scales, W->scale_stride, W->rows, W->cols, W->row_bytes, d_x,
+                                d_xmax, d_y, n);
 }

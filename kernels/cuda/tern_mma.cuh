@@ -71,6 +71,28 @@ __device__ __forceinline__ int8_t tern_quant1(float v, float s) {
  * 16-byte chunks in registers); tern_cuda.cu's dispatch asks the same. */
 constexpr int kTernWarpF32xRowBytes = 2048;
 
+/* The folded norm's r (TernNormIn, tern_cuda.h): a warp's lanes load the
+ * producer's slots (tern_norm_slots_load: lane l slots l, l + 32, ..., zero
+ * past n; loads only, so other loads can follow before the sum is needed),
+ * then tern_norm_r sums them (each lane its slots in turn, then the lanes'
+ * sums by xor shuffles 16 .. 1) and forms 1 / sqrt(sum / dim + eps) with
+ * IEEE single operations (a host twin gets the same bits).  Every lane of the
+ * warp calls both; all get the same r. */
+constexpr int kTernNormSlotsLane = TERN_NORM_SLOTS / 32;
+__device__ __forceinline__ void tern_norm_slots_load(const float *ss, int n, float (&v)[kTernNormSlotsLane]) {
+    const int lane = threadIdx.x & 31;
+#pragma unroll
+    for (int j = 0; j < kTernNormSlotsLane; j++) v[j] = lane + 32 * j < n ? ss[lane + 32 * j] : 0.0f;
+}
+__device__ __forceinline__ float tern_norm_r(const float (&v)[kTernNormSlotsLane], int64_t dim, float eps) {
+    float p = 0.0f;
+#pragma unroll
+    for (int j = 0; j < kTernNormSlotsLane; j++) p = __fadd_rn(p, v[j]);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) p = __fadd_rn(p, __shfl_xor_sync(0xffffffffu, p, o));
+    return __fdiv_rn(1.0f, __fsqrt_rn(__fadd_rn(__fdiv_rn(p, (float)dim), eps)));
+}
+
 /* A row's max|v| for the next GEMV's int8 scale (tern_cuda_matmul_i8_f32x):
  * the warp's largest m (every lane calls, m = some |v| >= 0) raised into *mx
  * as float bits (non-negative floats order as their bits; *mx zero before). */
@@ -170,6 +192,14 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
  *   unfinished (tern_cuda_matmul_i8_f32x_defer). */
 int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,
                      float *d_h, unsigned *d_hmax, int variant, cudaStream_t s);
+/* tern_gemv_i8_glu from the folded norm's input (TernNormIn, tern_cuda.h) */
+int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
+                          int variant, cudaStream_t s);
+/* tern_gemv_i8.cu: the one-warp GEMV from f32 x (max|x| *d_xmax), y = W x;
+ * with no, the folded norm's producer (TernNormOut: y added to no->res, not
+ * written; no->n_ss set) */
+int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                               TernNormOut *no, cudaStream_t s);
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                            int variant, cudaStream_t s, TernDeferred *def = nullptr);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */

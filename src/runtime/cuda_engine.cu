@@ -100,8 +100,8 @@ struct CE {
      * kernel (TERNLAB_CUDA_ATT_FUSE=0 turns it off), and at one token the o
      * projection's int8 pass in the o GEMV (o_fused: o_fuse 1 on the one-warp
      * GEMV, 2 on any, 0 off; TERNLAB_CUDA_O_FUSE, o_fuse_mode).
-     * hmax: per layer, max|h| of the GLU output, then max|attention output|
-     * (float bits) */
+     * hmax: per layer, max|h| of the GLU output, then max|attention output|,
+     * then the folded norm's max|x' w| (float bits) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
      * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
@@ -109,10 +109,16 @@ struct CE {
     /* one token, o not fused: the int8 pass before o takes the attention's max
      * (o_max_given; TERNLAB_CUDA_OMAX=0 turns it off) */
     int omax_given = 1;
+    /* one token, o on the one-warp f32 form and the MLP fused: the norm
+     * between them folded into both (norm_folded; TERNLAB_CUDA_NORM_FOLD=0
+     * turns it off); nss its producer's slots (TERN_NORM_SLOTS floats) */
+    int norm_fold = 1;
+    float *nss = nullptr;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
+    int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, last_eager_n = 0;
@@ -396,6 +402,17 @@ bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool o
            L.o.act_int8;
 }
 
+/* One token, o fused on the one-warp f32 form and the MLP fused (mlp_fused:
+ * no sub-norm): the norm between them folded into both GEMVs (TernNormOut /
+ * TernNormIn, tern_cuda.h) — the norm kernel gone.  Not bit-identical to the
+ * norm kernel (ulps of r, a code at a rounding tie); deterministic.  H200,
+ * bench-e2e tern-i8 B = 1, same run: 7B 825-841 -> 854-857 tok/s; the 27B's
+ * o is not a one-warp shape.  (The attention norm folded the same way into
+ * the down and q|k|v GEMVs lost: dev/NOTES.md.) */
+bool norm_folded(const CE *g, const DLayer &L, bool of, bool mf) {
+    return of && mf && g->norm_fold && g->c.hidden % 4 == 0 && tern_cuda_matmul_i8_f32x_norm_ok(&L.o.tm);
+}
+
 /* The whole forward on the device for n tokens whose inputs are in d_in
  * (layout for n), logits of nl rows into g->logits; one_seq: every token
  * belongs to one sequence (the tiled prompt attention); distinct: no two
@@ -413,16 +430,18 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
     const bool att_fused = g->att_fuse && distinct;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
-    std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers);
+    std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
+        nfl((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
         ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, att_fused);
         oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, att_fused, ofl[(size_t)l]);
+        nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
         fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
     }
     if (fused)
-        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(2 * c.n_layers), g->st));
+        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(3 * c.n_layers), g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -461,7 +480,13 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         }
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
-        if (of) { /* one token: the attention raised max|att|; the GEMV forms the int8 codes */
+        const bool nf = nfl[(size_t)l];
+        unsigned *nmax = g->hmax + 2 * c.n_layers + l;
+        TernNormOut nout = {g->x, L.ffn_norm, nmax, g->nss, 0};
+        if (nf) { /* one token: o from f32, its y added to x, the MLP norm's statistics raised */
+            g->n_norm_folded++;
+            TRY(tern_cuda_matmul_i8_f32x_norm(&L.o.tm, g->att, omax, &nout, g->st));
+        } else if (of) { /* one token: the attention raised max|att|; the GEMV forms the int8 codes */
             TRY(tern_cuda_matmul_i8_f32x(&L.o.tm, g->att, omax, g->hout, g->st));
         } else if (g->tp > 1) {
             TRY(row_parallel(g, L.o, L.o_scale, L.o_sstride, g->att, n, qd, g->qd_full, g->att_lo,
@@ -482,10 +507,15 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         }
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
-        TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
+        if (!nf) TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
         if (mfl[(size_t)l]) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
-            TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
+            if (nf) {
+                const TernNormIn nin = {g->x, L.ffn_norm, nmax, g->nss, nout.n_ss, c.eps};
+                TRY(tern_cuda_glu_i8_norm(&L.gu.tm, &nin, act, g->hb, g->hmax + l, g->st));
+            } else {
+                TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
+            }
             /* the next layer's norm (the next kernel) finishes a K split */
             TRY(tern_cuda_matmul_i8_f32x_defer(&L.down.tm, g->hb, g->hmax + l, g->hout,
                                                g->defer && l + 1 < c.n_layers ? &hdef : nullptr, g->st));
@@ -868,7 +898,8 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
         dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
         dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
         dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0 ||
-        dalloc(g, &g->hmax, (size_t)(2 * c.n_layers), "GLU / attention maxima") != 0)
+        dalloc(g, &g->hmax, (size_t)(3 * c.n_layers), "GLU / attention / norm maxima") != 0 ||
+        dalloc(g, &g->nss, (size_t)TERN_NORM_SLOTS, "norm slots") != 0)
         return -1;
     return 0;
 }
@@ -928,7 +959,9 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * one-token MLP as separate kernels (mlp_fused); TERNLAB_CUDA_ATT_FUSE=0: RoPE
  * + KV write and the attention as separate kernels; TERNLAB_CUDA_DEFER=0: the
  * fused MLP's down GEMV finishes its own K split; TERNLAB_CUDA_OMAX=0: the
- * int8 pass before an unfused o projection forms its own max. */
+ * int8 pass before an unfused o projection forms its own max;
+ * TERNLAB_CUDA_NORM_FOLD=0: the norm between a one-warp o and the fused MLP
+ * as its own kernel (norm_folded). */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -957,6 +990,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->o_fuse = o_fuse_mode();
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
+    g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1546,7 +1580,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
-    info->deferred = g->n_deferred, info->omax_given = g->n_omax;
+    info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
     else snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;

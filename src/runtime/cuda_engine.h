@@ -98,6 +98,9 @@ typedef struct {
     /* layers enqueued (the same way) whose int8 pass before the o projection
      * takes the fused attention's max|output| (one token, o not fused) */
     int64_t omax_given;
+    /* layers enqueued (the same way) whose MLP norm was folded into the o and
+     * gate|up GEMVs (one token; TERNLAB_CUDA_NORM_FOLD=0 turns it off) */
+    int64_t norm_folded;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);

@@ -1287,6 +1287,217 @@ static void test_shapes(int quick) {
         }
 }
 
+/* The folded norm's r as tern_norm_r forms it (lane l adds slots l, l + 32,
+ * ... in turn; the lanes' sums meet by xor 16, 8, 4, 2, 1), on the host. */
+static float norm_r_host(const std::vector<float> &ss, int64_t dim, float eps) {
+    float p[32], q[32];
+    for (int l = 0; l < 32; l++) {
+        p[l] = 0.0f;
+        for (int j = 0; j < TERN_NORM_SLOTS / 32; j++) {
+            const size_t i = (size_t)(l + 32 * j);
+            p[l] = p[l] + (i < ss.size() ? ss[i] : 0.0f);
+        }
+    }
+    for (int o = 16; o > 0; o >>= 1) {
+        for (int l = 0; l < 32; l++) q[l] = p[l] + p[l ^ o];
+        memcpy(p, q, sizeof p);
+    }
+    return 1.0f / sqrtf(p[0] / (float)dim + eps);
+}
+
+/* A folded norm's consumer input for W (K = W.cols): x = 2 N(0, 1) with
+ * x[K / 3] = -30, w = N(0, 1), 97 slots of 1 .. 1 + 0.05 K, eps 1e-5 into
+ * device buffers (dx, dw, dss, dnm: max|x w| as float bits) and ni; the
+ * reference outputs y = tern_matmul_i8_ref(act_quant_int8_ref(x w)) * r into
+ * yref (W.rows). */
+struct NormInCase {
+    GBuf dx, dw, dss, dnm;
+    TernNormIn ni;
+    std::vector<float> yref;
+};
+static NormInCase norm_in_case(const TernaryMatrix &W) {
+    const int64_t K = W.cols;
+    NormInCase c;
+    std::vector<float> x((size_t)K), w((size_t)K), v((size_t)K), ss(97);
+    std::vector<int8_t> xq((size_t)K);
+    float mx = 0.0f, sxv = 0.0f;
+    for (int64_t i = 0; i < K; i++) {
+        x[(size_t)i] = i == K / 3 ? -30.0f : 2.0f * nrand();
+        w[(size_t)i] = nrand();
+        v[(size_t)i] = x[(size_t)i] * w[(size_t)i];
+        mx = std::max(mx, fabsf(v[(size_t)i]));
+    }
+    for (auto &e : ss) e = 1.0f + frand() * 0.05f * (float)K;
+    const float eps = 1e-5f, r = norm_r_host(ss, K, eps);
+    act_quant_int8_ref(v.data(), 1, K, xq.data(), &sxv);
+    c.yref.resize((size_t)W.rows);
+    tern_matmul_i8_ref(&W, xq.data(), &sxv, 1, c.yref.data());
+    for (auto &e : c.yref) e = e * r;
+    unsigned mb;
+    memcpy(&mb, &mx, 4);
+    c.dx = gbuf((size_t)K * 4, 4), c.dw = gbuf((size_t)K * 4, 4), c.dss = gbuf(ss.size() * 4, 4), c.dnm = gbuf(4, 4);
+    CK(cudaMemcpy(c.dx.ptr(), x.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(c.dw.ptr(), w.data(), (size_t)K * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(c.dss.ptr(), ss.data(), ss.size() * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(c.dnm.ptr(), &mb, 4, cudaMemcpyHostToDevice));
+    c.ni = {(const float *)c.dx.ptr(), (const float *)c.dw.ptr(), (const unsigned *)c.dnm.ptr(),
+            (const float *)c.dss.ptr(), (int)ss.size(), eps};
+    return c;
+}
+static bool norm_in_free(NormInCase &c) {
+    const bool ok = guards_ok(c.dx) && guards_ok(c.dw) && guards_ok(c.dss);
+    gfree(c.dx), gfree(c.dw), gfree(c.dss), gfree(c.dnm);
+    return ok;
+}
+
+/* One folded-norm producer call on W (the one-warp f32 form) against the
+ * host, bit for bit: res + y of f32x_input's reference y, max|x' w| and the
+ * slots (each warp's rows in order, then the CTA's warps in order). */
+static void norm_out_case(const TernaryMatrix &W, const TernCudaMatrix &dW, int sms) {
+    const int64_t N = W.rows, K = W.cols;
+    std::vector<float> ref((size_t)N), res((size_t)N), w((size_t)N), xn((size_t)N), got((size_t)N);
+    GBuf dx = gbuf((size_t)K * 4, 4), dm = gbuf(4, 4), dres = gbuf((size_t)N * 4, 4), dw = gbuf((size_t)N * 4, 4),
+         dmax = gbuf(4, 4), dss = gbuf(TERN_NORM_SLOTS * 4, 4);
+    f32x_input(W, 2.0f, K / 2, 25.0f, ref, dx, dm);
+    float mx = 0.0f;
+    for (int64_t r = 0; r < N; r++) {
+        res[(size_t)r] = 3.0f * nrand(), w[(size_t)r] = nrand();
+        xn[(size_t)r] = res[(size_t)r] + ref[(size_t)r];
+        mx = std::max(mx, fabsf(xn[(size_t)r] * w[(size_t)r]));
+    }
+    const int64_t blocks = std::min<int64_t>((N + 31) / 32, sms), nwarps = 32 * blocks;
+    std::vector<float> slots((size_t)blocks), gss(TERN_NORM_SLOTS);
+    for (int64_t c = 0; c < blocks; c++) {
+        float t = 0.0f;
+        for (int64_t wi = 0; wi < 32; wi++) {
+            float sw = 0.0f;
+            for (int64_t r = c * 32 + wi; r < N; r += nwarps) {
+                const float sq = xn[(size_t)r] * xn[(size_t)r];
+                sw = sw + sq;
+            }
+            t = t + sw;
+        }
+        slots[(size_t)c] = t;
+    }
+    CK(cudaMemcpy(dres.ptr(), res.data(), (size_t)N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemcpy(dw.ptr(), w.data(), (size_t)N * 4, cudaMemcpyHostToDevice));
+    CK(cudaMemset(dmax.ptr(), 0, 4));
+    TernNormOut no = {(float *)dres.ptr(), (const float *)dw.ptr(), (unsigned *)dmax.ptr(), (float *)dss.ptr(), 0};
+    const int ok_said = tern_cuda_matmul_i8_f32x_norm_ok(&dW);
+    const int rc = tern_cuda_matmul_i8_f32x_norm(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(), &no, 0);
+    const bool cfg_ok = strcmp(tern_cuda_last_config(), "gemv_warp f32x norm") == 0;
+    CK(cudaDeviceSynchronize());
+    unsigned gm = 0, hm;
+    memcpy(&hm, &mx, 4);
+    CK(cudaMemcpy(got.data(), dres.ptr(), (size_t)N * 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(&gm, dmax.ptr(), 4, cudaMemcpyDeviceToHost));
+    CK(cudaMemcpy(gss.data(), dss.ptr(), TERN_NORM_SLOTS * 4, cudaMemcpyDeviceToHost));
+    int bad = 0, bad_ss = 0;
+    for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &xn[(size_t)r], 4) != 0;
+    for (int64_t c = 0; c < blocks; c++) bad_ss += memcmp(&gss[(size_t)c], &slots[(size_t)c], 4) != 0;
+    report(rc == 0 && ok_said && cfg_ok && no.n_ss == (int)blocks && bad == 0 && bad_ss == 0 && gm == hm &&
+               guards_ok(dres) && guards_ok(dss) && guards_ok(dmax),
+           "norm fold out %lldx%lld (%s): %d slots (want %lld), %d of %lld x' and %d slots differ, max %08x "
+           "(host %08x)%s%s",
+           (long long)N, (long long)K, tern_cuda_last_config(), no.n_ss, (long long)blocks, bad, (long long)N, bad_ss,
+           gm, hm, rc ? ": " : "", rc ? err_msg() : "");
+    gfree(dx), gfree(dm), gfree(dres), gfree(dw), gfree(dmax), gfree(dss);
+}
+
+/* The RMSNorm folded into the GEMVs around it (TernNormOut / TernNormIn),
+ * bit for bit against host twins of their definitions:
+ * - producer (the one-warp f32 form, tern_cuda_matmul_i8_f32x_norm): res + y
+ *   (y = act_quant_int8_ref + tern_matmul_i8_ref of x), max|x' w| and the
+ *   CTAs' slots — a partial last CTA, more rows than the grid's warps,
+ *   columns not whole blocks;
+ * - consumer (the bulk-copy GLU form, tern_cuda_glu_i8_norm): v = x w coded
+ *   with 127 / max|v|, y = the int8 GEMV's output times r (norm_r_host of 97
+ *   slots), then the GLU (glu_ref_kernel), both activations, on variants with
+ *   one and several K parts, a K split (its finishing CTA), partial units;
+ * - refusals: the producer on a bulk-copy shape, the consumer without slots. */
+static void test_norm_fold(void) {
+    int sms = 0;
+    CK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+    const int vars[] = {0, 64520, 63530, 66521, 62330, 65520};
+    const Shape2 warp_shapes[] = {{4096, 4096}, {4300, 2064}, {37, 1040}, {8192, 1024}};
+    for (const Shape2 &sh : warp_shapes) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("norm fold out", sh, &W, &dW)) continue;
+        norm_out_case(W, dW, sms);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+
+    const Shape2 glu_shapes[] = {{2048, 4096}, {2016, 36864}, {1440, 1040}, {64, 256}};
+    for (const Shape2 &sh : glu_shapes) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("norm fold in", sh, &W, &dW)) continue;
+        const int64_t N = sh.rows, half = N / 2, K = sh.cols;
+        NormInCase c = norm_in_case(W);
+        GBuf dy = gbuf((size_t)N * 4, 4), dh = gbuf((size_t)half * 4, 4), dhr = gbuf((size_t)half * 4, 4),
+             dm = gbuf(8, 4);
+        CK(cudaMemcpy(dy.ptr(), c.yref.data(), (size_t)N * 4, cudaMemcpyHostToDevice));
+        for (int act = 0; act < 2; act++) {
+            CK(cudaMemset(dm.ptr(), 0, 8));
+            glu_ref_kernel<<<64, 256>>>((const float *)dy.ptr(), half, act, (float *)dhr.ptr(), (unsigned *)dm.ptr() + 1);
+            CK(cudaDeviceSynchronize());
+            std::vector<float> want((size_t)half), hg((size_t)half);
+            CK(cudaMemcpy(want.data(), dhr.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
+            for (int var : vars) {
+                const int oldv = tern_cuda_decode_variant(var);
+                CK(cudaMemset(dm.ptr(), 0, 4));
+                CK(cudaMemset(dh.ptr(), 0xff, (size_t)half * 4));
+                const int rc = tern_cuda_glu_i8_norm(&dW, &c.ni, act, (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+                const bool cfg_ok = fused_config_ok(tern_cuda_last_config(), "glu norm", var);
+                tern_cuda_decode_variant(oldv);
+                CK(cudaDeviceSynchronize());
+                unsigned m[2];
+                CK(cudaMemcpy(hg.data(), dh.ptr(), (size_t)half * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(m, dm.ptr(), 8, cudaMemcpyDeviceToHost));
+                int bad = 0;
+                for (int64_t j = 0; j < half; j++) bad += memcmp(&hg[(size_t)j], &want[(size_t)j], 4) != 0;
+                report(rc == 0 && tern_cuda_glu_i8_ok(&dW) && cfg_ok && bad == 0 && m[0] == m[1] && m[1] != 0,
+                       "norm fold in (glu) %lldx%lld act %d variant %d (%s): %d of %lld h differ, max bits %08x vs "
+                       "%08x%s%s",
+                       (long long)N, (long long)K, act, var, tern_cuda_last_config(), bad, (long long)half, m[0], m[1],
+                       rc ? ": " : "", rc ? err_msg() : "");
+            }
+        }
+        report(norm_in_free(c) && guards_ok(dh) && guards_ok(dm), "norm fold in %lldx%lld: sentinels intact",
+               (long long)N, (long long)K);
+        gfree(dy), gfree(dh), gfree(dhr), gfree(dm);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    { /* refusals */
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (upload_shape("norm fold refusal", {8200, 4096}, &W, &dW)) { /* a bulk-copy shape */
+            GBuf dx = gbuf(4096 * 4, 4), dm = gbuf(4, 4), db = gbuf(8200 * 4, 4), dss = gbuf(TERN_NORM_SLOTS * 4, 4);
+            TernNormOut no = {(float *)db.ptr(), (const float *)db.ptr(), (unsigned *)dm.ptr(), (float *)dss.ptr(), 0};
+            const int rc = tern_cuda_matmul_i8_f32x_norm(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(), &no, 0);
+            report(!tern_cuda_matmul_i8_f32x_norm_ok(&dW) && rc < 0 && strstr(err_msg(), "one-warp"),
+                   "norm fold out 8200 x 4096 (a bulk-copy shape) refused: %s", rc < 0 ? err_msg() : "(taken)");
+            gfree(dx), gfree(dm), gfree(db), gfree(dss);
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+        if (upload_shape("norm fold refusal", {2048, 4096}, &W, &dW)) {
+            GBuf dx = gbuf(4096 * 4, 4), dm = gbuf(8, 4), dh = gbuf(1024 * 4, 4), dss = gbuf(TERN_NORM_SLOTS * 4, 4);
+            const TernNormIn ni = {(const float *)dx.ptr(), (const float *)dx.ptr(), (const unsigned *)dm.ptr(),
+                                   (const float *)dss.ptr(), 0, 1e-5f};
+            const int rc = tern_cuda_glu_i8_norm(&dW, &ni, 0, (float *)dh.ptr(), (unsigned *)dm.ptr() + 1, 0);
+            report(rc < 0 && strstr(err_msg(), "norm slots"), "norm fold in without slots refused: %s",
+                   rc < 0 ? err_msg() : "(taken)");
+            gfree(dx), gfree(dm), gfree(dh), gfree(dss);
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+    }
+}
+
 int main(int argc, char **argv) {
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
@@ -1320,6 +1531,7 @@ int main(int argc, char **argv) {
         test_mt_default();
         test_gemv_default();
         test_fused_mlp();
+        test_norm_fold();
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
@@ -1334,6 +1546,7 @@ int main(int argc, char **argv) {
         test_mt_default();
         test_gemv_default();
         test_fused_mlp();
+        test_norm_fold();
     }
     test_wg_splits();
     test_wg_big_tiles();
