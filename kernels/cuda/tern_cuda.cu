@@ -694,8 +694,15 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
 
 /* The folded norm (TernNormOut / TernNormIn, tern_cuda.h): its producer is
  * the one-warp f32 form only (whole rows per warp, so y is final where it is
- * added to the residual); its consumer the bulk-copy GLU form. */
-int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W) { return tern_cuda_matmul_i8_f32x_kernel(W) == 4; }
+ * added to the residual), with no more CTAs (a row per warp of 1024 threads,
+ * at most one per SM) than slots; its consumer the bulk-copy GLU form. */
+int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W) {
+    if (tern_cuda_matmul_i8_f32x_kernel(W) != 4) return 0;
+    int dev = 0, sms = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        return 0;
+    return W->rows <= (int64_t)32 * TERN_NORM_SLOTS || sms <= TERN_NORM_SLOTS;
+}
 
 int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                   TernNormOut *no, cudaStream_t stream) {
