@@ -613,20 +613,27 @@ static int fused_variant(int tbm, int lo, int other, const char *form) {
     return v;
 }
 
-/* the bulk-copy kernel (the GLU form exists only there): 64520 where the
- * dispatch would not take it */
-int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
-                     unsigned *d_hmax, cudaStream_t stream) {
+/* The GLU forms' start (tern_cuda_glu_i8 and its folded-norm form): the
+ * checks and the bulk-copy variant into *v (the GLU form exists only there:
+ * 64520 where the dispatch would not take it), recorded as `form`. */
+static int glu_start(const TernCudaMatrix *W, const char *who, const char *form, int *v) {
     const int off = fused_off();
-    if (off) return fused_off_err(off, "tern_cuda_glu_i8");
+    if (off) return fused_off_err(off, who);
     if (!glu_shape_ok(W))
-        return err_set("tern_cuda_glu_i8: %lld x %lld (%lld scale groups per row): not a gate|up matrix of "
-                       "whole 16-row tiles with one scale per row",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
+        return err_set("%s: %lld x %lld (%lld scale groups per row): not a gate|up matrix of whole 16-row tiles "
+                       "with one scale per row",
+                       who, W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
                        W ? (long long)W->n_groups : 0LL);
     int tbm = 0;
-    if (gemv1_rule(W, 0, &tbm) < 0) return err_prefix("tern_cuda_glu_i8: ");
-    const int v = fused_variant(tbm, 60000, 64520, "glu");
+    if (gemv1_rule(W, 0, &tbm) < 0) return err_prefix("%s: ", who);
+    *v = fused_variant(tbm, 60000, 64520, form);
+    return 0;
+}
+
+int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int act, float *d_h,
+                     unsigned *d_hmax, cudaStream_t stream) {
+    int v = 0;
+    if (glu_start(W, "tern_cuda_glu_i8", "glu", &v) < 0) return -1;
     if (tern_gemv_i8_glu(W, d_xq, W->cols, d_sx, act, d_h, d_hmax, v, stream) < 0)
         return err_prefix("tern_cuda_glu_i8: ");
     return 0;
@@ -724,16 +731,8 @@ int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, con
 
 int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
                           cudaStream_t stream) {
-    const int off = fused_off();
-    if (off) return fused_off_err(off, "tern_cuda_glu_i8_norm");
-    if (!glu_shape_ok(W))
-        return err_set("tern_cuda_glu_i8_norm: %lld x %lld (%lld scale groups per row): not a gate|up matrix of "
-                       "whole 16-row tiles with one scale per row",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
-                       W ? (long long)W->n_groups : 0LL);
-    int tbm = 0;
-    if (gemv1_rule(W, 0, &tbm) < 0) return err_prefix("tern_cuda_glu_i8_norm: ");
-    const int v = fused_variant(tbm, 60000, 64520, "glu norm");
+    int v = 0;
+    if (glu_start(W, "tern_cuda_glu_i8_norm", "glu norm", &v) < 0) return -1;
     if (tern_gemv_i8_glu_norm(W, ni, act, d_h, d_hmax, v, stream) < 0) return err_prefix("tern_cuda_glu_i8_norm: ");
     return 0;
 }
