@@ -1068,8 +1068,10 @@ __global__ void fill_kernel(void *buf, int64_t cnt, int kind, float amp, uint64_
             uint8_t b = 0;
             for (int f = 0; f < 4; f++) b |= (uint8_t)(((r >> (8 * f)) % 3u) << (2 * f));
             static_cast<uint8_t *>(buf)[i] = b;
-        } else {
+        } else if (kind == 3) {
             static_cast<float *>(buf)[i] = amp;
+        } else {
+            static_cast<float *>(buf)[i] = 1.0f + amp * u;
         }
     }
 }
@@ -1408,7 +1410,7 @@ int fwdc_scale_rows(float *d_y, int64_t n, int64_t cols, const float *d_scales, 
 }
 
 int fwdc_fill(void *d_buf, int64_t cnt, int kind, float amp, uint64_t seed, cudaStream_t stream) {
-    if (kind < 0 || kind > 3) return err_set("fwdc_fill: unknown kind %d", kind);
+    if (kind < 0 || kind > 4) return err_set("fwdc_fill: unknown kind %d", kind);
     if (cnt <= 0) return 0;
     fill_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_buf, cnt, kind, amp, seed);
     CUDA_CHECK_LAUNCH("fill_kernel");

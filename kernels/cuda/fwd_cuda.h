@@ -147,7 +147,8 @@ int fwdc_scale_rows(float *d_y, int64_t n, int64_t cols, const float *d_scales, 
 /* Fills buf with deterministic pseudo-random values (synthetic models):
  * kind 0 = f32 uniform in [-amp, amp); 1 = bf16 uniform in [-amp, amp);
  * 2 = packed ternary code bytes (every 2-bit field in {0,1,2}, i.e. q in
- * {-1,0,1}); 3 = f32 constant amp. */
+ * {-1,0,1}); 3 = f32 constant amp; 4 = f32 uniform in [1 - amp, 1 + amp)
+ * (norm weights). */
 int fwdc_fill(void *d_buf, int64_t cnt, int kind, float amp, uint64_t seed, cudaStream_t stream);
 
 #ifdef __cplusplus

@@ -706,8 +706,10 @@ int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const un
 int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W) {
     if (tern_cuda_matmul_i8_f32x_kernel(W) != 4) return 0;
     int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not left pending for the next call) */
         return 0;
+    }
     return W->rows <= (int64_t)32 * TERN_NORM_SLOTS || sms <= TERN_NORM_SLOTS;
 }
 
@@ -715,7 +717,7 @@ int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, con
                                   TernNormOut *no, cudaStream_t stream) {
     const int off = fused_off();
     if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x_norm");
-    if (!no) return err_set("tern_cuda_matmul_i8_f32x_norm: no norm output");
+    if (!no || !d_x || !d_xmax) return err_set("tern_cuda_matmul_i8_f32x_norm: NULL argument");
     int tbm;
     const int k = f32x_kernel(W, &tbm);
     if (k < 0) return err_prefix("tern_cuda_matmul_i8_f32x_norm: ");

@@ -136,15 +136,19 @@ int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, co
  *   in turn, then the CTA's warps in turn); the call sets n_ss, the slots
  *   written (<= TERN_NORM_SLOTS).
  * TernNormIn (tern_cuda_glu_i8_norm, the bulk-copy GLU form): x = the
- *   residual (dim = W->cols floats, 16-byte aligned), w, amax and the n_ss
- *   slots ss as written; each output y = W q(v) as tern_cuda_matmul_i8 forms
- *   it (127 / max|v|), times r, with sum x'^2 the slots' sum in a fixed order
- *   (tern_norm_r: lane l of a warp adds slots l, l + 32, ... in turn, then the
- *   lanes' sums meet by xor shuffles 16, 8, 4, 2, 1); then the GLU as
- *   tern_cuda_glu_i8.
- * Deterministic; not bit-identical to the separate norm kernel (its max is
- * of x' * r * w, its sum of squares in another order): ulps of r, and a code
- * where v * 127 / max|v| falls within rounding of a half. */
+ *   residual and w (dim = W->cols floats each, 16-byte aligned), amax and the
+ *   n_ss slots ss as written; each output y = W q(v) as tern_cuda_matmul_i8
+ *   forms it (127 / max|v|, act_quant_int8_ref's codes of v), times r, with
+ *   sum x'^2 the slots' sum in a fixed order (tern_norm_r: lane l of a warp
+ *   adds slots l, l + 32, ... in turn, then the lanes' sums meet by xor
+ *   shuffles 16, 8, 4, 2, 1); then the GLU as tern_cuda_glu_i8.
+ * Not bit-identical to the separate norm kernel (its max is of x' * r * w,
+ * its sum of squares in another order): ulps of r, and a code where v * 127 /
+ * max|v| falls within rounding of a half; and where max|v| < 1e-5 (a residual
+ * near zero) the codes' floor of 1e-5 applies to max|v|, not to r max|v| as
+ * there.  Deterministic for a step shape on one GPU model: the slots' grouping
+ * of rows follows the producer's grid (min(rows / 32, SMs) CTAs), and the
+ * fold is taken for one-token steps only. */
 #define TERN_NORM_SLOTS 160
 typedef struct {
     float *res;
@@ -160,8 +164,10 @@ typedef struct {
     int n_ss;
     float eps;
 } TernNormIn;
-/* _ok: 1 where W takes the producer (tern_cuda_matmul_i8_f32x_kernel 4), else 0;
- * the consumer takes tern_cuda_glu_i8's shapes (tern_cuda_glu_i8_ok). */
+/* _ok: 1 where W takes the producer (tern_cuda_matmul_i8_f32x_kernel 4, and
+ * its grid — a CTA per 32 rows, at most one per SM — no more CTAs than
+ * TERN_NORM_SLOTS), else 0; the consumer takes tern_cuda_glu_i8's shapes
+ * (tern_cuda_glu_i8_ok). */
 int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W);
 int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                   TernNormOut *no, cudaStream_t stream);

@@ -79,6 +79,7 @@ constexpr int kTernWarpF32xRowBytes = 2048;
  * IEEE single operations (a host twin gets the same bits).  Every lane of the
  * warp calls both; all get the same r. */
 constexpr int kTernNormSlotsLane = TERN_NORM_SLOTS / 32;
+static_assert(TERN_NORM_SLOTS % 32 == 0, "the slots are loaded 32 at a time");
 __device__ __forceinline__ void tern_norm_slots_load(const float *ss, int n, float (&v)[kTernNormSlotsLane]) {
     const int lane = threadIdx.x & 31;
 #pragma unroll

@@ -1345,14 +1345,16 @@ static NormInCase norm_in_case(const TernaryMatrix &W) {
     return c;
 }
 static bool norm_in_free(NormInCase &c) {
-    const bool ok = guards_ok(c.dx) && guards_ok(c.dw) && guards_ok(c.dss);
+    const bool ok = guards_ok(c.dx) && guards_ok(c.dw) && guards_ok(c.dss) && guards_ok(c.dnm);
     gfree(c.dx), gfree(c.dw), gfree(c.dss), gfree(c.dnm);
     return ok;
 }
 
 /* One folded-norm producer call on W (the one-warp f32 form) against the
  * host, bit for bit: res + y of f32x_input's reference y, max|x' w| and the
- * slots (each warp's rows in order, then the CTA's warps in order). */
+ * slots (each warp's rows in order, then the CTA's warps in order), the
+ * slots past them untouched; refused where the grid has more CTAs than
+ * TERN_NORM_SLOTS (a GPU of more SMs). */
 static void norm_out_case(const TernaryMatrix &W, const TernCudaMatrix &dW, int sms) {
     const int64_t N = W.rows, K = W.cols;
     std::vector<float> ref((size_t)N), res((size_t)N), w((size_t)N), xn((size_t)N), got((size_t)N);
@@ -1372,7 +1374,7 @@ static void norm_out_case(const TernaryMatrix &W, const TernCudaMatrix &dW, int 
         for (int64_t wi = 0; wi < 32; wi++) {
             float sw = 0.0f;
             for (int64_t r = c * 32 + wi; r < N; r += nwarps) {
-                const float sq = xn[(size_t)r] * xn[(size_t)r];
+                volatile float sq = xn[(size_t)r] * xn[(size_t)r]; /* (rounded: no fused multiply-add) */
                 sw = sw + sq;
             }
             t = t + sw;
@@ -1392,9 +1394,21 @@ static void norm_out_case(const TernaryMatrix &W, const TernCudaMatrix &dW, int 
     CK(cudaMemcpy(got.data(), dres.ptr(), (size_t)N * 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(&gm, dmax.ptr(), 4, cudaMemcpyDeviceToHost));
     CK(cudaMemcpy(gss.data(), dss.ptr(), TERN_NORM_SLOTS * 4, cudaMemcpyDeviceToHost));
+    if (blocks > TERN_NORM_SLOTS) {
+        report(!ok_said && rc < 0 && strstr(err_msg(), "norm slots") && guards_ok(dres),
+               "norm fold out %lldx%lld: %lld CTAs, more than the slots: refused (%s)", (long long)N, (long long)K,
+               (long long)blocks, rc < 0 ? err_msg() : "taken");
+        gfree(dx), gfree(dm), gfree(dres), gfree(dw), gfree(dmax), gfree(dss);
+        return;
+    }
     int bad = 0, bad_ss = 0;
     for (int64_t r = 0; r < N; r++) bad += memcmp(&got[(size_t)r], &xn[(size_t)r], 4) != 0;
     for (int64_t c = 0; c < blocks; c++) bad_ss += memcmp(&gss[(size_t)c], &slots[(size_t)c], 4) != 0;
+    for (int64_t c = blocks; c < TERN_NORM_SLOTS; c++) { /* (gbuf's sentinel bytes) */
+        uint32_t u;
+        memcpy(&u, &gss[(size_t)c], 4);
+        bad_ss += u != 0xA5A5A5A5u;
+    }
     report(rc == 0 && ok_said && cfg_ok && no.n_ss == (int)blocks && bad == 0 && bad_ss == 0 && gm == hm &&
                guards_ok(dres) && guards_ok(dss) && guards_ok(dmax),
            "norm fold out %lldx%lld (%s): %d slots (want %lld), %d of %lld x' and %d slots differ, max %08x "
