@@ -670,65 +670,61 @@ int tern_cuda_matmul_i8_f32x_kernel(const TernCudaMatrix *W) {
 
 int tern_cuda_matmul_i8_f32x_ok(const TernCudaMatrix *W) { return tern_cuda_matmul_i8_f32x_kernel(W) != 0; }
 
-int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
-                                   float *d_y, TernDeferred *def, cudaStream_t stream) {
+/* The f32-input GEMV (tern_cuda_matmul_i8_f32x) and its two variations: a
+ * K split left to the next kernel (def) or the folded norm's producer (no:
+ * the one-warp form only — whole rows per warp, so y is final where it is
+ * added to the residual). */
+static int f32x_run(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
+                    TernDeferred *def, TernNormOut *no, cudaStream_t stream) {
+    const char *who = no ? "tern_cuda_matmul_i8_f32x_norm" : "tern_cuda_matmul_i8_f32x";
     const int off = fused_off();
-    if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x");
+    if (off) return fused_off_err(off, who);
+    if (!d_x || !d_xmax || (!no && !d_y)) return err_set("%s: NULL argument", who);
     int tbm;
     const int k = f32x_kernel(W, &tbm);
-    if (k < 0) return err_prefix("tern_cuda_matmul_i8_f32x: ");
-    if (!k)
-        return err_set("tern_cuda_matmul_i8_f32x: %lld x %lld: not a shape of the binary tensor-core or the "
-                       "one-warp GEMVs with one scale per row",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
+    if (k < 0) return err_prefix("%s: ", who);
+    if (!k || (no && k != 4))
+        return err_set("%s: %lld x %lld: not a shape of the %sone-warp GEMV%s with one scale per row", who,
+                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
+                       no ? "" : "binary tensor-core or the ", no ? "" : "s");
     if (k == 4) { /* one warp per row: no K split to leave */
         if (def) *def = {};
-        tern_cuda_set_config("gemv_warp f32x");
-        if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, nullptr, stream) < 0)
-            return err_prefix("tern_cuda_matmul_i8_f32x: ");
+        tern_cuda_set_config(no ? "gemv_warp f32x norm" : "gemv_warp f32x");
+        if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, no, stream) < 0) return err_prefix("%s: ", who);
         return 0;
     }
     const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
-    if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0)
-        return err_prefix("tern_cuda_matmul_i8_f32x: ");
+    if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0) return err_prefix("%s: ", who);
     return 0;
+}
+
+int tern_cuda_matmul_i8_f32x_defer(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
+                                   float *d_y, TernDeferred *def, cudaStream_t stream) {
+    return f32x_run(W, d_x, d_xmax, d_y, def, nullptr, stream);
 }
 
 int tern_cuda_matmul_i8_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                              cudaStream_t stream) {
-    return tern_cuda_matmul_i8_f32x_defer(W, d_x, d_xmax, d_y, nullptr, stream);
+    return f32x_run(W, d_x, d_xmax, d_y, nullptr, nullptr, stream);
 }
 
 /* The folded norm (TernNormOut / TernNormIn, tern_cuda.h): its producer is
- * the one-warp f32 form only (whole rows per warp, so y is final where it is
- * added to the residual), with no more CTAs (a row per warp of 1024 threads,
- * at most one per SM) than slots; its consumer the bulk-copy GLU form. */
+ * f32x_run's one-warp form, where its grid (tern_gemv_i8_rowscale_f32x_ctas)
+ * has no more CTAs than slots; its consumer the bulk-copy GLU form. */
 int tern_cuda_matmul_i8_f32x_norm_ok(const TernCudaMatrix *W) {
+    unsigned ctas = 0;
     if (tern_cuda_matmul_i8_f32x_kernel(W) != 4) return 0;
-    int dev = 0, sms = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+    if (tern_gemv_i8_rowscale_f32x_ctas(W, &ctas) < 0) {
         (void)cudaGetLastError(); /* (not left pending for the next call) */
         return 0;
     }
-    return W->rows <= (int64_t)32 * TERN_NORM_SLOTS || sms <= TERN_NORM_SLOTS;
+    return ctas <= TERN_NORM_SLOTS;
 }
 
 int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax,
                                   TernNormOut *no, cudaStream_t stream) {
-    const int off = fused_off();
-    if (off) return fused_off_err(off, "tern_cuda_matmul_i8_f32x_norm");
-    if (!no || !d_x || !d_xmax) return err_set("tern_cuda_matmul_i8_f32x_norm: NULL argument");
-    int tbm;
-    const int k = f32x_kernel(W, &tbm);
-    if (k < 0) return err_prefix("tern_cuda_matmul_i8_f32x_norm: ");
-    if (k != 4)
-        return err_set("tern_cuda_matmul_i8_f32x_norm: %lld x %lld: not a shape of the one-warp GEMV with one "
-                       "scale per row",
-                       W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL);
-    tern_cuda_set_config("gemv_warp f32x norm");
-    if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, nullptr, no, stream) < 0)
-        return err_prefix("tern_cuda_matmul_i8_f32x_norm: ");
-    return 0;
+    if (!no) return err_set("tern_cuda_matmul_i8_f32x_norm: NULL argument");
+    return f32x_run(W, d_x, d_xmax, nullptr, nullptr, no, stream);
 }
 
 int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,

@@ -222,11 +222,16 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
     if (x_cols % 16 != 0 || x_cols < W->cols || ((uintptr_t)d_x & 15) != 0)
         return err_set("tern_gemv_i8_rowscale: activations must be 16-byte aligned with a "
                        "multiple of 16 columns");
-    unsigned blocks;
+    unsigned blocks = 0;
     if (rowscale_grid(W, 256, 8, &blocks) < 0) return -1;
     return tern_launch_pdl("gemv_i8_rowscale", gemv_i8_rowscale, dim3(blocks), dim3(256), s,
                            (const uint8_t *)W->d_codes, (const float *)W->d_scales, W->scale_stride, W->rows,
                            x_cols, W->row_bytes, d_x, d_sx, d_y);
+}
+
+/* the f32-input form's grid: CTAs of kF32xThreads, one per SM at most */
+int tern_gemv_i8_rowscale_f32x_ctas(const TernCudaMatrix *W, unsigned *ctas) {
+    return rowscale_grid(W, kF32xThreads, 1, ctas);
 }
 
 /* x: one token of f32 activations (W->cols of them, 16-byte aligned), max|x|
@@ -240,8 +245,8 @@ int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const 
         return err_set("tern_gemv_i8_rowscale_f32x: %lld columns (a multiple of 16 up to %d, "
                        "16-byte aligned activations)",
                        (long long)W->cols, 64 * kF32xChunks);
-    unsigned blocks;
-    if (rowscale_grid(W, kF32xThreads, 1, &blocks) < 0) return -1;
+    unsigned blocks = 0;
+    if (tern_gemv_i8_rowscale_f32x_ctas(W, &blocks) < 0) return -1;
     NormOut n = {};
     if (no) {
         if (!no->res || !no->w || !no->amax || !no->ss)

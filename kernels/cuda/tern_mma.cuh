@@ -201,6 +201,8 @@ int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act
  * written; no->n_ss set) */
 int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                                TernNormOut *no, cudaStream_t s);
+/* its grid's CTAs for W (a row per warp of 1024 threads, at most one CTA per SM) */
+int tern_gemv_i8_rowscale_f32x_ctas(const TernCudaMatrix *W, unsigned *ctas);
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,
                            int variant, cudaStream_t s, TernDeferred *def = nullptr);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
