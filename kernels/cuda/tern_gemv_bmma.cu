@@ -348,6 +348,12 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
  * coded, the outputs times r) */
 enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5 };
 __host__ __device__ constexpr bool tbm_paired(int mode) { return mode == TBM_GLU || mode == TBM_GLU_N; }
+/* The GLU forms let the next kernel (the down GEMV, whose CTAs start
+ * streaming its matrix at once) in only after their x is coded into planes,
+ * not right after their wait: 7B B = 1 853-858 -> 866-871 tok/s with the
+ * folded norm's form, 27B (the int8 form) 299-301 -> 302 (H200, three rounds;
+ * the same for the other forms: no gain, or a loss for the int8 form). */
+__host__ __device__ constexpr bool tbm_late_trigger(int mode) { return tbm_paired(mode); }
 /* (TBM_MT8 / TBM_MT16: up to 8 / 16 tokens on the int8 tensor cores, one or
  * two 8-token MMA tiles: gemv_i8_tbm_mt below) */
 
@@ -510,7 +516,8 @@ struct TbmCta {
  * arrival) initialised; every thread calls, a barrier ends it.  Then the
  * producer warp (warp nw) streams the codes and returns true; the consumers
  * copy the row scales, wait for the kernel before (PDL) and let the next one
- * queue, and get false. */
+ * queue — the GLU forms only once their x is coded (tbm_late_trigger) —, and
+ * get false. */
 template <int RT, int MODE>
 __device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64_t *s_full, uint64_t *s_empty,
                                           uint64_t *s_xbar, int nw, TbmCta &c) {
@@ -543,7 +550,7 @@ __device__ __forceinline__ bool tbm_start(const TbArgs &q, uint8_t *smem, uint64
     }
     if (c.ssc) tbm_row_scales<paired>(q, c.ssc, c.tb, c.te, tid, 32 * nw);
     pdl_wait();
-    pdl_trigger(); /* the next kernel may take its place in the queue now */
+    if (!tbm_late_trigger(MODE)) pdl_trigger(); /* the next kernel may take its place in the queue now */
     return false;
 }
 
@@ -603,6 +610,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const float xs = build_planes<XF, 2, NX>(planes, p.x, p.xf, p.xmax, p.xcols, kb0, nkb, tid, NT, &s_sumx, p.xw);
 #endif
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* planes, s_sumx and ssc complete */
+    if (tbm_late_trigger(MODE)) pdl_trigger();
 #if !(defined(TERN_TBM_PROBE) && TERN_TBM_PROBE == 2)
     const float rn = NX ? tern_norm_r(nsv, p.xcols, p.eps) : 1.0f;
 #else

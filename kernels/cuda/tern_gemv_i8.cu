@@ -188,11 +188,12 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
         __shared__ float s_ss[kF32xThreads / 32], s_mx[kF32xThreads / 32];
         if (lane == 0) s_ss[threadIdx.x >> 5] = ss, s_mx[threadIdx.x >> 5] = mx;
         __syncthreads();
-        if (threadIdx.x < 32) {
+        if (threadIdx.x < 32) { /* (the kernel runs kF32xThreads threads: the loads ahead of the adds) */
             float t = 0.0f, m = 0.0f;
             if (threadIdx.x == 0)
-                for (int i = 0; i < (int)(blockDim.x >> 5); i++) t = __fadd_rn(t, s_ss[i]);
-            m = threadIdx.x < (blockDim.x >> 5) ? s_mx[threadIdx.x] : 0.0f;
+#pragma unroll
+                for (int i = 0; i < kF32xThreads / 32; i++) t = __fadd_rn(t, s_ss[i]);
+            m = s_mx[threadIdx.x];
             if (threadIdx.x == 0) no.ss[blockIdx.x] = t;
             tern_raise_absmax(no.amax, m);
         }
