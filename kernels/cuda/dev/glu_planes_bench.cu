@@ -8,6 +8,9 @@
  *   linked: o_norm+norm with the GLU reading what the producer wrote.
  * R calls on R copies of the weights (>= 256 MB: from HBM) in one CUDA graph,
  * median of 21 replays / R.  Timing only (the inputs are not a real step's).
+ * --once: each form called once, no graph, on a 2048 x 4096 GLU and the
+ * bulk-copy f32 form on 8192 x 4096, under the bulk-copy variants 63520,
+ * 64520, 65520, 66521, 62330 and the dispatch's (for compute-sanitizer).
  * Build (after make): nvcc -O3 -arch=sm_90a -std=c++17 -Isrc -Ikernels -I.
  *   kernels/cuda/dev/glu_planes_bench.cu build/libternlab.a -lcudart -lcublas
  *   -lnccl -lgomp -o build/glu_planes_bench */
@@ -86,9 +89,10 @@ static double time_graph(cudaStream_t s, int R, F fn) {
     return t[t.size() / 2];
 }
 
-int main(void) {
-    const int64_t N = 22016, K = 4096, H = 4096;
-    const int R = 12;
+int main(int argc, char **argv) {
+    const bool once = argc > 1 && !strcmp(argv[1], "--once");
+    const int64_t N = once ? 2048 : 22016, K = 4096, H = 4096;
+    const int R = once ? 1 : 12;
     TernaryMatrix W, O;
     make(N, K, &W);
     make(H, H, &O);
@@ -131,6 +135,28 @@ int main(void) {
     CK(cudaMalloc(&omax, 4));
     CK(cudaMemset(res, 0, H * 4));
     TernNormOut no = {res, w, omax, sso, 0};
+    if (once) {
+        TernaryMatrix F;
+        TernCudaMatrix dF;
+        make(8192, K, &F);
+        TL(tern_cuda_upload(&F, &dF));
+        float *yf;
+        CK(cudaMalloc(&yf, 8192 * 4));
+        for (int var : {0, 63520, 64520, 65520, 66521, 62330}) {
+            const int old = tern_cuda_decode_variant(var);
+            TL(tern_cuda_glu_i8(&dW[0], xq, sx, 0, h, mx + 1, s));
+            printf("%d glu: %s\n", var, tern_cuda_last_config());
+            TL(tern_cuda_glu_i8_norm(&dW[0], &ni, 0, h, mx + 1, s));
+            printf("%d glu norm: %s\n", var, tern_cuda_last_config());
+            TL(tern_cuda_matmul_i8_f32x(&dF, x, mx + 2, yf, s));
+            printf("%d f32x: %s\n", var, tern_cuda_last_config());
+            tern_cuda_decode_variant(old);
+        }
+        TL(tern_cuda_matmul_i8_f32x_norm(&dO[0], att, mx + 2, &no, s));
+        CK(cudaStreamSynchronize(s));
+        printf("once: done\n");
+        return 0;
+    }
     const double t_i8 = time_graph(s, R, [&](int i) { TL(tern_cuda_glu_i8(&dW[(size_t)i], xq, sx, 0, h, mx + 1, s)); });
     const double t_n = time_graph(s, R, [&](int i) { TL(tern_cuda_glu_i8_norm(&dW[(size_t)i], &ni, 0, h, mx + 1, s)); });
     const double t_o = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8_f32x(&dO[(size_t)i], att, mx + 2, yo, s)); });
