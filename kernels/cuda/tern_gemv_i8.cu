@@ -193,7 +193,7 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
             if (threadIdx.x == 0)
 #pragma unroll
                 for (int i = 0; i < kF32xThreads / 32; i++) t = __fadd_rn(t, s_ss[i]);
-            m = s_mx[threadIdx.x];
+            m = threadIdx.x < kF32xThreads / 32 ? s_mx[threadIdx.x] : 0.0f; /* (a constant bound: folds away) */
             if (threadIdx.x == 0) no.ss[blockIdx.x] = t;
             tern_raise_absmax(no.amax, m);
         }
