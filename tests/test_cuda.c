@@ -701,8 +701,24 @@ TEST(gpu_embed_gather_table_update_exact) {
     dev_get(&btab, out);
     int32_t want[10] = {1, -1, 20, -1, -1, -1, -1, -1, -1, 90};
     CHECK(memcmp(out, want, sizeof want) == 0);
+    /* with the zeroing of 700 words (more than the table's capacity: the grid covers both) */
+    uint32_t z[700];
+    for (int i = 0; i < 700; i++) z[i] = 0xdeadbeefu + (uint32_t)i;
+    DevBuf bz;
+    uint32_t *dz = dev_new(&bz, sizeof z, z);
+    in[0] = 1, in[1] = 3, in[2] = 33;
+    REQUIRE(cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(fwdc_table_update_z(dtab, din, din + 1, 5, dz, 699, 0) == 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    dev_get(&btab, out);
+    dev_get(&bz, z);
+    want[3] = 33;
+    CHECK(memcmp(out, want, sizeof want) == 0);
+    int nz = 0;
+    for (int i = 0; i < 699; i++) nz += z[i] != 0;
+    CHECK_MSG(nz == 0 && z[699] == 0xdeadbeefu + 699u, "%d words not zeroed, last %#x", nz, z[699]);
     CHECK(dev_done(&be) && dev_done(&bt) && dev_done(&bx) && dev_done(&bi) && dev_done(&bo) &&
-          dev_done(&btab) && dev_done(&bin));
+          dev_done(&btab) && dev_done(&bin) && dev_done(&bz));
     free(emb), free(got);
 }
 
@@ -985,7 +1001,8 @@ TEST(gpu_greedy_equals_cpu_llama_ternary) {
     gpu_vs_cpu(LLAMA_DIR, "rule=twn,group=row,act=int8");
 }
 
-/* A replayed decode graph computes what eager launches compute: same logits. */
+/* A replayed decode graph computes what eager launches compute: the same
+ * greedy tokens, with the argmax inside the graph (the default) or after it. */
 TEST(gpu_graph_replay_equals_eager) {
     SKIP_WITHOUT_GPU();
     int32_t *prompt;
@@ -997,9 +1014,18 @@ TEST(gpu_graph_replay_equals_eager) {
     fixture_backend.device = ENGINE_CUDA;
     fixture_backend.bf16 = 1;
     REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, a, &ia) == 0);
+    setenv("TERNLAB_CUDA_ARGMAX_GRAPH", "0", 1);
+    CudaEngineInfo ic;
+    const int rc = fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ic);
+    unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+    REQUIRE(rc == 0);
+    CHECK(ic.graph_launches >= 30 && ic.argmax_in_graph == 0);
+    for (int i = 0; i < 8; i++) CHECK(memcmp(a[i], b[i], 4 * 40) == 0);
     fixture_backend.no_graphs = 1;
     REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ib) == 0);
     CHECK(ia.graphs >= 1 && ia.graph_launches >= 30);
+    CHECK_MSG(ia.argmax_in_graph == ia.graph_launches, "the argmax in %lld of %lld replays", /* (argmax_graph) */
+              (long long)ia.argmax_in_graph, (long long)ia.graph_launches);
     CHECK(ib.graphs == 0 && ib.graph_launches == 0);
     for (int i = 0; i < 8; i++) {
         CHECK(memcmp(a[i], b[i], 4 * 40) == 0);

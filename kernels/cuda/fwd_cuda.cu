@@ -936,11 +936,14 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t c
 }
 
 __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
-                                    int64_t cap) {
+                                    int64_t cap, unsigned *zero, int64_t nzero) {
     const int64_t c = *count < cap ? *count : cap;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < c;
          u += (int64_t)gridDim.x * blockDim.x)
         tab[pairs[2 * u]] = pairs[2 * u + 1];
+    for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < nzero;
+         u += (int64_t)gridDim.x * blockDim.x)
+        zero[u] = 0u;
 }
 
 /* argmax: (value, index) pairs, the larger value wins, equal values the
@@ -1354,12 +1357,19 @@ int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_
     return 0;
 }
 
-int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
-                      cudaStream_t stream) {
-    if (cap <= 0) return 0;
-    table_update_kernel<<<grid1(cap, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap);
+int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                        unsigned *d_zero, int64_t nzero, cudaStream_t stream) {
+    if (!d_zero) nzero = 0;
+    const int64_t cnt = cap > nzero ? cap : nzero;
+    if (cnt <= 0) return 0;
+    table_update_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap, d_zero, nzero);
     CUDA_CHECK_LAUNCH("table_update_kernel");
     return 0;
+}
+
+int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                      cudaStream_t stream) {
+    return fwdc_table_update_z(d_tab, d_count, d_pairs, cap, nullptr, 0, stream);
 }
 
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,

@@ -127,6 +127,10 @@ int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_
 /* Applies *d_count (<= cap) updates tab[pairs[2u]] = pairs[2u+1]. */
 int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
                       cudaStream_t stream);
+/* The same, and d_zero[0 .. nzero) = 0 in the same kernel (the decode step's
+ * per-layer maxima, without a memset node of their own). */
+int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                        unsigned *d_zero, int64_t nzero, cudaStream_t stream);
 /* out[r] = index of the largest of x[r*cols .. r*cols+cols) (the first on
  * ties, as argmax_f32), rows rows. */
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,

@@ -31,6 +31,7 @@
 extern "C" {
 #include "core/err.h"
 #include "core/mem.h"
+#include "core/timer.h"
 #include "ternary_format.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/forward_internal.h"
@@ -121,8 +122,19 @@ struct CE {
     int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
-    int64_t exec_n = 0, last_eager_n = 0;
-    int64_t n_graphs = 0, launches = 0;
+    int64_t exec_n = 0, exec_amax = 0, last_eager_n = 0;
+    /* the argmax of a graph-replayed step inside its graph, its ids back
+     * through pinned memory (TERNLAB_CUDA_ARGMAX_GRAPH=0 turns it off) */
+    int argmax_graph = 0;
+    int32_t *h_ids = nullptr;
+    int64_t h_ids_cap = 0;
+    int64_t n_graphs = 0, launches = 0, n_argmax_graph = 0;
+    /* TERNLAB_CUDA_STEP_TIME=1 (measurement): per graph replay, the host's
+     * time in the forward call and the device's from the inputs' upload to
+     * the ids back (events), medians printed at close */
+    cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
+    std::vector<float> t_dev, t_graph;
+    std::vector<double> t_wall, t_prep;
     size_t weight_bytes = 0, step_bytes = 0;
     std::vector<void *> allocs; /* every cudaMalloc of weights/buffers, freed at close */
     /* tensor parallelism (tp > 1): this rank's heads / MLP slice; o_proj and
@@ -428,7 +440,6 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
                   *row = g->d_in + 3 * n, *lidx = g->d_in + 4 * n, *cnt = g->d_in + 5 * n,
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
-    TRY(fwdc_table_update(g->d_tab, cnt, pairs, g->u_cap, g->st));
     const bool att_fused = g->att_fuse && distinct;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
     std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
@@ -441,8 +452,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
         fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
     }
-    if (fused)
-        CUDA_CHECK(cudaMemsetAsync(g->hmax, 0, sizeof(unsigned) * (size_t)(3 * c.n_layers), g->st));
+    TRY(fwdc_table_update_z(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers,
+                            g->st));
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -691,11 +702,16 @@ int upload_inputs(CE *g, const StepPlan *p) {
 }
 
 /* The step's device work: inputs up, then a graph replay, a capture (the
- * second time the same eligible shape comes) or eager launches. */
-int step_launch(CE *g, const StepPlan *p) {
+ * second time the same eligible shape comes) or eager launches.  amax > 0:
+ * the argmax of the first amax logit rows into g->ids is part of the graph
+ * (argmax_graph), and *in_graph says whether it was. */
+int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
+    *in_graph = false;
     TRY(upload_inputs(g, p));
-    if (p->eligible && g->exec && g->exec_n == n) {
+    if (p->eligible && g->exec && g->exec_n == n) { /* (a graph's own argmax, where the call wants another, is
+                                                      * left unused: no capture per call where calls alternate) */
+        *in_graph = amax > 0 && g->exec_amax == amax;
         CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
         g->launches++;
     } else if (p->eligible && g->last_eager_n == n) {
@@ -704,6 +720,7 @@ int step_launch(CE *g, const StepPlan *p) {
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
         int rc = run_device(g, n, nl, false, true);
+        if (rc == 0 && amax > 0) rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
         if (rc != 0) {
             if (graph) cudaGraphDestroy(graph);
@@ -717,7 +734,9 @@ int step_launch(CE *g, const StepPlan *p) {
             return err_set("cuda: instantiating the decode graph: %s", cudaGetErrorString(e));
         }
         g->exec_n = n;
+        g->exec_amax = amax;
         g->n_graphs++;
+        *in_graph = amax > 0;
         CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
         g->launches++;
     } else {
@@ -784,18 +803,34 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
 #ifdef TERN_TRACE
     const bool traced = trace_begin(g, p);
 #endif
-    const int rc = step_launch(g, p);
+    const int64_t amax = g->argmax_graph && !launched && nl_out > 0 && argmax_out ? nl_out : 0;
+    const bool timed = g->ev[0] && p->eligible && g->exec && g->exec_n == p->n;
+    if (timed) cudaEventRecord(g->ev[0], g->st);
+    bool amax_done = false;
+    const int rc = step_launch(g, p, amax, &amax_done);
+    if (timed) cudaEventRecord(g->ev[1], g->st);
     if (launched) pthread_barrier_wait(launched);
     if (rc != 0) return -1;
+    int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
+    if (amax_done) g->n_argmax_graph++;
     if (nl_out > 0 && argmax_out) {
-        if (fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, g->st) != 0) return -1;
-        CUDA_CHECK(cudaMemcpyAsync(argmax_out, g->ids, sizeof(int32_t) * (size_t)nl_out,
-                                   cudaMemcpyDeviceToHost, g->st));
+        if (!amax_done && fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, g->st) != 0) return -1;
+        if (amax > 0 && nl_out <= g->h_ids_cap) ids_to = g->h_ids;
+        CUDA_CHECK(cudaMemcpyAsync(ids_to, g->ids, sizeof(int32_t) * (size_t)nl_out, cudaMemcpyDeviceToHost,
+                                   g->st));
     }
     if (nl_out > 0 && logits)
         CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
                                    cudaMemcpyDeviceToHost, g->st));
+    if (timed) cudaEventRecord(g->ev[2], g->st);
     CUDA_CHECK(cudaStreamSynchronize(g->st));
+    if (timed) {
+        float a = 0, b = 0;
+        cudaEventElapsedTime(&a, g->ev[0], g->ev[2]);
+        cudaEventElapsedTime(&b, g->ev[0], g->ev[1]);
+        g->t_dev.push_back(a), g->t_graph.push_back(b);
+    }
+    if (ids_to != argmax_out) memcpy(argmax_out, ids_to, sizeof(int32_t) * (size_t)nl_out);
 #ifdef TERN_TRACE
     if (traced) trace_end(g, p);
 #endif
@@ -814,11 +849,34 @@ int ce_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *t
                float *logits) {
     CE *g = static_cast<CE *>(ctx);
     StepPlan p;
-    if (host_prepare(g, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0 ||
-        device_step(g, &p, p.nl, s->argmax_out, logits) != 0)
-        return -1;
+    const double t0 = g->ev[0] ? time_now() : 0.0;
+    if (host_prepare(g, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0) return -1;
+    const double t1 = g->ev[0] ? time_now() : 0.0;
+    const size_t nd = g->t_dev.size();
+    if (device_step(g, &p, p.nl, s->argmax_out, logits) != 0) return -1;
+    if (g->t_dev.size() > nd) g->t_wall.push_back(time_now() - t0), g->t_prep.push_back(t1 - t0);
     update_lens(kv, seq, pos, n);
     return 0;
+}
+
+template <class T>
+double median_of(std::vector<T> v) {
+    if (v.empty()) return 0.0;
+    std::sort(v.begin(), v.end());
+    return v[v.size() / 2];
+}
+
+/* TERNLAB_CUDA_STEP_TIME's medians (µs) on stderr */
+void step_time_report(CE *g) {
+    if (!g->ev[0]) return;
+    if (!g->t_dev.empty())
+        fprintf(stderr,
+                "cuda step time: %zu graph replays, median us: forward call %.1f (host prepare %.1f), "
+                "device upload..ids %.1f, upload+graph %.1f\n",
+                g->t_dev.size(), 1e6 * median_of(g->t_wall), 1e6 * median_of(g->t_prep),
+                1e3 * median_of(g->t_dev), 1e3 * median_of(g->t_graph));
+    for (cudaEvent_t &e : g->ev)
+        if (e) cudaEventDestroy(e), e = nullptr;
 }
 
 void ce_destroy(CE *g) {
@@ -827,6 +885,7 @@ void ce_destroy(CE *g) {
     cudaGetDevice(&dev);
     cudaSetDevice(g->gpu);
     if (g->st) cudaStreamSynchronize(g->st);
+    step_time_report(g);
     drop_graph(g);
     for (DLayer &L : g->L) {
         DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
@@ -839,6 +898,7 @@ void ce_destroy(CE *g) {
     cudaFree(g->d_cos);
     cudaFree(g->d_sin);
     if (g->h_in) cudaFreeHost(g->h_in);
+    if (g->h_ids) cudaFreeHost(g->h_ids);
     if (g->cb) cublasDestroy(g->cb);
     if (g->st) cudaStreamDestroy(g->st);
     cudaSetDevice(dev);
@@ -863,6 +923,14 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g->gpu));
     snprintf(g->name, sizeof g->name, "%.127s", prop.name);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
+    if (getenv("TERNLAB_CUDA_STEP_TIME") && strcmp(getenv("TERNLAB_CUDA_STEP_TIME"), "1") == 0)
+        for (cudaEvent_t &ev : g->ev) CUDA_CHECK(cudaEventCreate(&ev));
+    const char *amg = getenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+    if (!(amg && strcmp(amg, "0") == 0)) { /* (an on-by-default switch, as env_on) */
+        g->argmax_graph = 1;
+        g->h_ids_cap = 1024;
+        CUDA_CHECK(cudaMallocHost(&g->h_ids, sizeof(int32_t) * (size_t)g->h_ids_cap));
+    }
     CUBLAS_CHECK(cublasCreate(&g->cb));
     CUBLAS_CHECK(cublasSetStream(g->cb, g->st));
     CUBLAS_CHECK(cublasSetMathMode(g->cb, CUBLAS_PEDANTIC_MATH)); /* fp32 stays fp32 (no TF32) */
@@ -1581,6 +1649,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
+    info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);

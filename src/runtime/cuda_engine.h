@@ -88,6 +88,7 @@ typedef struct {
     size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */
     int64_t graphs;        /* decode graphs captured (rank 0) */
     int64_t graph_launches;
+    int64_t argmax_in_graph; /* of those launches, the ones whose argmax was in the graph */
     /* layers enqueued (eagerly or into a graph) with the fused decode forms:
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
      * runs the separate kernels), o projection from f32, MLP as two GEMVs */
