@@ -107,16 +107,24 @@ float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b) {
 
 int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
                    int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info) {
-    Model m;
-    Engine e;
-    if (batch < 1 || batch > 8) return -1;
-    if (fixture_engine(dir, opts, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
     const int32_t *prompts[8];
     int64_t lens[8];
+    if (batch < 1 || batch > 8) return -1;
     for (int b = 0; b < batch; b++) {
         prompts[b] = prompt;
         lens[b] = np;
     }
+    return fixture_greedy_each(dir, opts, prompts, lens, n_new, batch, out, info);
+}
+
+int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_t *const *prompts,
+                        const int64_t *lens, int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info) {
+    Model m;
+    Engine e;
+    if (batch < 1 || batch > 8) return -1;
+    int64_t np = 0;
+    for (int b = 0; b < batch; b++) np = lens[b] > np ? lens[b] : np;
+    if (fixture_engine(dir, opts, 64, 16, batch, np + n_new, &m, &e) != 0) return -1;
     int rc = engine_generate(&e, prompts, lens, batch, n_new, out);
     if (rc) fprintf(stderr, "    %s\n", err_msg());
     if (info && rc == 0 && (rc = cuda_engine_info(&e, info)) != 0)

@@ -39,6 +39,9 @@ int fixture_oracle_logits(const char *dir, const ModelLoadOpts *opts, int T, flo
  * engine only).  Returns 0 or -1 (message on stderr). */
 int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
                    int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info);
+/* The same with a prompt of its own for each sequence (prompts[b], lens[b]). */
+int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_t *const *prompts,
+                        const int64_t *lens, int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info);
 /* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
  * sanitizer suite runs its own binaries. */
 const char *bin_path(const char *prog);

@@ -1002,27 +1002,38 @@ TEST(gpu_greedy_equals_cpu_llama_ternary) {
 }
 
 /* A replayed decode graph computes what eager launches compute: the same
- * greedy tokens, with the argmax inside the graph (the default) or after it. */
+ * greedy tokens, with the argmax inside the graph (the default) or after it.
+ * Each sequence has a prompt of its own (the fixture's from offset b), so ids
+ * that land in the wrong row differ. */
 TEST(gpu_graph_replay_equals_eager) {
     SKIP_WITHOUT_GPU();
+    unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
     int32_t *prompt;
     int64_t np = fixture_ref_ints(LLAMA_DIR, "greedy_prompt", &prompt);
-    REQUIRE(np > 0);
+    REQUIRE(np > 8);
+    const int32_t *prompts[8];
+    int64_t lens[8];
     int32_t *a[8], *b[8];
-    for (int i = 0; i < 8; i++) a[i] = xmalloc(4 * 40), b[i] = xmalloc(4 * 40);
+    for (int i = 0; i < 8; i++) {
+        a[i] = xmalloc(4 * 40), b[i] = xmalloc(4 * 40);
+        prompts[i] = prompt + i, lens[i] = np - i;
+    }
     CudaEngineInfo ia, ib;
     fixture_backend.device = ENGINE_CUDA;
     fixture_backend.bf16 = 1;
-    REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, a, &ia) == 0);
+    REQUIRE(fixture_greedy_each(LLAMA_DIR, NULL, prompts, lens, 40, 8, a, &ia) == 0);
     setenv("TERNLAB_CUDA_ARGMAX_GRAPH", "0", 1);
     CudaEngineInfo ic;
-    const int rc = fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ic);
+    const int rc = fixture_greedy_each(LLAMA_DIR, NULL, prompts, lens, 40, 8, b, &ic);
     unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
     REQUIRE(rc == 0);
     CHECK(ic.graph_launches >= 30 && ic.argmax_in_graph == 0);
     for (int i = 0; i < 8; i++) CHECK(memcmp(a[i], b[i], 4 * 40) == 0);
+    int same = 0; /* (the prompts must lead to different tokens for the row check to mean anything) */
+    for (int i = 1; i < 8; i++) same += memcmp(a[0], a[i], 4 * 40) == 0;
+    CHECK_MSG(same < 7, "all 8 sequences produced the same tokens");
     fixture_backend.no_graphs = 1;
-    REQUIRE(fixture_greedy(LLAMA_DIR, NULL, prompt, np, 40, 8, b, &ib) == 0);
+    REQUIRE(fixture_greedy_each(LLAMA_DIR, NULL, prompts, lens, 40, 8, b, &ib) == 0);
     CHECK(ia.graphs >= 1 && ia.graph_launches >= 30);
     CHECK_MSG(ia.argmax_in_graph == ia.graph_launches, "the argmax in %lld of %lld replays", /* (argmax_graph) */
               (long long)ia.argmax_in_graph, (long long)ia.graph_launches);
@@ -1032,6 +1043,71 @@ TEST(gpu_graph_replay_equals_eager) {
         free(a[i]), free(b[i]);
     }
     free(prompt);
+}
+
+/* Decode steps of one shape that alternate between the logits back (argmax
+ * on the host) and the ids back (argmax on the GPU): the graph captured with
+ * or without the argmax serves both, is captured again at most once (to take
+ * the argmax in), and the tokens equal those of eager steps with the host's
+ * argmax throughout.  Ternary int8 linears (the fused forms' maxima). */
+static int alt_decode(int graphs, int32_t out[4][24], CudaEngineInfo *info) {
+    enum { B = 4, N = 24 };
+    Model m;
+    Engine e;
+    ModelLoadOpts lo = {.quant = "rule=twn,group=row,act=int8"};
+    fixture_backend.device = ENGINE_CUDA;
+    fixture_backend.bf16 = 0;
+    fixture_backend.no_graphs = !graphs;
+    int32_t *prompt;
+    const int64_t np = fixture_ref_ints(LLAMA_DIR, "greedy_prompt", &prompt);
+    if (np <= B || fixture_engine(LLAMA_DIR, &lo, 64, 16, B, np + N, &m, &e) != 0) return -1;
+    const int64_t V = m.cfg.vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)(B * V));
+    int seq[B], tok[B];
+    int32_t ids[B];
+    int64_t pos[B], lidx[B], len[B];
+    int rc = 0;
+    for (int b = 0; b < B && rc == 0; b++) { /* prompt b: the fixture's from offset b */
+        seq[b] = kv_seq_new(&e.kv);
+        len[b] = np - b;
+        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
+        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
+        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
+        rc = forward(e.m, &e.kv, &e.rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
+        tok[b] = (int)argmax_f32(logits + b * V, V);
+        free(pt), free(ps), free(pp);
+    }
+    e.rs.decode = 1;
+    for (int s = 0; s < N && rc == 0; s++) {
+        for (int b = 0; b < B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
+        const int host = graphs ? s % 3 == 1 : 1; /* steps 1, 4, 7, ...: the logits back */
+        e.rs.argmax_out = host ? NULL : ids;
+        rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, B, lidx, B, host ? logits : NULL);
+        e.rs.argmax_out = NULL;
+        for (int b = 0; b < B && rc == 0; b++) tok[b] = host ? (int)argmax_f32(logits + b * V, V) : ids[b];
+    }
+    e.rs.decode = 0;
+    if (rc != 0) fprintf(stderr, "    %s\n", err_msg());
+    if (rc == 0 && info) rc = cuda_engine_info(&e, info);
+    free(logits), free(prompt);
+    engine_free(&e);
+    model_free(&m);
+    fixture_backend.no_graphs = 0;
+    return rc;
+}
+
+TEST(gpu_argmax_graph_alternating_calls) {
+    SKIP_WITHOUT_GPU();
+    unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+    int32_t got[4][24], want[4][24];
+    CudaEngineInfo ig, ie;
+    REQUIRE(alt_decode(1, got, &ig) == 0);
+    REQUIRE(alt_decode(0, want, &ie) == 0);
+    CHECK(memcmp(got, want, sizeof got) == 0);
+    CHECK_MSG(ig.graphs >= 1 && ig.graphs <= 2 && ig.argmax_in_graph >= 10 && ig.graph_launches >= 20,
+              "graphs %lld, launches %lld, argmax in graph %lld", (long long)ig.graphs,
+              (long long)ig.graph_launches, (long long)ig.argmax_in_graph);
+    CHECK(ie.graphs == 0);
 }
 
 /* ---- tensor parallelism over GPUs (NCCL) --------------------------------- */

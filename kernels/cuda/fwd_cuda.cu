@@ -1372,6 +1372,19 @@ int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_p
     return fwdc_table_update_z(d_tab, d_count, d_pairs, cap, nullptr, 0, stream);
 }
 
+/* The argmax's scratch (counters, then the chunks' pairs) for rows x cols, in
+ * bytes: 0 where a row is one chunk. */
+size_t argmax_scratch_bytes(int64_t rows, int64_t cols) {
+    const int64_t chunks = (cols + kArgChunk - 1) / kArgChunk, per = rows < 65535 ? rows : 65535;
+    return chunks > 1 ? sizeof(int) * (size_t)(per + 2 * per * chunks) : 0;
+}
+
+int fwdc_argmax_reserve(int64_t rows, int64_t cols) {
+    void *ws;
+    const size_t b = rows > 0 && cols > 0 ? argmax_scratch_bytes(rows, cols) : 0;
+    return b > 0 && tern_ws_zeroed(b, &ws) < 0 ? -1 : 0;
+}
+
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
                      cudaStream_t stream) {
     if (rows <= 0) return 0;
@@ -1382,7 +1395,7 @@ int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_ou
     int *ctr = nullptr;
     if (chunks > 1) { /* the split-K scratch: zero, and left zero */
         void *ws;
-        if (tern_ws_zeroed(sizeof(int) * (size_t)(per + 2 * per * chunks), &ws) < 0) return -1;
+        if (tern_ws_zeroed(argmax_scratch_bytes(rows, cols), &ws) < 0) return -1;
         ctr = static_cast<int *>(ws);
         pv = reinterpret_cast<float *>(ctr + per);
         pi = reinterpret_cast<int32_t *>(pv + per * chunks);

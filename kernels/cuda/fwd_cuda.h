@@ -135,6 +135,10 @@ int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d
  * ties, as argmax_f32), rows rows. */
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
                      cudaStream_t stream);
+/* Grows the scratch fwdc_argmax_rows of rows x cols needs (cudaMalloc and a
+ * synchronous zeroing: not allowed inside a stream capture, so called before
+ * one that captures the argmax). */
+int fwdc_argmax_reserve(int64_t rows, int64_t cols);
 /* Tensor parallelism.  The all-gather of tp slices (n, w) each, stored rank
  * after rank in g (tp, n, w), into rows of the full vector: out (n, tp*w),
  * out[t][r*w + c] = g[r][t][c]. */

@@ -129,9 +129,9 @@ struct CE {
     int32_t *h_ids = nullptr;
     int64_t h_ids_cap = 0;
     int64_t n_graphs = 0, launches = 0, n_argmax_graph = 0;
-    /* TERNLAB_CUDA_STEP_TIME=1 (measurement): per graph replay, the host's
-     * time in the forward call and the device's from the inputs' upload to
-     * the ids back (events), medians printed at close */
+    /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay, the
+     * host's time in the forward call and the device's from the inputs'
+     * upload to the ids (or logits) back (events), medians printed at close */
     cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
     std::vector<float> t_dev, t_graph;
     std::vector<double> t_wall, t_prep;
@@ -709,14 +709,19 @@ int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
     *in_graph = false;
     TRY(upload_inputs(g, p));
-    if (p->eligible && g->exec && g->exec_n == n) { /* (a graph's own argmax, where the call wants another, is
-                                                      * left unused: no capture per call where calls alternate) */
+    /* a graph of this shape without the argmax the call wants is captured again once, with it */
+    const bool upgrade = p->eligible && g->exec && g->exec_n == n && amax > 0 && g->exec_amax == 0;
+    if (p->eligible && g->exec && g->exec_n == n && !upgrade) {
+        /* (a graph whose argmax the call does not want replays with it unused: callers that
+         * alternate logits and ids do not capture per call) */
         *in_graph = amax > 0 && g->exec_amax == amax;
         CUDA_CHECK(cudaGraphLaunch(g->exec, g->st));
         g->launches++;
-    } else if (p->eligible && g->last_eager_n == n) {
-        /* the same step shape ran eagerly last time: workspaces are grown */
+    } else if (p->eligible && (g->last_eager_n == n || upgrade)) {
+        /* the same step shape ran eagerly last time (or replayed): workspaces are grown, the
+         * argmax's here (the last eager step may not have taken one) */
         drop_graph(g);
+        if (amax > 0 && fwdc_argmax_reserve(amax, g->c.vocab) != 0) return -1;
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
         int rc = run_device(g, n, nl, false, true);
@@ -804,7 +809,7 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     const bool traced = trace_begin(g, p);
 #endif
     const int64_t amax = g->argmax_graph && !launched && nl_out > 0 && argmax_out ? nl_out : 0;
-    const bool timed = g->ev[0] && p->eligible && g->exec && g->exec_n == p->n;
+    const bool timed = g->ev[0] && !launched && p->eligible && g->exec && g->exec_n == p->n; /* (one GPU) */
     if (timed) cudaEventRecord(g->ev[0], g->st);
     bool amax_done = false;
     const int rc = step_launch(g, p, amax, &amax_done);

@@ -20,7 +20,9 @@
  * A decode step (RunState.decode, logits of every token) is captured into a
  * CUDA graph the second time a batch size is seen and replayed after that:
  * one host-to-device copy of the step's inputs, one graph launch, one copy of
- * the logits back.  No host synchronisation inside a step.
+ * the logits back — or, for greedy steps on one GPU, of the ids, the argmax
+ * being inside the graph (TERNLAB_CUDA_ARGMAX_GRAPH=0 keeps it after).  No
+ * host synchronisation inside a step.
  *
  * Not supported on the GPU (clear errors): ternary KV pages (--kv other than
  * none), --dump-layers.
