@@ -843,6 +843,34 @@ TEST(gpu_fused_decode_bit_identical) {
     free(a), free(b);
 }
 
+/* The decode GEMVs' L2 evict-first hint (tern_cuda_l2ef, TERNLAB_CUDA_L2EF)
+ * changes where lines stay in L2, never a value: the same logits bit for bit
+ * with it on and off — 16 heads (o on the one-warp f32 form, its loads
+ * hinted), then the one-token GEMVs on the bulk-copy kernel (variant 63540:
+ * its producer's copies hinted). */
+TEST(gpu_l2_evict_first_bit_identical) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 4, rows = 3 * steps + 3;
+    float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
+    char ca[96], cb[96];
+    CudaEngineInfo ia, ib;
+    for (int k = 0; k < 2; k++) { /* the dispatch (o: one warp per row), then every GEMV on 63540 */
+        const int oldv = tern_cuda_decode_variant(k ? 63540 : 0);
+        const int olde = tern_cuda_l2ef(1);
+        synth_decode_h(16, 1, 1, -1, steps, a, ca, sizeof ca, &ia);
+        tern_cuda_l2ef(0);
+        synth_decode_h(16, 1, 1, -1, steps, b, cb, sizeof cb, &ib);
+        tern_cuda_l2ef(olde);
+        tern_cuda_decode_variant(oldv);
+        CHECK_MSG(ia.fused_o > 0 && ia.fused_mlp > 0, "variant set %d: fused o %lld, MLP %lld", k,
+                  (long long)ia.fused_o, (long long)ia.fused_mlp);
+        int bad = 0;
+        for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
+        CHECK_MSG(bad == 0, "variant set %d: %d of %d logits differ", k, bad, rows * SYN_V);
+    }
+    free(a), free(b);
+}
+
 /* The o projection on the one-warp GEMV (16 heads: 256 x 2048) codes its f32
  * input itself by default (tern_cuda_matmul_i8_f32x's one-warp form, the int8
  * pass gone): the same logits, bit for bit, as with TERNLAB_CUDA_O_FUSE=0 (the

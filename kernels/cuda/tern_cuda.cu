@@ -543,6 +543,21 @@ int tern_cuda_pdl(int on) {
     return old;
 }
 
+static int g_l2ef = -1;
+int tern_l2ef(void) {
+    if (g_l2ef < 0) {
+        const char *e = getenv("TERNLAB_CUDA_L2EF");
+        g_l2ef = !(e && strcmp(e, "0") == 0);
+    }
+    return g_l2ef;
+}
+
+int tern_cuda_l2ef(int on) {
+    const int old = tern_l2ef();
+    g_l2ef = on != 0;
+    return old;
+}
+
 int tern_cuda_force_kernel(int which) {
     int old = g_force;
     g_force = which;

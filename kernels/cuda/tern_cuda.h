@@ -234,6 +234,14 @@ void tern_cuda_set_config(const char *cfg);
 int tern_cuda_pdl(int on);
 int tern_cuda_pdl_get(void);
 
+/* The decode GEMVs read their codes with an L2 evict-first policy (default
+ * on; TERNLAB_CUDA_L2EF=0 turns it off): a step streams every weight once,
+ * and without the hint that stream evicts the activations, K/V pages, norm
+ * weights and scales the next kernels read from L2.  tern_cuda_l2ef sets it
+ * (returns the previous value), tern_l2ef reads it. */
+int tern_cuda_l2ef(int on);
+int tern_l2ef(void);
+
 /* The current device's device-to-device copy bandwidth over `bytes` (bytes
  * read + written per second), the median of `reps` timed copies each way:
  * cudaMemcpyAsync (*memcpy_bps) and a copy kernel of 16-byte loads and

@@ -373,6 +373,7 @@ struct TbArgs {
      * token n's outputs at y + n rows) */
     int ntok;
     int defer; /* split K: the slices' sums left in part, y not written (BmArgs::def) */
+    int l2ef;  /* the codes read with an L2 evict-first policy (tern_l2ef) */
 };
 
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
@@ -457,6 +458,11 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
     const uint32_t st_s = (uint32_t)__cvta_generic_to_shared(stages);
     int slot = 0, i = 0;
     uint32_t phase = 0;
+    const uint64_t pol = q.l2ef ? tern_mbar::evict_first_policy() : 0;
+    auto load = [&](uint32_t d, const uint8_t *src, uint32_t bytes, uint32_t bar) {
+        if (q.l2ef) tern_mbar::bulk_load_hint(d, src, bytes, bar, pol);
+        else tern_mbar::bulk_load(d, src, bytes, bar);
+    };
     for (int64_t t0 = tb; t0 < te; t0 += step, i++) {
         if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
         __syncwarp();
@@ -466,8 +472,7 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
             const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
             if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
             __syncwarp();
-            for (int r = lane; r < nr; r += 32)
-                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            for (int r = lane; r < nr; r += 32) load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
         } else {
             const int nh = 16 * (int)(te - t0 < RH ? te - t0 : RH);
             if (lane == 0) tern_mbar::expect_tx(bar, 2 * nh * (int)sb);
@@ -475,8 +480,7 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
             for (int r = lane; r < 2 * nh; r += 32) {
                 const int hr = r < nh ? r : r - nh;
                 const int64_t src = (r < nh ? 0 : q.half) + t0 * 16 + hr;
-                tern_mbar::bulk_load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride,
-                                     p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
+                load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride, p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
             }
         }
         if (++slot == ST) slot = 0, phase ^= 1;
@@ -1053,6 +1057,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         a.part = a.ctr + q.tiles;
         if (q.defer) a.def->part = a.part;
     }
+    q.l2ef = tern_l2ef();
     return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);

@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
                                                              int64_t cols, int64_t row_bytes,
                                                              const float *__restrict__ xf,
                                                              const unsigned *__restrict__ xmax,
-                                                             float *__restrict__ y, NormOut no) {
+                                                             float *__restrict__ y, NormOut no, int ef) {
     extern __shared__ int4 xs4[];
     int8_t *xs = reinterpret_cast<int8_t *>(xs4);
     const int lane = threadIdx.x & 31;
@@ -139,7 +139,9 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
 #pragma unroll
         for (int j = 0; j < kF32xChunks / 32; j++) {
             const int64_t c = lane + 32 * j;
-            w[j] = c < chunks ? ldg_stream_u4(row + 16 * c) : make_uint4(0, 0, 0, 0);
+            w[j] = c >= chunks ? make_uint4(0, 0, 0, 0)
+                   : ef  ? ldg_stream_u4_ef(row + 16 * c)
+                         : ldg_stream_u4(row + 16 * c);
         }
         sr = scales[r * scale_stride];
         if (NO) nw = no.w[r];
@@ -261,5 +263,5 @@ int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const 
     return tern_launch_pdl_smem(name, no ? gemv_i8_rowscale_f32x<true> : gemv_i8_rowscale_f32x<false>, dim3(blocks),
                                 dim3(kF32xThreads), (size_t)W->cols, s, (const uint8_t *)W->d_codes,
                                 (const float *)W->d_scales, W->scale_stride, W->rows, W->cols, W->row_bytes, d_x,
-                                d_xmax, d_y, n);
+                                d_xmax, d_y, n, tern_l2ef());
 }

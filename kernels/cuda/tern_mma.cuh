@@ -284,5 +284,17 @@ __device__ __forceinline__ uint4 ldg_stream_u4(const void *p) {
                  : "l"(p));
     return v;
 }
+/* the same, the line the first L2 evicts (weights read once a step) */
+__device__ __forceinline__ uint4 ldg_stream_u4_ef(const void *p) {
+    uint4 v;
+    asm volatile("{\n"
+                 ".reg .b64 pol;\n"
+                 "createpolicy.fractional.L2::evict_first.b64 pol, 1.0;\n"
+                 "ld.global.nc.L1::no_allocate.L2::cache_hint.v4.u32 {%0,%1,%2,%3}, [%4], pol;\n"
+                 "}\n"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w)
+                 : "l"(p));
+    return v;
+}
 
 #endif
