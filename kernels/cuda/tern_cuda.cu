@@ -529,34 +529,27 @@ void tern_cuda_set_config(const char *cfg) {
     snprintf(g_config, sizeof g_config, "%s", cfg ? cfg : "");
 }
 
-int tern_cuda_pdl_get(void) {
-    if (g_pdl < 0) {
-        const char *e = getenv("TERNLAB_CUDA_PDL");
-        g_pdl = !(e && strcmp(e, "0") == 0);
+/* An on-by-default switch cached from the environment (off where `name` is
+ * "0"), and its setter returning the previous value. */
+static int env_switch(int *cache, const char *name) {
+    if (*cache < 0) {
+        const char *e = getenv(name);
+        *cache = !(e && strcmp(e, "0") == 0);
     }
-    return g_pdl;
+    return *cache;
 }
-
-int tern_cuda_pdl(int on) {
-    const int old = tern_cuda_pdl_get();
-    g_pdl = on != 0;
+static int env_switch_set(int *cache, const char *name, int on) {
+    const int old = env_switch(cache, name);
+    *cache = on != 0;
     return old;
 }
 
-static int g_l2ef = -1;
-int tern_l2ef(void) {
-    if (g_l2ef < 0) {
-        const char *e = getenv("TERNLAB_CUDA_L2EF");
-        g_l2ef = !(e && strcmp(e, "0") == 0);
-    }
-    return g_l2ef;
-}
+int tern_cuda_pdl_get(void) { return env_switch(&g_pdl, "TERNLAB_CUDA_PDL"); }
+int tern_cuda_pdl(int on) { return env_switch_set(&g_pdl, "TERNLAB_CUDA_PDL", on); }
 
-int tern_cuda_l2ef(int on) {
-    const int old = tern_l2ef();
-    g_l2ef = on != 0;
-    return old;
-}
+static int g_l2ef = -1; /* -1: not yet read from TERNLAB_CUDA_L2EF */
+int tern_l2ef(void) { return env_switch(&g_l2ef, "TERNLAB_CUDA_L2EF"); }
+int tern_cuda_l2ef(int on) { return env_switch_set(&g_l2ef, "TERNLAB_CUDA_L2EF", on); }
 
 int tern_cuda_force_kernel(int which) {
     int old = g_force;
