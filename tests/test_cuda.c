@@ -843,18 +843,23 @@ TEST(gpu_fused_decode_bit_identical) {
     free(a), free(b);
 }
 
-/* The decode GEMVs' L2 evict-first hint (tern_cuda_l2ef, TERNLAB_CUDA_L2EF)
- * changes where lines stay in L2, never a value: the same logits bit for bit
- * with it on and off — 16 heads (o on the one-warp f32 form, its loads
- * hinted), then the one-token GEMVs on the bulk-copy kernel (variant 63540:
- * its producer's copies hinted). */
+/* The L2 evict-first hint (tern_cuda_l2ef, TERNLAB_CUDA_L2EF) changes where
+ * lines stay in L2, never a value: the same logits bit for bit with it on and
+ * off, on a 16-head model whose o projection runs on the one-warp f32 form
+ * (its loads hinted) — first with the dispatch's kernels, then with the
+ * one-token GLU and down GEMVs on the bulk-copy kernel (variant 63540: its
+ * producer's copies hinted, both the paired and the f32-input form; q|k|v
+ * stays on a one-warp int8 form, which takes no hint).  The same kernels in
+ * both runs of a pair, and on the bulk-copy kernel the launch records the
+ * hint's absence ("l2ef=0" in the config), so a hint that never reaches the
+ * kernel does not pass unseen. */
 TEST(gpu_l2_evict_first_bit_identical) {
     SKIP_WITHOUT_GPU();
     const int steps = 4, rows = 3 * steps + 3;
     float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
     char ca[96], cb[96];
     CudaEngineInfo ia, ib;
-    for (int k = 0; k < 2; k++) { /* the dispatch (o: one warp per row), then every GEMV on 63540 */
+    for (int k = 0; k < 2; k++) {
         const int oldv = tern_cuda_decode_variant(k ? 63540 : 0);
         const int olde = tern_cuda_l2ef(1);
         synth_decode_h(16, 1, 1, -1, steps, a, ca, sizeof ca, &ia);
@@ -862,8 +867,15 @@ TEST(gpu_l2_evict_first_bit_identical) {
         synth_decode_h(16, 1, 1, -1, steps, b, cb, sizeof cb, &ib);
         tern_cuda_l2ef(olde);
         tern_cuda_decode_variant(oldv);
-        CHECK_MSG(ia.fused_o > 0 && ia.fused_mlp > 0, "variant set %d: fused o %lld, MLP %lld", k,
-                  (long long)ia.fused_o, (long long)ia.fused_mlp);
+        CHECK_MSG(ia.fused_o > 0 && ia.fused_mlp > 0 && ia.fused_o == ib.fused_o && ia.fused_mlp == ib.fused_mlp &&
+                      ia.norm_folded == ib.norm_folded && ia.deferred == ib.deferred,
+                  "variant set %d: fused o %lld / %lld, MLP %lld / %lld", k, (long long)ia.fused_o,
+                  (long long)ib.fused_o, (long long)ia.fused_mlp, (long long)ib.fused_mlp);
+        /* the last ternary matmul of a step: the down GEMV (k 1: on the bulk-copy kernel) */
+        if (k == 0) CHECK_MSG(strcmp(ca, cb) == 0, "configs \"%s\" / \"%s\"", ca, cb);
+        else
+            CHECK_MSG(strstr(ca, "gemv_tbm") && !strstr(ca, "l2ef=0") && strstr(cb, "l2ef=0"),
+                      "configs \"%s\" / \"%s\"", ca, cb);
         int bad = 0;
         for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
         CHECK_MSG(bad == 0, "variant set %d: %d of %d logits differ", k, bad, rows * SYN_V);

@@ -6,6 +6,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <atomic>
 #include <errno.h>
 #include <mutex>
 #include <stdio.h>
@@ -127,16 +128,17 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
     return W->cols <= 16384 ? 4 : 0;
 }
 
-int g_pdl = -1; /* -1: not yet read from TERNLAB_CUDA_PDL */
+std::atomic<int> g_pdl{-1}; /* -1: not yet read from TERNLAB_CUDA_PDL */
 thread_local char g_config[96]; /* tern_cuda_last_config */
 
 /* The binary tensor-core GEMV's config, variant v (form: NULL, or a fused
- * form's name): "gemv_tbm[ form] v=V" for the bulk-copy kernel (v >= 60000),
- * else "gemv_bmma[ form]". */
+ * form's name): "gemv_tbm[ form] v=V" for the bulk-copy kernel (v >= 60000;
+ * " l2ef=0" added where its copies go without the L2 hint), else
+ * "gemv_bmma[ form]". */
 void bmma_config(int v, const char *form) {
     char cfg[48];
     const char *sp = form ? " " : "", *f = form ? form : "";
-    if (v >= 60000) snprintf(cfg, sizeof cfg, "gemv_tbm%s%s v=%d", sp, f, v);
+    if (v >= 60000) snprintf(cfg, sizeof cfg, "gemv_tbm%s%s v=%d%s", sp, f, v, tern_cuda_l2ef_get() ? "" : " l2ef=0");
     else snprintf(cfg, sizeof cfg, "gemv_bmma%s%s", sp, f);
     tern_cuda_set_config(cfg);
 }
@@ -530,25 +532,29 @@ void tern_cuda_set_config(const char *cfg) {
 }
 
 /* An on-by-default switch cached from the environment (off where `name` is
- * "0"), and its setter returning the previous value. */
-static int env_switch(int *cache, const char *name) {
-    if (*cache < 0) {
+ * "0"), and its setter returning the previous value; atomic (rank threads of
+ * the tensor-parallel engine launch at once). */
+static int env_switch(std::atomic<int> *cache, const char *name) {
+    int v = cache->load(std::memory_order_relaxed);
+    if (v < 0) {
         const char *e = getenv(name);
-        *cache = !(e && strcmp(e, "0") == 0);
+        int want = !(e && strcmp(e, "0") == 0), expect = -1;
+        cache->compare_exchange_strong(expect, want, std::memory_order_relaxed);
+        v = cache->load(std::memory_order_relaxed);
     }
-    return *cache;
+    return v;
 }
-static int env_switch_set(int *cache, const char *name, int on) {
+static int env_switch_set(std::atomic<int> *cache, const char *name, int on) {
     const int old = env_switch(cache, name);
-    *cache = on != 0;
+    cache->store(on != 0, std::memory_order_relaxed);
     return old;
 }
 
 int tern_cuda_pdl_get(void) { return env_switch(&g_pdl, "TERNLAB_CUDA_PDL"); }
 int tern_cuda_pdl(int on) { return env_switch_set(&g_pdl, "TERNLAB_CUDA_PDL", on); }
 
-static int g_l2ef = -1; /* -1: not yet read from TERNLAB_CUDA_L2EF */
-int tern_l2ef(void) { return env_switch(&g_l2ef, "TERNLAB_CUDA_L2EF"); }
+static std::atomic<int> g_l2ef{-1}; /* -1: not yet read from TERNLAB_CUDA_L2EF */
+int tern_cuda_l2ef_get(void) { return env_switch(&g_l2ef, "TERNLAB_CUDA_L2EF"); }
 int tern_cuda_l2ef(int on) { return env_switch_set(&g_l2ef, "TERNLAB_CUDA_L2EF", on); }
 
 int tern_cuda_force_kernel(int which) {

@@ -234,13 +234,16 @@ void tern_cuda_set_config(const char *cfg);
 int tern_cuda_pdl(int on);
 int tern_cuda_pdl_get(void);
 
-/* The decode GEMVs read their codes with an L2 evict-first policy (default
- * on; TERNLAB_CUDA_L2EF=0 turns it off): a step streams every weight once,
- * and without the hint that stream evicts the activations, K/V pages, norm
- * weights and scales the next kernels read from L2.  tern_cuda_l2ef sets it
- * (returns the previous value), tern_l2ef reads it. */
+/* The bulk-copy GEMVs (one- and multi-token, all their forms) and the
+ * one-warp f32-input GEMV read their codes with an L2 evict-first policy
+ * (default on; TERNLAB_CUDA_L2EF=0 turns it off): a decode step streams every
+ * weight once, and without the hint that stream evicts the activations, K/V
+ * pages, norm weights and scales the next kernels read from L2.  The other
+ * GEMV forms and the GEMMs read as before.  Read at each launch (a captured
+ * graph keeps what was in force at its capture).  tern_cuda_l2ef sets it
+ * (returns the previous value), tern_cuda_l2ef_get reads it. */
 int tern_cuda_l2ef(int on);
-int tern_l2ef(void);
+int tern_cuda_l2ef_get(void);
 
 /* The current device's device-to-device copy bandwidth over `bytes` (bytes
  * read + written per second), the median of `reps` timed copies each way:

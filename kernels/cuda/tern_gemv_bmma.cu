@@ -373,7 +373,7 @@ struct TbArgs {
      * token n's outputs at y + n rows) */
     int ntok;
     int defer; /* split K: the slices' sums left in part, y not written (BmArgs::def) */
-    int l2ef;  /* the codes read with an L2 evict-first policy (tern_l2ef) */
+    int l2ef;  /* the codes read with an L2 evict-first policy (tern_cuda_l2ef_get) */
 };
 
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
@@ -1057,7 +1057,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         a.part = a.ctr + q.tiles;
         if (q.defer) a.def->part = a.part;
     }
-    q.l2ef = tern_l2ef();
+    q.l2ef = tern_cuda_l2ef_get();
     return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);

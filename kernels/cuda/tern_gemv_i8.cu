@@ -263,5 +263,5 @@ int tern_gemv_i8_rowscale_f32x(const TernCudaMatrix *W, const float *d_x, const 
     return tern_launch_pdl_smem(name, no ? gemv_i8_rowscale_f32x<true> : gemv_i8_rowscale_f32x<false>, dim3(blocks),
                                 dim3(kF32xThreads), (size_t)W->cols, s, (const uint8_t *)W->d_codes,
                                 (const float *)W->d_scales, W->scale_stride, W->rows, W->cols, W->row_bytes, d_x,
-                                d_xmax, d_y, n, tern_l2ef());
+                                d_xmax, d_y, n, tern_cuda_l2ef_get());
 }
