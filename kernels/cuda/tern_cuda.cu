@@ -442,6 +442,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
             b.plane_stride = a.plane_stride; /* planes keep their full-n stride */
             b.y = a.y + c * a.rows;
             b.sx = a.sx ? a.sx + c : nullptr;
+            b.l2ef = n > 16 ? -1 : 0;
             if (tern_gemv_launch(act, &b, s) < 0) return err_prefix("%s: ", who);
         }
         return 0;

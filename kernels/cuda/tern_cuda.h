@@ -234,8 +234,9 @@ void tern_cuda_set_config(const char *cfg);
 int tern_cuda_pdl(int on);
 int tern_cuda_pdl_get(void);
 
-/* The bulk-copy GEMVs (one- and multi-token, all their forms) and the
- * one-warp f32-input GEMV read their codes with an L2 evict-first policy
+/* The bulk-copy GEMVs (one- and multi-token, all their forms), the one-warp
+ * f32-input GEMV and the mma GEMV of 1 .. 16 tokens (bf16 activations, one
+ * plane) read their codes with an L2 evict-first policy
  * (default on; TERNLAB_CUDA_L2EF=0 turns it off): a decode step streams every
  * weight once, and without the hint that stream evicts the activations, K/V
  * pages, norm weights and scales the next kernels read from L2.  The other

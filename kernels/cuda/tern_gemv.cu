@@ -78,6 +78,11 @@ int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s) {
     if (a->n < 1 || a->n > 16) return err_set("tern_gemv: n = %lld outside 1..16", (long long)a->n);
     if (!a->x_vec)
         return err_set("tern_gemv: activations must be 16-byte aligned rows (internal: pad first)");
+    TernKArgs b = *a;
+    /* all n tokens in one tile: with one plane each code is read once (l2ef -1: the caller
+     * runs more chunks of tokens over the same codes) */
+    b.l2ef = b.l2ef >= 0 && tern_cuda_l2ef_get() && b.planes <= 1;
+    a = &b;
     switch (act) {
     case TACT_BF16: return a->n <= 8 ? by_group<TACT_BF16, 1>(a, s) : by_group<TACT_BF16, 2>(a, s);
     case TACT_I8: return a->n <= 8 ? by_group<TACT_I8, 1>(a, s) : by_group<TACT_I8, 2>(a, s);

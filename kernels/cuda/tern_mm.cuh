@@ -33,6 +33,18 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
+/* cp_async16 with an L2 eviction policy (tern_mbar's evict_first_policy form) */
+__device__ __forceinline__ void cp_async16_hint(void *smem, const void *gmem, bool valid, uint64_t policy) {
+    const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
+    const int n = valid ? 16 : 0;
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem), "r"(n),
+                 "l"(policy));
+}
+__device__ __forceinline__ uint64_t l2_evict_first() {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
@@ -275,6 +287,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
     /* (plane, stage-in-plane) of the next stage to load and to compute,
      * advanced incrementally: no 64-bit division in the loop */
     int64_t l_plane = kt0 / SBP, l_sb = kt0 % SBP, c_sb = l_sb;
+    const uint64_t pol = a.l2ef ? l2_evict_first() : 0;
     auto load_stage = [&](int slot) {
         uint8_t *sA = smem + slot * C_::STAGE_BYTES;
         uint8_t *sX = sA + C_::A_BYTES;
@@ -284,7 +297,8 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
             const int64_t row = row0 + rl;
             const bool ok = row < a.rows && kb0 + ch / 4 < a.kblocks;
             const uint8_t *src = ok ? a.codes + row * a.row_bytes + kb0 * 64 + ch * 16 : a.codes;
-            cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
+            if (a.l2ef) cp_async16_hint(sA + rl * A_STRIDE + ch * 16, src, ok, pol);
+            else cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
         }
         constexpr int CH = (I8 ? 16 : 32) * KBS; /* 16-byte chunks per token row of a stage */
         const uint8_t *xb = static_cast<const uint8_t *>(a.x) + l_plane * a.plane_stride * esz;
@@ -465,6 +479,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_sk_kernel(const TernKArgs 
 
     /* load iterator (tile, plane, stage) */
     int64_t lt = u0 / KU, lp = (u0 % KU) / SBP, ls = (u0 % KU) % SBP;
+    const uint64_t pol = a.l2ef ? l2_evict_first() : 0;
     auto load_unit = [&](int slot) {
         const int64_t row0 = (lt % gx) * BM, tok0 = (lt / gx) * BN;
         uint8_t *sA = smem + slot * C_::STAGE_BYTES;
@@ -475,7 +490,8 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_sk_kernel(const TernKArgs 
             const int64_t row = row0 + rl;
             const bool ok = row < a.rows && kb0 + ch / 4 < a.kblocks;
             const uint8_t *src = ok ? a.codes + row * a.row_bytes + kb0 * 64 + ch * 16 : a.codes;
-            cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
+            if (a.l2ef) cp_async16_hint(sA + rl * A_STRIDE + ch * 16, src, ok, pol);
+            else cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
         }
         constexpr int CH = (I8 ? 16 : 32) * KBS;
         const uint8_t *xb = static_cast<const uint8_t *>(a.x) + lp * a.plane_stride * esz;

@@ -119,6 +119,7 @@ struct TernKArgs {
     int *counters;
     int planes;             /* GEMM: number of bf16 planes of x summed (f32 = 3) */
     int64_t plane_stride;   /* elements between planes */
+    int l2ef;               /* GEMV (tern_gemv_launch): the codes read with an L2 evict-first hint */
 };
 
 int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
