@@ -459,10 +459,6 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
     int slot = 0, i = 0;
     uint32_t phase = 0;
     const uint64_t pol = q.l2ef ? tern_mbar::evict_first_policy() : 0;
-    auto load = [&](uint32_t d, const uint8_t *src, uint32_t bytes, uint32_t bar) {
-        if (q.l2ef) tern_mbar::bulk_load_hint(d, src, bytes, bar, pol);
-        else tern_mbar::bulk_load(d, src, bytes, bar);
-    };
     for (int64_t t0 = tb; t0 < te; t0 += step, i++) {
         if (i >= ST && lane == 0) tern_mbar::wait(empty_s + 8 * slot, phase ^ 1);
         __syncwarp();
@@ -472,7 +468,9 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
             const int nr = (int)(rend - row0 < 16 * RT ? rend - row0 : 16 * RT);
             if (lane == 0) tern_mbar::expect_tx(bar, nr * (int)sb);
             __syncwarp();
-            for (int r = lane; r < nr; r += 32) load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar);
+            for (int r = lane; r < nr; r += 32)
+                tern_mbar::bulk_load(dst + r * q.stride, p.codes + (row0 + r) * p.row_bytes + kb0 * 64, sb, bar, q.l2ef,
+                                     pol);
         } else {
             const int nh = 16 * (int)(te - t0 < RH ? te - t0 : RH);
             if (lane == 0) tern_mbar::expect_tx(bar, 2 * nh * (int)sb);
@@ -480,7 +478,8 @@ __device__ __forceinline__ void tbm_produce(const TbArgs &q, uint8_t *stages, ui
             for (int r = lane; r < 2 * nh; r += 32) {
                 const int hr = r < nh ? r : r - nh;
                 const int64_t src = (r < nh ? 0 : q.half) + t0 * 16 + hr;
-                load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride, p.codes + src * p.row_bytes + kb0 * 64, sb, bar);
+                tern_mbar::bulk_load(dst + (r < nh ? hr : 16 * RH + hr) * q.stride,
+                                     p.codes + src * p.row_bytes + kb0 * 64, sb, bar, q.l2ef, pol);
             }
         }
         if (++slot == ST) slot = 0, phase ^= 1;

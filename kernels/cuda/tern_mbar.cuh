@@ -56,9 +56,10 @@ __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_
                  : "memory");
 }
 
-/* bulk_load with an L2 eviction policy (policy from evict_first_policy) */
-__device__ __forceinline__ void bulk_load_hint(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar,
-                                               uint64_t policy) {
+/* bulk_load, with the L2 eviction policy `policy` where hint (evict_first_policy) */
+__device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes, uint32_t bar, bool hint,
+                                          uint64_t policy) {
+    if (!hint) return bulk_load(dst, src, bytes, bar);
     asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes.L2::cache_hint "
                  "[%0], [%1], %2, [%3], %4;\n" ::"r"(dst),
                  "l"(src), "r"(bytes), "r"(bar), "l"(policy)

@@ -23,6 +23,7 @@
 
 #include <type_traits>
 
+#include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mma.cuh"
 
 namespace tern_mm {
@@ -33,17 +34,14 @@ __device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool va
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(s), "l"(gmem), "r"(n));
 }
-/* cp_async16 with an L2 eviction policy (tern_mbar's evict_first_policy form) */
-__device__ __forceinline__ void cp_async16_hint(void *smem, const void *gmem, bool valid, uint64_t policy) {
+/* cp_async16, with the L2 eviction policy `policy` where hint
+ * (tern_mbar::evict_first_policy) */
+__device__ __forceinline__ void cp_async16(void *smem, const void *gmem, bool valid, bool hint, uint64_t policy) {
+    if (!hint) return cp_async16(smem, gmem, valid);
     const unsigned s = (unsigned)__cvta_generic_to_shared(smem);
     const int n = valid ? 16 : 0;
     asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(s), "l"(gmem), "r"(n),
                  "l"(policy));
-}
-__device__ __forceinline__ uint64_t l2_evict_first() {
-    uint64_t p;
-    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
-    return p;
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
 template <int N>
@@ -287,7 +285,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
     /* (plane, stage-in-plane) of the next stage to load and to compute,
      * advanced incrementally: no 64-bit division in the loop */
     int64_t l_plane = kt0 / SBP, l_sb = kt0 % SBP, c_sb = l_sb;
-    const uint64_t pol = a.l2ef ? l2_evict_first() : 0;
+    const uint64_t pol = a.l2ef ? tern_mbar::evict_first_policy() : 0;
     auto load_stage = [&](int slot) {
         uint8_t *sA = smem + slot * C_::STAGE_BYTES;
         uint8_t *sX = sA + C_::A_BYTES;
@@ -297,8 +295,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
             const int64_t row = row0 + rl;
             const bool ok = row < a.rows && kb0 + ch / 4 < a.kblocks;
             const uint8_t *src = ok ? a.codes + row * a.row_bytes + kb0 * 64 + ch * 16 : a.codes;
-            if (a.l2ef) cp_async16_hint(sA + rl * A_STRIDE + ch * 16, src, ok, pol);
-            else cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
+            cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok, a.l2ef, pol);
         }
         constexpr int CH = (I8 ? 16 : 32) * KBS; /* 16-byte chunks per token row of a stage */
         const uint8_t *xb = static_cast<const uint8_t *>(a.x) + l_plane * a.plane_stride * esz;
@@ -479,7 +476,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_sk_kernel(const TernKArgs 
 
     /* load iterator (tile, plane, stage) */
     int64_t lt = u0 / KU, lp = (u0 % KU) / SBP, ls = (u0 % KU) % SBP;
-    const uint64_t pol = a.l2ef ? l2_evict_first() : 0;
+    const uint64_t pol = a.l2ef ? tern_mbar::evict_first_policy() : 0;
     auto load_unit = [&](int slot) {
         const int64_t row0 = (lt % gx) * BM, tok0 = (lt / gx) * BN;
         uint8_t *sA = smem + slot * C_::STAGE_BYTES;
@@ -490,8 +487,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_sk_kernel(const TernKArgs 
             const int64_t row = row0 + rl;
             const bool ok = row < a.rows && kb0 + ch / 4 < a.kblocks;
             const uint8_t *src = ok ? a.codes + row * a.row_bytes + kb0 * 64 + ch * 16 : a.codes;
-            if (a.l2ef) cp_async16_hint(sA + rl * A_STRIDE + ch * 16, src, ok, pol);
-            else cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok);
+            cp_async16(sA + rl * A_STRIDE + ch * 16, src, ok, a.l2ef, pol);
         }
         constexpr int CH = (I8 ? 16 : 32) * KBS;
         const uint8_t *xb = static_cast<const uint8_t *>(a.x) + lp * a.plane_stride * esz;

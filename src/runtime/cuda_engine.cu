@@ -916,6 +916,8 @@ void ce_engine_free(Engine *e) {
     memset(e, 0, sizeof *e);
 }
 
+bool env_on(const char *name);
+
 /* Stream, cuBLAS, KV pages, tables, step inputs, activations. */
 int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     const ModelConfig &c = g->c;
@@ -930,8 +932,7 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
     if (getenv("TERNLAB_CUDA_STEP_TIME") && strcmp(getenv("TERNLAB_CUDA_STEP_TIME"), "1") == 0)
         for (cudaEvent_t &ev : g->ev) CUDA_CHECK(cudaEventCreate(&ev));
-    const char *amg = getenv("TERNLAB_CUDA_ARGMAX_GRAPH");
-    if (!(amg && strcmp(amg, "0") == 0)) { /* (an on-by-default switch, as env_on) */
+    if (env_on("TERNLAB_CUDA_ARGMAX_GRAPH")) {
         g->argmax_graph = 1;
         g->h_ids_cap = 1024;
         CUDA_CHECK(cudaMallocHost(&g->h_ids, sizeof(int32_t) * (size_t)g->h_ids_cap));
