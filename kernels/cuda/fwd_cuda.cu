@@ -219,34 +219,60 @@ __global__ void __launch_bounds__(kRowThreads)
 norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t dim, float eps, float *o32,
               __nv_bfloat16 *o16, int8_t *xq, float *sx) {
     pdl_trigger();
-    pdl_wait();
     __shared__ float red[32];
     float *xr = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
     const int64_t row = blockIdx.x * dim, step = (int64_t)blockDim.x * 4;
     float4 xv[kCache], wv[kCache];
     float ss = 0.0f;
+    /* read before the wait: w (a weight) and, DEF, all but the partials — the
+     * GEMV's scales are weights; x (the residual) and max|x| of the GEMV's
+     * input were written before that GEMV's own wait, which it passes before
+     * it lets this kernel start (the bulk-copy GEMV: pdl_wait, then
+     * pdl_trigger), so they are final when this kernel runs at all */
+    float4 sv[kCache];
+    constexpr int kPre = 2;
     const float hsx = DEF ? tern_act_scale(__uint_as_float(*hd.xmax)) : 0.0f;
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
-        float4 a = *reinterpret_cast<const float4 *>(xr + i);
         wv[c] = *reinterpret_cast<const float4 *>(w + i);
+        if (DEF && c < kPre) {
+            const int64_t ss1 = hd.scale_stride;
+            xv[c] = *reinterpret_cast<const float4 *>(xr + i);
+            const float *sc = hd.scales + i * ss1;
+            sv[c] = make_float4(sc[0], sc[ss1], sc[2 * ss1], sc[3 * ss1]);
+        }
+    }
+    pdl_wait();
+#pragma unroll
+    for (int c = 0; c < kCache; c++) {
+        const int64_t i = threadIdx.x * 4 + c * step;
+        if (i >= dim) break;
+        float4 a;
         if constexpr (DEF) {
+            if (c >= kPre) { /* (rows past 2 x 4096 columns: the rest after the wait, no spills) */
+                const int64_t ss1 = hd.scale_stride;
+                xv[c] = *reinterpret_cast<const float4 *>(xr + i);
+                const float *sc = hd.scales + i * ss1;
+                sv[c] = make_float4(sc[0], sc[ss1], sc[2 * ss1], sc[3 * ss1]);
+            }
+            a = xv[c];
             const int4 d = *reinterpret_cast<const int4 *>(hd.part + i);
             *reinterpret_cast<int4 *>(hd.part + i) = make_int4(0, 0, 0, 0);
-            const float *sc = hd.scales + i * hd.scale_stride;
-            const int64_t ss1 = hd.scale_stride;
-            a.x += tern_i8_out(sc[0], (float)d.x, hsx);
-            a.y += tern_i8_out(sc[ss1], (float)d.y, hsx);
-            a.z += tern_i8_out(sc[2 * ss1], (float)d.z, hsx);
-            a.w += tern_i8_out(sc[3 * ss1], (float)d.w, hsx);
+            a.x += tern_i8_out(sv[c].x, (float)d.x, hsx);
+            a.y += tern_i8_out(sv[c].y, (float)d.y, hsx);
+            a.z += tern_i8_out(sv[c].z, (float)d.z, hsx);
+            a.w += tern_i8_out(sv[c].w, (float)d.w, hsx);
             *reinterpret_cast<float4 *>(xr + i) = a;
-        } else if (hr) {
-            const float4 b = *reinterpret_cast<const float4 *>(hr + i);
-            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-            *reinterpret_cast<float4 *>(xr + i) = a;
+        } else {
+            a = *reinterpret_cast<const float4 *>(xr + i);
+            if (hr) {
+                const float4 b = *reinterpret_cast<const float4 *>(hr + i);
+                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+                *reinterpret_cast<float4 *>(xr + i) = a;
+            }
         }
         xv[c] = a;
         ss += a.x * a.x;
