@@ -213,34 +213,36 @@ __device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], floa
 /* DEF: h is a GEMV's output still in its split-K partials (one row,
  * tern_cuda_matmul_i8_f32x_defer): h[i] formed as that GEMV's finisher would
  * have (tern_i8_out of the row's scale, the exact sum and 127 / max|x|), the
- * partials set back to zero. */
+ * partials set back to zero.  Read before the wait: w (a weight) and, DEF or
+ * xr (fwdc_norm_x_ready), x — then x's last writer ran before the kernel
+ * before this one, which waits for its own predecessor before it lets this
+ * kernel start (every ternary GEMV / GEMM: pdl_wait, then pdl_trigger; a
+ * kernel launched without the attribute lets it start only once complete),
+ * so x is final when this kernel runs at all; DEF: the GEMV's scales and
+ * max|x| of its input too (written before that GEMV's wait), the partials
+ * after the wait. */
 template <bool DEF>
 __global__ void __launch_bounds__(kRowThreads)
 norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t dim, float eps, float *o32,
-              __nv_bfloat16 *o16, int8_t *xq, float *sx) {
+              __nv_bfloat16 *o16, int8_t *xq, float *sx, int xr) {
     pdl_trigger();
     __shared__ float red[32];
-    float *xr = x + blockIdx.x * dim;
+    float *xrow = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
     const int64_t row = blockIdx.x * dim, step = (int64_t)blockDim.x * 4;
-    float4 xv[kCache], wv[kCache];
+    float4 xv[kCache], wv[kCache], sv[kCache];
     float ss = 0.0f;
-    /* read before the wait: w (a weight) and, DEF, all but the partials — the
-     * GEMV's scales are weights; x (the residual) and max|x| of the GEMV's
-     * input were written before that GEMV's own wait, which it passes before
-     * it lets this kernel start (the bulk-copy GEMV: pdl_wait, then
-     * pdl_trigger), so they are final when this kernel runs at all */
-    float4 sv[kCache];
-    constexpr int kPre = 2;
+    constexpr int kPre = 2; /* (columns past 2 x 4096 read after the wait: no spills) */
+    const bool early = DEF || xr;
+    const int64_t ss1 = hd.scale_stride;
     const float hsx = DEF ? tern_act_scale(__uint_as_float(*hd.xmax)) : 0.0f;
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         wv[c] = *reinterpret_cast<const float4 *>(w + i);
+        if (early && c < kPre) xv[c] = *reinterpret_cast<const float4 *>(xrow + i);
         if (DEF && c < kPre) {
-            const int64_t ss1 = hd.scale_stride;
-            xv[c] = *reinterpret_cast<const float4 *>(xr + i);
             const float *sc = hd.scales + i * ss1;
             sv[c] = make_float4(sc[0], sc[ss1], sc[2 * ss1], sc[3 * ss1]);
         }
@@ -250,29 +252,23 @@ norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
-        float4 a;
+        float4 a = early && c < kPre ? xv[c] : *reinterpret_cast<const float4 *>(xrow + i);
         if constexpr (DEF) {
-            if (c >= kPre) { /* (rows past 2 x 4096 columns: the rest after the wait, no spills) */
-                const int64_t ss1 = hd.scale_stride;
-                xv[c] = *reinterpret_cast<const float4 *>(xr + i);
+            if (c >= kPre) {
                 const float *sc = hd.scales + i * ss1;
                 sv[c] = make_float4(sc[0], sc[ss1], sc[2 * ss1], sc[3 * ss1]);
             }
-            a = xv[c];
             const int4 d = *reinterpret_cast<const int4 *>(hd.part + i);
             *reinterpret_cast<int4 *>(hd.part + i) = make_int4(0, 0, 0, 0);
             a.x += tern_i8_out(sv[c].x, (float)d.x, hsx);
             a.y += tern_i8_out(sv[c].y, (float)d.y, hsx);
             a.z += tern_i8_out(sv[c].z, (float)d.z, hsx);
             a.w += tern_i8_out(sv[c].w, (float)d.w, hsx);
-            *reinterpret_cast<float4 *>(xr + i) = a;
-        } else {
-            a = *reinterpret_cast<const float4 *>(xr + i);
-            if (hr) {
-                const float4 b = *reinterpret_cast<const float4 *>(hr + i);
-                a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
-                *reinterpret_cast<float4 *>(xr + i) = a;
-            }
+            *reinterpret_cast<float4 *>(xrow + i) = a;
+        } else if (hr) {
+            const float4 b = *reinterpret_cast<const float4 *>(hr + i);
+            a.x += b.x, a.y += b.y, a.z += b.z, a.w += b.w;
+            *reinterpret_cast<float4 *>(xrow + i) = a;
         }
         xv[c] = a;
         ss += a.x * a.x;
@@ -1176,8 +1172,8 @@ static int norm_outputs(const char *who, const float *d_out32, const uint16_t *d
     return 0;
 }
 
-int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
-              float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
+static int norm_launch(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+                       float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, int xr, cudaStream_t stream) {
     if (norm_outputs("fwdc_norm", d_out32, d_out16, d_xq, d_sx) < 0) return -1;
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_norm: %lld rows", (long long)n);
@@ -1186,12 +1182,21 @@ int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t
     if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
         return tern_launch_pdl("norm_kernel_c", norm_kernel_c<false>, dim3((unsigned)n), dim3(kRowThreads),
             stream, d_x, d_h, TernDeferred{}, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16),
-            d_xq, d_sx);
+            d_xq, d_sx, xr);
     if (v4)
         return tern_launch_pdl("norm_kernel", norm_kernel<true>, dim3((unsigned)n), dim3(kRowThreads), stream,
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
     return tern_launch_pdl("norm_kernel", norm_kernel<false>, dim3((unsigned)n), dim3(kRowThreads), stream,
         d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+}
+
+int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+              float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
+    return norm_launch(d_x, d_h, d_w, n, dim, eps, d_out32, d_out16, d_xq, d_sx, 0, stream);
+}
+int fwdc_norm_x_ready(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+                      float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream) {
+    return norm_launch(d_x, d_h, d_w, n, dim, eps, d_out32, d_out16, d_xq, d_sx, 1, stream);
 }
 
 int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int64_t dim, float eps,
@@ -1204,7 +1209,7 @@ int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int6
                        (long long)dim, (long long)h->rows);
     return tern_launch_pdl("norm_kernel_c", norm_kernel_c<true>, dim3(1), dim3(kRowThreads), stream, d_x,
                            (const float *)nullptr, *h, d_w, dim, eps, d_out32,
-                           reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
+                           reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx, 1);
 }
 
 int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,

@@ -48,6 +48,13 @@ int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, flo
  * (act_quant_int8_ref, bit-identical) into xq, sx. */
 int fwdc_norm(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
               float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
+/* fwdc_norm for an x already final when the kernel before this one on the
+ * stream passes its wait (its last writer ran before that kernel, and that
+ * kernel waits before it lets this one start: a ternary GEMV, or one launched
+ * without programmatic dependence): x read before this kernel's wait.  The
+ * same bits. */
+int fwdc_norm_x_ready(float *d_x, const float *d_h, const float *d_w, int64_t n, int64_t dim, float eps,
+                      float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
 /* fwdc_norm of one row with h still in a deferred GEMV's split-K partials
  * (tern_cuda_matmul_i8_f32x_defer; h->rows == dim): the same bits as
  * fwdc_norm of the GEMV's finished output; the partials left zero.  It must

@@ -312,12 +312,13 @@ int prep_input(CE *g, const float *x32, int64_t n, int64_t cols, Need nd) {
  * need: f32 in g->xb, bf16 in g->x16, int8 in g->xq (f32 also where nothing
  * else is asked for). */
 int norm_into(CE *g, float *x, const float *h, const float *w, int64_t n, int64_t dim, Need nd,
-              const TernDeferred *hd = nullptr) {
+              const TernDeferred *hd = nullptr, bool x_ready = false) {
     float *o32 = nd.f32 || !(nd.x16 || nd.xq) ? g->xb : nullptr;
     uint16_t *o16 = nd.x16 ? g->x16 : nullptr;
     int8_t *xq = nd.xq ? g->xq : nullptr;
     float *sx = nd.xq ? g->sx : nullptr;
     if (hd) return fwdc_norm_deferred(x, hd, w, dim, g->c.eps, o32, o16, xq, sx, g->st);
+    if (x_ready) return fwdc_norm_x_ready(x, h, w, n, dim, g->c.eps, o32, o16, xq, sx, g->st);
     return fwdc_norm(x, h, w, n, dim, g->c.eps, o32, o16, xq, sx, g->st);
 }
 
@@ -519,7 +520,9 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         }
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
-        if (!nf) TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu));
+        /* (x, the residual: last written before the o projection, whose kernels on one GPU wait
+         * before they let the next one start — fwdc_norm_x_ready) */
+        if (!nf) TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu, nullptr, g->tp == 1));
         if (mfl[(size_t)l]) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
             if (nf) {
@@ -562,7 +565,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             const DLayer &N = g->L[(size_t)l + 1];
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
             g->n_deferred += hdef.part != nullptr;
-            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr));
+            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1));
         } else {
             TRY(fwdc_add(g->x, g->hout, n * H, g->st));
         }
