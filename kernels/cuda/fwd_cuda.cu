@@ -23,6 +23,13 @@ namespace {
  * orders (last-bit differences), so the choice uses the whole model's heads:
  * a tensor-parallel rank picks what one GPU would. */
 constexpr int kAttnThreadsSmall = 256, kAttnThreadsLarge = 128;
+/* 16 warps for the smallest grids (<= 64 heads x tokens: one or two tokens of
+ * a 32-head model): a warp's runs of keys after the projection are fewer.
+ * H200, bench-e2e tern-i8, same binary, three rounds: B = 1 7B 914-925 ->
+ * 931-934 tok/s (prompt 64; 928 -> 940 at prompt 1024), 27B 311-312 ->
+ * 312-313; at B = 8 (256 heads x tokens) 16 warps lost 3 % (7B 4476-4520 ->
+ * 4332-4350), so 8 stay there. */
+constexpr int kAttnThreadsTiny = 512, kAttnTinyGrid = 64;
 constexpr int kAttnChunk = 256; /* keys scored per pass of the online softmax */
 
 int grid1(int64_t total, int threads) {
@@ -1106,29 +1113,35 @@ bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 
-/* attention_warp_kernel over (tokens, heads): 8 or 4 warps by the whole
- * model's heads x tokens (kAttnThreadsSmall / Large), float4 or scalar
+/* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
+ * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
  * lanes by head_dim and alignment. */
 template <bool kRope>
 int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
                      const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
                      int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s) {
-    const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
+    const int64_t heads_x_tokens = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
+    const bool small = heads_x_tokens <= 512;
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
                        AttnFuse);
-    static const K kern[2][3] = {
+    static const K kern[3][3] = {
         {attention_warp_kernel<kAttnThreadsLarge, 0, kRope>,
          attention_warp_kernel<kAttnThreadsLarge, 1, kRope>,
          attention_warp_kernel<kAttnThreadsLarge, 2, kRope>},
         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope>,
          attention_warp_kernel<kAttnThreadsSmall, 1, kRope>,
-         attention_warp_kernel<kAttnThreadsSmall, 2, kRope>}};
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope>},
+        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope>,
+         attention_warp_kernel<kAttnThreadsTiny, 1, kRope>,
+         attention_warp_kernel<kAttnThreadsTiny, 2, kRope>}};
+    const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
+    const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
     const bool vec = hd % 4 == 0 && al16(kp) && al16(vp);
     const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    return tern_launch_pdl("attention_warp_kernel", kern[small][mode], dim3((unsigned)n, (unsigned)n_heads),
-                           dim3(small ? kAttnThreadsSmall : kAttnThreadsLarge), s, q, ldq, kp, vp, pos,
+    return tern_launch_pdl("attention_warp_kernel", kern[kind][mode], dim3((unsigned)n, (unsigned)n_heads),
+                           dim3(thr), s, q, ldq, kp, vp, pos,
                            tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz);
 }
 
@@ -1268,7 +1281,8 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
     if (n <= 0) return 0;
     dim3 grid((unsigned)n, (unsigned)n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
-    const bool small = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads) <= 512;
+    const int64_t heads_x_tokens = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
+    const bool small = heads_x_tokens <= 512;
     const int kind = attn_kind();
     if (kind < 0) return -1;
     if (kind == 1) { /* the block-softmax kernel (TERNLAB_CUDA_ATTN=block) */
