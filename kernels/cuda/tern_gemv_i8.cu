@@ -32,8 +32,10 @@
 
 namespace {
 
-/* SMEM: x in shared memory (the f32-input form's codes), else global */
-template <bool SMEM>
+/* sum (c - 1) x over a 16-byte chunk of codes c (SUM: else sum c x, the
+ * caller subtracting sum x of the whole row once).  SMEM: x in shared memory
+ * (the f32-input form's codes), else global */
+template <bool SMEM, bool SUM = true>
 __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, int64_t base,
                                          int64_t cols) {
     int acc = 0;
@@ -47,8 +49,9 @@ __device__ __forceinline__ int chunk_dot(uint4 w, const int8_t *__restrict__ x, 
         acc = __dp4a((int)((w.y >> sh) & 0x03030303u), xv.y, acc);
         acc = __dp4a((int)((w.z >> sh) & 0x03030303u), xv.z, acc);
         acc = __dp4a((int)((w.w >> sh) & 0x03030303u), xv.w, acc);
-        acc -= __dp4a(0x01010101, xv.x, 0) + __dp4a(0x01010101, xv.y, 0) +
-               __dp4a(0x01010101, xv.z, 0) + __dp4a(0x01010101, xv.w, 0);
+        if (SUM)
+            acc -= __dp4a(0x01010101, xv.x, 0) + __dp4a(0x01010101, xv.y, 0) +
+                   __dp4a(0x01010101, xv.z, 0) + __dp4a(0x01010101, xv.w, 0);
     }
     return acc;
 }
@@ -152,12 +155,28 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
     pdl_trigger();
     float res = NO && r < rows && lane == 0 ? no.res[r] : 0.0f;
     const float sx = tern_act_scale(__uint_as_float(*xmax));
+    /* the codes, and their sum (every row's offset term: sum (c - 1) x = sum c x - sum x,
+     * subtracted once per row, not per chunk) — warps' sums in s_xsum */
+    __shared__ __align__(16) int s_xsum[kF32xThreads / 32];
+    int xsum = 0;
     for (int64_t i = 4 * (int64_t)threadIdx.x; i < cols; i += 4 * (int64_t)blockDim.x) {
         const float4 v = *reinterpret_cast<const float4 *>(xf + i);
-        *reinterpret_cast<char4 *>(xs + i) =
-            make_char4(tern_quant1(v.x, sx), tern_quant1(v.y, sx), tern_quant1(v.z, sx), tern_quant1(v.w, sx));
+        const char4 q = make_char4(tern_quant1(v.x, sx), tern_quant1(v.y, sx), tern_quant1(v.z, sx), tern_quant1(v.w, sx));
+        *reinterpret_cast<char4 *>(xs + i) = q;
+        xsum += (int)q.x + (int)q.y + (int)q.z + (int)q.w;
     }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) xsum += __shfl_xor_sync(0xffffffffu, xsum, o);
+    if (lane == 0) s_xsum[threadIdx.x >> 5] = xsum;
     __syncthreads();
+    if (lane == 0) { /* (only lane 0 forms y) */
+        xsum = 0;
+#pragma unroll
+        for (int i = 0; i < kF32xThreads / 32; i += 4) {
+            const int4 t = *reinterpret_cast<const int4 *>(s_xsum + i);
+            xsum += t.x + t.y + t.z + t.w;
+        }
+    }
     TERN_TRACE_NOW(tr_mid);
     float ss = 0.0f, mx = 0.0f; /* NO: this warp's sum of x'^2 and max|x' w| (lane 0) */
     for (; r < rows; r += nwarps) {
@@ -169,10 +188,11 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
 #pragma unroll
         for (int j = 0; j < kF32xChunks / 32; j++) {
             const int64_t c = lane + 32 * j;
-            if (c < chunks) acc += chunk_dot<true>(w[j], xs, (c >> 2) * 256 + (c & 3) * 16, cols);
+            if (c < chunks) acc += chunk_dot<true, false>(w[j], xs, (c >> 2) * 256 + (c & 3) * 16, cols);
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        acc -= xsum;
         if (lane == 0) {
             const float yr = tern_i8_out(sr, (float)acc, sx);
             if (NO) {
