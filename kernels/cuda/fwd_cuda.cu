@@ -242,13 +242,14 @@ norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t
     constexpr int kPre = 2; /* (columns past 2 x 4096 read after the wait: no spills) */
     const bool early = DEF || xr;
     const int64_t ss1 = hd.scale_stride;
-    const float hsx = DEF ? tern_act_scale(__uint_as_float(*hd.xmax)) : 0.0f;
+    /* (what earlier kernels wrote read through L2, __ldcg: no L1 line of this SM can be older) */
+    const float hsx = DEF ? tern_act_scale(__uint_as_float(__ldcg(hd.xmax))) : 0.0f;
 #pragma unroll
     for (int c = 0; c < kCache; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         wv[c] = *reinterpret_cast<const float4 *>(w + i);
-        if (early && c < kPre) xv[c] = *reinterpret_cast<const float4 *>(xrow + i);
+        if (early && c < kPre) xv[c] = __ldcg(reinterpret_cast<const float4 *>(xrow + i));
         if (DEF && c < kPre) {
             const float *sc = hd.scales + i * ss1;
             sv[c] = make_float4(sc[0], sc[ss1], sc[2 * ss1], sc[3 * ss1]);

@@ -521,7 +521,10 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         /* MLP block: x += o; norm; gate|up; act(gate) * up; down */
         const Need ngu = L.fgu ? need_of(g, {&L.gu}) : need_of(g, {&L.gate, &L.up});
         /* (x, the residual: last written before the o projection, whose kernels on one GPU wait
-         * before they let the next one start — fwdc_norm_x_ready) */
+         * before they let the next one start — fwdc_norm_x_ready.  Here and after the down
+         * projection below this holds while every linear ends in a ternary GEMV / GEMM, a
+         * cuBLAS call or a plain launch: a row kernel launched as a dependent (they trigger
+         * before they wait) at the end of a linear would make these reads early) */
         if (!nf) TRY(norm_into(g, g->x, g->hout, L.ffn_norm, n, H, ngu, nullptr, g->tp == 1));
         if (mfl[(size_t)l]) { /* one token: h = act(gate) * up in the gate|up GEMV, coded by down */
             g->n_fused[2]++;
