@@ -148,6 +148,23 @@ static void check_fused_norm_glu(int64_t dim, int64_t n) {
               tol);
     act_quant_int8_ref(got, n, dim, qr, sr);
     CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof(float) * n) == 0);
+    { /* fwdc_norm_x_ready (x read before the kernel's wait, the first 8192 columns of a row):
+       * the same bits */
+        float *gx2 = xmalloc(sizeof(float) * n * dim), *got2 = xmalloc(sizeof(float) * n * dim);
+        int8_t *qg2 = xmalloc((size_t)(n * dim));
+        float *sg2 = xmalloc(sizeof(float) * n);
+        REQUIRE(cudaMemcpy(dx, x, sizeof(float) * n * dim, cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE(fwdc_norm_x_ready(dx, dh, dw, n, dim, 1e-5f, dout, NULL, dq, ds, 0) == 0);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        dev_get(&bx, gx2);
+        dev_get(&bo, got2);
+        dev_get(&bq, qg2);
+        dev_get(&bs, sg2);
+        CHECK_MSG(memcmp(gx2, gx, sizeof(float) * n * dim) == 0 && memcmp(got2, got, sizeof(float) * n * dim) == 0 &&
+                      memcmp(qg2, qg, (size_t)(n * dim)) == 0 && memcmp(sg2, sg, sizeof(float) * n) == 0,
+                  "%lldx%lld: fwdc_norm_x_ready differs from fwdc_norm", (long long)n, (long long)dim);
+        free(gx2), free(got2), free(qg2), free(sg2);
+    }
     /* GLU rows: gate at column 0, up at column dim + off of rows of stride ld */
     for (int act = 0; act < 2; act++) {
         for (int64_t t = 0; t < n; t++) {
@@ -185,6 +202,7 @@ TEST(gpu_fused_norm_glu_match_cpu) {
     check_fused_norm_glu(17000, 20);
     check_fused_norm_glu(17000, 6);
     check_fused_norm_glu(11008, 1);
+    check_fused_norm_glu(12288, 2); /* (past the columns fwdc_norm_x_ready reads before its wait) */
     check_fused_norm_glu(36864, 3);
 }
 
