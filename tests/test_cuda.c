@@ -132,12 +132,24 @@ static void check_fused_norm_glu(int64_t dim, int64_t n) {
     float *dw = dev_new(&bw, sizeof(float) * dim, w), *dout = dev_new(&bo, sizeof(float) * n * dim, NULL);
     int8_t *dq = dev_new(&bq, (size_t)(n * dim), NULL);
     float *ds = dev_new(&bs, sizeof(float) * n, NULL), *dgu = dev_new(&bgu, sizeof(float) * n * ld, gu);
-    REQUIRE(fwdc_norm(dx, dh, dw, n, dim, 1e-5f, dout, NULL, dq, ds, 0) == 0);
-    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-    dev_get(&bx, gx);
-    dev_get(&bo, got);
-    dev_get(&bq, qg);
-    dev_get(&bs, sg);
+    /* fwdc_norm, then from the same x fwdc_norm_x_ready (x read before the kernel's wait, the
+     * first 8192 columns of a row), whose outputs must be the same bits */
+    float *gx2 = xmalloc(sizeof(float) * n * dim), *got2 = xmalloc(sizeof(float) * n * dim);
+    int8_t *qg2 = xmalloc((size_t)(n * dim));
+    float *sg2 = xmalloc(sizeof(float) * n);
+    for (int k = 0; k < 2; k++) {
+        REQUIRE(cudaMemcpy(dx, x, sizeof(float) * n * dim, cudaMemcpyHostToDevice) == cudaSuccess);
+        REQUIRE((k ? fwdc_norm_x_ready : fwdc_norm)(dx, dh, dw, n, dim, 1e-5f, dout, NULL, dq, ds, 0) == 0);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        dev_get(&bx, k ? gx2 : gx);
+        dev_get(&bo, k ? got2 : got);
+        dev_get(&bq, k ? qg2 : qg);
+        dev_get(&bs, k ? sg2 : sg);
+    }
+    CHECK_MSG(memcmp(gx2, gx, sizeof(float) * n * dim) == 0 && memcmp(got2, got, sizeof(float) * n * dim) == 0 &&
+                  memcmp(qg2, qg, (size_t)(n * dim)) == 0 && memcmp(sg2, sg, sizeof(float) * n) == 0,
+              "%lldx%lld: fwdc_norm_x_ready differs from fwdc_norm", (long long)n, (long long)dim);
+    free(gx2), free(got2), free(qg2), free(sg2);
     CHECK_MSG(memcmp(gx, sum, sizeof(float) * n * dim) == 0, "residual add written back wrong");
     double rel = rel_l2(got, ref, n * dim);
     /* the GPU and the CPU add dim f32 squares in different orders: the scale's
@@ -148,23 +160,6 @@ static void check_fused_norm_glu(int64_t dim, int64_t n) {
               tol);
     act_quant_int8_ref(got, n, dim, qr, sr);
     CHECK(memcmp(qg, qr, (size_t)(n * dim)) == 0 && memcmp(sg, sr, sizeof(float) * n) == 0);
-    { /* fwdc_norm_x_ready (x read before the kernel's wait, the first 8192 columns of a row):
-       * the same bits */
-        float *gx2 = xmalloc(sizeof(float) * n * dim), *got2 = xmalloc(sizeof(float) * n * dim);
-        int8_t *qg2 = xmalloc((size_t)(n * dim));
-        float *sg2 = xmalloc(sizeof(float) * n);
-        REQUIRE(cudaMemcpy(dx, x, sizeof(float) * n * dim, cudaMemcpyHostToDevice) == cudaSuccess);
-        REQUIRE(fwdc_norm_x_ready(dx, dh, dw, n, dim, 1e-5f, dout, NULL, dq, ds, 0) == 0);
-        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
-        dev_get(&bx, gx2);
-        dev_get(&bo, got2);
-        dev_get(&bq, qg2);
-        dev_get(&bs, sg2);
-        CHECK_MSG(memcmp(gx2, gx, sizeof(float) * n * dim) == 0 && memcmp(got2, got, sizeof(float) * n * dim) == 0 &&
-                      memcmp(qg2, qg, (size_t)(n * dim)) == 0 && memcmp(sg2, sg, sizeof(float) * n) == 0,
-                  "%lldx%lld: fwdc_norm_x_ready differs from fwdc_norm", (long long)n, (long long)dim);
-        free(gx2), free(got2), free(qg2), free(sg2);
-    }
     /* GLU rows: gate at column 0, up at column dim + off of rows of stride ld */
     for (int act = 0; act < 2; act++) {
         for (int64_t t = 0; t < n; t++) {

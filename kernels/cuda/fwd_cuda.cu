@@ -1114,6 +1114,12 @@ bool al16(const void *p) { return ((uintptr_t)p & 15u) == 0; }
 bool al8(const void *p) { return ((uintptr_t)p & 7u) == 0; }
 bool al4(const void *p) { return ((uintptr_t)p & 3u) == 0; }
 
+/* what picks the attention kernels' warps: the whole model's heads (a
+ * tensor-parallel rank's model_heads) times the tokens */
+int64_t attn_heads_x_tokens(int64_t n, int n_heads, int model_heads) {
+    return n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
+}
+
 /* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
  * lanes by head_dim and alignment. */
@@ -1121,7 +1127,7 @@ template <bool kRope>
 int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
                      const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
                      int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s) {
-    const int64_t heads_x_tokens = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
+    const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads);
     const bool small = heads_x_tokens <= 512;
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
@@ -1282,7 +1288,7 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
     if (n <= 0) return 0;
     dim3 grid((unsigned)n, (unsigned)n_heads);
     const float scale = 1.0f / sqrtf((float)hd);
-    const int64_t heads_x_tokens = n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
+    const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads);
     const bool small = heads_x_tokens <= 512;
     const int kind = attn_kind();
     if (kind < 0) return -1;

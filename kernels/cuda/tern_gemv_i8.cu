@@ -192,9 +192,8 @@ __global__ void __launch_bounds__(kF32xThreads, 1) gemv_i8_rowscale_f32x(const u
         }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        acc -= xsum;
         if (lane == 0) {
-            const float yr = tern_i8_out(sr, (float)acc, sx);
+            const float yr = tern_i8_out(sr, (float)(acc - xsum), sx);
             if (NO) {
                 const float xn = __fadd_rn(res, yr);
                 no.res[r] = xn;
