@@ -856,6 +856,66 @@ TEST(gpu_fused_decode_bit_identical) {
     free(a), free(b);
 }
 
+/* The CUDA engine leaves one SM to the row kernel before its one-token int8
+ * GEMVs (tern_cuda_tbm_reserve: 1 once it opens, TERNLAB_CUDA_TBM_RESERVE=N
+ * gives N), and the reserve changes the grid, never a value: the same logits
+ * bit for bit under reserves 0, 1 and 3 with q|k|v (64 heads: 9216 x 256)
+ * on the bulk-copy kernel (variant 64520 by shape), whose config then names
+ * the reserve. */
+TEST(gpu_tbm_reserve_bit_identical) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 3, rows = 3 * steps + 3;
+    float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
+    char cfg[96];
+    CudaEngineInfo info;
+    const int old = tern_cuda_tbm_reserve(0);
+    REQUIRE(tern_cuda_tbm_override("9216x256:64520") == 0);
+    unsetenv("TERNLAB_CUDA_TBM_RESERVE");
+    synth_decode_h(64, 1, 1, -1, steps, a, cfg, sizeof cfg, &info);
+    CHECK_MSG(tern_cuda_tbm_reserve_get() == 1, "reserve after an engine opened: %d (want 1)",
+              tern_cuda_tbm_reserve_get());
+    static const char *const want[] = {"0", "3"};
+    for (int k = 0; k < 2; k++) {
+        setenv("TERNLAB_CUDA_TBM_RESERVE", want[k], 1);
+        memset(b, 0, sizeof(float) * rows * SYN_V);
+        synth_decode_h(64, 1, 1, -1, steps, b, cfg, sizeof cfg, &info);
+        unsetenv("TERNLAB_CUDA_TBM_RESERVE");
+        CHECK_MSG(tern_cuda_tbm_reserve_get() == atoi(want[k]), "TERNLAB_CUDA_TBM_RESERVE=%s: reserve %d", want[k],
+                  tern_cuda_tbm_reserve_get());
+        int bad = 0;
+        for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
+        CHECK_MSG(bad == 0, "reserve %s against 1: %d of %d logits differ", want[k], bad, rows * SYN_V);
+    }
+    /* the q|k|v shape alone under the engine's reserve: its config names the reserve and the grid */
+    {
+        const int64_t R = 9216, K = 256;
+        uint64_t s = 9;
+        int8_t *cq = xmalloc((size_t)(R * K));
+        float *cs = xmalloc(sizeof(float) * R), one = 1.0f;
+        for (int64_t i = 0; i < R * K; i++) cq[i] = (int8_t)((int)((s = s * 6364136223846793005ull + 1) >> 61) % 3 - 1);
+        for (int64_t r = 0; r < R; r++) cs[r] = 1e-3f * (1.0f + fabsf(frand(&s)));
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        REQUIRE(tern_from_codes(cq, cs, R, K, QG_ROW, DT_F32, &W) == 0);
+        REQUIRE(tern_cuda_upload(&W, &dW) == 0);
+        DevBuf bx, bs, by;
+        int8_t *dx = dev_new(&bx, (size_t)K, cq); /* (any int8 values) */
+        float *dsx = dev_new(&bs, sizeof(float), &one), *dy = dev_new(&by, sizeof(float) * (size_t)R, NULL);
+        tern_cuda_tbm_reserve(1);
+        REQUIRE(tern_cuda_matmul_i8(&dW, dx, dsx, 1, dy, 0) == 0);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK_MSG(strncmp(tern_cuda_last_config(), "gemv_tbm v=64520 res=1 grid=", 28) == 0, "config '%s'",
+                  tern_cuda_last_config());
+        CHECK(dev_done(&bx) && dev_done(&bs) && dev_done(&by));
+        tern_cuda_free(&dW);
+        tern_free(&W);
+        free(cq), free(cs);
+    }
+    tern_cuda_tbm_override(NULL);
+    tern_cuda_tbm_reserve(old);
+    free(a), free(b);
+}
+
 /* The L2 evict-first hint (tern_cuda_l2ef, TERNLAB_CUDA_L2EF) changes where
  * lines stay in L2, never a value: the same logits bit for bit with it on and
  * off, on a 16-head model whose o projection runs on the one-warp f32 form

@@ -202,13 +202,14 @@ constexpr int kCache = 4;
 /* The int8 tail of the register-cached row kernels: this thread's values
  * v[c] of columns 4 * threadIdx.x + c * step (+0..3) and their |max| mx;
  * the row's scale 127 / max|v| into sx[blockIdx.x], the codes into xq. */
-__device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], float mx, int64_t n,
+template <int KC>
+__device__ __forceinline__ void quant_cached_row(const float4 (&v)[KC], float mx, int64_t n,
                                                  int64_t row, int64_t step, int8_t *xq, float *sx,
                                                  float *red) {
     mx = block_max(mx, red);
     const float s = tern_act_scale(mx);
 #pragma unroll
-    for (int c = 0; c < kCache; c++) {
+    for (int c = 0; c < KC; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= n) break;
         *reinterpret_cast<char4 *>(xq + row + i) =
@@ -228,7 +229,7 @@ __device__ __forceinline__ void quant_cached_row(const float4 (&v)[kCache], floa
  * so x is final when this kernel runs at all; DEF: the GEMV's scales and
  * max|x| of its input too (written before that GEMV's wait), the partials
  * after the wait. */
-template <bool DEF>
+template <bool DEF, int KC>
 __global__ void __launch_bounds__(kRowThreads)
 norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t dim, float eps, float *o32,
               __nv_bfloat16 *o16, int8_t *xq, float *sx, int xr) {
@@ -237,15 +238,15 @@ norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t
     float *xrow = x + blockIdx.x * dim;
     const float *hr = h ? h + blockIdx.x * dim : nullptr;
     const int64_t row = blockIdx.x * dim, step = (int64_t)blockDim.x * 4;
-    float4 xv[kCache], wv[kCache], sv[kCache];
+    float4 xv[KC], wv[KC], sv[KC];
     float ss = 0.0f;
-    constexpr int kPre = 2; /* (columns past 2 x 4096 read after the wait: no spills) */
+    constexpr int kPre = KC < 2 ? KC : 2; /* (columns past 2 x 4096 read after the wait: no spills) */
     const bool early = DEF || xr;
     const int64_t ss1 = hd.scale_stride;
     /* (what earlier kernels wrote read through L2, __ldcg: no L1 line of this SM can be older) */
     const float hsx = DEF ? tern_act_scale(__uint_as_float(__ldcg(hd.xmax))) : 0.0f;
 #pragma unroll
-    for (int c = 0; c < kCache; c++) {
+    for (int c = 0; c < KC; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         wv[c] = *reinterpret_cast<const float4 *>(w + i);
@@ -257,7 +258,7 @@ norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t
     }
     pdl_wait();
 #pragma unroll
-    for (int c = 0; c < kCache; c++) {
+    for (int c = 0; c < KC; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         float4 a = early && c < kPre ? xv[c] : *reinterpret_cast<const float4 *>(xrow + i);
@@ -289,7 +290,7 @@ norm_kernel_c(float *x, const float *h, TernDeferred hd, const float *w, int64_t
     const float r = 1.0f / sqrtf(ss / (float)dim + eps);
     float mx = 0.0f;
 #pragma unroll
-    for (int c = 0; c < kCache; c++) {
+    for (int c = 0; c < KC; c++) {
         const int64_t i = threadIdx.x * 4 + c * step;
         if (i >= dim) break;
         float4 v;
@@ -1174,6 +1175,26 @@ int attn_kind(void) {
 
 } // namespace
 
+/* norm_kernel_c with the fewest cached float4s a thread that hold the row
+ * (the same arithmetic, bit for bit): fewer registers.  With 4 cached
+ * float4s its 1024 threads took 56-61 registers, 8 warps x 64 of each
+ * register partition's 16384, so no CTA of the bulk-copy GEMV launched
+ * after it could share its SM before it ended (the 27B trace: that SM's
+ * q|k|v CTA started 0.6-0.9 us after the others).  4096 columns take 26-32
+ * registers now; 4608 (the 27B) 32-47, where the int8 GEMV's planner leaves
+ * that SM out instead (tern_cuda_tbm_reserve). */
+template <bool DEF>
+static int norm_c_launch(dim3 grid, cudaStream_t stream, float *x, const float *h, TernDeferred hd,
+                         const float *w, int64_t dim, float eps, float *o32, __nv_bfloat16 *o16, int8_t *xq,
+                         float *sx, int xr) {
+    const int64_t per = (int64_t)kRowThreads * 4;
+    auto kern = dim <= per       ? norm_kernel_c<DEF, 1>
+                : dim <= 2 * per ? norm_kernel_c<DEF, 2>
+                                 : norm_kernel_c<DEF, kCache>;
+    return tern_launch_pdl("norm_kernel_c", kern, grid, dim3(kRowThreads), stream, x, h, hd, w, dim, eps, o32, o16,
+                           xq, sx, xr);
+}
+
 extern "C" {
 
 int fwdc_embed(const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
@@ -1200,9 +1221,8 @@ static int norm_launch(float *d_x, const float *d_h, const float *d_w, int64_t n
     const bool v4 = dim % 4 == 0 && al16(d_x) && al16(d_h) && al16(d_w) && al16(d_out32) &&
                     al8(d_out16) && al4(d_xq);
     if (v4 && dim <= (int64_t)kRowThreads * 4 * kCache)
-        return tern_launch_pdl("norm_kernel_c", norm_kernel_c<false>, dim3((unsigned)n), dim3(kRowThreads),
-            stream, d_x, d_h, TernDeferred{}, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16),
-            d_xq, d_sx, xr);
+        return norm_c_launch<false>(dim3((unsigned)n), stream, d_x, d_h, TernDeferred{}, d_w, dim, eps, d_out32,
+                                    reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx, xr);
     if (v4)
         return tern_launch_pdl("norm_kernel", norm_kernel<true>, dim3((unsigned)n), dim3(kRowThreads), stream,
             d_x, d_h, d_w, dim, eps, d_out32, reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx);
@@ -1227,9 +1247,8 @@ int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int6
         !al16(h->part) || !al16(d_w) || !al16(d_out32) || !al8(d_out16) || !al4(d_xq))
         return err_set("fwdc_norm_deferred: %lld columns, a GEMV of %lld rows, or unaligned buffers",
                        (long long)dim, (long long)h->rows);
-    return tern_launch_pdl("norm_kernel_c", norm_kernel_c<true>, dim3(1), dim3(kRowThreads), stream, d_x,
-                           (const float *)nullptr, *h, d_w, dim, eps, d_out32,
-                           reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx, 1);
+    return norm_c_launch<true>(dim3(1), stream, d_x, (const float *)nullptr, *h, d_w, dim, eps, d_out32,
+                               reinterpret_cast<__nv_bfloat16 *>(d_out16), d_xq, d_sx, 1);
 }
 
 int fwdc_rmsnorm(const float *d_x, const float *d_w, int64_t n, int64_t dim, float eps,

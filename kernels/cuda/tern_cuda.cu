@@ -554,6 +554,10 @@ static int env_switch_set(std::atomic<int> *cache, const char *name, int on) {
 int tern_cuda_pdl_get(void) { return env_switch(&g_pdl, "TERNLAB_CUDA_PDL"); }
 int tern_cuda_pdl(int on) { return env_switch_set(&g_pdl, "TERNLAB_CUDA_PDL", on); }
 
+static std::atomic<int> g_tbm_reserve{0};
+int tern_cuda_tbm_reserve(int n) { return g_tbm_reserve.exchange(n < 0 ? 0 : n, std::memory_order_relaxed); }
+int tern_cuda_tbm_reserve_get(void) { return g_tbm_reserve.load(std::memory_order_relaxed); }
+
 static std::atomic<int> g_l2ef{-1}; /* -1: not yet read from TERNLAB_CUDA_L2EF */
 int tern_cuda_l2ef_get(void) { return env_switch(&g_l2ef, "TERNLAB_CUDA_L2EF"); }
 int tern_cuda_l2ef(int on) { return env_switch_set(&g_l2ef, "TERNLAB_CUDA_L2EF", on); }

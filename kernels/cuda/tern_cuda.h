@@ -246,6 +246,20 @@ int tern_cuda_pdl_get(void);
 int tern_cuda_l2ef(int on);
 int tern_cuda_l2ef_get(void);
 
+/* SMs the one-token bulk-copy GEMV of int8 activations (gemv_i8_tbm's
+ * plain form: q|k|v and o in a decode step) leaves out when it sizes its
+ * grid, for the one-CTA row kernel launched just before it (the norm, the
+ * int8 pass): that CTA of 1024 threads can hold enough of its SM's
+ * registers that the GEMV's CTA placed there starts only when it ends, and
+ * then ends last (H200, 27B batch 1: q|k|v's last CTA 0.6-0.9 us late).
+ * 0 by default (bench_gpu measures a kernel alone); the CUDA engine sets 1
+ * when it opens (TERNLAB_CUDA_TBM_RESERVE=N: N instead) and leaves it so.
+ * At most the SM count less one; the results are the same bits whatever
+ * it is; where it is > 0 the launch adds " res=R grid=XxS" (CTAs x K
+ * slices) to tern_cuda_last_config.  Returns the previous value. */
+int tern_cuda_tbm_reserve(int n);
+int tern_cuda_tbm_reserve_get(void);
+
 /* The current device's device-to-device copy bandwidth over `bytes` (bytes
  * read + written per second), the median of `reps` timed copies each way:
  * cudaMemcpyAsync (*memcpy_bps) and a copy kernel of 16-byte loads and

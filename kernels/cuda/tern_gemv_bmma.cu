@@ -37,7 +37,9 @@
 #include <cuda_runtime.h>
 
 #include <stdint.h>
+#include <stdio.h>
 
+#include <algorithm>
 #include <mutex>
 #include <vector>
 
@@ -1007,6 +1009,9 @@ int plan_tbm(TbPlan &pl) {
     return 0;
 }
 
+/* The last bulk-copy launch's grid on this thread (CTAs per K slice, K slices) */
+thread_local int g_tbm_grid[2];
+
 /* Plans made, per device and shape (the planner's occupancy queries cost more
  * host time than the kernel takes, for every call outside a CUDA graph). */
 std::mutex g_tb_mu;
@@ -1057,6 +1062,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         if (q.defer) a.def->part = a.part;
     }
     q.l2ef = tern_cuda_l2ef_get();
+    g_tbm_grid[0] = (int)pl.gx, g_tbm_grid[1] = (int)pl.s;
     return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
@@ -1139,7 +1145,17 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     int sms = 0;
     BmArgs a = {};
     if (bm_args("tern_gemv_i8_bmma", W, d_x, xcols, d_sx, d_y, a, &sms) < 0) return -1;
-    return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma");
+    /* the SMs left to the kernel before (tern_cuda_tbm_reserve) */
+    const int res = std::min(tern_cuda_tbm_reserve_get(), sms - 1);
+    g_tbm_grid[0] = 0;
+    if (bmma_call(a, variant, sms - res, s, "tern_gemv_i8_bmma") < 0) return -1;
+    if (res > 0 && g_tbm_grid[0] > 0) {
+        char cfg[96];
+        snprintf(cfg, sizeof cfg, "%s res=%d grid=%dx%d", tern_cuda_last_config(), res, g_tbm_grid[0],
+                 g_tbm_grid[1]);
+        tern_cuda_set_config(cfg);
+    }
+    return 0;
 }
 
 int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, float *d_y,

@@ -1060,8 +1060,18 @@ int o_fuse_mode(void) {
     return v && strcmp(v, "0") == 0 ? 0 : v && strcmp(v, "1") == 0 ? 2 : 1;
 }
 
+/* The SM the one-token int8 GEMVs leave to the one-CTA row kernel before
+ * them (tern_cuda_tbm_reserve): 1, or TERNLAB_CUDA_TBM_RESERVE=N.  H200,
+ * same binary, three rounds, tok/s at batch 1: 27B 312-316 with 0, 320-323
+ * with 1; the 7B (its q|k|v CTA fits beside its norm) 922-931 / 917-933. */
+void engine_tbm_reserve(void) {
+    const char *v = getenv("TERNLAB_CUDA_TBM_RESERVE");
+    tern_cuda_tbm_reserve(v && *v ? atoi(v) : 1);
+}
+
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     if (open_front(e, m, o) != 0) return -1;
+    engine_tbm_reserve();
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
@@ -1498,6 +1508,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         g->gpu = r;
         g->bf16 = o->bf16;
         g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
+        if (r == 0) engine_tbm_reserve();
         g->c = t->rm[(size_t)r].cfg;
         g->L.resize((size_t)m->cfg.n_layers);
         g->tp = tp;

@@ -597,6 +597,60 @@ static void test_gemv_default(void) {
     tern_cuda_tbm_override(NULL);
 }
 
+/* tern_cuda_tbm_reserve: the one-token int8 bulk-copy GEMV sized for fewer
+ * SMs.  The same bits as the reference under reserves 0, 1, 3 and one past
+ * the SM count (clamped to SMs - 1) with the dispatch's variants 64520 (8200
+ * x 4100), 63521 (12300 x 4100: at most one CTA per SM) and 63530 (4100 x
+ * 12300, a K split); the config names the reserve and the grid where it is
+ * > 0 and adds nothing at 0 (test_gemv_default's exact configs); 63521 takes
+ * at most SMs - R CTAs (or one a K slice); each shape takes no more CTAs at
+ * a larger reserve, and 64520 strictly fewer at 3 than at 1; the setter
+ * clamps a negative reserve to 0. */
+static void test_tbm_reserve(void) {
+    const Shape2 shapes[] = {{8200, 4100}, {12300, 4100}, {4100, 12300}};
+    const int64_t ns[] = {1};
+    const int variants[] = {0};
+    const int sms = sm_count();
+    const int res[] = {0, 1, 3, sms + 1};
+    int64_t prev[3] = {-1, -1, -1}; /* CTAs at the last reserve > 0 */
+    for (int ri = 0; ri < 4; ri++) {
+        const int old = tern_cuda_tbm_reserve(res[ri]);
+        char what[64];
+        snprintf(what, sizeof what, "gemv reserve %d", res[ri]);
+        forced_variants(what, 0, shapes, 3, ns, 1, variants, 1);
+        const int r = res[ri] < sms - 1 ? res[ri] : sms - 1;
+        for (int si = 0; si < 3; si++) {
+            TernaryMatrix W;
+            TernCudaMatrix dW;
+            if (!upload_shape(what, shapes[si], &W, &dW)) continue;
+            char cfg[128];
+            const int rc = dispatch_config(&dW, shapes[si], 1, cfg, sizeof cfg);
+            int got_r = -1, gx = 0, gs = 0;
+            const char *p = strstr(cfg, " res=");
+            const bool parsed = p && sscanf(p, " res=%d grid=%dx%d", &got_r, &gx, &gs) == 3;
+            const int64_t ctas = (int64_t)gx * gs;
+            bool ok = rc == 0 && strstr(cfg, "gemv_tbm v=") == cfg;
+            if (r == 0) {
+                ok = ok && p == NULL;
+            } else {
+                ok = ok && parsed && got_r == r && gx >= 1 && gs >= 1;
+                if (si == 1) ok = ok && ctas <= (sms - r > gs ? sms - r : gs); /* (>= 1 CTA a slice) */
+                if (prev[si] >= 0) ok = ok && (si == 0 && res[ri] == 3 ? ctas < prev[si] : ctas <= prev[si]);
+                prev[si] = ctas;
+            }
+            report(ok, "%s %lldx%lld: config '%s'%s%s", what, (long long)shapes[si].rows,
+                   (long long)shapes[si].cols, cfg, rc ? ": " : "", rc ? err_msg() : "");
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+        tern_cuda_tbm_reserve(old);
+    }
+    const int old = tern_cuda_tbm_reserve(-5);
+    report(tern_cuda_tbm_reserve_get() == 0, "tern_cuda_tbm_reserve(-5) reads back %d (want 0)",
+           tern_cuda_tbm_reserve_get());
+    tern_cuda_tbm_reserve(old);
+}
+
 /* The default dispatch of 2 .. 16 int8 tokens to the multi-token bulk-copy
  * GEMV (tern_cuda.cu mt_rule: 2^24 .. 2^27 weights for <= 8 tokens, to 24M
  * for <= 16; variant 65540 to 24M weights, 68520 in rows of <= 6144
@@ -1544,6 +1598,7 @@ int main(int argc, char **argv) {
         test_mt_grid();
         test_mt_default();
         test_gemv_default();
+        test_tbm_reserve();
         test_fused_mlp();
         test_norm_fold();
         printf("%d passed, %d failed\n", g_pass, g_fail);
@@ -1559,6 +1614,7 @@ int main(int argc, char **argv) {
         test_mt_grid();
         test_mt_default();
         test_gemv_default();
+        test_tbm_reserve();
         test_fused_mlp();
         test_norm_fold();
     }
