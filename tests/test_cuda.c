@@ -858,10 +858,11 @@ TEST(gpu_fused_decode_bit_identical) {
 
 /* The CUDA engine leaves one SM to the row kernel before its one-token int8
  * GEMVs (tern_cuda_tbm_reserve: 1 once it opens, TERNLAB_CUDA_TBM_RESERVE=N
- * gives N), and the reserve changes the grid, never a value: the same logits
- * bit for bit under reserves 0, 1 and 3 with q|k|v (64 heads: 9216 x 256)
- * on the bulk-copy kernel (variant 64520 by shape), whose config then names
- * the reserve. */
+ * gives N; a malformed N is an error at open), and the reserve changes the
+ * grid, never a value: the same logits bit for bit under reserves 0, 1 and
+ * 3 with q|k|v (64 heads: 9216 x 256) on the bulk-copy kernel (variant
+ * 64520 by shape); that GEMV alone under reserve 1 names it and its grid in
+ * its config. */
 TEST(gpu_tbm_reserve_bit_identical) {
     SKIP_WITHOUT_GPU();
     const int steps = 3, rows = 3 * steps + 3;
@@ -885,6 +886,28 @@ TEST(gpu_tbm_reserve_bit_identical) {
         int bad = 0;
         for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
         CHECK_MSG(bad == 0, "reserve %s against 1: %d of %d logits differ", want[k], bad, rows * SYN_V);
+    }
+    /* a malformed value: the engine does not open, and says why */
+    static const char *const bad[] = {"", "x", "-1", "2x", "99999999999"};
+    for (int k = 0; k < 5; k++) {
+        Model m;
+        memset(&m, 0, sizeof m);
+        ModelConfig *c = &m.cfg;
+        c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
+        c->hidden = 256, c->inter = 512, c->n_layers = 1, c->n_heads = 2, c->n_kv_heads = 2;
+        c->head_dim = 128, c->vocab = SYN_V;
+        snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+        EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
+        CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
+        Engine e;
+        setenv("TERNLAB_CUDA_TBM_RESERVE", bad[k], 1);
+        const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
+        unsetenv("TERNLAB_CUDA_TBM_RESERVE");
+        CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_TBM_RESERVE") != NULL,
+                  "TERNLAB_CUDA_TBM_RESERVE=\"%s\": rc %d, \"%s\"", bad[k], rc, rc ? err_msg() : "");
+        if (rc == 0) engine_free(&e);
+        mem_free(m.rope_cos);
+        mem_free(m.rope_sin);
     }
     /* the q|k|v shape alone under the engine's reserve: its config names the reserve and the grid */
     {

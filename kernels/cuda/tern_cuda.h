@@ -253,7 +253,8 @@ int tern_cuda_l2ef_get(void);
  * registers that the GEMV's CTA placed there starts only when it ends, and
  * then ends last (H200, 27B batch 1: q|k|v's last CTA 0.6-0.9 us late).
  * 0 by default (bench_gpu measures a kernel alone); the CUDA engine sets 1
- * when it opens (TERNLAB_CUDA_TBM_RESERVE=N: N instead) and leaves it so.
+ * when it opens (TERNLAB_CUDA_TBM_RESERVE=N: N instead, 0 .. 1024; anything
+ * else fails the open) and leaves it so.
  * At most the SM count less one; the results are the same bits whatever
  * it is; where it is > 0 the launch adds " res=R grid=XxS" (CTAs x K
  * slices) to tern_cuda_last_config.  Returns the previous value. */

@@ -17,6 +17,7 @@
 #include <tuple>
 #include <utility>
 #include <stdio.h>
+#include <errno.h>
 #include <stdlib.h>
 #include <string.h>
 #include <vector>
@@ -1064,14 +1065,23 @@ int o_fuse_mode(void) {
  * them (tern_cuda_tbm_reserve): 1, or TERNLAB_CUDA_TBM_RESERVE=N.  H200,
  * same binary, three rounds, tok/s at batch 1: 27B 312-316 with 0, 320-323
  * with 1; the 7B (its q|k|v CTA fits beside its norm) 922-931 / 917-933. */
-void engine_tbm_reserve(void) {
+int engine_tbm_reserve(void) {
     const char *v = getenv("TERNLAB_CUDA_TBM_RESERVE");
-    tern_cuda_tbm_reserve(v && *v ? atoi(v) : 1);
+    long n = 1;
+    if (v) {
+        char *end = NULL;
+        errno = 0;
+        n = strtol(v, &end, 10);
+        if (end == v || *end || errno || n < 0 || n > 1024)
+            return err_set("TERNLAB_CUDA_TBM_RESERVE=\"%s\": expected the number of SMs to leave out, 0 .. 1024",
+                           v);
+    }
+    tern_cuda_tbm_reserve((int)n);
+    return 0;
 }
 
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
-    if (open_front(e, m, o) != 0) return -1;
-    engine_tbm_reserve();
+    if (engine_tbm_reserve() != 0 || open_front(e, m, o) != 0) return -1;
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
@@ -1508,7 +1518,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         g->gpu = r;
         g->bf16 = o->bf16;
         g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
-        if (r == 0) engine_tbm_reserve();
+        if (r == 0 && (rc = engine_tbm_reserve()) != 0) break;
         g->c = t->rm[(size_t)r].cfg;
         g->L.resize((size_t)m->cfg.n_layers);
         g->tp = tp;
