@@ -1178,11 +1178,12 @@ int attn_kind(void) {
 /* norm_kernel_c with the fewest cached float4s a thread that hold the row
  * (the same arithmetic, bit for bit): fewer registers.  With 4 cached
  * float4s its 1024 threads took 56-61 registers, 8 warps x 64 of each
- * register partition's 16384, so no CTA of the bulk-copy GEMV launched
- * after it could share its SM before it ended (the 27B trace: that SM's
- * q|k|v CTA started 0.6-0.9 us after the others).  4096 columns take 26-32
- * registers now; 4608 (the 27B) 32-47, where the int8 GEMV's planner leaves
- * that SM out instead (tern_cuda_tbm_reserve). */
+ * register partition's 16384, and a CTA of the bulk-copy GEMV launched
+ * after it (5 warps of 96 registers: two in one partition) could not share
+ * its SM before it ended — in a 27B trace even at the 47 registers 4608
+ * columns still take, that SM's q|k|v CTA started 0.6-0.9 us after the
+ * others.  4096 columns take 26-32 registers now; at 4608 the int8 GEMV's
+ * planner leaves that SM out instead (tern_cuda_tbm_reserve). */
 template <bool DEF>
 static int norm_c_launch(dim3 grid, cudaStream_t stream, float *x, const float *h, TernDeferred hd,
                          const float *w, int64_t dim, float eps, float *o32, __nv_bfloat16 *o16, int8_t *xq,
