@@ -201,6 +201,92 @@ TEST(gpu_fused_norm_glu_match_cpu) {
     check_fused_norm_glu(36864, 3);
 }
 
+/* W (R x K, one scale per row): codes drawn uniformly from {-1, 0, 1}, then
+ * scales 1e-3 (1 + |u|), both from *s; uploaded into dW.  0, or -1 with the
+ * error set. */
+static int rand_ternary_upload(int64_t R, int64_t K, uint64_t *s, TernaryMatrix *W, TernCudaMatrix *dW) {
+    int8_t *cq = xmalloc((size_t)(R * K));
+    float *cs = xmalloc(sizeof(float) * (size_t)R);
+    for (int64_t i = 0; i < R * K; i++) cq[i] = (int8_t)((int)((*s = *s * 6364136223846793005ull + 1) >> 61) % 3 - 1);
+    for (int64_t r = 0; r < R; r++) cs[r] = 1e-3f * (1.0f + fabsf(frand(s)));
+    int rc = tern_from_codes(cq, cs, R, K, QG_ROW, DT_F32, W);
+    free(cq), free(cs);
+    if (rc == 0 && (rc = tern_cuda_upload(W, dW)) != 0) tern_free(W);
+    return rc;
+}
+
+/* fwdc_norm_deferred (the next layer's norm finishing a deferred f32-input
+ * GEMV's K split) gives the same bits as that GEMV finishing itself and then
+ * fwdc_norm — residual, f32 output, int8 codes and scale — at row widths
+ * that take each cached-norm form (4096: one float4 a thread, 4608: two,
+ * 11008: four), and leaves the partials zero.  The GEMV is forced onto the
+ * bulk-copy kernel (variant 63540), whose plan splits K at 8192 columns. */
+TEST(gpu_norm_deferred_equals_norm) {
+    SKIP_WITHOUT_GPU();
+    static const int64_t dims[] = {4096, 4608, 11008};
+    const int64_t K = 8192;
+    for (int di = 0; di < 3; di++) {
+        const int64_t R = dims[di];
+        uint64_t s = 21 + (uint64_t)di;
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        REQUIRE(rand_ternary_upload(R, K, &s, &W, &dW) == 0);
+        float *x = xmalloc(sizeof(float) * K), *res = xmalloc(sizeof(float) * R), *w = xmalloc(sizeof(float) * R);
+        float mx = 0.0f;
+        for (int64_t i = 0; i < K; i++) x[i] = 2.0f * frand(&s), mx = fmaxf(mx, fabsf(x[i]));
+        for (int64_t r = 0; r < R; r++) res[r] = frand(&s), w[r] = 1.0f + 0.3f * frand(&s);
+        unsigned mxb;
+        memcpy(&mxb, &mx, 4);
+        DevBuf bx, bm, bw, by, br[2], bo[2], bq[2], bs[2];
+        float *dx = dev_new(&bx, sizeof(float) * K, x), *dw = dev_new(&bw, sizeof(float) * R, w);
+        unsigned *dm = dev_new(&bm, sizeof(unsigned), &mxb);
+        float *dy = dev_new(&by, sizeof(float) * R, NULL);
+        float *dr[2], *dout[2], *dsx[2];
+        int8_t *dq[2];
+        for (int k = 0; k < 2; k++) {
+            dr[k] = dev_new(&br[k], sizeof(float) * R, res);
+            dout[k] = dev_new(&bo[k], sizeof(float) * R, NULL);
+            dq[k] = dev_new(&bq[k], (size_t)R, NULL);
+            dsx[k] = dev_new(&bs[k], sizeof(float), NULL);
+        }
+        const int oldv = tern_cuda_decode_variant(63540);
+        REQUIRE(tern_cuda_matmul_i8_f32x(&dW, dx, dm, dy, 0) == 0);
+        REQUIRE(fwdc_norm(dr[0], dy, dw, 1, R, 1e-5f, dout[0], NULL, dq[0], dsx[0], 0) == 0);
+        TernDeferred def;
+        REQUIRE(tern_cuda_matmul_i8_f32x_defer(&dW, dx, dm, dy, &def, 0) == 0);
+        const int deferred = def.part != NULL;
+        if (deferred) REQUIRE(fwdc_norm_deferred(dr[1], &def, dw, R, 1e-5f, dout[1], NULL, dq[1], dsx[1], 0) == 0);
+        tern_cuda_decode_variant(oldv);
+        REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+        CHECK_MSG(deferred, "%lld x %lld on variant 63540: the GEMV finished its own K split", (long long)R,
+                  (long long)K);
+        if (deferred) {
+            float *a = xmalloc(sizeof(float) * R), *b = xmalloc(sizeof(float) * R);
+            int8_t *qa = xmalloc((size_t)R), *qb = xmalloc((size_t)R);
+            int *part = xmalloc(sizeof(int) * R);
+            float sa, sb;
+            int bad = 0, left = 0;
+            dev_get(&br[0], a), dev_get(&br[1], b);
+            bad += memcmp(a, b, sizeof(float) * R) != 0;
+            dev_get(&bo[0], a), dev_get(&bo[1], b);
+            bad += 2 * (memcmp(a, b, sizeof(float) * R) != 0);
+            dev_get(&bq[0], qa), dev_get(&bq[1], qb), dev_get(&bs[0], &sa), dev_get(&bs[1], &sb);
+            bad += 4 * (memcmp(qa, qb, (size_t)R) != 0 || memcmp(&sa, &sb, 4) != 0);
+            REQUIRE(cudaMemcpy(part, def.part, sizeof(int) * R, cudaMemcpyDeviceToHost) == cudaSuccess);
+            for (int64_t r = 0; r < R; r++) left += part[r] != 0;
+            CHECK_MSG(bad == 0, "%lld columns: deferred norm differs (mask %d: 1 residual, 2 f32, 4 int8)",
+                      (long long)R, bad);
+            CHECK_MSG(left == 0, "%lld columns: %d partials left non-zero", (long long)R, left);
+            free(a), free(b), free(qa), free(qb), free(part);
+        }
+        CHECK(dev_done(&bx) && dev_done(&bm) && dev_done(&bw) && dev_done(&by));
+        for (int k = 0; k < 2; k++) CHECK(dev_done(&br[k]) && dev_done(&bo[k]) && dev_done(&bq[k]) && dev_done(&bs[k]));
+        tern_cuda_free(&dW);
+        tern_free(&W);
+        free(x), free(res), free(w);
+    }
+}
+
 /* argmax of each row equals argmax_f32 (first index on ties), rows of one
  * chunk of columns and of many (the chunks' pairs reduced by the last CTA of
  * a row; called twice: the counters and scratch are left clear). */
@@ -581,13 +667,10 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
     if (prod) {
         REQUIRE(n == 1 && !sep);
         const int64_t K = 32768;
-        int8_t *cq = xmalloc((size_t)(ld * K)), *xq = xmalloc((size_t)K);
-        float *cs = xmalloc(sizeof(float) * ld), one = 1.0f;
-        for (int64_t i = 0; i < ld * K; i++) cq[i] = (int8_t)((int)((s = s * 6364136223846793005ull + 1) >> 61) % 3 - 1);
-        for (int r = 0; r < ld; r++) cs[r] = 1e-3f * (1.0f + fabsf(frand(&s)));
+        int8_t *xq = xmalloc((size_t)K);
+        float one = 1.0f;
+        REQUIRE(rand_ternary_upload(ld, K, &s, &W, &dW) == 0);
         for (int64_t i = 0; i < K; i++) xq[i] = (int8_t)(frand(&s) * 127.0f);
-        REQUIRE(tern_from_codes(cq, cs, ld, K, QG_ROW, DT_F32, &W) == 0);
-        REQUIRE(tern_cuda_upload(&W, &dW) == 0);
         REQUIRE(cudaMalloc((void **)&dx, (size_t)K) == cudaSuccess && cudaMalloc((void **)&dsx, 4) == cudaSuccess);
         REQUIRE(cudaMemcpy(dx, xq, (size_t)K, cudaMemcpyHostToDevice) == cudaSuccess);
         REQUIRE(cudaMemcpy(dsx, &one, 4, cudaMemcpyHostToDevice) == cudaSuccess);
@@ -596,7 +679,7 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
         CHECK_MSG(strcmp(tern_cuda_last_config(), "gemv_warp") == 0, "q|k|v GEMV: %s", tern_cuda_last_config());
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         REQUIRE(cudaMemset(dq2, 0xff, sizeof(float) * (size_t)ld) == cudaSuccess);
-        free(cq), free(xq), free(cs);
+        free(xq);
     }
     REQUIRE(fwdc_rope_kv_write(dq1, ldq, dq1 + ko, ldk, dq1 + vo, ldk, dpos, dslot, n, n_heads, n_kv,
                                hd, dcos, dsin, dk1, dv1, bs, 0) == 0);
@@ -913,16 +996,14 @@ TEST(gpu_tbm_reserve_bit_identical) {
     {
         const int64_t R = 9216, K = 256;
         uint64_t s = 9;
-        int8_t *cq = xmalloc((size_t)(R * K));
-        float *cs = xmalloc(sizeof(float) * R), one = 1.0f;
-        for (int64_t i = 0; i < R * K; i++) cq[i] = (int8_t)((int)((s = s * 6364136223846793005ull + 1) >> 61) % 3 - 1);
-        for (int64_t r = 0; r < R; r++) cs[r] = 1e-3f * (1.0f + fabsf(frand(&s)));
+        float one = 1.0f;
+        int8_t xq[256];
+        for (int i = 0; i < K; i++) xq[i] = (int8_t)(i % 7 - 3); /* (any int8 values) */
         TernaryMatrix W;
         TernCudaMatrix dW;
-        REQUIRE(tern_from_codes(cq, cs, R, K, QG_ROW, DT_F32, &W) == 0);
-        REQUIRE(tern_cuda_upload(&W, &dW) == 0);
+        REQUIRE(rand_ternary_upload(R, K, &s, &W, &dW) == 0);
         DevBuf bx, bs, by;
-        int8_t *dx = dev_new(&bx, (size_t)K, cq); /* (any int8 values) */
+        int8_t *dx = dev_new(&bx, (size_t)K, xq);
         float *dsx = dev_new(&bs, sizeof(float), &one), *dy = dev_new(&by, sizeof(float) * (size_t)R, NULL);
         tern_cuda_tbm_reserve(1);
         REQUIRE(tern_cuda_matmul_i8(&dW, dx, dsx, 1, dy, 0) == 0);
@@ -932,7 +1013,6 @@ TEST(gpu_tbm_reserve_bit_identical) {
         CHECK(dev_done(&bx) && dev_done(&bs) && dev_done(&by));
         tern_cuda_free(&dW);
         tern_free(&W);
-        free(cq), free(cs);
     }
     tern_cuda_tbm_override(NULL);
     tern_cuda_tbm_reserve(old);
