@@ -50,15 +50,17 @@ TEST(bench_e2e_runs_or_refuses) {
     } else {
         const char *need[] = {"/e2e/shape", "/e2e/config", "/e2e/tp", "/e2e/tokens_per_s",
                               "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", NULL};
-        for (int same = 0; same < 2; same++) { /* a process per configuration, then one process */
+        for (int same = 0; same < 2; same++) { /* a process per configuration (chained decode steps),
+                                                * then one process (steps synchronised) */
             if (same) {
                 free(out);
                 out = NULL;
                 snprintf(cmd, sizeof cmd, "%s bench-e2e --shapes tiny --batches 1,4 --steps 4 --prefill 64 "
-                         "--same-process --out %s", bin_path("ternlab"), path);
+                         "--same-process --sync-steps --out %s", bin_path("ternlab"), path);
                 rc = test_run(cmd, &out);
             }
             CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+            CHECK_MSG(strstr(out, same ? "each synchronised" : "chained on one GPU") != NULL, "%s", out);
             CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
             /* 3 configurations x (2 batches + prefill) rows; bf16 is its own reference (1.00),
              * every row has a ratio to it */

@@ -300,23 +300,29 @@ static void check_argmax(int64_t rows, int64_t cols, uint64_t seed) {
     if (rows > 3) x[3 * cols + cols / 2] = x[3 * cols + cols / 2 + 1] = 8.0f; /* adjacent tie */
     if (rows > 4)
         for (int64_t i = 0; i < cols; i++) x[4 * cols + i] = -INFINITY; /* nothing above -inf: index 0 */
-    int32_t *got = xmalloc(sizeof(int32_t) * rows);
-    DevBuf bx, bo;
+    int32_t *got = xmalloc(sizeof(int32_t) * rows), *got2 = xmalloc(sizeof(int32_t) * rows);
+    DevBuf bx, bo, bo2;
     float *dx = dev_new(&bx, sizeof(float) * rows * cols, x);
-    int32_t *dout = dev_new(&bo, sizeof(int32_t) * rows, NULL);
+    int32_t *dout = dev_new(&bo, sizeof(int32_t) * rows, NULL), *dout2 = dev_new(&bo2, sizeof(int32_t) * rows, NULL);
     for (int rep = 0; rep < 2; rep++) {
-        /* -1 before each call: a row whose last CTA never ran (a counter left non-zero) shows */
+        /* -1 before each call: a row whose last CTA never ran (a counter left non-zero) shows;
+         * the second copy asked for on the second call only (left -1 on the first) */
         REQUIRE(cudaMemset(dout, 0xff, sizeof(int32_t) * rows) == cudaSuccess);
-        REQUIRE(fwdc_argmax_rows(dx, rows, cols, dout, 0) == 0);
+        REQUIRE(cudaMemset(dout2, 0xff, sizeof(int32_t) * rows) == cudaSuccess);
+        REQUIRE(fwdc_argmax_rows(dx, rows, cols, dout, rep ? dout2 : NULL, 0) == 0);
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
         dev_get(&bo, got);
-        for (int64_t r = 0; r < rows; r++)
+        dev_get(&bo2, got2);
+        for (int64_t r = 0; r < rows; r++) {
             CHECK_MSG(got[r] == argmax_f32(x + r * cols, cols), "%lld x %lld, call %d, row %lld: %d vs %lld",
                       (long long)rows, (long long)cols, rep, (long long)r, got[r],
                       (long long)argmax_f32(x + r * cols, cols));
+            CHECK_MSG(got2[r] == (rep ? got[r] : -1), "%lld x %lld, call %d, row %lld: second copy %d, first %d",
+                      (long long)rows, (long long)cols, rep, (long long)r, got2[r], got[r]);
+        }
     }
-    CHECK(dev_done(&bx) && dev_done(&bo));
-    free(x), free(got);
+    CHECK(dev_done(&bx) && dev_done(&bo) && dev_done(&bo2));
+    free(x), free(got), free(got2);
 }
 
 TEST(gpu_argmax_rows_match_cpu) {
@@ -1324,6 +1330,126 @@ TEST(gpu_argmax_graph_alternating_calls) {
               "graphs %lld, launches %lld, argmax in graph %lld", (long long)ig.graphs,
               (long long)ig.graph_launches, (long long)ig.argmax_in_graph);
     CHECK(ie.graphs == 0);
+}
+
+/* Greedy decode of B sequences (prompt b: the fixture's from offset b),
+ * N steps after the prompts: chained (cuda_engine_decode_chain) or by one
+ * forward() a step, each fed the last one's ids; then one more step through
+ * forward() with the logits back (the engine after a chain serves plain
+ * calls).  ids: N x B, then the extra step's argmax. */
+static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo *info, double *done) {
+    Model m;
+    Engine e;
+    ModelLoadOpts lo = {.quant = "rule=twn,group=row,act=int8"};
+    fixture_backend.device = ENGINE_CUDA;
+    fixture_backend.bf16 = 0;
+    int32_t *prompt;
+    const int64_t np = fixture_ref_ints(LLAMA_DIR, "greedy_prompt", &prompt);
+    if (np <= B + 1 || fixture_engine(LLAMA_DIR, &lo, 64, 16, B, np + N + 1, &m, &e) != 0) return -1;
+    const int64_t V = m.cfg.vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)(B * V));
+    int *seq = xmalloc(sizeof(int) * (size_t)B), *tok = xmalloc(sizeof(int) * (size_t)B);
+    int32_t *t0 = xmalloc(sizeof(int32_t) * (size_t)B);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)B), *lidx = xmalloc(sizeof(int64_t) * (size_t)B),
+            *len = xmalloc(sizeof(int64_t) * (size_t)B);
+    int rc = 0;
+    for (int b = 0; b < B && rc == 0; b++) {
+        seq[b] = kv_seq_new(&e.kv);
+        len[b] = np - b;
+        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
+        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
+        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
+        rc = forward(e.m, &e.kv, &e.rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
+        t0[b] = (int32_t)argmax_f32(logits + b * V, V);
+        free(pt), free(ps), free(pp);
+    }
+    for (int b = 0; b < B; b++) pos[b] = len[b], lidx[b] = b;
+    if (rc == 0 && chained) {
+        rc = cuda_engine_decode_chain(&e, seq, pos, t0, B, N, ids, done);
+    } else if (rc == 0) {
+        e.rs.decode = 1;
+        for (int s = 0; s < N && rc == 0; s++) {
+            for (int b = 0; b < B; b++) tok[b] = s ? ids[(s - 1) * B + b] : t0[b], pos[b] = len[b] + s;
+            e.rs.argmax_out = ids + (size_t)s * (size_t)B;
+            rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, B, lidx, B, NULL);
+            e.rs.argmax_out = NULL;
+        }
+        e.rs.decode = 0;
+    }
+    for (int b = 0; b < B && rc == 0; b++) { /* the cache holds every step's token */
+        if (e.kv.seqs[seq[b]].len != len[b] + N) {
+            fprintf(stderr, "    sequence %d: length %lld, expected %lld\n", b, (long long)e.kv.seqs[seq[b]].len,
+                    (long long)(len[b] + N));
+            rc = -1;
+        }
+        tok[b] = ids[(size_t)(N - 1) * (size_t)B + (size_t)b], pos[b] = len[b] + N;
+    }
+    e.rs.decode = 1;
+    if (rc == 0) rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, B, lidx, B, logits);
+    e.rs.decode = 0;
+    for (int b = 0; b < B && rc == 0; b++) ids[(size_t)N * (size_t)B + (size_t)b] = (int32_t)argmax_f32(logits + b * V, V);
+    if (rc != 0) fprintf(stderr, "    %s\n", err_msg());
+    if (rc == 0 && info) rc = cuda_engine_info(&e, info);
+    free(logits), free(prompt), free(seq), free(tok), free(t0), free(pos), free(lidx), free(len);
+    engine_free(&e);
+    model_free(&m);
+    return rc;
+}
+
+/* The chained decode (a step's tokens taken on the device from the last
+ * step's argmax, the next step enqueued before the ids are back) gives the
+ * ids of one forward() a step, at batch 1 and 5, with the argmax in the graph
+ * and after it; most steps are chained; the ids come back in order; bad
+ * batches are refused. */
+TEST(gpu_decode_chain_equals_steps) {
+    SKIP_WITHOUT_GPU();
+    unsetenv("TERNLAB_CUDA_CHAIN");
+    enum { N = 30 };
+    const int bs[2] = {1, 5};
+    for (int k = 0; k < 2; k++)
+        for (int ag = 1; ag >= 0; ag--) {
+            const int B = bs[k];
+            if (ag) unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+            else setenv("TERNLAB_CUDA_ARGMAX_GRAPH", "0", 1);
+            int32_t *a = xmalloc(sizeof(int32_t) * (size_t)((N + 1) * B)), *r = xmalloc(sizeof(int32_t) * (size_t)((N + 1) * B));
+            double done[N];
+            CudaEngineInfo ia, ir;
+            REQUIRE(chain_decode(1, B, N, a, &ia, done) == 0);
+            REQUIRE(chain_decode(0, B, N, r, &ir, NULL) == 0);
+            for (int s = 0; s <= N; s++)
+                for (int b = 0; b < B; b++)
+                    CHECK_MSG(a[s * B + b] == r[s * B + b], "B %d, argmax in graph %d, step %d, sequence %d: %d vs %d",
+                              B, ag, s, b, a[s * B + b], r[s * B + b]);
+            int varied = 0; /* (tokens that never change would not show a step fed the wrong ids) */
+            for (int s = 1; s <= N; s++) varied += a[s * B] != a[(s - 1) * B];
+            CHECK_MSG(varied >= 5, "B %d: the first sequence's token changed %d times in %d steps", B, varied, N);
+            CHECK_MSG(ia.chained >= N - 3 && ir.chained == 0, "B %d: %lld / %lld steps chained", B,
+                      (long long)ia.chained, (long long)ir.chained);
+            CHECK(ia.argmax_in_graph == (ag ? ia.graph_launches - 1 : 0)); /* (the last step: logits back) */
+            for (int s = 1; s < N; s++) CHECK(done[s] >= done[s - 1]);
+            free(a), free(r);
+        }
+    unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+    /* refused: a batch of 0, a sequence twice */
+    Model m;
+    Engine e;
+    ModelLoadOpts lo = {.quant = "rule=twn,group=row,act=int8"};
+    fixture_backend.device = ENGINE_CUDA;
+    REQUIRE(fixture_engine(LLAMA_DIR, &lo, 64, 16, 2, 64, &m, &e) == 0);
+    CHECK(cuda_engine_chain_ok(&e));
+    setenv("TERNLAB_CUDA_CHAIN", "0", 1);
+    CHECK(!cuda_engine_chain_ok(&e));
+    unsetenv("TERNLAB_CUDA_CHAIN");
+    int seq[2] = {kv_seq_new(&e.kv), 0};
+    seq[1] = seq[0];
+    int64_t pos[2] = {0, 1};
+    int32_t tk[2] = {1, 2}, out[4];
+    CHECK(cuda_engine_decode_chain(&e, seq, pos, tk, 0, 2, out, NULL) != 0);
+    CHECK(strstr(err_msg(), "batch 0") != NULL);
+    CHECK(cuda_engine_decode_chain(&e, seq, pos, tk, 2, 2, out, NULL) != 0);
+    CHECK(strstr(err_msg(), "distinct") != NULL);
+    engine_free(&e);
+    model_free(&m);
 }
 
 /* ---- tensor parallelism over GPUs (NCCL) --------------------------------- */

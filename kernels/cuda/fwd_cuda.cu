@@ -1011,9 +1011,10 @@ __device__ void argmax_block(float &best, int64_t &bidx, int64_t cols, float *bv
 }
 
 /* grid (chunks, rows); pv / pi: chunks pairs per row, ctr: a counter per row
- * (zero before and after; only used when chunks > 1) */
+ * (zero before and after; only used when chunks > 1); out2: a second copy of
+ * out, or NULL */
 __global__ void __launch_bounds__(kArgThreads)
-argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out) {
+argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out, int32_t *out2) {
     __shared__ float bv[32];
     __shared__ int64_t bi[32];
     __shared__ int s_last;
@@ -1057,7 +1058,11 @@ argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, in
             pv[r * chunks + c] = 0.0f, pi[r * chunks + c] = 0;
         if (threadIdx.x == 0) ctr[r] = 0;
     }
-    if (threadIdx.x == 0) out[r] = (int32_t)(bidx < cols ? bidx : 0);
+    if (threadIdx.x == 0) {
+        const int32_t id = (int32_t)(bidx < cols ? bidx : 0);
+        out[r] = id;
+        if (out2) out2[r] = id;
+    }
 }
 
 __global__ void unshard_kernel(const float *g, int tp, int64_t n, int64_t w, float *out) {
@@ -1457,7 +1462,7 @@ int fwdc_argmax_reserve(int64_t rows, int64_t cols) {
     return b > 0 && tern_ws_zeroed(b, &ws) < 0 ? -1 : 0;
 }
 
-int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
+int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
                      cudaStream_t stream) {
     if (rows <= 0) return 0;
     if (cols < 1 || cols > 0x7fffffff) return err_set("fwdc_argmax_rows: %lld x %lld", (long long)rows, (long long)cols);
@@ -1475,7 +1480,8 @@ int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_ou
     for (int64_t r0 = 0; r0 < rows; r0 += per) { /* grid.y <= 65535 rows per launch */
         const int64_t nr = rows - r0 < per ? rows - r0 : per;
         argmax_kernel<<<dim3((unsigned)chunks, (unsigned)nr), kArgThreads, 0, stream>>>(d_x + r0 * cols, cols, pv,
-                                                                                         pi, ctr, d_out + r0);
+                                                                                         pi, ctr, d_out + r0,
+                                                                                         d_out2 ? d_out2 + r0 : nullptr);
         CUDA_CHECK_LAUNCH("argmax_kernel");
     }
     return 0;

@@ -139,8 +139,9 @@ int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_p
 int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
                         unsigned *d_zero, int64_t nzero, cudaStream_t stream);
 /* out[r] = index of the largest of x[r*cols .. r*cols+cols) (the first on
- * ties, as argmax_f32), rows rows. */
-int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out,
+ * ties, as argmax_f32), rows rows; d_out2 (or NULL): the same ids again (a
+ * decode step's argmax into the next step's token inputs). */
+int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
                      cudaStream_t stream);
 /* Grows the scratch fwdc_argmax_rows of rows x cols needs (cudaMalloc and a
  * synchronous zeroing: not allowed inside a stream capture, so called before

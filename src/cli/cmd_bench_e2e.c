@@ -17,8 +17,13 @@
  * Decode at batch B: B sequences with a prompt of --prompt tokens, then
  * greedy steps (argmax on the GPU, ids fed back); the first steps warm up
  * (eager launch, then graph capture) and the next --steps are timed one by
- * one with the host clock around forward() (inputs up, graph launch, ids
- * back, synchronised).  tokens/s = B / median step time.
+ * one.  On one GPU the steps are chained (cuda_engine_decode_chain: a step's
+ * tokens are the last one's argmax on the device, and it is enqueued before
+ * the host waits for the last one's ids, as a serving loop runs), and a
+ * step's time is the interval between its ids and the last step's on the
+ * host clock; under --tp, or with --sync-steps, each step is timed with the
+ * host clock around forward() (inputs up, graph launch, ids back,
+ * synchronised).  tokens/s = B / median step time.
  * Prefill: one sequence of --prefill tokens in one forward() call; median of
  * 3 after one warm-up.  tokens/s = prefill / median time.
  * Roofline (decode): bytes one step must read — every weight byte of the
@@ -96,6 +101,7 @@ static double median(double *v, int n) {
 
 typedef struct {
     int prompt, steps, warm, prefill;
+    int sync_steps; /* 1: every decode step synchronised (forward() per step), never chained */
 } E2eOpts;
 
 /* Decode at batch B on an open engine: median step seconds into *sec. */
@@ -119,20 +125,33 @@ static int run_decode(Engine *e, int B, const E2eOpts *eo, double *sec, int64_t 
     for (int b = 0; b < B; b++) lidx[b] = (int64_t)(b + 1) * eo->prompt - 1;
     e->rs.argmax_out = ids;
     rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_pre, lidx, B, NULL);
-    e->rs.decode = 1;
-    for (int s = 0; s < eo->warm + eo->steps && rc == 0; s++) {
-        for (int b = 0; b < B; b++) {
-            tok[b] = ids[b];
-            seq[b] = sid[b];
-            pos[b] = eo->prompt + s;
-            lidx[b] = b;
-        }
-        double t0 = time_now();
-        rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, B, lidx, B, NULL);
-        if (s >= eo->warm) t[s - eo->warm] = time_now() - t0;
-    }
-    e->rs.decode = 0;
     e->rs.argmax_out = NULL;
+    if (rc == 0 && !eo->sync_steps && eo->warm >= 1 && cuda_engine_chain_ok(e)) {
+        /* chained: a step's time is the interval between its ids and the last step's on the host */
+        const int64_t ns = eo->warm + eo->steps;
+        int32_t *cids = xmalloc(sizeof(int32_t) * (size_t)B * (size_t)ns);
+        double *done = xmalloc(sizeof(double) * (size_t)ns);
+        for (int b = 0; b < B; b++) seq[b] = sid[b], pos[b] = eo->prompt;
+        rc = cuda_engine_decode_chain(e, seq, pos, ids, B, ns, cids, done);
+        for (int s = 0; s < eo->steps && rc == 0; s++) t[s] = done[eo->warm + s] - done[eo->warm + s - 1];
+        free(cids), free(done);
+    } else if (rc == 0) { /* each step synchronised: inputs up, graph, ids back, on the host clock */
+        e->rs.argmax_out = ids;
+        e->rs.decode = 1;
+        for (int s = 0; s < eo->warm + eo->steps && rc == 0; s++) {
+            for (int b = 0; b < B; b++) {
+                tok[b] = ids[b];
+                seq[b] = sid[b];
+                pos[b] = eo->prompt + s;
+                lidx[b] = b;
+            }
+            double t0 = time_now();
+            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, B, lidx, B, NULL);
+            if (s >= eo->warm) t[s - eo->warm] = time_now() - t0;
+        }
+        e->rs.decode = 0;
+        e->rs.argmax_out = NULL;
+    }
     if (rc == 0) *sec = median(t, eo->steps);
     *ctx_mid = eo->prompt + eo->warm + eo->steps / 2;
     kv_reset(&e->kv);
@@ -175,6 +194,7 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_attr_i64(lg, "/", "steps", eo->steps);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "prefill", eo->prefill);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "process_per_config", isolate);
+    rc = rc ? rc : h5log_attr_str(lg, "/", "decode_loop", eo->sync_steps ? "synchronous" : "chained on one GPU");
     const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS];
     int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS];
     double v[6][MAX_ROWS];
@@ -369,15 +389,21 @@ int cmd_bench_e2e(int argc, char **argv) {
             isolate = 0;
             continue;
         }
+        if (strcmp(a, "--sync-steps") == 0) {
+            eo.sync_steps = 1;
+            continue;
+        }
         if (strcmp(a, "--help") == 0) {
             printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
-                   "                  [--md FILE.md] [--same-process]\n"
+                   "                  [--md FILE.md] [--same-process] [--sync-steps]\n"
                    "Decode tokens/s at each batch and prefill tokens/s of synthetic ternary\n"
                    "models vs the BF16 reference on the same runtime (GPU; see the source).\n"
                    "Each configuration runs in a process of its own; --same-process runs\n"
-                   "them one after another in this one.\n");
+                   "them one after another in this one.  Decode steps on one GPU are\n"
+                   "chained (the next step enqueued before the last one's ids are back);\n"
+                   "--sync-steps waits for each step's ids before the next, as under --tp.\n");
             return 0;
         }
         if (!v) {
@@ -496,9 +522,12 @@ int cmd_bench_e2e(int argc, char **argv) {
         return 1;
     }
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
-               "synthetic models, prompt %d, %d timed decode steps, prefill %d tokens, %s.\n\n",
-            dev, bw / 1e9, eo.prompt, eo.steps, eo.prefill,
-            isolate ? "each configuration in a process of its own" : "all configurations in one process");
+               "synthetic models, prompt %d, %d timed decode steps (%s), prefill %d tokens, %s.\n\n",
+            dev, bw / 1e9, eo.prompt, eo.steps,
+            eo.sync_steps ? "each synchronised: inputs up, graph, ids back"
+                          : "chained on one GPU: the next step enqueued before the last one's ids are back, "
+                            "a step's time the interval between two steps' ids; synchronised under tp",
+            eo.prefill, isolate ? "each configuration in a process of its own" : "all configurations in one process");
     fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
     fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < nr; i++) {

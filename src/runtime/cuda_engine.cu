@@ -130,6 +130,13 @@ struct CE {
     int32_t *h_ids = nullptr;
     int64_t h_ids_cap = 0;
     int64_t n_graphs = 0, launches = 0, n_argmax_graph = 0;
+    /* cuda_engine_decode_chain: a second pinned input buffer (a step's inputs
+     * are prepared while the one before may still be uploading from the first),
+     * two pinned slots of ids and their events; steps enqueued chained */
+    int32_t *h_in2 = nullptr, *h_chain = nullptr;
+    int64_t h_chain_cap = 0;
+    cudaEvent_t chain_ev[2] = {nullptr, nullptr};
+    int64_t n_chained = 0;
     /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay, the
      * host's time in the forward call and the device's from the inputs'
      * upload to the ids (or logits) back (events), medians printed at close */
@@ -634,6 +641,12 @@ struct StepPlan {
     bool eligible = false;
     bool one_seq = false; /* every token of one sequence (a prompt), never in a decode graph */
     bool distinct = true; /* no two tokens of one sequence (every decode graph) */
+    /* logit row j is token j's (nl == n, logit_idx the identity): the argmax
+     * also writes the ids into the token inputs on the device, where a chained
+     * next step (cuda_engine_decode_chain) takes them */
+    bool tok_rows = false;
+    /* the token inputs are on the device already (a chained step): not uploaded */
+    bool skip_tok = false;
 };
 
 int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
@@ -692,6 +705,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     in[5 * n] = cnt;
     p->nl = nl;
     p->cnt = cnt;
+    p->tok_rows = nl == n && ident;
     p->eligible = g->graphs && s->decode && nl == n && ident && p->distinct;
     bool one = true;
     for (int64_t i = 1; i < n && one; i++) one = seq[i] == seq[0];
@@ -699,12 +713,17 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     return 0;
 }
 
+/* int32 words of h_in / d_in: a step of max_tok tokens with every table entry updated */
+size_t input_count(const CE *g) { return (size_t)(5 * g->max_tok + 1 + 2 * g->u_cap); }
+
 /* The bytes of a step's inputs in h_in / d_in */
 size_t input_bytes(const StepPlan *p) { return sizeof(int32_t) * (size_t)(5 * p->n + 1 + 2 * p->cnt); }
 
-/* The step's inputs up */
+/* The step's inputs up (all but the tokens where skip_tok) */
 int upload_inputs(CE *g, const StepPlan *p) {
-    CUDA_CHECK(cudaMemcpyAsync(g->d_in, g->h_in, input_bytes(p), cudaMemcpyHostToDevice, g->st));
+    const size_t skip = p->skip_tok ? (size_t)p->n : 0;
+    CUDA_CHECK(cudaMemcpyAsync(g->d_in + skip, g->h_in + skip, input_bytes(p) - sizeof(int32_t) * skip,
+                               cudaMemcpyHostToDevice, g->st));
     return 0;
 }
 
@@ -732,7 +751,8 @@ int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
         int rc = run_device(g, n, nl, false, true);
-        if (rc == 0 && amax > 0) rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->st);
+        if (rc == 0 && amax > 0) /* (eligible: the logit rows are the tokens') */
+            rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
         if (rc != 0) {
             if (graph) cudaGraphDestroy(graph);
@@ -826,7 +846,9 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
     if (amax_done) g->n_argmax_graph++;
     if (nl_out > 0 && argmax_out) {
-        if (!amax_done && fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, g->st) != 0) return -1;
+        if (!amax_done &&
+            fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st) != 0)
+            return -1;
         if (amax > 0 && nl_out <= g->h_ids_cap) ids_to = g->h_ids;
         CUDA_CHECK(cudaMemcpyAsync(ids_to, g->ids, sizeof(int32_t) * (size_t)nl_out, cudaMemcpyDeviceToHost,
                                    g->st));
@@ -871,6 +893,99 @@ int ce_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *t
     return 0;
 }
 
+/* cuda_engine_decode_chain's buffers: h_in2 as h_in, two slots of B ids */
+int chain_buffers(CE *g, int64_t B) {
+    if (!g->h_in2) CUDA_CHECK(cudaMallocHost(&g->h_in2, input_count(g) * 4));
+    if (g->h_chain_cap < B) {
+        if (g->h_chain) cudaFreeHost(g->h_chain);
+        g->h_chain = nullptr;
+        g->h_chain_cap = 0;
+        CUDA_CHECK(cudaMallocHost(&g->h_chain, sizeof(int32_t) * 2 * (size_t)B));
+        g->h_chain_cap = B;
+    }
+    for (cudaEvent_t &ev : g->chain_ev)
+        if (!ev) CUDA_CHECK(cudaEventCreateWithFlags(&ev, cudaEventDisableTiming));
+    return 0;
+}
+
+/* One step of the chain enqueued: inputs up (the tokens too unless the plan
+ * skips them), the graph (or a capture, or eager launches), the argmax into
+ * g->ids and the token inputs where it is not in the graph, the ids into
+ * slot t % 2, its event.  Nothing waited for. */
+int chain_enqueue(CE *g, KvCache *kv, const StepPlan *p, int64_t t, const int *seq, const int64_t *pos) {
+    const int64_t B = p->n;
+    bool in_graph = false;
+    TRY(step_launch(g, p, g->argmax_graph ? B : 0, &in_graph));
+    if (in_graph) g->n_argmax_graph++;
+    else TRY(fwdc_argmax_rows(g->logits, B, g->c.vocab, g->ids, g->d_in, g->st));
+    int32_t *slot = g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap;
+    CUDA_CHECK(cudaMemcpyAsync(slot, g->ids, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, g->st));
+    CUDA_CHECK(cudaEventRecord(g->chain_ev[t & 1], g->st));
+    update_lens(kv, seq, pos, B);
+    return 0;
+}
+
+/* Step t's ids, once its event has passed, into ids + t B; t_done[t] the host clock then */
+int chain_collect(CE *g, int64_t B, int64_t t, int32_t *ids, double *t_done) {
+    CUDA_CHECK(cudaEventSynchronize(g->chain_ev[t & 1]));
+    if (t_done) t_done[t] = time_now();
+    memcpy(ids + t * B, g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap, sizeof(int32_t) * (size_t)B);
+    return 0;
+}
+
+/* The loop of cuda_engine_decode_chain (cuda_engine.h).  Step t + 1 is
+ * prepared on the host (KV blocks, table updates, positions; its tokens left
+ * 0) while step t runs; where it replays the graph that holds the argmax, it
+ * is enqueued at once with its tokens left to the device (skip_tok); else
+ * (warm-up: eager, then the capture) step t is waited for first and its ids
+ * uploaded as the tokens, as forward() does.  Input buffers alternate: step
+ * t + 1's h_in was step t - 1's, whose upload has run by then (step t - 1 was
+ * collected). */
+int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32_t *tok0, int64_t B,
+              int64_t steps, int32_t *ids, double *t_done) {
+    const Model *m = e->m;
+    RunState *s = &e->rs;
+    int64_t max_pos = 0;
+    for (int64_t b = 0; b < B; b++) max_pos = std::max(max_pos, pos0[b] + steps - 1);
+    if (ensure_rope(g, const_cast<Model *>(m), max_pos + 1) != 0) return -1; /* none inside the chain */
+    TRY(chain_buffers(g, B));
+    std::vector<int> tok((size_t)B);
+    std::vector<int64_t> pos((size_t)B), lidx((size_t)B);
+    int32_t *hin[2] = {g->h_in, g->h_in2};
+    for (int64_t b = 0; b < B; b++) lidx[(size_t)b] = b;
+    /* host_prepare for step t into hin[t % 2] with the given tokens */
+    auto prepare = [&](int64_t t, const int32_t *tk, StepPlan *p) -> int {
+        *p = StepPlan();
+        g->h_in = hin[t & 1];
+        for (int64_t b = 0; b < B; b++) tok[(size_t)b] = tk ? tk[b] : 0, pos[(size_t)b] = pos0[b] + t;
+        return host_prepare(g, m, &e->kv, s, tok.data(), seq, pos.data(), B, lidx.data(), B, nullptr, p);
+    };
+    StepPlan p;
+    if (prepare(0, tok0, &p) != 0) return -1;
+    if (!p.tok_rows || p.one_seq || !p.distinct) /* (B distinct sequences, one token each) */
+        return err_set("decode chain: the %lld sequences must be distinct", (long long)B);
+    TRY(chain_enqueue(g, &e->kv, &p, 0, seq, pos.data()));
+    for (int64_t t = 0; t < steps; t++) {
+        bool collected = false;
+        if (t + 1 < steps) {
+            TRY(prepare(t + 1, nullptr, &p));
+            const bool replay =
+                p.eligible && g->exec && g->exec_n == B && g->exec_amax == (g->argmax_graph ? B : 0);
+            if (replay) {
+                p.skip_tok = true;
+                g->n_chained++;
+            } else { /* warm-up: the tokens from the host, as forward() */
+                TRY(chain_collect(g, B, t, ids, t_done));
+                collected = true;
+                for (int64_t b = 0; b < B; b++) g->h_in[b] = ids[t * B + b];
+            }
+            TRY(chain_enqueue(g, &e->kv, &p, t + 1, seq, pos.data()));
+        }
+        if (!collected) TRY(chain_collect(g, B, t, ids, t_done));
+    }
+    return 0;
+}
+
 template <class T>
 double median_of(std::vector<T> v) {
     if (v.empty()) return 0.0;
@@ -910,6 +1025,10 @@ void ce_destroy(CE *g) {
     cudaFree(g->d_cos);
     cudaFree(g->d_sin);
     if (g->h_in) cudaFreeHost(g->h_in);
+    if (g->h_in2) cudaFreeHost(g->h_in2);
+    if (g->h_chain) cudaFreeHost(g->h_chain);
+    for (cudaEvent_t ev : g->chain_ev)
+        if (ev) cudaEventDestroy(ev);
     if (g->h_ids) cudaFreeHost(g->h_ids);
     if (g->cb) cublasDestroy(g->cb);
     if (g->st) cudaStreamDestroy(g->st);
@@ -960,7 +1079,7 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     g->stride = g->n_blocks; /* one sequence may own every block */
     if (ensure_rows(g, std::max(e->kv.seq_cap, 16)) != 0) return -1;
     g->u_cap = g->n_blocks;
-    const size_t in_cnt = (size_t)(5 * g->max_tok + 1 + 2 * g->u_cap);
+    const size_t in_cnt = input_count(g);
     CUDA_CHECK(cudaMallocHost(&g->h_in, in_cnt * 4));
     if (dalloc(g, &g->d_in, in_cnt, "step inputs") != 0) return -1;
     const int64_t T = g->max_tok, qd = (int64_t)c.n_heads * c.head_dim,
@@ -1685,9 +1804,36 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
+    info->chained = g->n_chained;
     if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
     else snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;
+}
+
+int cuda_engine_chain_ok(const Engine *e) {
+    return e->rs.hook == ce_forward && env_on("TERNLAB_CUDA_CHAIN");
+}
+
+int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,
+                             int64_t steps, int32_t *ids, double *t_done) {
+    if (!cuda_engine_is(e) || e->rs.hook != ce_forward)
+        return err_set("decode chain: one GPU's engine only (cuda_engine_open)");
+    CE *g = static_cast<CE *>(e->rs.hook_ctx);
+    if (B < 1 || B > g->max_tok)
+        return err_set("decode chain: batch %d outside 1 .. %lld", B, (long long)g->max_tok);
+    if (steps < 1) return 0;
+    CUDA_CHECK(cudaSetDevice(g->gpu));
+    int32_t *const h_in = g->h_in;
+    int32_t *const argmax_out = e->rs.argmax_out;
+    const int decode = e->rs.decode;
+    e->rs.argmax_out = ids; /* (host_prepare: logit rows wanted) */
+    e->rs.decode = 1;
+    int rc = chain_run(e, g, seq, pos0, tok0, B, steps, ids, t_done);
+    if (rc != 0) cudaStreamSynchronize(g->st); /* nothing left in flight on an error */
+    g->h_in = h_in;
+    e->rs.argmax_out = argmax_out;
+    e->rs.decode = decode;
+    return rc;
 }
 
 int cuda_engine_sync(const Engine *e) {

@@ -104,9 +104,31 @@ typedef struct {
     /* layers enqueued (the same way) whose MLP norm was folded into the o and
      * gate|up GEMVs (one token; TERNLAB_CUDA_NORM_FOLD=0 turns it off) */
     int64_t norm_folded;
+    /* decode steps cuda_engine_decode_chain enqueued before the previous
+     * step's ids were back (their tokens taken on the device) */
+    int64_t chained;
     char device_name[128];
 } CudaEngineInfo;
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
+
+/* Greedy decode pipelined one step deep, on one GPU: `steps` decode steps of
+ * B distinct sequences seq[0..B), sequence b at positions pos0[b], pos0[b] +
+ * 1, ...  Step 0's tokens are tok0; step t's (t > 0) are step t - 1's argmax,
+ * which the decode graph writes into the next step's token inputs on the
+ * device, so step t + 1 is prepared and enqueued (inputs up, graph launched)
+ * before the host waits for step t's ids: the host's work and the launch
+ * overlap the device's.  The first steps of a batch size run as forward()
+ * runs them (eager, then the capture), waiting for the step before.
+ * ids[t * B + b] = step t's argmax for sequence b (the next token of b);
+ * t_done (optional, steps entries) = time_now() when step t's ids were back.
+ * The same ids, KV cache and sequence lengths as `steps` forward() calls with
+ * RunState.argmax_out, each fed the last one's ids.  Refused (a message)
+ * under tensor parallelism; on an error nothing is left running. */
+int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,
+                             int64_t steps, int32_t *ids, double *t_done);
+/* 1 when e can run cuda_engine_decode_chain (one GPU) and TERNLAB_CUDA_CHAIN
+ * is not 0; engine_generate and bench-e2e then decode through it. */
+int cuda_engine_chain_ok(const Engine *e);
 
 /* Waits for all work of e's stream (for timing). */
 int cuda_engine_sync(const Engine *e);

@@ -33,6 +33,11 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     return err_set("%s", NO_CUDA);
 }
 int cuda_engine_sync(const Engine *e) { return 0; }
+int cuda_engine_chain_ok(const Engine *e) { return 0; }
+int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,
+                             int64_t steps, int32_t *ids, double *t_done) {
+    return err_set("%s", NO_CUDA);
+}
 int cuda_copy_bandwidth(int gpu, size_t bytes, int reps, double *bytes_per_s) {
     return err_set("%s", NO_CUDA);
 }

@@ -95,20 +95,36 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
         next = xmalloc(sizeof(int32_t) * (size_t)n_seq);
         for (int s = 0; s < n_seq; s++) next[s] = (int32_t)argmax_f32(logits + s * V, V);
     }
-    e->rs.decode = 1;
-    for (int64_t step = 0; step < max_new && rc == 0; step++) {
+    /* on one GPU the decode steps are chained (cuda_engine_decode_chain): each
+     * step's tokens are the last one's argmax on the device, and the next step
+     * is enqueued before the host waits for the ids */
+    if (rc == 0 && next && max_new > 1 && cuda_engine_chain_ok(e)) {
+        int32_t *cids = xmalloc(sizeof(int32_t) * (size_t)n_seq * (size_t)(max_new - 1));
         for (int s = 0; s < n_seq; s++) {
-            out[s][step] = next ? next[s] : (int32_t)argmax_f32(logits + s * V, V);
-            tok[s] = out[s][step];
+            out[s][0] = next[s];
             seq[s] = ids[s];
-            pos[s] = prompt_len[s] + step;
-            lidx[s] = s;
+            pos[s] = prompt_len[s];
         }
-        if (step + 1 < max_new) {
-            e->rs.argmax_out = next;
-            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq,
-                         next ? NULL : logits);
-            e->rs.argmax_out = NULL;
+        rc = cuda_engine_decode_chain(e, seq, pos, next, n_seq, max_new - 1, cids, NULL);
+        for (int64_t t = 0; t + 1 < max_new && rc == 0; t++)
+            for (int s = 0; s < n_seq; s++) out[s][t + 1] = cids[t * n_seq + s];
+        free(cids);
+    } else {
+        e->rs.decode = 1;
+        for (int64_t step = 0; step < max_new && rc == 0; step++) {
+            for (int s = 0; s < n_seq; s++) {
+                out[s][step] = next ? next[s] : (int32_t)argmax_f32(logits + s * V, V);
+                tok[s] = out[s][step];
+                seq[s] = ids[s];
+                pos[s] = prompt_len[s] + step;
+                lidx[s] = s;
+            }
+            if (step + 1 < max_new) {
+                e->rs.argmax_out = next;
+                rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq,
+                             next ? NULL : logits);
+                e->rs.argmax_out = NULL;
+            }
         }
     }
     e->rs.decode = 0;
