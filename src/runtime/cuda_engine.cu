@@ -915,7 +915,13 @@ int chain_buffers(CE *g, int64_t B) {
 int chain_enqueue(CE *g, KvCache *kv, const StepPlan *p, int64_t t, const int *seq, const int64_t *pos) {
     const int64_t B = p->n;
     bool in_graph = false;
+#ifdef TERN_TRACE
+    const bool traced = trace_begin(g, p); /* (that step is waited for: its records read back) */
+#endif
     TRY(step_launch(g, p, g->argmax_graph ? B : 0, &in_graph));
+#ifdef TERN_TRACE
+    if (traced) trace_end(g, p);
+#endif
     if (in_graph) g->n_argmax_graph++;
     else TRY(fwdc_argmax_rows(g->logits, B, g->c.vocab, g->ids, g->d_in, g->st));
     int32_t *slot = g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap;
