@@ -1267,6 +1267,26 @@ TEST(gpu_graph_replay_equals_eager) {
     free(prompt);
 }
 
+/* B sequences, prompt b the fixture's greedy prompt from offset b (np - b
+ * tokens), prefilled one by one: seq[b] their KV sequences, len[b] their
+ * lengths, first[b] the argmax of their last logits (logits: B x vocab). */
+static int prefill_offsets(Engine *e, const int32_t *prompt, int64_t np, int B, int *seq, int64_t *len,
+                           float *logits, int *first) {
+    const int64_t V = e->m->cfg.vocab;
+    int rc = 0;
+    for (int b = 0; b < B && rc == 0; b++) {
+        seq[b] = kv_seq_new(&e->kv);
+        len[b] = np - b;
+        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
+        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
+        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
+        rc = forward(e->m, &e->kv, &e->rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
+        first[b] = (int)argmax_f32(logits + b * V, V);
+        free(pt), free(ps), free(pp);
+    }
+    return rc;
+}
+
 /* Decode steps of one shape that alternate between the logits back (argmax
  * on the host) and the ids back (argmax on the GPU): the graph captured with
  * or without the argmax serves both, is captured again at most once (to take
@@ -1289,16 +1309,7 @@ static int alt_decode(int graphs, int32_t out[4][24], CudaEngineInfo *info) {
     int32_t ids[B];
     int64_t pos[B], lidx[B], len[B];
     int rc = 0;
-    for (int b = 0; b < B && rc == 0; b++) { /* prompt b: the fixture's from offset b */
-        seq[b] = kv_seq_new(&e.kv);
-        len[b] = np - b;
-        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
-        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
-        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
-        rc = forward(e.m, &e.kv, &e.rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
-        tok[b] = (int)argmax_f32(logits + b * V, V);
-        free(pt), free(ps), free(pp);
-    }
+    rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
     e.rs.decode = 1;
     for (int s = 0; s < N && rc == 0; s++) {
         for (int b = 0; b < B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
@@ -1353,16 +1364,8 @@ static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo 
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)B), *lidx = xmalloc(sizeof(int64_t) * (size_t)B),
             *len = xmalloc(sizeof(int64_t) * (size_t)B);
     int rc = 0;
-    for (int b = 0; b < B && rc == 0; b++) {
-        seq[b] = kv_seq_new(&e.kv);
-        len[b] = np - b;
-        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
-        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
-        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
-        rc = forward(e.m, &e.kv, &e.rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
-        t0[b] = (int32_t)argmax_f32(logits + b * V, V);
-        free(pt), free(ps), free(pp);
-    }
+    rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
+    for (int b = 0; b < B; b++) t0[b] = tok[b];
     for (int b = 0; b < B; b++) pos[b] = len[b], lidx[b] = b;
     if (rc == 0 && chained) {
         rc = cuda_engine_decode_chain(&e, seq, pos, t0, B, N, ids, done);
