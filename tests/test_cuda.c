@@ -1344,8 +1344,9 @@ TEST(gpu_argmax_graph_alternating_calls) {
 }
 
 /* Greedy decode of B sequences (prompt b: the fixture's from offset b),
- * N steps after the prompts: chained (cuda_engine_decode_chain) or by one
- * forward() a step, each fed the last one's ids; then one more step through
+ * N steps after the prompts: chained (cuda_engine_decode_chain, in two
+ * calls: the second starts on the first's graph) or by one forward() a
+ * step, each fed the last one's ids; then one more step through
  * forward() with the logits back (the engine after a chain serves plain
  * calls).  ids: N x B, then the extra step's argmax. */
 static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo *info, double *done) {
@@ -1368,7 +1369,12 @@ static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo 
     for (int b = 0; b < B; b++) t0[b] = tok[b];
     for (int b = 0; b < B; b++) pos[b] = len[b], lidx[b] = b;
     if (rc == 0 && chained) {
-        rc = cuda_engine_decode_chain(&e, seq, pos, t0, B, N, ids, done);
+        const int n1 = N / 2 + 1;
+        rc = cuda_engine_decode_chain(&e, seq, pos, t0, B, n1, ids, done);
+        for (int b = 0; b < B; b++) t0[b] = ids[(size_t)(n1 - 1) * (size_t)B + (size_t)b], pos[b] = len[b] + n1;
+        if (rc == 0)
+            rc = cuda_engine_decode_chain(&e, seq, pos, t0, B, N - n1, ids + (size_t)n1 * (size_t)B,
+                                          done ? done + n1 : NULL);
     } else if (rc == 0) {
         e.rs.decode = 1;
         for (int s = 0; s < N && rc == 0; s++) {
@@ -1426,13 +1432,24 @@ TEST(gpu_decode_chain_equals_steps) {
             int varied = 0; /* (tokens that never change would not show a step fed the wrong ids) */
             for (int s = 1; s <= N; s++) varied += a[s * B] != a[(s - 1) * B];
             CHECK_MSG(varied >= 5, "B %d: the first sequence's token changed %d times in %d steps", B, varied, N);
-            CHECK_MSG(ia.chained >= N - 3 && ir.chained == 0, "B %d: %lld / %lld steps chained", B,
-                      (long long)ia.chained, (long long)ir.chained);
+            CHECK_MSG(ia.chained == N - 3 && ir.chained == 0, "B %d: %lld / %lld steps chained", B,
+                      (long long)ia.chained, (long long)ir.chained); /* (each chain's first step, the
+                                                                     * first's eager step and capture not) */
             CHECK(ia.argmax_in_graph == (ag ? ia.graph_launches - 1 : 0)); /* (the last step: logits back) */
             for (int s = 1; s < N; s++) CHECK(done[s] >= done[s - 1]);
             free(a), free(r);
         }
     unsetenv("TERNLAB_CUDA_ARGMAX_GRAPH");
+    { /* decode graphs off: every step waits for the one before (none chained), the same ids */
+        int32_t a[N + 1], r[N + 1];
+        CudaEngineInfo ia, ir;
+        fixture_backend.no_graphs = 1;
+        const int rca = chain_decode(1, 1, N, a, &ia, NULL), rcr = chain_decode(0, 1, N, r, &ir, NULL);
+        fixture_backend.no_graphs = 0;
+        REQUIRE(rca == 0 && rcr == 0);
+        CHECK(memcmp(a, r, sizeof a) == 0);
+        CHECK(ia.chained == 0 && ia.graph_launches == 0);
+    }
     /* refused: a batch of 0, a sequence twice */
     Model m;
     Engine e;
@@ -1451,6 +1468,13 @@ TEST(gpu_decode_chain_equals_steps) {
     CHECK(strstr(err_msg(), "batch 0") != NULL);
     CHECK(cuda_engine_decode_chain(&e, seq, pos, tk, 2, 2, out, NULL) != 0);
     CHECK(strstr(err_msg(), "distinct") != NULL);
+    CHECK(e.kv.seqs[seq[0]].n_blocks == 0); /* (refused before any block is reserved) */
+    engine_free(&e);
+    model_free(&m);
+    fixture_backend.no_graphs = 1; /* engine_generate does not chain without decode graphs */
+    REQUIRE(fixture_engine(LLAMA_DIR, &lo, 64, 16, 2, 64, &m, &e) == 0);
+    fixture_backend.no_graphs = 0;
+    CHECK(!cuda_engine_chain_ok(&e));
     engine_free(&e);
     model_free(&m);
 }

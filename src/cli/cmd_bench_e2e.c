@@ -64,6 +64,7 @@
 typedef struct {
     char shape[8], config[12], mode[8]; /* mode: decode / prefill */
     int64_t tp, batch, ctx;             /* ctx: positions at the timed steps (decode) */
+    int64_t chained;                    /* decode: 1 when the steps were chained (cuda_engine_decode_chain) */
     double step_ms, tok_s, bytes_per_step, roofline_frac, speedup;
 } E2eRow;
 
@@ -104,8 +105,9 @@ typedef struct {
     int sync_steps; /* 1: every decode step synchronised (forward() per step), never chained */
 } E2eOpts;
 
-/* Decode at batch B on an open engine: median step seconds into *sec. */
-static int run_decode(Engine *e, int B, const E2eOpts *eo, double *sec, int64_t *ctx_mid) {
+/* Decode at batch B on an open engine: median step seconds into *sec;
+ * *chained = 1 where the steps were chained. */
+static int run_decode(Engine *e, int B, const E2eOpts *eo, double *sec, int64_t *ctx_mid, int64_t *chained) {
     const ModelConfig *c = &e->m->cfg;
     kv_reset(&e->kv);
     int n_pre = B * eo->prompt;
@@ -126,7 +128,8 @@ static int run_decode(Engine *e, int B, const E2eOpts *eo, double *sec, int64_t 
     e->rs.argmax_out = ids;
     rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_pre, lidx, B, NULL);
     e->rs.argmax_out = NULL;
-    if (rc == 0 && !eo->sync_steps && eo->warm >= 1 && cuda_engine_chain_ok(e)) {
+    *chained = rc == 0 && !eo->sync_steps && eo->warm >= 1 && cuda_engine_chain_ok(e);
+    if (*chained) {
         /* chained: a step's time is the interval between its ids and the last step's on the host */
         const int64_t ns = eo->warm + eo->steps;
         int32_t *cids = xmalloc(sizeof(int32_t) * (size_t)B * (size_t)ns);
@@ -182,6 +185,23 @@ static int run_prefill(Engine *e, const E2eOpts *eo, double *sec) {
     return rc;
 }
 
+/* How the decode rows' steps ran: every one chained (2), none (0), some (1) */
+static int loop_kind(const E2eRow *r, int nr) {
+    int dec = 0, ch = 0;
+    for (int i = 0; i < nr; i++)
+        if (strcmp(r[i].mode, "decode") == 0) dec++, ch += r[i].chained != 0;
+    return ch == 0 ? 0 : ch == dec ? 2 : 1;
+}
+
+static const char *loop_text(int kind) {
+    static const char *t[] = {"each synchronised: inputs up, graph, ids back",
+                              "chained where the table's tp is 1, else synchronised: a chained step is enqueued "
+                              "before the last one's ids are back and timed as the interval between two steps' ids",
+                              "chained: the next step enqueued before the last one's ids are back, a step's time "
+                              "the interval between two steps' ids"};
+    return t[kind];
+}
+
 static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, double bw,
                     const E2eOpts *eo, int isolate) {
     H5Log *lg = h5log_create(path);
@@ -194,13 +214,13 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_attr_i64(lg, "/", "steps", eo->steps);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "prefill", eo->prefill);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "process_per_config", isolate);
-    rc = rc ? rc : h5log_attr_str(lg, "/", "decode_loop", eo->sync_steps ? "synchronous" : "chained on one GPU");
+    rc = rc ? rc : h5log_attr_str(lg, "/", "decode_loop", loop_text(loop_kind(r, nr)));
     const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS];
-    int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS];
+    int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS], chv[MAX_ROWS];
     double v[6][MAX_ROWS];
     for (int i = 0; i < nr; i++) {
         shape[i] = r[i].shape, config[i] = r[i].config, mode[i] = r[i].mode;
-        batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp;
+        batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp, chv[i] = r[i].chained;
         v[0][i] = r[i].step_ms, v[1][i] = r[i].tok_s, v[2][i] = r[i].bytes_per_step;
         v[3][i] = r[i].roofline_frac, v[4][i] = r[i].speedup;
     }
@@ -210,6 +230,7 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_i64(lg, "/e2e/batch", batch, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/ctx", ctx, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/tp", tpv, nr);
+    rc = rc ? rc : h5log_i64(lg, "/e2e/chained", chv, nr);
     const char *names[] = {"/e2e/step_ms", "/e2e/tokens_per_s", "/e2e/bytes_per_step",
                            "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16"};
     for (int k = 0; k < 5 && rc == 0; k++) rc = h5log_f64(lg, names[k], v[k], nr);
@@ -292,10 +313,11 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
                 j->cfg, j->tp, (double)info.weight_bytes / 1e9, time_now() - t0);
         for (int bi = 0; bi < j->nb && rc == 0; bi++) {
             double sec = 0;
-            int64_t ctx = 0;
-            if ((rc = run_decode(&e, j->batches[bi], eo, &sec, &ctx)) != 0) break;
+            int64_t ctx = 0, chained = 0;
+            if ((rc = run_decode(&e, j->batches[bi], eo, &sec, &ctx, &chained)) != 0) break;
             E2eRow *r = job_row(j, o, "decode");
             r->batch = j->batches[bi];
+            r->chained = chained;
             r->ctx = ctx;
             r->step_ms = 1e3 * sec;
             r->tok_s = j->batches[bi] / sec;
@@ -524,10 +546,7 @@ int cmd_bench_e2e(int argc, char **argv) {
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
                "synthetic models, prompt %d, %d timed decode steps (%s), prefill %d tokens, %s.\n\n",
             dev, bw / 1e9, eo.prompt, eo.steps,
-            eo.sync_steps ? "each synchronised: inputs up, graph, ids back"
-                          : "chained on one GPU: the next step enqueued before the last one's ids are back, "
-                            "a step's time the interval between two steps' ids; synchronised under tp",
-            eo.prefill, isolate ? "each configuration in a process of its own" : "all configurations in one process");
+            loop_text(loop_kind(rows, nr)), eo.prefill, isolate ? "each configuration in a process of its own" : "all configurations in one process");
     fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
     fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < nr; i++) {

@@ -137,9 +137,11 @@ struct CE {
     int64_t h_chain_cap = 0;
     cudaEvent_t chain_ev[2] = {nullptr, nullptr};
     int64_t n_chained = 0;
-    /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay, the
-     * host's time in the forward call and the device's from the inputs'
-     * upload to the ids (or logits) back (events), medians printed at close */
+    /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay of a
+     * forward() call (not the chain's steps: time those with
+     * TERNLAB_CUDA_CHAIN=0 or bench-e2e --sync-steps), the host's time in the
+     * forward call and the device's from the inputs' upload to the ids (or
+     * logits) back (events), medians printed at close */
     cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
     std::vector<float> t_dev, t_graph;
     std::vector<double> t_wall, t_prep;
@@ -800,6 +802,9 @@ bool trace_begin(CE *g, const StepPlan *p) {
     if (!g_trace.buf && (cudaMalloc(&g_trace.buf, sizeof(TernTraceRec) * kTraceCap) != cudaSuccess ||
                          cudaMalloc(&g_trace.n, sizeof(unsigned)) != cudaSuccess))
         return false;
+    /* (a chained step comes while the one before still runs: the probe's symbols are set with
+     * copies not ordered on the stream, so nothing of the step before may see them half set) */
+    cudaStreamSynchronize(g->st);
     cudaMemsetAsync(g_trace.n, 0, sizeof(unsigned), g->st);
     tern_trace_setup(g_trace.buf, g_trace.n, kTraceCap);
     return true;
@@ -966,10 +971,11 @@ int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32
         for (int64_t b = 0; b < B; b++) tok[(size_t)b] = tk ? tk[b] : 0, pos[(size_t)b] = pos0[b] + t;
         return host_prepare(g, m, &e->kv, s, tok.data(), seq, pos.data(), B, lidx.data(), B, nullptr, p);
     };
+    std::set<int> ids_seen(seq, seq + B); /* before anything is reserved */
+    if ((int64_t)ids_seen.size() != B)
+        return err_set("decode chain: the %lld sequences must be distinct", (long long)B);
     StepPlan p;
     if (prepare(0, tok0, &p) != 0) return -1;
-    if (!p.tok_rows || p.one_seq || !p.distinct) /* (B distinct sequences, one token each) */
-        return err_set("decode chain: the %lld sequences must be distinct", (long long)B);
     TRY(chain_enqueue(g, &e->kv, &p, 0, seq, pos.data()));
     for (int64_t t = 0; t < steps; t++) {
         bool collected = false;
@@ -1817,7 +1823,8 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
 }
 
 int cuda_engine_chain_ok(const Engine *e) {
-    return e->rs.hook == ce_forward && env_on("TERNLAB_CUDA_CHAIN");
+    return e->rs.hook == ce_forward && static_cast<const CE *>(e->rs.hook_ctx)->graphs &&
+           env_on("TERNLAB_CUDA_CHAIN");
 }
 
 int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,

@@ -118,7 +118,9 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
  * device, so step t + 1 is prepared and enqueued (inputs up, graph launched)
  * before the host waits for step t's ids: the host's work and the launch
  * overlap the device's.  The first steps of a batch size run as forward()
- * runs them (eager, then the capture), waiting for the step before.
+ * runs them (eager, then the capture), waiting for the step before; with
+ * decode graphs off (EngineOpts.no_graphs, TERNLAB_CUDA_GRAPHS=0) every step
+ * does, so none is chained.  B >= 1.
  * ids[t * B + b] = step t's argmax for sequence b (the next token of b);
  * t_done (optional, steps entries) = time_now() when step t's ids were back.
  * The same ids, KV cache and sequence lengths as `steps` forward() calls with
@@ -126,8 +128,9 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
  * under tensor parallelism; on an error nothing is left running. */
 int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,
                              int64_t steps, int32_t *ids, double *t_done);
-/* 1 when e can run cuda_engine_decode_chain (one GPU) and TERNLAB_CUDA_CHAIN
- * is not 0; engine_generate and bench-e2e then decode through it. */
+/* 1 when e can chain its decode steps (one GPU, decode graphs on) and
+ * TERNLAB_CUDA_CHAIN is not 0; engine_generate and bench-e2e then decode
+ * through cuda_engine_decode_chain. */
 int cuda_engine_chain_ok(const Engine *e);
 
 /* Waits for all work of e's stream (for timing). */
