@@ -219,8 +219,28 @@ TEST(wg_plan_bench_knobs) {
     CHECK(tern_wg_variant(901) && tern_wg_no_last_split(901) && !tern_wg_no_last_split(900) &&
           !tern_wg_no_last_split(0) && tern_wg_forced_last_split(901) == 0);
     CHECK(tern_wg_forced_last_split(902) == 2 && tern_wg_forced_last_split(908) == 8 &&
-          tern_wg_variant(908) && !tern_wg_variant(909) && tern_wg_forced_last_split(909) == 0 &&
+          tern_wg_variant(908) && tern_wg_forced_last_split(909) == 0 &&
           tern_wg_forced_last_split(0) == 0 && tern_wg_forced_ks(905) == 0);
+    /* 909: no multicast */
+    CHECK(tern_wg_variant(909) && tern_wg_no_multicast(909) && !tern_wg_no_multicast(0) &&
+          !tern_wg_no_multicast(908) && !tern_wg_variant(910) && tern_wg_forced_ks(909) == 0 &&
+          !tern_wg_no_last_split(909) && !tern_wg_direct_y(909));
+}
+
+TEST(wg_plan_multicast_pairs) {
+    /* the producer kernel, bf16, 256-token tiles, several token tiles, every count even: on */
+    CHECK(tern_wg_multicast(1, 0, 256, 112, 8, 896, 0, 0)); /* 14336 rows, 8 token tiles, no split */
+    CHECK(tern_wg_multicast(1, 0, 256, 36, 8, 264, 24, 0)); /* 4608 rows: a last wave of split tiles */
+    CHECK(tern_wg_multicast(1, 0, 256, 66, 2, 0, 132, 0));  /* every tile split */
+    /* off: the plain kernel, int8, smaller tiles, one token tile, an odd count anywhere, the knob */
+    CHECK(!tern_wg_multicast(0, 0, 256, 112, 8, 896, 0, 0));
+    CHECK(!tern_wg_multicast(1, 1, 256, 112, 8, 896, 0, 0));
+    CHECK(!tern_wg_multicast(1, 0, 128, 112, 8, 896, 0, 0));
+    CHECK(!tern_wg_multicast(1, 0, 256, 288, 1, 288, 0, 0));
+    CHECK(!tern_wg_multicast(1, 0, 256, 67, 2, 134, 0, 0)); /* a pair would span two token tiles */
+    CHECK(!tern_wg_multicast(1, 0, 256, 138, 2, 269, 7, 0));
+    CHECK(!tern_wg_multicast(1, 0, 256, 138, 2, 270, 6, 909));
+    CHECK(tern_wg_multicast(1, 0, 256, 138, 2, 270, 6, 0));
 }
 
 TEST(wg_plan_producer_and_epilogue) {

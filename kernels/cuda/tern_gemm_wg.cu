@@ -241,7 +241,12 @@ WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k
 /* tmx: the activations as (planes * n rows, cols) with 128-byte boxes of NT
  * rows, 128-byte swizzle; tmc: the codes as (rows, row_bytes) with 64-byte
  * boxes of 128 rows, 64-byte swizzle.  Both zero-fill outside the tensor. */
-template <int ACT, int NT, bool ONE_A, bool PW>
+/* MC (PW only): CTAs in clusters of 2 on the same token tile and K range
+ * (tern_wg_multicast) — each copies one of the stage's two activation
+ * halves into both (multicast), halving the activations' L2 reads; a slot
+ * is refilled once both CTAs' consumers are done with it (their warps
+ * arrive on both CTAs' empty barriers). */
+template <int ACT, int NT, bool ONE_A, bool PW, bool MC = false>
 __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, const CUtensorMap &tmx,
                                         const CUtensorMap &tmc, const CUtensorMap &tmy, int tma_y) {
     using C_ = WgCfg<NT>;
@@ -259,6 +264,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     constexpr bool OFF = I8 && NT <= 16;
     static_assert(OFF || !ONE_A, "one A register set only with the offset decoding");
     static_assert(!PW || !ONE_A, "the producer warp feeds the two-set loop");
+    static_assert(PW || !MC, "multicast copies with the producer warpgroup only");
     using Acc = typename std::conditional<I8, int, float>::type;
     extern __shared__ uint8_t smem_raw[];
     __shared__ int s_last;
@@ -296,12 +302,18 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     /* thread 0 (PW: thread 256, the producer) issues a stage's copies: two
      * 128-byte halves of activations and the codes of its block */
     int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
+    const uint32_t crank = MC ? tern_mbar::cluster_rank() : 0;
     auto issue = [&](int slot) {
         const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
-        tern_mbar::expect_tx(bar, C_::SLOT);
+        tern_mbar::expect_tx(bar, C_::SLOT); /* (MC: the other half comes from the other CTA) */
         const int col0 = i_sp * (256 / esz), xrow = i_plane * (int)a.n + (int)tok0;
-        tern_mbar::tma_load_2d(dst, &tmx, col0, xrow, bar);
-        tern_mbar::tma_load_2d(dst + NT * 128, &tmx, col0 + 128 / esz, xrow, bar);
+        if constexpr (MC) {
+            tern_mbar::tma_load_2d_mc(dst + crank * (NT * 128), &tmx, col0 + (int)crank * (128 / esz), xrow, bar,
+                                      (uint16_t)3);
+        } else {
+            tern_mbar::tma_load_2d(dst, &tmx, col0, xrow, bar);
+            tern_mbar::tma_load_2d(dst + NT * 128, &tmx, col0 + 128 / esz, xrow, bar);
+        }
         tern_mbar::tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
         if (++i_sp == SPP) i_sp = 0, i_plane++;
     };
@@ -319,10 +331,11 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmx)) : "memory");
         for (int i = 0; i < ST; i++) tern_mbar::init(full_s + 8 * i, 1);
-        if constexpr (PW)
-            for (int i = 0; i < ST; i++) tern_mbar::init(empty_s + 8 * i, WG_THREADS / 32);
+        if constexpr (PW) /* MC: the consumer warps of both CTAs */
+            for (int i = 0; i < ST; i++) tern_mbar::init(empty_s + 8 * i, (MC ? 2 : 1) * WG_THREADS / 32);
         tern_mbar::init_fence();
     }
+    if constexpr (MC) tern_mbar::cluster_sync(); /* both CTAs' barriers set before any copy */
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
     auto first_copies = [&] {
@@ -361,6 +374,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
                     issue(sl);
                     if (++sl == ST) sl = 0, use++;
                 }
+            if constexpr (MC) tern_mbar::cluster_sync(); /* (the consumers' one after their loop) */
             return;
         }
         asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(PW_CONSUMER_REGS) : "memory");
@@ -539,8 +553,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         auto step = [&](int kt, uint32_t (&Acur)[8][4], uint32_t (&Anxt)[8][4]) {
             mmas(Acur);
             wg_wait<1>();
-            if constexpr (PW) { /* this warp is done with kt - 1's slot */
-                if (kt > kt0 && lane == 0) tern_mbar::arrive(empty_s + 8 * (slot == 0 ? ST - 1 : slot - 1));
+            if constexpr (PW) { /* this warp is done with kt - 1's slot (MC: in both CTAs) */
+                if (kt > kt0 && lane == 0) {
+                    const uint32_t eb = empty_s + 8 * (slot == 0 ? ST - 1 : slot - 1);
+                    tern_mbar::arrive(eb);
+                    if constexpr (MC) tern_mbar::arrive_cluster(eb, crank ^ 1u);
+                }
             } else {
                 __syncthreads(); /* every warpgroup is done with kt - 1's slot */
                 if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
@@ -556,6 +574,10 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         wg_wait<0>();
         keep(d);
         if constexpr (OFF) keep(d4);
+        /* MC: every copy into this CTA has landed (its consumers waited for each stage) and every
+         * arrival on the other CTA's barriers is made: neither CTA touches the other's shared
+         * memory after this, so either may leave */
+        if constexpr (MC) tern_mbar::cluster_sync();
     }
 
     if constexpr (OFF) { /* the 8 lanes of a token's 128-byte row, then the rows' threads */
@@ -662,12 +684,12 @@ __global__ void __launch_bounds__(WG_THREADS)
                         int tma_y) {
     wg_gemm<ACT, NT, ONE_A, false>(a, gr, tmx, tmc, tmy, tma_y);
 }
-template <int ACT, int NT>
+template <int ACT, int NT, bool MC>
 __global__ void __launch_bounds__(PW_THREADS, 1)
     tern_gemm_wg_pw_kernel(const TernKArgs a, const WgGrid gr, const __grid_constant__ CUtensorMap tmx,
                            const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
                            int tma_y) {
-    wg_gemm<ACT, NT, false, true>(a, gr, tmx, tmc, tmy, tma_y);
+    wg_gemm<ACT, NT, false, true, MC>(a, gr, tmx, tmc, tmy, tma_y);
 }
 
 /* cuTensorMapEncodeTiled through the runtime's driver entry point (no link
@@ -703,7 +725,11 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
     using C_ = WgCfg<NT>;
     constexpr bool PW = NT >= TERN_WG_PW_NT; /* plan.pw */
     auto kern = [] {
-        if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT>;
+        if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, false>;
+        else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
+    }();
+    auto kern_mc = [] { /* (the plain kernel's type where there is no multicast form: unused) */
+        if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, true>;
         else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
     }();
     constexpr int threads = PW ? PW_THREADS : WG_THREADS;
@@ -717,13 +743,16 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, C_::SMEM));
         if constexpr (PW) { /* fewer registers at launch than setmaxnreg hands out: the
                              * consumers would wait for them forever */
-            cudaFuncAttributes fa;
-            CUDA_CHECK(cudaFuncGetAttributes(&fa, kern));
-            if (fa.numRegs * PW_THREADS < PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS)
-                return err_set("tern_gemm_wg: the producer kernel was compiled with %d registers per "
-                               "thread; setmaxnreg needs %d",
-                               fa.numRegs,
-                               (PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS) / PW_THREADS);
+            CUDA_CHECK(cudaFuncSetAttribute(kern_mc, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
+            for (auto k : {kern, kern_mc}) {
+                cudaFuncAttributes fa;
+                CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
+                if (fa.numRegs * PW_THREADS < PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS)
+                    return err_set("tern_gemm_wg: the producer kernel was compiled with %d registers per "
+                                   "thread; setmaxnreg needs %d",
+                                   fa.numRegs,
+                                   (PW_PRODUCER_REGS * 128 + PW_CONSUMER_REGS * WG_THREADS) / PW_THREADS);
+            }
         }
         if (per_sm < 1)
             return err_set("tern_gemm_wg: a %d-thread CTA with %d bytes of shared memory does not "
@@ -770,14 +799,17 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
         encode_2d(&tmc, CU_TENSOR_MAP_DATA_TYPE_UINT8, a.codes, (uint64_t)a.row_bytes,
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
+    /* the activations multicast over pairs of CTAs where the pairs share them (tern_wg_multicast) */
+    const int mc = tern_wg_multicast(PW, ACT == TACT_I8, NT, plan.gx, plan.gy, plan.full, tail,
+                                     tern_cuda_decode_variant_get());
     char cfg[112];
-    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld", NT,
-             ONE_A ? 1 : 2, (long long)ks, plan.pdl, tma_y, (int)PW, (long long)(ks > 1 ? tail : 0));
+    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld mc=%d", NT,
+             ONE_A ? 1 : 2, (long long)ks, plan.pdl, tma_y, (int)PW, (long long)(ks > 1 ? tail : 0), mc);
     tern_cuda_set_config(cfg);
     const dim3 grid = PW ? dim3((unsigned)(tiles + tail * (ks - 1)))
                          : dim3((unsigned)plan.gx, (unsigned)plan.gy, (unsigned)ks);
-    return tern_launch_ex("tern_gemm_wg_kernel", kern, grid, dim3(threads), (size_t)C_::SMEM, s,
-                          plan.pdl != 0, a, gr, tmx, tmc, tmy, tma_y);
+    return tern_launch_cl("tern_gemm_wg_kernel", mc ? kern_mc : kern, grid, dim3(threads), (size_t)C_::SMEM, s,
+                          plan.pdl != 0, mc ? 2u : 1u, a, gr, tmx, tmc, tmy, tma_y);
 }
 
 /* the tile and kernel by tern_wg_tile (tern_wg_plan.c) */

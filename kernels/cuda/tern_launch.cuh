@@ -38,26 +38,42 @@ __device__ __forceinline__ void pdl_trigger() {
     asm volatile("griddepcontrol.launch_dependents;");
 }
 
-/* kernel<<<grid, block, smem, s>>>(args...), a programmatic dependent of the
- * previous kernel on s when pdl; `what` names it in errors. */
+/* kernel<<<grid, block, smem, s>>>(args...) in clusters of cluster_x CTAs
+ * along x (1: none), a programmatic dependent of the previous kernel on s
+ * when pdl; `what` names it in errors. */
 template <typename... P, typename... A>
-int tern_launch_ex(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
-                   cudaStream_t s, bool pdl, A &&...args) {
+int tern_launch_cl(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t s, bool pdl, unsigned cluster_x, A &&...args) {
     cudaLaunchConfig_t cfg = {};
     cfg.gridDim = grid;
     cfg.blockDim = block;
     cfg.dynamicSmemBytes = smem;
     cfg.stream = s;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-    attr[0].val.programmaticStreamSerializationAllowed = 1;
+    cudaLaunchAttribute attr[2];
+    unsigned na = 0;
+    if (pdl) {
+        attr[na].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+        attr[na++].val.programmaticStreamSerializationAllowed = 1;
+    }
+    if (cluster_x > 1) {
+        attr[na].id = cudaLaunchAttributeClusterDimension;
+        attr[na].val.clusterDim.x = cluster_x;
+        attr[na].val.clusterDim.y = 1;
+        attr[na++].val.clusterDim.z = 1;
+    }
     cfg.attrs = attr;
-    cfg.numAttrs = pdl ? 1 : 0;
+    cfg.numAttrs = na;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
     if (e != cudaSuccess)
         return err_set("launching %s failed: %s (%s)", what, cudaGetErrorString(e),
                        cudaGetErrorName(e));
     return 0;
+}
+/* the same without clusters */
+template <typename... P, typename... A>
+int tern_launch_ex(const char *what, void (*kernel)(P...), dim3 grid, dim3 block, size_t smem,
+                   cudaStream_t s, bool pdl, A &&...args) {
+    return tern_launch_cl(what, kernel, grid, block, smem, s, pdl, 1u, static_cast<A &&>(args)...);
 }
 /* the same, a programmatic dependent when tern_cuda_pdl_get() */
 template <typename... P, typename... A>

@@ -46,6 +46,40 @@ __device__ __forceinline__ void tma_load_2d(uint32_t dst, const void *map, int c
                  "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar)
                  : "memory");
 }
+/* tma_load_2d into the same shared-memory offset of every CTA of the
+ * cluster in ctamask, each completing on its own barrier at offset bar */
+__device__ __forceinline__ void tma_load_2d_mc(uint32_t dst, const void *map, int c0, int c1, uint32_t bar,
+                                               uint16_t ctamask) {
+    asm volatile("cp.async.bulk.tensor.2d.shared::cluster.global.mbarrier::complete_tx::bytes.multicast::cluster "
+                 "[%0], [%1, {%2, %3}], [%4], %5;\n" ::"r"(dst),
+                 "l"(reinterpret_cast<uint64_t>(map)), "r"(c0), "r"(c1), "r"(bar), "h"(ctamask)
+                 : "memory");
+}
+/* this CTA's rank in its cluster */
+__device__ __forceinline__ uint32_t cluster_rank() {
+    uint32_t r;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(r));
+    return r;
+}
+/* one arrival on the barrier at offset bar of cluster CTA `rank` (the default
+ * semantics, release at CTA scope, as CUTLASS's cluster barriers: with
+ * .release.cluster the wgmma GEMM's 64-token tiles ran up to 1.6x slower) */
+__device__ __forceinline__ void arrive_cluster(uint32_t bar, uint32_t rank) {
+    asm volatile("{\n"
+                 ".reg .b32 ra;\n"
+                 "mapa.shared::cluster.u32 ra, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [ra];\n"
+                 "}\n" ::"r"(bar),
+                 "r"(rank)
+                 : "memory");
+}
+/* every thread of the cluster's CTAs meets here (release / acquire at cluster scope) */
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\n"
+                 "barrier.cluster.wait.acquire;\n" ::
+                     : "memory");
+}
+
 /* `bytes` contiguous bytes (a multiple of 16, both addresses 16-byte
  * aligned) from global memory into shared memory, completing on bar */
 __device__ __forceinline__ void bulk_load(uint32_t dst, const void *src, uint32_t bytes,

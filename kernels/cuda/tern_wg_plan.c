@@ -94,13 +94,34 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
                   n <= INT32_MAX && y_aligned16 && !tern_wg_direct_y(variant);
 }
 
-int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || (v >= 900 && v <= 908); }
+int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || (v >= 900 && v <= 909); }
 int64_t tern_wg_forced_ks(int v) {
     return (v >= 701 && v <= 764) || (v >= 801 && v <= 864) ? v % 100 : 0;
 }
 int tern_wg_forced_one_a(int v) { return v >= 800 && v <= 864; }
 int tern_wg_direct_y(int v) { return v == 900; }
 int tern_wg_no_last_split(int v) { return v == 901; }
+int tern_wg_no_multicast(int v) { return v == 909; }
+
+/* Pairs of CTAs (2i, 2i + 1) of the producer kernel's flat grid (unsplit
+ * tiles first, then the split ones, split after split, each row tile after
+ * row tile within a token tile) take the same token tile and K range where
+ * the row tiles per token tile, the unsplit tiles and the split ones are
+ * even.  H200, bench_gpu, M = 2048, a timing probe that copied half the
+ * activations (results wrong: what multicast could save at most): bf16 /
+ * int8 14336 x 4096 337.9 -> 308.5 / 209.9 -> 195.6 us, 36864 x 4608 958.7
+ * -> 882.0 / 594.6 -> 553.3, 4096 x 4096 97.5 -> 89.3 / 59.2 -> 56.1.  The
+ * multicast kernel against the same without it (knob 909, two rounds, us):
+ * bf16 M = 2048 14336 x 4096 332.6-342.0 vs 336.1-350.6, 36864 x 4608
+ * 972.3-984.1 vs 1014.9-1026.0, 4608 x 36864 898.7-926.3 vs 905.5-926.6;
+ * int8 M = 2048 within 1 %, M = 256 (256-token tiles) 2 % slower; tiles of
+ * 64 tokens (M = 64) up to 1.6x slower with the consumers' remote arrivals
+ * at cluster scope (.release.cluster), not measured since.  So: bf16,
+ * 256-token tiles, more than one token tile. */
+int tern_wg_multicast(int pw, int i8, int nt, int64_t gx, int64_t gy, int64_t full, int64_t tail, int variant) {
+    return pw && !i8 && nt == 256 && gy > 1 && gx % 2 == 0 && full % 2 == 0 && tail % 2 == 0 &&
+           !tern_wg_no_multicast(variant);
+}
 int64_t tern_wg_forced_last_split(int v) { return v >= 902 && v <= 908 ? v - 900 : 0; }
 
 /* The last wave split: tiles of >= 64 tokens (compute-bound) with more

@@ -73,16 +73,26 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
  * the one-set kernel for 16 tokens, 800 that kernel with its own split, 900
  * the epilogue's direct stores instead of the staged copy-engine store, 901
  * no last wave split, 902 .. 908 the last wave split 2 .. 8 ways (at most
- * as many as fit).  tern_wg_variant: v in 701 .. 864 or 900 .. 908 (the
- * other kernels run as with 0); tern_wg_forced_ks: the split forced (0:
- * none); tern_wg_forced_one_a; tern_wg_direct_y; tern_wg_no_last_split;
- * tern_wg_forced_last_split (0: none). */
+ * as many as fit), 909 no multicast of the activations (tern_wg_multicast).
+ * tern_wg_variant: v in 701 .. 864 or 900 .. 909 (the other kernels run as
+ * with 0); tern_wg_forced_ks: the split forced (0: none);
+ * tern_wg_forced_one_a; tern_wg_direct_y; tern_wg_no_last_split;
+ * tern_wg_forced_last_split (0: none); tern_wg_no_multicast. */
 int tern_wg_variant(int v);
 int64_t tern_wg_forced_ks(int v);
 int tern_wg_forced_one_a(int v);
 int tern_wg_direct_y(int v);
 int tern_wg_no_last_split(int v);
 int64_t tern_wg_forced_last_split(int v);
+int tern_wg_no_multicast(int v);
+
+/* 1: the producer kernel (pw) runs in clusters of 2 CTAs that share each
+ * stage's activations (one copies each half into both: half the L2 reads) —
+ * bf16 activations (not i8), 256-token tiles (nt), more than one token tile
+ * (gy), and every pair of its flat grid on one token tile and K range: gx
+ * (row tiles), `full` (unsplit tiles) and `tail` (split tiles) even; not
+ * under the knob 909. */
+int tern_wg_multicast(int pw, int i8, int nt, int64_t gx, int64_t gy, int64_t full, int64_t tail, int variant);
 
 #ifdef __cplusplus
 }

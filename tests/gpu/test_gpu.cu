@@ -1011,6 +1011,79 @@ static void test_wg_last_wave(void) {
     tern_free(&W);
 }
 
+/* The configuration the dispatch chose for n bf16 tokens (constant
+ * activations) into cfg; the call's return code. */
+static int dispatch_config_bf16(const TernCudaMatrix *dW, Shape2 sh, int64_t n, char *cfg, size_t cap) {
+    GBuf dx = gbuf((size_t)(n * sh.cols) * 2, 2), dy = gbuf((size_t)(n * sh.rows) * 4, 4);
+    CK(cudaMemset(dx.ptr(), 0x3f, dx.bytes)); /* 0x3f3f: about 0.747 */
+    const int rc = tern_cuda_matmul_bf16(dW, (const uint16_t *)dx.ptr(), n, (float *)dy.ptr(), 0);
+    CK(cudaDeviceSynchronize());
+    snprintf(cfg, cap, "%s", tern_cuda_last_config());
+    gfree(dx);
+    gfree(dy);
+    return rc;
+}
+
+/* The producer kernel in clusters of 2 CTAs sharing each stage's
+ * activations (tern_wg_multicast: bf16, 256-token tiles, several token
+ * tiles; the knob 909 turns it off): the second token tile partial, the
+ * last row tile partial, a last wave of 12 split tiles (the knob 903: 3
+ * ways); bf16 and f32 within the reference's bounds and int8 bit-identical
+ * (run_case; int8 and 128-token tiles without multicast), the config naming
+ * it where the rule gives it. */
+static void test_wg_multicast(void) {
+    const int n_sm = sm_count();
+    const bool check = n_sm <= 134 && n_sm % 2 == 0; /* (even row tiles; one wave and 12 tiles) */
+    struct Case {
+        Shape2 sh;
+        int64_t n;
+        int variant;
+        const char *want; /* the bf16 config's start, then its split and mc */
+        const char *split;
+        int mc;
+        bool f32;
+    } cases[] = {{{128 * 66, 2056}, 300, 0, "wgmma nt=256 ", "split_tiles=0", 1, true},
+                 {{128 * 66, 2056}, 300, 909, "wgmma nt=256 ", "split_tiles=0", 0, false},
+                 {{128 * 66, 2056}, 100, 0, "wgmma nt=128 ", "split_tiles=0", 0, false},
+                 {{128 * (int64_t)(n_sm + 6) - 40, 6000}, 300, 903, "wgmma nt=256 ", "split_tiles=12", 1, false},
+                 {{128 * (int64_t)(n_sm + 6) - 40, 6000}, 300, 909, "wgmma nt=256 ", "split_tiles=0", 0, false}};
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    Shape2 up = {0, 0};
+    for (const Case &c : cases) {
+        if (c.sh.rows != up.rows || c.sh.cols != up.cols) {
+            if (up.rows) tern_cuda_free(&dW), tern_free(&W);
+            up = {0, 0};
+            if (!upload_shape("multicast", c.sh, &W, &dW)) continue;
+            up = c.sh;
+        }
+        const int oldv = tern_cuda_decode_variant(c.variant);
+        char cfg[128], cfg8[128];
+        const int rc = dispatch_config_bf16(&dW, c.sh, c.n, cfg, sizeof cfg);
+        const int rc8 = dispatch_config(&dW, c.sh, c.n, cfg8, sizeof cfg8);
+        if (check)
+            report(rc == 0 && !strncmp(cfg, c.want, strlen(c.want)) && strstr(cfg, "pw=1") && strstr(cfg, c.split) &&
+                       strstr(cfg, c.mc ? "mc=1" : "mc=0") && rc8 == 0 && strstr(cfg8, "mc=0"),
+                   "multicast %lldx%lld n=%lld variant %d: bf16 \"%s\", int8 \"%s\"", (long long)c.sh.rows,
+                   (long long)c.sh.cols, (long long)c.n, c.variant, cfg, cfg8);
+        else
+            printf("  (multicast on %d SMs: \"%s\", not checked)\n", n_sm, cfg);
+        run_case(&W, &dW, c.n, 1, "row"); /* bf16 */
+        if (c.f32) run_case(&W, &dW, c.n, 0, "row"); /* f32: three bf16 planes */
+        if (c.variant == 0) run_case(&W, &dW, c.n, 2, "row"); /* int8 */
+        tern_cuda_decode_variant(oldv);
+    }
+    if (up.rows) tern_cuda_free(&dW), tern_free(&W);
+    const Shape2 odd = {8500, 2056}; /* 67 row tiles: a pair would span two token tiles */
+    if (upload_shape("multicast odd", odd, &W, &dW)) {
+        char cfg[128];
+        const int rc = dispatch_config_bf16(&dW, odd, 300, cfg, sizeof cfg);
+        report(rc == 0 && strstr(cfg, "pw=1") && strstr(cfg, "mc=0"), "multicast 8500 rows: \"%s\"", cfg);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+}
+
 /* tern_mm::div_rn_by (the int8 epilogues' division) against __fdiv_rn, bit
  * for bit, over the range where callers take it (div_scale_ok): random
  * signs, exponents and mantissas of p and s, exact quotients (p = k s),
@@ -1621,6 +1694,7 @@ int main(int argc, char **argv) {
     test_wg_splits();
     test_wg_big_tiles();
     test_wg_last_wave();
+    test_wg_multicast();
     if (!wg_only) test_errors();
     printf("f32: worst rel. error vs float64: GPU %.3g, CPU reference %.3g\n", g_worst_gpu64,
            g_worst_ref64);
