@@ -300,7 +300,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
 
     /* thread 0 (PW: thread 256, the producer) issues a stage's copies: two
-     * 128-byte halves of activations and the codes of its block */
+     * 128-byte halves of activations (MC: one, into both CTAs) and the codes
+     * of its block */
     int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
     const uint32_t crank = MC ? tern_mbar::cluster_rank() : 0;
     auto issue = [&](int slot) {
@@ -718,32 +719,58 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
     return 0;
 }
 
+/* the kernel without multicast for a tile shape */
+template <int ACT, int NT, bool ONE_A, bool PW>
+auto kern_of() {
+    if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, false>;
+    else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
+}
+
 /* plan: the tile (tern_wg_tile); dev, n_sm: the current device and its SM
  * count (by_tokens asked already) */
 template <int ACT, int NT, bool ONE_A = false>
 int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStream_t s) {
     using C_ = WgCfg<NT>;
     constexpr bool PW = NT >= TERN_WG_PW_NT; /* plan.pw */
-    auto kern = [] {
-        if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, false>;
-        else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
-    }();
-    auto kern_mc = [] { /* (the plain kernel's type where there is no multicast form: unused) */
-        if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, true>;
-        else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
+    auto kern = kern_of<ACT, NT, ONE_A, PW>();
+    /* the multicast form exists where tern_wg_multicast may take it: bf16, 256-token tiles */
+    constexpr bool MCK = PW && ACT != TACT_I8 && NT == 256;
+    auto kern_mc = [] { /* (else the plain kernel: unused) */
+        if constexpr (MCK) return tern_gemm_wg_pw_kernel<ACT, NT, true>;
+        else return kern_of<ACT, NT, ONE_A, PW>();
     }();
     constexpr int threads = PW ? PW_THREADS : WG_THREADS;
     /* the shared-memory attribute is per function and device; CTAs per SM,
      * 0 = not set yet (one thread per GPU under tensor parallelism) */
     static std::atomic<int> per_sm_of[64];
+    /* the multicast form's clusters of two that fit at once (0: none — e.g. SMs withheld by
+     * MPS —, then no multicast), set with per_sm */
+    static std::atomic<int> clusters_of[64];
     if (dev < 0 || dev >= 64) return err_set("tern_gemm_wg: device id %d out of range", dev);
     int per_sm = per_sm_of[dev].load();
     if (per_sm == 0) {
         CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kern, threads, C_::SMEM));
+        if constexpr (MCK) {
+            CUDA_CHECK(cudaFuncSetAttribute(kern_mc, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
+            cudaLaunchConfig_t lc = {};
+            lc.gridDim = dim3(2);
+            lc.blockDim = dim3(threads);
+            lc.dynamicSmemBytes = C_::SMEM;
+            cudaLaunchAttribute at;
+            at.id = cudaLaunchAttributeClusterDimension;
+            at.val.clusterDim.x = 2, at.val.clusterDim.y = 1, at.val.clusterDim.z = 1;
+            lc.attrs = &at;
+            lc.numAttrs = 1;
+            int nc = 0;
+            if (cudaOccupancyMaxActiveClusters(&nc, kern_mc, &lc) != cudaSuccess) {
+                cudaGetLastError(); /* (not an error of the launch: no multicast) */
+                nc = 0;
+            }
+            clusters_of[dev].store(nc);
+        }
         if constexpr (PW) { /* fewer registers at launch than setmaxnreg hands out: the
                              * consumers would wait for them forever */
-            CUDA_CHECK(cudaFuncSetAttribute(kern_mc, cudaFuncAttributeMaxDynamicSharedMemorySize, C_::SMEM));
             for (auto k : {kern, kern_mc}) {
                 cudaFuncAttributes fa;
                 CUDA_CHECK(cudaFuncGetAttributes(&fa, k));
@@ -800,7 +827,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
                   (uint64_t)a.rows, (uint64_t)a.row_bytes, 64, WG_BN, CU_TENSOR_MAP_SWIZZLE_64B) < 0)
         return -1;
     /* the activations multicast over pairs of CTAs where the pairs share them (tern_wg_multicast) */
-    const int mc = tern_wg_multicast(PW, ACT == TACT_I8, NT, plan.gx, plan.gy, plan.full, tail,
+    const int mc = MCK && clusters_of[dev].load() > 0 &&
+                   tern_wg_multicast(PW, ACT == TACT_I8, NT, plan.gx, plan.gy, plan.full, tail,
                                      tern_cuda_decode_variant_get());
     char cfg[112];
     snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld mc=%d", NT,

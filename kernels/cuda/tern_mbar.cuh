@@ -62,8 +62,9 @@ __device__ __forceinline__ uint32_t cluster_rank() {
     return r;
 }
 /* one arrival on the barrier at offset bar of cluster CTA `rank` (the default
- * semantics, release at CTA scope, as CUTLASS's cluster barriers: with
- * .release.cluster the wgmma GEMM's 64-token tiles ran up to 1.6x slower) */
+ * semantics, release at CTA scope, as CUTLASS's cluster barriers; a first
+ * multicast GEMM with .release.cluster, and multicast on more tile shapes,
+ * ran up to 1.6x slower — kernels/cuda/dev/NOTES.md) */
 __device__ __forceinline__ void arrive_cluster(uint32_t bar, uint32_t rank) {
     asm volatile("{\n"
                  ".reg .b32 ra;\n"

@@ -1026,11 +1026,12 @@ static int dispatch_config_bf16(const TernCudaMatrix *dW, Shape2 sh, int64_t n, 
 
 /* The producer kernel in clusters of 2 CTAs sharing each stage's
  * activations (tern_wg_multicast: bf16, 256-token tiles, several token
- * tiles; the knob 909 turns it off): the second token tile partial, the
- * last row tile partial, a last wave of 12 split tiles (the knob 903: 3
- * ways); bf16 and f32 within the reference's bounds and int8 bit-identical
- * (run_case; int8 and 128-token tiles without multicast), the config naming
- * it where the rule gives it. */
+ * tiles; the knob 909 turns it off): 2 and 3 token tiles, the last one
+ * partial, the last row tile partial, every tile split (702), direct stores
+ * (900), a last wave of 12 split tiles (903: 3 ways), f32 (three bf16
+ * planes) unsplit and split; bf16 and f32 within the reference's bounds
+ * (run_case), int8 (without multicast) bit-identical, the config naming it
+ * where the rule gives it and not for int8 or 128-token tiles. */
 static void test_wg_multicast(void) {
     const int n_sm = sm_count();
     const bool check = n_sm <= 134 && n_sm % 2 == 0; /* (even row tiles; one wave and 12 tiles) */
@@ -1044,8 +1045,11 @@ static void test_wg_multicast(void) {
         bool f32;
     } cases[] = {{{128 * 66, 2056}, 300, 0, "wgmma nt=256 ", "split_tiles=0", 1, true},
                  {{128 * 66, 2056}, 300, 909, "wgmma nt=256 ", "split_tiles=0", 0, false},
+                 {{128 * 66, 2056}, 300, 702, "wgmma nt=256 ", "split_tiles=132", 1, true}, /* every tile split */
+                 {{128 * 66, 2056}, 300, 900, "wgmma nt=256 ", "split_tiles=0", 1, false}, /* direct stores */
+                 {{128 * 66, 2056}, 600, 0, "wgmma nt=256 ", "split_tiles=0", 1, false},   /* 3 token tiles */
                  {{128 * 66, 2056}, 100, 0, "wgmma nt=128 ", "split_tiles=0", 0, false},
-                 {{128 * (int64_t)(n_sm + 6) - 40, 6000}, 300, 903, "wgmma nt=256 ", "split_tiles=12", 1, false},
+                 {{128 * (int64_t)(n_sm + 6) - 40, 6000}, 300, 903, "wgmma nt=256 ", "split_tiles=12", 1, true},
                  {{128 * (int64_t)(n_sm + 6) - 40, 6000}, 300, 909, "wgmma nt=256 ", "split_tiles=0", 0, false}};
     TernaryMatrix W;
     TernCudaMatrix dW;
