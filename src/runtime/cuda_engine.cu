@@ -827,6 +827,18 @@ void trace_end(CE *g, const StepPlan *p) {
 }
 #endif
 
+/* The argmax of a step's first `rows` logit rows into g->ids after its
+ * launch, where the graph did not take it (in_graph: counted); where the
+ * logit rows are the tokens' (tok_rows), also into the token inputs, for a
+ * chained next step. */
+int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
+    if (in_graph) {
+        g->n_argmax_graph++;
+        return 0;
+    }
+    return fwdc_argmax_rows(g->logits, rows, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st);
+}
+
 /* One forward call, device side: step_launch, argmax / logits back (only
  * where nl_out > 0), synchronised at the end.  launched (tensor parallelism):
  * every rank meets there once its whole step is enqueued, before any rank
@@ -849,11 +861,8 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     if (launched) pthread_barrier_wait(launched);
     if (rc != 0) return -1;
     int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
-    if (amax_done) g->n_argmax_graph++;
-    if (nl_out > 0 && argmax_out) {
-        if (!amax_done &&
-            fwdc_argmax_rows(g->logits, nl_out, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st) != 0)
-            return -1;
+    if (nl_out > 0 && argmax_out) { /* (amax_done only here: amax > 0 asks for both) */
+        if (step_argmax(g, p, nl_out, amax_done) != 0) return -1;
         if (amax > 0 && nl_out <= g->h_ids_cap) ids_to = g->h_ids;
         CUDA_CHECK(cudaMemcpyAsync(ids_to, g->ids, sizeof(int32_t) * (size_t)nl_out, cudaMemcpyDeviceToHost,
                                    g->st));
@@ -927,8 +936,7 @@ int chain_enqueue(CE *g, KvCache *kv, const StepPlan *p, int64_t t, const int *s
 #ifdef TERN_TRACE
     if (traced) trace_end(g, p);
 #endif
-    if (in_graph) g->n_argmax_graph++;
-    else TRY(fwdc_argmax_rows(g->logits, B, g->c.vocab, g->ids, g->d_in, g->st));
+    TRY(step_argmax(g, p, B, in_graph)); /* (the chain's plans: tok_rows) */
     int32_t *slot = g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap;
     CUDA_CHECK(cudaMemcpyAsync(slot, g->ids, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, g->st));
     CUDA_CHECK(cudaEventRecord(g->chain_ev[t & 1], g->st));
@@ -1829,8 +1837,7 @@ int cuda_engine_chain_ok(const Engine *e) {
 
 int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, const int32_t *tok0, int B,
                              int64_t steps, int32_t *ids, double *t_done) {
-    if (!cuda_engine_is(e) || e->rs.hook != ce_forward)
-        return err_set("decode chain: one GPU's engine only (cuda_engine_open)");
+    if (e->rs.hook != ce_forward) return err_set("decode chain: one GPU's engine only (cuda_engine_open)");
     CE *g = static_cast<CE *>(e->rs.hook_ctx);
     if (B < 1 || B > g->max_tok)
         return err_set("decode chain: batch %d outside 1 .. %lld", B, (long long)g->max_tok);
