@@ -13,7 +13,8 @@
  * This is a separate program from tests/runner.c because it needs a GPU:
  * without one it prints "SKIPPED: no GPU" and "0 passed, 0 failed" and
  * exits 0 — nothing counts as passed.  Build and run: make test-gpu
- * (kernels/cuda/gpu.mk). */
+ * (kernels/cuda/gpu.mk); one argument runs a part: quick, wg (the wgmma
+ * GEMM's plans), mc (its multicast cases), mt, gemv, errors. */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -1024,6 +1025,39 @@ static int dispatch_config_bf16(const TernCudaMatrix *dW, Shape2 sh, int64_t n, 
     return rc;
 }
 
+/* The dispatched bf16 GEMM called reps more times on the same random
+ * activations: every result the same bits as the first (the multicast
+ * kernel's slot hand-off between the two CTAs: a slot refilled before the
+ * other CTA's consumers are done with it gives different bits only now and
+ * then, so one pair of calls, as run_case makes, is not enough to show it). */
+static void repeat_bits_bf16(const TernCudaMatrix *dW, Shape2 sh, int64_t n, int reps, const char *what) {
+    const size_t nx = (size_t)(n * sh.cols), ny = (size_t)(n * sh.rows);
+    std::vector<uint16_t> hx(nx);
+    for (size_t i = 0; i < nx; i++) hx[i] = f32_to_bf16(nrand());
+    GBuf dx = gbuf(nx * 2, 2), dy = gbuf(ny * 4, 4);
+    CK(cudaMemcpy(dx.ptr(), hx.data(), nx * 2, cudaMemcpyHostToDevice));
+    std::vector<float> first(ny), got(ny);
+    int rc = 0, differ = 0, first_bad = -1;
+    for (int r = 0; r <= reps && rc == 0; r++) {
+        CK(cudaMemset(dy.ptr(), 0xFF, ny * 4)); /* NaN poison */
+        rc = tern_cuda_matmul_bf16(dW, (const uint16_t *)dx.ptr(), n, (float *)dy.ptr(), 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(r ? got.data() : first.data(), dy.ptr(), ny * 4, cudaMemcpyDeviceToHost));
+        if (r && memcmp(got.data(), first.data(), ny * 4) != 0) {
+            differ++;
+            if (first_bad < 0) first_bad = r;
+        }
+    }
+    int nonfinite = 0;
+    for (size_t i = 0; i < ny; i++) nonfinite += !isfinite(first[i]);
+    report(rc == 0 && differ == 0 && nonfinite == 0 && guards_ok(dx) && guards_ok(dy),
+           "%s %lldx%lld n=%lld: %d calls after the first, %d with other bits (first at %d), %d non-finite (%s)",
+           what, (long long)sh.rows, (long long)sh.cols, (long long)n, reps, differ, first_bad, nonfinite,
+           rc == 0 ? tern_cuda_last_config() : err_msg());
+    gfree(dx);
+    gfree(dy);
+}
+
 /* The producer kernel in clusters of 2 CTAs sharing each stage's
  * activations (tern_wg_multicast: bf16, 256-token tiles, several token
  * tiles; the knob 909 turns it off): 2 and 3 token tiles, the last one
@@ -1031,7 +1065,8 @@ static int dispatch_config_bf16(const TernCudaMatrix *dW, Shape2 sh, int64_t n, 
  * (900), a last wave of 12 split tiles (903: 3 ways), f32 (three bf16
  * planes) unsplit and split; bf16 and f32 within the reference's bounds
  * (run_case), int8 (without multicast) bit-identical, the config naming it
- * where the rule gives it and not for int8 or 128-token tiles. */
+ * where the rule gives it and not for int8 or 128-token tiles; the
+ * multicast cases called 25 times, the same bits each time. */
 static void test_wg_multicast(void) {
     const int n_sm = sm_count();
     const bool check = n_sm <= 134 && n_sm % 2 == 0; /* (even row tiles; one wave and 12 tiles) */
@@ -1073,6 +1108,7 @@ static void test_wg_multicast(void) {
         else
             printf("  (multicast on %d SMs: \"%s\", not checked)\n", n_sm, cfg);
         run_case(&W, &dW, c.n, 1, "row"); /* bf16 */
+        if (c.mc) repeat_bits_bf16(&dW, c.sh, c.n, 24, "multicast repeated");
         if (c.f32) run_case(&W, &dW, c.n, 0, "row"); /* f32: three bf16 planes */
         if (c.variant == 0) run_case(&W, &dW, c.n, 2, "row"); /* int8 */
         tern_cuda_decode_variant(oldv);
@@ -1662,6 +1698,11 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "mt") == 0) { /* only the multi-token bulk-copy GEMV */
         test_mt_grid();
         test_mt_default();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "mc") == 0) { /* only the wgmma GEMM's multicast cases */
+        test_wg_multicast();
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
