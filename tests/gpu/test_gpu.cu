@@ -14,7 +14,8 @@
  * without one it prints "SKIPPED: no GPU" and "0 passed, 0 failed" and
  * exits 0 — nothing counts as passed.  Build and run: make test-gpu
  * (kernels/cuda/gpu.mk); one argument runs a part: quick, wg (the wgmma
- * GEMM's plans), mc (its multicast cases), mt, gemv, errors. */
+ * GEMM's plans), splits (its K splits of small tiles), mc (its multicast
+ * cases), mt, gemv, errors. */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -414,18 +415,6 @@ static void test_mt_grid(void) {
     forced_variants_g("gemv_tbm_mt tensor scale", 7, shapes, 7, ns_t, 2, tensor_variants, 3, QG_TENSOR);
 }
 
-/* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
- * with sum x per split) and larger ones under forced K splits (7KK; 8KK:
- * the one-A-set kernel for 16 tokens too): full and partial tiles, splits
- * of one stage up to splits of several, partial 256-column blocks, extreme
- * activations (-128..127). */
-static void test_wg_splits(void) {
-    const Shape2 shapes[] = {{300, 5000}, {1000, 2304}, {129, 260}};
-    const int64_t ns[] = {2, 8, 13, 16, 40};
-    const int variants[] = {0, 701, 702, 703, 705, 719, 800, 802, 805};
-    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 9);
-}
-
 /* W for a shape and its upload (false: reported) */
 static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCudaMatrix *dW,
                          QuantGroup grp = QG_ROW) {
@@ -459,6 +448,51 @@ static int dispatch_config(const TernCudaMatrix *dW, Shape2 sh, int64_t n, char 
     gfree(dsx);
     gfree(dy);
     return rc;
+}
+
+/* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
+ * with sum x per split) and larger ones under forced K splits (7KK; 8KK:
+ * the one-A-set kernel for 16 tokens too): full and partial tiles, splits
+ * of one stage up to splits of several, partial 256-column blocks, extreme
+ * activations (-128..127); int8 bit-identical, and on one shape bf16 and
+ * f32 against the reference and the config naming the split asked for. */
+static void test_wg_splits(void) {
+    const Shape2 shapes[] = {{300, 5000}, {1000, 2304}, {129, 260}};
+    const int64_t ns[] = {2, 8, 13, 16, 40};
+    const int variants[] = {0, 701, 702, 703, 705, 708, 719, 800, 802, 805};
+    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 10);
+    TernaryMatrix W;
+    TernCudaMatrix dW;
+    const Shape2 sh = {1000, 2304}; /* 9 int8 / 18 bf16 stages */
+    if (!upload_shape("wgmma splits", sh, &W, &dW)) return;
+    struct Cfg {
+        int64_t n;
+        int variant;
+        const char *ks;
+    } cfgs[] = {{16, 703, " ks=3 "}, {16, 708, " ks=8 "}, {13, 719, " ks=9 "}, {32, 702, " ks=2 "},
+                {8, 705, " ks=5 "}};
+    for (const Cfg &c : cfgs) { /* the split asked for, on the plain kernel (tiles of <= 32 tokens) */
+        tern_cuda_force_kernel(5);
+        const int oldv = tern_cuda_decode_variant(c.variant);
+        char cfg[128];
+        const int rc = dispatch_config(&dW, sh, c.n, cfg, sizeof cfg);
+        tern_cuda_decode_variant(oldv);
+        tern_cuda_force_kernel(0);
+        report(rc == 0 && strstr(cfg, c.ks) && strstr(cfg, " pw=0 "), "wgmma split n=%lld variant %d: \"%s\"",
+               (long long)c.n, c.variant, cfg);
+    }
+    /* bf16 and f32 (three bf16 planes) split 3, 5 and 8 ways, against the reference (run_case:
+     * every kernel family, the variant reaching the wgmma GEMM) */
+    const int fv[] = {703, 705, 708};
+    for (int v : fv)
+        for (int64_t n : {13, 32}) {
+            const int oldv = tern_cuda_decode_variant(v);
+            run_case(&W, &dW, n, 1, "row");
+            if (n == 13) run_case(&W, &dW, n, 0, "row");
+            tern_cuda_decode_variant(oldv);
+        }
+    tern_cuda_free(&dW);
+    tern_free(&W);
 }
 
 /* The wgmma GEMM's large token tiles (128 and 256 tokens, the kernels with
@@ -1698,6 +1732,11 @@ int main(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "mt") == 0) { /* only the multi-token bulk-copy GEMV */
         test_mt_grid();
         test_mt_default();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
+    if (argc > 1 && strcmp(argv[1], "splits") == 0) { /* only the wgmma GEMM's K splits of small tiles */
+        test_wg_splits();
         printf("%d passed, %d failed\n", g_pass, g_fail);
         return g_fail ? 1 : 0;
     }
