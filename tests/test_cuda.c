@@ -1308,8 +1308,7 @@ static int alt_decode(int graphs, int32_t out[4][24], CudaEngineInfo *info) {
     int seq[B], tok[B];
     int32_t ids[B];
     int64_t pos[B], lidx[B], len[B];
-    int rc = 0;
-    rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
+    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
     e.rs.decode = 1;
     for (int s = 0; s < N && rc == 0; s++) {
         for (int b = 0; b < B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
@@ -1364,8 +1363,7 @@ static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo 
     int32_t *t0 = xmalloc(sizeof(int32_t) * (size_t)B);
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)B), *lidx = xmalloc(sizeof(int64_t) * (size_t)B),
             *len = xmalloc(sizeof(int64_t) * (size_t)B);
-    int rc = 0;
-    rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
+    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
     for (int b = 0; b < B; b++) t0[b] = tok[b];
     for (int b = 0; b < B; b++) pos[b] = len[b], lidx[b] = b;
     if (rc == 0 && chained) {

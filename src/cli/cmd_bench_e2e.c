@@ -545,8 +545,8 @@ int cmd_bench_e2e(int argc, char **argv) {
     }
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
                "synthetic models, prompt %d, %d timed decode steps (%s), prefill %d tokens, %s.\n\n",
-            dev, bw / 1e9, eo.prompt, eo.steps,
-            loop_text(loop_kind(rows, nr)), eo.prefill, isolate ? "each configuration in a process of its own" : "all configurations in one process");
+            dev, bw / 1e9, eo.prompt, eo.steps, loop_text(loop_kind(rows, nr)), eo.prefill,
+            isolate ? "each configuration in a process of its own" : "all configurations in one process");
     fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | roofline |\n");
     fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < nr; i++) {

@@ -1728,39 +1728,26 @@ int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
     const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
-    /* gemv: only the one-token binary tensor-core GEMV's configurations */
-    if (argc > 1 && strcmp(argv[1], "mt") == 0) { /* only the multi-token bulk-copy GEMV */
-        test_mt_grid();
-        test_mt_default();
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "splits") == 0) { /* only the wgmma GEMM's K splits of small tiles */
-        test_wg_splits();
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "mc") == 0) { /* only the wgmma GEMM's multicast cases */
-        test_wg_multicast();
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "errors") == 0) { /* only the refusals (and the copy bandwidth) */
-        test_errors();
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
-    if (argc > 1 && strcmp(argv[1], "gemv") == 0) {
-        test_bmma_grid();
-        test_mt_grid();
-        test_mt_default();
-        test_gemv_default();
-        test_tbm_reserve();
-        test_fused_mlp();
-        test_norm_fold();
-        printf("%d passed, %d failed\n", g_pass, g_fail);
-        return g_fail ? 1 : 0;
-    }
+    /* the parts that run alone (argv[1]; quick and wg are variants of the whole run below) */
+    struct Part {
+        const char *name;
+        void (*fn[8])(void);
+    };
+    static const Part parts[] = {
+        {"mt", {test_mt_grid, test_mt_default}},  /* the multi-token bulk-copy GEMV */
+        {"splits", {test_wg_splits}},             /* the wgmma GEMM's K splits of small tiles */
+        {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
+        {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
+        {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
+                  test_fused_mlp, test_norm_fold}}, /* the one-token and few-token GEMVs */
+    };
+    for (const Part &p : parts)
+        if (argc > 1 && strcmp(argv[1], p.name) == 0) {
+            for (void (*f)(void) : p.fn)
+                if (f) f();
+            printf("%d passed, %d failed\n", g_pass, g_fail);
+            return g_fail ? 1 : 0;
+        }
 
     if (!wg_only) {
         test_shapes(quick);
