@@ -16,7 +16,7 @@ static int64_t kt_of(int i8, int64_t cols) { return (cols + 255) / 256 * (i8 ? 1
 static TernWgPlan plan_at(int i8, int64_t rows, int64_t n, int64_t cols, int n_sm, int per_sm,
                           int variant, int pdl_on) {
     TernWgPlan p;
-    tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, 0, &p);
+    tern_wg_tile(i8, rows, n, cols, kt_of(1, cols), n_sm, variant, &p);
     tern_wg_grid(i8, cols, kt_of(i8, cols), n_sm, per_sm, variant, pdl_on, &p);
     return p;
 }
@@ -76,12 +76,39 @@ TEST(wg_plan_sixteen_token_kernel) {
      * (22.9 vs 24.3 us) */
     p = plan(1, 4608, 16, 36864, 132, 2, 0, 1);
     CHECK(p.nt == 16 && p.one_a == 0 && p.ks == 7);
-    /* 14336 x 4096: 112 tiles, not split -> one set */
-    p = plan(1, 14336, 16, 4096, 132, 3, 0, 1);
-    CHECK(p.one_a == 1 && p.ks == 1);
+    CHECK(p.kw == 1);
+    CHECK(plan(1, 36864, 16, 4608, 132, 3, 0, 1).kw == 1);
+    /* 14336 x 4096: 112 tiles (>= 5/6 of 132 SMs), not split -> two warpgroup pairs on K,
+     * two sets (9.5 vs 10.3 us one set, one pair) */
+    p = plan(1, 14336, 16, 4096, 132, 1, 0, 1);
+    CHECK(p.kw == 2 && p.one_a == 0 && p.ks == 1);
+    /* 4096 x 14336: 32 tiles split 132 / 32 = 4 ways at one CTA per SM -> pairs (11.7 vs 12.3) */
+    p = plan(1, 4096, 16, 14336, 132, 1, 0, 1);
+    CHECK(p.kw == 2 && p.one_a == 0 && p.ks == 4);
+    /* ... not 36 tiles (108 CTAs < 5/6 of 132), not 96 (12288 rows, no split: 96 < 110),
+     * not 8 tokens, not 17 .. 32, not bf16, not under a knob of the GEMM's */
+    CHECK(plan(1, 4608, 16, 36864, 132, 2, 0, 1).kw == 1);
+    CHECK(plan(1, 12288, 16, 4096, 132, 3, 0, 1).kw == 1);
+    CHECK(plan(1, 14336, 8, 4096, 132, 3, 0, 1).kw == 1);
+    CHECK(plan(1, 14336, 17, 4096, 132, 1, 0, 1).kw == 1);
+    CHECK(plan(0, 14336, 16, 4096, 132, 1, 0, 1).kw == 1);
+    CHECK(plan(1, 14336, 16, 4096, 132, 3, 2, 1).kw == 1);
+    /* 14336 x 4096 on 136 SMs: 112 * 6 < 136 * 5 -> one pair */
+    CHECK(plan(1, 14336, 16, 4096, 136, 3, 0, 1).kw == 1);
     /* the bench knob 8KK forces one set */
-    tern_wg_tile(1, 4608, 16, 36864, kt_of(1, 36864), 132, 1, &p);
-    CHECK(p.one_a == 1);
+    tern_wg_tile(1, 4608, 16, 36864, kt_of(1, 36864), 132, 801, &p);
+    CHECK(p.one_a == 1 && p.kw == 1);
+    /* 10KK / 11KK: two warpgroup pairs on K, one / two A sets (8 tokens: one) */
+    tern_wg_tile(1, 4608, 16, 36864, kt_of(1, 36864), 132, 1000, &p);
+    CHECK(p.kw == 2 && p.one_a == 1);
+    tern_wg_tile(1, 4608, 16, 36864, kt_of(1, 36864), 132, 1104, &p);
+    CHECK(p.kw == 2 && p.one_a == 0);
+    tern_wg_tile(1, 4608, 8, 36864, kt_of(1, 36864), 132, 1100, &p);
+    CHECK(p.kw == 2 && p.one_a == 1);
+    tern_wg_tile(1, 4608, 17, 36864, kt_of(1, 36864), 132, 1100, &p); /* 32 tokens: no pairs */
+    CHECK(p.kw == 1 && p.nt == 32);
+    tern_wg_tile(0, 4608, 16, 36864, kt_of(0, 36864), 132, 1000, &p); /* bf16: none */
+    CHECK(p.kw == 1);
 }
 
 TEST(wg_plan_k_split) {
@@ -211,6 +238,10 @@ TEST(wg_plan_bench_knobs) {
     CHECK(tern_wg_forced_ks(765) == 0 && tern_wg_forced_ks(800) == 0 && tern_wg_forced_one_a(800));
     CHECK(tern_wg_forced_ks(805) == 5 && tern_wg_forced_one_a(805) && tern_wg_variant(864));
     CHECK(tern_wg_forced_ks(865) == 0 && !tern_wg_forced_one_a(865) && !tern_wg_variant(865));
+    CHECK(tern_wg_variant(1000) && tern_wg_forced_kw(1000) == 2 && tern_wg_forced_ks(1000) == 0);
+    CHECK(tern_wg_forced_ks(1004) == 4 && tern_wg_forced_kw(1004) == 2 && tern_wg_forced_ks(1164) == 64);
+    CHECK(tern_wg_forced_kw(1164) == 2 && !tern_wg_variant(1165) && !tern_wg_forced_kw(1165));
+    CHECK(!tern_wg_forced_kw(0) && !tern_wg_forced_kw(864) && !tern_wg_variant(999) && !tern_wg_variant(1065));
     CHECK(tern_wg_forced_ks(31000) == 0 && !tern_wg_variant(51100)); /* the GEMVs' knobs */
     CHECK(tern_wg_variant(900) && tern_wg_direct_y(900) && tern_wg_forced_ks(900) == 0 &&
           !tern_wg_forced_one_a(900));
@@ -294,6 +325,7 @@ TEST(wg_plan_invariants) {
         if (!i8 || p.nt > 16) CHECK(p.one_a == 0);
         if (i8 && p.nt == 8) CHECK(p.one_a == 1);
         CHECK(p.pw == (p.nt >= 64) && !(p.pw && p.one_a));
+        CHECK(p.kw == 1 || (i8 && p.nt == 16 && p.one_a == 0 && p.kw == 2 && p.gx * p.gy <= n_sm));
         /* full: every tile when unsplit, none for a uniform split, else the
          * whole waves (the producer kernel only) */
         const int64_t tiles = p.gx * p.gy, slots = (int64_t)n_sm * per_sm;

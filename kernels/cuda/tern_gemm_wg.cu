@@ -110,10 +110,14 @@ __device__ __forceinline__ WgPlace wg_place(const WgGrid &gr) {
     return p;
 }
 
-template <int NT> /* tokens per CTA: the wgmma N */
+#ifndef TERN_WG_KW_STP
+#define TERN_WG_KW_STP 6 /* slots per warpgroup pair of the KW kernels (4: 0-1 % slower) */
+#endif
+template <int NT, int KW = 1> /* tokens per CTA: the wgmma N; KW: warpgroup pairs on K (below) */
 struct WgCfg {
-    /* pipeline slots: deeper for the small, memory-bound tiles */
-    static constexpr int ST = NT == 256 ? 3 : NT >= 64 ? 4 : 6;
+    /* pipeline slots: deeper for the small, memory-bound tiles; KW pairs take
+     * TERN_WG_KW_STP slots each */
+    static constexpr int ST = KW > 1 ? KW * TERN_WG_KW_STP : NT == 256 ? 3 : NT >= 64 ? 4 : 6;
     static constexpr int X_BYTES = NT * 256;           /* two 128-byte swizzle columns */
     static constexpr int SLOT = X_BYTES + WG_CBYTES;   /* a multiple of 1024 */
     static constexpr int SMEM = ST * SLOT + 1024;      /* + alignment */
@@ -246,10 +250,18 @@ WG_RS(TACT_BF16, 256, float, WG_F32, 128, "wgmma.mma_async.sync.aligned.m64n256k
  * halves into both (multicast), halving the activations' L2 reads; a slot
  * is refilled once both CTAs' consumers are done with it (their warps
  * arrive on both CTAs' empty barriers). */
-template <int ACT, int NT, bool ONE_A, bool PW, bool MC = false>
+/* KW (int8 tiles of <= 16 tokens): KW pairs of consumer warpgroups (256 KW
+ * threads) share the tile, pair p taking stages kt0 + p, kt0 + p + KW, ...
+ * into slots of its own (TERN_WG_KW_STP each, its own issuing thread and
+ * named barrier); after the loop the pairs' sums meet in shared memory and
+ * pair 0 alone runs the epilogue.  The stage chain of a 16-token tile
+ * (decode, 8 wgmmas, wait, barrier) is latency-bound at two warps per
+ * scheduler (NOTES.md): this puts more warps on the same tile without a
+ * split's partials in global memory. */
+template <int ACT, int NT, bool ONE_A, bool PW, bool MC = false, int KW = 1>
 __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, const CUtensorMap &tmx,
                                         const CUtensorMap &tmc, const CUtensorMap &tmy, int tma_y) {
-    using C_ = WgCfg<NT>;
+    using C_ = WgCfg<NT, KW>;
     constexpr bool I8 = ACT == TACT_I8;
     constexpr int ST = C_::ST, ND = NT / 2; /* accumulators per thread */
     /* Offset decoding (int8, tiles of <= 16 tokens, where the decoding is a
@@ -265,6 +277,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     static_assert(OFF || !ONE_A, "one A register set only with the offset decoding");
     static_assert(!PW || !ONE_A, "the producer warp feeds the two-set loop");
     static_assert(PW || !MC, "multicast copies with the producer warpgroup only");
+    static_assert(KW == 1 || (OFF && !PW), "warpgroup pairs on K: the offset-decoded int8 tiles only");
+    constexpr int STP = ST / KW; /* slots per pair */
     using Acc = typename std::conditional<I8, int, float>::type;
     extern __shared__ uint8_t smem_raw[];
     __shared__ int s_last;
@@ -282,11 +296,14 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     /* PW: thread 256 (warpgroup 2) only issues the copies; the 256 consumer
      * threads meet at named barrier 1 after the main loop */
     auto csync = [&] {
-        if constexpr (PW) asm volatile("bar.sync 1, 256;\n" ::: "memory");
+        if constexpr (PW || KW > 1) asm volatile("bar.sync 1, 256;\n" ::: "memory");
         else __syncthreads();
     };
 
-    const int tid = threadIdx.x, wg = tid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
+    /* KW: kh the pair, ptid the thread within it */
+    const int tid = threadIdx.x, kh = KW > 1 ? tid >> 8 : 0, ptid = tid & (WG_THREADS - 1);
+    const int wg = ptid >> 7, q = (tid >> 5) & 3, lane = tid & 31;
+    const int sb = kh * STP; /* the pair's first slot */
     const int g = lane >> 2, t = lane & 3;
     /* this CTA's tile and K split (taken again for the epilogue) */
     WgPlace pl = wg_place<PW, NT>(gr);
@@ -302,7 +319,7 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     /* thread 0 (PW: thread 256, the producer) issues a stage's copies: two
      * 128-byte halves of activations (MC: one, into both CTAs) and the codes
      * of its block */
-    int i_plane = kt0 / SPP, i_sp = kt0 % SPP; /* the next stage to issue */
+    int i_plane = (kt0 + kh) / SPP, i_sp = (kt0 + kh) % SPP; /* the next stage to issue (KW: of this pair) */
     const uint32_t crank = MC ? tern_mbar::cluster_rank() : 0;
     auto issue = [&](int slot) {
         const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
@@ -316,7 +333,11 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
             tern_mbar::tma_load_2d(dst + NT * 128, &tmx, col0 + 128 / esz, xrow, bar);
         }
         tern_mbar::tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
-        if (++i_sp == SPP) i_sp = 0, i_plane++;
+        if constexpr (KW > 1) {
+            for (i_sp += KW; i_sp >= SPP; i_sp -= SPP) i_plane++;
+        } else if (++i_sp == SPP) {
+            i_sp = 0, i_plane++;
+        }
     };
 
     /* Launched as a programmatic dependent, this grid may start while the
@@ -340,9 +361,14 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
     auto first_copies = [&] {
-        if (tid == ISSUER)
+        if constexpr (KW > 1) { /* each pair's issuer, its first STP - 1 stages */
+            if (ptid == 0)
+                for (int p = 0; p < STP - 1; p++)
+                    if (kt0 + kh + p * KW < kt1) issue(sb + p);
+        } else if (tid == ISSUER) {
             for (int p = 0; p < (PW ? ST : ST - 1); p++)
                 if (kt0 + p < kt1) issue(p);
+        }
     };
     if constexpr (!OFF) first_copies();
     /* int8: the epilogue divides by the token scales with div_rn_by where
@@ -390,21 +416,23 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
      * bf16, k step s (16 of the stage's 128 columns): field 2 hs + (s >> 2),
      * bytes 16 (s & 3) + 2t, +1 (a0, a1) and + 8 (a2, a3). */
     const int rA = 64 * wg + 16 * q + g;
+    /* this thread's word in row rA of a slot's code tile, and the row's swizzle (the same for
+     * row rA + 8: (rA + 8) >> 1 = (rA >> 1) + 4), formed once: per stage only the slot moves */
+    const uint32_t w_off = (uint32_t)(C_::X_BYTES + rA * 64 + (I8 ? 4 * t : 4 * (t >> 1)));
+    const uint32_t w_sw = (uint32_t)(((rA >> 1) & 3) << 4);
     auto words = [&](int slot, uint32_t (&w)[2][4]) {
-        const uint8_t *c = smem + slot * C_::SLOT + C_::X_BYTES;
+        const uint8_t *c = smem + slot * C_::SLOT + w_off;
 #pragma unroll
         for (int hh = 0; hh < 2; hh++) {
-            const int r = rA + 8 * hh;
-            const uint8_t *cr = c + r * 64;
-            const int sw = (r >> 1) & 3;
+            const uint8_t *cr = c + hh * (8 * 64);
 #pragma unroll
             for (int j = 0; j < 4; j++) {
-                const uint8_t *ch = cr + ((j ^ sw) << 4);
+                const uint8_t *ch = cr + ((uint32_t)(j << 4) ^ w_sw);
                 if constexpr (I8) {
-                    w[hh][j] = *reinterpret_cast<const uint32_t *>(ch + 4 * t);
+                    w[hh][j] = *reinterpret_cast<const uint32_t *>(ch);
                 } else {
-                    const uint32_t u = *reinterpret_cast<const uint32_t *>(ch + 4 * (t >> 1));
-                    const uint32_t v = *reinterpret_cast<const uint32_t *>(ch + 8 + 4 * (t >> 1));
+                    const uint32_t u = *reinterpret_cast<const uint32_t *>(ch);
+                    const uint32_t v = *reinterpret_cast<const uint32_t *>(ch + 8);
                     /* bytes 2t, 2t+1, 8+2t, 9+2t, then reordered (b0 b2 b1 b3) so
                      * that the decoder's pairs are (b0, b1) and (b2, b3) */
                     const uint32_t x = __byte_perm(u, v, (t & 1) ? 0x7632 : 0x5410);
@@ -482,7 +510,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
      * register set, decoded after the wait from code words loaded while the
      * wgmmas run: 66 / 78 registers for 8 / 16 tokens instead of 107 for
      * the two-set 16-token kernel, 3 CTAs per SM instead of 2. */
-    int slot = 0;
+    int slot = sb;
+    /* every warpgroup (KW: of this pair) is done with a slot */
+    auto pair_sync = [&] {
+        if constexpr (KW > 1) asm volatile("bar.sync %0, 256;\n" ::"r"(1 + kh) : "memory");
+        else __syncthreads();
+    };
     auto mmas = [&](const uint32_t (&A)[8][4]) {
         /* a k step adds its byte offset / 16 to the descriptor's address field
          * (no carry: shared addresses are < 256 KB) */
@@ -501,8 +534,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
             const uint8_t *xt = smem + slot * C_::SLOT;
 #pragma unroll
             for (int j = 0; j < (CH + WG_THREADS - 1) / WG_THREADS; j++)
-                if (CH >= WG_THREADS || tid < CH) {
-                    const uint4 v = *reinterpret_cast<const uint4 *>(xt + 16 * (tid + WG_THREADS * j));
+                if (CH >= WG_THREADS || ptid < CH) {
+                    const uint4 v = *reinterpret_cast<const uint4 *>(xt + 16 * (ptid + WG_THREADS * j));
                     xs = __dp4a((int)v.x, 0x01010101, xs);
                     xs = __dp4a((int)v.y, 0x01010101, xs);
                     xs = __dp4a((int)v.z, 0x01010101, xs);
@@ -516,35 +549,43 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         keep(d);
         if constexpr (OFF) keep(d4);
         keep(A);
-        __syncthreads(); /* every warpgroup is done with this slot */
+        pair_sync();
         slot = nslot;
     };
+    /* the phase of the next stage's slot, ((kt + 1 - kt0) / ST) & 1, advanced as the ring wraps
+     * (next_slot is called once per stage, in order) */
+    int nphase = 0;
     auto next_slot = [&](int kt) {
-        const int nslot = slot == ST - 1 ? 0 : slot + 1;
-        if (kt + 1 < kt1) tern_mbar::wait(full_s + 8 * nslot, ((kt + 1 - kt0) / ST) & 1);
+        const int nslot = slot == sb + STP - 1 ? sb : slot + 1;
+        if (nslot == sb) nphase ^= 1;
+        if (kt + KW < kt1) tern_mbar::wait(full_s + 8 * nslot, nphase);
         return nslot;
     };
+    /* the slot of the stage before (free after this stage's barrier), and the stage
+     * that goes into it: ST - 1 (KW: STP - 1 of this pair's) stages ahead */
+    auto prev_slot = [&] { return slot == sb ? sb + STP - 1 : slot - 1; };
+    constexpr int AHEAD = (STP - 1) * KW;
     if constexpr (ONE_A) {
         uint32_t w[2][4], A[8][4];
-        if (kt0 < kt1) {
-            tern_mbar::wait(full_s, 0);
-            words(0, w);
+        if (kt0 + kh < kt1) {
+            tern_mbar::wait(full_s + 8 * sb, 0);
+            words(sb, w);
         }
-        for (int kt = kt0; kt < kt1; kt++) {
-            if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
+        for (int kt = kt0 + kh; kt < kt1; kt += KW) {
+            if (ptid == 0 && kt + AHEAD < kt1) issue(prev_slot());
             decode(kt, w, A);
             mmas(A);
             const int nslot = next_slot(kt);
-            if (kt + 1 < kt1) words(nslot, w);
+            if (kt + KW < kt1) words(nslot, w);
             finish(A, nslot);
         }
     } else {
         uint32_t A0[8][4], A1[8][4];
         keep(d);
         if constexpr (OFF) keep(d4);
-        if (kt0 < kt1) {
-            tern_mbar::wait(full_s, 0);
-            frags(0, kt0, A0);
+        if (kt0 + kh < kt1) {
+            tern_mbar::wait(full_s + 8 * sb, 0);
+            frags(sb, kt0 + kh, A0);
         }
         /* one stage's wgmmas stay in flight across the stage boundary: stage
          * kt's are issued, then the wait for kt - 1's (its A set and slot
@@ -561,16 +602,16 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
                     if constexpr (MC) tern_mbar::arrive_cluster(eb, crank ^ 1u);
                 }
             } else {
-                __syncthreads(); /* every warpgroup is done with kt - 1's slot */
-                if (tid == 0 && kt + ST - 1 < kt1) issue(slot == 0 ? ST - 1 : slot - 1);
+                pair_sync(); /* (of kt - 1's slot) */
+                if (ptid == 0 && kt + AHEAD < kt1) issue(prev_slot());
             }
             const int nslot = next_slot(kt);
-            if (kt + 1 < kt1) frags(nslot, kt + 1, Anxt);
+            if (kt + KW < kt1) frags(nslot, kt + KW, Anxt);
             slot = nslot;
         };
-        for (int kt = kt0; kt < kt1; kt += 2) {
+        for (int kt = kt0 + kh; kt < kt1; kt += 2 * KW) {
             step(kt, A0, A1);
-            if (kt + 1 < kt1) step(kt + 1, A1, A0);
+            if (kt + KW < kt1) step(kt + KW, A1, A0);
         }
         wg_wait<0>();
         keep(d);
@@ -587,9 +628,24 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         xs += __shfl_xor_sync(0xffffffffu, xs, 2);
         xs += __shfl_xor_sync(0xffffffffu, xs, 4);
         constexpr int CH = C_::X_BYTES / 16;
-        if ((lane & 7) == 0 && (CH >= WG_THREADS || tid < CH))
-            atomicAdd(&s_xs[(tid % (8 * NT)) / 8], xs);
+        if ((lane & 7) == 0 && (CH >= WG_THREADS || ptid < CH))
+            atomicAdd(&s_xs[(ptid % (8 * NT)) / 8], xs);
         __syncthreads();
+    }
+    if constexpr (KW > 1) { /* the pairs' sums into pair 0's (the slots are free: every copy
+                             * was waited for, every wgmma is done); S1 + S4 / 4 is exact */
+        int *red = reinterpret_cast<int *>(smem);
+        static_assert(C_::ST * C_::SLOT >= (KW - 1) * WG_THREADS * ND * 4, "the sums fit in the slots");
+        if (kh > 0)
+#pragma unroll
+            for (int i = 0; i < ND; i++)
+                red[((kh - 1) * ND + i) * WG_THREADS + ptid] = d[i] + (d4[i] >> 2);
+        __syncthreads();
+        if (kh > 0) return;
+#pragma unroll
+        for (int p = 1; p < KW; p++)
+#pragma unroll
+            for (int i = 0; i < ND; i++) d[i] += red[((p - 1) * ND + i) * WG_THREADS + ptid];
     }
     /* d[4j + 2h + e]: weight row 64 wg + 16 q + g + 8h, token 8j + 2t + e;
      * y as finalize_out computes it, with the scales from shared memory (the
@@ -678,12 +734,12 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
  * threads, 168 registers each at launch; the producer gives up all but 40,
  * the consumers take 232: one producer warp with 224-register consumers
  * does not fit, each SM sub-partition's 16K registers would hold 3 warps) */
-template <int ACT, int NT, bool ONE_A>
-__global__ void __launch_bounds__(WG_THREADS)
+template <int ACT, int NT, bool ONE_A, int KW = 1>
+__global__ void __launch_bounds__(WG_THREADS * KW)
     tern_gemm_wg_kernel(const TernKArgs a, const WgGrid gr, const __grid_constant__ CUtensorMap tmx,
                         const __grid_constant__ CUtensorMap tmc, const __grid_constant__ CUtensorMap tmy,
                         int tma_y) {
-    wg_gemm<ACT, NT, ONE_A, false>(a, gr, tmx, tmc, tmy, tma_y);
+    wg_gemm<ACT, NT, ONE_A, false, false, KW>(a, gr, tmx, tmc, tmy, tma_y);
 }
 template <int ACT, int NT, bool MC>
 __global__ void __launch_bounds__(PW_THREADS, 1)
@@ -720,26 +776,26 @@ int encode_2d(CUtensorMap *map, CUtensorMapDataType dt, const void *base, uint64
 }
 
 /* the kernel without multicast for a tile shape */
-template <int ACT, int NT, bool ONE_A, bool PW>
+template <int ACT, int NT, bool ONE_A, bool PW, int KW = 1>
 auto kern_of() {
     if constexpr (PW) return tern_gemm_wg_pw_kernel<ACT, NT, false>;
-    else return tern_gemm_wg_kernel<ACT, NT, ONE_A>;
+    else return tern_gemm_wg_kernel<ACT, NT, ONE_A, KW>;
 }
 
 /* plan: the tile (tern_wg_tile); dev, n_sm: the current device and its SM
  * count (by_tokens asked already) */
-template <int ACT, int NT, bool ONE_A = false>
+template <int ACT, int NT, bool ONE_A = false, int KW = 1>
 int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStream_t s) {
-    using C_ = WgCfg<NT>;
+    using C_ = WgCfg<NT, KW>;
     constexpr bool PW = NT >= TERN_WG_PW_NT; /* plan.pw */
-    auto kern = kern_of<ACT, NT, ONE_A, PW>();
+    auto kern = kern_of<ACT, NT, ONE_A, PW, KW>();
     /* the multicast form exists where tern_wg_multicast may take it: bf16, 256-token tiles */
     constexpr bool MCK = PW && ACT != TACT_I8 && NT == 256;
     auto kern_mc = [] { /* (else the plain kernel: unused) */
         if constexpr (MCK) return tern_gemm_wg_pw_kernel<ACT, NT, true>;
         else return kern_of<ACT, NT, ONE_A, PW>();
     }();
-    constexpr int threads = PW ? PW_THREADS : WG_THREADS;
+    constexpr int threads = PW ? PW_THREADS : WG_THREADS * KW;
     /* the shared-memory attribute is per function and device; CTAs per SM,
      * 0 = not set yet (one thread per GPU under tensor parallelism) */
     static std::atomic<int> per_sm_of[64];
@@ -831,8 +887,8 @@ int launch_wg(const TernKArgs *a0, TernWgPlan plan, int dev, int n_sm, cudaStrea
                    tern_wg_multicast(PW, ACT == TACT_I8, NT, plan.gx, plan.gy, plan.full, tail,
                                      tern_cuda_decode_variant_get());
     char cfg[112];
-    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld mc=%d", NT,
-             ONE_A ? 1 : 2, (long long)ks, plan.pdl, tma_y, (int)PW, (long long)(ks > 1 ? tail : 0), mc);
+    snprintf(cfg, sizeof cfg, "wgmma nt=%d sets=%d kw=%d ks=%lld pdl=%d tma_y=%d pw=%d split_tiles=%lld mc=%d",
+             NT, ONE_A ? 1 : 2, KW, (long long)ks, plan.pdl, tma_y, (int)PW, (long long)(ks > 1 ? tail : 0), mc);
     tern_cuda_set_config(cfg);
     const dim3 grid = PW ? dim3((unsigned)(tiles + tail * (ks - 1)))
                          : dim3((unsigned)plan.gx, (unsigned)plan.gy, (unsigned)ks);
@@ -848,7 +904,7 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     CUDA_CHECK(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev));
     TernWgPlan p;
     tern_wg_tile(ACT == TACT_I8, a->rows, a->n, a->cols, (int64_t)a->planes * a->kblocks, n_sm,
-                 tern_wg_forced_one_a(tern_cuda_decode_variant_get()), &p);
+                 tern_cuda_decode_variant_get(), &p);
     switch (p.nt) {
     case 256: return launch_wg<ACT, 256>(a, p, dev, n_sm, s);
     case 128: return launch_wg<ACT, 128>(a, p, dev, n_sm, s);
@@ -857,6 +913,12 @@ int by_tokens(const TernKArgs *a, cudaStream_t s) {
     default: break;
     }
     if constexpr (ACT == TACT_I8) {
+        if (p.kw > 1) { /* warpgroup pairs on K */
+            if (p.nt == 16)
+                return p.one_a ? launch_wg<ACT, 16, true, 2>(a, p, dev, n_sm, s)
+                               : launch_wg<ACT, 16, false, 2>(a, p, dev, n_sm, s);
+            return launch_wg<ACT, 8, true, 2>(a, p, dev, n_sm, s);
+        }
         if (p.nt == 16)
             return p.one_a ? launch_wg<ACT, 16, true>(a, p, dev, n_sm, s)
                            : launch_wg<ACT, 16, false>(a, p, dev, n_sm, s);

@@ -66,7 +66,8 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
  * 4096 x 14336 15.7 / 14.2, 4096 x 4096 9.8 / 9.2.  8 tokens: one set
  * (equal or faster everywhere). */
 void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
-                  int force_one_a, TernWgPlan *p) {
+                  int variant, TernWgPlan *p) {
+    const int force_one_a = tern_wg_forced_one_a(variant);
     const int64_t gx = (rows + TERN_WG_ROWS - 1) / TERN_WG_ROWS;
     int nt = n > 128 ? 256 : n > 64 ? 128 : 64;
     while (nt > 64 && gx * ((n + nt - 1) / nt) < n_sm / 2) nt /= 2;
@@ -75,8 +76,28 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
     if (i8 && nt == 8) one_a = 1;
     if (i8 && nt == 16)
         one_a = force_one_a || tern_wg_splits(1, 16, gx * ((n + 15) / 16), kt, cols, n_sm, 2) <= 1;
+    /* Two warpgroup pairs on K (the KW kernel, two A sets, one CTA per SM:
+     * tern_wg_splits gives it n_sm / tiles ways when tiles * 4 < 3 n_sm):
+     * int8 16-token tiles whose grid is one CTA per SM on >= 5/6 of the SMs.
+     * H200, M = 16, us (the rule's kernel before / the KW kernel, same
+     * run): 14336 x 4096 (112 tiles, one set, no split) 10.3 / 9.5; 4096 x
+     * 14336 (32 tiles, 2 CTAs per SM split 8 ways / 4 ways) 12.3 / 11.7; but
+     * 4608 x 36864 (36 tiles: 7 ways / 3, 108 CTAs) 20.4 / 22.8 and 36864 x
+     * 4608 (288 tiles, 3 CTAs per SM / one) 20.2 / 28.1.  8 tokens: no
+     * gain (14336 x 4096 10.3-10.6 on the KW kernel, 9.3 on the multi-token
+     * GEMV that the dispatch takes).  Knobs 10KK / 11KK:
+     * the KW kernel with one / two A sets (8 tokens: one) for any such tile. */
+    int kw = 1;
+    if (i8 && nt <= 16 && tern_wg_forced_kw(variant) > 1) {
+        kw = tern_wg_forced_kw(variant);
+        one_a = nt == 8 || (variant >= 1000 && variant <= 1064);
+    } else if (i8 && nt == 16 && !force_one_a && !tern_wg_variant(variant)) {
+        const int64_t tiles = gx * ((n + 15) / 16), ks = tern_wg_splits(1, 16, tiles, kt, cols, n_sm, 1);
+        if (tiles <= n_sm && tiles * ks * 6 >= (int64_t)n_sm * 5) kw = 2, one_a = 0;
+    }
     p->nt = nt;
     p->one_a = one_a;
+    p->kw = kw;
     p->pw = nt >= TERN_WG_PW_NT;
     p->gx = gx;
     p->gy = (n + nt - 1) / nt;
@@ -94,11 +115,17 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
                   n <= INT32_MAX && y_aligned16 && !tern_wg_direct_y(variant);
 }
 
-int tern_wg_variant(int v) { return (v >= 701 && v <= 864) || (v >= 900 && v <= 909); }
+int tern_wg_variant(int v) {
+    return (v >= 701 && v <= 864) || (v >= 900 && v <= 909) || tern_wg_forced_kw(v);
+}
 int64_t tern_wg_forced_ks(int v) {
-    return (v >= 701 && v <= 764) || (v >= 801 && v <= 864) ? v % 100 : 0;
+    return (v >= 701 && v <= 764) || (v >= 801 && v <= 864) || (v >= 1001 && v <= 1064) ||
+                   (v >= 1101 && v <= 1164)
+               ? v % 100
+               : 0;
 }
 int tern_wg_forced_one_a(int v) { return v >= 800 && v <= 864; }
+int tern_wg_forced_kw(int v) { return (v >= 1000 && v <= 1064) || (v >= 1100 && v <= 1164) ? 2 : 0; }
 int tern_wg_direct_y(int v) { return v == 900; }
 int tern_wg_no_last_split(int v) { return v == 901; }
 int tern_wg_no_multicast(int v) { return v == 909; }

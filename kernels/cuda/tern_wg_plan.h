@@ -29,6 +29,7 @@ enum {
 typedef struct {
     int nt;         /* tokens per CTA, the wgmma N: 8, 16, 32, 64, 128 or 256 */
     int one_a;      /* 1: the kernel with one A register set (int8, 8 / 16 tokens) */
+    int kw;         /* warpgroup pairs on a tile's K (int8, 8 / 16 tokens; 1: one pair) */
     int pw;         /* 1: the kernel with a producer warpgroup (nt >= TERN_WG_PW_NT) */
     int64_t gx, gy; /* row tiles, token tiles */
     int64_t ks;     /* K split of the tiles from `full` on (1: none) */
@@ -45,11 +46,12 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
                        int per_sm);
 
 /* The tile for n >= 1 tokens of a rows x cols matrix with kt int8 stages
- * (code blocks) on n_sm SMs: sets nt, one_a, pw, gx, gy (ks = 1, pdl = 0,
- * staged_y = 0).
- * force_one_a: the one-set kernel for 16 tokens too (bench knob 8KK). */
+ * (code blocks) on n_sm SMs: sets nt, one_a, kw, pw, gx, gy (ks = 1, pdl =
+ * 0, staged_y = 0).  variant: the bench knobs (tern_cuda_decode_variant;
+ * 0 for the rules) — 8KK the one-set kernel for 16 tokens too, 10KK / 11KK
+ * two warpgroup pairs on K with one / two A register sets. */
 void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
-                  int force_one_a, TernWgPlan *p);
+                  int variant, TernWgPlan *p);
 
 /* The grid of a tile chosen by tern_wg_tile: ks and full (tern_wg_splits,
  * or the whole waves unsplit and the last one's tiles split where that is
@@ -70,7 +72,10 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
 
 /* The bench knobs of tern_cuda_decode_variant that belong to this GEMM:
  * 7KK (701 .. 764) splits K into KK parts, 8KK (801 .. 864) the same with
- * the one-set kernel for 16 tokens, 800 that kernel with its own split, 900
+ * the one-set kernel for 16 tokens, 800 that kernel with its own split,
+ * 10KK / 11KK (1000 .. 1064 / 1100 .. 1164) int8 tiles of <= 16 tokens on
+ * two warpgroup pairs that share K (one / two A register sets; KK the
+ * split, 00 the rule's; tern_wg_forced_kw), 900
  * the epilogue's direct stores instead of the staged copy-engine store, 901
  * no last wave split, 902 .. 908 the last wave split 2 .. 8 ways (at most
  * as many as fit), 909 no multicast of the activations (tern_wg_multicast).
@@ -81,6 +86,7 @@ void tern_wg_epilogue(int64_t rows, int64_t n, int y_aligned16, int variant, Ter
 int tern_wg_variant(int v);
 int64_t tern_wg_forced_ks(int v);
 int tern_wg_forced_one_a(int v);
+int tern_wg_forced_kw(int v);
 int tern_wg_direct_y(int v);
 int tern_wg_no_last_split(int v);
 int64_t tern_wg_forced_last_split(int v);

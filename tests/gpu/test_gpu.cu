@@ -452,15 +452,18 @@ static int dispatch_config(const TernCudaMatrix *dW, Shape2 sh, int64_t n, char 
 
 /* The wgmma GEMM's small token tiles (8 and 16 tokens: the offset decoding
  * with sum x per split) and larger ones under forced K splits (7KK; 8KK:
- * the one-A-set kernel for 16 tokens too): full and partial tiles, splits
+ * the one-A-set kernel for 16 tokens too; 10KK / 11KK: the small tiles on
+ * two warpgroup pairs that share K): full and partial tiles, splits
  * of one stage up to splits of several, partial 256-column blocks, extreme
  * activations (-128..127); int8 bit-identical, and on one shape bf16 and
  * f32 against the reference and the config naming the split asked for. */
 static void test_wg_splits(void) {
     const Shape2 shapes[] = {{300, 5000}, {1000, 2304}, {129, 260}};
     const int64_t ns[] = {2, 8, 13, 16, 40};
-    const int variants[] = {0, 701, 702, 703, 705, 708, 719, 800, 802, 805};
-    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 10);
+    /* 10KK / 11KK: two warpgroup pairs on K (one / two A sets; 129 x 260 has 2 stages, so
+     * with a split one pair of each CTA has none) */
+    const int variants[] = {0, 701, 702, 703, 705, 708, 719, 800, 802, 805, 1000, 1002, 1003, 1100, 1101, 1105};
+    forced_variants("gemm_wgmma", 5, shapes, 3, ns, 5, variants, 16);
     TernaryMatrix W;
     TernCudaMatrix dW;
     const Shape2 sh = {1000, 2304}; /* 9 int8 / 18 bf16 stages */
@@ -470,7 +473,8 @@ static void test_wg_splits(void) {
         int variant;
         const char *ks;
     } cfgs[] = {{16, 703, " ks=3 "}, {16, 708, " ks=8 "}, {13, 719, " ks=9 "}, {32, 702, " ks=2 "},
-                {8, 705, " ks=5 "}};
+                {8, 705, " ks=5 "}, {16, 1003, "sets=1 kw=2 ks=3 "}, {16, 1102, "sets=2 kw=2 ks=2 "},
+                {8, 1100, "sets=1 kw=2 ks="}, {16, 0, " kw=1 "}};
     for (const Cfg &c : cfgs) { /* the split asked for, on the plain kernel (tiles of <= 32 tokens) */
         tern_cuda_force_kernel(5);
         const int oldv = tern_cuda_decode_variant(c.variant);
@@ -493,6 +497,25 @@ static void test_wg_splits(void) {
         }
     tern_cuda_free(&dW);
     tern_free(&W);
+    /* the rule's two warpgroup pairs on K (two A sets) for the 16-token tiles of a grid of one
+     * CTA per SM on >= 5/6 of the SMs: one tile per SM unsplit (4 stages, a partial last
+     * block and row tile) and n_sm / 4 tiles split 4 - 5 ways; int8 bit-identical (run_case) */
+    const int n_sm = sm_count();
+    const Shape2 kws[2] = {{128 * (int64_t)n_sm - 60, 1000}, {128 * (int64_t)(n_sm / 4) - 7, 5000}};
+    for (int i = 0; i < 2; i++) {
+        if (!upload_shape("wgmma pairs", kws[i], &W, &dW)) continue;
+        char cfg[128];
+        tern_cuda_force_kernel(5);
+        const int rc = dispatch_config(&dW, kws[i], 16, cfg, sizeof cfg);
+        tern_cuda_force_kernel(0);
+        report(rc == 0 && strstr(cfg, "nt=16 sets=2 kw=2 ") && (i == 1 || strstr(cfg, " ks=1 ")),
+               "wgmma pairs %lldx%lld n=16: the dispatch chose \"%s\"", (long long)kws[i].rows,
+               (long long)kws[i].cols, cfg);
+        run_case(&W, &dW, 16, 2, "row");
+        run_case(&W, &dW, 11, 2, "row");
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
 }
 
 /* The wgmma GEMM's large token tiles (128 and 256 tokens, the kernels with
@@ -1714,6 +1737,30 @@ static void test_norm_fold(void) {
 }
 
 int main(int argc, char **argv) {
+    setvbuf(stdout, nullptr, _IOLBF, 0); /* a run stopped by a time limit keeps what it printed */
+    /* the parts that run alone (argv[1]; quick and wg are variants of the whole run below) */
+    struct Part {
+        const char *name;
+        void (*fn[8])(void);
+    };
+    static const Part parts[] = {
+        {"mt", {test_mt_grid, test_mt_default}},  /* the multi-token bulk-copy GEMV */
+        {"splits", {test_wg_splits}},             /* the wgmma GEMM's K splits of small tiles */
+        {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
+        {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
+        {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
+                  test_fused_mlp, test_norm_fold}}, /* the one-token and few-token GEMVs */
+    };
+    const Part *part = nullptr;
+    if (argc > 1)
+        for (const Part &p : parts)
+            if (strcmp(argv[1], p.name) == 0) part = &p;
+    if (argc > 2 || (argc > 1 && !part && strcmp(argv[1], "quick") != 0 && strcmp(argv[1], "wg") != 0)) {
+        fprintf(stderr, "usage: test_gpu [PART]  (PART: quick, wg");
+        for (const Part &p : parts) fprintf(stderr, ", %s", p.name);
+        fprintf(stderr, "; none: everything)\n");
+        return 2;
+    }
     int ndev = 0;
     cudaError_t e = cudaGetDeviceCount(&ndev);
     if (e != cudaSuccess || ndev == 0) {
@@ -1728,26 +1775,12 @@ int main(int argc, char **argv) {
     const int quick = argc > 1 && strcmp(argv[1], "quick") == 0;
     /* wg: only the wgmma GEMM's split / tile tests (e.g. under compute-sanitizer) */
     const int wg_only = argc > 1 && strcmp(argv[1], "wg") == 0;
-    /* the parts that run alone (argv[1]; quick and wg are variants of the whole run below) */
-    struct Part {
-        const char *name;
-        void (*fn[8])(void);
-    };
-    static const Part parts[] = {
-        {"mt", {test_mt_grid, test_mt_default}},  /* the multi-token bulk-copy GEMV */
-        {"splits", {test_wg_splits}},             /* the wgmma GEMM's K splits of small tiles */
-        {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
-        {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
-        {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
-                  test_fused_mlp, test_norm_fold}}, /* the one-token and few-token GEMVs */
-    };
-    for (const Part &p : parts)
-        if (argc > 1 && strcmp(argv[1], p.name) == 0) {
-            for (void (*f)(void) : p.fn)
-                if (f) f();
-            printf("%d passed, %d failed\n", g_pass, g_fail);
-            return g_fail ? 1 : 0;
-        }
+    if (part) {
+        for (void (*f)(void) : part->fn)
+            if (f) f();
+        printf("%d passed, %d failed\n", g_pass, g_fail);
+        return g_fail ? 1 : 0;
+    }
 
     if (!wg_only) {
         test_shapes(quick);
