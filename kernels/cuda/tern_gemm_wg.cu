@@ -360,15 +360,10 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     if constexpr (MC) tern_mbar::cluster_sync(); /* both CTAs' barriers set before any copy */
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
-    auto first_copies = [&] {
-        if constexpr (KW > 1) { /* each pair's issuer, its first STP - 1 stages */
-            if (ptid == 0)
-                for (int p = 0; p < STP - 1; p++)
-                    if (kt0 + kh + p * KW < kt1) issue(sb + p);
-        } else if (tid == ISSUER) {
-            for (int p = 0; p < (PW ? ST : ST - 1); p++)
-                if (kt0 + p < kt1) issue(p);
-        }
+    auto first_copies = [&] { /* (KW: each pair's issuer, its first STP - 1 stages) */
+        if (PW ? tid == ISSUER : ptid == 0)
+            for (int p = 0; p < (PW ? ST : STP - 1); p++)
+                if (kt0 + kh + p * KW < kt1) issue(sb + p);
     };
     if constexpr (!OFF) first_copies();
     /* int8: the epilogue divides by the token scales with div_rn_by where
