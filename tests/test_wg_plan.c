@@ -72,29 +72,54 @@ TEST(wg_plan_sixteen_token_kernel) {
      * A set (3 CTAs per SM, 21.7 vs 26.3 us) */
     TernWgPlan p = plan(1, 36864, 16, 4608, 132, 3, 0, 1);
     CHECK(p.nt == 16 && p.one_a == 1 && p.ks == 1);
-    /* 4608 x 36864: 36 tiles, split 2 * 132 / 36 = 7 ways -> two sets
-     * (22.9 vs 24.3 us) */
-    p = plan(1, 4608, 16, 36864, 132, 2, 0, 1);
-    CHECK(p.nt == 16 && p.one_a == 0 && p.ks == 7);
-    CHECK(p.kw == 1);
-    CHECK(plan(1, 36864, 16, 4608, 132, 3, 0, 1).kw == 1);
-    /* 14336 x 4096: 112 tiles (>= 5/6 of 132 SMs), not split -> two warpgroup pairs on K,
-     * two sets (9.5 vs 10.3 us one set, one pair) */
+    /* 4608 x 36864: 36 tiles fit one wave -> two warpgroup pairs on K, two
+     * sets, split 3 ways (36864 / 3 + 3584 < 36864 / 2 + 3584; 4 ways would
+     * be 144 CTAs) — 19.9 us against one pair split 7 ways 20.4 */
+    p = plan(1, 4608, 16, 36864, 132, 1, 0, 1);
+    CHECK(p.nt == 16 && p.kw == 2 && p.one_a == 0 && p.ks == 3 && p.full == 0);
+    CHECK(plan(1, 36864, 16, 4608, 132, 3, 0, 1).kw == 1); /* 288 tiles: more than one wave */
+    /* 14336 x 4096: 112 tiles, not split (4096 / 1 < 4096 / 2 + 3584) -> pairs (8.4 us) */
     p = plan(1, 14336, 16, 4096, 132, 1, 0, 1);
-    CHECK(p.kw == 2 && p.one_a == 0 && p.ks == 1);
-    /* 4096 x 14336: 32 tiles split 132 / 32 = 4 ways at one CTA per SM -> pairs (11.7 vs 12.3) */
+    CHECK(p.kw == 2 && p.one_a == 0 && p.ks == 1 && p.full == p.gx);
+    /* 4096 x 14336: 32 tiles split 4 ways (3584 + 3584 < 14336 / 3 + 3584) */
     p = plan(1, 4096, 16, 14336, 132, 1, 0, 1);
     CHECK(p.kw == 2 && p.one_a == 0 && p.ks == 4);
-    /* ... not 36 tiles (108 CTAs < 5/6 of 132), not 96 (12288 rows, no split: 96 < 110),
-     * not 8 tokens, not 17 .. 32, not bf16, not under a knob of the GEMM's */
-    CHECK(plan(1, 4608, 16, 36864, 132, 2, 0, 1).kw == 1);
-    CHECK(plan(1, 12288, 16, 4096, 132, 3, 0, 1).kw == 1);
-    CHECK(plan(1, 14336, 8, 4096, 132, 3, 0, 1).kw == 1);
+    /* the 7B's and 27B's q|k|v (96 / 64 tiles): unsplit; 8192 x 8192 split 2 ways
+     * (4096 + 3584 < 8192); 4096 x 11008 4 ways; 4096^2 unsplit (1024 + 3584 > 4096) */
+    CHECK(split_is(plan(1, 12288, 16, 4096, 132, 1, 0, 1), 1, 96));
+    CHECK(plan(1, 12288, 16, 4096, 132, 1, 0, 1).kw == 2);
+    CHECK(split_is(plan(1, 8192, 16, 4608, 132, 1, 0, 1), 1, 64));
+    CHECK(split_is(plan(1, 8192, 16, 8192, 132, 1, 0, 1), 2, 0));
+    CHECK(split_is(plan(1, 4096, 16, 11008, 132, 1, 0, 1), 4, 0));
+    CHECK(split_is(plan(1, 4096, 16, 4096, 132, 1, 0, 1), 1, 32));
+    /* tern_wg_kw_splits: one wave and >= 4 stages a split at most */
+    CHECK(tern_wg_kw_splits(33, 100000, 400, 132) == 4);
+    CHECK(tern_wg_kw_splits(33, 100000, 8, 132) == 2);
+    CHECK(tern_wg_kw_splits(132, 100000, 400, 132) == 1);
+    CHECK(tern_wg_kw_splits(66, 7168 * 2, 56, 132) == 2); /* 7168 + 3584 < 14336 */
+    CHECK(tern_wg_kw_splits(66, 7168, 28, 132) == 1);     /* 3584 + 3584 = 7168: no gain */
+    CHECK(tern_wg_kw_splits(1, 14336, 56, 132) == 14);   /* 1024 + 3584: as many as kt / 4 */
+    /* not more tiles than SMs (133 of 128 rows), not 8 tokens, not 17 .. 32, not bf16,
+     * not under a knob of the GEMM's */
+    CHECK(plan(1, 133 * 128, 16, 4096, 132, 3, 0, 1).kw == 1);
+    CHECK(plan(1, 132 * 128, 16, 4096, 132, 1, 0, 1).kw == 2);
+    /* 8 tokens (one set) where tern_wg_kw8 takes them: 3 x 2^24 .. 2^27 weights in one wave */
+    p = plan(1, 14336, 8, 4096, 132, 1, 0, 1);
+    CHECK(p.nt == 8 && p.kw == 2 && p.one_a == 1 && p.ks == 1);
+    CHECK(plan(1, 12288, 8, 4096, 132, 1, 0, 1).kw == 2);
+    CHECK(split_is(plan(1, 4096, 8, 14336, 132, 1, 0, 1), 4, 0));
+    CHECK(plan(1, 8192, 8, 4608, 132, 3, 0, 1).kw == 1);   /* 37.7M weights */
+    CHECK(plan(1, 4608, 8, 36864, 132, 3, 0, 1).kw == 1);  /* 170M */
+    CHECK(plan(1, 14336, 8, 4096, 100, 3, 0, 1).kw == 1);  /* 112 tiles on 100 SMs */
+    CHECK(plan(1, 14336, 8, 4096, 132, 3, 2, 1).kw == 1);   /* a knob of the GEMM's (702) */
+    CHECK(tern_wg_kw8(12288, 4096, 132) && !tern_wg_kw8(12287, 4096, 132) &&
+          tern_wg_kw8(4096, 32768, 132) && !tern_wg_kw8(4096, 32769, 132) && !tern_wg_kw8(16896 + 1, 4096, 132));
     CHECK(plan(1, 14336, 17, 4096, 132, 1, 0, 1).kw == 1);
     CHECK(plan(0, 14336, 16, 4096, 132, 1, 0, 1).kw == 1);
     CHECK(plan(1, 14336, 16, 4096, 132, 3, 2, 1).kw == 1);
-    /* 14336 x 4096 on 136 SMs: 112 * 6 < 136 * 5 -> one pair */
-    CHECK(plan(1, 14336, 16, 4096, 136, 3, 0, 1).kw == 1);
+    /* on 34 SMs the 36 tiles of 4608 rows are more than one wave: one pair, unsplit */
+    p = plan(1, 4608, 16, 36864, 34, 2, 0, 1);
+    CHECK(p.kw == 1 && p.one_a == 1 && p.ks == 1);
     /* the bench knob 8KK forces one set */
     tern_wg_tile(1, 4608, 16, 36864, kt_of(1, 36864), 132, 801, &p);
     CHECK(p.one_a == 1 && p.kw == 1);
@@ -113,8 +138,8 @@ TEST(wg_plan_sixteen_token_kernel) {
 
 TEST(wg_plan_k_split) {
     /* tiles of < 64 tokens: up to two CTAs per SM, within kt / 4 */
-    TernWgPlan p = plan(1, 4096, 8, 14336, 132, 3, 0, 1);
-    CHECK(p.ks == 8); /* 2 * 132 / 32 = 8 <= 56 / 4 */
+    TernWgPlan p = plan(1, 4096, 8, 8192, 132, 3, 0, 1);
+    CHECK(p.ks == 8); /* 2 * 132 / 32 = 8 <= 32 / 4 */
     p = plan(1, 4096, 8, 4096, 132, 3, 0, 1);
     CHECK(p.ks == 4); /* 8, capped at 16 / 4 */
     /* >= 64 tokens, few tiles: within one wave (4608 x 36864, M = 64:
@@ -218,11 +243,14 @@ TEST(wg_plan_dependent_launch) {
     /* one CTA per SM or fewer: PDL (4096^2, 8 tokens: 128 CTAs) */
     CHECK(plan(1, 4096, 8, 4096, 132, 3, 0, 1).pdl == 1);
     /* a split sized for 2 of 3 slots per SM: 256 CTAs on 396 slots leave
-     * 140 >= 132 free -> plain launch (13.6 vs 12.5 us with PDL) */
-    CHECK(plan(1, 4096, 8, 14336, 132, 3, 0, 1).pdl == 0);
+     * 140 >= 132 free -> plain launch (4096 x 14336 before the KW kernel
+     * took its 8 tokens: 13.6 vs 12.5 us with PDL) */
+    CHECK(plan(1, 4096, 8, 8192, 132, 3, 0, 1).pdl == 0);
     CHECK(plan(1, 4608, 8, 36864, 132, 3, 0, 1).pdl == 0);
-    /* nearly every slot taken: PDL (4608 x 36864, 16 tokens, 252 of 264) */
-    CHECK(plan(1, 4608, 16, 36864, 132, 2, 0, 1).pdl == 1);
+    /* nearly every slot taken: PDL (36864 x 4608, 16 tokens, 288 of 396) */
+    CHECK(plan(1, 36864, 16, 4608, 132, 3, 0, 1).pdl == 1);
+    /* the KW kernel's one wave: PDL (4608 x 36864, 16 tokens, 108 CTAs) */
+    CHECK(plan(1, 4608, 16, 36864, 132, 1, 0, 1).pdl == 1);
     /* more CTAs than slots: PDL */
     CHECK(plan(1, 4096, 2048, 4096, 132, 1, 0, 1).pdl == 1);
     /* never when PDL is off (TERNLAB_CUDA_PDL=0) */

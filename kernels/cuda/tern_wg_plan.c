@@ -49,6 +49,38 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
     return max64(1, min64(min64(ks, kt / 4), 64));
 }
 
+/* The KW kernel's K split: one wave (tiles x ks <= n_sm) at the ks that
+ * minimises a CTA's share of the columns plus TERN_WG_KW_SPLIT_COLS for any
+ * split (its partials, fence, counter and the last CTA's reduction), at
+ * least 4 stages a split.  Fitted to H200 runs at M = 16 (us, ks = 1 / 2 /
+ * 3 / 4, knobs 110K): a CTA's share of K costs ~1 us per 1024 columns, a
+ * split ~3.5 us: 8192 x 4608 (64 tiles) 8.4 / 9.5; 8192 x 8192 12.1 /
+ * 11.1; 4096 x 4096 (32 tiles) 7.4 / 8.5 / 8.0 / 7.9; 4096 x 8192 11.6 /
+ * 10.4 / 9.5 / 9.0; 4096 x 11008 14.6 / 12.1 / 10.7 / 10.2; 4096 x 14336
+ * 17.9 / 13.6 / 11.8 / 10.9; 4608 x 36864 (36 tiles) 40.7 / 25.4 / 19.9. */
+int64_t tern_wg_kw_splits(int64_t tiles, int64_t cols, int64_t kt, int n_sm) {
+    const int64_t kmax = min64(n_sm / max64(tiles, 1), kt / 4);
+    int64_t ks = 1;
+    double best = (double)cols;
+    for (int64_t k = 2; k <= kmax; k++) {
+        const double cost = (double)cols / (double)k + TERN_WG_KW_SPLIT_COLS;
+        if (cost < best) best = cost, ks = k;
+    }
+    return ks;
+}
+
+/* 8-token tiles on the KW kernel (one A set) in part of the multi-token
+ * GEMV's range (tern_cuda.cu's mt_rule): 3 x 2^24 .. 2^27 weights in one
+ * wave of row tiles.  H200, M = 8, us, the GEMV / the KW kernel (knob
+ * 1100), same run: 14336 x 4096 9.3 / 8.4, 12288 x 4096 9.1 / 8.2, 4096 x
+ * 14336 10.7 / 10.2; below that range the GEMV: 8192 x 4608 7.2 / 8.6,
+ * 4608 x 4096 6.3 / 7.6. */
+int tern_wg_kw8(int64_t rows, int64_t cols, int n_sm) {
+    const int64_t w = rows * cols;
+    return w >= ((int64_t)3 << 24) && w <= ((int64_t)1 << 27) &&
+           (rows + TERN_WG_ROWS - 1) / TERN_WG_ROWS <= n_sm;
+}
+
 /* The producer warpgroup from 64 tokens on (one CTA per SM either way for
  * int8; same run: int8 64-token tiles 3-14 % faster at M = 64 / 256, bf16
  * 6-21 % on four shapes, 7 % slower on 36864 x 4608 M = 64, where the two
@@ -76,24 +108,24 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
     if (i8 && nt == 8) one_a = 1;
     if (i8 && nt == 16)
         one_a = force_one_a || tern_wg_splits(1, 16, gx * ((n + 15) / 16), kt, cols, n_sm, 2) <= 1;
-    /* Two warpgroup pairs on K (the KW kernel, two A sets, one CTA per SM:
-     * tern_wg_splits gives it n_sm / tiles ways when tiles * 4 < 3 n_sm):
-     * int8 16-token tiles whose grid is one CTA per SM on >= 5/6 of the SMs.
-     * H200, M = 16, us (the rule's kernel before / the KW kernel, same
-     * run): 14336 x 4096 (112 tiles, one set, no split) 10.3 / 9.5; 4096 x
-     * 14336 (32 tiles, 2 CTAs per SM split 8 ways / 4 ways) 12.3 / 11.7; but
-     * 4608 x 36864 (36 tiles: 7 ways / 3, 108 CTAs) 20.4 / 22.8 and 36864 x
-     * 4608 (288 tiles, 3 CTAs per SM / one) 20.2 / 28.1.  8 tokens: no
-     * gain (14336 x 4096 10.3-10.6 on the KW kernel, 9.3 on the multi-token
-     * GEMV that the dispatch takes).  Knobs 10KK / 11KK:
-     * the KW kernel with one / two A sets (8 tokens: one) for any such tile. */
+    /* Two warpgroup pairs on K (the KW kernel, two A sets, one CTA per SM,
+     * K split by tern_wg_kw_splits): int8 16-token tiles that fit in one
+     * wave.  H200, M = 16, us, the KW kernel unsplit (knob 1101) against the
+     * rule before (a grid of >= 5/6 of the SMs only, split n_sm / tiles
+     * ways), same run: 12288 x 4096 (96 tiles: one pair, 2 ways) 8.1 /
+     * 11.8, 10240 x 4096 7.9 / 10.5, 8192 x 4608 (pairs split 2 ways) 8.4
+     * / 9.5, 8192 x 4096 7.8 / 8.8, 6144 x 4096 (the multi-token GEMV) 7.7
+     * / 9.6, 4608 x 4096 7.5 / 8.7; 4608 x 36864 (36 tiles, one pair 7
+     * ways) 19.9 split 3 ways / 20.4.  Knobs 10KK / 11KK: the KW kernel
+     * with one / two A sets (8 tokens: one) for any such tile. */
     int kw = 1;
     if (i8 && nt <= 16 && tern_wg_forced_kw(variant) > 1) {
         kw = tern_wg_forced_kw(variant);
         one_a = nt == 8 || (variant >= 1000 && variant <= 1064);
-    } else if (i8 && nt == 16 && !force_one_a && !tern_wg_variant(variant)) {
-        const int64_t tiles = gx * ((n + 15) / 16), ks = tern_wg_splits(1, 16, tiles, kt, cols, n_sm, 1);
-        if (tiles <= n_sm && tiles * ks * 6 >= (int64_t)n_sm * 5) kw = 2, one_a = 0;
+    } else if (i8 && nt == 16 && !force_one_a && !tern_wg_variant(variant) && gx * ((n + 15) / 16) <= n_sm) {
+        kw = 2, one_a = 0;
+    } else if (i8 && nt == 8 && !tern_wg_variant(variant) && tern_wg_kw8(rows, cols, n_sm)) {
+        kw = 2; /* one set */
     }
     p->nt = nt;
     p->one_a = one_a;
@@ -189,7 +221,9 @@ void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int va
                   TernWgPlan *p) {
     const int64_t forced_ks = tern_wg_forced_ks(variant);
     const int64_t tiles = p->gx * p->gy, slots = (int64_t)n_sm * per_sm;
-    p->ks = forced_ks > 0 ? min64(forced_ks, kt) : tern_wg_splits(i8, p->nt, tiles, kt, cols, n_sm, per_sm);
+    p->ks = forced_ks > 0 ? min64(forced_ks, kt)
+            : p->kw > 1   ? tern_wg_kw_splits(tiles, cols, kt, n_sm)
+                          : tern_wg_splits(i8, p->nt, tiles, kt, cols, n_sm, per_sm);
     p->full = p->ks == 1 ? tiles : 0;
     if (forced_ks <= 0 && p->pw && !tern_wg_no_last_split(variant)) /* the producer kernels' flat grid */
         last_wave_split(tiles, kt, slots, tern_wg_forced_last_split(variant), p);

@@ -23,7 +23,10 @@ enum {
      * of K: TERN_WG_SPLIT_FIXED + TERN_WG_SPLIT_STAGES x k (the partials and
      * the last CTA's reduction; tern_wg_plan.c) */
     TERN_WG_SPLIT_FIXED = 30,
-    TERN_WG_SPLIT_STAGES = 8
+    TERN_WG_SPLIT_STAGES = 8,
+    /* the KW kernel's: a split costs as much as this many more columns in
+     * each CTA's share of K (tern_wg_kw_splits) */
+    TERN_WG_KW_SPLIT_COLS = 3584
 };
 
 typedef struct {
@@ -44,6 +47,15 @@ typedef struct {
  * resident CTAs per SM of the kernel, n_sm SMs.  1 .. min(kt / 4, 64). */
 int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, int n_sm,
                        int per_sm);
+
+/* The K split of the KW kernel (two warpgroup pairs on K, one CTA per SM)
+ * for a grid of `tiles`: 1 .. min(n_sm / tiles, kt / 4). */
+int64_t tern_wg_kw_splits(int64_t tiles, int64_t cols, int64_t kt, int n_sm);
+
+/* 1: int8 8-token tiles of a rows x cols matrix go to the KW kernel with
+ * one A set (3 x 2^24 .. 2^27 weights, row tiles in one wave of n_sm) —
+ * and not to the multi-token GEMV, whose range it overlaps. */
+int tern_wg_kw8(int64_t rows, int64_t cols, int n_sm);
 
 /* The tile for n >= 1 tokens of a rows x cols matrix with kt int8 stages
  * (code blocks) on n_sm SMs: sets nt, one_a, kw, pw, gx, gy (ks = 1, pdl =

@@ -31,6 +31,7 @@
 
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mm.cuh"
+#include "cuda/tern_wg_plan.h"
 extern "C" {
 #include "core/dtype.h"
 #include "core/err.h"
@@ -474,7 +475,7 @@ static void test_wg_splits(void) {
         const char *ks;
     } cfgs[] = {{16, 703, " ks=3 "}, {16, 708, " ks=8 "}, {13, 719, " ks=9 "}, {32, 702, " ks=2 "},
                 {8, 705, " ks=5 "}, {16, 1003, "sets=1 kw=2 ks=3 "}, {16, 1102, "sets=2 kw=2 ks=2 "},
-                {8, 1100, "sets=1 kw=2 ks="}, {16, 0, " kw=1 "}};
+                {8, 1100, "sets=1 kw=2 ks="}, {16, 0, "sets=2 kw=2 ks=1 "}, {8, 0, " kw=1 "}};
     for (const Cfg &c : cfgs) { /* the split asked for, on the plain kernel (tiles of <= 32 tokens) */
         tern_cuda_force_kernel(5);
         const int oldv = tern_cuda_decode_variant(c.variant);
@@ -498,8 +499,9 @@ static void test_wg_splits(void) {
     tern_cuda_free(&dW);
     tern_free(&W);
     /* the rule's two warpgroup pairs on K (two A sets) for the 16-token tiles of a grid of one
-     * CTA per SM on >= 5/6 of the SMs: one tile per SM unsplit (4 stages, a partial last
-     * block and row tile) and n_sm / 4 tiles split 4 - 5 ways; int8 bit-identical (run_case) */
+     * wave: one tile per SM unsplit (4 stages, a partial last block and row tile) and n_sm / 4
+     * tiles of 5000 columns split (tern_wg_kw_splits: 4 ways on 132 SMs); int8 bit-identical
+     * (run_case) */
     const int n_sm = sm_count();
     const Shape2 kws[2] = {{128 * (int64_t)n_sm - 60, 1000}, {128 * (int64_t)(n_sm / 4) - 7, 5000}};
     for (int i = 0; i < 2; i++) {
@@ -508,7 +510,7 @@ static void test_wg_splits(void) {
         tern_cuda_force_kernel(5);
         const int rc = dispatch_config(&dW, kws[i], 16, cfg, sizeof cfg);
         tern_cuda_force_kernel(0);
-        report(rc == 0 && strstr(cfg, "nt=16 sets=2 kw=2 ") && (i == 1 || strstr(cfg, " ks=1 ")),
+        report(rc == 0 && strstr(cfg, "nt=16 sets=2 kw=2 ") && (i == 1) == !strstr(cfg, " ks=1 "),
                "wgmma pairs %lldx%lld n=16: the dispatch chose \"%s\"", (long long)kws[i].rows,
                (long long)kws[i].cols, cfg);
         run_case(&W, &dW, 16, 2, "row");
@@ -721,6 +723,13 @@ static void test_mt_default(void) {
     const int64_t ns[] = {2, 8, 16};
     const int variants[] = {0};
     forced_variants("gemv mt default", 0, shapes, 4, ns, 3, variants, 1);
+    /* (16 tokens on 4100 x 4608 are the wgmma GEMM's by default now: the K split forced 7) */
+    const int64_t n16[] = {16};
+    forced_variants("gemv mt forced", 7, shapes + 3, 1, n16, 1, variants, 1);
+    /* 3 x 2^24 .. 2^27 weights in one wave of row tiles: the 8-token tiles of the KW kernel */
+    const int n_sm = sm_count();
+    const char *big = tern_wg_kw8(16400, 4100, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=68520";
+    const char *wide = tern_wg_kw8(4100, 12300, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=65420";
     struct {
         Shape2 sh;
         int64_t n;
@@ -728,13 +737,14 @@ static void test_mt_default(void) {
         const char *want; /* a prefix of the config */
     } cases[] = {
         {{4100, 4100}, 8, 0, 0, "gemv_tbm mt v=65540"},   {{4100, 4100}, 16, 0, 0, "gemv_tbm mt v=65540"},
-        {{4100, 4100}, 2, 0, 0, "gemv_tbm mt v=65540"},   {{16400, 4100}, 5, 0, 0, "gemv_tbm mt v=68520"},
-        {{16400, 4100}, 8, 0, 0, "gemv_tbm mt v=68520"},  {{16400, 4100}, 16, 0, 0, "wgmma "},
-        {{4100, 12300}, 8, 0, 0, "gemv_tbm mt v=65420"},  {{4100, 12300}, 9, 0, 0, "wgmma "},
+        {{4100, 4100}, 2, 0, 0, "gemv_tbm mt v=65540"},   {{16400, 4100}, 5, 0, 0, big},
+        {{16400, 4100}, 8, 0, 0, big},                    {{16400, 4100}, 16, 0, 0, "wgmma "},
+        {{4100, 12300}, 8, 0, 0, wide},                   {{4100, 12300}, 9, 0, 0, "wgmma "},
+        {{8200, 4100}, 8, 0, 0, "gemv_tbm mt v=68520"},   {{4100, 8200}, 8, 0, 0, "gemv_tbm mt v=65420"},
         {{33000, 4100}, 8, 0, 0, "wgmma "},               {{4000, 4100}, 8, 0, 0, "wgmma "},
         {{16400, 4100}, 8, 5, 0, "wgmma "},               {{16400, 4100}, 8, 0, 702, "wgmma "},
         {{16400, 4100}, 8, 7, 63520, "gemv_tbm mt v=63520"}, {{4100, 4100}, 1, 0, 0, "gemv_warp"},
-        {{4100, 4608}, 16, 0, 0, "gemv_tbm mt v=65540"},
+        {{4100, 4608}, 8, 0, 0, "gemv_tbm mt v=65540"},   {{4100, 4608}, 16, 0, 0, "wgmma nt=16 sets=2 kw=2 "},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
