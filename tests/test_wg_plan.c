@@ -338,7 +338,8 @@ TEST(wg_plan_invariants) {
     const int sms[] = {1, 8, 66, 114, 132, 144};
     for (int it = 0; it < 20000; it++) {
         const int i8 = rand() & 1, n_sm = sms[rand() % 6], per_sm = 1 + rand() % 3;
-        const int64_t rows = 1 + rand() % 40000, cols = 1 + rand() % 40000, n = 1 + rand() % 3000;
+        const int64_t rows = 1 + rand() % 40000, cols = 1 + rand() % 40000;
+        const int64_t n = it & 1 ? 1 + rand() % 16 : 1 + rand() % 3000; /* half of them <= 16 tokens */
         const TernWgPlan p = plan(i8, rows, n, cols, n_sm, per_sm, 0, 1);
         const int64_t kt = kt_of(i8, cols), cap = kt / 4 < 64 ? kt / 4 : 64;
         const int nt_ok = p.nt == 8 || p.nt == 16 || p.nt == 32 || p.nt == 64 || p.nt == 128 ||
@@ -353,7 +354,12 @@ TEST(wg_plan_invariants) {
         if (!i8 || p.nt > 16) CHECK(p.one_a == 0);
         if (i8 && p.nt == 8) CHECK(p.one_a == 1);
         CHECK(p.pw == (p.nt >= 64) && !(p.pw && p.one_a));
-        CHECK(p.kw == 1 || (i8 && p.nt == 16 && p.one_a == 0 && p.kw == 2 && p.gx * p.gy <= n_sm));
+        /* the KW kernel: int8, 16 tokens (two sets) or 8 in kw8's range (one set), one wave */
+        CHECK_MSG(p.kw == 1 || (i8 && p.kw == 2 && p.gx * p.gy * p.ks <= n_sm &&
+                                ((p.nt == 16 && p.one_a == 0) ||
+                                 (p.nt == 8 && p.one_a == 1 && tern_wg_kw8(rows, cols, n_sm)))),
+                  "kw %d nt %d one_a %d tiles %lld ks %lld on %d SMs", p.kw, p.nt, p.one_a,
+                  (long long)(p.gx * p.gy), (long long)p.ks, n_sm);
         /* full: every tile when unsplit, none for a uniform split, else the
          * whole waves (the producer kernel only) */
         const int64_t tiles = p.gx * p.gy, slots = (int64_t)n_sm * per_sm;

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <atomic>
 #include <errno.h>
+#include <limits.h>
 #include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
@@ -280,10 +281,12 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
  * M = 8 19.7 / 18.9, 4608 x 36864 20.7 / 20.4, M = 16 29-34 / 21).  So: 2^24
  * to 2^27 weights for up to 8 tokens, to 24M weights for up to 16; with no
  * development variant set.  Since the wgmma GEMM's 16-token tiles run on
- * two warpgroup pairs for every grid of one wave (tern_wg_plan.c), up to
- * 16 tokens only to 17.5M weights (M = 16, us, mt / wgmma: 4096 x 4096 7.1 /
- * 7.4, 4608 x 4096 8.7 / 7.5, 6144 x 4096 9.6 / 7.7); up to 8 tokens not
- * where tern_wg_kw8 gives the 8-token tiles to the same kernel.  Variant: 65540 (2 tiles per unit, 4 K parts,
+ * two warpgroup pairs for every grid of one wave (tern_wg_plan.c), 9 .. 16
+ * tokens above 17.5M weights only where the row tiles are more than one
+ * wave (M = 16, us, mt / wgmma: 4096 x 4096 7.1 / 7.4, 4608 x 4096 8.7 /
+ * 7.5, 6144 x 4096 9.6 / 7.7); up to 8 tokens not where tern_wg_kw8 gives
+ * the 8-token tiles to the same kernel (it wins at M = 2 .. 8 there: 14336
+ * x 4096 M = 2 / 4 / 8 8.6 / 8.5 / 8.5 against 9.2 / 9.2 / 9.3 us).  Variant: 65540 (2 tiles per unit, 4 K parts,
  * slices up to 18 blocks, 4 stages) to 24M weights, 68520 (4 tiles, 4 parts,
  * slices up to 18 blocks) in rows of <= 6144 columns — the models' own
  * matrices at M = 8: 8192 x 4608 7.1 us against 10.6 with slices of 16 blocks
@@ -292,15 +295,17 @@ extern "C" int tern_gemv_i8_rowscale(const TernCudaMatrix *W, const int8_t *d_x,
 static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
     const int64_t w = W->rows * W->cols;
     if (W->cols > 4194304) return false; /* the kernel's limit (exact int32 sums) */
-    if (n <= 8 && w >= ((int64_t)3 << 24) && w <= ((int64_t)1 << 27)) { /* tern_wg_kw8 */
-        int dev = 0, n_sm = 0;
-        if (cudaGetDevice(&dev) == cudaSuccess &&
-            cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess &&
-            tern_wg_kw8(W->rows, W->cols, n_sm))
-            return false;
-        cudaGetLastError();
+    if (w < ((int64_t)1 << 24) || w > (n <= 8 ? ((int64_t)1 << 27) : ((int64_t)3 << 23))) return false;
+    /* the part of the range where the wgmma GEMM's KW kernel takes the tiles
+     * if its row tiles fit one wave (tern_wg_plan.c's tern_wg_tile) */
+    if (n <= 8 ? !tern_wg_kw8(W->rows, W->cols, INT_MAX) : w <= ((int64_t)35 << 19)) return true;
+    int dev = 0, n_sm = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        cudaGetLastError(); /* (no SM count: the GEMV, as before the KW rules) */
+        return true;
     }
-    return w >= ((int64_t)1 << 24) && (n <= 8 ? w <= ((int64_t)1 << 27) : w <= ((int64_t)35 << 19));
+    return n <= 8 ? !tern_wg_kw8(W->rows, W->cols, n_sm) : (W->rows + TERN_WG_ROWS - 1) / TERN_WG_ROWS > n_sm;
 }
 static int mt_variant(const TernCudaMatrix *W) {
     return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68520 : 65420;

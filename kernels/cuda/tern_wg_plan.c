@@ -52,14 +52,14 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
 /* The KW kernel's K split: one wave (tiles x ks <= n_sm) at the ks that
  * minimises a CTA's share of the columns plus TERN_WG_KW_SPLIT_COLS for any
  * split (its partials, fence, counter and the last CTA's reduction), at
- * least 4 stages a split.  Fitted to H200 runs at M = 16 (us, ks = 1 / 2 /
+ * least 4 stages a split, at most 64 ways.  Fitted to H200 runs at M = 16 (us, ks = 1 / 2 /
  * 3 / 4, knobs 110K): a CTA's share of K costs ~1 us per 1024 columns, a
  * split ~3.5 us: 8192 x 4608 (64 tiles) 8.4 / 9.5; 8192 x 8192 12.1 /
  * 11.1; 4096 x 4096 (32 tiles) 7.4 / 8.5 / 8.0 / 7.9; 4096 x 8192 11.6 /
  * 10.4 / 9.5 / 9.0; 4096 x 11008 14.6 / 12.1 / 10.7 / 10.2; 4096 x 14336
  * 17.9 / 13.6 / 11.8 / 10.9; 4608 x 36864 (36 tiles) 40.7 / 25.4 / 19.9. */
 int64_t tern_wg_kw_splits(int64_t tiles, int64_t cols, int64_t kt, int n_sm) {
-    const int64_t kmax = min64(n_sm / max64(tiles, 1), kt / 4);
+    const int64_t kmax = min64(min64(n_sm / max64(tiles, 1), kt / 4), 64);
     int64_t ks = 1;
     double best = (double)cols;
     for (int64_t k = 2; k <= kmax; k++) {

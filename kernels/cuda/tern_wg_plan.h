@@ -49,7 +49,7 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
                        int per_sm);
 
 /* The K split of the KW kernel (two warpgroup pairs on K, one CTA per SM)
- * for a grid of `tiles`: 1 .. min(n_sm / tiles, kt / 4). */
+ * for a grid of `tiles`: 1 .. min(n_sm / tiles, kt / 4, 64). */
 int64_t tern_wg_kw_splits(int64_t tiles, int64_t cols, int64_t kt, int n_sm);
 
 /* 1: int8 8-token tiles of a rows x cols matrix go to the KW kernel with
@@ -65,10 +65,11 @@ int tern_wg_kw8(int64_t rows, int64_t cols, int n_sm);
 void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int n_sm,
                   int variant, TernWgPlan *p);
 
-/* The grid of a tile chosen by tern_wg_tile: ks and full (tern_wg_splits,
+/* The grid of a tile chosen by tern_wg_tile: ks and full (tern_wg_kw_splits
+ * for the KW kernel — the knobs 1000 / 1100 too —, else tern_wg_splits,
  * or the whole waves unsplit and the last one's tiles split where that is
- * cheaper; the bench knobs of `variant`: 7KK / 8KK a uniform split KK ways,
- * at most kt; 901 no last wave split, 902..908 that split 2..8 ways where
+ * cheaper; the bench knobs of `variant`: 7KK / 8KK / 10KK / 11KK a uniform
+ * split KK ways, at most kt; 901 no last wave split, 902..908 that split 2..8 ways where
  * there is one) and pdl (only when pdl_on); kt stages of K for this
  * activation type, per_sm resident CTAs per SM of the chosen kernel. */
 void tern_wg_grid(int i8, int64_t cols, int64_t kt, int n_sm, int per_sm, int variant, int pdl_on,

@@ -713,7 +713,9 @@ static void test_tbm_reserve(void) {
 
 /* The default dispatch of 2 .. 16 int8 tokens to the multi-token bulk-copy
  * GEMV (tern_cuda.cu mt_rule: 2^24 .. 2^27 weights for <= 8 tokens, to 24M
- * for <= 16; variant 65540 to 24M weights, 68520 in rows of <= 6144
+ * for <= 16 — but not where the wgmma GEMM's KW kernel takes the tiles:
+ * 8 tokens in tern_wg_kw8's range, 16 tokens above 17.5M weights in one
+ * wave of row tiles; variant 65540 to 24M weights, 68520 in rows of <= 6144
  * columns, else 65420), bit-identical to the reference at those n; not
  * taken: 4000 x 4100 (16.4M < 2^24), 33000 x 4100 (135.3M > 2^27), 16
  * tokens over 24M weights, a forced kernel, a decode variant. */
@@ -730,6 +732,10 @@ static void test_mt_default(void) {
     const int n_sm = sm_count();
     const char *big = tern_wg_kw8(16400, 4100, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=68520";
     const char *wide = tern_wg_kw8(4100, 12300, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=65420";
+    const char *mid16 = (4100 + TERN_WG_ROWS - 1) / TERN_WG_ROWS <= n_sm ? "wgmma nt=16 sets=2 kw=2 "
+                                                                          : "gemv_tbm mt v=65540";
+    const char *tall16 = (18432 + TERN_WG_ROWS - 1) / TERN_WG_ROWS <= n_sm ? "wgmma nt=16 sets=2 kw=2 "
+                                                                           : "gemv_tbm mt v=65540";
     struct {
         Shape2 sh;
         int64_t n;
@@ -744,7 +750,8 @@ static void test_mt_default(void) {
         {{33000, 4100}, 8, 0, 0, "wgmma "},               {{4000, 4100}, 8, 0, 0, "wgmma "},
         {{16400, 4100}, 8, 5, 0, "wgmma "},               {{16400, 4100}, 8, 0, 702, "wgmma "},
         {{16400, 4100}, 8, 7, 63520, "gemv_tbm mt v=63520"}, {{4100, 4100}, 1, 0, 0, "gemv_warp"},
-        {{4100, 4608}, 8, 0, 0, "gemv_tbm mt v=65540"},   {{4100, 4608}, 16, 0, 0, "wgmma nt=16 sets=2 kw=2 "},
+        {{4100, 4608}, 8, 0, 0, "gemv_tbm mt v=65540"},   {{4100, 4608}, 16, 0, 0, mid16},
+        {{18432, 1024}, 16, 0, 0, tall16}, /* 18.9M weights in 144 row tiles */
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
