@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <atomic>
 #include <errno.h>
-#include <limits.h>
 #include <mutex>
 #include <stdio.h>
 #include <stdlib.h>
@@ -296,16 +295,17 @@ static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
     const int64_t w = W->rows * W->cols;
     if (W->cols > 4194304) return false; /* the kernel's limit (exact int32 sums) */
     if (w < ((int64_t)1 << 24) || w > (n <= 8 ? ((int64_t)1 << 27) : ((int64_t)3 << 23))) return false;
-    /* the part of the range where the wgmma GEMM's KW kernel takes the tiles
-     * if its row tiles fit one wave (tern_wg_plan.c's tern_wg_tile) */
-    if (n <= 8 ? !tern_wg_kw8(W->rows, W->cols, INT_MAX) : w <= ((int64_t)35 << 19)) return true;
+    if (n > 8 && w <= ((int64_t)35 << 19)) return true;
+    /* not where the wgmma GEMM's plan takes the KW kernel (tern_wg_tile) */
     int dev = 0, n_sm = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
         cudaGetLastError(); /* (no SM count: the GEMV, as before the KW rules) */
         return true;
     }
-    return n <= 8 ? !tern_wg_kw8(W->rows, W->cols, n_sm) : (W->rows + TERN_WG_ROWS - 1) / TERN_WG_ROWS > n_sm;
+    TernWgPlan p;
+    tern_wg_tile(1, W->rows, n, W->cols, W->kblocks, n_sm, 0, &p);
+    return p.kw == 1;
 }
 static int mt_variant(const TernCudaMatrix *W) {
     return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68520 : 65420;

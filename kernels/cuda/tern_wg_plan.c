@@ -59,14 +59,9 @@ int64_t tern_wg_splits(int i8, int nt, int64_t tiles, int64_t kt, int64_t cols, 
  * 10.4 / 9.5 / 9.0; 4096 x 11008 14.6 / 12.1 / 10.7 / 10.2; 4096 x 14336
  * 17.9 / 13.6 / 11.8 / 10.9; 4608 x 36864 (36 tiles) 40.7 / 25.4 / 19.9. */
 int64_t tern_wg_kw_splits(int64_t tiles, int64_t cols, int64_t kt, int n_sm) {
+    /* the cost falls with k: the most ways that fit, if that beats no split */
     const int64_t kmax = min64(min64(n_sm / max64(tiles, 1), kt / 4), 64);
-    int64_t ks = 1;
-    double best = (double)cols;
-    for (int64_t k = 2; k <= kmax; k++) {
-        const double cost = (double)cols / (double)k + TERN_WG_KW_SPLIT_COLS;
-        if (cost < best) best = cost, ks = k;
-    }
-    return ks;
+    return kmax > 1 && (double)cols / (double)kmax + TERN_WG_KW_SPLIT_COLS < (double)cols ? kmax : 1;
 }
 
 /* 8-token tiles on the KW kernel (one A set) in part of the multi-token

@@ -31,7 +31,6 @@
 
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mm.cuh"
-#include "cuda/tern_wg_plan.h"
 extern "C" {
 #include "core/dtype.h"
 #include "core/err.h"
@@ -728,14 +727,15 @@ static void test_mt_default(void) {
     /* (16 tokens on 4100 x 4608 are the wgmma GEMM's by default now: the K split forced 7) */
     const int64_t n16[] = {16};
     forced_variants("gemv mt forced", 7, shapes + 3, 1, n16, 1, variants, 1);
-    /* 3 x 2^24 .. 2^27 weights in one wave of row tiles: the 8-token tiles of the KW kernel */
+    /* 3 x 2^24 .. 2^27 weights in one wave of row tiles: the 8-token tiles of the KW kernel
+     * (16400 x 4100: 67.2M weights, 129 row tiles; 4100 x 12300: 50.4M, 33) */
     const int n_sm = sm_count();
-    const char *big = tern_wg_kw8(16400, 4100, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=68520";
-    const char *wide = tern_wg_kw8(4100, 12300, n_sm) ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=65420";
-    const char *mid16 = (4100 + TERN_WG_ROWS - 1) / TERN_WG_ROWS <= n_sm ? "wgmma nt=16 sets=2 kw=2 "
-                                                                          : "gemv_tbm mt v=65540";
-    const char *tall16 = (18432 + TERN_WG_ROWS - 1) / TERN_WG_ROWS <= n_sm ? "wgmma nt=16 sets=2 kw=2 "
-                                                                           : "gemv_tbm mt v=65540";
+    const char *big = n_sm >= 129 ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=68520";
+    const char *wide = n_sm >= 33 ? "wgmma nt=8 sets=1 kw=2 " : "gemv_tbm mt v=65420";
+    /* 16 tokens above 17.5M weights: the KW kernel where the row tiles are one wave
+     * (4100 x 4608: 33 row tiles; 18432 x 1024: 144) */
+    const char *mid16 = n_sm >= 33 ? "wgmma nt=16 sets=2 kw=2 " : "gemv_tbm mt v=65540";
+    const char *tall16 = n_sm >= 144 ? "wgmma nt=16 sets=2 kw=2 " : "gemv_tbm mt v=65540";
     struct {
         Shape2 sh;
         int64_t n;
