@@ -1,7 +1,7 @@
 /* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
- *                       [--sweep-decode | --sweep-only NAME|var_V] [--decode-variant V]
+ *                       [--sweep-decode | --sweep-only NAME|var_V[,V..]] [--decode-variant V]
  *                       [--ms M1,M2,..|none]
  *                       [--shape NxK]
  *
@@ -261,7 +261,7 @@ int main(int argc, char **argv) {
     int quick = 0, sweep = 0, mma_rate = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
-    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V: bmma variant V */
+    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V[,V..]: bmma variants */
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -286,7 +286,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
-            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V] "
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V[,V..]] "
                 "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--mma-rate] "
                 "(unknown argument %s)",
                 argv[i]);
@@ -440,18 +440,27 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
-            /* --sweep-only var_V: the one-token int8 GEMV on the binary tensor cores (forced kernel
-             * 6) with decode variant V: 0, 5UC00 or 6abcd */
+            /* --sweep-only var_V[,V..]: the one-token int8 GEMV on the binary tensor cores (forced
+             * kernel 6) with decode variants V: 5UC00 or 6abcd, each timed as entry "var_V" */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
+            bool vars_only = false;
             if (sweep_only && !strncmp(sweep_only, "var_", 4)) {
-                char *end = nullptr;
-                const long v = strtol(sweep_only + 4, &end, 10);
-                if (end == sweep_only + 4 || *end || v < 50000 || v >= 70000)
-                    DIE("--sweep-only %s: var_V takes a variant 5UC00 or 6abcd of the binary tensor-core GEMV",
-                        sweep_only);
-                list.push_back({sweep_only, 6, (int)v, 1});
-            }
-            if (sweep_only) { /* a name that is not an entry would time nothing */
+                list.clear();
+                vars_only = true;
+                for (const char *c = sweep_only + 4;;) {
+                    char *end = nullptr;
+                    const long v = strtol(c, &end, 10);
+                    if (end == c || (*end && *end != ',') || v < 50000 || v >= 70000)
+                        DIE("--sweep-only %s: var_V[,V..] takes variants 5UC00 or 6abcd of the binary "
+                            "tensor-core GEMV",
+                            sweep_only);
+                    char *nm = (char *)malloc(16);
+                    snprintf(nm, 16, "var_%ld", v);
+                    list.push_back({nm, 6, (int)v, 1});
+                    if (!*end) break;
+                    c = end + 1;
+                }
+            } else if (sweep_only) { /* a name that is not an entry would time nothing */
                 bool known = false;
                 for (const SweepK &k : list) known = known || !strcmp(sweep_only, k.name);
                 if (!known) DIE("--sweep-only %s: not a sweep entry (see the list in experiments/bench_gpu.cu)",
@@ -461,7 +470,7 @@ int main(int argc, char **argv) {
             for (const SweepK &k : list)
                 for (int64_t M : {1, 2, 4, 8, 16}) {
                     if ((k.tokens == 1 && M > 1) || (k.tokens == 3 && (M == 2 || M == 4))) continue;
-                    if (sweep_only && strcmp(sweep_only, k.name)) continue;
+                    if (sweep_only && !vars_only && strcmp(sweep_only, k.name)) continue;
                     if (k.force == -2) {
                         float *xf;
                         unsigned *xmax, one = 0x3f800000u; /* |x| <= ~1 (codes clamp past it) */

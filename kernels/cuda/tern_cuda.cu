@@ -111,15 +111,12 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
         }
     }
     if (W->cols >= 8192 && W->cols <= 4194304) {
-        if (v == 0 && W->cols <= 65536 && W->rows >= 4096 && weights >= ((int64_t)48 << 20))
-            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : 63530;
+        if (v == 0 && W->cols <= 65536 && W->rows >= 4096)
+            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : weights >= ((int64_t)48 << 20) ? 63530 : 65820;
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
-        if (v == 0 && W->cols <= 6144)
-            *tbm = weights >= ((int64_t)64 << 20)                                         ? 63520
-                   : weights >= ((int64_t)40 << 20) && weights < ((int64_t)56 << 20) ? 63521
-                                                                                     : 64520;
+        if (v == 0 && W->cols <= 6144) *tbm = weights >= ((int64_t)40 << 20) ? 63520 : 64520;
         return *tbm ? 6 : 3;
     }
     if (v == 0 && W->cols <= 6144 && weights >= ((int64_t)18 << 20)) {
@@ -379,22 +376,24 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * copy engine (tern_gemv_bmma.cu's gemv_i8_tbm; H200, M = 1, us): rows of
      * <= 6144 columns with >= 32M weights variant 64520 (units of 4 tiles, 2
      * stages; 14336 x 4096 6.8 vs 7.2 multi-row; M = 2^20 weights here),
-     * from 64M weights 63520 (units of 2 tiles, two consumer warps per tile;
+     * from 40M weights 63520 (units of 2 tiles, two consumer warps per tile;
      * 73728 x 4608 25.3 vs 26.1, 36864 x 4608 14.7 vs 15.4, 22016 x 4096 9.05
-     * vs 9.2), and 64520 down to 18M weights (4608 x 4096 4.26 vs 4.61 one
-     * warp per row; 4096 x 4096, 16M, stays with it: 3.5 vs 4.0), rows of
-     * 8192 .. 65536 columns with >= 48M weights in >= 4096 rows 63530 (two
+     * vs 9.2, 10240 .. 13568 rows of 4096 columns 5.56 .. 6.78 vs 6.40 ..
+     * 7.00), and 64520 down to 18M weights (4608 x 4096 4.26 vs 4.61 one
+     * warp per row; 4096 x 4096, 16M, stays with it: 3.5 vs 4.0); rows of
+     * 8192 .. 65536 columns in >= 4096 rows 65820 (two tiles a unit, four
+     * consumer warps per tile, slices to 48 blocks; 4096 x 8192 4.87 vs 6.36
+     * bmma, 4096 x 11008 5.95 vs 7.54), from 48M weights 63530 (two
      * consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma, 4608 x
      * 36864 15.3 vs 18.2), from 128M weights 63520 (4608 x 36864 15.35 vs
      * 15.8).  Chosen end to end (bench-e2e, B = 1, same runs): 63520 from 64M
      * weights took 7B 671-684 -> 699-707 tok/s, 27B 269-272 -> 273-274; then
      * 64520 from 18M and 63520 from 128M 27B 271-272 -> 276-278 (7B, which
-     * has neither shape, 700-706 either way).  40M .. 56M weights in <= 6144
-     * columns take 63521 (one CTA per SM: the next kernel's CTAs fit beside
-     * it), chosen end to end: the 7B's q|k|v 12288 x 4096 (48M) on 63521,
-     * four rounds in two runs, 815-821 -> 825-834 tok/s (alone 6.60 -> 6.40
-     * us); not below (the 27B's 8192 x 4608, 36M: 303 -> 298 tok/s, though
-     * 5.24 -> 4.56 us alone) nor from 56M (14336 x 4096 alone 6.8 -> 7.7 us).
+     * has neither shape, 700-706 either way); the 7B's q|k|v 12288 x 4096
+     * (48M) on 63520 rather than 63521 (one CTA per SM) 936-937 -> 945-946
+     * (two rounds), and 63521 took 10.7-12.4 us alone at 10752 .. 11520 and
+     * 12800 .. 13568 rows of 4096 columns (63520 5.6-6.8); not below 40M (the
+     * 27B's 8192 x 4608, 36M, 64520: 326 tok/s, 320 on 63520 or 63531).
      * (Two consumer warps per tile had once
      * lost in the decode step where the bench said they win: the planner
      * had split 22016 x 4096 into K slices of 4 blocks, 19.4 us instead of
@@ -676,25 +675,30 @@ int tern_cuda_glu_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float *d
     return 0;
 }
 
-/* The f32-input GEMV's variant where the int8 one-token dispatch takes the
- * register-fed binary GEMV (where it takes the bulk-copy kernel, that
- * variant): the bulk-copy kernel 65520 (four consumer warps per tile) in
- * >= 4096 rows of <= 65536 columns, else the register-fed kernel (0).  The
- * 7B's 4096 x 11008 down projection in the decode step (H200, same runs): the
- * register-fed kernel 743-746 tok/s, 63540 784-788 (63530 768-773, 64540
- * 723-727, 63560 740-745); later 63540 792-798, 65520 801-804 (five rounds). */
+/* The f32-input GEMV's variant in rows of >= 8192 columns (the int8
+ * one-token dispatch's class of the binary GEMVs; an R x C override of
+ * TERNLAB_CUDA_TBM still comes first): the bulk-copy kernel 65520 (four
+ * consumer warps per tile) in >= 4096 rows of <= 65536 columns, else the
+ * register-fed kernel (0).  The 7B's 4096 x 11008 down projection in the
+ * decode step (H200, same runs): the register-fed kernel 743-746 tok/s,
+ * 63540 784-788 (63530 768-773, 64540 723-727, 63560 740-745); later 63540
+ * 792-798, 65520 801-804 (five rounds); 936-938 against 928-929 on 65820,
+ * the int8 form's variant there.  The 27B's 4608 x 36864 (bench-e2e B = 1,
+ * two rounds): 326 tok/s against 322-323 on 63520, the int8 form's. */
 static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->cols <= 65536 ? 65520 : 0; }
 
 /* The kernel of W's f32-input form, by the int8 one-token dispatch
  * (gemv1_rule): 6 the binary tensor-core GEMVs (*tbm: the bulk-copy variant,
- * 0 for the register-fed kernel), 4 one warp per row (its f32 form,
- * tern_gemv_i8_rowscale_f32x), 0 none (the format, or the multi-row dp4a
- * GEMV's shapes); -1 (err_set) on a malformed TERNLAB_CUDA_TBM.
- * (fused_off() is the caller's.) */
+ * the dispatch's in rows of <= 6144 columns or an override's, else
+ * f32x_variant's; 0 for the register-fed kernel), 4 one warp per row (its
+ * f32 form, tern_gemv_i8_rowscale_f32x), 0 none (the format, or the
+ * multi-row dp4a GEMV's shapes); -1 (err_set) on a malformed
+ * TERNLAB_CUDA_TBM.  (fused_off() is the caller's.) */
 static int f32x_kernel(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
     const int k = gemv1_rule(W, 0, tbm);
+    if (k == 6 && W->cols >= 8192 && tbm_override(W) == 0) *tbm = f32x_variant(W);
     return k < 0 ? -1 : k == 6 || (k == 4 && W->row_bytes <= kTernWarpF32xRowBytes) ? k : 0;
 }
 
@@ -730,7 +734,7 @@ static int f32x_run(const TernCudaMatrix *W, const float *d_x, const unsigned *d
         if (tern_gemv_i8_rowscale_f32x(W, d_x, d_xmax, d_y, no, stream) < 0) return err_prefix("%s: ", who);
         return 0;
     }
-    const int v = fused_variant(tbm, 50000, f32x_variant(W), "f32x");
+    const int v = fused_variant(tbm, 50000, 0, "f32x");
     if (tern_gemv_i8_bmma_f32x(W, d_x, d_xmax, d_y, v, stream, def) < 0) return err_prefix("%s: ", who);
     return 0;
 }

@@ -566,14 +566,14 @@ static void test_wg_big_tiles(void) {
 }
 
 /* The default one-token dispatch to the bulk-copy GEMV: >= 18M weights in
- * rows of <= 6144 columns (variant 64520; from 64M weights 63520, from 40M to
- * 56M 63521; M = 2^20: 16400 x 4100 is 64.1M, 16300 x 4100 63.7M; 14400 x
- * 4100 56.3M, 12300 x 4100 48.1M, 10000 x 4100 39.1M; 4700 x 4100 18.4M,
- * 4400 x 4100 17.2M), >= 48M weights in rows of 8192 .. 65536 columns and >= 4096 rows
- * (63530, a K split; from 128M weights 63520: 4100 x 32800 is 128.3M), bit-identical to
- * the reference; the config names the variant.  Not taken: 4100 x 9000
- * (35.2M weights), 4095 rows, 6160 columns, a forced kernel, a decode
- * variant, TERNLAB_CUDA_GEMV1. */
+ * rows of <= 6144 columns (variant 64520; from 40M weights 63520; M = 2^20:
+ * 16400 x 4100 is 64.1M, 12300 x 4100 48.1M, 10240 x 4100 40.04M, 10000 x
+ * 4100 39.1M; 4700 x 4100 18.4M, 4400 x 4100 17.2M), rows of 8192 .. 65536
+ * columns in >= 4096 rows (65820; from 48M weights 63530, a K split: 4100 x
+ * 12300 is 48.1M, 4100 x 12200 47.7M; from 128M weights 63520: 4100 x 32800
+ * is 128.3M), bit-identical to the reference; the config names the variant.
+ * Not taken: 4095 rows, 6160 columns, a forced kernel, a decode variant,
+ * TERNLAB_CUDA_GEMV1. */
 static void test_gemv_default(void) {
     const Shape2 shapes[] = {{8200, 4100},  {4100, 12300}, {4100, 9000}, {16400, 4100},
                              {4700, 4100}, {4100, 32800}, {12300, 4100}};
@@ -586,14 +586,14 @@ static void test_gemv_default(void) {
         const char *env, *want;
     } cases[] = {
         {{8200, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},  {{4100, 12300}, 0, 0, NULL, "gemv_tbm v=63530"},
-        {{4100, 9000}, 0, 0, NULL, "gemv_bmma"},         {{4095, 12300}, 0, 0, NULL, "gemv_bmma"},
+        {{4100, 9000}, 0, 0, NULL, "gemv_tbm v=65820"},  {{4095, 12300}, 0, 0, NULL, "gemv_bmma"},
         {{8200, 6160}, 0, 0, NULL, "gemv_rows"},         {{8200, 4100}, 3, 0, NULL, "gemv_rows"},
         {{4100, 12300}, 0, 51400, NULL, "gemv_bmma"},    {{8200, 4100}, 0, 0, "bmma", "gemv_bmma"},
         {{8200, 4100}, 6, 64521, NULL, "gemv_tbm v=64521"}, {{16400, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
-        {{16300, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{4700, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
+        {{10240, 4100}, 0, 0, NULL, "gemv_tbm v=63520"}, {{4700, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
         {{4400, 4100}, 0, 0, NULL, "gemv_warp"},         {{4100, 32800}, 0, 0, NULL, "gemv_tbm v=63520"},
-        {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=63530"}, {{12300, 4100}, 0, 0, NULL, "gemv_tbm v=63521"},
-        {{14400, 4100}, 0, 0, NULL, "gemv_tbm v=64520"}, {{10000, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
+        {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=63530"}, {{12300, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
+        {{4100, 12200}, 0, 0, NULL, "gemv_tbm v=65820"}, {{10000, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
@@ -659,9 +659,10 @@ static void test_gemv_default(void) {
 /* tern_cuda_tbm_reserve: the one-token int8 bulk-copy GEMV sized for fewer
  * SMs.  The same bits as the reference under reserves 0, 1, 3 and one past
  * the SM count (clamped to SMs - 1) with the dispatch's variants 64520 (8200
- * x 4100), 63521 (12300 x 4100: at most one CTA per SM) and 63530 (4100 x
- * 12300, a K split); the config names the reserve and the grid where it is
- * > 0 and adds nothing at 0 (test_gemv_default's exact configs); 63521 takes
+ * x 4100) and 63530 (4100 x 12300, a K split), and 63521 (at most one CTA per
+ * SM) by tern_cuda_tbm_override for 12300 x 4100; the config names the
+ * reserve and the grid where it is > 0 and adds nothing at 0
+ * (test_gemv_default's exact configs); 63521 takes
  * at most SMs - R CTAs (or one a K slice); each shape takes no more CTAs at
  * a larger reserve, and 64520 strictly fewer at 3 than at 1; the setter
  * clamps a negative reserve to 0. */
@@ -672,6 +673,10 @@ static void test_tbm_reserve(void) {
     const int sms = sm_count();
     const int res[] = {0, 1, 3, sms + 1};
     int64_t prev[3] = {-1, -1, -1}; /* CTAs at the last reserve > 0 */
+    if (tern_cuda_tbm_override("12300x4100:63521") != 0) {
+        report(false, "gemv reserve: tern_cuda_tbm_override failed: %s", err_msg());
+        return;
+    }
     for (int ri = 0; ri < 4; ri++) {
         const int old = tern_cuda_tbm_reserve(res[ri]);
         char what[64];
@@ -704,6 +709,7 @@ static void test_tbm_reserve(void) {
         }
         tern_cuda_tbm_reserve(old);
     }
+    tern_cuda_tbm_override(NULL);
     const int old = tern_cuda_tbm_reserve(-5);
     report(tern_cuda_tbm_reserve_get() == 0, "tern_cuda_tbm_reserve(-5) reads back %d (want 0)",
            tern_cuda_tbm_reserve_get());
@@ -917,9 +923,10 @@ static void test_fused_mlp(void) {
     }
 
     const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 12304}, {300, 8192}, {8200, 4096}, {4100, 32768}};
-    /* the variant each takes by default (tern_cuda.cu f32x_variant: the int8 dispatch's bulk-copy
-     * variant, 65520 for the register-fed kernel's shapes in >= 4096 rows; 50000: register-fed) */
-    const int f32_default[] = {65520, 63530, 50000, 64520, 63520};
+    /* the variant each takes by default (tern_cuda.cu f32x_kernel: rows of >= 8192 columns 65520
+     * in >= 4096 rows, else the register-fed kernel, 50000; shorter ones the int8 dispatch's
+     * bulk-copy variant) */
+    const int f32_default[] = {65520, 65520, 50000, 64520, 65520};
     const int f32_vars[] = {0, 51400, 52200, 63530, 64520, 66520, 63520, 65520, 68520};
     for (size_t si = 0; si < sizeof f32_shapes / sizeof f32_shapes[0]; si++) {
         const Shape2 &sh = f32_shapes[si];
