@@ -116,7 +116,7 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
     int kw = 1;
     if (i8 && nt <= 16 && tern_wg_forced_kw(variant) > 1) {
         kw = tern_wg_forced_kw(variant);
-        one_a = nt == 8 || (variant >= 1000 && variant <= 1064);
+        one_a = nt == 8 || variant < 1100; /* 10KK: one set */
     } else if (i8 && nt == 16 && !force_one_a && !tern_wg_variant(variant) && gx * ((n + 15) / 16) <= n_sm) {
         kw = 2, one_a = 0;
     } else if (i8 && nt == 8 && !tern_wg_variant(variant) && tern_wg_kw8(rows, cols, n_sm)) {
