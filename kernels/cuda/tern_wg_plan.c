@@ -114,8 +114,9 @@ void tern_wg_tile(int i8, int64_t rows, int64_t n, int64_t cols, int64_t kt, int
      * ways) 19.9 split 3 ways / 20.4.  Knobs 10KK / 11KK: the KW kernel
      * with one / two A sets (8 tokens: one) for any such tile. */
     int kw = 1;
-    if (i8 && nt <= 16 && tern_wg_forced_kw(variant) > 1) {
-        kw = tern_wg_forced_kw(variant);
+    const int forced_kw = tern_wg_forced_kw(variant);
+    if (i8 && nt <= 16 && forced_kw > 1) {
+        kw = forced_kw;
         one_a = nt == 8 || variant < 1100; /* 10KK: one set */
     } else if (i8 && nt == 16 && !force_one_a && !tern_wg_variant(variant) && gx * ((n + 15) / 16) <= n_sm) {
         kw = 2, one_a = 0;
