@@ -3,7 +3,7 @@
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
  *                       [--sweep-decode | --sweep-only NAME|var_V[,V..]] [--decode-variant V]
  *                       [--ms M1,M2,..|none]
- *                       [--shape NxK]
+ *                       [--shape NxK] [--calls N]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
  * 36864x4608, 4608x36864 (--shape: one given shape instead); M (tokens) in
@@ -15,9 +15,11 @@
  *
  * Method (STYLE.md 7, METHOD.md): weights rotate over R device copies so that
  * R copies are >= 256 MB (L2 is 60 MB: a decode step streams weights from
- * HBM, never from L2); R calls are captured in one CUDA graph, warmed up,
- * and each replay timed with events; the median replay / R is the time of a
- * call.  The device-to-device copy bandwidth (1 GiB, bytes read + written:
+ * HBM, never from L2); C = max(R, N) calls cycling over the copies (--calls
+ * N, default 16) are captured in one CUDA graph, warmed up, and each replay
+ * timed with events; the median replay / C is the time of a call.  (With C =
+ * R, the dense bf16 weights of 36864 x 4608 — 340 MB, one copy — were one
+ * call per replay, so the replay's launch gap fell on cuBLAS alone.)  The device-to-device copy bandwidth (1 GiB, bytes read + written:
  * the larger of the medians of cudaMemcpyAsync and of a copy kernel,
  * tern_cuda_copy_bandwidth — the same measurement as bench-e2e's) is measured
  * in the same run and is the "physical limit" of the bandwidth fraction.  Effective bandwidth counts packed codes
@@ -204,15 +206,22 @@ static double median(std::vector<double> v) {
     return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
-/* Times fn(i) for i = 0..R-1 captured in one graph; returns seconds per call. */
+/* calls per graph at least (--calls): a replay's fixed cost (the graph's
+ * launch, the first kernel's start) is spread over as many calls for every
+ * kernel, whatever its copies */
+static int g_min_calls = 16;
+
+/* Times C = max(R, min_calls) calls fn(i % R), i = 0..C-1, captured in one
+ * graph (fn(i) uses copy i of R); returns seconds per call. */
 template <typename F>
-static double time_graph(cudaStream_t s, int R, F fn) {
+static double time_graph(cudaStream_t s, int R, F fn, int min_calls = g_min_calls) {
+    const int C = std::max(R, min_calls);
     for (int i = 0; i < R; i++) fn(i); /* eager warm-up: lazy init stays outside the capture */
     CK(cudaStreamSynchronize(s));
     cudaGraph_t g;
     cudaGraphExec_t ge;
     CK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
-    for (int i = 0; i < R; i++) fn(i);
+    for (int i = 0; i < C; i++) fn(i % R);
     CK(cudaStreamEndCapture(s, &g));
     CK(cudaGraphInstantiate(&ge, g, 0));
     for (int i = 0; i < WARMUP; i++) CK(cudaGraphLaunch(ge, s));
@@ -227,7 +236,7 @@ static double time_graph(cudaStream_t s, int R, F fn) {
         CK(cudaEventSynchronize(b));
         float ms;
         CK(cudaEventElapsedTime(&ms, a, b));
-        t.push_back(ms * 1e-3 / R);
+        t.push_back(ms * 1e-3 / C);
     }
     CK(cudaGetLastError());
     cudaEventDestroy(a);
@@ -241,7 +250,7 @@ static double time_graph(cudaStream_t s, int R, F fn) {
 template <bool B1, int CH>
 static void mma_rate_row(cudaStream_t s, const cudaDeviceProp &prop, int warps, double clk_ghz, unsigned *sink) {
     const int iters = 4096, sms = prop.multiProcessorCount;
-    const double t = time_graph(s, 1, [&](int) { mma_rate_kernel<B1, CH><<<sms, 32 * warps, 0, s>>>(iters, sink); });
+    const double t = time_graph(s, 1, [&](int) { mma_rate_kernel<B1, CH><<<sms, 32 * warps, 0, s>>>(iters, sink); }, 1);
     const double per_sm = (double)warps * iters * CH / (t * 1e6); /* MMAs per SM per us */
     printf("mma rate: %s, %2d warps/SM, %d chains: %5.0f MMAs per SM per us, %6.2f cycles per MMA per warp "
            "(%.2f GHz)\n",
@@ -271,6 +280,12 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--mma-rate")) mma_rate = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) shape_arg = argv[++i];
+        else if (!strcmp(argv[i], "--calls") && i + 1 < argc) {
+            char *end = nullptr;
+            const long c = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || c < 1 || c > 4096) DIE("--calls %s: expected 1 .. 4096 calls per graph", argv[i]);
+            g_min_calls = (int)c;
+        }
         else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
             const char *k = argv[++i];
             if (strlen(k) != 1 || k[0] < '0' || k[0] > '6')
@@ -287,7 +302,7 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V[,V..]] "
-                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--mma-rate] "
+                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--calls N] [--mma-rate] "
                 "(unknown argument %s)",
                 argv[i]);
     }
@@ -624,10 +639,10 @@ int main(int argc, char **argv) {
         fprintf(o, "GPU: %s (%d SMs). D2D copy bandwidth %.0f GB/s (read + write, 1 GiB, same run; "
                    "max of cudaMemcpyAsync %.0f and a copy kernel %.0f). "
                    "Ternary weights: 2-bit codes + f32 scales (group %s). Times: median of %d CUDA-graph "
-                   "replays, weights rotated over >= 256 MB. x = speedup over cuBLAS BF16 "
+                   "replays of >= %d calls each, weights rotated over >= 256 MB. x = speedup over cuBLAS BF16 "
                    "(cublasGemmEx, fp32 accumulate, f32 out).\n\n",
                 prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
-                quant_group_name(grp), REPS);
+                quant_group_name(grp), REPS, g_min_calls);
         fprintf(o, "| N x K | M | cuBLAS bf16 us | TFLOP/s | tern bf16 us | GB/s | %% copy | x cuBLAS | "
                    "tern int8 us | GB/s | %% copy | x cuBLAS | TFLOP/s |\n");
         fprintf(o, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
