@@ -110,6 +110,9 @@ __device__ __forceinline__ WgPlace wg_place(const WgGrid &gr) {
     return p;
 }
 
+#ifndef TERN_WG_EARLY
+#define TERN_WG_EARLY 1 /* the first stages' codes and the row scales before the PDL wait (0: after it) */
+#endif
 #ifndef TERN_WG_KW_STP
 #define TERN_WG_KW_STP 6 /* slots per warpgroup pair of the KW kernels (4: 0-1 % slower) */
 #endif
@@ -320,15 +323,26 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     const int SPP = (int)a.kblocks * SPB, KT = a.planes * SPP;
     const int kt0 = (int)((int64_t)KT * split / ksplit), kt1 = (int)((int64_t)KT * (split + 1) / ksplit);
 
-    /* thread 0 (PW: thread 256, the producer) issues a stage's copies: two
-     * 128-byte halves of activations (MC: one, into both CTAs) and the codes
-     * of its block */
+    /* thread 0 (PW: thread 256, the producer) issues a stage's copies: the
+     * codes of its block and two 128-byte halves of activations (MC: one,
+     * into both CTAs) */
     int i_plane = (kt0 + kh) / SPP, i_sp = (kt0 + kh) % SPP; /* the next stage to issue (KW: of this pair) */
     const uint32_t crank = MC ? tern_mbar::cluster_rank() : 0;
-    auto issue = [&](int slot) {
+    auto next_stage = [&](int &plane, int &sp) { /* (KW: this pair's next) */
+        if constexpr (KW > 1) {
+            for (sp += KW; sp >= SPP; sp -= SPP) plane++;
+        } else if (++sp == SPP) {
+            sp = 0, plane++;
+        }
+    };
+    auto issue_codes = [&](int slot, int sp) { /* with the slot's whole expectation */
+        const uint32_t bar = full_s + 8 * slot;
+        tern_mbar::expect_tx(bar, C_::SLOT); /* (MC: an activation half comes from the other CTA) */
+        tern_mbar::tma_load_2d(smem_s + slot * C_::SLOT + C_::X_BYTES, &tmc, (sp / SPB) * 64, (int)row0, bar);
+    };
+    auto issue_x = [&](int slot, int plane, int sp) {
         const uint32_t dst = smem_s + slot * C_::SLOT, bar = full_s + 8 * slot;
-        tern_mbar::expect_tx(bar, C_::SLOT); /* (MC: the other half comes from the other CTA) */
-        const int col0 = i_sp * (256 / esz), xrow = i_plane * (int)a.n + (int)tok0;
+        const int col0 = sp * (256 / esz), xrow = plane * (int)a.n + (int)tok0;
         if constexpr (MC) {
             tern_mbar::tma_load_2d_mc(dst + crank * (NT * 128), &tmx, col0 + (int)crank * (128 / esz), xrow, bar,
                                       (uint16_t)3);
@@ -336,22 +350,22 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
             tern_mbar::tma_load_2d(dst, &tmx, col0, xrow, bar);
             tern_mbar::tma_load_2d(dst + NT * 128, &tmx, col0 + 128 / esz, xrow, bar);
         }
-        tern_mbar::tma_load_2d(dst + C_::X_BYTES, &tmc, (i_sp / SPB) * 64, (int)row0, bar);
-        if constexpr (KW > 1) {
-            for (i_sp += KW; i_sp >= SPP; i_sp -= SPP) i_plane++;
-        } else if (++i_sp == SPP) {
-            i_sp = 0, i_plane++;
-        }
+    };
+    auto issue = [&](int slot) {
+        issue_codes(slot, i_sp);
+        issue_x(slot, i_plane, i_sp);
+        next_stage(i_plane, i_sp);
     };
 
     /* Launched as a programmatic dependent, this grid may start while the
      * previous one runs: the barriers (and the tensor maps' prefetch) before
-     * the wait, set up by the thread that issues the copies.  The first
-     * ST - 1 stages' copies (PW: ST; the consumers wait on them only after
-     * the prologue's barrier) go out ahead of the scales' loads (1-2 %
-     * faster at M = 64..2048), except for the offset-decoded int8 tiles of
-     * 8 / 16 tokens, where after them is 2-5 % faster (but 4096 x 4096: 7.1
-     * vs 6.9 us; H200, same run). */
+     * the wait, set up by the thread that issues the copies, and the first
+     * ST - 1 stages' codes (PW: ST; KW: each pair's issuer, its first STP - 1)
+     * with the row scales, which depend on no kernel (TERN_WG_EARLY 0: after
+     * the wait, as the activations).  The activations of those stages go out
+     * ahead of the token scales' loads (1-2 % faster at M = 64..2048),
+     * except for the offset-decoded int8 tiles of 8 / 16 tokens, where after
+     * them is 2-5 % faster (but 4096 x 4096: 7.1 vs 6.9 us; H200, same run). */
     constexpr int ISSUER = PW ? WG_THREADS : 0;
     if (tid == ISSUER) {
         asm volatile("prefetch.tensormap [%0];" ::"l"(reinterpret_cast<uint64_t>(&tmc)) : "memory");
@@ -362,22 +376,33 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
         tern_mbar::init_fence();
     }
     if constexpr (MC) tern_mbar::cluster_sync(); /* both CTAs' barriers set before any copy */
+    const bool issuer = PW ? tid == ISSUER : ptid == 0;
+    const int NFIRST = PW ? ST : STP - 1; /* stages issued before the main loop */
+    if constexpr (TERN_WG_EARLY) {
+        if constexpr (KW > 1) __syncthreads(); /* (pair 1's issuer: the barriers set by thread 0) */
+        if (issuer)
+            for (int p = 0, pl = i_plane, sp = i_sp; p < NFIRST && kt0 + kh + p * KW < kt1; p++) {
+                issue_codes(sb + p, sp);
+                next_stage(pl, sp);
+            }
+    }
+    for (int i = tid; i < WG_BN; i += WG_THREADS) s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
-    auto first_copies = [&] { /* (KW: each pair's issuer, its first STP - 1 stages) */
-        if (PW ? tid == ISSUER : ptid == 0)
-            for (int p = 0; p < (PW ? ST : STP - 1); p++)
-                if (kt0 + kh + p * KW < kt1) issue(sb + p);
+    auto first_copies = [&] {
+        if (issuer)
+            for (int p = 0; p < NFIRST && kt0 + kh + p * KW < kt1; p++) {
+                if (!TERN_WG_EARLY) issue_codes(sb + p, i_sp);
+                issue_x(sb + p, i_plane, i_sp);
+                next_stage(i_plane, i_sp);
+            }
     };
     if constexpr (!OFF) first_copies();
     /* int8: the epilogue divides by the token scales with div_rn_by where
      * every scale of the tile allows it (any other: __fdiv_rn throughout) */
     int slow_div = 0;
-    for (int i = tid; i < WG_BN; i += WG_THREADS) {
-        const float sr = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
-        s_scale[i] = sr;
-        if constexpr (I8) slow_div |= !tern_mm::div_scale_ok(sr, true);
-    }
+    if constexpr (I8)
+        for (int i = tid; i < WG_BN; i += WG_THREADS) slow_div |= !tern_mm::div_scale_ok(s_scale[i], true);
     if constexpr (I8)
         for (int i = tid; i < NT; i += WG_THREADS) {
             const float sx = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
