@@ -386,7 +386,8 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
                 next_stage(pl, sp);
             }
     }
-    for (int i = tid; i < WG_BN; i += WG_THREADS) s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
+    for (int i = tid; i < WG_BN; i += WG_THREADS)
+        s_scale[i] = row0 + i < a.rows ? a.scales[(row0 + i) * a.scale_stride] : 0.0f;
     pdl_wait();
     pdl_trigger(); /* the next kernel may take its place in the queue now */
     auto first_copies = [&] {
@@ -401,15 +402,16 @@ __device__ __forceinline__ void wg_gemm(const TernKArgs &a, const WgGrid &gr, co
     /* int8: the epilogue divides by the token scales with div_rn_by where
      * every scale of the tile allows it (any other: __fdiv_rn throughout) */
     int slow_div = 0;
-    if constexpr (I8)
-        for (int i = tid; i < WG_BN; i += WG_THREADS) slow_div |= !tern_mm::div_scale_ok(s_scale[i], true);
-    if constexpr (I8)
+    if constexpr (I8) {
+        for (int i = tid; i < WG_BN; i += WG_THREADS) /* (the row scales this thread stored) */
+            slow_div |= !tern_mm::div_scale_ok(s_scale[i], true);
         for (int i = tid; i < NT; i += WG_THREADS) {
             const float sx = tok0 + i < a.n ? a.sx[tok0 + i] : 1.0f;
             s_sx[i] = sx;
             s_rx[i] = __frcp_rn(sx);
             slow_div |= !tern_mm::div_scale_ok(sx, false);
         }
+    }
     if constexpr (OFF)
         for (int i = tid; i < NT; i += WG_THREADS) s_xs[i] = 0;
     if constexpr (I8) slow_div = __syncthreads_or(slow_div);
