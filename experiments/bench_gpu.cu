@@ -459,9 +459,11 @@ int main(int argc, char **argv) {
              * kernel 6) with decode variants V: 5UC00 or 6abcd, each timed as entry "var_V" */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
             bool vars_only = false;
+            std::vector<std::string> var_names; /* the entries' names (reserved: no reallocation) */
             if (sweep_only && !strncmp(sweep_only, "var_", 4)) {
                 list.clear();
                 vars_only = true;
+                var_names.reserve(std::count(sweep_only, sweep_only + strlen(sweep_only), ',') + 1);
                 for (const char *c = sweep_only + 4;;) {
                     char *end = nullptr;
                     const long v = strtol(c, &end, 10);
@@ -469,9 +471,8 @@ int main(int argc, char **argv) {
                         DIE("--sweep-only %s: var_V[,V..] takes variants 5UC00 or 6abcd of the binary "
                             "tensor-core GEMV",
                             sweep_only);
-                    char *nm = (char *)malloc(16);
-                    snprintf(nm, 16, "var_%ld", v);
-                    list.push_back({nm, 6, (int)v, 1});
+                    var_names.push_back("var_" + std::to_string(v));
+                    list.push_back({var_names.back().c_str(), 6, (int)v, 1});
                     if (!*end) break;
                     c = end + 1;
                 }
