@@ -1632,6 +1632,18 @@ TEST(cuda_refusals_are_clear) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "expected cpu or cuda"), "rc %d: %s", rc, out);
     free(out);
+    /* an on/off switch given anything but 0 / 1 is refused when the engine opens (GPU or not),
+     * where it had silently meant the default */
+    snprintf(cmd, sizeof cmd, "TERNLAB_CUDA_GRAPHS=off %s ppl --model %s --tokens %s --max-windows 1 --device cuda",
+             bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "TERNLAB_CUDA_GRAPHS=\"off\": expected 0 or 1"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "TERNLAB_CUDA_L2EF=no %s generate --model %s --prompt 1,2,3 --max-new 2 --device cuda",
+             bin_path("ternlab"), test_path(LLAMA_DIR));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "TERNLAB_CUDA_L2EF=\"no\""), "rc %d: %s", rc, out);
+    free(out);
     if (!gpu) { /* no GPU here: --device cuda is an error with the reason, not a crash */
         snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2,3 --max-new 2 --device cuda",
                  bin_path("ternlab"), test_path(LLAMA_DIR));

@@ -27,7 +27,7 @@ extern "C" {
 
 namespace {
 
-int g_force = 0;
+std::atomic<int> g_force{0}; /* tern_cuda_force_kernel (run() reads it once a call) */
 
 /* TERNLAB_CUDA_GEMV1: the one-token int8 GEMV for every such call (0: by
  * shape); anything else than bmma / rows / warp is an error (-1, err_set) */
@@ -93,23 +93,9 @@ int tbm_override(const TernCudaMatrix *W) {
     return 0;
 }
 
-/* The default one-token int8 GEMV for W (the comment in run() has the
- * measurements): 6 binary tensor cores (*tbm: the bulk-copy kernel's
- * variant where that one is taken, else 0; only with no development variant
- * v set), 3 multi-row dp4a, 4 one warp per row, 0 none of them; -1 on a
- * malformed TERNLAB_CUDA_TBM.  With no v, an R x C variant from
- * tern_cuda_tbm_override comes first. */
-int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
+/* gemv1_rule below by the shape alone (no override; *tbm: set to 0 by the caller) */
+int gemv1_shape(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
-    *tbm = 0;
-    if (v == 0) {
-        const int o = tbm_override(W);
-        if (o < 0) return -1;
-        if (o > 0) {
-            *tbm = o;
-            return 6;
-        }
-    }
     if (W->cols >= 8192 && W->cols <= 4194304) {
         if (v == 0 && W->cols <= 65536 && W->rows >= 4096)
             *tbm = weights >= ((int64_t)128 << 20) ? 63520 : weights >= ((int64_t)48 << 20) ? 63530 : 65820;
@@ -124,6 +110,25 @@ int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
         return 6;
     }
     return W->cols <= 16384 ? 4 : 0;
+}
+
+/* The default one-token int8 GEMV for W (the comment in run() has the
+ * measurements): 6 binary tensor cores (*tbm: the bulk-copy kernel's
+ * variant where that one is taken, else 0; only with no development variant
+ * v set), 3 multi-row dp4a, 4 one warp per row, 0 none of them; -1 on a
+ * malformed TERNLAB_CUDA_TBM.  With no v, an R x C variant from
+ * tern_cuda_tbm_override comes first. */
+int gemv1_rule(const TernCudaMatrix *W, int v, int *tbm) {
+    *tbm = 0;
+    if (v == 0) {
+        const int o = tbm_override(W);
+        if (o < 0) return -1;
+        if (o > 0) {
+            *tbm = o;
+            return 6;
+        }
+    }
+    return gemv1_shape(W, v, tbm);
 }
 
 std::atomic<int> g_pdl{-1}; /* -1: not yet read from TERNLAB_CUDA_PDL */
@@ -173,9 +178,11 @@ int ws_get(int slot, size_t bytes, void **out) {
         const size_t want = bytes < ((size_t)1 << 40) ? 2 * bytes : bytes;
         void *p = nullptr;
         cudaError_t e = cudaMalloc(&p, want);
-        if (e != cudaSuccess)
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError(); /* (not left for the next launch check) */
             return err_set("tern_cuda: workspace of %zu bytes: %s (use fewer tokens per call)",
                            want, cudaGetErrorString(e));
+        }
         if (slot == WS_CTR) {
             /* cudaMemset runs on the legacy stream, which does not order the
              * callers' non-blocking streams: wait for it here (growth only) */
@@ -311,6 +318,7 @@ static int mt_variant(const TernCudaMatrix *W) {
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
     tern_cuda_set_config(""); /* until a kernel is chosen */
+    const int force = g_force.load(std::memory_order_relaxed);
     if (check_matrix(W, who) < 0) return -1;
     if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
     if (n == 0) return 0;
@@ -331,7 +339,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * the wgmma GEMM with 8- / 16-token tiles measured as fast or faster on
      * the bench shapes (H200, n = 8: 4096 x 4096 8.1 vs 19.4 us, 36864 x 4608
      * 28.1 vs 28.5) but one (4608 x 36864, n = 16: 34.4 vs 31.5 us) */
-    const bool gemv = g_force == 1 || (g_force == 0 && n <= 16 && !(act == TACT_I8 && gu == 0));
+    const bool gemv = force == 1 || (force == 0 && n <= 16 && !(act == TACT_I8 && gu == 0));
     const int64_t kpad = W->kblocks * TERN_BLOCK;
     if (act == TACT_F32) { /* f32 = three exact bf16 planes (tern_mma.cuh) */
         void *ws;
@@ -402,13 +410,13 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
     const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
-    if ((g_force == 3 || g_force == 4 || g_force == 6) && !i8_one)
+    if ((force == 3 || force == 4 || force == 6) && !i8_one)
         return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
                        "scale per row",
                        who);
-    int k1 = g_force, tbm = 0; /* tbm: the bulk-copy kernel's variant, 0: not taken */
+    int k1 = force, tbm = 0; /* tbm: the bulk-copy kernel's variant, 0: not taken */
     const int v = tern_cuda_decode_variant_get();
-    if (g_force == 0 && i8_one) {
+    if (force == 0 && i8_one) {
         k1 = gemv1_pick();
         if (k1 < 0) return err_prefix("%s: ", who);
         if (k1 == 0) k1 = gemv1_rule(W, v, &tbm);
@@ -439,11 +447,11 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * gemv_i8_tbm_mt), forced 7 (any such n, variant 6abcd or its own) or
      * where mt_rule takes it with no development variant set */
     const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
-    if (g_force == 7 && !i8_mt)
+    if (force == 7 && !i8_mt)
         return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "
                        "one scale per row or per tensor",
                        who);
-    if (g_force == 7 || (g_force == 0 && v == 0 && i8_mt && n >= 2 && mt_rule(W, n))) {
+    if (force == 7 || (force == 0 && v == 0 && i8_mt && n >= 2 && mt_rule(W, n))) {
         const int mv = v >= 60000 && v < 70000 ? v : mt_variant(W);
         bmma_config(mv, "mt");
         if (tern_gemv_i8_mt(W, static_cast<const int8_t *>(a.x), xc, d_sx, n, d_y, mv, s) < 0)
@@ -466,10 +474,10 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     }
     /* n > 16 (or forced 5), one scale per row: the wgmma GEMM; grouped
      * scales (or forced 2): the mma.sync GEMM */
-    if (g_force == 5 && gu != 0)
+    if (force == 5 && gu != 0)
         return err_set("%s: the wgmma GEMM takes one scale per row (group of %lld columns)", who,
                        (long long)W->group_cols);
-    if (g_force == 5 || (g_force == 0 && gu == 0)) {
+    if (force == 5 || (force == 0 && gu == 0)) {
         tern_cuda_set_config("wgmma"); /* the launch adds its tile, sets, split */
         if (tern_gemm_wg_launch(act, &a, s) < 0) return err_prefix("%s: ", who);
         return 0;
@@ -517,6 +525,7 @@ int tern_cuda_upload(const TernaryMatrix *W, TernCudaMatrix *out) {
     cudaError_t e;
     if ((e = cudaMalloc(&m.d_codes, code_bytes)) != cudaSuccess ||
         (e = cudaMalloc(&m.d_scales, scale_bytes)) != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not left for the next launch check) */
         tern_cuda_free(&m);
         return err_set("tern_cuda_upload: %lld x %lld matrix needs %zu device bytes: %s",
                        (long long)m.rows, (long long)m.cols,
@@ -579,11 +588,7 @@ static std::atomic<int> g_l2ef{-1}; /* -1: not yet read from TERNLAB_CUDA_L2EF *
 int tern_cuda_l2ef_get(void) { return env_switch(&g_l2ef, "TERNLAB_CUDA_L2EF"); }
 int tern_cuda_l2ef(int on) { return env_switch_set(&g_l2ef, "TERNLAB_CUDA_L2EF", on); }
 
-int tern_cuda_force_kernel(int which) {
-    int old = g_force;
-    g_force = which;
-    return old;
-}
+int tern_cuda_force_kernel(int which) { return g_force.exchange(which, std::memory_order_relaxed); }
 
 int tern_cuda_tbm_override(const char *spec) {
     std::vector<TbmOverride> l;
@@ -614,7 +619,7 @@ int tern_cuda_matmul_i8(const TernCudaMatrix *W, const int8_t *d_xq, const float
  * the separate kernels stay, so comparisons measure it), -1 (err_set) on a
  * malformed TERNLAB_CUDA_GEMV1, else 0. */
 static int fused_off(void) {
-    if (g_force != 0) return 1;
+    if (g_force.load(std::memory_order_relaxed) != 0) return 1;
     const int k = gemv1_pick();
     return k < 0 ? -1 : k != 0;
 }
@@ -697,9 +702,16 @@ static int f32x_variant(const TernCudaMatrix *W) { return W->rows >= 4096 && W->
 static int f32x_kernel(const TernCudaMatrix *W, int *tbm) {
     *tbm = 0;
     if (!W || !W->d_codes || W->n_groups != 1 || W->cols % 16 != 0 || W->row_bytes % 64 != 0) return 0;
-    const int k = gemv1_rule(W, 0, tbm);
-    if (k == 6 && W->cols >= 8192 && tbm_override(W) == 0) *tbm = f32x_variant(W);
-    return k < 0 ? -1 : k == 6 || (k == 4 && W->row_bytes <= kTernWarpF32xRowBytes) ? k : 0;
+    const int o = tbm_override(W);
+    if (o < 0) return -1;
+    int k = 6;
+    if (o > 0) {
+        *tbm = o;
+    } else {
+        k = gemv1_shape(W, 0, tbm);
+        if (k == 6 && W->cols >= 8192) *tbm = f32x_variant(W);
+    }
+    return k == 6 || (k == 4 && W->row_bytes <= kTernWarpF32xRowBytes) ? k : 0;
 }
 
 int tern_cuda_matmul_i8_f32x_kernel(const TernCudaMatrix *W) {
@@ -808,7 +820,8 @@ int median_ms(cudaStream_t s, int reps, F fn, float *out) {
     cudaEventDestroy(e1);
     if (err != cudaSuccess) return err_set("tern_cuda_copy_bandwidth: %s", cudaGetErrorString(err));
     std::sort(ms.begin(), ms.end());
-    *out = ms[ms.size() / 2];
+    const size_t h = ms.size() / 2;
+    *out = ms.size() % 2 ? ms[h] : 0.5f * (ms[h - 1] + ms[h]);
     return 0;
 }
 } // namespace
@@ -862,7 +875,11 @@ int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, in
         return err_set("tern_cuda_dense_bf16: shape exceeds cuBLAS's 32-bit dimensions");
     if (n == 0) return 0;
     const float alpha = 1.0f, beta = 0.0f;
-    CUBLAS_CHECK(cublasSetStream(h, stream));
+    /* (only where it differs: cublasSetStream also resets the handle's
+     * workspace to cuBLAS's default pool, dropping a cublasSetWorkspace) */
+    cudaStream_t cur = nullptr;
+    CUBLAS_CHECK(cublasGetStream(h, &cur));
+    if (cur != stream) CUBLAS_CHECK(cublasSetStream(h, stream));
     /* column-major view: y^T (rows, n) = W (cols, rows)^T @ x^T (cols, n) */
     CUBLAS_CHECK(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, (int)rows, (int)n, (int)cols, &alpha,
                               d_w, CUDA_R_16BF, (int)cols, d_x, CUDA_R_16BF, (int)cols, &beta, d_y,

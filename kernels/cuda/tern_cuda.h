@@ -272,7 +272,8 @@ int tern_cuda_copy_bandwidth(size_t bytes, int reps, double *memcpy_bps, double 
 /* Dense baseline through cuBLAS: y (n, rows) = x (n, cols) @ W^T with W bf16
  * (rows, cols) row-major, x bf16 (n, cols), fp32 accumulation
  * (cublasGemmEx, CUBLAS_COMPUTE_32F); y is f32 when y_f32, else bf16.
- * The handle's stream is set to `stream`. */
+ * The handle's stream is set to `stream` where it is another (cublasSetStream
+ * also drops a workspace given with cublasSetWorkspace: set the stream first). */
 int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, int64_t cols,
                          const uint16_t *d_x, int64_t n, void *d_y, int y_f32,
                          cudaStream_t stream);

@@ -167,6 +167,7 @@ int dmalloc(CE *g, void **p, size_t bytes, const char *what) {
     if (bytes == 0) bytes = 16;
     cudaError_t e = cudaMalloc(p, bytes);
     if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not left for the next launch check) */
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         *p = nullptr;
@@ -608,6 +609,7 @@ int ensure_rope(CE *g, Model *m, int64_t len) {
     cudaFree(g->d_cos);
     cudaFree(g->d_sin);
     g->d_cos = g->d_sin = nullptr;
+    g->rope_len = 0; /* (until the new tables are whole) */
     CUDA_CHECK(cudaMalloc(&g->d_cos, cnt * 4));
     CUDA_CHECK(cudaMalloc(&g->d_sin, cnt * 4));
     CUDA_CHECK(cudaMemcpy(g->d_cos, m->rope_cos, cnt * 4, cudaMemcpyHostToDevice));
@@ -619,19 +621,30 @@ int ensure_rope(CE *g, Model *m, int64_t len) {
 /* Device block-table rows for sequence ids [0, rows). */
 int ensure_rows(CE *g, int rows) {
     if (rows <= g->tab_rows) return 0;
-    int nr = std::max(rows, 2 * g->tab_rows);
+    /* (a table entry's index, sequence x stride + block, is an int32 on the device) */
+    if ((int64_t)rows * g->stride > INT32_MAX)
+        return err_set("cuda: block tables of %d sequences x %d blocks exceed 2^31 entries; use fewer "
+                       "sequences or KV blocks",
+                       rows, g->stride);
+    const int nrows = (int)std::min<int64_t>(std::max<int64_t>(rows, 2 * (int64_t)g->tab_rows),
+                                             INT32_MAX / std::max(g->stride, 1));
     drop_graph(g);
     g->last_eager_n = 0;
     int32_t *nt = nullptr;
-    const size_t old = (size_t)g->tab_rows * (size_t)g->stride, now = (size_t)nr * (size_t)g->stride;
+    const size_t old = (size_t)g->tab_rows * (size_t)g->stride, now = (size_t)nrows * (size_t)g->stride;
     CUDA_CHECK(cudaMalloc(&nt, now * 4));
-    CUDA_CHECK(cudaMemset(nt, 0xff, now * 4));
-    if (old) CUDA_CHECK(cudaMemcpy(nt, g->d_tab, old * 4, cudaMemcpyDeviceToDevice));
+    cudaError_t e = cudaMemset(nt, 0xff, now * 4);
+    if (e == cudaSuccess && old) e = cudaMemcpy(nt, g->d_tab, old * 4, cudaMemcpyDeviceToDevice);
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError();
+        cudaFree(nt);
+        return err_set("cuda: growing the block tables: %s", cudaGetErrorString(e));
+    }
     cudaFree(g->d_tab);
     g->d_tab = nt;
     g->shadow.resize(now, -1);
-    g->seen.resize((size_t)nr, 0);
-    g->tab_rows = nr;
+    g->seen.resize((size_t)nrows, 0);
+    g->tab_rows = nrows;
     return 0;
 }
 
@@ -650,6 +663,15 @@ struct StepPlan {
     /* the token inputs are on the device already (a chained step): not uploaded */
     bool skip_tok = false;
 };
+
+/* Table updates recorded in g->shadow (host_prepare) whose step never
+ * reached the device: marked unsent, so the next step carries them again. */
+void unsend_updates(CE *g, const int32_t *pairs, int32_t cnt) {
+    for (int32_t j = 0; j < cnt; j++) g->shadow[(size_t)pairs[2 * j]] = INT32_MIN;
+}
+void unsend_updates(CE *g, const StepPlan *p) {
+    if (p->n > 0) unsend_updates(g, g->h_in + 5 * p->n + 1, p->cnt);
+}
 
 int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
                  const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits,
@@ -691,7 +713,10 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
             int32_t *sh = g->shadow.data() + (size_t)seq[i] * (size_t)g->stride;
             for (int b = 0; b < sq->n_blocks; b++) {
                 if (sh[b] == sq->blocks[b]) continue;
-                if (cnt == g->u_cap) return err_set("cuda: block-table update overflow");
+                if (cnt == g->u_cap) {
+                    unsend_updates(g, pairs, cnt);
+                    return err_set("cuda: block-table update overflow");
+                }
                 pairs[2 * cnt] = seq[i] * g->stride + b;
                 pairs[2 * cnt + 1] = sq->blocks[b];
                 sh[b] = sq->blocks[b];
@@ -733,7 +758,7 @@ int upload_inputs(CE *g, const StepPlan *p) {
  * second time the same eligible shape comes) or eager launches.  amax > 0:
  * the argmax of the first amax logit rows into g->ids is part of the graph
  * (argmax_graph), and *in_graph says whether it was. */
-int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
+int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
     *in_graph = false;
     TRY(upload_inputs(g, p));
@@ -756,16 +781,18 @@ int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         if (rc == 0 && amax > 0) /* (eligible: the logit rows are the tokens') */
             rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
-        if (rc != 0) {
-            if (graph) cudaGraphDestroy(graph);
-            return err_prefix("capturing the decode step: ");
+        const char *stage = "capturing";
+        if (rc == 0 && e == cudaSuccess) {
+            stage = "instantiating";
+            e = cudaGraphInstantiate(&g->exec, graph, 0);
+            if (e != cudaSuccess) g->exec = nullptr;
         }
-        if (e != cudaSuccess) return err_set("cuda: capturing the decode step: %s", cudaGetErrorString(e));
-        e = cudaGraphInstantiate(&g->exec, graph, 0);
-        cudaGraphDestroy(graph);
-        if (e != cudaSuccess) {
-            g->exec = nullptr;
-            return err_set("cuda: instantiating the decode graph: %s", cudaGetErrorString(e));
+        if (graph) cudaGraphDestroy(graph);
+        if (rc != 0 || e != cudaSuccess) { /* eager launches next time, not the capture again */
+            g->last_eager_n = 0;
+            if (rc != 0) return err_prefix("capturing the decode step: ");
+            (void)cudaGetLastError();
+            return err_set("cuda: %s the decode step: %s", stage, cudaGetErrorString(e));
         }
         g->exec_n = n;
         g->exec_amax = amax;
@@ -779,6 +806,14 @@ int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         g->last_eager_n = p->eligible ? n : 0;
     }
     return 0;
+}
+
+/* step_enqueue; where it fails, the step's table updates are marked unsent
+ * (they reach the device only through its work) */
+int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
+    if (step_enqueue(g, p, amax, in_graph) == 0) return 0;
+    unsend_updates(g, p);
+    return -1;
 }
 
 #ifdef TERN_TRACE
@@ -839,6 +874,21 @@ int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
     return fwdc_argmax_rows(g->logits, rows, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st);
 }
 
+/* A rank's end after some rank failed to enqueue its step (tensor
+ * parallelism): its communicator aborted (which ends collectives waiting for
+ * the missing rank), its stream drained; the engine refuses later steps
+ * (ce_tp_forward).  own_rc: this rank's launch (its message kept). */
+int tp_abort_rank(CE *g, int own_rc) {
+#ifdef TL_HAVE_NCCL
+    if (g->comm) ncclCommAbort(g->comm);
+    g->comm = nullptr;
+#endif
+    cudaStreamSynchronize(g->st);
+    (void)cudaGetLastError();
+    drop_graph(g); /* (its collectives name the aborted communicator) */
+    return own_rc != 0 ? -1 : err_set("another rank failed to enqueue its step; the communicators were aborted");
+}
+
 /* One forward call, device side: step_launch, argmax / logits back (only
  * where nl_out > 0), synchronised at the end.  launched (tensor parallelism):
  * every rank meets there once its whole step is enqueued, before any rank
@@ -847,7 +897,7 @@ int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
  * the matching collectives can stall both (NCCL's notes on several GPUs per
  * process with CUDA graphs). */
 int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits,
-                pthread_barrier_t *launched = nullptr) {
+                pthread_barrier_t *launched = nullptr, std::atomic<bool> *launch_failed = nullptr) {
     if (p->n <= 0) return 0;
 #ifdef TERN_TRACE
     const bool traced = trace_begin(g, p);
@@ -858,7 +908,13 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     bool amax_done = false;
     const int rc = step_launch(g, p, amax, &amax_done);
     if (timed) cudaEventRecord(g->ev[1], g->st);
-    if (launched) pthread_barrier_wait(launched);
+    if (launched) {
+        if (rc != 0) launch_failed->store(true);
+        pthread_barrier_wait(launched);
+        /* a rank that did not enqueue its whole step leaves the others' collectives
+         * waiting for it on their GPUs: every rank aborts its communicator */
+        if (launch_failed->load()) return tp_abort_rank(g, rc);
+    }
     if (rc != 0) return -1;
     int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
     if (nl_out > 0 && argmax_out) { /* (amax_done only here: amax > 0 asks for both) */
@@ -1188,6 +1244,24 @@ bool env_on(const char *name) {
     return !(v && strcmp(v, "0") == 0);
 }
 
+/* The engine's on/off switches (env_on's above, TERNLAB_CUDA_ARGMAX_GRAPH,
+ * TERNLAB_CUDA_STEP_TIME, TERNLAB_CUDA_O_FUSE, and tern_cuda's
+ * TERNLAB_CUDA_PDL / TERNLAB_CUDA_L2EF) take 0 or 1 where set (empty: the
+ * default): any other value (off, no, false) is refused when an engine
+ * opens, where it would otherwise have meant the default. */
+int env_switches_check(void) {
+    static const char *const names[] = {"TERNLAB_CUDA_GRAPHS",   "TERNLAB_CUDA_GLU_FUSE",  "TERNLAB_CUDA_ATT_FUSE",
+                                        "TERNLAB_CUDA_DEFER",    "TERNLAB_CUDA_OMAX",      "TERNLAB_CUDA_NORM_FOLD",
+                                        "TERNLAB_CUDA_CHAIN",    "TERNLAB_CUDA_ARGMAX_GRAPH", "TERNLAB_CUDA_STEP_TIME",
+                                        "TERNLAB_CUDA_O_FUSE",   "TERNLAB_CUDA_PDL",       "TERNLAB_CUDA_L2EF"};
+    for (const char *n : names) {
+        const char *v = getenv(n);
+        if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
+            return err_set("%s=\"%s\": expected 0 or 1", n, v);
+    }
+    return 0;
+}
+
 /* TERNLAB_CUDA_O_FUSE: where the o projection codes its f32 input itself
  * (o_fused) instead of an int8 pass — by default (1) only on the one-warp
  * GEMV; "1" (2) on the binary tensor-core GEMVs too, off there by default
@@ -1395,6 +1469,9 @@ struct TpGpu {
     std::set<std::tuple<int64_t, int64_t, bool, bool, bool>> shapes;
     bool warm = false;
     std::atomic<bool> warm_failed{false};
+    /* a rank failed to enqueue its step (device_step): every rank aborted its
+     * communicator, and the engine refuses further steps */
+    std::atomic<bool> launch_failed{false};
     int32_t *argmax_out = nullptr;
     float *logits = nullptr;
     std::vector<int> rc;
@@ -1434,8 +1511,9 @@ int tp_rank_step(TpGpu *t, int r) {
             t->warm_failed = true;
             pthread_barrier_wait(&t->warmed);
         }
+        t->launch_failed.store(true); /* (the others' collectives would wait for this rank) */
         pthread_barrier_wait(&t->launched); /* the others wait there for every rank */
-        return err_set("cuda: cannot select GPU %d", g->gpu);
+        return tp_abort_rank(g, err_set("cuda: cannot select GPU %d", g->gpu));
     }
     if (r > 0) /* (its RoPE table and block-table rows were grown before the step) */
         memcpy(g->h_in, t->ce[0]->h_in, input_bytes(&t->plan));
@@ -1451,7 +1529,7 @@ int tp_rank_step(TpGpu *t, int r) {
         }
     }
     return device_step(g, &p, r == 0 ? t->plan.nl : 0, r == 0 ? t->argmax_out : nullptr,
-                       r == 0 ? t->logits : nullptr, &t->launched);
+                       r == 0 ? t->logits : nullptr, &t->launched, &t->launch_failed);
 }
 
 void *tp_worker(void *arg) {
@@ -1479,6 +1557,9 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
                   int64_t n_logits, float *logits) {
     TpGpu *t = static_cast<TpGpu *>(ctx);
     CE *g0 = t->ce[0];
+    if (t->launch_failed.load())
+        return err_set("tp: an earlier step failed on a rank and the communicators were aborted; open the "
+                       "engine again");
     if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
     StepPlan p;
     if (host_prepare(g0, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits, &p) != 0) return -1;
@@ -1492,12 +1573,20 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
      * while another's collectives are in flight */
     for (int r = 1; r < t->tp; r++) {
         CE *g = t->ce[(size_t)r];
-        if (cudaSetDevice(g->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g->gpu);
-        if (ensure_rope(g, const_cast<Model *>(m), g0->rope_len) != 0 ||
-            ensure_rows(g, g0->tab_rows) != 0)
-            return err_prefix("tp rank %d: ", r);
+        const int rc = cudaSetDevice(g->gpu) != cudaSuccess ? err_set("cuda: cannot select GPU %d", g->gpu)
+                       : ensure_rope(g, const_cast<Model *>(m), g0->rope_len) != 0 ||
+                               ensure_rows(g, g0->tab_rows) != 0
+                           ? err_prefix("tp rank %d: ", r)
+                           : 0;
+        if (rc != 0) {
+            unsend_updates(g0, &p);
+            return -1;
+        }
     }
-    if (cudaSetDevice(g0->gpu) != cudaSuccess) return err_set("cuda: cannot select GPU %d", g0->gpu);
+    if (cudaSetDevice(g0->gpu) != cudaSuccess) {
+        unsend_updates(g0, &p);
+        return err_set("cuda: cannot select GPU %d", g0->gpu);
+    }
     const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.distinct, p.eligible);
     t->warm = t->shapes.insert(shape).second;
     t->warm_failed = false;
@@ -1508,6 +1597,7 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     for (int r = 0; r < t->tp; r++)
         if (t->rc[(size_t)r] != 0) {
             if (t->warm) t->shapes.erase(shape); /* warm up again next time */
+            unsend_updates(g0, &p);               /* (every rank's tables take rank 0's updates) */
             return err_set("tp rank %d: %s", r, t->msg[(size_t)r].c_str());
         }
     update_lens(kv, seq, pos, n);
@@ -1539,7 +1629,10 @@ void tp_destroy(TpGpu *t) {
         }
     for (CE *g : t->ce) {
 #ifdef TL_HAVE_NCCL
-        if (g && g->comm) ncclCommDestroy(g->comm);
+        if (g && g->comm) { /* (after a failed step a peer's communicator is gone: abort, not destroy) */
+            if (t->launch_failed.load()) ncclCommAbort(g->comm);
+            else ncclCommDestroy(g->comm);
+        }
 #endif
         ce_destroy(g);
     }
@@ -1692,7 +1785,10 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
             rc = dalloc(g, &g->ones, (size_t)T, "tp ones") ||
                  dalloc(g, &g->amax, (size_t)T, "tp row maxima") ||
                  fwdc_fill(g->ones, T, 3, 1.0f, 0, g->st);
-        if (rc == 0 && cudaStreamSynchronize(g->st) != cudaSuccess) rc = err_set("cuda: setup failed");
+        if (rc == 0) {
+            const cudaError_t se = cudaStreamSynchronize(g->st);
+            if (se != cudaSuccess) rc = err_set("cuda: setting up rank %d: %s", r, cudaGetErrorString(se));
+        }
         if (rc == 0) step_bytes(g);
     }
     if (rc == 0) { /* NCCL: one communicator per GPU, NVLink multicast off */
@@ -1702,14 +1798,21 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
          * engine is open (restored by tp_destroy) */
         t->pdl_saved = tern_cuda_pdl(0);
         ncclUniqueId id;
+        cudaError_t de = cudaSuccess;
         ncclResult_t nr = ncclGetUniqueId(&id);
-        if (nr == ncclSuccess) nr = ncclGroupStart();
-        for (int r = 0; r < tp && nr == ncclSuccess; r++) {
-            cudaSetDevice(r);
-            nr = ncclCommInitRank(&t->ce[(size_t)r]->comm, tp, id, r);
+        if (nr == ncclSuccess && (nr = ncclGroupStart()) == ncclSuccess) {
+            for (int r = 0; r < tp && nr == ncclSuccess && de == cudaSuccess; r++)
+                if ((de = cudaSetDevice(t->ce[(size_t)r]->gpu)) == cudaSuccess)
+                    nr = ncclCommInitRank(&t->ce[(size_t)r]->comm, tp, id, r);
+            const ncclResult_t ne = ncclGroupEnd(); /* (always, once the group is open) */
+            if (nr == ncclSuccess) nr = ne;
         }
-        if (nr == ncclSuccess) nr = ncclGroupEnd();
-        if (nr != ncclSuccess) rc = err_set("NCCL initialisation failed: %s", ncclGetErrorString(nr));
+        if (nr != ncclSuccess || de != cudaSuccess) {
+            for (CE *g : t->ce) /* (half-made communicators: aborted, not destroyed) */
+                if (g->comm) ncclCommAbort(g->comm), g->comm = nullptr;
+            rc = de != cudaSuccess ? err_set("NCCL initialisation: cannot select a GPU: %s", cudaGetErrorString(de))
+                                   : err_set("NCCL initialisation failed: %s", ncclGetErrorString(nr));
+        }
     }
     if (rc == 0) {
         pthread_barrier_init(&t->go, nullptr, (unsigned)tp);
@@ -1769,6 +1872,7 @@ int cuda_backend_available(char *why, size_t n) {
 
 int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
     char why[256];
+    if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
     if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
     if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
     CE *g = nullptr;
@@ -1779,6 +1883,7 @@ int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
 
 int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn) {
     char why[256];
+    if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
     if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
     if (!o->bf16) return err_set("synthetic CUDA models run with bf16 activations (EngineOpts.bf16)");
     if (syn->tp > 1) return tp_open(e, m, o, syn->tp, syn);
@@ -1793,6 +1898,7 @@ int cuda_engine_is(const Engine *e) { return e->rs.hook == ce_forward || e->rs.h
 
 int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
     char why[256];
+    if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
     if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
     if (tp == 1) return cuda_engine_open(e, m, o);
     return tp_open(e, m, o, tp, nullptr);
@@ -1842,6 +1948,13 @@ int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, con
     if (B < 1 || B > g->max_tok)
         return err_set("decode chain: batch %d outside 1 .. %lld", B, (long long)g->max_tok);
     if (steps < 1) return 0;
+    /* (positions in the KV cache's reach before anything is sized by them) */
+    const int64_t cap = (int64_t)e->kv.n_blocks * e->kv.block_size;
+    for (int b = 0; b < B; b++)
+        if (pos0[b] < 0 || steps > cap || pos0[b] > cap - steps)
+            return err_set("decode chain: sequence %d from position %lld for %lld steps: outside the KV "
+                           "cache's %lld positions",
+                           b, (long long)pos0[b], (long long)steps, (long long)cap);
     CUDA_CHECK(cudaSetDevice(g->gpu));
     int32_t *const h_in = g->h_in;
     int32_t *const argmax_out = e->rs.argmax_out;
