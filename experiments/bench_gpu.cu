@@ -35,11 +35,13 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <errno.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <string>
 #include <vector>
 
@@ -47,6 +49,7 @@
 extern "C" {
 #include "core/dtype.h"
 #include "core/err.h"
+#include "core/mem.h"
 #include "quant/quant.h"
 }
 
@@ -210,11 +213,14 @@ static double median(std::vector<double> v) {
  * launch, the first kernel's start) is spread over as many calls for every
  * kernel, whatever its copies */
 static int g_min_calls = 16;
+/* a shape's calls per graph: the same for every kernel of the shape (the
+ * most copies any of them rotates over, at least g_min_calls) */
+static int g_shape_calls = 16;
 
 /* Times C = max(R, min_calls) calls fn(i % R), i = 0..C-1, captured in one
  * graph (fn(i) uses copy i of R); returns seconds per call. */
 template <typename F>
-static double time_graph(cudaStream_t s, int R, F fn, int min_calls = g_min_calls) {
+static double time_graph(cudaStream_t s, int R, F fn, int min_calls = g_shape_calls) {
     const int C = std::max(R, min_calls);
     for (int i = 0; i < R; i++) fn(i); /* eager warm-up: lazy init stays outside the capture */
     CK(cudaStreamSynchronize(s));
@@ -260,7 +266,7 @@ static void mma_rate_row(cudaStream_t s, const cudaDeviceProp &prop, int warps, 
 
 struct Row {
     int64_t N, K, M;
-    const char *kernel;
+    std::string kernel;
     double t, bytes, flops;
     std::string config = ""; /* the ternary kernel chosen (tern_cuda_last_config) */
 };
@@ -292,8 +298,13 @@ int main(int argc, char **argv) {
                 DIE("--force-kernel %s: expected 0 (automatic) .. 6 (see tern_cuda_force_kernel)", k);
             tern_cuda_force_kernel(k[0] - '0');
         }
-        else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc)
-            tern_cuda_decode_variant(atoi(argv[++i]));
+        else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc) {
+            char *end = nullptr;
+            const long v = strtol(argv[++i], &end, 10);
+            if (end == argv[i] || *end || v < 0 || v >= 70000)
+                DIE("--decode-variant %s: expected a variant number 0 .. 69999 (tern_cuda_decode_variant)", argv[i]);
+            tern_cuda_decode_variant((int)v);
+        }
         else if (!strcmp(argv[i], "--group") && i + 1 < argc) {
             const char *g = argv[++i];
             int ok = 0;
@@ -330,6 +341,8 @@ int main(int argc, char **argv) {
     void *cublas_ws;
     const size_t cublas_ws_bytes = 64u << 20;
     CK(cudaMalloc(&cublas_ws, cublas_ws_bytes));
+    /* the stream first: cublasSetStream resets the workspace to cuBLAS's own pool */
+    if (cublasSetStream(h, s) != CUBLAS_STATUS_SUCCESS) DIE("cublasSetStream failed");
     if (cublasSetWorkspace(h, cublas_ws, cublas_ws_bytes) != CUBLAS_STATUS_SUCCESS)
         DIE("cublasSetWorkspace failed");
 
@@ -376,6 +389,8 @@ int main(int argc, char **argv) {
             }
     }
     std::vector<Row> rows;
+    double rotated_min = INFINITY; /* the least weight bytes any timed graph rotated over */
+    int calls_min = 1 << 30, calls_max = 0;
 
     for (auto &sh : shapes) {
         const int64_t N = sh.N, K = sh.K;
@@ -396,6 +411,9 @@ int main(int argc, char **argv) {
         tern_free(&W);
         const double dbytes = (double)N * K * 2;
         const int Rd = (int)std::max<double>(1, ceil(ROTATE_BYTES / dbytes));
+        g_shape_calls = std::max({R, Rd, g_min_calls});
+        calls_min = std::min(calls_min, g_shape_calls), calls_max = std::max(calls_max, g_shape_calls);
+        rotated_min = std::min({rotated_min, R * (double)wbytes, Rd * dbytes});
         std::vector<uint16_t *> dWd((size_t)Rd);
         for (int i = 0; i < Rd; i++) {
             CK(cudaMalloc(&dWd[i], (size_t)dbytes));
@@ -544,10 +562,8 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
                         continue;
                     }
-                    char *nm = (char *)malloc(64);
-                    snprintf(nm, 64, "sweep_%s_i8", k.name);
                     double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
-                    rows.push_back({N, K, M, nm, t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
+                    rows.push_back({N, K, M, std::string("sweep_") + k.name + "_i8", t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
                                     2.0 * M * N * K, tern_cuda_last_config()});
                 }
             tern_cuda_decode_variant(oldv);
@@ -610,50 +626,58 @@ int main(int argc, char **argv) {
         for (auto p : dWd) CK(cudaFree(p));
     }
 
-    /* outputs */
-    mkdir(out, 0755);
+    /* outputs: each file whole or not at all (built in memory, then
+     * file_write_atomic); the markdown to stdout too */
+    if (mkdir(out, 0755) != 0 && errno != EEXIST) DIE("cannot create %s: %s", out, strerror(errno));
     char path[1024];
-    snprintf(path, sizeof path, "%s/bench_gpu.csv", out);
-    FILE *f = fopen(path, "w");
-    if (!f) DIE("cannot write %s", path);
-    fprintf(f, "# device=%s;sms=%d;copy_bw_gbs=%.1f;memcpy_bw_gbs=%.1f;kernel_copy_bw_gbs=%.1f;group=%s\n",
+    char *csv_buf = nullptr, *md_buf = nullptr;
+    size_t csv_len = 0, md_len = 0;
+    FILE *f = open_memstream(&csv_buf, &csv_len);
+    FILE *md = open_memstream(&md_buf, &md_len);
+    if (!f || !md) DIE("open_memstream: %s", strerror(errno));
+    char utc[32];
+    const time_t now = time(nullptr);
+    strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    fprintf(f, "# device=%s;sms=%d;copy_bw_gbs=%.1f;memcpy_bw_gbs=%.1f;kernel_copy_bw_gbs=%.1f;group=%s;"
+               "utc=%s;reps=%d;calls_min=%d;calls_max=%d;rotated_min_mb=%.0f\n",
             prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
-            quant_group_name(grp));
+            quant_group_name(grp), utc, REPS, calls_min, calls_max, rotated_min / 1e6);
     fprintf(f, "N,K,M,kernel,time_us,gbs,frac_copy,tflops,speedup_vs_cublas,config\n");
     auto base = [&](const Row &r) -> double {
         for (auto &b : rows)
-            if (b.N == r.N && b.K == r.K && b.M == r.M && !strcmp(b.kernel, "cublas_bf16")) return b.t;
+            if (b.N == r.N && b.K == r.K && b.M == r.M && b.kernel == "cublas_bf16") return b.t;
         return NAN;
     };
     for (auto &r : rows)
         fprintf(f, "%lld,%lld,%lld,%s,%.3f,%.1f,%.4f,%.2f,%.3f,%s\n", (long long)r.N, (long long)r.K,
-                (long long)r.M, r.kernel, r.t * 1e6, r.bytes / r.t / 1e9, r.bytes / r.t / copy_bw,
+                (long long)r.M, r.kernel.c_str(), r.t * 1e6, r.bytes / r.t / 1e9, r.bytes / r.t / copy_bw,
                 r.flops / r.t / 1e12, base(r) / r.t, r.config.c_str());
-    fclose(f);
 
-    snprintf(path, sizeof path, "%s/bench_gpu.md", out);
-    FILE *md = fopen(path, "w");
-    if (!md) DIE("cannot write %s", path);
     FILE *outs[2] = {stdout, md};
     for (FILE *o : outs) {
         fprintf(o, "\n<!-- generated by build/gpu/bench_gpu (experiments/bench_gpu.cu); do not edit -->\n");
         fprintf(o, "GPU: %s (%d SMs). D2D copy bandwidth %.0f GB/s (read + write, 1 GiB, same run; "
                    "max of cudaMemcpyAsync %.0f and a copy kernel %.0f). "
                    "Ternary weights: 2-bit codes + f32 scales (group %s). Times: median of %d CUDA-graph "
-                   "replays of >= %d calls each, weights rotated over >= 256 MB. x = speedup over cuBLAS BF16 "
-                   "(cublasGemmEx, fp32 accumulate, f32 out).\n\n",
+                   "replays, every kernel of a shape the same number of calls a replay (%d .. %d), "
+                   "weights rotated over >= %.0f MB. x = speedup over cuBLAS BF16 "
+                   "(cublasGemmEx, fp32 accumulate, f32 out). int8: activations quantised beforehand (the "
+                   "per-token quantisation, which the engine folds into the norm before each linear, is "
+                   "not timed). GB/s: the bytes each call must move (weights, scales, activations in, "
+                   "outputs out) over its time; at large M the kernels are compute-bound and it is not "
+                   "a bandwidth efficiency.\n\n",
                 prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
-                quant_group_name(grp), REPS, g_min_calls);
-        fprintf(o, "| N x K | M | cuBLAS bf16 us | TFLOP/s | tern bf16 us | GB/s | %% copy | x cuBLAS | "
-                   "tern int8 us | GB/s | %% copy | x cuBLAS | TFLOP/s |\n");
+                quant_group_name(grp), REPS, calls_min, calls_max, rotated_min / 1e6);
+        fprintf(o, "| N x K | M | cuBLAS bf16 us | cuBLAS TFLOP/s | tern bf16 us | bf16 GB/s | bf16 %% copy | "
+                   "bf16 x cuBLAS | tern int8 us | int8 GB/s | int8 %% copy | int8 x cuBLAS | int8 TOP/s |\n");
         fprintf(o, "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
         for (auto &r : rows) {
-            if (strcmp(r.kernel, "cublas_bf16")) continue;
+            if (r.kernel != "cublas_bf16") continue;
             const Row *tb = nullptr, *ti = nullptr;
             for (auto &q : rows)
                 if (q.N == r.N && q.K == r.K && q.M == r.M) {
-                    if (!strcmp(q.kernel, "tern_bf16")) tb = &q;
-                    if (!strcmp(q.kernel, "tern_i8")) ti = &q;
+                    if (q.kernel == "tern_bf16") tb = &q;
+                    if (q.kernel == "tern_i8") ti = &q;
                 }
             fprintf(o,
                     "| %lldx%lld | %lld | %.1f | %.0f | %.1f | %.0f | %.0f%% | %.2f | %.1f | %.0f | "
@@ -664,13 +688,19 @@ int main(int argc, char **argv) {
                     100 * ti->bytes / ti->t / copy_bw, r.t / ti->t, ti->flops / ti->t / 1e12);
         }
     }
-    fclose(md);
+    if (fclose(f) != 0 || fclose(md) != 0) DIE("building the outputs: %s", strerror(errno));
+    snprintf(path, sizeof path, "%s/bench_gpu.csv", out);
+    if (file_write_atomic(path, csv_buf, csv_len) != 0) DIE("%s", err_msg());
+    snprintf(path, sizeof path, "%s/bench_gpu.md", out);
+    if (file_write_atomic(path, md_buf, md_len) != 0) DIE("%s", err_msg());
+    free(csv_buf);
+    free(md_buf);
     if (sweep) {
         printf("\ndecode sweep (us, GB/s, %% of copy):\n");
         for (auto &r : rows)
-            if (!strncmp(r.kernel, "sweep_", 6))
+            if (r.kernel.compare(0, 6, "sweep_") == 0)
                 printf("  %6lldx%-6lld M=%-3lld %-28s %8.2f us %6.0f GB/s %4.0f%%\n", (long long)r.N,
-                       (long long)r.K, (long long)r.M, r.kernel, r.t * 1e6, r.bytes / r.t / 1e9,
+                       (long long)r.K, (long long)r.M, r.kernel.c_str(), r.t * 1e6, r.bytes / r.t / 1e9,
                        100 * r.bytes / r.t / copy_bw);
     }
     printf("\nwrote %s/bench_gpu.csv and %s/bench_gpu.md\n", out, out);

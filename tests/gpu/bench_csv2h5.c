@@ -3,7 +3,10 @@
  * src/log/h5log.h.  Usage: bench_csv2h5 IN.csv OUT.h5
  *
  * Layout: root attributes experiment = "bench-gpu", device, sms, group,
- * copy_bw_gbs (from the CSV's "# key=value;..." header) and the provenance
+ * copy_bw_gbs (from the CSV's "# key=value;..." header), every key of that
+ * header also as a string attribute "run_<key>" (the run's own record:
+ * run_utc, run_reps, run_calls_min .. where bench_gpu wrote them; the
+ * provenance attributes describe the conversion) and the provenance
  * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
  * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64) and,
  * when the CSV has the column (bench_gpu from 6e90586 on), /bench/config
@@ -39,12 +42,13 @@ int main(int argc, char **argv) {
     static char kname[MAX_ROWS][32], cfg[MAX_ROWS][96];
     const char *kp[MAX_ROWS], *cp[MAX_ROWS];
     int has_cfg = 0;
-    char line[1024], device[256] = "unknown", group[32] = "unknown";
+    char line[1024], device[256] = "unknown", group[32] = "unknown", header[1024] = "";
     double copy_bw = 0;
     int sms = 0, n = 0;
     while (fgets(line, sizeof line, f)) {
         if (line[0] == '#') {
             char *p;
+            if (!header[0]) snprintf(header, sizeof header, "%s", line + 1 + (line[1] == ' '));
             if ((p = strstr(line, "device="))) sscanf(p, "device=%255[^;\n]", device);
             if ((p = strstr(line, "sms="))) sscanf(p, "sms=%d", &sms);
             if ((p = strstr(line, "copy_bw_gbs="))) sscanf(p, "copy_bw_gbs=%lf", &copy_bw);
@@ -95,6 +99,18 @@ int main(int argc, char **argv) {
         (has_cfg && h5log_strings(lg, "/bench/config", cp, n))) {
         h5log_abort(lg);
         return fail("write");
+    }
+    /* the header's key=value pairs, each as run_<key> */
+    header[strcspn(header, "\r\n")] = 0;
+    for (char *save = NULL, *kv = strtok_r(header, ";", &save); kv; kv = strtok_r(NULL, ";", &save)) {
+        char *eq = strchr(kv, '=');
+        if (!eq || eq == kv || eq - kv > 40) continue;
+        char name[48];
+        snprintf(name, sizeof name, "run_%.*s", (int)(eq - kv), kv);
+        if (h5log_attr_str(lg, "/", name, eq + 1)) {
+            h5log_abort(lg);
+            return fail("write");
+        }
     }
     if (h5log_commit(lg)) return fail("commit");
     printf("wrote %s (%d rows)\n", argv[2], n);
