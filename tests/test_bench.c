@@ -101,7 +101,10 @@ TEST(bench_e2e_bad_tbm_env) {
 TEST(bench_e2e_bad_arguments) {
     const char *bad[] = {"--shapes foo", "--steps 999999999", "--batches 1,x", "--tp 0",
                          "--prompt -5", "--prefill 100000", "--nosuch 1", "--configs bf16,fp8",
-                         "--shapes 7b,27b,tiny,7b,27b,tiny,7b --tp 1,2,3,4 --batches 1,2,3,4,5,6,7,8"};
+                         "--shapes 7b,27b,tiny,7b,27b,tiny,7b --tp 1,2,3,4 --batches 1,2,3,4,5,6,7,8",
+                         /* more values than the lists hold, trailing characters, a list past its buffer */
+                         "--batches 1,2,3,4,5,6,7,8,9", "--tp 1,2,3,4,1", "--prompt 32x", "--steps 4.5",
+                         "--shapes 7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s bench-e2e %s", bin_path("ternlab"), bad[i]);
