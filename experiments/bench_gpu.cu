@@ -14,14 +14,20 @@
  * ours, the baseline of the ratios) and cublas_bf16_o16 (bf16 out, shown).
  *
  * Method (STYLE.md 7, METHOD.md): weights rotate over R device copies so that
- * R copies are >= 256 MB (L2 is 60 MB: a decode step streams weights from
- * HBM, never from L2); C = max(R, N) calls cycling over the copies (--calls
- * N, default 16) are captured in one CUDA graph, warmed up, and each replay
- * timed with events; the median replay / C is the time of a call.  (With C =
- * R, the dense bf16 weights of 36864 x 4608 — 340 MB, one copy — were one
- * call per replay, so the replay's launch gap fell on cuBLAS alone.)  The device-to-device copy bandwidth (1 GiB, bytes read + written:
+ * R copies are >= 256 MB where at most 64 copies reach it (L2 is 60 MB: a
+ * decode step streams weights from HBM, never from L2; the header states
+ * the least any timed graph rotated over); every kernel of a shape runs C =
+ * max(R of any of its kernels, --calls N, default 16) calls a graph, cycling
+ * over its own copies, captured in one CUDA graph, warmed up, and each
+ * replay timed with events; the median replay / C is the time of a call.
+ * (With C = R, the dense bf16 weights of 36864 x 4608 — 340 MB, one copy —
+ * were one call per replay, so the replay's launch gap fell on cuBLAS
+ * alone; until the thirty-second session C was max(R, N) per kernel, 16
+ * for cuBLAS against up to 61 for the ternary kernels.)  int8 activations
+ * are quantised before the timing (the per-token pass is not timed).  The
+ * device-to-device copy bandwidth (1 GiB, bytes read + written:
  * the larger of the medians of cudaMemcpyAsync and of a copy kernel,
- * tern_cuda_copy_bandwidth — the same measurement as bench-e2e's) is measured
+ * tern_cuda_copy_bandwidth, as bench-e2e measures it) is measured
  * in the same run and is the "physical limit" of the bandwidth fraction.  Effective bandwidth counts packed codes
  * + f32 scales (+ dense bf16 weights for cuBLAS) + activations read +
  * outputs written, each once.
@@ -662,7 +668,7 @@ int main(int argc, char **argv) {
                    "replays, every kernel of a shape the same number of calls a replay (%d .. %d), "
                    "weights rotated over >= %.0f MB. x = speedup over cuBLAS BF16 "
                    "(cublasGemmEx, fp32 accumulate, f32 out). int8: activations quantised beforehand (the "
-                   "per-token quantisation, which the engine folds into the norm before each linear, is "
+                   "per-token quantisation, which the engine does in the kernel before each linear, is "
                    "not timed). GB/s: the bytes each call must move (weights, scales, activations in, "
                    "outputs out) over its time; at large M the kernels are compute-bound and it is not "
                    "a bandwidth efficiency.\n\n",

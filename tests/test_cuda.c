@@ -1267,6 +1267,95 @@ TEST(gpu_graph_replay_equals_eager) {
     free(prompt);
 }
 
+/* B = 4 prompts prefilled one by one (the fixture's greedy prompt from offset
+ * b), then N greedy decode steps of all four; a forward call that fails on
+ * purpose (TERNLAB_CUDA_FAIL_LAUNCH=fail, read when the engine opens) is
+ * made again.  out: the tokens; *failures: the calls that failed. */
+enum { FL_B = 4, FL_N = 8 };
+static int failed_launch_tokens(const char *fail, int32_t out[FL_B][FL_N], int *failures) {
+    Model m;
+    Engine e;
+    fixture_backend.device = ENGINE_CUDA;
+    fixture_backend.bf16 = 0;
+    fixture_backend.no_graphs = 0;
+    int32_t *prompt;
+    const int64_t np = fixture_ref_ints(LLAMA_DIR, "greedy_prompt", &prompt);
+    if (fail) setenv("TERNLAB_CUDA_FAIL_LAUNCH", fail, 1);
+    const int opened = np > FL_B ? fixture_engine(LLAMA_DIR, NULL, 64, 16, FL_B, np + FL_N, &m, &e) : -1;
+    unsetenv("TERNLAB_CUDA_FAIL_LAUNCH");
+    if (opened != 0) {
+        free(prompt);
+        return -1;
+    }
+    const int64_t V = m.cfg.vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)(FL_B * V));
+    int seq[FL_B], tok[FL_B], rc = 0;
+    int64_t len[FL_B], pos[FL_B], lidx[FL_B];
+    *failures = 0;
+    /* forward, and once more where it failed on purpose */
+    #define FL_FORWARD(t, sq, ps, n, li, nl)                                                     \
+        do {                                                                                  \
+            rc = forward(e.m, &e.kv, &e.rs, t, sq, ps, n, li, nl, logits);                    \
+            if (rc != 0 && strstr(err_msg(), "on purpose")) {                                 \
+                (*failures)++;                                                                \
+                rc = forward(e.m, &e.kv, &e.rs, t, sq, ps, n, li, nl, logits);                \
+            }                                                                                 \
+        } while (0)
+    for (int b = 0; b < FL_B && rc == 0; b++) {
+        seq[b] = kv_seq_new(&e.kv);
+        len[b] = np - b;
+        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
+        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
+        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
+        FL_FORWARD(pt, ps, pp, len[b], &li, 1);
+        tok[b] = (int)argmax_f32(logits, V);
+        free(pt), free(ps), free(pp);
+    }
+    e.rs.decode = 1;
+    for (int s = 0; s < FL_N && rc == 0; s++) {
+        for (int b = 0; b < FL_B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
+        FL_FORWARD(tok, seq, pos, FL_B, lidx, FL_B);
+        for (int b = 0; b < FL_B && rc == 0; b++) tok[b] = (int)argmax_f32(logits + b * V, V);
+    }
+    #undef FL_FORWARD
+    e.rs.decode = 0;
+    if (rc != 0) fprintf(stderr, "    %s\n", err_msg());
+    free(logits), free(prompt);
+    engine_free(&e);
+    model_free(&m);
+    return rc;
+}
+
+/* A step launch that fails (the second call: seq 1's prompt, new KV blocks;
+ * the sixth: the second decode step, where the graph would be captured)
+ * leaves the engine usable: the call made again and the steps after it give
+ * the tokens of an engine where nothing failed — the failed step's
+ * block-table updates go with the next. */
+TEST(gpu_failed_launch_resends_tables) {
+    SKIP_WITHOUT_GPU();
+    int32_t want[FL_B][FL_N], got[FL_B][FL_N];
+    int failures = -1;
+    REQUIRE(failed_launch_tokens(NULL, want, &failures) == 0);
+    CHECK(failures == 0);
+    for (int k = 0; k < 2; k++) {
+        const char *fail = k == 0 ? "2" : "6";
+        memset(got, 0xff, sizeof got);
+        CHECK_MSG(failed_launch_tokens(fail, got, &failures) == 0, "TERNLAB_CUDA_FAIL_LAUNCH=%s", fail);
+        CHECK_MSG(failures == 1, "TERNLAB_CUDA_FAIL_LAUNCH=%s: %d failed calls", fail, failures);
+        CHECK_MSG(memcmp(want, got, sizeof want) == 0, "TERNLAB_CUDA_FAIL_LAUNCH=%s: other tokens", fail);
+    }
+    setenv("TERNLAB_CUDA_FAIL_LAUNCH", "2x", 1); /* malformed: the open fails with its name */
+    Model m;
+    Engine e;
+    const int rc = fixture_engine(LLAMA_DIR, NULL, 64, 16, 1, 64, &m, &e);
+    unsetenv("TERNLAB_CUDA_FAIL_LAUNCH");
+    CHECK(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_FAIL_LAUNCH"));
+    if (rc == 0) {
+        engine_free(&e);
+        model_free(&m);
+    }
+}
+
 /* B sequences, prompt b the fixture's greedy prompt from offset b (np - b
  * tokens), prefilled one by one: seq[b] their KV sequences, len[b] their
  * lengths, first[b] the argmax of their last logits (logits: B x vocab). */
@@ -1584,6 +1673,40 @@ TEST(gpu_tp2_int8_bit_identical) {
     tp_check(LLAMA_DIR, "rule=absmean,group=row,act=int8", 0);
 }
 
+/* A rank whose step launch fails (TERNLAB_CUDA_FAIL_LAUNCH=2:1: rank 1's
+ * second) while the other has enqueued its all-reduces: every rank aborts its
+ * communicator, the call fails naming the rank that failed (no hang), later
+ * calls are refused, and the engine closes. */
+TEST(gpu_tp2_failed_launch_aborts) {
+    SKIP_WITHOUT_GPUS(2);
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    EngineOpts eo = {.max_tok = 64, .block_size = 16, .n_blocks = 8, .device = ENGINE_CUDA};
+    Engine e;
+    setenv("TERNLAB_CUDA_FAIL_LAUNCH", "2:1", 1);
+    const int opened = tp_engine_open(&e, &m, &eo, 2);
+    unsetenv("TERNLAB_CUDA_FAIL_LAUNCH");
+    if (opened != 0) fprintf(stderr, "    %s\n", err_msg());
+    REQUIRE(opened == 0);
+    const int64_t V = m.cfg.vocab;
+    float *logits = xmalloc(sizeof(float) * (size_t)V);
+    const int seq = kv_seq_new(&e.kv);
+    int rcs[3];
+    char msgs[3][512];
+    for (int i = 0; i < 3; i++) { /* one token a call: positions 0, 1, 1 (the failed one again) */
+        const int tok = 5 + i;
+        const int64_t pos = i < 2 ? i : 1, li = 0;
+        rcs[i] = forward(e.m, &e.kv, &e.rs, &tok, &seq, &pos, 1, &li, 1, logits);
+        snprintf(msgs[i], sizeof msgs[i], "%s", rcs[i] ? err_msg() : "");
+    }
+    CHECK_MSG(rcs[0] == 0, "%s", msgs[0]);
+    CHECK_MSG(rcs[1] != 0 && strstr(msgs[1], "tp rank 1") && strstr(msgs[1], "on purpose"), "%s", msgs[1]);
+    CHECK_MSG(rcs[2] != 0 && strstr(msgs[2], "communicators were aborted"), "%s", msgs[2]);
+    free(logits);
+    engine_free(&e);
+    model_free(&m);
+}
+
 /* More ranks than GPUs, or a split that cuts a scale group: a clear error. */
 TEST(gpu_tp_refusals) {
     SKIP_WITHOUT_GPU();
@@ -1632,6 +1755,7 @@ TEST(cuda_refusals_are_clear) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "expected cpu or cuda"), "rc %d: %s", rc, out);
     free(out);
+#ifdef TL_HAVE_CUDA /* (a build without CUDA refuses --device cuda before reading any switch) */
     /* an on/off switch given anything but 0 / 1 is refused when the engine opens (GPU or not),
      * where it had silently meant the default */
     snprintf(cmd, sizeof cmd, "TERNLAB_CUDA_GRAPHS=off %s ppl --model %s --tokens %s --max-windows 1 --device cuda",
@@ -1644,6 +1768,7 @@ TEST(cuda_refusals_are_clear) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 1 && strstr(out, "TERNLAB_CUDA_L2EF=\"no\""), "rc %d: %s", rc, out);
     free(out);
+#endif
     if (!gpu) { /* no GPU here: --device cuda is an error with the reason, not a crash */
         snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2,3 --max-new 2 --device cuda",
                  bin_path("ternlab"), test_path(LLAMA_DIR));

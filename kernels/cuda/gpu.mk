@@ -9,7 +9,8 @@
 #                     fixtures' logits on the GPU, GPU vs CPU greedy, graphs, --tp on GPUs)
 #   make bench-gpu    build build/gpu/bench_gpu, run it (BENCH_GPU_OUT, default
 #                     results/bench_gpu: CSV + markdown), copy the markdown to
-#                     paper/tables/bench_gpu.md, and convert the CSV to HDF5
+#                     paper/tables/bench_gpu.md (a run without BENCH_ARGS only),
+#                     and convert the CSV to HDF5
 #                     (bench_gpu.h5, via src/log/h5log.h) where libhdf5 exists
 #   make bench-gpu-h5 only the CSV -> HDF5 conversion (on a machine with HDF5,
 #                     e.g. after fetching a CSV written on the device machine)

@@ -130,6 +130,9 @@ struct CE {
     int32_t *h_ids = nullptr;
     int64_t h_ids_cap = 0;
     int64_t n_graphs = 0, launches = 0, n_argmax_graph = 0;
+    /* TERNLAB_CUDA_FAIL_LAUNCH (tests of the error paths): the fail_launch-th
+     * step launch of this rank fails before it enqueues anything (0: none) */
+    int64_t fail_launch = 0, n_step_launch = 0;
     /* cuda_engine_decode_chain: a second pinned input buffer (a step's inputs
      * are prepared while the one before may still be uploading from the first),
      * two pinned slots of ids and their events; steps enqueued chained */
@@ -790,8 +793,8 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         if (graph) cudaGraphDestroy(graph);
         if (rc != 0 || e != cudaSuccess) { /* eager launches next time, not the capture again */
             g->last_eager_n = 0;
-            if (rc != 0) return err_prefix("capturing the decode step: ");
             (void)cudaGetLastError();
+            if (rc != 0) return err_prefix("capturing the decode step: ");
             return err_set("cuda: %s the decode step: %s", stage, cudaGetErrorString(e));
         }
         g->exec_n = n;
@@ -811,7 +814,9 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
 /* step_enqueue; where it fails, the step's table updates are marked unsent
  * (they reach the device only through its work) */
 int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
-    if (step_enqueue(g, p, amax, in_graph) == 0) return 0;
+    const bool fail = ++g->n_step_launch == g->fail_launch;
+    if (fail) err_set("step launch %lld failed on purpose (TERNLAB_CUDA_FAIL_LAUNCH)", (long long)g->fail_launch);
+    if (!fail && step_enqueue(g, p, amax, in_graph) == 0) return 0;
     unsend_updates(g, p);
     return -1;
 }
@@ -878,15 +883,19 @@ int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
  * parallelism): its communicator aborted (which ends collectives waiting for
  * the missing rank), its stream drained; the engine refuses later steps
  * (ce_tp_forward).  own_rc: this rank's launch (its message kept). */
+const char kPeerFailed[] = "another rank failed to enqueue its step; the communicators were aborted";
 int tp_abort_rank(CE *g, int own_rc) {
+    /* the graph first: NCCL's last abort in the process waits until no graph
+     * holds a captured collective (a running one is destroyed when it ends,
+     * which the abort lets it do) — see tp_destroy */
+    drop_graph(g);
 #ifdef TL_HAVE_NCCL
     if (g->comm) ncclCommAbort(g->comm);
     g->comm = nullptr;
 #endif
     cudaStreamSynchronize(g->st);
     (void)cudaGetLastError();
-    drop_graph(g); /* (its collectives name the aborted communicator) */
-    return own_rc != 0 ? -1 : err_set("another rank failed to enqueue its step; the communicators were aborted");
+    return own_rc != 0 ? -1 : err_set("%s", kPeerFailed);
 }
 
 /* One forward call, device side: step_launch, argmax / logits back (only
@@ -1051,7 +1060,10 @@ int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32
                 p.skip_tok = true;
                 g->n_chained++;
             } else { /* warm-up: the tokens from the host, as forward() */
-                TRY(chain_collect(g, B, t, ids, t_done));
+                if (chain_collect(g, B, t, ids, t_done) != 0) {
+                    unsend_updates(g, &p); /* (step t + 1 prepared, never enqueued) */
+                    return -1;
+                }
                 collected = true;
                 for (int64_t b = 0; b < B; b++) g->h_in[b] = ids[t * B + b];
             }
@@ -1121,8 +1133,28 @@ void ce_engine_free(Engine *e) {
 bool env_on(const char *name);
 
 /* Stream, cuBLAS, KV pages, tables, step inputs, activations. */
+/* TERNLAB_CUDA_FAIL_LAUNCH=K[:R]: rank R's (default 0) K-th step launch fails
+ * (tests of the error paths); into g->fail_launch where R is g's rank. */
+int fail_launch_env(CE *g) {
+    const char *v = getenv("TERNLAB_CUDA_FAIL_LAUNCH");
+    g->fail_launch = 0;
+    if (!v || !*v) return 0;
+    long long k = 0, r = 0;
+    int used = 0;
+    if ((sscanf(v, "%lld%n", &k, &used) != 1 || v[used] != 0) &&
+        (sscanf(v, "%lld:%lld%n", &k, &r, &used) != 2 || v[used] != 0))
+        used = -1;
+    if (used < 0 || k < 1 || r < 0 || r > 1024)
+        return err_set("TERNLAB_CUDA_FAIL_LAUNCH=\"%s\": expected K[:RANK] (the K-th step launch of that rank "
+                       "fails; K >= 1)",
+                       v);
+    if (r == g->rank) g->fail_launch = k;
+    return 0;
+}
+
 int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     const ModelConfig &c = g->c;
+    if (fail_launch_env(g) != 0) return -1;
     if (c.head_dim < 2 || c.head_dim > 256 || c.head_dim % 2)
         return err_set("--device cuda: head_dim %d is not supported (even, 2..256)", c.head_dim);
     if (c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads)
@@ -1594,12 +1626,16 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     t->rc[0] = tp_rank_step(t, 0);
     if (t->rc[0] != 0) t->msg[0] = err_msg();
     pthread_barrier_wait(&t->done);
-    for (int r = 0; r < t->tp; r++)
-        if (t->rc[(size_t)r] != 0) {
-            if (t->warm) t->shapes.erase(shape); /* warm up again next time */
-            unsend_updates(g0, &p);               /* (every rank's tables take rank 0's updates) */
-            return err_set("tp rank %d: %s", r, t->msg[(size_t)r].c_str());
-        }
+    int failed = -1; /* the first rank that failed itself, else the first that failed */
+    for (int r = 0; r < t->tp && failed < 0; r++)
+        if (t->rc[(size_t)r] != 0 && t->msg[(size_t)r] != kPeerFailed) failed = r;
+    for (int r = 0; r < t->tp && failed < 0; r++)
+        if (t->rc[(size_t)r] != 0) failed = r;
+    if (failed >= 0) {
+        if (t->warm) t->shapes.erase(shape); /* warm up again next time */
+        unsend_updates(g0, &p);               /* (every rank's tables take rank 0's updates) */
+        return err_set("tp rank %d: %s", failed, t->msg[(size_t)failed].c_str());
+    }
     update_lens(kv, seq, pos, n);
     return 0;
 }
@@ -1799,11 +1835,14 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         t->pdl_saved = tern_cuda_pdl(0);
         ncclUniqueId id;
         cudaError_t de = cudaSuccess;
-        ncclResult_t nr = ncclGetUniqueId(&id);
-        if (nr == ncclSuccess && (nr = ncclGroupStart()) == ncclSuccess) {
-            for (int r = 0; r < tp && nr == ncclSuccess && de == cudaSuccess; r++)
-                if ((de = cudaSetDevice(t->ce[(size_t)r]->gpu)) == cudaSuccess)
-                    nr = ncclCommInitRank(&t->ce[(size_t)r]->comm, tp, id, r);
+        for (int r = 0; r < tp && de == cudaSuccess; r++) /* (every GPU selectable before the group) */
+            de = cudaSetDevice(t->ce[(size_t)r]->gpu);
+        ncclResult_t nr = de == cudaSuccess ? ncclGetUniqueId(&id) : ncclSuccess;
+        if (de == cudaSuccess && nr == ncclSuccess && (nr = ncclGroupStart()) == ncclSuccess) {
+            for (int r = 0; r < tp && nr == ncclSuccess; r++) {
+                cudaSetDevice(t->ce[(size_t)r]->gpu); /* (checked above) */
+                nr = ncclCommInitRank(&t->ce[(size_t)r]->comm, tp, id, r);
+            }
             const ncclResult_t ne = ncclGroupEnd(); /* (always, once the group is open) */
             if (nr == ncclSuccess) nr = ne;
         }
