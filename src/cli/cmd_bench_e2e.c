@@ -546,7 +546,8 @@ int cmd_bench_e2e(int argc, char **argv) {
             }
     for (int i = 0; i < nr; i++) { /* against the bf16 row of the same shape, tp, mode, batch */
         E2eRow *r = &rows[i];
-        if (strcmp(r->mode, "decode") == 0) r->roofline_frac = r->bytes_per_step / bw / (1e-3 * r->step_ms);
+        r->roofline_frac = strcmp(r->mode, "decode") == 0 ? r->bytes_per_step / bw / (1e-3 * r->step_ms)
+                                                           : NAN; /* (prefill: no roofline) */
         r->speedup = NAN; /* (no bf16 row in the run: no ratio) */
         for (int k = 0; k < nr; k++)
             if (strcmp(rows[k].config, "bf16") == 0 && strcmp(rows[k].shape, r->shape) == 0 &&

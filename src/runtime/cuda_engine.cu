@@ -8,6 +8,7 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
 #include <condition_variable>
 #include <initializer_list>
@@ -63,6 +64,9 @@ struct DLayer {
      * outputs are exact integer sums, all-reduced); the true scales are here */
     float *o_scale = nullptr, *down_scale = nullptr;
     int64_t o_sstride = 0, down_sstride = 0;
+    /* every linear the layer may hold, separate or fused */
+    std::array<DLin *, 9> lins() { return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &gu}; }
+    std::array<const DLin *, 9> lins() const { return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &gu}; }
 };
 
 struct CE {
@@ -414,9 +418,14 @@ bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
  * (o_fuse 1) where o takes the one-warp GEMV (its f32 form codes x into
  * shared memory in every CTA), with TERNLAB_CUDA_O_FUSE=1 (o_fuse 2) on the
  * binary tensor-core GEMVs too. */
+/* one token on one GPU, o ternary with int8 activations and no sub-norm
+ * before it (o_fused's and o_max_given's common ground) */
+bool o_int8_one_token(const CE *g, const DLayer &L, int64_t n) {
+    return n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8;
+}
+
 bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
-    if (!(att_fused && g->o_fuse && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8))
-        return false;
+    if (!(att_fused && g->o_fuse && o_int8_one_token(g, L, n))) return false;
     const int k = tern_cuda_matmul_i8_f32x_kernel(&L.o.tm);
     return k == 4 || (k == 6 && g->o_fuse == 2);
 }
@@ -425,8 +434,7 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
  * max|output| too, and the int8 pass before o takes it instead of a block
  * reduction of its own (the same max, so the same codes). */
 bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool of) {
-    return att_fused && !of && g->omax_given && n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN &&
-           L.o.act_int8;
+    return att_fused && !of && g->omax_given && o_int8_one_token(g, L, n);
 }
 
 /* One token, o fused on the one-warp f32 form and the MLP fused (mlp_fused:
@@ -761,13 +769,19 @@ int upload_inputs(CE *g, const StepPlan *p) {
  * second time the same eligible shape comes) or eager launches.  amax > 0:
  * the argmax of the first amax logit rows into g->ids is part of the graph
  * (argmax_graph), and *in_graph says whether it was. */
+/* Whether step p, wanting the argmax of amax rows in its graph, replays the
+ * graph held: one of its shape, with the argmax where amax > 0 (a graph
+ * without it is captured again once, with it: the upgrade in step_enqueue) */
+bool replays(const CE *g, const StepPlan *p, int64_t amax) {
+    return p->eligible && g->exec && g->exec_n == p->n && !(amax > 0 && g->exec_amax == 0);
+}
+
 int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
     *in_graph = false;
     TRY(upload_inputs(g, p));
-    /* a graph of this shape without the argmax the call wants is captured again once, with it */
-    const bool upgrade = p->eligible && g->exec && g->exec_n == n && amax > 0 && g->exec_amax == 0;
-    if (p->eligible && g->exec && g->exec_n == n && !upgrade) {
+    const bool upgrade = p->eligible && g->exec && g->exec_n == n && !replays(g, p, amax);
+    if (replays(g, p, amax)) {
         /* (a graph whose argmax the call does not want replays with it unused: callers that
          * alternate logits and ids do not capture per call) */
         *in_graph = amax > 0 && g->exec_amax == amax;
@@ -1054,9 +1068,7 @@ int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32
         bool collected = false;
         if (t + 1 < steps) {
             TRY(prepare(t + 1, nullptr, &p));
-            const bool replay =
-                p.eligible && g->exec && g->exec_n == B && g->exec_amax == (g->argmax_graph ? B : 0);
-            if (replay) {
+            if (replays(g, &p, g->argmax_graph ? B : 0)) { /* (as step_enqueue decides it) */
                 p.skip_tok = true;
                 g->n_chained++;
             } else { /* warm-up: the tokens from the host, as forward() */
@@ -1102,11 +1114,9 @@ void ce_destroy(CE *g) {
     if (g->st) cudaStreamSynchronize(g->st);
     step_time_report(g);
     drop_graph(g);
-    for (DLayer &L : g->L) {
-        DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
-        for (DLin *d : ls)
+    for (DLayer &L : g->L)
+        for (DLin *d : L.lins())
             if (d->kind == LIN_TERN && !g->synthetic) tern_cuda_free(&d->tm);
-    }
     if (g->lm.kind == LIN_TERN && !g->synthetic) tern_cuda_free(&g->lm.tm);
     for (void *p : g->allocs) cudaFree(p);
     cudaFree(g->d_tab);
@@ -1215,9 +1225,8 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
 
 /* Device bytes of one layer's linears (separate or fused, whichever it holds). */
 size_t layer_linear_bytes(const DLayer &L) {
-    const DLin *ls[] = {&L.q, &L.k, &L.v, &L.o, &L.gate, &L.up, &L.down, &L.qkv, &L.gu};
     size_t b = 0;
-    for (const DLin *d : ls) b += dlin_bytes(*d);
+    for (const DLin *d : L.lins()) b += dlin_bytes(*d);
     return b;
 }
 
