@@ -3,7 +3,7 @@
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
  *                       [--sweep-decode | --sweep-only NAME|var_V[,V..]] [--decode-variant V]
  *                       [--ms M1,M2,..|none]
- *                       [--shape NxK] [--calls N]
+ *                       [--shape NxK] [--calls N] [--chain norm]
  *
  * Shapes (N x K = rows x cols of W): 4096x4096, 14336x4096, 4096x14336,
  * 36864x4608, 4608x36864 (--shape: one given shape instead); M (tokens) in
@@ -32,6 +32,15 @@
  * + f32 scales (+ dense bf16 weights for cuBLAS) + activations read +
  * outputs written, each once.
  *
+ * --chain norm: the decode step's order for the int8 GEMVs of 1 .. 16
+ * tokens (the sweep's entries and the tern_i8 rows): each call preceded by
+ * the engine's one-CTA RMSNorm + int8 pass (fwdc_norm) that writes its
+ * input, with the SM it holds left out of the one-token bulk-copy grids as
+ * the engine does (tern_cuda_tbm_reserve 1); rows "..._norm" time the pair,
+ * "norm" the norm alone.  Alone, a GEMV variant with one CTA per SM and
+ * three stages often wins where the step prefers another (dev/NOTES.md,
+ * thirtieth session): this ranks variants in the step's surroundings.
+ *
  * Output: DIR/bench_gpu.csv (one row per shape, M, kernel; the last column
  * names the ternary kernel the dispatch chose), DIR/bench_gpu.md
  * (the paper table) and, on stdout, the same table.  HDF5: the device
@@ -41,6 +50,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <functional>
 #include <errno.h>
 #include <math.h>
 #include <stdio.h>
@@ -51,6 +61,7 @@
 #include <string>
 #include <vector>
 
+#include "cuda/fwd_cuda.h"
 #include "cuda/tern_cuda.h"
 extern "C" {
 #include "core/dtype.h"
@@ -279,7 +290,7 @@ struct Row {
 
 int main(int argc, char **argv) {
     const char *out = "results/bench_gpu";
-    int quick = 0, sweep = 0, mma_rate = 0;
+    int quick = 0, sweep = 0, mma_rate = 0, chain_norm = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
     const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V[,V..]: bmma variants */
@@ -288,6 +299,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--sweep-decode")) sweep = 1;
+        else if (!strcmp(argv[i], "--chain") && i + 1 < argc) {
+            if (strcmp(argv[++i], "norm") != 0) DIE("--chain %s: expected norm", argv[i]);
+            chain_norm = 1;
+        }
         else if (!strcmp(argv[i], "--sweep-only") && i + 1 < argc) sweep = 1, sweep_only = argv[++i];
         else if (!strcmp(argv[i], "--mma-rate")) mma_rate = 1;
         else if (!strcmp(argv[i], "--ms") && i + 1 < argc) ms_arg = argv[++i];
@@ -319,7 +334,8 @@ int main(int argc, char **argv) {
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
             DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V[,V..]] "
-                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--calls N] [--mma-rate] "
+                "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--calls N] [--chain norm] "
+                "[--mma-rate] "
                 "(unknown argument %s)",
                 argv[i]);
     }
@@ -418,6 +434,25 @@ int main(int argc, char **argv) {
         const double dbytes = (double)N * K * 2;
         const int Rd = (int)std::max<double>(1, ceil(ROTATE_BYTES / dbytes));
         g_shape_calls = std::max({R, Rd, g_min_calls});
+        /* --chain norm: the norm's input rows (16 x K) and weight; pair(M, xq, sx, fn) times
+         * fwdc_norm into xq / sx followed by fn(i), with the engine's reserved SM */
+        float *nx = nullptr, *nw = nullptr;
+        if (chain_norm) {
+            CK(cudaMalloc(&nx, (size_t)(16 * K) * 4));
+            CK(cudaMalloc(&nw, (size_t)K * 4));
+            fill_f32<<<1024, 256, 0, s>>>(nx, (size_t)(16 * K), 82u);
+            fill_f32<<<1024, 256, 0, s>>>(nw, (size_t)K, 83u);
+            CK(cudaGetLastError());
+        }
+        auto pair = [&](int64_t M, int8_t *xq_, float *sx_, const std::function<void(int)> &fn) {
+            const int old = tern_cuda_tbm_reserve(1);
+            const double t = time_graph(s, R, [&](int i) {
+                TL(fwdc_norm(nx, nullptr, nw, M, K, 1e-5f, nullptr, nullptr, xq_, sx_, s));
+                fn(i);
+            });
+            tern_cuda_tbm_reserve(old);
+            return t;
+        };
         calls_min = std::min(calls_min, g_shape_calls), calls_max = std::max(calls_max, g_shape_calls);
         rotated_min = std::min({rotated_min, R * (double)wbytes, Rd * dbytes});
         std::vector<uint16_t *> dWd((size_t)Rd);
@@ -568,8 +603,9 @@ int main(int argc, char **argv) {
                         fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
                         continue;
                     }
-                    double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
-                    rows.push_back({N, K, M, std::string("sweep_") + k.name + "_i8", t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
+                    auto gemv = [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); };
+                    double t = chain_norm ? pair(M, xq, sx, gemv) : time_graph(s, R, gemv);
+                    rows.push_back({N, K, M, std::string("sweep_") + k.name + (chain_norm ? "_i8_norm" : "_i8"), t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
                                     2.0 * M * N * K, tern_cuda_last_config()});
                 }
             tern_cuda_decode_variant(oldv);
@@ -609,6 +645,17 @@ int main(int argc, char **argv) {
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
             rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
                             tern_cuda_last_config()});
+            if (chain_norm && M <= 16) { /* the norm alone, then the norm and the GEMV */
+                const int old = tern_cuda_tbm_reserve(1);
+                t = time_graph(s, 1, [&](int) {
+                    TL(fwdc_norm(nx, nullptr, nw, M, K, 1e-5f, nullptr, nullptr, xq, sx, s));
+                });
+                tern_cuda_tbm_reserve(old);
+                rows.push_back({N, K, M, "norm", t, M * K * 4.0 + K * 4.0 + M * K * 1.0 + M * 4.0, 0.0});
+                t = pair(M, xq, sx, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
+                rows.push_back({N, K, M, "tern_i8_norm", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
+                                tern_cuda_last_config()});
+            }
             tern_cuda_force_kernel(other);
             if (M <= 16) {
                 t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_f32(&dW[i], xf, M, y, s)); });
@@ -630,6 +677,8 @@ int main(int argc, char **argv) {
         }
         for (auto &m : dW) tern_cuda_free(&m);
         for (auto p : dWd) CK(cudaFree(p));
+        if (nx) CK(cudaFree(nx));
+        if (nw) CK(cudaFree(nw));
     }
 
     /* outputs: each file whole or not at all (built in memory, then

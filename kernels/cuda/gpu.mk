@@ -62,7 +62,8 @@ $(GPU_BUILD)/obj/%.o: %.cu $(GPU_HDRS)
 
 $(GPU_BUILD)/test_gpu: $(GPU_BUILD)/obj/tests/gpu/test_gpu.o $(GPU_OBJ)
 	$(GPU_NVCC) $(GPU_ARCH) $^ -o $@ $(GPU_LIBS)
-$(GPU_BUILD)/bench_gpu: $(GPU_BUILD)/obj/experiments/bench_gpu.o $(GPU_OBJ)
+# (bench_gpu --chain norm runs the engine's norm kernel: fwd_cuda.cu too)
+$(GPU_BUILD)/bench_gpu: $(GPU_BUILD)/obj/experiments/bench_gpu.o $(GPU_OBJ) $(GPU_BUILD)/obj/kernels/cuda/fwd_cuda.o
 	$(GPU_NVCC) $(GPU_ARCH) $^ -o $@ $(GPU_LIBS)
 
 # From the top Makefile, GPU_MODEL_TESTS names build/ternlab and build/test_runner:
