@@ -1,6 +1,7 @@
 /* Experiment programs end to end on tiny window counts; ternary KV pages;
  * `ternlab quantize` round trips. */
 #include "test.h"
+#include "core/blas_setup.h"
 #include "fixtures.h"
 #include "core/err.h"
 #include "core/mem.h"
@@ -42,6 +43,34 @@ static int64_t dataset_len(const char *file, const char *path) {
     return n;
 }
 
+/* Root string attribute `name` of file (fixed or variable length) into buf: 0, or -1 where absent. */
+static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
+    int rc = -1;
+    buf[0] = 0;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    if (H5Aexists(f, name) > 0) {
+        hid_t a = H5Aopen(f, name, H5P_DEFAULT), t = H5Aget_type(a), mt = H5Tcopy(H5T_C_S1);
+        if (H5Tis_variable_str(t) > 0) {
+            char *v = NULL;
+            H5Tset_size(mt, H5T_VARIABLE);
+            if (H5Aread(a, mt, &v) >= 0 && v) snprintf(buf, n, "%s", v), rc = 0;
+            if (v) H5free_memory(v);
+        } else {
+            const size_t sz = H5Tget_size(t);
+            char *v = calloc(sz + 1, 1);
+            H5Tset_size(mt, sz);
+            if (v && H5Aread(a, mt, v) >= 0) snprintf(buf, n, "%s", v), rc = 0;
+            free(v);
+        }
+        H5Tclose(mt);
+        H5Tclose(t);
+        H5Aclose(a);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
 /* Runs one point of an experiment; returns the output path (static buffer). */
 static const char *run_exp(const char *prog, const char *model, const char *value, const char *extra) {
     static char out[1024];
@@ -77,6 +106,11 @@ TEST(exp_each_writes_the_full_schema) {
         CHECK_MSG(dataset_len(f, "/per_token/kl") == want, "%s: %lld scored", f,
                   (long long)dataset_len(f, "/per_token/kl"));
         CHECK(dataset_len(f, "/weights/name") == 28);
+        /* the machine's CPU and BLAS kernels (dense results round differently between them) */
+        char cpu[256], core[256];
+        CHECK_MSG(read_attr_str(f, "cpu", cpu, sizeof cpu) == 0 && strcmp(cpu, cpu_model_report()) == 0,
+                  "%s: cpu '%s', want '%s'", f, cpu, cpu_model_report());
+        CHECK_MSG(read_attr_str(f, "blas_core", core, sizeof core) == 0 && core[0], "%s: blas_core '%s'", f, core);
         if (!strcmp(runs[i].prog, "exp_throughput")) {
             CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
             CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);

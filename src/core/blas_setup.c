@@ -70,3 +70,22 @@ const char *blas_core_report(void) {
         snprintf(buf, sizeof buf, "%s", openblas_get_corename());
     return buf;
 }
+
+const char *cpu_model_report(void) {
+    static char buf[160];
+    snprintf(buf, sizeof buf, "unknown");
+    FILE *f = fopen("/proc/cpuinfo", "r");
+    if (!f) return buf;
+    char line[512];
+    while (fgets(line, sizeof line, f)) {
+        if (strncmp(line, "model name", 10) != 0) continue;
+        const char *v = strchr(line, ':');
+        if (!v) break;
+        v++;
+        while (*v == ' ' || *v == '\t') v++;
+        snprintf(buf, sizeof buf, "%.*s", (int)strcspn(v, "\r\n"), v);
+        break;
+    }
+    fclose(f);
+    return buf;
+}

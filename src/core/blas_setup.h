@@ -15,5 +15,9 @@
 void blas_setup(int argc, char **argv);
 /* "SkylakeX (set by ternlab: library detected Prescott)" etc., for load reports. */
 const char *blas_core_report(void);
+/* The CPU's model name (/proc/cpuinfo), "unknown" where it cannot be read:
+ * run files record it next to the BLAS core, whose kernels round dense
+ * results differently from one CPU to another. */
+const char *cpu_model_report(void);
 
 #endif

@@ -2,6 +2,7 @@
 #include "runtime/cuda_engine.h"
 #include "tp/tp_engine.h"
 #include "eval/latency.h"
+#include "core/blas_setup.h"
 #include "core/err.h"
 #include "core/hash.h"
 #include "core/mem.h"
@@ -578,6 +579,8 @@ static int run_point(const RunCfg *rc, const char *out) {
         }
         int e = 0;
         e |= h5log_write_provenance(lg, TERNLAB_VERSION, commit);
+        e |= h5log_attr_str(lg, "/", "cpu", cpu_model_report());
+        e |= h5log_attr_str(lg, "/", "blas_core", blas_core_report());
         e |= h5log_attr_str(lg, "/", "experiment", rc->experiment);
         e |= h5log_attr_str(lg, "/", "factor", rc->factor);
         e |= h5log_attr_str(lg, "/", "factor_value", rc->value);
