@@ -7,7 +7,9 @@
 CC       ?= cc
 BUILD    ?= build
 PKGS     := hdf5 openblas libcjson libcrypto
-deps_ok   = $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && echo yes)
+# (the figures' Python modules too: the Debian python3, as scripts/paper.mk's PY)
+deps_ok   = $(shell pkg-config --exists $(PKGS) 2>/dev/null && command -v parallel >/dev/null && \
+              /usr/bin/python3 -c 'import h5py, matplotlib' 2>/dev/null && echo yes)
 DEPS_OK  := $(deps_ok)
 
 # A fresh machine: scripts/deps.sh installs what is missing while this file is

@@ -60,7 +60,7 @@ def quality_figure(exp, runs, out):
     ax_kl.legend(fontsize=7)
     fig.suptitle(f"{exp}: {tr.TITLES.get(exp, factor)}")
     fig.tight_layout()
-    fig.savefig(out, dpi=150)
+    tr.savefig_atomic(fig, out, dpi=150)
     plt.close(fig)
 
 
@@ -85,7 +85,7 @@ def throughput_figure(exp, runs, out):
         ax.legend(fontsize=7)
     fig.suptitle(f"{exp}: {tr.TITLES.get(exp, '')}")
     fig.tight_layout()
-    fig.savefig(out, dpi=150)
+    tr.savefig_atomic(fig, out, dpi=150)
     plt.close(fig)
 
 

@@ -8,6 +8,8 @@ usage: /usr/bin/python3 scripts/paper.py [--results results] [--paper paper]
 The setup section (models and their hashes, token file, window, protocol,
 machine, versions) is taken from the runs' HDF5 root attributes; the result
 sections include paper/tables/<exp>.md and link paper/figures/<exp>.png.
+An experiment with no run files under --results keeps the table and figure
+already in paper/ (said so in its section) rather than losing its section.
 Nothing is computed here: the text states what the files say."""
 import argparse
 import os
@@ -73,7 +75,11 @@ def setup_section(all_runs):
               "",
               f"**Machine.** Host(s): {', '.join(uniq(all_runs, 'host'))}; device(s): "
               f"{', '.join(uniq(all_runs, 'device'))}; tensor parallel ranks: "
-              f"{', '.join(uniq(all_runs, 'tp'))}.",
+              f"{', '.join(uniq(all_runs, 'tp'))}"
+              + (f"; CPU(s): {', '.join(uniq(all_runs, 'cpu'))}" if uniq(all_runs, "cpu") else "")
+              + (f"; OpenBLAS kernels: {', '.join(uniq(all_runs, 'blas_core'))} (dense results, "
+                 "hence the BF16 reference, round differently from one kernel set to another)"
+                 if uniq(all_runs, "blas_core") else "") + ".",
               "",
               f"**Software.** ternlab {', '.join(uniq(all_runs, 'ternlab_version'))}, commit(s) "
               f"{', '.join(f'`{c}`' for c in uniq(all_runs, 'git_commit'))}; runs made "
@@ -110,14 +116,19 @@ def main():
         lines += [f"### {tr.TITLES.get(exp, exp)} (`{exp}`)", ""]
         if exp in INTRO:
             lines += [INTRO[exp], ""]
-        if not runs:
+        table = os.path.join(a.paper, "tables", exp + ".md")
+        if not runs and not os.path.exists(table):
             lines += [f"*No results yet: `make {exp}`.*", ""]
             continue
-        models = tr.models_in_order(runs)
-        lines += [f"{len(runs)} runs on {', '.join(models)}; factor `"
-                  f"{runs[0]['attrs'].get('factor', '?')}` = "
-                  f"{', '.join(f'`{v}`' for v in tr.values_in_order(runs))}.", ""]
-        table = os.path.join(a.paper, "tables", exp + ".md")
+        if not runs:  # (a partial results/: the committed table and figure stay)
+            lines += [f"*No run files under `{a.results}/{exp}`: the table and figure below are "
+                      f"those already in `{a.paper}/`, not regenerated (the setup above does not "
+                      f"cover them); `make {exp}` reruns it.*", ""]
+        else:
+            models = tr.models_in_order(runs)
+            lines += [f"{len(runs)} runs on {', '.join(models)}; factor `"
+                      f"{runs[0]['attrs'].get('factor', '?')}` = "
+                      f"{', '.join(f'`{v}`' for v in tr.values_in_order(runs))}.", ""]
         if os.path.exists(table):
             with open(table, encoding="utf-8") as f:
                 lines += [f"Table: {exp} (`tables/{exp}.md`, LaTeX `tables/{exp}.tex`).", "",
@@ -136,9 +147,9 @@ def main():
               "## References", "",
               "[1] O. Tange, *GNU Parallel 20221122 ('Херсо́н')*, Zenodo, 2022. "
               "doi:10.5281/zenodo.7347980.", ""]
+    os.makedirs(a.paper, exist_ok=True)
     out = os.path.join(a.paper, "paper.md")
-    with open(out, "w", encoding="utf-8") as f:
-        f.write("\n".join(lines))
+    tr.write_atomic(out, "\n".join(lines))
     print(f"paper: {out} ({len(all_runs)} runs, {len(exps)} experiments)")
     return 0
 

@@ -102,10 +102,8 @@ def write(exp, runs, out_dir):
     else:
         header, rows = quality_rows(exp, runs)
     caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs)"
-    with open(os.path.join(out_dir, exp + ".md"), "w", encoding="utf-8") as f:
-        f.write(markdown(header, rows))
-    with open(os.path.join(out_dir, exp + ".tex"), "w", encoding="utf-8") as f:
-        f.write(latex(header, rows, caption, exp))
+    tr.write_atomic(os.path.join(out_dir, exp + ".md"), markdown(header, rows))
+    tr.write_atomic(os.path.join(out_dir, exp + ".tex"), latex(header, rows, caption, exp))
     print(f"tables: {out_dir}/{exp}.md, .tex ({len(rows)} rows)")
 
 

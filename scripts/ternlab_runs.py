@@ -63,6 +63,22 @@ def conf_list(configs_dir, exp, key):
     return []
 
 
+def write_atomic(path, text):
+    """text into path through a temporary beside it: a reader sees the old
+    file or the whole new one."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def savefig_atomic(fig, path, **kw):
+    """fig.savefig into path the same way (PNG: the name's suffix is the temporary's)."""
+    tmp = f"{path}.tmp.{os.getpid()}"
+    fig.savefig(tmp, format="png", **kw)
+    os.replace(tmp, path)
+
+
 def conf_values(configs_dir, exp):
     return conf_list(configs_dir, exp, "values")
 
@@ -101,10 +117,27 @@ def read_run(path):
 
 def load(results_dir, exp, configs_dir="configs"):
     """Every readable run of one experiment, sorted by model then by the
-    config's order of values."""
-    runs = [r for p in sorted(glob.glob(os.path.join(results_dir, exp, "*.h5")))
-            if (r := read_run(p)) is not None]
-    rank = {v: i for i, v in enumerate(conf_values(configs_dir, exp))}
+    config's order of values.  A file of another experiment (its
+    `experiment` attribute) is skipped with a warning; a model that lacks
+    some of the config's values is named with them on stderr."""
+    runs = []
+    for p in sorted(glob.glob(os.path.join(results_dir, exp, "*.h5"))):
+        r = read_run(p)
+        if r is None:
+            continue
+        e = r["attrs"].get("experiment")
+        if e is not None and str(e) != exp:
+            print(f"warning: skipping {p}: a run of '{e}', not of {exp}", file=sys.stderr)
+            continue
+        runs.append(r)
+    values = conf_values(configs_dir, exp)
+    for m in sorted({r["model_name"] for r in runs}):
+        have = {r["value"] for r in runs if r["model_name"] == m}
+        missing = [v for v in values if v not in have]
+        if missing:
+            print(f"warning: {exp}: {m} has no run for {', '.join(missing)} "
+                  f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
+    rank = {v: i for i, v in enumerate(values)}
     mrank = {os.path.basename(m.rstrip("/")): i
              for i, m in enumerate(conf_list(configs_dir, exp, "models"))}
     runs.sort(key=lambda r: (mrank.get(r["model_name"], len(mrank)), r["model_name"],

@@ -311,7 +311,7 @@ TEST(sweep_grid_and_overrides) {
 TEST(sweep_results_to_figures_tables_paper) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
-    char conf[600], res[600], cmd[3000], *out = NULL;
+    char conf[600], res[600], cmd[8000], *out = NULL;
     write_conf(dir, "a b", conf, sizeof conf);
     snprintf(res, sizeof res, "%s/results", dir);
     setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
@@ -341,5 +341,26 @@ TEST(sweep_results_to_figures_tables_paper) {
     CHECK(test_run(cmd, &out) == 0 && strstr(out, "## Setup") &&
           strstr(out, "| m2 | b | 1.500") && strstr(out, "figures/exp-fake.png") &&
           strstr(out, "`data/m1`"));
+    free(out);
+
+    /* A run file of another experiment among these (here a copy with its experiment
+     * attribute changed), and a point gone: skipped and named on stderr, the table
+     * without them.  An experiment of the paper with no runs here keeps the table
+     * already in paper/ (not "no results yet"). */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mv '%s/exp-fake/m2__b.h5' '%s/gone.h5' && cp '%s/gone.h5' '%s/exp-fake/other.h5' && "
+             "/usr/bin/python3 -c \"import h5py; f = h5py.File('%s/exp-fake/other.h5', 'r+'); "
+             "f.attrs['experiment'] = 'exp-threshold'; f.close()\" && "
+             "printf '| x |\\n| --- |\\n| kept |\\n' > '%s/paper/tables/exp-threshold.md' && "
+             "mkdir -p '%s/configs' && cp '%s' '%s/configs/exp-fake.conf' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/paper/tables' --configs '%s/configs' "
+             "exp-fake 2>&1 && /usr/bin/python3 scripts/paper.py --results '%s' --paper '%s/paper' 2>&1 && "
+             "cat '%s/paper/tables/exp-fake.md' '%s/paper/paper.md'",
+             test_path(""), res, dir, dir, res, res, dir, dir, conf, dir, res, dir, dir, res, dir, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "skipping") && strstr(out, "a run of 'exp-threshold'") &&
+                  strstr(out, "m2 has no run for b") && !strstr(out, "| m2 | b |") &&
+                  strstr(out, "| kept |") && strstr(out, "not regenerated"),
+              "rc %d:\n%s", rc, out);
     free(out);
 }
