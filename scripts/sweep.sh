@@ -178,8 +178,9 @@ parallel_cmd=(parallel --will-cite --jobs "$jobs" --joblog "$dir/joblog" --resum
 if [ -n "$sshlogin" ]; then
   [ -f "$sshlogin" ] || die "no ssh login file $sshlogin"
   parallel_cmd+=(--sshloginfile "$sshlogin" --workdir .)
-  # The output path is the first argument of every jobs line.
-  [ $ret -eq 1 ] && parallel_cmd+=(--return '{= s/^\S+\s+\S+\s+(\S+)\s.*$/$1/ =}')
+  # The output path is the first argument of every jobs line (printf %q's
+  # form: backslash escapes undone, so a folder with spaces comes back too).
+  [ $ret -eq 1 ] && parallel_cmd+=(--return '{= s/^\S+\s+\S+\s+((?:\\.|\S)+)\s.*$/$1/; s/\\(.)/$1/g =}')
 fi
 # shellcheck disable=SC2206
 [ -n "${PARALLEL_EXTRA:-}" ] && parallel_cmd+=($PARALLEL_EXTRA)
@@ -199,18 +200,28 @@ fi
 
 command -v parallel >/dev/null || die "GNU parallel is missing (scripts/deps.sh installs it)"
 mkdir -p "$dir"
-# One sweep per results folder at a time (the lock goes with this shell).
+# One sweep per results folder at a time (the lock goes with this shell and
+# its jobs: the points of a SIGKILLed sweep, which GNU Parallel leaves running
+# in process groups of their own, keep it until they end).
 exec 9>"$dir/.lock"
 flock -n 9 || die "another sweep is running on $(rel "$dir") (lock $(rel "$dir")/.lock)"
 log() { echo "sweep: $*" | tee -a "$dir/sweep.log"; }
 log "---- $(date -u +%Y-%m-%dT%H:%M:%SZ) $exp on $(hostname): $n points, $done_n already complete"
 
 # Leftovers of killed runs, and files that do not verify: remove (rerun).
-stale=$(find "$dir" -maxdepth 1 -name '*.h5.tmp.*' | wc -l)
-if [ "$stale" -gt 0 ]; then
-  find "$dir" -maxdepth 1 -name '*.h5.tmp.*' -delete
-  log "removed $stale temporary file(s) left by a killed run"
-fi
+# (A temporary whose point's lock is held belongs to a run still going — a
+# Slurm task, an orphan of a killed sweep: left alone; sweep_point.sh.)
+stale=0 live=0
+while IFS= read -r -d '' tmp; do
+  base=$(basename "${tmp%.tmp.*}")
+  if [ -e "$dir/.locks/$base.lock" ] && ! flock -n "$dir/.locks/$base.lock" true; then
+    live=$((live + 1))
+  else
+    rm -f -- "$tmp" && stale=$((stale + 1))
+  fi
+done < <(find "$dir" -maxdepth 1 -name '*.h5.tmp.*' -print0)
+[ "$stale" -gt 0 ] && log "removed $stale temporary file(s) left by a killed run"
+[ "$live" -gt 0 ] && log "left $live temporary file(s) of points still being written elsewhere"
 for i in "${!outs[@]}"; do
   if [ "${state[$i]}" = invalid ]; then
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
@@ -254,7 +265,7 @@ fi
 if [ "$done_n" -lt "$n" ]; then
   log "running $((n - done_n)) point(s) with $jobs job(s) at a time: joblog $(rel "$dir")/joblog"
   set +e
-  "${parallel_cmd[@]}" 9>&- 2>&1 | tee -a "$dir/sweep.log"
+  "${parallel_cmd[@]}" 2>&1 | tee -a "$dir/sweep.log"
   set -e
 fi
 

@@ -8,10 +8,23 @@
 #  - SIGTERM/SIGINT/SIGHUP stop COMMAND and remove its temporary file, so a
 #    killed sweep leaves no half-written file (a SIGKILLed one may leave a
 #    temporary; the next sweep removes it).
+#  - one process per point: OUT's lock (DIR/.locks/NAME.lock, flock) is held
+#    from the check to the end, by COMMAND too (it inherits the descriptor),
+#    so a point still running — a Slurm task, or the orphan of a SIGKILLed
+#    sweep — makes another run of it exit 75 ("being written") instead of
+#    removing its temporary and writing the file twice.
 set -u
 [ $# -ge 3 ] && [ "$2" = "--" ] || { echo "usage: $0 OUT -- COMMAND [ARGS...]" >&2; exit 2; }
 out=$1; shift 2
 here=$(dirname "$0")
+
+mkdir -p -- "$(dirname "$out")/.locks"
+lock="$(dirname "$out")/.locks/$(basename "$out").lock"
+exec 8>>"$lock" || { echo "sweep: FAILED: cannot open the lock $lock" >&2; exit 2; }
+if ! flock -n 8; then
+  echo "sweep: FAILED: $out is being written by another process (lock $lock held); rerun when it ends" >&2
+  exit 75
+fi
 
 if [ -e "$out" ]; then
   if reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then

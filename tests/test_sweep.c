@@ -306,6 +306,44 @@ TEST(sweep_grid_and_overrides) {
     free(out);
 }
 
+/* A point still being written elsewhere (a Slurm task, or the orphan of a
+ * SIGKILLed sweep: its lock held, its temporary there) is not run a second
+ * time nor its temporary removed: that point fails with the reason, the
+ * others finish; once it ends, the sweep completes it. */
+TEST(sweep_point_held_elsewhere) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
+    write_conf(dir, "a b", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    unsetenv("TERNLAB_VERIFY_CMD");
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/.locks' && : > '%s/m1__a.h5.tmp.999999' && "
+             "(flock '%s/.locks/m1__a.h5.lock' sleep 4 >/dev/null 2>&1 &) && sleep 0.5 && "
+             "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
+             out_dir, out_dir, out_dir, test_path("scripts/sweep.sh"), conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc != 0 && strstr(out, "m1__a.h5 is being written by another process") &&
+                  strstr(out, "left 1 temporary"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+    int h5 = 0, tmp = 0;
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 3 && tmp == 1, "%d run files, %d temporaries (want 3, 1: the live one kept)", h5, tmp);
+    snprintf(cmd, sizeof cmd,
+             "flock '%s/.locks/m1__a.h5.lock' true && bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
+             out_dir, test_path("scripts/sweep.sh"), conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "removed 1 temporary"), "rc %d:\n%s", rc, out);
+    free(out);
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 4 && tmp == 0, "%d run files, %d temporaries after the point ended (want 4, 0)", h5, tmp);
+}
+
 /* The read-and-draw scripts on a sweep's output: a figure, the tables (with
  * the number the run wrote, 1.5 -> "1.500") and the paper that includes them. */
 TEST(sweep_results_to_figures_tables_paper) {
