@@ -22,6 +22,7 @@ try:
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
+    import matplotlib.ticker
 except ImportError:
     sys.exit("figures need matplotlib: run with /usr/bin/python3 (Debian python3-matplotlib)")
 
@@ -47,6 +48,10 @@ def quality_figure(exp, runs, out):
         ax_ppl.plot(x, ref, "--", color=c, alpha=0.7, label=f"{model} BF16 reference")
         ax_kl.plot(x, kl, "o-", color=c, label=model)
     ax_ppl.set_yscale("log")
+    # (a range inside one decade, e.g. 38 .. 420, had a single tick label: label 1-2-3-5 steps)
+    ax_ppl.yaxis.set_major_locator(matplotlib.ticker.LogLocator(base=10, subs=(1.0, 2.0, 3.0, 5.0)))
+    ax_ppl.yaxis.set_major_formatter(matplotlib.ticker.FuncFormatter(lambda v, _: f"{v:g}"))
+    ax_ppl.yaxis.set_minor_formatter(matplotlib.ticker.NullFormatter())
     ax_ppl.set_ylabel("perplexity (log scale)")
     ax_kl.set_ylabel("mean KL(reference || run), nats/token")
     if all_kl and min(all_kl) > 0:
@@ -58,10 +63,26 @@ def quality_figure(exp, runs, out):
         ax.grid(True, alpha=0.3)
     ax_ppl.legend(fontsize=7)
     ax_kl.legend(fontsize=7)
-    fig.suptitle(f"{exp}: {tr.TITLES.get(exp, factor)}")
+    fig.suptitle(f"{exp}: {tr.TITLES.get(exp, factor)}\n{setup_line(runs)}", fontsize=10)
     fig.tight_layout()
     tr.savefig_atomic(fig, out, dpi=150)
     plt.close(fig)
+
+
+def setup_line(runs):
+    """What the runs measured over, from their attributes (window, windows,
+    protocol, token file): the figure's second title line."""
+    def uniq(k):
+        return sorted({str(r["attrs"][k]) for r in runs if k in r["attrs"]})
+    parts = []
+    if uniq("window"):
+        parts.append(f"window {'/'.join(uniq('window'))} tokens"
+                     + (f" x {'/'.join(uniq('windows'))} windows" if uniq("windows") else ""))
+    if uniq("protocol"):
+        parts.append(f"protocol {'/'.join(uniq('protocol'))}")
+    if uniq("tokens"):
+        parts.append(os.path.basename("/".join(uniq("tokens"))))
+    return ", ".join(parts)
 
 
 def throughput_figure(exp, runs, out):
