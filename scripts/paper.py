@@ -67,9 +67,11 @@ def setup_section(all_runs):
               "**Protocol.** Perplexity over non-overlapping windows (GPTQ style): window *w* is "
               "tokens [*wT*, (*w*+1)*T*), positions 0..*T*−2 predict 1..*T*−1, no BOS is "
               "inserted and a partial tail is dropped; PPL = exp(mean NLL). Every run computes "
-              "(or reuses, keyed by model, tokens, window and protocol) a reference with the same "
-              "forward pass, dense BF16 weights with fp32 accumulation and a full-precision KV "
-              "cache, over the same windows; KL, top-1 agreement and logit relative L2 compare "
+              "(or reuses, keyed by model, tokens, window, protocol, program build and BLAS "
+              "kernels) a reference with the same "
+              "forward pass, the checkpoint's weights dense (BitNet b1.58: its ternary values "
+              "dequantised, with its int8 activations) with fp32 accumulation and a full-precision "
+              "KV cache, over the same windows; KL, top-1 agreement and logit relative L2 compare "
               "each scored position's logits with the reference's. Definitions: "
               "`paper/SCHEMA.md`.",
               "",

@@ -118,6 +118,39 @@ TEST(exp_each_writes_the_full_schema) {
     }
 }
 
+/* The reference is computed once per (model, tokens, windows, protocol,
+ * program, BLAS kernels) and read back after that: a second point gets the
+ * same reference bits, from RESULTS/cache (a sweep's --out two folders down),
+ * else from a cache beside --out (never a folder above it, e.g. /cache). */
+TEST(exp_reference_cache_hits) {
+    const char *dir = test_tmpdir();
+    char cmd[4096], *log = NULL, a[800], b[800], c[800];
+    snprintf(a, sizeof a, "%s/exp-threshold/p1.h5", dir);
+    snprintf(b, sizeof b, "%s/exp-threshold/p2.h5", dir);
+    snprintf(c, sizeof c, "%s/flat.h5", dir);
+    const char *outs[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s/exp-threshold' && %s --model %s --value twn --out %s window=32 "
+                 "max_windows=2 2>&1", dir, bin_path("exp_threshold"), test_path(LLAMA_DIR), outs[i]);
+        const int rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+        /* (flat.h5's folder is the sweep layout's RESULTS: the same cache) */
+        const int cached = strstr(log, "reference: cached") != NULL;
+        CHECK_MSG(cached == (i >= 1), "run %d: %s", i, log);
+        if (i >= 1) {
+            char want[900];
+            snprintf(want, sizeof want, "%s/cache/ref-", dir);
+            CHECK_MSG(strstr(log, want) != NULL, "the cache is not %s/cache: %s", dir, log);
+        }
+        free(log);
+    }
+    CHECK(read_scalar(a, "/metrics/ppl_ref") == read_scalar(b, "/metrics/ppl_ref"));
+    CHECK(read_scalar(a, "/metrics/kl_mean") == read_scalar(b, "/metrics/kl_mean"));
+    snprintf(cmd, sizeof cmd, "ls '%s'/cache/ref-*.h5 | wc -l", dir); /* flat.h5: dir/cache too */
+    CHECK(test_run(cmd, &log) == 0 && atoi(log) == 1);
+    free(log);
+}
+
 /* The control point of each factor reproduces the reference exactly. */
 TEST(exp_control_points_equal_reference) {
     const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", NULL);

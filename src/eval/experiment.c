@@ -187,19 +187,24 @@ static int ref_cache_read(const char *path, const char *key, RefData *R) {
     H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
     hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f >= 0) {
-        hid_t a = H5Aopen(f, "key", H5P_DEFAULT);
+        hid_t a = H5Aopen(f, "key", H5P_DEFAULT), ap = H5Aopen(f, "ppl", H5P_DEFAULT);
         char *k = NULL;
         hid_t t = H5Tcopy(H5T_C_S1);
         H5Tset_size(t, H5T_VARIABLE);
-        if (a >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0) {
+        H5Tset_cset(t, H5T_CSET_UTF8); /* (as h5log writes it: an ASCII read of it fails) */
+        double ppl = NAN;
+        if (a >= 0 && ap >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0 &&
+            H5Aread(ap, H5T_NATIVE_DOUBLE, &ppl) >= 0) {
             hid_t d1 = H5Dopen2(f, "/ref/logits", H5P_DEFAULT), d2 = H5Dopen2(f, "/ref/lse", H5P_DEFAULT),
                   d3 = H5Dopen2(f, "/ref/nll", H5P_DEFAULT);
             if (d1 >= 0 && d2 >= 0 && d3 >= 0 &&
                 H5Sget_simple_extent_npoints(H5Dget_space(d1)) == R->N * R->V &&
                 H5Dread(d1, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->logits) >= 0 &&
                 H5Dread(d2, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->lse) >= 0 &&
-                H5Dread(d3, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->nll) >= 0)
+                H5Dread(d3, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->nll) >= 0) {
+                R->ppl = ppl; /* (the float64 one the reference run computed) */
                 rc = 0;
+            }
             if (d1 >= 0) H5Dclose(d1);
             if (d2 >= 0) H5Dclose(d2);
             if (d3 >= 0) H5Dclose(d3);
@@ -207,6 +212,7 @@ static int ref_cache_read(const char *path, const char *key, RefData *R) {
         if (k) H5free_memory(k);
         H5Tclose(t);
         if (a >= 0) H5Aclose(a);
+        if (ap >= 0) H5Aclose(ap);
         H5Fclose(f);
     }
     H5Eset_auto2(H5E_DEFAULT, fn, data);
@@ -230,18 +236,20 @@ static int ref_cache_write(const char *path, const char *key, const RefData *R) 
 
 static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
                          RefData *R) {
-    char tok_sha[65], key[1024], khash[65], path[4096];
+    char tok_sha[65], exe_sha[65], key[1024], khash[65], path[4096];
     if (sha256_file(rc->tokens_path, tok_sha) != 0) return -1;
-    snprintf(key, sizeof key, "model=%s tokens=%s window=%d windows=%lld protocol=%s", model_sha,
-             tok_sha, R->T, (long long)R->nw, R->split ? "kv-split-half" : "gptq-windows");
+    /* the program's own bytes and the BLAS kernels too: another build, or
+     * another kernel set (dense results round differently), is another
+     * reference */
+    if (sha256_file("/proc/self/exe", exe_sha) != 0) snprintf(exe_sha, sizeof exe_sha, "unknown");
+    snprintf(key, sizeof key, "model=%s tokens=%s window=%d windows=%lld protocol=%s program=%s blas=%s",
+             model_sha, tok_sha, R->T, (long long)R->nw, R->split ? "kv-split-half" : "gptq-windows", exe_sha,
+             blas_core_report());
     sha256_bytes(key, strlen(key), khash);
     snprintf(path, sizeof path, "%s/cache", rc->results);
     if (mkdirs(path) != 0) return -1;
     snprintf(path, sizeof path, "%s/cache/ref-%.24s.h5", rc->results, khash);
     if (ref_cache_read(path, key, R) == 0) {
-        double s = 0;
-        for (int64_t i = 0; i < R->N; i++) s += R->nll[i];
-        R->ppl = exp(s / (double)R->N);
         fprintf(stderr, "reference: cached %s\n", path);
         return 0;
     }
@@ -764,12 +772,21 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
     int results_given = 0;
     for (int i = 1; i < argc; i++) results_given |= !strcmp(argv[i], "--results");
     if (out && !results_given) {
-        /* a sweep's --out is RESULTS/<experiment>/<file>.h5: keep the cache beside it */
+        /* the reference cache (RESULTS/cache): a sweep's --out is
+         * RESULTS/<experiment>/<file>.h5, so RESULTS is two folders up; any
+         * other --out keeps it in the file's own folder (two folders up of
+         * /tmp/x.h5 had been /cache) */
         snprintf(resbuf, sizeof resbuf, "%s", out);
-        for (int up = 0; up < 2; up++) {
-            char *sl = strrchr(resbuf, '/');
-            if (sl) *sl = 0;
-            else snprintf(resbuf, sizeof resbuf, ".");
+        char *sl = strrchr(resbuf, '/');
+        if (!sl) snprintf(resbuf, sizeof resbuf, ".");
+        else if (sl == resbuf) resbuf[1] = 0; /* "/x.h5": "/" */
+        else *sl = 0;
+        const char *base = strrchr(resbuf, '/');
+        base = base ? base + 1 : resbuf;
+        if (strcmp(base, def->name) == 0) { /* RESULTS/<experiment>: RESULTS */
+            if (base == resbuf) snprintf(resbuf, sizeof resbuf, ".");
+            else if (base - 1 == resbuf) resbuf[1] = 0;
+            else *(char *)(base - 1) = 0;
         }
         results = resbuf;
     }

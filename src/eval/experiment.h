@@ -14,8 +14,10 @@
  * cuda, `tp` threads or GPUs) and its reference (same model, dense weights with
  * fp32 accumulation, full-precision KV, the same windows and protocol; on the
  * CPU), and writes the schema of paper/SCHEMA.md.  The
- * reference's logits are cached in RESULTS/cache keyed by model hash + token
- * hash + window + windows + protocol, so a sweep computes each one once. */
+ * reference's logits are cached in RESULTS/cache (RESULTS: two folders above
+ * a sweep's --out RESULTS/<experiment>/<file>.h5, else --out's own folder)
+ * keyed by model hash + token hash + window + windows + protocol + the
+ * program's hash + the BLAS kernels, so a sweep computes each one once. */
 #ifndef TL_EXPERIMENT_H
 #define TL_EXPERIMENT_H
 
