@@ -26,6 +26,7 @@
 
 #include "core/blas_setup.h"
 #include "core/err.h"
+#include "eval/experiment.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "cpu/tern_kernels.h"
@@ -206,7 +207,9 @@ static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
     int64_t *iv = xmalloc((size_t)nr * sizeof *iv);
     double *dv = xmalloc((size_t)nr * sizeof *dv);
     static const char *names[3] = {"tern_f32", "tern_i8", "blas_f32"};
-    int rc = h5log_write_provenance(lg, "0", NULL);
+    char commit[64];
+    exp_git_commit(commit, sizeof commit);
+    int rc = h5log_write_provenance(lg, TERNLAB_VERSION, commit);
     rc = rc ? rc : h5log_attr_str(lg, "/", "experiment", "bench-kernels");
     rc = rc ? rc : h5log_attr_str(lg, "/", "kernel", tern_kernel_name());
     rc = rc ? rc : h5log_attr_str(lg, "/", "blas_core", blas_core_report());

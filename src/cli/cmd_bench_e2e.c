@@ -43,6 +43,7 @@
 #include "cli/cli.h"
 
 #include "core/err.h"
+#include "eval/experiment.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "log/h5log.h"
@@ -207,7 +208,9 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
                     const E2eOpts *eo, int isolate) {
     H5Log *lg = h5log_create(path);
     if (!lg) return -1;
-    int rc = h5log_write_provenance(lg, "0", NULL);
+    char commit[64];
+    exp_git_commit(commit, sizeof commit);
+    int rc = h5log_write_provenance(lg, TERNLAB_VERSION, commit);
     rc = rc ? rc : h5log_attr_str(lg, "/", "experiment", "bench-e2e");
     rc = rc ? rc : h5log_attr_str(lg, "/", "device", dev);
     rc = rc ? rc : h5log_attr_f64(lg, "/", "copy_bandwidth_bytes_per_s", bw);

@@ -91,7 +91,7 @@ static int model_hash(const char *model, char out[65]) {
     return sha256_file(p, out);
 }
 
-static void git_commit(char *out, size_t n) {
+void exp_git_commit(char *out, size_t n) {
     snprintf(out, n, "unknown");
     FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
     if (!p) return;
@@ -565,7 +565,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     H5Log *lg = NULL;
     if (st == 0 && !(lg = h5log_create(out))) st = -1;
     if (st == 0) {
-        git_commit(commit, sizeof commit);
+        exp_git_commit(commit, sizeof commit);
         if (loaded || !m.has_quant) snprintf(spec_str, sizeof spec_str, "loaded");
         else quant_spec_format(&m.quant, spec_str, sizeof spec_str);
         kv_policy_format(&pol, pol_str, sizeof pol_str);

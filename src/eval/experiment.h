@@ -21,6 +21,7 @@
 #ifndef TL_EXPERIMENT_H
 #define TL_EXPERIMENT_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef enum { EXP_QUALITY = 0, EXP_THROUGHPUT } ExpKind;
@@ -43,5 +44,9 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
                    const char *quant, const char *kv, int tp, const char *device, const char *out);
 
 #define TERNLAB_VERSION "0.1.0"
+
+/* The source tree's commit (`git rev-parse HEAD` in the working folder), or
+ * "unknown" outside git: the run files' git_commit attribute. */
+void exp_git_commit(char *out, size_t n);
 
 #endif
