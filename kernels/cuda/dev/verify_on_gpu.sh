@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# The first GPU run after a session without a GPU (dev/NOTES.md, thirty-second
+# session): the host code and benchmark changes that were only built, verified
+# and measured in one device call.  Here (the development machine):
+#   make -j2 && mkdir -p .devlibs && rm -f .devlibs/bundle.tar.xz &&
+#   scripts/device_bundle.sh .devlibs build/ternlab build/test_runner \
+#       build/exp_kv_ternary build/exp_throughput
+# then, through the device tool, with carry [".devlibs"]:
+#   bash kernels/cuda/dev/verify_on_gpu.sh [STEP...]     (default: all)
+# STEPs: tests  bench  e2e  chain.  Logs and tables are written under
+# /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
+# device tool returns few files).
+# Each step records its exit status; the script goes on after a failure so
+# one call returns everything (all four steps: ~8 min with the build, under
+# the device tool's 10 min a call; `tests` alone ~6 min).
+set -uo pipefail
+dest=${OUT:-gpu-out}
+out=/tmp/verify-gpu
+rm -rf "$out"
+mkdir -p "$dest" "$out" /tmp/tl
+steps=("$@")
+[ ${#steps[@]} -eq 0 ] && steps=(tests bench e2e chain)
+tar xJf .devlibs/bundle.tar.xz -C /tmp/tl || { echo "no .devlibs/bundle.tar.xz (see the header)"; exit 2; }
+export LD_LIBRARY_PATH=/tmp/tl/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
+export TERNLAB_BIN=/tmp/tl/bin/ternlab TERNLAB_BUILD=/tmp/tl/bin TERNLAB_TEST_TIMEOUT=200
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+make -f kernels/cuda/gpu.mk GPU_BUILD=/tmp/g /tmp/g/test_gpu /tmp/g/bench_gpu -j16 > "$out/build.log" 2>&1
+echo "build rc=$?" | tee -a "$out/status.txt"
+
+run() { # name command...: output to $out/name.log, status to status.txt
+    local name=$1; shift
+    local t0=$SECONDS
+    "$@" > "$out/$name.log" 2>&1
+    local rc=$?
+    echo "$name rc=$rc $((SECONDS - t0))s: $(tail -1 "$out/$name.log")" | tee -a "$out/status.txt"
+}
+
+for s in "${steps[@]}"; do
+    case $s in
+    tests) # the GPU tests, the engine's (gpu_failed_launch_resends_tables is new)
+        run test_gpu_quick /tmp/g/test_gpu quick
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e ;;
+    bench) # the new protocol (the same calls a replay for every kernel of a shape), twice
+        for i in 1 2; do
+            run bench_gpu_$i /tmp/g/bench_gpu --out "$out/bench_gpu_$i"
+        done ;;
+    e2e) # the BF16 reference now keeps its cuBLAS workspace: three full tables
+        for i in 1 2 3; do
+            run bench_e2e_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --out "$out/e2e_$i.h5" \
+                --md "$out/e2e_$i.md"
+        done ;;
+    chain) # variants behind the engine's norm, on the 7B's and 27B's one-token shapes
+        for sh in 12288x4096 4096x4096 22016x4096 4096x11008 8192x4608 4608x4096; do
+            run chain_$sh /tmp/g/bench_gpu --out "$out/chain_$sh" --shape "$sh" --ms 1 --chain norm \
+                --sweep-only var_63520,63521,63530,63531,64520,65520,65521,65820,65822
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain)" | tee -a "$out/status.txt" ;;
+    esac
+done
+tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
+cat "$out/status.txt"
