@@ -110,7 +110,7 @@ def throughput_figure(exp, runs, out):
     plt.close(fig)
 
 
-def draw(exp, runs, out_dir):
+def draw(exp, runs, out_dir, missing=()):
     out = os.path.join(out_dir, exp + ".png")
     if tr.is_throughput(runs):
         throughput_figure(exp, runs, out)

@@ -96,13 +96,16 @@ def latex(header, rows, caption, label):
     return "\n".join(out) + "\n"
 
 
-def write(exp, runs, out_dir):
+def write(exp, runs, out_dir, missing=()):
     if tr.is_throughput(runs):
         header, rows = throughput_rows(runs)
     else:
         header, rows = quality_rows(exp, runs)
-    caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs)"
-    tr.write_atomic(os.path.join(out_dir, exp + ".md"), markdown(header, rows))
+    gap = "; ".join(f"{m}: {', '.join(v)}" for m, v in missing)
+    caption = f"{exp}: {tr.TITLES.get(exp, '')} ({len(runs)} runs" + \
+        (f"; no run file for {gap})" if gap else ")")
+    md = markdown(header, rows) + (f"\n*No run file for {gap}.*\n" if gap else "")
+    tr.write_atomic(os.path.join(out_dir, exp + ".md"), md)
     tr.write_atomic(os.path.join(out_dir, exp + ".tex"), latex(header, rows, caption, exp))
     print(f"tables: {out_dir}/{exp}.md, .tex ({len(rows)} rows)")
 

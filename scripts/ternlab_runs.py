@@ -131,12 +131,9 @@ def load(results_dir, exp, configs_dir="configs"):
             continue
         runs.append(r)
     values = conf_values(configs_dir, exp)
-    for m in sorted({r["model_name"] for r in runs}):
-        have = {r["value"] for r in runs if r["model_name"] == m}
-        missing = [v for v in values if v not in have]
-        if missing:
-            print(f"warning: {exp}: {m} has no run for {', '.join(missing)} "
-                  f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
+    for m, missing in missing_points(runs, values):
+        print(f"warning: {exp}: {m} has no run for {', '.join(missing)} "
+              f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
     rank = {v: i for i, v in enumerate(values)}
     mrank = {os.path.basename(m.rstrip("/")): i
              for i, m in enumerate(conf_list(configs_dir, exp, "models"))}
@@ -144,6 +141,17 @@ def load(results_dir, exp, configs_dir="configs"):
                              rank.get(r["value"], len(rank)), r["value"],
                              str(r["attrs"].get("device", ""))))
     return runs
+
+
+def missing_points(runs, values):
+    """[(model, [values it has no run for])] over the models that have runs."""
+    out = []
+    for m in sorted({r["model_name"] for r in runs}):
+        have = {r["value"] for r in runs if r["model_name"] == m}
+        missing = [v for v in values if v not in have]
+        if missing:
+            out.append((m, missing))
+    return out
 
 
 def experiments(results_dir):
@@ -176,7 +184,8 @@ def is_throughput(runs):
 def run_per_experiment(tool, doc, default_out, per_experiment):
     """The command line shared by figures.py and tables.py: --results, --out,
     --configs and optional experiment names; calls per_experiment(exp, runs,
-    out_dir) for every experiment that has complete run files."""
+    out_dir, missing) for every experiment that has complete run files
+    (missing: missing_points against the config's values)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--results", default="results")
     ap.add_argument("--out", default=default_out)
@@ -193,5 +202,5 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
         if not runs:
             print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped")
             continue
-        per_experiment(exp, runs, a.out)
+        per_experiment(exp, runs, a.out, missing_points(runs, conf_values(a.configs, exp)))
     return 0

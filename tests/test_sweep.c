@@ -398,6 +398,7 @@ TEST(sweep_results_to_figures_tables_paper) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "skipping") && strstr(out, "a run of 'exp-threshold'") &&
                   strstr(out, "m2 has no run for b") && !strstr(out, "| m2 | b |") &&
+                  strstr(out, "*No run file for m2: b.*") &&
                   strstr(out, "| kept |") && strstr(out, "not regenerated"),
               "rc %d:\n%s", rc, out);
     free(out);
