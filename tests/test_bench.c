@@ -104,7 +104,8 @@ TEST(bench_e2e_bad_arguments) {
                          "--shapes 7b,27b,tiny,7b,27b,tiny,7b --tp 1,2,3,4 --batches 1,2,3,4,5,6,7,8",
                          /* more values than the lists hold, trailing characters, a list past its buffer */
                          "--batches 1,2,3,4,5,6,7,8,9", "--tp 1,2,3,4,1", "--prompt 32x", "--steps 4.5",
-                         "--shapes 7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b"};
+                         "--shapes 7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b",
+                         "--shapes ,", "--configs ''"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s bench-e2e %s", bin_path("ternlab"), bad[i]);

@@ -151,6 +151,69 @@ TEST(exp_reference_cache_hits) {
     free(log);
 }
 
+/* Values a user could type wrong, each a clear error with a non-zero exit
+ * (an adversarial review found these accepted, clamped or crashing). */
+TEST(cli_bad_values_are_clear) {
+    const char *dir = test_tmpdir();
+    char f[800], g[800];
+    snprintf(f, sizeof f, "%s", run_exp("exp_kv_ternary", LLAMA_DIR, "none", NULL));
+    snprintf(g, sizeof g, "%s/array_complete.h5", dir);
+    struct {
+        const char *cmd, *want;
+        int rc;
+    } cases[] = {
+        /* a run file whose 'complete' is an array: read into one value (stack overflow), exit 0 */
+        {"cp '%F' '%G' && /usr/bin/python3 -c \"import h5py, numpy; f = h5py.File('%G', 'r+'); "
+         "del f.attrs['complete']; f.attrs['complete'] = numpy.array([1, 0, 0, 0]); f.close()\" && "
+         "%B/ternlab verify '%G'", "not a single integer", 1},
+        {"%B/ternlab logits --model %L --tokens %T --window 256 --windows 0:9223372036854775807 --out %D/x.f32",
+         "windows", 1},
+        {"%B/exp_throughput --model %L --value ternary --out %D/t.h5 prompt_len=0", "prompt_len = 0", 1},
+        {"%B/exp_throughput --model %L --value ternary --out %D/t.h5 batches=2x", "'2x'", 1},
+        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 tp=abc", "not an integer", 1},
+        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 logit_rows=4294967295", "logit_rows", 1},
+        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=", "'factor' is empty", 2},
+        {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --kv all@layers=0-9", "has 4 layers", 1},
+        {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --quant rule=twn,layers=4", "past the model", 1},
+        {"%B/ternlab generate --model %L --prompt 1,2,3", "--max-new", 2},
+        {"%B/ternlab diff --model %L --tokens %T --a quant=rule=twn,quant=loaded --b quant=loaded",
+         "given twice", 2},
+        {"cp -r %L %D/lt && %B/ternlab quantize --model %D/lt --quant rule=twn --out %D/lt/", "itself", 2},
+        {"%B/ternlab info --model %Q --quant rule=twn", "safetensors", 2},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* %B build dir, %L llama-tiny, %T tokens, %Q a GGUF, %D tmp dir, %F / %G run files */
+        char cmd[4096], *o = cmd, *end = cmd + sizeof cmd - 8;
+        const char *bd = getenv("TERNLAB_BUILD");
+        for (const char *c = cases[i].cmd; *c && o < end; c++) {
+            const char *sub = NULL;
+            if (c[0] == '%' && c[1]) {
+                switch (c[1]) {
+                case 'B': sub = bd && *bd ? bd : "build"; break;
+                case 'Q': sub = test_path("data/gguf/llama-tiny-bf16.gguf"); break;
+                case 'L': sub = test_path(LLAMA_DIR); break;
+                case 'T': sub = test_path(TOKENS_FILE); break;
+                case 'D': sub = dir; break;
+                case 'F': sub = f; break;
+                case 'G': sub = g; break;
+                }
+            }
+            if (sub) {
+                o += snprintf(o, (size_t)(end - o), "%s", sub);
+                c++;
+            } else {
+                *o++ = *c;
+            }
+        }
+        snprintf(o, (size_t)(end - o + 8), " 2>&1");
+        char *out = NULL;
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == cases[i].rc && out && strstr(out, cases[i].want), "case %zu: rc %d (want %d, \"%s\"): %s\n%s",
+                  i, rc, cases[i].rc, cases[i].want, cmd, out ? out : "");
+        free(out);
+    }
+}
+
 /* The control point of each factor reproduces the reference exactly. */
 TEST(exp_control_points_equal_reference) {
     const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", NULL);

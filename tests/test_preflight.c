@@ -50,7 +50,7 @@ TEST(preflight_kv_advice_fits) {
     CHECK(preflight_check(&c, w, (int64_t)1 << 24, 256, bs, NULL, 0) == -1);
     const char *msg = err_msg();
     fprintf(stderr, "    %s\n", msg);
-    CHECK(strstr(msg, "--max-seq") && strstr(msg, "--batch") && strstr(msg, "--kv-blocks"));
+    CHECK(strstr(msg, "--max-new") && strstr(msg, "--batch") && strstr(msg, "--kv-blocks"));
     const char *kb = strstr(msg, "--kv-blocks ");
     REQUIRE(kb != NULL);
     long long blocks = atoll(kb + strlen("--kv-blocks "));

@@ -514,6 +514,10 @@ int cmd_bench_e2e(int argc, char **argv) {
         }
     }
     const int ncfg = use_cfg[0] + use_cfg[1] + use_cfg[2];
+    if (nshapes == 0 || ncfg == 0) {
+        fprintf(stderr, "ternlab bench-e2e: --shapes and --configs need at least one name each\n");
+        return 2;
+    }
     if ((int64_t)nshapes * ntp * ncfg * (nb + 1) > MAX_ROWS) {
         fprintf(stderr, "ternlab bench-e2e: %d shapes x %d tp x %d configs x %d rows is more than %d rows\n",
                 nshapes, ntp, ncfg, nb + 1, MAX_ROWS);

@@ -220,9 +220,9 @@ int cmd_logits(int argc, char **argv) {
         return fail("logits");
     }
     int rc = 0;
-    if (o.win_b * o.window > n)
-        rc = err_set("--windows %s of %d tokens needs %lld tokens, %s has %lld", o.windows,
-                     o.window, (long long)(o.win_b * o.window), o.tokens, (long long)n);
+    if (o.win_b > n / o.window) /* (win_b * window would overflow for a huge --windows) */
+        rc = err_set("--windows %s of %d tokens: %s has %lld tokens (%lld windows)", o.windows, o.window,
+                     o.tokens, (long long)n, (long long)(n / o.window));
     Engine e;
     int64_t per_call = PPL_TOKENS_PER_CALL > o.window ? PPL_TOKENS_PER_CALL / o.window * o.window
                                                       : o.window;
@@ -268,6 +268,10 @@ int cmd_generate(int argc, char **argv) {
     if (need("generate", "model", o.model) || need("generate", "prompt", o.prompt) ||
         check_kv_policy("generate", &o))
         return 2;
+    if (o.max_new < 1) { /* (without it the command printed an empty line) */
+        fprintf(stderr, "ternlab generate: --max-new N (>= 1) is required\n");
+        return 2;
+    }
     Model m;
     if (open_model(&o, &m) != 0) return fail("generate");
     int32_t *prompt;
@@ -325,7 +329,14 @@ int cmd_info(int argc, char **argv) {
         return 2;
     }
     size_t ml = strlen(o.model);
-    if (ml >= 5 && !strcmp(o.model + ml - 5, ".gguf")) return cmd_gguf_info(o.model);
+    if (ml >= 5 && !strcmp(o.model + ml - 5, ".gguf")) {
+        if (o.quant || o.mem) { /* (they were ignored there) */
+            fprintf(stderr, "ternlab info: --quant and --mem apply to safetensors folders; a .gguf file's "
+                            "info lists its tensors as stored\n");
+            return 2;
+        }
+        return cmd_gguf_info(o.model);
+    }
     Model m;
     if (open_model(&o, &m) != 0) return fail("info");
     const ModelConfig *c = &m.cfg;

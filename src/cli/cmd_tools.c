@@ -9,6 +9,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -201,6 +202,14 @@ int cmd_quantize(int argc, char **argv) {
         return 2;
     }
     const char *fmt = o.format ? o.format : "safetensors";
+    { /* the output must not be the source checkpoint (it was replaced in place) */
+        char rm[PATH_MAX], ro[PATH_MAX];
+        if (realpath(o.model, rm) && realpath(o.out, ro) && strcmp(rm, ro) == 0) {
+            fprintf(stderr, "ternlab quantize: --out %s is the --model checkpoint itself; give another path\n",
+                    o.out);
+            return 2;
+        }
+    }
     if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
     if (strcmp(fmt, "safetensors") != 0) {
         fprintf(stderr, "ternlab quantize: --format '%s': expected safetensors, gguf-tq2_0 or gguf-tq1_0\n", fmt);

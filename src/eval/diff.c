@@ -19,9 +19,14 @@ static int starts_key(const char *item) {
     return 0;
 }
 
-static int side_set(DiffSide *o, const char *item, int *have_kv) {
+static int side_set(DiffSide *o, const char *item, int *have_kv, char *seen) {
     const char *eq = strchr(item, '=');
     const char *v = eq + 1;
+    /* a key given twice (the last one had won: quant=rule=twn,quant=loaded compared loaded) */
+    char key[16];
+    snprintf(key, sizeof key, " %.*s ", (int)(eq - item < 12 ? eq - item : 12), item);
+    if (strstr(seen, key)) return err_set("'%.*s' given twice", (int)(eq - item), item);
+    if (strlen(seen) + strlen(key) < 96) strcat(seen, key + 1); /* (" quant kv ") */
     if (!strncmp(item, "quant=", 6)) {
         if (!*v) return err_set("quant=: empty (use quant=loaded or a QuantSpec)");
         if (strcmp(v, "loaded") == 0) {
@@ -58,6 +63,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
     memcpy(buf, s, n + 1);
     cur[0] = 0;
     int rc = 0, have_kv = 0;
+    char seen[96] = " "; /* the keys given, " quant kv ..." */
     /* items separated by ',' or ';'; an item that does not start with a key
      * continues the current value (the quant spec's own commas) */
     for (char *p = buf; rc == 0;) {
@@ -65,7 +71,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
         char sep = p[len];
         p[len] = 0;
         if (starts_key(p)) {
-            if (cur[0]) rc = side_set(out, cur, &have_kv);
+            if (cur[0]) rc = side_set(out, cur, &have_kv, seen);
             snprintf(cur, n + 1, "%s", p);
         } else if (!cur[0] || !*p) {
             rc = err_set("'%s': unknown or empty setting (keys: quant=SPEC|loaded, kv=POLICY, "
@@ -77,7 +83,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
         if (!sep) break;
         p += len + 1;
     }
-    if (rc == 0 && cur[0]) rc = side_set(out, cur, &have_kv);
+    if (rc == 0 && cur[0]) rc = side_set(out, cur, &have_kv, seen);
     free(buf);
     free(cur);
     if (rc != 0) return -1;

@@ -234,6 +234,17 @@ static int ref_cache_write(const char *path, const char *key, const RefData *R) 
     return h5log_commit(lg);
 }
 
+/* key's integer into *out where the config has it (else *out is left, the
+ * default), within [lo, hi]: 0, or -1 (err_set) for a malformed or
+ * out-of-range value */
+static int conf_i64_opt(const ExpConf *c, const char *key, int64_t lo, int64_t hi, int64_t *out) {
+    if (!expconf_get(c, key)) return 0;
+    if (expconf_get_i64(c, key, out) != 0) return -1;
+    if (*out < lo || *out > hi)
+        return err_set("%s = %lld: expected %lld .. %lld", key, (long long)*out, (long long)lo, (long long)hi);
+    return 0;
+}
+
 static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
                          RefData *R) {
     char tok_sha[65], exe_sha[65], key[1024], khash[65], path[4096];
@@ -475,10 +486,12 @@ static int run_point(const RunCfg *rc, const char *out) {
     if (st == 0 && rc->kind == EXP_THROUGHPUT) {
         char **bl = expconf_list(rc->conf, "batches", &nb);
         int64_t pl = 128, gl = 32, wu = 1, rp = 3;
-        expconf_get_i64(rc->conf, "prompt_len", &pl);
-        expconf_get_i64(rc->conf, "gen_len", &gl);
-        expconf_get_i64(rc->conf, "warmup", &wu);
-        expconf_get_i64(rc->conf, "repeats", &rp);
+        if (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &pl) != 0 ||
+            conf_i64_opt(rc->conf, "gen_len", 1, 1 << 16, &gl) != 0 ||
+            conf_i64_opt(rc->conf, "warmup", 0, 1000, &wu) != 0 ||
+            conf_i64_opt(rc->conf, "repeats", 1, 1000, &rp) != 0)
+            st = -1;
+        if (st == 0 && nb == 0) st = err_set("batches: no batch size given");
         batches = xcalloc((size_t)nb + 1, sizeof(int64_t));
         pre = xcalloc((size_t)nb + 1, sizeof(double));
         dec = xcalloc((size_t)nb + 1, sizeof(double));
@@ -495,14 +508,16 @@ static int run_point(const RunCfg *rc, const char *out) {
             else have_twin = 1;
         }
         for (int i = 0; i < nb && st == 0; i++) {
-            batches[i] = atoll(bl[i]);
-            if (batches[i] < 1 || batches[i] > 4096) {
+            char *end;
+            errno = 0;
+            batches[i] = strtoll(bl[i], &end, 10);
+            if (end == bl[i] || *end || errno || batches[i] < 1 || batches[i] > 4096) {
                 st = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
                 break;
             }
             Throughput t = {0};
             st = measure_throughput(&m, rc->tp, dev, tok, n, (int)batches[i], (int)pl, (int)gl,
-                                    (int)wu, rp < 1 ? 1 : (int)rp, &t);
+                                    (int)wu, (int)rp, &t);
             if (st == 0) {
                 pre[i] = t.prefill_tok_s;
                 dec[i] = t.decode_tok_s;
@@ -800,7 +815,8 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
         free(over);
         return 2;
     }
-    if (expconf_check(&conf) != 0 || expconf_apply_args(&conf, n_over, over, NULL) != 0) {
+    /* (the overrides first: a check before them let values=, factor= or max_windows=-1 through) */
+    if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0) {
         fprintf(stderr, "%s: %s\n", def->name, err_msg());
         expconf_free(&conf);
         free(over);
@@ -841,9 +857,10 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
             int st = expconf_bind(&c, v);
             if (st == 0 && (expconf_get_i64(&c, "window", &T) != 0 || expconf_get_i64(&c, "max_windows", &mw) != 0))
                 st = -1;
+            if (st == 0 && (conf_i64_opt(&c, "tp", 1, 64, &tp) != 0 ||
+                            conf_i64_opt(&c, "logit_rows", 0, 1 << 20, &lr) != 0))
+                st = -1;
             if (st == 0) {
-                expconf_get_i64(&c, "tp", &tp);
-                expconf_get_i64(&c, "logit_rows", &lr);
                 rc.factor = expconf_get(&c, "factor");
                 rc.tokens_path = expconf_get(&c, "tokens");
                 rc.quant = expconf_get_or(&c, "quant", "loaded");

@@ -29,8 +29,8 @@ static int kv_init_pages(KvCache *kv, int n_layers, int n_kv_heads, int head_dim
         kv->v[l] = kv->k[l] ? mem_alloc(per_layer, "KV cache values") : NULL;
         if (!kv->k[l] || !kv->v[l]) {
             kv_free(kv);
-            return err_prefix("KV cache (%d blocks of %d tokens, try a smaller --max-seq or "
-                              "--batch): ", n_blocks, block_size);
+            return err_prefix("KV cache (%d blocks of %d tokens, try a shorter --window / --max-new or "
+                              "a smaller --batch): ", n_blocks, block_size);
         }
     }
     kv->free_list = xmalloc(sizeof(int) * (size_t)n_blocks);
@@ -93,7 +93,7 @@ int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len) {
     if (extra > kv->n_free)
         return err_set("KV cache out of blocks: sequence %d needs %lld more block(s) of %d "
                        "tokens for length %lld, %d of %d free (raise --kv-blocks or lower "
-                       "--batch/--max-seq)", seq, (long long)extra, kv->block_size,
+                       "--batch / --window / --max-new)", seq, (long long)extra, kv->block_size,
                        (long long)new_len, kv->n_free, kv->n_blocks);
     if (need > s->cap) {
         s->cap = (int)(need > 2 * (int64_t)s->cap ? need : 2 * (int64_t)s->cap);
@@ -184,6 +184,9 @@ static int layer_needs_f32(const KvPolicy *p, int layer) {
 }
 
 int kv_set_policy(KvCache *kv, const KvPolicy *p) {
+    if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= kv->n_layers || p->layer_lo > p->layer_hi))
+        return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
+                       kv->n_layers, kv->n_layers - 1);
     kv->policy = *p;
     /* f32 pages only where some token stays full precision: with `all` the
      * ternary pages are the whole cache of those layers */

@@ -516,14 +516,17 @@ static int verify_complete(hid_t f, const char *path) {
     if (a < 0) return h5_fail(path, "opening attribute", "complete");
     int rc = 0;
     int64_t v = 0;
-    hid_t t = H5Aget_type(a);
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
     if (t < 0 || H5Tget_class(t) != H5T_INTEGER)
         rc = err_set("%s: attribute 'complete' is not an integer", path);
+    else if (sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) /* (read into one value) */
+        rc = err_set("%s: attribute 'complete' is not a single integer", path);
     else if (H5Aread(a, H5T_NATIVE_INT64, &v) < 0)
         rc = h5_fail(path, "reading attribute", "complete");
     else if (v != 1)
         rc = err_set("%s: incomplete: complete = %lld (expected 1)", path, (long long)v);
     if (t >= 0) H5Tclose(t);
+    if (sp >= 0) H5Sclose(sp);
     H5Aclose(a);
     H5Eclear2(H5E_DEFAULT);
     return rc;

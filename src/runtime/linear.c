@@ -205,6 +205,11 @@ int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts) {
     if (opts->quant && !m->has_quant) {
         if (quant_spec_parse(opts->quant, &m->quant) != 0) return err_prefix("--quant: ");
+        /* (a range past the last layer had selected nothing, silently) */
+        for (int i = 0; m->quant.layers == QL_RANGES && i < m->quant.n_ranges; i++)
+            if (m->quant.range_hi[i] >= m->cfg.n_layers)
+                return err_set("--quant layers: %d-%d is past the model's %d layers (0-%d)", m->quant.range_lo[i],
+                               m->quant.range_hi[i], m->cfg.n_layers, m->cfg.n_layers - 1);
         m->has_quant = 1;
     }
     if (m->has_quant) {

@@ -291,7 +291,8 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
         if (p->kv_tokens > 0)
             o += (size_t)snprintf(advice + o, sizeof advice - o,
                                   " The KV cache needs %s for %lld tokens (%s per token): lower "
-                                  "--max-seq or --batch so that at most %lld tokens are cached "
+                                  "the sequence length (--window, or the prompt + --max-new) or --batch so that at "
+                                  "most %lld tokens are cached "
                                   "(--kv-blocks %lld at block size %d), or spread the KV heads "
                                   "with --tp.", preflight_fmt_bytes(p->kv, kv, sizeof kv),
                                   (long long)p->kv_tokens,

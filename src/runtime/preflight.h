@@ -65,7 +65,7 @@ int preflight_available(size_t *avail, char *source, size_t n);
  * excludes it).  kv_tokens: tokens the KV pool must hold (e.g. batch x
  * max-seq; rounded up to whole blocks of block_size); max_tok: tokens per
  * forward call.  Returns 0 when it fits, else -1 with err_set giving needed vs
- * available, the breakdown and what to change (--max-seq, --batch, --tp,
+ * available, the breakdown and what to change (--window / --max-new, --batch, --tp,
  * --kv-blocks, --quant). */
 int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
                    int64_t max_tok, int block_size, PreflightPlan *plan);
