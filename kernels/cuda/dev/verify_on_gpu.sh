@@ -56,6 +56,7 @@ for s in "${steps[@]}"; do
         done ;;
     *) echo "unknown step $s (tests bench e2e chain)" | tee -a "$out/status.txt" ;;
     esac
+    # (after every step: a call cut off at its time limit still returns what ran)
+    tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
 done
-tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
 cat "$out/status.txt"
