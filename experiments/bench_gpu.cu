@@ -50,6 +50,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <errno.h>
 #include <math.h>
@@ -518,11 +519,10 @@ int main(int argc, char **argv) {
              * kernel 6) with decode variants V: 5UC00 or 6abcd, each timed as entry "var_V" */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
             bool vars_only = false;
-            std::vector<std::string> var_names; /* the entries' names (reserved: no reallocation) */
+            std::deque<std::string> var_names; /* the entries' names (a deque: pushing moves none) */
             if (sweep_only && !strncmp(sweep_only, "var_", 4)) {
                 list.clear();
                 vars_only = true;
-                var_names.reserve(std::count(sweep_only, sweep_only + strlen(sweep_only), ',') + 1);
                 for (const char *c = sweep_only + 4;;) {
                     char *end = nullptr;
                     const long v = strtol(c, &end, 10);

@@ -117,9 +117,15 @@ def read_run(path):
 
 def load(results_dir, exp, configs_dir="configs"):
     """Every readable run of one experiment, sorted by model then by the
-    config's order of values.  A file of another experiment (its
-    `experiment` attribute) is skipped with a warning; a model that lacks
-    some of the config's values is named with them on stderr."""
+    config's order of values (load_with_missing's runs)."""
+    return load_with_missing(results_dir, exp, configs_dir)[0]
+
+
+def load_with_missing(results_dir, exp, configs_dir="configs"):
+    """(runs, missing): load's runs and missing_points against the config's
+    values.  A file of another experiment (its `experiment` attribute) is
+    skipped with a warning; a model that lacks some of the config's values
+    is named with them on stderr."""
     runs = []
     for p in sorted(glob.glob(os.path.join(results_dir, exp, "*.h5"))):
         r = read_run(p)
@@ -131,8 +137,9 @@ def load(results_dir, exp, configs_dir="configs"):
             continue
         runs.append(r)
     values = conf_values(configs_dir, exp)
-    for m, missing in missing_points(runs, values):
-        print(f"warning: {exp}: {m} has no run for {', '.join(missing)} "
+    missing = missing_points(runs, values)
+    for m, gone in missing:
+        print(f"warning: {exp}: {m} has no run for {', '.join(gone)} "
               f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
     rank = {v: i for i, v in enumerate(values)}
     mrank = {os.path.basename(m.rstrip("/")): i
@@ -140,7 +147,7 @@ def load(results_dir, exp, configs_dir="configs"):
     runs.sort(key=lambda r: (mrank.get(r["model_name"], len(mrank)), r["model_name"],
                              rank.get(r["value"], len(rank)), r["value"],
                              str(r["attrs"].get("device", ""))))
-    return runs
+    return runs, missing
 
 
 def missing_points(runs, values):
@@ -198,9 +205,9 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
         print(f"{tool}: no results under {a.results}/exp-* (run make exp-... first)")
         return 0
     for exp in exps:
-        runs = load(a.results, exp, a.configs)
+        runs, missing = load_with_missing(a.results, exp, a.configs)
         if not runs:
             print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped")
             continue
-        per_experiment(exp, runs, a.out, missing_points(runs, conf_values(a.configs, exp)))
+        per_experiment(exp, runs, a.out, missing)
     return 0

@@ -12,21 +12,21 @@
 
 /* ---- side settings -------------------------------------------------------- */
 
+/* 1 + the index of item's key in the side settings' keys, 0 for none */
 static int starts_key(const char *item) {
     static const char *keys[] = {"quant=", "kv=", "dense=", "device=", "tp="};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
-        if (strncmp(item, keys[i], strlen(keys[i])) == 0) return 1;
+        if (strncmp(item, keys[i], strlen(keys[i])) == 0) return (int)i + 1;
     return 0;
 }
 
-static int side_set(DiffSide *o, const char *item, int *have_kv, char *seen) {
+static int side_set(DiffSide *o, const char *item, int *have_kv, unsigned *seen) {
     const char *eq = strchr(item, '=');
     const char *v = eq + 1;
     /* a key given twice (the last one had won: quant=rule=twn,quant=loaded compared loaded) */
-    char key[16];
-    snprintf(key, sizeof key, " %.*s ", (int)(eq - item < 12 ? eq - item : 12), item);
-    if (strstr(seen, key)) return err_set("'%.*s' given twice", (int)(eq - item), item);
-    if (strlen(seen) + strlen(key) < 96) strcat(seen, key + 1); /* (" quant kv ") */
+    const unsigned bit = 1u << starts_key(item);
+    if (*seen & bit) return err_set("'%.*s' given twice", (int)(eq - item), item);
+    *seen |= bit;
     if (!strncmp(item, "quant=", 6)) {
         if (!*v) return err_set("quant=: empty (use quant=loaded or a QuantSpec)");
         if (strcmp(v, "loaded") == 0) {
@@ -63,7 +63,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
     memcpy(buf, s, n + 1);
     cur[0] = 0;
     int rc = 0, have_kv = 0;
-    char seen[96] = " "; /* the keys given, " quant kv ..." */
+    unsigned seen = 0; /* the keys given (bit 1 + starts_key's index) */
     /* items separated by ',' or ';'; an item that does not start with a key
      * continues the current value (the quant spec's own commas) */
     for (char *p = buf; rc == 0;) {
@@ -71,7 +71,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
         char sep = p[len];
         p[len] = 0;
         if (starts_key(p)) {
-            if (cur[0]) rc = side_set(out, cur, &have_kv, seen);
+            if (cur[0]) rc = side_set(out, cur, &have_kv, &seen);
             snprintf(cur, n + 1, "%s", p);
         } else if (!cur[0] || !*p) {
             rc = err_set("'%s': unknown or empty setting (keys: quant=SPEC|loaded, kv=POLICY, "
@@ -83,7 +83,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
         if (!sep) break;
         p += len + 1;
     }
-    if (rc == 0 && cur[0]) rc = side_set(out, cur, &have_kv, seen);
+    if (rc == 0 && cur[0]) rc = side_set(out, cur, &have_kv, &seen);
     free(buf);
     free(cur);
     if (rc != 0) return -1;

@@ -234,6 +234,14 @@ static int ref_cache_write(const char *path, const char *key, const RefData *R) 
     return h5log_commit(lg);
 }
 
+/* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
+static void parent_dir(char *p) {
+    char *s = strrchr(p, '/');
+    if (!s) strcpy(p, ".");
+    else if (s == p) p[1] = 0;
+    else *s = 0;
+}
+
 /* key's integer into *out where the config has it (else *out is left, the
  * default), within [lo, hi]: 0, or -1 (err_set) for a malformed or
  * out-of-range value */
@@ -792,17 +800,9 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
          * other --out keeps it in the file's own folder (two folders up of
          * /tmp/x.h5 had been /cache) */
         snprintf(resbuf, sizeof resbuf, "%s", out);
-        char *sl = strrchr(resbuf, '/');
-        if (!sl) snprintf(resbuf, sizeof resbuf, ".");
-        else if (sl == resbuf) resbuf[1] = 0; /* "/x.h5": "/" */
-        else *sl = 0;
+        parent_dir(resbuf);
         const char *base = strrchr(resbuf, '/');
-        base = base ? base + 1 : resbuf;
-        if (strcmp(base, def->name) == 0) { /* RESULTS/<experiment>: RESULTS */
-            if (base == resbuf) snprintf(resbuf, sizeof resbuf, ".");
-            else if (base - 1 == resbuf) resbuf[1] = 0;
-            else *(char *)(base - 1) = 0;
-        }
+        if (strcmp(base ? base + 1 : resbuf, def->name) == 0) parent_dir(resbuf); /* RESULTS/<experiment> */
         results = resbuf;
     }
     if (!config) {

@@ -780,8 +780,9 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
     *in_graph = false;
     TRY(upload_inputs(g, p));
-    const bool upgrade = p->eligible && g->exec && g->exec_n == n && !replays(g, p, amax);
-    if (replays(g, p, amax)) {
+    const bool replay = replays(g, p, amax);
+    const bool upgrade = !replay && p->eligible && g->exec && g->exec_n == n;
+    if (replay) {
         /* (a graph whose argmax the call does not want replays with it unused: callers that
          * alternate logits and ids do not capture per call) */
         *in_graph = amax > 0 && g->exec_amax == amax;
