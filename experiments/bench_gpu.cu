@@ -1,7 +1,7 @@
 /* bench_gpu.cu — ternary CUDA matmuls against cuBLAS BF16, same run, same GPU.
  *
  *   build/gpu/bench_gpu [--out DIR] [--quick] [--group row|tensor|32|64|128|256]
- *                       [--sweep-decode | --sweep-only NAME|var_V[,V..]] [--decode-variant V]
+ *                       [--sweep-decode | --sweep-only NAME|var_V[,V..]|bf_V[,V..]] [--decode-variant V]
  *                       [--ms M1,M2,..|none]
  *                       [--shape NxK] [--calls N] [--chain norm]
  *
@@ -294,7 +294,8 @@ int main(int argc, char **argv) {
     int quick = 0, sweep = 0, mma_rate = 0, chain_norm = 0;
     const char *shape_arg = NULL;
     const char *ms_arg = NULL;
-    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V[,V..]: bmma variants */
+    const char *sweep_only = NULL; /* --sweep-only NAME: that sweep entry alone (profiling); var_V[,V..]: bmma variants;
+                                    * bf_V[,V..]: the bf16 bulk-copy GEMV's */
     QuantGroup grp = QG_ROW;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -316,8 +317,8 @@ int main(int argc, char **argv) {
         }
         else if (!strcmp(argv[i], "--force-kernel") && i + 1 < argc) { /* tern_cuda_force_kernel */
             const char *k = argv[++i];
-            if (strlen(k) != 1 || k[0] < '0' || k[0] > '6')
-                DIE("--force-kernel %s: expected 0 (automatic) .. 6 (see tern_cuda_force_kernel)", k);
+            if (strlen(k) != 1 || k[0] < '0' || k[0] > '8')
+                DIE("--force-kernel %s: expected 0 (automatic) .. 8 (see tern_cuda_force_kernel)", k);
             tern_cuda_force_kernel(k[0] - '0');
         }
         else if (!strcmp(argv[i], "--decode-variant") && i + 1 < argc) {
@@ -334,7 +335,7 @@ int main(int argc, char **argv) {
                 if (!strcmp(g, quant_group_name((QuantGroup)k))) grp = (QuantGroup)k, ok = 1;
             if (!ok) DIE("--group %s: expected tensor, row, 32, 64, 128 or 256", g);
         } else
-            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V[,V..]] "
+            DIE("usage: bench_gpu [--out DIR] [--quick] [--group G] [--sweep-decode | --sweep-only NAME|var_V[,V..]|bf_V[,V..]] "
                 "[--decode-variant V] [--force-kernel K] [--ms M1,M2,..|none] [--shape NxK] [--calls N] [--chain norm] "
                 "[--mma-rate] "
                 "(unknown argument %s)",
@@ -515,23 +516,29 @@ int main(int argc, char **argv) {
             CK(cudaMalloc(&y, (size_t)(16 * N) * 4));
             fill_i8<<<1024, 256, 0, s>>>(xq, (size_t)(16 * K), 78u);
             fill_f32<<<1, 256, 0, s>>>(sx, 16, 80u);
+            uint16_t *xb16; /* (forced 8: bf16 activations) */
+            CK(cudaMalloc(&xb16, (size_t)(16 * K) * 2));
+            fill_bf16<<<1024, 256, 0, s>>>(xb16, (size_t)(16 * K), 77u, 1.0f);
             /* --sweep-only var_V[,V..]: the one-token int8 GEMV on the binary tensor cores (forced
-             * kernel 6) with decode variants V: 5UC00 or 6abcd, each timed as entry "var_V" */
+             * kernel 6) with decode variants V: 5UC00 or 6abcd, each timed as entry "var_V";
+             * --sweep-only bf_V[,V..]: the bulk-copy GEMV of bf16 activations (forced 8) with
+             * variants 6abcd at M = 1, 8, 16, entries "bf_V" */
             std::vector<SweepK> list(std::begin(ks), std::end(ks));
             bool vars_only = false;
             std::deque<std::string> var_names; /* the entries' names (a deque: pushing moves none) */
-            if (sweep_only && !strncmp(sweep_only, "var_", 4)) {
+            const bool bf_list = sweep_only && !strncmp(sweep_only, "bf_", 3);
+            if (sweep_only && (!strncmp(sweep_only, "var_", 4) || bf_list)) {
                 list.clear();
                 vars_only = true;
-                for (const char *c = sweep_only + 4;;) {
+                for (const char *c = sweep_only + (bf_list ? 3 : 4);;) {
                     char *end = nullptr;
                     const long v = strtol(c, &end, 10);
-                    if (end == c || (*end && *end != ',') || v < 50000 || v >= 70000)
+                    if (end == c || (*end && *end != ',') || v < (bf_list ? 60000 : 50000) || v >= 70000)
                         DIE("--sweep-only %s: var_V[,V..] takes variants 5UC00 or 6abcd of the binary "
-                            "tensor-core GEMV",
+                            "tensor-core GEMV, bf_V[,V..] variants 6abcd of the bf16 bulk-copy GEMV",
                             sweep_only);
-                    var_names.push_back("var_" + std::to_string(v));
-                    list.push_back({var_names.back().c_str(), 6, (int)v, 1});
+                    var_names.push_back((bf_list ? "bf_" : "var_") + std::to_string(v));
+                    list.push_back({var_names.back().c_str(), bf_list ? 8 : 6, (int)v, bf_list ? 3 : 1});
                     if (!*end) break;
                     c = end + 1;
                 }
@@ -599,6 +606,16 @@ int main(int argc, char **argv) {
                     }
                     tern_cuda_force_kernel(k.force);
                     tern_cuda_decode_variant(k.variant);
+                    if (k.force == 8) { /* bf16 activations */
+                        if (tern_cuda_matmul_bf16(&dW[0], xb16, M, y, s) < 0) {
+                            fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
+                            continue;
+                        }
+                        const double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb16, M, y, s)); });
+                        rows.push_back({N, K, M, std::string("sweep_") + k.name + "_bf16", t,
+                                        wbytes + M * K * 2.0 + M * N * 4.0, 2.0 * M * N * K, tern_cuda_last_config()});
+                        continue;
+                    }
                     if (tern_cuda_matmul_i8(&dW[0], xq, sx, M, y, s) < 0) { /* variant refused */
                         fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
                         continue;
@@ -611,6 +628,7 @@ int main(int argc, char **argv) {
             tern_cuda_decode_variant(oldv);
             tern_cuda_force_kernel(oldf);
             CK(cudaFree(sink));
+            CK(cudaFree(xb16));
             CK(cudaFree(xq));
             CK(cudaFree(sx));
             CK(cudaFree(y));
@@ -633,15 +651,18 @@ int main(int argc, char **argv) {
             CK(cudaGetLastError());
             CK(cudaStreamSynchronize(s));
             const double flops = 2.0 * M * N * K, yb = (double)M * N * 4;
-            /* --force-kernel 3 / 4 / 6 name one-token int8 kernels: the rows they cannot
-             * run (bf16 / f32 activations, M > 1) take the automatic choice (the config
-             * column says which kernel ran) */
+            /* --force-kernel 3 / 4 / 6 name one-token int8 kernels, 7 the int8 and 8 the
+             * bf16 bulk-copy GEMV of <= 16 tokens: the rows they cannot run (other
+             * activations, more tokens) take the automatic choice (the config column
+             * says which kernel ran) */
             const int forced = tern_cuda_force_kernel(0), other = forced >= 3 && forced != 5 ? 0 : forced;
+            const int f_bf16 = forced == 8 && M <= 16 ? 8 : other,
+                      f_i8 = forced == 8 || (forced == 7 && M > 16) || (forced != 7 && M > 1) ? other : forced;
             double t;
-            tern_cuda_force_kernel(other);
+            tern_cuda_force_kernel(f_bf16);
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb, M, y, s)); });
             rows.push_back({N, K, M, "tern_bf16", t, wbytes + M * K * 2.0 + yb, flops, tern_cuda_last_config()});
-            tern_cuda_force_kernel(M == 1 ? forced : other);
+            tern_cuda_force_kernel(f_i8);
             t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
             rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
                             tern_cuda_last_config()});

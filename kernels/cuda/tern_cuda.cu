@@ -311,6 +311,22 @@ static bool mt_rule(const TernCudaMatrix *W, int64_t n) {
     tern_wg_tile(1, W->rows, n, W->cols, W->kblocks, n_sm, 0, &p);
     return p.kw == 1;
 }
+/* The bf16 bulk-copy GEMV's variant for n tokens of W (6abcd).  H200,
+ * bench_gpu --sweep-only bf_V (M = 1 / 8 / 16, us; 13 variants): 65520 (two
+ * tiles a unit, four consumer warps per tile) best or within 2 % on most;
+ * one CTA per SM (65521) at one token below 24M weights (4096 x 4096 3.96 vs
+ * 4.76; 14336 x 4096 11.21 vs 10.84); four tiles a unit (68520) for 2 .. 8
+ * tokens on rows of >= 32768 columns (4608 x 36864 M = 8 30.7 vs 34.6; 4096 x
+ * 14336 14.0 vs 15.4 but M = 16 25.2 vs 21.3) and 9 .. 16 tokens from 128M
+ * weights (36864 x 4608 43.7 vs 54.6, 4608 x 36864 47.2 vs 49.2; 14336 x
+ * 4096 21.0 vs 17.5). */
+static int bf_variant(const TernCudaMatrix *W, int64_t n) {
+    const int64_t weights = W->rows * W->cols;
+    if (n == 1) return weights < ((int64_t)24 << 20) ? 65521 : 65520;
+    if (n <= 8) return W->cols >= 32768 ? 68520 : 65520;
+    return weights >= ((int64_t)128 << 20) ? 68520 : 65520;
+}
+
 static int mt_variant(const TernCudaMatrix *W) {
     return W->rows * W->cols <= ((int64_t)3 << 23) ? 65540 : W->cols <= 6144 ? 68520 : 65420;
 }
@@ -318,6 +334,7 @@ static int mt_variant(const TernCudaMatrix *W) {
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
     tern_cuda_set_config(""); /* until a kernel is chosen */
+    const int act_in = act;   /* (f32 becomes three bf16 planes below) */
     const int force = g_force.load(std::memory_order_relaxed);
     if (check_matrix(W, who) < 0) return -1;
     if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
@@ -455,6 +472,23 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
         const int mv = v >= 60000 && v < 70000 ? v : mt_variant(W);
         bmma_config(mv, "mt");
         if (tern_gemv_i8_mt(W, static_cast<const int8_t *>(a.x), xc, d_sx, n, d_y, mv, s) < 0)
+            return err_prefix("%s: ", who);
+        return 0;
+    }
+    /* 1 .. 16 tokens of bf16 activations (not the f32 form's three planes),
+     * one scale per row or per tensor: the bulk-copy GEMV on the bf16 tensor
+     * cores (tern_gemv_bmma.cu's gemv_bf16_tbm), forced 8 (variant 6abcd or
+     * its own) or by default unless a development variant other than 6abcd
+     * is set (those keep the mma GEMV below for comparisons) */
+    const bool bf_mt = act_in == TACT_BF16 && n <= 16 && W->n_groups == 1;
+    if (force == 8 && !bf_mt)
+        return err_set("%s: the bf16 bulk-copy GEMV takes 1 .. 16 tokens of bf16 activations and one scale per "
+                       "row or per tensor",
+                       who);
+    if (force == 8 || (force == 0 && bf_mt && (v == 0 || (v >= 60000 && v < 70000)))) {
+        const int bv = v >= 60000 && v < 70000 ? v : bf_variant(W, n);
+        bmma_config(bv, "bf16");
+        if (tern_gemv_bf16_mt(W, static_cast<const uint16_t *>(a.x), xc, n, d_y, bv, s) < 0)
             return err_prefix("%s: ", who);
         return 0;
     }

@@ -24,7 +24,10 @@
  * Kernels (one template, tern_mm.cuh; chosen by n): n <= 16 the decode GEMV
  * (tern_gemv.cu: 128 rows x 8/16 tokens per CTA, 4 cp.async stages, split-K
  * until ~4 CTAs per SM), n > 16 the prefill GEMM (tern_gemm.cu: 256 rows x
- * 128 tokens, or 128 x 64).  Codes are decoded to bf16 / s8 in registers and
+ * 128 tokens, or 128 x 64); with one scale per row or per tensor the
+ * bulk-copy GEMVs (tern_gemv_bmma.cu: int8 and bf16 activations, n <= 16)
+ * and the wgmma GEMM (tern_gemm_wg.cu) take their place where the dispatch
+ * in tern_cuda.cu says.  Codes are decoded to bf16 / s8 in registers and
  * multiplied with mma.sync; split-K partials are summed in a fixed order by
  * the last CTA of a tile, so results are deterministic.
  *
@@ -183,7 +186,10 @@ int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act
  * wgmma GEMM (tern_gemm_wg.cu, one scale per row, else an error); 7 = the
  * bulk-copy GEMV on the int8 tensor cores for 1 .. 16 tokens of int8
  * activations and one scale per row or per tensor (tern_gemv_bmma.cu, else
- * an error).
+ * an error); 8 = the bulk-copy GEMV on the bf16 tensor cores for 1 .. 16
+ * tokens of bf16 activations and one scale per row or per tensor
+ * (tern_gemv_bmma.cu's gemv_bf16_tbm, else an error; variant 6abcd or its
+ * own).
  * Returns the previous value. */
 int tern_cuda_force_kernel(int which);
 

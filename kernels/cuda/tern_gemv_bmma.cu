@@ -47,6 +47,7 @@
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mma.cuh"
+#include "cuda/tern_mm.cuh"
 
 namespace {
 
@@ -348,7 +349,8 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
  * (tern_gemv_i8_bmma_f32x); int8 x with the GLU epilogue (paired rows); the
  * GLU form from the folded norm's input (tern_gemv_i8_glu_norm: f32 x * w
  * coded, the outputs times r) */
-enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5 };
+enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5, TBM_BF1 = 6, TBM_BF8 = 7,
+       TBM_BF16 = 8 };
 __host__ __device__ constexpr bool tbm_paired(int mode) { return mode == TBM_GLU || mode == TBM_GLU_N; }
 /* The GLU forms let the next kernel (the down GEMV, whose CTAs start
  * streaming its matrix at once) in only after their x is coded into planes,
@@ -357,7 +359,11 @@ __host__ __device__ constexpr bool tbm_paired(int mode) { return mode == TBM_GLU
  * the same for the other forms: no gain, or a loss for the int8 form). */
 __host__ __device__ constexpr bool tbm_late_trigger(int mode) { return tbm_paired(mode); }
 /* (TBM_MT8 / TBM_MT16: up to 8 / 16 tokens on the int8 tensor cores, one or
- * two 8-token MMA tiles: gemv_i8_tbm_mt below) */
+ * two 8-token MMA tiles: gemv_i8_tbm_mt below; TBM_BF1 / TBM_BF8 / TBM_BF16: 1,
+ * up to 8, up to 16 tokens of bf16 activations on the bf16 tensor cores:
+ * gemv_bf16_tbm below) */
+__host__ __device__ constexpr bool tbm_mt(int mode) { return mode == TBM_MT8 || mode == TBM_MT16; }
+__host__ __device__ constexpr bool tbm_bf(int mode) { return mode >= TBM_BF1; }
 
 struct TbArgs {
     BmArgs b;
@@ -376,6 +382,10 @@ struct TbArgs {
     int ntok;
     int defer; /* split K: the slices' sums left in part, y not written (BmArgs::def) */
     int l2ef;  /* the codes read with an L2 evict-first policy (tern_cuda_l2ef_get) */
+    /* the bf16 kernel: its activations (ntok rows, BmArgs::xcols apart) and, split K, the
+     * slices' float sums (slice, token, row) */
+    const uint16_t *xh;
+    float *fpart;
 };
 
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
@@ -383,8 +393,14 @@ struct TbArgs {
 __host__ __device__ constexpr size_t mt_xrow(int ks) { return (size_t)ks * 256 + 64; }
 /* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
  * block), or 8 MN tokens' rows (mt_xrow); the row scales and stages follow */
+/* bytes between tokens' rows of bf16 x (16 mod 128: the B loads of lanes g
+ * and g + 1 of a quarter-warp fall on different banks) and the rows kept */
+__host__ __device__ constexpr size_t bf_xrow(int ks) { return (size_t)ks * 512 + 16; }
+__host__ __device__ constexpr int bf_xrows(int mode) { return mode == TBM_BF1 ? 1 : mode == TBM_BF8 ? 8 : 16; }
 __host__ __device__ constexpr size_t tbm_x_bytes(int mode, int ks) {
-    return mode >= TBM_MT8 ? 8 * (mode - TBM_MT8 + 1) * mt_xrow(ks) : (size_t)ks * 512;
+    return tbm_bf(mode)   ? bf_xrows(mode) * bf_xrow(ks)
+           : tbm_mt(mode) ? 8 * (mode - TBM_MT8 + 1) * mt_xrow(ks)
+                          : (size_t)ks * 512;
 }
 
 /* Every consumer thread of a CTA of a K split, after its partial sums are
@@ -914,11 +930,217 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     tbm_finish(p, c, q.ntok, tid, NT, [&p](int n) { return p.sx[n]; });
 }
 
+/* ---- 1 .. 16 tokens of bf16 activations, the codes streamed the same way ----
+ * mma.m16n8k16 .bf16 with f32 accumulation: A = the codes decoded to q = c - 1
+ * in bf16 (tern_dec_bf16: 1 LOP3 + 1 HFMA2 per register of two weights), B =
+ * the activations.  Thread (g, t) loads words 4t .. 4t + 3 of rows g and g + 8
+ * of a block (bytes 16t .. 16t + 15, as the int8 kernel above); word j at
+ * field f holds columns C = 64 f + 16 t + 4 j .. C + 3, and a decoded register
+ * holds the pair (C, C + 2) (the word's bytes 0 and 2: p = 0) or (C + 1, C +
+ * 3) (the word shifted right by 8: p = 1).  Step (f, h, p) of a block takes
+ * words 2h (a0 / a1) and 2h + 1 (a2 / a3) at field f, pair p; B of thread t
+ * must then hold x[C + p], x[C + p + 2] of those words' column groups, so the
+ * CTA's slice of x sits in shared memory with every 8 columns x0 .. x7 stored
+ * as (x0, x2), (x4, x6), (x1, x3), (x5, x7): thread t's B of a field, all
+ * four of its steps, are two 16-byte loads, each step's b0 / b1 adjacent
+ * registers as the MMA takes them (no moves).  Decoding takes one LOP3 per
+ * register with 0x43004300 held in a register (k43: with both constants as
+ * immediates the compiler split it into two).  The products q x are exact;
+ * the sums are fp32 (the
+ * MMAs', then the accumulator sets', the K parts' and the K slices' in a
+ * fixed order: the same bits every call), y = s_row * sum as
+ * tern_matmul_f32_ref forms it.  x comes in through ordinary loads after the
+ * wait (zeros past xcols).  One token (TBM_BF1): one row of x, every B column
+ * token 0; 2 .. 16: column g of 8-token tile nt is token 8 nt + g (clamped to
+ * the last; only real tokens' outputs are stored).  A K split leaves every
+ * slice's sums in a float scratch (slice, token, row); the last slice of a CTA
+ * range adds them in slice order.  The rest is the int8 kernels': producer,
+ * stages, units, K parts, plan. */
+
+__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
+        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+/* tern_dec_bf16 with its OR constant from a register (k43 = 0x43004300) */
+template <int F>
+__device__ __forceinline__ uint32_t dec_bf16_k(uint32_t w, uint32_t k43) {
+    constexpr uint32_t mul = F == 0 ? 0x3F803F80u : F == 1 ? 0x3E803E80u : F == 2 ? 0x3D803D80u : 0x3C803C80u;
+    constexpr uint32_t add = F == 0 ? 0xC301C301u : F == 1 ? 0xC204C204u : F == 2 ? 0xC110C110u : 0xC040C040u;
+    const uint32_t v = (w & (0x00030003u << (2 * F))) | k43;
+    uint32_t r; /* q = v * 4^-F - (128 * 4^-F + 1): bf16 pairs 1 / 0.25 / 0.0625 / 0.015625, -129 / -33 / -9 / -3 */
+    asm("fma.rn.bf16x2 %0, %1, %2, %3;" : "=r"(r) : "r"(v), "r"(mul), "r"(add));
+    return r;
+}
+
+/* the four steps of field F of a block: words ca / cb of rows g / g + 8 (and
+ * the same >> 8), B from xl[nt] (this lane's token row of tile nt, at the
+ * block) */
+template <int F, int MN, int NS>
+__device__ __forceinline__ void field_mma_bf(float (&d)[NS][MN][4], const uint4 &ca, const uint4 &cb,
+                                             const uint4 &ca8, const uint4 &cb8, const uint8_t *const (&xl)[MN],
+                                             uint32_t k43) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        uint4 e[MN];
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++) e[nt] = *reinterpret_cast<const uint4 *>(xl[nt] + 128 * F + 16 * h);
+#pragma unroll
+        for (int pp = 0; pp < 2; pp++) {
+            const uint4 &wa = pp ? ca8 : ca, &wb = pp ? cb8 : cb;
+            const uint32_t a[4] = {dec_bf16_k<F>(h ? wa.z : wa.x, k43), dec_bf16_k<F>(h ? wb.z : wb.x, k43),
+                                   dec_bf16_k<F>(h ? wa.w : wa.y, k43), dec_bf16_k<F>(h ? wb.w : wb.y, k43)};
+#pragma unroll
+            for (int nt = 0; nt < MN; nt++)
+                mma_bf16(d[(4 * F + 2 * h + pp) % NS][nt], a, pp ? e[nt].z : e[nt].x, pp ? e[nt].w : e[nt].y);
+        }
+    }
+}
+
+/* The MMAs of blocks [kb, ke) of rows g (ra: the lane's bytes 16t of its row
+ * in the stage) and g + 8 (rb) against x from xl (the lane's token rows + 32t
+ * bytes), the next block's codes loaded before the current block's MMAs. */
+template <int MN, int NS>
+__device__ __forceinline__ void tile_mma_bf(float (&d)[NS][MN][4], const uint8_t *ra, const uint8_t *rb,
+                                            const uint8_t *const (&xl)[MN], int kb, int ke, uint32_t k43) {
+    if (kb >= ke) return;
+    uint4 ca = *reinterpret_cast<const uint4 *>(ra + 64 * kb), cb = *reinterpret_cast<const uint4 *>(rb + 64 * kb);
+    for (; kb < ke; kb++) {
+        uint4 na = ca, nb = cb;
+        if (kb + 1 < ke) {
+            na = *reinterpret_cast<const uint4 *>(ra + 64 * (kb + 1));
+            nb = *reinterpret_cast<const uint4 *>(rb + 64 * (kb + 1));
+        }
+        const uint4 ca8 = make_uint4(ca.x >> 8, ca.y >> 8, ca.z >> 8, ca.w >> 8),
+                    cb8 = make_uint4(cb.x >> 8, cb.y >> 8, cb.z >> 8, cb.w >> 8);
+        const uint8_t *xb[MN];
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++) xb[nt] = xl[nt] + 512 * kb;
+        field_mma_bf<0, MN, NS>(d, ca, cb, ca8, cb8, xb, k43);
+        field_mma_bf<1, MN, NS>(d, ca, cb, ca8, cb8, xb, k43);
+        field_mma_bf<2, MN, NS>(d, ca, cb, ca8, cb8, xb, k43);
+        field_mma_bf<3, MN, NS>(d, ca, cb, ca8, cb8, xb, k43);
+        ca = na, cb = nb;
+    }
+}
+
+template <int RT, int KH, int MODE>
+__global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_bf16_tbm(const TbArgs q) {
+    const BmArgs &p = q.b;
+    constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
+    constexpr int MN = MODE == TBM_BF16 ? 2 : 1, NS = 4 / MN; /* 8-token tiles, accumulator sets */
+    extern __shared__ __align__(128) uint8_t smem[];
+    __shared__ __align__(8) uint64_t s_full[8], s_empty[8];
+    __shared__ int s_last;
+    /* parts 1..'s sums by unit parity, per tile and lane */
+    __shared__ float s_part[2][KH > 1 ? KH - 1 : 1][RT][32][4 * MN];
+    const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
+    const int tw = warp % RT, part = warp / RT;
+    const int ST = q.st;
+    TbmCta c;
+    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, nullptr, NW, c)) return; /* (the producer) */
+    const int64_t tb = c.tb, te = c.te;
+    const int nkb = c.nkb;
+    const size_t xrow = bf_xrow(p.ks);
+    /* the slice of each token's x, 8 columns a thread at a time as (x0, x2), (x4, x6),
+     * (x1, x3), (x5, x7); zeros past xcols (a multiple of 8) */
+    const int64_t c0 = c.kb0 * 256;
+    const int chunks = nkb * 32;
+    for (int i = tid; i < q.ntok * chunks; i += NT) {
+        const int n = i / chunks, ch = i - n * chunks;
+        const int64_t col = c0 + 8 * ch;
+        uint4 v = make_uint4(0u, 0u, 0u, 0u);
+        if (col < p.xcols) v = *reinterpret_cast<const uint4 *>(q.xh + n * p.xcols + col);
+        *reinterpret_cast<uint4 *>(c.x + n * xrow + 16 * ch) =
+            make_uint4(pair_even(v.x, v.y), pair_even(v.z, v.w), pair_odd(v.x, v.y), pair_odd(v.z, v.w));
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* x and ssc complete */
+    const bool split = gridDim.y > 1;
+    const uint8_t *xl[MN];
+#pragma unroll
+    for (int nt = 0; nt < MN; nt++) {
+        const int n = MODE == TBM_BF1 ? 0 : min(8 * nt + g, q.ntok - 1);
+        xl[nt] = c.x + n * xrow + 32 * t;
+    }
+    const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
+    /* 0x43004300 in a register the compiler cannot see through (ks <= 64: its bits
+     * from 9 on are zero), so that each decode is one LOP3 */
+    const uint32_t k43 = 0x43004300u | ((uint32_t)p.ks >> 9);
+    int slot = 0, u = 0;
+    uint32_t phase = 0;
+    for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
+        tern_mbar::wait(c.full_s + 8 * slot, phase);
+        const int64_t my = t0 + tw;
+        const bool mine = my < te; /* the CTA's last unit may hold fewer tiles */
+        const uint8_t *ra = c.stages + slot * c.stage_bytes + (16 * tw + g) * q.stride + 16 * t;
+        float d[NS][MN][4] = {};
+        if (mine) tile_mma_bf<MN, NS>(d, ra, ra + 8 * q.stride, xl, kbeg, kend, k43);
+        __syncwarp();
+        if (lane == 0) tern_mbar::arrive(c.empty_s + 8 * slot); /* the slot may be refilled */
+        if (++slot == ST) slot = 0, phase ^= 1;
+        float v[MN][4];
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                v[nt][j] = d[0][nt][j];
+#pragma unroll
+                for (int s2 = 1; s2 < NS; s2++) v[nt][j] += d[s2][nt][j];
+            }
+        if (KH > 1) {
+            if (part > 0 && mine)
+#pragma unroll
+                for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) s_part[u][part - 1][tw][lane][4 * nt + j] = v[nt][j];
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+            if (part > 0) continue;
+            if (mine)
+#pragma unroll
+                for (int h = 0; h < KH - 1; h++)
+#pragma unroll
+                    for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                        for (int j = 0; j < 4; j++) v[nt][j] += s_part[u][h][tw][lane][4 * nt + j];
+        }
+        if (!mine) continue;
+        /* D: rows g, g + 8 x tokens 2t, 2t + 1 of each tile */
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                const int64_t r = my * 16 + g + (j >> 1) * 8;
+                const int n = 8 * nt + 2 * t + (j & 1);
+                if (r >= p.rows || n >= q.ntok) continue;
+                if (split) q.fpart[((int64_t)blockIdx.y * q.ntok + n) * p.rows + r] = v[nt][j];
+                else p.y[(int64_t)n * p.rows + r] = row_scale(p, r, c.ssc, tb * 16) * v[nt][j];
+            }
+    }
+    /* the last of the K slices of this CTA's tiles adds the slices' sums in order */
+    if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
+    const int nr = (int)((te * 16 < p.rows ? te * 16 : p.rows) - tb * 16);
+    const int64_t sstride = (int64_t)q.ntok * p.rows;
+    for (int i = tid; i < nr * q.ntok; i += NT) {
+        const int n = i / nr;
+        const int64_t r = tb * 16 + (i - n * nr), at = (int64_t)n * p.rows + r;
+        float sum = __ldcg(q.fpart + at);
+        for (int sl = 1; sl < (int)gridDim.y; sl++) sum += __ldcg(q.fpart + sl * sstride + at);
+        p.y[at] = row_scale(p, r, c.ssc, tb * 16) * sum;
+    }
+    if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+}
+
 /* the kernel of a mode */
 template <int RT, int KH, int MODE>
 constexpr auto tbm_kernel() {
-    if constexpr (MODE >= TBM_MT8) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT8 + 1>;
+    if constexpr (tbm_bf(MODE)) return gemv_bf16_tbm<RT, KH, MODE>;
+    else if constexpr (tbm_mt(MODE)) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT8 + 1>;
     else return gemv_i8_tbm<RT, KH, MODE>;
+}
+constexpr const char *tbm_name(int mode) {
+    return tbm_bf(mode) ? "gemv_bf16_tbm" : tbm_mt(mode) ? "gemv_i8_tbm_mt" : "gemv_i8_tbm";
 }
 
 
@@ -1053,9 +1275,11 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
         if (q.defer) a.def->scales = a.scales, a.def->scale_stride = a.scale_stride, a.def->rows = a.rows,
                      a.def->xmax = a.xmax;
     }
-    if (pl.s > 1) {
+    if (pl.s > 1 && tbm_bf(MODE)) { /* float sums of each slice and token, counters zeroed */
+        if (tern_mm::scratch(pl.s * q.ntok * a.rows, q.tiles, &q.fpart, &a.ctr) < 0) return -1;
+    } else if (pl.s > 1) {
         void *ws;
-        const int64_t per_row = MODE >= TBM_MT8 ? q.ntok : 1; /* partials of each token */
+        const int64_t per_row = tbm_mt(MODE) ? q.ntok : 1; /* partials of each token */
         if (tern_ws_zeroed((size_t)(q.tiles + a.rows * per_row) * sizeof(int), &ws) < 0) return -1;
         a.ctr = static_cast<int *>(ws);
         a.part = a.ctr + q.tiles;
@@ -1063,7 +1287,7 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     }
     q.l2ef = tern_cuda_l2ef_get();
     g_tbm_grid[0] = (int)pl.gx, g_tbm_grid[1] = (int)pl.s;
-    return tern_launch_pdl_smem(MODE >= TBM_MT8 ? "gemv_i8_tbm_mt" : "gemv_i8_tbm", tbm_kernel<RT, KH, MODE>(),
+    return tern_launch_pdl_smem(tbm_name(MODE), tbm_kernel<RT, KH, MODE>(),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
@@ -1226,4 +1450,32 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
     if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;
     q.ntok = (int)n; /* (x rows ldx = q.b.xcols apart) */
     return n <= 8 ? launch_variant<TBM_MT8>(q, variant, sms, s, who) : launch_variant<TBM_MT16>(q, variant, sms, s, who);
+}
+
+/* 1 .. 16 tokens of bf16 activations (rows ldx apart), the bulk-copy kernel
+ * on the bf16 tensor cores (gemv_bf16_tbm), variant 6abcd as the int8 kernels' */
+int tern_gemv_bf16_mt(const TernCudaMatrix *W, const uint16_t *d_x, int64_t ldx, int64_t n, float *d_y, int variant,
+                      cudaStream_t s) {
+    const char *who = "tern_gemv_bf16_mt";
+    if (n < 1 || n > 16) return err_set("%s: %lld tokens (1 .. 16)", who, (long long)n);
+    if (!d_x || !d_y) return err_set("%s: NULL activations or output", who);
+    if (W->n_groups != 1)
+        return err_set("%s: %lld scale groups per row (one scale per row or per tensor only)", who,
+                       (long long)W->n_groups);
+    if (ldx % 8 != 0 || ldx < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("%s: activations must be 16-byte aligned rows of a multiple of 8 columns", who);
+    if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
+        return err_set("%s: codes must be 16-byte aligned in 64-byte blocks", who);
+    int dev = 0, sms = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    TbArgs q = {};
+    tern_args_matrix(q.b, W);
+    q.b.y = d_y;
+    q.b.kblocks = W->row_bytes / 64;
+    q.b.xcols = ldx;
+    q.xh = d_x;
+    q.ntok = (int)n;
+    if (n == 1) return launch_variant<TBM_BF1>(q, variant, sms, s, who);
+    return n <= 8 ? launch_variant<TBM_BF8>(q, variant, sms, s, who) : launch_variant<TBM_BF16>(q, variant, sms, s, who);
 }

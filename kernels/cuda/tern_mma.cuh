@@ -181,6 +181,13 @@ bool tern_tbm_variant_ok(int variant);
  * variant 6abcd (as tern_gemv_i8_bmma's bulk-copy kernel). */
 int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
                     float *d_y, int variant, cudaStream_t s);
+/* tern_gemv_bmma.cu: 1 .. 16 tokens of bf16 activations (rows ldx apart, ldx
+ * readable columns, a multiple of 8, 16-byte aligned, zeros or any finite
+ * values past W->cols; y token n's rows at d_y + n rows), one scale per row or
+ * per tensor, on the bf16 tensor cores fed by the bulk copy engine (fp32 sums
+ * in a fixed order); variant 6abcd. */
+int tern_gemv_bf16_mt(const TernCudaMatrix *W, const uint16_t *d_x, int64_t ldx, int64_t n, float *d_y, int variant,
+                      cudaStream_t s);
 /* tern_gemv_bmma.cu, the decode step's fused forms (one token, int8, one
  * scale per row):
  * tern_gemv_i8_glu: W holds gate rows [0, half) over up rows [half, 2 half)

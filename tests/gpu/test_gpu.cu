@@ -216,13 +216,15 @@ static void run_case(const TernaryMatrix *W, const TernCudaMatrix *dW, int64_t n
         CK(cudaMemcpy(dx.ptr(), hx, dx.bytes, cudaMemcpyHostToDevice));
         CK(cudaMemcpy(dsx.ptr(), sx, dsx.bytes, cudaMemcpyHostToDevice));
         static const char *const kname[] = {"", "gemv", "gemm", "gemv_rows", "gemv_warp",
-                                            "gemm_wgmma", "gemv_bmma", "gemv_tbm_mt"};
-        for (int kern = 1; kern <= 7; kern++) {
+                                            "gemm_wgmma", "gemv_bmma", "gemv_tbm_mt", "gemv_tbm_bf16"};
+        for (int kern = 1; kern <= 8; kern++) {
             /* 3, 4, 6: the one-token int8 one-scale-per-row GEMVs */
             if ((kern == 3 || kern == 4 || kern == 6) && (act != 2 || W->n_groups != 1 || n != 1))
                 continue;
             /* 7: 1 .. 16 tokens, int8, one scale per row */
             if (kern == 7 && (act != 2 || W->n_groups != 1 || n > 16)) continue;
+            /* 8: 1 .. 16 tokens, bf16, one scale per row */
+            if (kern == 8 && (act != 1 || W->n_groups != 1 || n > 16)) continue;
             /* 5: the wgmma GEMM, one scale per row */
             if (kern == 5 && W->n_groups != 1) continue;
             tern_cuda_force_kernel(kern);
@@ -424,6 +426,75 @@ static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCuda
     }
     report(false, "%s %lldx%lld: %s", what, (long long)sh.rows, (long long)sh.cols, err_msg());
     return false;
+}
+
+/* The bulk-copy GEMV on the bf16 tensor cores (forced 8, tern_gemv_bmma.cu's
+ * gemv_bf16_tbm) under variants of every unit shape (1, 2 or 4 consumer warps
+ * per tile, 2 or 4 tiles per unit, K slices of 4 .. 64 blocks: splits and
+ * none, 2 .. 8 stages, CTA caps) for 1 .. 16 tokens (one and two 8-token
+ * tiles, partial ones), rows not a multiple of 16, a partial last block
+ * (the kernel's own zero fill: 1040 / 4112 columns; a padded copy: 5000);
+ * one scale per row and per tensor: within TOL_BF16 of tern_matmul_f32_ref
+ * fed the same bf16 values, the same bits on three calls, guards intact;
+ * and the dispatch's default (config "gemv_tbm bf16 v=...") the same way. */
+static void test_bf_grid(void) {
+    const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}, {300, 4096},
+                             {1500, 4112}, {300, 1040}, {37, 300}};
+    const int64_t ns[] = {1, 2, 5, 8, 9, 13, 16};
+    const int variants[] = {0, 63520, 64520, 62520, 66520, 65520, 68520, 62131, 66521, 62282, 63941, 62840, 65441};
+    const QuantGroup grps[] = {QG_ROW, QG_TENSOR};
+    for (QuantGroup grp : grps)
+        for (const Shape2 &sh : shapes) {
+            TernaryMatrix W;
+            TernCudaMatrix dW;
+            if (!upload_shape("gemv_tbm_bf16", sh, &W, &dW, grp)) continue;
+            const int64_t rows = sh.rows, cols = sh.cols;
+            for (int64_t n : ns) {
+                if (grp == QG_TENSOR && n != 1 && n != 9) continue;
+                std::vector<uint16_t> xb((size_t)(n * cols));
+                std::vector<float> x((size_t)(n * cols)), ref((size_t)(n * rows)), got((size_t)(n * rows)),
+                    first((size_t)(n * rows));
+                for (size_t i = 0; i < xb.size(); i++) {
+                    xb[i] = f32_to_bf16(nrand());
+                    x[i] = bf16_to_f32(xb[i]);
+                }
+                const int rc = par_tokens(n, [&](int64_t t0, int64_t t1) {
+                    return tern_matmul_f32_ref(&W, x.data() + t0 * cols, t1 - t0, ref.data() + t0 * rows);
+                });
+                GBuf dx = gbuf(xb.size() * 2, 2), dy = gbuf(got.size() * 4, 4);
+                CK(cudaMemcpy(dx.ptr(), xb.data(), dx.bytes, cudaMemcpyHostToDevice));
+                for (int var : variants) {
+                    const int oldf = tern_cuda_force_kernel(var ? 8 : 0), oldv = tern_cuda_decode_variant(var);
+                    bool call_ok = rc == 0, same = true;
+                    char cfg[96] = "";
+                    for (int rep = 0; rep < 3 && call_ok; rep++) {
+                        CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes)); /* NaN poison */
+                        call_ok = tern_cuda_matmul_bf16(&dW, (const uint16_t *)dx.ptr(), n, (float *)dy.ptr(), 0) == 0;
+                        snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
+                        call_ok = call_ok && cudaDeviceSynchronize() == cudaSuccess;
+                        if (!call_ok) break;
+                        CK(cudaMemcpy(rep ? got.data() : first.data(), dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+                        if (rep) same = same && memcmp(got.data(), first.data(), got.size() * 4) == 0;
+                    }
+                    tern_cuda_decode_variant(oldv);
+                    tern_cuda_force_kernel(oldf);
+                    int bad = 0;
+                    const double err = call_ok ? rel_l2(first.data(), ref.data(), ref.size(), &bad) : 1.0;
+                    const bool cfg_ok = strncmp(cfg, "gemv_tbm bf16 v=", 16) == 0 &&
+                                        (var == 0 || atoi(cfg + 16) == var);
+                    const bool gok = guards_ok(dx) && guards_ok(dy);
+                    report(call_ok && bad == 0 && err <= TOL_BF16 && same && cfg_ok && gok,
+                           "gemv_tbm_bf16 %lldx%lld %s n=%lld variant %d (%s, 3 calls): %s rel_l2 %.3g (tol %.1g) "
+                           "non-finite %d same bits %d guards %d",
+                           (long long)rows, (long long)cols, quant_group_name(grp), (long long)n, var, cfg,
+                           call_ok ? "ok" : err_msg(), err, TOL_BF16, bad, same, gok);
+                }
+                gfree(dx);
+                gfree(dy);
+            }
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
 }
 
 static int sm_count(void) {
@@ -1418,6 +1489,20 @@ static void test_errors(void) {
                "multi-token GEMV with 1 stage must be refused: %s", err_msg());
         tern_cuda_decode_variant(oldv);
     }
+    /* the bf16 one: 1 .. 16 tokens of bf16 activations only (not int8, not the f32 form's planes) */
+    tern_cuda_force_kernel(8);
+    report(tern_cuda_matmul_bf16(&dW, (const uint16_t *)dy, 17, dy, 0) < 0 && strstr(err_msg(), "bf16 bulk-copy"),
+           "bf16 bulk-copy GEMV with 17 tokens must be refused: %s", err_msg());
+    report(tern_cuda_matmul_i8(&dW, (const int8_t *)dy, dy, 1, dy, 0) < 0 && strstr(err_msg(), "bf16 bulk-copy"),
+           "bf16 bulk-copy GEMV with int8 activations must be refused: %s", err_msg());
+    report(tern_cuda_matmul_f32(&dW, (const float *)dy, 1, dy, 0) < 0 && strstr(err_msg(), "bf16 bulk-copy"),
+           "bf16 bulk-copy GEMV with f32 activations must be refused: %s", err_msg());
+    {
+        const int oldv = tern_cuda_decode_variant(62110);
+        report(tern_cuda_matmul_bf16(&dW, (const uint16_t *)dy, 1, dy, 0) < 0 && strstr(err_msg(), "1 stages"),
+               "bf16 bulk-copy GEMV with 1 stage must be refused: %s", err_msg());
+        tern_cuda_decode_variant(oldv);
+    }
     tern_cuda_force_kernel(0);
     /* a misspelt kernel choice is an error, not a silent default */
     setenv("TERNLAB_CUDA_GEMV1", "bogus", 1);
@@ -1769,11 +1854,12 @@ int main(int argc, char **argv) {
     };
     static const Part parts[] = {
         {"mt", {test_mt_grid, test_mt_default}},  /* the multi-token bulk-copy GEMV */
+        {"bf", {test_bf_grid}},                   /* the bf16 bulk-copy GEMV */
         {"splits", {test_wg_splits}},             /* the wgmma GEMM's K splits of small tiles */
         {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
         {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
         {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
-                  test_fused_mlp, test_norm_fold}}, /* the one-token and few-token GEMVs */
+                  test_fused_mlp, test_norm_fold, test_bf_grid}}, /* the one-token and few-token GEMVs */
     };
     const Part *part = nullptr;
     if (argc > 1)
@@ -1814,6 +1900,7 @@ int main(int argc, char **argv) {
         test_bmma_grid();
         test_mt_grid();
         test_mt_default();
+        test_bf_grid();
         test_gemv_default();
         test_tbm_reserve();
         test_fused_mlp();

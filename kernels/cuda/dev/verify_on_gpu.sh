@@ -7,7 +7,8 @@
 #       build/exp_kv_ternary build/exp_throughput
 # then, through the device tool, with carry [".devlibs"]:
 #   bash kernels/cuda/dev/verify_on_gpu.sh [STEP...]     (default: all)
-# STEPs: tests  bench  e2e  chain.  Logs and tables are written under
+# STEPs: tests  bench  e2e  chain (and for the bf16 bulk-copy GEMV: bf  bfsweep
+# engine  bfe2e).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -41,11 +42,11 @@ for s in "${steps[@]}"; do
         run test_gpu_quick /tmp/g/test_gpu quick
         run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e ;;
     bench) # the new protocol (the same calls a replay for every kernel of a shape), twice
-        for i in 1 2; do
+        for i in $(seq "${BENCH_RUNS:-2}"); do
             run bench_gpu_$i /tmp/g/bench_gpu --out "$out/bench_gpu_$i"
         done ;;
     e2e) # the BF16 reference now keeps its cuBLAS workspace: three full tables
-        for i in 1 2 3; do
+        for i in $(seq "${E2E_RUNS:-3}"); do
             run bench_e2e_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --out "$out/e2e_$i.h5" \
                 --md "$out/e2e_$i.md"
         done ;;
@@ -54,7 +55,22 @@ for s in "${steps[@]}"; do
             run chain_$sh /tmp/g/bench_gpu --out "$out/chain_$sh" --shape "$sh" --ms 1 --chain norm \
                 --sweep-only var_63520,63521,63530,63531,64520,65520,65521,65820,65822
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain)" | tee -a "$out/status.txt" ;;
+    bf) # the bf16 bulk-copy GEMV (thirty-third session): its grid of variants, the refusals
+        run test_gpu_bf /tmp/g/test_gpu bf
+        run test_gpu_errors /tmp/g/test_gpu errors ;;
+    bfsweep) # its variants at M = 1, 8, 16 (BF_SHAPES, BF_VARS override the lists)
+        for sh in ${BF_SHAPES:-36864x4608 4608x36864 14336x4096 4096x14336 4096x4096}; do
+            run bfsweep_$sh /tmp/g/bench_gpu --out "$out/bfsweep_$sh" --shape "$sh" --ms 1,8,16 \
+                --sweep-only bf_${BF_VARS:-63520,64520,65520,66520,68520,62520,63530,65530,64530,65820,65420,63420,65521,64521,65540}
+        done ;;
+    engine) # the engine's GPU tests
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e ;;
+    bfe2e) # bf16 activations end to end, twice
+        for i in 1 2; do
+            run bfe2e_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16,tern-bf16 --batches 1,8 \
+                --prefill 16 --out "$out/bfe2e_$i.h5" --md "$out/bfe2e_$i.md"
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
