@@ -1,6 +1,7 @@
 /* Experiment configs: the shipped configs parse and are complete; the format's
  * rules (comments, duplicates, bad lines with their line number, overrides of
  * known keys only, {} substitution, value lists). */
+#include "core/strnum.h"
 #include "test.h"
 #include "core/err.h"
 #include "log/expconf.h"
@@ -137,4 +138,17 @@ TEST(expconf_errors_name_file_and_line) {
     ExpConf c;
     CHECK(expconf_load("/nonexistent/x.conf", &c) != 0);
     CHECK(strstr(err_msg(), "/nonexistent/x.conf") != NULL);
+}
+
+/* the strict integer parser the command lines and configs share (core/strnum.h) */
+TEST(strnum_strict_integers) {
+    int64_t v = 7;
+    CHECK(str_to_i64("42", 0, 100, &v) == 0 && v == 42);
+    CHECK(str_to_i64("-3", -5, 5, &v) == 0 && v == -3);
+    CHECK(str_to_i64(" 9", 0, 10, &v) == 0 && v == 9); /* (strtoll's leading blanks) */
+    CHECK(str_to_i64("9223372036854775807", INT64_MIN, INT64_MAX, &v) == 0 && v == INT64_MAX);
+    v = 7;
+    const char *bad[] = {"", "x", "12x", "1.5", "0x10", "-", "101", "-6", "9223372036854775808", "4 "};
+    const int64_t lo[] = {0, 0, 0, 0, 0, 0, 0, -5, INT64_MIN, 0}, hi[] = {100, 100, 100, 100, 100, 100, 100, 5, INT64_MAX, 100};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(str_to_i64(bad[i], lo[i], hi[i], &v) < 0 && v == 7);
 }

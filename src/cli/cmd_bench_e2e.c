@@ -45,6 +45,7 @@
 #include "core/err.h"
 #include "eval/experiment.h"
 #include "core/mem.h"
+#include "core/strnum.h"
 #include "core/timer.h"
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
@@ -262,10 +263,8 @@ static int parse_list(const char *s, int *out, int max) {
 
 /* a whole decimal number in [lo, hi] into *out, else -1 */
 static int parse_int(const char *s, long lo, long hi, int *out) {
-    char *end;
-    errno = 0;
-    const long v = strtol(s, &end, 10);
-    if (end == s || *end || errno || v < lo || v > hi) return -1;
+    int64_t v;
+    if (str_to_i64(s, lo, hi, &v) < 0) return -1;
     *out = (int)v;
     return 0;
 }

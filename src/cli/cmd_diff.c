@@ -2,6 +2,7 @@
 #include "cli/cli.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "core/strnum.h"
 #include "eval/diff.h"
 #include "eval/experiment.h"
 #include "load/tokens.h"
@@ -64,7 +65,7 @@ int cmd_diff(int argc, char **argv) {
         {"help", no_argument, 0, 'h'}, {0, 0, 0, 0}};
     const char *model = NULL, *tokens = NULL, *sa = "quant=loaded", *sb = NULL, *bdump = NULL,
                *out = NULL;
-    long window = 256;
+    int64_t window = 256;
     double thr = DIFF_DEFAULT_THRESHOLD;
     optind = 1;
     opterr = 0;
@@ -80,9 +81,7 @@ int cmd_diff(int argc, char **argv) {
         case 'o': out = optarg; break;
         case 'h': printf("%s", diff_help); return 0;
         case 'w':
-            errno = 0;
-            window = strtol(optarg, &end, 10);
-            if (errno || end == optarg || *end || window < 2 || window > (1 << 20))
+            if (str_to_i64(optarg, 2, 1 << 20, &window) < 0)
                 return usage_err("--window: expected an integer in [2, 1048576], got ", optarg);
             break;
         case 'T':
@@ -130,7 +129,7 @@ int cmd_diff(int argc, char **argv) {
     }
     if (rc == 0) rc = tokens_load(tokens, cfg->vocab, &tok, &n);
     if (rc == 0 && n < window)
-        rc = err_set("%s: %lld tokens, shorter than one window of %ld", tokens, (long long)n, window);
+        rc = err_set("%s: %lld tokens, shorter than one window of %lld", tokens, (long long)n, (long long)window);
     DiffResult r;
     if (rc == 0)
         rc = diff_compare(&ma, &A.kv, have_b ? &mb : NULL, have_b ? &B.kv : NULL, dump, tok,

@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "core/blas_setup.h"
 #include "core/err.h"
+#include "core/strnum.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
 
@@ -50,15 +51,11 @@ static struct option all_opts[] = {
     {0, 0, 0, 0}};
 
 static int parse_i64(const char *name, const char *s, int64_t lo, int64_t hi, int64_t *out) {
-    char *end;
-    errno = 0;
-    long long v = strtoll(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi) {
+    if (str_to_i64(s, lo, hi, out) < 0) {
         fprintf(stderr, "ternlab: --%s '%s': expected an integer in [%lld, %lld]\n", name, s,
                 (long long)lo, (long long)hi);
         return -1;
     }
-    *out = v;
     return 0;
 }
 

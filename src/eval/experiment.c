@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "core/hash.h"
 #include "core/mem.h"
+#include "core/strnum.h"
 #include "core/timer.h"
 #include "eval/metrics.h"
 #include "eval/ppl.h"
@@ -516,10 +517,7 @@ static int run_point(const RunCfg *rc, const char *out) {
             else have_twin = 1;
         }
         for (int i = 0; i < nb && st == 0; i++) {
-            char *end;
-            errno = 0;
-            batches[i] = strtoll(bl[i], &end, 10);
-            if (end == bl[i] || *end || errno || batches[i] < 1 || batches[i] > 4096) {
+            if (str_to_i64(bl[i], 1, 4096, &batches[i]) < 0) {
                 st = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
                 break;
             }

@@ -4,6 +4,7 @@
 
 #include "core/err.h"
 #include "core/mem.h"
+#include "core/strnum.h"
 
 #include <ctype.h>
 #include <errno.h>
@@ -164,12 +165,8 @@ const char *expconf_get_or(const ExpConf *c, const char *key, const char *dflt) 
 int expconf_get_i64(const ExpConf *c, const char *key, int64_t *out) {
     const char *v = expconf_get(c, key);
     if (!v) return err_set("%s: missing key '%s'", c->path, key);
-    char *end;
-    errno = 0;
-    long long x = strtoll(v, &end, 10);
-    if (end == v || *end || errno)
+    if (str_to_i64(v, INT64_MIN, INT64_MAX, out) < 0)
         return err_set("%s: %s = '%s' is not an integer", c->path, key, v);
-    *out = x;
     return 0;
 }
 
