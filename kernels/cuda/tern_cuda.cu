@@ -334,7 +334,6 @@ static int mt_variant(const TernCudaMatrix *W) {
 int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, int64_t n,
         float *d_y, cudaStream_t s, const char *who) {
     tern_cuda_set_config(""); /* until a kernel is chosen */
-    const int act_in = act;   /* (f32 becomes three bf16 planes below) */
     const int force = g_force.load(std::memory_order_relaxed);
     if (check_matrix(W, who) < 0) return -1;
     if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
@@ -343,6 +342,14 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     if (act == TACT_I8 && !d_sx) return err_set("%s: NULL per-token scales", who);
     int gu = 0;
     if (group_unit(W, who, &gu) < 0) return -1;
+    /* 1 .. 16 tokens of bf16 activations (not the f32 form's three planes),
+     * one scale per row or per tensor: the bf16 bulk-copy GEMV (below; forced
+     * 8 anything else is refused here, before any staging) */
+    const bool bf_mt = act == TACT_BF16 && n <= 16 && W->n_groups == 1;
+    if (force == 8 && !bf_mt)
+        return err_set("%s: the bf16 bulk-copy GEMV takes 1 .. 16 tokens of bf16 activations and one scale per "
+                       "row or per tensor",
+                       who);
     TernKArgs a = base_args(W, gu);
     a.x = d_x;
     a.ldx = W->cols;
@@ -425,7 +432,7 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * 9.4 — it no longer takes such splits, tern_gemv_bmma.cu.)
      * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
-    const int64_t xc = a.ldx; /* W->cols (aligned, % 16) or the padded copy's kpad */
+    const int64_t xc = a.ldx; /* W->cols (aligned, % 16 int8 / % 8 bf16) or the padded copy's kpad */
     const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
     if ((force == 3 || force == 4 || force == 6) && !i8_one)
         return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
@@ -475,17 +482,13 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
             return err_prefix("%s: ", who);
         return 0;
     }
-    /* 1 .. 16 tokens of bf16 activations (not the f32 form's three planes),
-     * one scale per row or per tensor: the bulk-copy GEMV on the bf16 tensor
-     * cores (tern_gemv_bmma.cu's gemv_bf16_tbm), forced 8 (variant 6abcd or
-     * its own) or by default unless a development variant other than 6abcd
-     * is set (those keep the mma GEMV below for comparisons) */
-    const bool bf_mt = act_in == TACT_BF16 && n <= 16 && W->n_groups == 1;
-    if (force == 8 && !bf_mt)
-        return err_set("%s: the bf16 bulk-copy GEMV takes 1 .. 16 tokens of bf16 activations and one scale per "
-                       "row or per tensor",
-                       who);
-    if (force == 8 || (force == 0 && bf_mt && (v == 0 || (v >= 60000 && v < 70000)))) {
+    /* bf_mt (above): the bulk-copy GEMV on the bf16 tensor cores
+     * (tern_gemv_bmma.cu's gemv_bf16_tbm), forced 8 or by default, with
+     * variant 6abcd where one is set, else its own; the mma GEMV below keeps
+     * these calls only under its own development variants (2, 20, 10:
+     * tern_gemv.cu, which refuses 6abcd and runs the others as 0) */
+    const bool mm_dev = v == 2 || v == 20 || v == 10;
+    if (force == 8 || (force == 0 && bf_mt && !mm_dev)) {
         const int bv = v >= 60000 && v < 70000 ? v : bf_variant(W, n);
         bmma_config(bv, "bf16");
         if (tern_gemv_bf16_mt(W, static_cast<const uint16_t *>(a.x), xc, n, d_y, bv, s) < 0)

@@ -199,8 +199,9 @@ int tern_cuda_force_kernel(int which);
  * without the math (bf16, n <= 8: memory diagnostics only, the output is
  * garbage); 3LRDW selects a configuration of tern_gemv_rows.cu, 5UC00 and
  * 6abcd ones of tern_gemv_bmma.cu (see those files; a = 5 / 8: four K parts;
- * 6abcd also configures the multi-token GEMV, forced 7; any variant set keeps
- * the dispatch from taking that GEMV itself); 7KK (701 .. 764) makes the
+ * 6abcd also configures the multi-token GEMVs, forced 7 (int8) and 8 (bf16;
+ * by default too); any variant set keeps the dispatch from taking the int8
+ * one itself, and 2 / 20 / 10 from taking the bf16 one); 7KK (701 .. 764) makes the
  * wgmma GEMM split K into KK parts (capped at its stage count); 8KK the same
  * with the one-A-register-set kernel for int8 tiles of 16 tokens (800: its
  * own split rule).  Returns the previous value. */

@@ -391,12 +391,13 @@ struct TbArgs {
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
  * (the multi-token kernel) */
 __host__ __device__ constexpr size_t mt_xrow(int ks) { return (size_t)ks * 256 + 64; }
-/* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
- * block), or 8 MN tokens' rows (mt_xrow); the row scales and stages follow */
 /* bytes between tokens' rows of bf16 x (16 mod 128: the B loads of lanes g
  * and g + 1 of a quarter-warp fall on different banks) and the rows kept */
 __host__ __device__ constexpr size_t bf_xrow(int ks) { return (size_t)ks * 512 + 16; }
 __host__ __device__ constexpr int bf_xrows(int mode) { return mode == TBM_BF1 ? 1 : mode == TBM_BF8 ? 8 : 16; }
+/* shared memory for x in K slices of ks blocks: binary planes (512 bytes a
+ * block), 8 MN int8 tokens' rows (mt_xrow), or 1 / 8 / 16 bf16 tokens' rows
+ * (bf_xrow); the row scales and stages follow */
 __host__ __device__ constexpr size_t tbm_x_bytes(int mode, int ks) {
     return tbm_bf(mode)   ? bf_xrows(mode) * bf_xrow(ks)
            : tbm_mt(mode) ? 8 * (mode - TBM_MT8 + 1) * mt_xrow(ks)
@@ -824,6 +825,42 @@ __device__ __forceinline__ void store_mt(const TbArgs &q, int64_t r, int n, cons
     }
 }
 
+/* A unit's sums of one consumer warp (tile tw, K part `part`): its NS
+ * accumulator sets added in order, then, with K parts, parts 1.. through
+ * shared memory (sp: s_part[u], [KH - 1][RT][32][4 MN] by part, tile, lane)
+ * into part 0's in part order, one barrier of the NT consumer threads.
+ * false: not part 0, nothing more to do for the unit.  (The multi-token
+ * kernels, int8 and bf16.) */
+template <int NT, int KH, int RT, int MN, int NS, typename T>
+__device__ __forceinline__ bool unit_sums(T (&v)[MN][4], const T (&d)[NS][MN][4], T (*sp)[RT][32][4 * MN], int part,
+                                          int tw, int lane, bool mine) {
+#pragma unroll
+    for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+            v[nt][j] = d[0][nt][j];
+#pragma unroll
+            for (int s2 = 1; s2 < NS; s2++) v[nt][j] += d[s2][nt][j];
+        }
+    if (KH > 1) {
+        if (part > 0 && mine)
+#pragma unroll
+            for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                for (int j = 0; j < 4; j++) sp[part - 1][tw][lane][4 * nt + j] = v[nt][j];
+        asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+        if (part > 0) return false;
+        if (mine)
+#pragma unroll
+            for (int h = 0; h < KH - 1; h++)
+#pragma unroll
+                for (int nt = 0; nt < MN; nt++)
+#pragma unroll
+                    for (int j = 0; j < 4; j++) v[nt][j] += sp[h][tw][lane][4 * nt + j];
+    }
+    return true;
+}
+
 template <int RT, int KH, int MN>
 __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArgs q) {
     const BmArgs &p = q.b;
@@ -897,30 +934,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
         if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot);
         if (++slot == ST) slot = 0, phase ^= 1;
         int v[MN][4];
-#pragma unroll
-        for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                v[nt][j] = 0;
-#pragma unroll
-                for (int u2 = 0; u2 < NS; u2++) v[nt][j] += d[u2][nt][j];
-            }
-        if (KH > 1) {
-            if (part > 0 && mine)
-#pragma unroll
-                for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) s_part[u][part - 1][tw][lane][4 * nt + j] = v[nt][j];
-            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-            if (part > 0) continue;
-            if (mine)
-#pragma unroll
-                for (int h = 0; h < KH - 1; h++)
-#pragma unroll
-                    for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++) v[nt][j] += s_part[u][h][tw][lane][4 * nt + j];
-        }
+        if (!unit_sums<NT, KH, RT, MN, NS>(v, d, s_part[u], part, tw, lane, mine)) continue;
         if (!mine) continue;
 #pragma unroll
         for (int nt = 0; nt < MN; nt++) store_mt(q, my * 16 + g, 8 * nt + 2 * t, v[nt], s_sumx, split, ssc, tb * 16);
@@ -954,7 +968,9 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
  * token 0; 2 .. 16: column g of 8-token tile nt is token 8 nt + g (clamped to
  * the last; only real tokens' outputs are stored).  A K split leaves every
  * slice's sums in a float scratch (slice, token, row); the last slice of a CTA
- * range adds them in slice order.  The rest is the int8 kernels': producer,
+ * range adds them in slice order.  (The variant and the split follow the
+ * token count, so a token's bits may differ between calls of 1 and of 8
+ * tokens; within the reference's bounds either way.)  The rest is the int8 kernels': producer,
  * stages, units, K parts, plan. */
 
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
@@ -1081,30 +1097,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_bf16_tbm(const TbArgs
         if (lane == 0) tern_mbar::arrive(c.empty_s + 8 * slot); /* the slot may be refilled */
         if (++slot == ST) slot = 0, phase ^= 1;
         float v[MN][4];
-#pragma unroll
-        for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-            for (int j = 0; j < 4; j++) {
-                v[nt][j] = d[0][nt][j];
-#pragma unroll
-                for (int s2 = 1; s2 < NS; s2++) v[nt][j] += d[s2][nt][j];
-            }
-        if (KH > 1) {
-            if (part > 0 && mine)
-#pragma unroll
-                for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-                    for (int j = 0; j < 4; j++) s_part[u][part - 1][tw][lane][4 * nt + j] = v[nt][j];
-            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
-            if (part > 0) continue;
-            if (mine)
-#pragma unroll
-                for (int h = 0; h < KH - 1; h++)
-#pragma unroll
-                    for (int nt = 0; nt < MN; nt++)
-#pragma unroll
-                        for (int j = 0; j < 4; j++) v[nt][j] += s_part[u][h][tw][lane][4 * nt + j];
-        }
+        if (!unit_sums<NT, KH, RT, MN, NS>(v, d, s_part[u], part, tw, lane, mine)) continue;
         if (!mine) continue;
         /* D: rows g, g + 8 x tokens 2t, 2t + 1 of each tile */
 #pragma unroll

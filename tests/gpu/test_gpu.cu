@@ -433,10 +433,15 @@ static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCuda
  * per tile, 2 or 4 tiles per unit, K slices of 4 .. 64 blocks: splits and
  * none, 2 .. 8 stages, CTA caps) for 1 .. 16 tokens (one and two 8-token
  * tiles, partial ones), rows not a multiple of 16, a partial last block
- * (the kernel's own zero fill: 1040 / 4112 columns; a padded copy: 5000);
- * one scale per row and per tensor: within TOL_BF16 of tern_matmul_f32_ref
- * fed the same bf16 values, the same bits on three calls, guards intact;
- * and the dispatch's default (config "gemv_tbm bf16 v=...") the same way. */
+ * (the kernel's own zero fill: 1040 / 4112 / 5000 columns; the padded copy
+ * of x: 300 columns, and below an x not 16-byte aligned); one scale per row
+ * and per tensor: within TOL_BF16 of tern_matmul_f32_ref fed the same bf16
+ * values, the same bits on three calls, guards intact; and the dispatch's
+ * default (config "gemv_tbm bf16 v=...") the same way.  Then what must not
+ * take it: f32 activations (three bf16 planes), grouped scales, the mma
+ * GEMV's own development variant 2 ("gemv_mma"); what must: any other
+ * variant (6abcd its own, a wgmma knob 701 the default's); forced 8 with
+ * grouped scales refused. */
 static void test_bf_grid(void) {
     const Shape2 shapes[] = {{4100, 5000}, {1000, 36864}, {2051, 1024}, {200, 1024}, {300, 4096},
                              {1500, 4112}, {300, 1040}, {37, 300}};
@@ -495,6 +500,80 @@ static void test_bf_grid(void) {
             tern_cuda_free(&dW);
             tern_free(&W);
         }
+    { /* x one element past a 16-byte boundary: the padded copy, then the kernel */
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        const Shape2 sh = {300, 1040};
+        const int64_t n = 3;
+        if (upload_shape("gemv_tbm_bf16 unaligned x", sh, &W, &dW)) {
+            std::vector<uint16_t> xb((size_t)(n * sh.cols + 8));
+            std::vector<float> x((size_t)(n * sh.cols)), ref((size_t)(n * sh.rows)), got((size_t)(n * sh.rows));
+            for (size_t i = 0; i < x.size(); i++) {
+                xb[i + 1] = f32_to_bf16(nrand());
+                x[i] = bf16_to_f32(xb[i + 1]);
+            }
+            const int rc = tern_matmul_f32_ref(&W, x.data(), n, ref.data());
+            GBuf dx = gbuf(xb.size() * 2, 2), dy = gbuf(got.size() * 4, 4);
+            CK(cudaMemcpy(dx.ptr(), xb.data(), dx.bytes, cudaMemcpyHostToDevice));
+            CK(cudaMemset(dy.ptr(), 0xFF, dy.bytes));
+            const bool ok = rc == 0 &&
+                            tern_cuda_matmul_bf16(&dW, (const uint16_t *)dx.ptr() + 1, n, (float *)dy.ptr(), 0) == 0;
+            char cfg[96];
+            snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
+            CK(cudaDeviceSynchronize());
+            CK(cudaMemcpy(got.data(), dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+            int bad = 0;
+            const double err = ok ? rel_l2(got.data(), ref.data(), ref.size(), &bad) : 1.0;
+            report(ok && bad == 0 && err <= TOL_BF16 && !strncmp(cfg, "gemv_tbm bf16", 13) && guards_ok(dx) &&
+                       guards_ok(dy),
+                   "gemv_tbm_bf16 300x1040 n=3 x not 16-byte aligned (%s): rel_l2 %.3g non-finite %d", cfg, err, bad);
+            gfree(dx), gfree(dy);
+            tern_cuda_free(&dW);
+            tern_free(&W);
+        }
+    }
+    { /* what keeps the mma GEMV */
+        const Shape2 sh = {256, 512};
+        TernaryMatrix Wr = {}, Wg = {};
+        TernCudaMatrix dWr = {}, dWg = {}; /* (zero: freeing one never made is a no-op) */
+        if (upload_shape("gemv_tbm_bf16 dispatch", sh, &Wr, &dWr) &&
+            upload_shape("gemv_tbm_bf16 dispatch", sh, &Wg, &dWg, QG_32)) {
+            GBuf dx = gbuf((size_t)sh.cols * 4, 4), dy = gbuf((size_t)sh.rows * 4, 4);
+            CK(cudaMemset(dx.ptr(), 0, dx.bytes));
+            /* (f32, bf16 group 32, bf16 under variants 2 / 63520 / 701 / none) */
+            const struct {
+                int f32, grouped, variant;
+                const char *want;
+            } cases[] = {{1, 0, 0, "gemv_mma"},
+                         {0, 1, 0, "gemv_mma"},
+                         {0, 0, 2, "gemv_mma"},
+                         {0, 0, 63520, "gemv_tbm bf16 v=63520"},
+                         {0, 0, 701, "gemv_tbm bf16 v=65521"},
+                         {0, 0, 0, "gemv_tbm bf16 v=65521"}};
+            for (const auto &c : cases) {
+                const int oldv = tern_cuda_decode_variant(c.variant);
+                const int rc = c.f32 ? tern_cuda_matmul_f32(&dWr, (const float *)dx.ptr(), 1, (float *)dy.ptr(), 0)
+                                     : tern_cuda_matmul_bf16(c.grouped ? &dWg : &dWr, (const uint16_t *)dx.ptr(), 1,
+                                                             (float *)dy.ptr(), 0);
+                char cfg[96];
+                snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
+                tern_cuda_decode_variant(oldv);
+                CK(cudaDeviceSynchronize());
+                report(rc == 0 && !strcmp(cfg, c.want),
+                       "gemv_tbm_bf16 dispatch 256x512 n=1 %s%s variant %d: '%s' (want '%s')%s%s",
+                       c.f32 ? "f32" : "bf16", c.grouped ? " group 32" : "", c.variant, cfg, c.want,
+                       rc ? ": " : "", rc ? err_msg() : "");
+            }
+            const int oldf = tern_cuda_force_kernel(8);
+            const int rcg = tern_cuda_matmul_bf16(&dWg, (const uint16_t *)dx.ptr(), 1, (float *)dy.ptr(), 0);
+            report(rcg < 0 && strstr(err_msg(), "bf16 bulk-copy") != NULL,
+                   "gemv_tbm_bf16 forced with group 32 refused: %s", rcg < 0 ? err_msg() : "(taken)");
+            tern_cuda_force_kernel(oldf);
+            gfree(dx), gfree(dy);
+        }
+        tern_cuda_free(&dWr), tern_cuda_free(&dWg);
+        tern_free(&Wr), tern_free(&Wg);
+    }
 }
 
 static int sm_count(void) {
