@@ -47,7 +47,7 @@ declare -A SRCS=(
   [config]="src/load/config.c"
   [tokens]="src/load/tokens.c"
   [quantspec]="src/quant/quant_spec.c"
-  [expconf]="src/log/expconf.c"
+  [expconf]="src/log/expconf.c src/core/strnum.c"
   [kvpolicy]="src/kv/kv_ternary.c"
   [gguf]="src/load/gguf.c"
 )
