@@ -72,16 +72,15 @@ def quality_figure(exp, runs, out):
 def setup_line(runs):
     """What the runs measured over, from their attributes (window, windows,
     protocol, token file): the figure's second title line."""
-    def uniq(k):
-        return sorted({str(r["attrs"][k]) for r in runs if k in r["attrs"]})
+    window, windows, protocol, tokens = (sorted(tr.uniq(runs, k)) for k in ("window", "windows", "protocol",
+                                                                            "tokens"))
     parts = []
-    if uniq("window"):
-        parts.append(f"window {'/'.join(uniq('window'))} tokens"
-                     + (f" x {'/'.join(uniq('windows'))} windows" if uniq("windows") else ""))
-    if uniq("protocol"):
-        parts.append(f"protocol {'/'.join(uniq('protocol'))}")
-    if uniq("tokens"):
-        parts.append(os.path.basename("/".join(uniq("tokens"))))
+    if window:
+        parts.append(f"window {'/'.join(window)} tokens" + (f" x {'/'.join(windows)} windows" if windows else ""))
+    if protocol:
+        parts.append(f"protocol {'/'.join(protocol)}")
+    if tokens:
+        parts.append(os.path.basename("/".join(tokens)))
     return ", ".join(parts)
 
 

@@ -37,15 +37,6 @@ INTRO = {
 }
 
 
-def uniq(runs, key):
-    out = []
-    for r in runs:
-        v = r["attrs"].get(key)
-        if v is not None and str(v) not in out:
-            out.append(str(v))
-    return out
-
-
 def setup_section(all_runs):
     lines = ["## Setup", ""]
     if not all_runs:
@@ -59,10 +50,10 @@ def setup_section(all_runs):
     for m, shas in sorted(models.items()):
         lines.append(f"- `{m}` (sha256 {', '.join(sorted(s[:16] for s in shas))}…)")
     lines += ["",
-              f"**Data.** Token file(s): {', '.join(f'`{t}`' for t in uniq(all_runs, 'tokens'))}; "
-              f"window {', '.join(uniq(all_runs, 'window'))} tokens"
-              + (f"; windows per run: {', '.join(uniq(all_runs, 'windows'))}"
-                 if uniq(all_runs, "windows") else "") + ".",
+              f"**Data.** Token file(s): {', '.join(f'`{t}`' for t in tr.uniq(all_runs, 'tokens'))}; "
+              f"window {', '.join(tr.uniq(all_runs, 'window'))} tokens"
+              + (f"; windows per run: {', '.join(tr.uniq(all_runs, 'windows'))}"
+                 if tr.uniq(all_runs, "windows") else "") + ".",
               "",
               "**Protocol.** Perplexity over non-overlapping windows (GPTQ style): window *w* is "
               "tokens [*wT*, (*w*+1)*T*), positions 0..*T*−2 predict 1..*T*−1, no BOS is "
@@ -75,17 +66,17 @@ def setup_section(all_runs):
               "each scored position's logits with the reference's. Definitions: "
               "`paper/SCHEMA.md`.",
               "",
-              f"**Machine.** Host(s): {', '.join(uniq(all_runs, 'host'))}; device(s): "
-              f"{', '.join(uniq(all_runs, 'device'))}; tensor parallel ranks: "
-              f"{', '.join(uniq(all_runs, 'tp'))}"
-              + (f"; CPU(s): {', '.join(uniq(all_runs, 'cpu'))}" if uniq(all_runs, "cpu") else "")
-              + (f"; OpenBLAS kernels: {', '.join(uniq(all_runs, 'blas_core'))} (dense results, "
+              f"**Machine.** Host(s): {', '.join(tr.uniq(all_runs, 'host'))}; device(s): "
+              f"{', '.join(tr.uniq(all_runs, 'device'))}; tensor parallel ranks: "
+              f"{', '.join(tr.uniq(all_runs, 'tp'))}"
+              + (f"; CPU(s): {', '.join(tr.uniq(all_runs, 'cpu'))}" if tr.uniq(all_runs, "cpu") else "")
+              + (f"; OpenBLAS kernels: {', '.join(tr.uniq(all_runs, 'blas_core'))} (dense results, "
                  "hence the BF16 reference, round differently from one kernel set to another)"
-                 if uniq(all_runs, "blas_core") else "") + ".",
+                 if tr.uniq(all_runs, "blas_core") else "") + ".",
               "",
-              f"**Software.** ternlab {', '.join(uniq(all_runs, 'ternlab_version'))}, commit(s) "
-              f"{', '.join(f'`{c}`' for c in uniq(all_runs, 'git_commit'))}; runs made "
-              f"{min(uniq(all_runs, 'created_utc'))} to {max(uniq(all_runs, 'created_utc'))} "
+              f"**Software.** ternlab {', '.join(tr.uniq(all_runs, 'ternlab_version'))}, commit(s) "
+              f"{', '.join(f'`{c}`' for c in tr.uniq(all_runs, 'git_commit'))}; runs made "
+              f"{min(tr.uniq(all_runs, 'created_utc'))} to {max(tr.uniq(all_runs, 'created_utc'))} "
               f"(UTC). Sweeps ran under GNU Parallel [1].",
               ""]
     return lines

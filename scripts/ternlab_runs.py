@@ -167,6 +167,17 @@ def experiments(results_dir):
     return [e for e in EXPERIMENTS if e in found] + [e for e in found if e not in EXPERIMENTS]
 
 
+def uniq(runs, key):
+    """The distinct values of attribute `key` over runs, as str, in first-seen
+    order (runs without it skipped)."""
+    out = []
+    for r in runs:
+        v = r["attrs"].get(key)
+        if v is not None and str(v) not in out:
+            out.append(str(v))
+    return out
+
+
 def values_in_order(runs):
     seen = []
     for r in runs:

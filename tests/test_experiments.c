@@ -43,29 +43,19 @@ static int64_t dataset_len(const char *file, const char *path) {
     return n;
 }
 
-/* Root string attribute `name` of file (fixed or variable length) into buf: 0, or -1 where absent. */
+/* Root string attribute `name` of file (as h5log writes strings) into buf: 0, or -1 where absent. */
 static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
     int rc = -1;
     buf[0] = 0;
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return -1;
     if (H5Aexists(f, name) > 0) {
-        hid_t a = H5Aopen(f, name, H5P_DEFAULT), t = H5Aget_type(a), mt = H5Tcopy(H5T_C_S1);
-        if (H5Tis_variable_str(t) > 0) {
-            char *v = NULL;
-            H5Tset_size(mt, H5T_VARIABLE);
-            if (H5Aread(a, mt, &v) >= 0 && v) snprintf(buf, n, "%s", v), rc = 0;
-            if (v) H5free_memory(v);
-        } else {
-            const size_t sz = H5Tget_size(t);
-            char *v = calloc(sz + 1, 1);
-            H5Tset_size(mt, sz);
-            if (v && H5Aread(a, mt, v) >= 0) snprintf(buf, n, "%s", v), rc = 0;
-            free(v);
-        }
-        H5Tclose(mt);
-        H5Tclose(t);
-        H5Aclose(a);
+        hid_t a = H5Aopen(f, name, H5P_DEFAULT), mt = h5log_vlen_str_type();
+        char *v = NULL;
+        if (a >= 0 && mt >= 0 && H5Aread(a, mt, &v) >= 0 && v) snprintf(buf, n, "%s", v), rc = 0;
+        if (v) H5free_memory(v);
+        if (mt >= 0) H5Tclose(mt);
+        if (a >= 0) H5Aclose(a);
     }
     H5Fclose(f);
     return rc;

@@ -342,10 +342,21 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     if (act == TACT_I8 && !d_sx) return err_set("%s: NULL per-token scales", who);
     int gu = 0;
     if (group_unit(W, who, &gu) < 0) return -1;
-    /* 1 .. 16 tokens of bf16 activations (not the f32 form's three planes),
-     * one scale per row or per tensor: the bf16 bulk-copy GEMV (below; forced
-     * 8 anything else is refused here, before any staging) */
+    /* The forced GEMVs refuse what they do not take here, before any staging
+     * of x: 3 / 4 / 6 one token of int8 activations and one scale per row
+     * (i8_one), 7 1 .. 16 int8 tokens (i8_mt), 8 1 .. 16 bf16 tokens, not
+     * the f32 form's three planes (bf_mt); one scale per row or per tensor */
+    const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
+    const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
     const bool bf_mt = act == TACT_BF16 && n <= 16 && W->n_groups == 1;
+    if ((force == 3 || force == 4 || force == 6) && !i8_one)
+        return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
+                       "scale per row",
+                       who);
+    if (force == 7 && !i8_mt)
+        return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "
+                       "one scale per row or per tensor",
+                       who);
     if (force == 8 && !bf_mt)
         return err_set("%s: the bf16 bulk-copy GEMV takes 1 .. 16 tokens of bf16 activations and one scale per "
                        "row or per tensor",
@@ -433,11 +444,6 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * TERNLAB_CUDA_GEMV1 = bmma | rows | warp picks one for every such call
      * (comparisons); forced: 3 = rows, 4 = one warp per row, 6 = bmma */
     const int64_t xc = a.ldx; /* W->cols (aligned, % 16 int8 / % 8 bf16) or the padded copy's kpad */
-    const bool i8_one = act == TACT_I8 && n == 1 && W->n_groups == 1;
-    if ((force == 3 || force == 4 || force == 6) && !i8_one)
-        return err_set("%s: the one-token GEMVs take one token of int8 activations and one "
-                       "scale per row",
-                       who);
     int k1 = force, tbm = 0; /* tbm: the bulk-copy kernel's variant, 0: not taken */
     const int v = tern_cuda_decode_variant_get();
     if (force == 0 && i8_one) {
@@ -470,11 +476,6 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * bulk-copy kernel on the int8 tensor cores (tern_gemv_bmma.cu's
      * gemv_i8_tbm_mt), forced 7 (any such n, variant 6abcd or its own) or
      * where mt_rule takes it with no development variant set */
-    const bool i8_mt = act == TACT_I8 && n <= 16 && W->n_groups == 1;
-    if (force == 7 && !i8_mt)
-        return err_set("%s: the multi-token bulk-copy GEMV takes 1 .. 16 tokens of int8 activations and "
-                       "one scale per row or per tensor",
-                       who);
     if (force == 7 || (force == 0 && v == 0 && i8_mt && n >= 2 && mt_rule(W, n))) {
         const int mv = v >= 60000 && v < 70000 ? v : mt_variant(W);
         bmma_config(mv, "mt");
@@ -485,10 +486,9 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
     /* bf_mt (above): the bulk-copy GEMV on the bf16 tensor cores
      * (tern_gemv_bmma.cu's gemv_bf16_tbm), forced 8 or by default, with
      * variant 6abcd where one is set, else its own; the mma GEMV below keeps
-     * these calls only under its own development variants (2, 20, 10:
-     * tern_gemv.cu, which refuses 6abcd and runs the others as 0) */
-    const bool mm_dev = v == 2 || v == 20 || v == 10;
-    if (force == 8 || (force == 0 && bf_mt && !mm_dev)) {
+     * these calls only under its own development variants
+     * (tern_gemv_own_variant; it refuses 6abcd) */
+    if (force == 8 || (force == 0 && bf_mt && !tern_gemv_own_variant(v))) {
         const int bv = v >= 60000 && v < 70000 ? v : bf_variant(W, n);
         bmma_config(bv, "bf16");
         if (tern_gemv_bf16_mt(W, static_cast<const uint16_t *>(a.x), xc, n, d_y, bv, s) < 0)

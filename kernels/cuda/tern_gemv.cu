@@ -24,7 +24,8 @@ namespace {
 
 int g_variant = 0; /* tern_cuda_decode_variant (bench / development only) */
 
-/* KBS blocks per stage, ST stages; NOCOMP: the no-math diagnostic twin. */
+/* KBS blocks per stage, ST stages; NOCOMP: the no-math diagnostic twin
+ * (the variants other than 0: tern_gemv_own_variant). */
 template <int ACT, int WN, int GU>
 int by_variant(const TernKArgs *a, cudaStream_t s) {
     using namespace tern_mm;
@@ -65,6 +66,8 @@ __attribute__((constructor)) static void decode_variant_from_env(void) {
 }
 
 int tern_cuda_decode_variant_get(void) { return g_variant; }
+
+bool tern_gemv_own_variant(int v) { return v == 2 || v == 20 || v == 10; }
 
 
 int tern_cuda_decode_variant(int v) {

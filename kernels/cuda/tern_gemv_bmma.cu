@@ -47,7 +47,6 @@
 #include "cuda/tern_cuda.h"
 #include "cuda/tern_mbar.cuh"
 #include "cuda/tern_mma.cuh"
-#include "cuda/tern_mm.cuh"
 
 namespace {
 
@@ -973,13 +972,6 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
  * tokens; within the reference's bounds either way.)  The rest is the int8 kernels': producer,
  * stages, units, K parts, plan. */
 
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 "
-        "{%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 /* tern_dec_bf16 with its OR constant from a register (k43 = 0x43004300) */
 template <int F>
 __device__ __forceinline__ uint32_t dec_bf16_k(uint32_t w, uint32_t k43) {
@@ -1010,7 +1002,7 @@ __device__ __forceinline__ void field_mma_bf(float (&d)[NS][MN][4], const uint4 
                                    dec_bf16_k<F>(h ? wa.w : wa.y, k43), dec_bf16_k<F>(h ? wb.w : wb.y, k43)};
 #pragma unroll
             for (int nt = 0; nt < MN; nt++)
-                mma_bf16(d[(4 * F + 2 * h + pp) % NS][nt], a, pp ? e[nt].z : e[nt].x, pp ? e[nt].w : e[nt].y);
+                mma_bf16_16816(d[(4 * F + 2 * h + pp) % NS][nt], a, pp ? e[nt].z : e[nt].x, pp ? e[nt].w : e[nt].y);
         }
     }
 }
@@ -1452,16 +1444,8 @@ int tern_gemv_bf16_mt(const TernCudaMatrix *W, const uint16_t *d_x, int64_t ldx,
     const char *who = "tern_gemv_bf16_mt";
     if (n < 1 || n > 16) return err_set("%s: %lld tokens (1 .. 16)", who, (long long)n);
     if (!d_x || !d_y) return err_set("%s: NULL activations or output", who);
-    if (W->n_groups != 1)
-        return err_set("%s: %lld scale groups per row (one scale per row or per tensor only)", who,
-                       (long long)W->n_groups);
-    if (ldx % 8 != 0 || ldx < W->cols || ((uintptr_t)d_x & 15) != 0)
-        return err_set("%s: activations must be 16-byte aligned rows of a multiple of 8 columns", who);
-    if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
-        return err_set("%s: codes must be 16-byte aligned in 64-byte blocks", who);
-    int dev = 0, sms = 0;
-    CUDA_CHECK(cudaGetDevice(&dev));
-    CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
+    int sms = 0;
+    if (tern_gemv1_prepare(who, W, d_x, ldx, INT64_MAX, &sms, 8) < 0) return -1;
     TbArgs q = {};
     tern_args_matrix(q.b, W);
     q.b.y = d_y;

@@ -390,9 +390,7 @@ __global__ void __launch_bounds__(32 * WARPS) tern_mm_kernel(const TernKArgs a, 
     if (threadIdx.x == 0) *ctr = 0;
 }
 
-/* Scratch for split-K (tern_cuda.cu): partials of `floats` 4-byte elements
- * and `counters` zeroed counters; NULL + err_set on failure. */
-int scratch(int64_t floats, int64_t counters, float **partial, int **ctr);
+/* (scratch: split-K scratch, declared in tern_mma.cuh) */
 
 template <int ACT, int WARPS, int WM, int WN, int STAGES, int GU, int KBS = 1, bool NOCOMP = false>
 int launch(const TernKArgs *a0, cudaStream_t s, int ctas_per_sm) {

@@ -123,15 +123,21 @@ struct TernKArgs {
 };
 
 int tern_gemv_launch(int act, const TernKArgs *a, cudaStream_t s);
-/* The one-token int8 GEMVs' common checks (one scale per row; x 16-byte
- * aligned with a multiple of 16 readable columns; codes 16-byte aligned in
- * 64-byte blocks; at most max_cols columns) and the device's SM count. */
-inline int tern_gemv1_prepare(const char *who, const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
-                              int64_t max_cols, int *sms) {
+/* whether v is one of tern_gemv.cu's own development variants (2, 20, 10;
+ * it runs 0 and the wgmma GEMM's 7KK .. as 0 and refuses the others) */
+bool tern_gemv_own_variant(int v);
+/* The bulk-copy and one-token GEMVs' common checks (one scale per row or
+ * per tensor; x 16-byte aligned with a multiple of col_mult readable
+ * columns: 16 int8, 8 bf16; codes 16-byte aligned in 64-byte blocks; at most
+ * max_cols columns) and the device's SM count. */
+inline int tern_gemv1_prepare(const char *who, const TernCudaMatrix *W, const void *d_x, int64_t xcols,
+                              int64_t max_cols, int *sms, int64_t col_mult = 16) {
     if (W->n_groups != 1)
-        return err_set("%s: %lld scale groups per row (one scale per row only)", who, (long long)W->n_groups);
-    if (xcols % 16 != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
-        return err_set("%s: activations must be 16-byte aligned with a multiple of 16 columns", who);
+        return err_set("%s: %lld scale groups per row (one scale per row or per tensor only)", who,
+                       (long long)W->n_groups);
+    if (xcols % col_mult != 0 || xcols < W->cols || ((uintptr_t)d_x & 15) != 0)
+        return err_set("%s: activations must be 16-byte aligned with a multiple of %lld columns", who,
+                       (long long)col_mult);
     if (((uintptr_t)W->d_codes & 15) != 0 || W->row_bytes % 64 != 0)
         return err_set("%s: codes must be 16-byte aligned in 64-byte blocks", who);
     if (W->cols > max_cols)
@@ -215,6 +221,11 @@ int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsi
                            int variant, cudaStream_t s, TernDeferred *def = nullptr);
 /* A per-device scratch of >= bytes, zero when handed out; users leave it zero. */
 int tern_ws_zeroed(size_t bytes, void **out);
+namespace tern_mm {
+/* Scratch for split-K (tern_cuda.cu): partials of `floats` 4-byte elements
+ * and `counters` zeroed counters; NULL + err_set on failure. */
+int scratch(int64_t floats, int64_t counters, float **partial, int **ctr);
+} // namespace tern_mm
 int tern_gemm_launch(int act, const TernKArgs *a, cudaStream_t s);
 /* tern_gemm_wg.cu: wgmma (Hopper), one scale per row, any n (meant for n > 16). */
 int tern_gemm_wg_launch(int act, const TernKArgs *a, cudaStream_t s);

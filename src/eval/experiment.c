@@ -190,11 +190,9 @@ static int ref_cache_read(const char *path, const char *key, RefData *R) {
     if (f >= 0) {
         hid_t a = H5Aopen(f, "key", H5P_DEFAULT), ap = H5Aopen(f, "ppl", H5P_DEFAULT);
         char *k = NULL;
-        hid_t t = H5Tcopy(H5T_C_S1);
-        H5Tset_size(t, H5T_VARIABLE);
-        H5Tset_cset(t, H5T_CSET_UTF8); /* (as h5log writes it: an ASCII read of it fails) */
+        hid_t t = h5log_vlen_str_type();
         double ppl = NAN;
-        if (a >= 0 && ap >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0 &&
+        if (a >= 0 && ap >= 0 && t >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0 &&
             H5Aread(ap, H5T_NATIVE_DOUBLE, &ppl) >= 0) {
             hid_t d1 = H5Dopen2(f, "/ref/logits", H5P_DEFAULT), d2 = H5Dopen2(f, "/ref/lse", H5P_DEFAULT),
                   d3 = H5Dopen2(f, "/ref/nll", H5P_DEFAULT);
@@ -211,7 +209,7 @@ static int ref_cache_read(const char *path, const char *key, RefData *R) {
             if (d3 >= 0) H5Dclose(d3);
         }
         if (k) H5free_memory(k);
-        H5Tclose(t);
+        if (t >= 0) H5Tclose(t);
         if (a >= 0) H5Aclose(a);
         if (ap >= 0) H5Aclose(ap);
         H5Fclose(f);
@@ -256,12 +254,14 @@ static int conf_i64_opt(const ExpConf *c, const char *key, int64_t lo, int64_t h
 
 static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
                          RefData *R) {
-    char tok_sha[65], exe_sha[65], key[1024], khash[65], path[4096];
+    char tok_sha[65], key[1024], khash[65], path[4096];
     if (sha256_file(rc->tokens_path, tok_sha) != 0) return -1;
     /* the program's own bytes and the BLAS kernels too: another build, or
      * another kernel set (dense results round differently), is another
-     * reference */
-    if (sha256_file("/proc/self/exe", exe_sha) != 0) snprintf(exe_sha, sizeof exe_sha, "unknown");
+     * reference (the program's hash once a process: exp_main runs every
+     * point of a sweep in one) */
+    static char exe_sha[65];
+    if (!exe_sha[0] && sha256_file("/proc/self/exe", exe_sha) != 0) snprintf(exe_sha, sizeof exe_sha, "unknown");
     snprintf(key, sizeof key, "model=%s tokens=%s window=%d windows=%lld protocol=%s program=%s blas=%s",
              model_sha, tok_sha, R->T, (long long)R->nw, R->split ? "kv-split-half" : "gptq-windows", exe_sha,
              blas_core_report());
@@ -729,9 +729,7 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     if (expconf_parse(text, "ternlab ppl", &c) != 0) return -1;
     char results[4096];
     snprintf(results, sizeof results, "%s", out);
-    char *sl = strrchr(results, '/');
-    if (sl) *sl = 0;
-    else snprintf(results, sizeof results, ".");
+    parent_dir(results);
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
                  .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
                  .kv = kv ? kv : "none", .device = device ? device : "cpu", .results = results,

@@ -261,7 +261,8 @@ int h5log_commit(H5Log *lg) {
 
 /* ---- attributes ----------------------------------------------------------- */
 
-static hid_t vlen_str_type(void) {
+_Static_assert(sizeof(hid_t) == sizeof(int64_t), "h5log_vlen_str_type returns an hid_t as int64_t");
+int64_t h5log_vlen_str_type(void) {
     hid_t t = H5Tcopy(H5T_C_S1);
     if (t < 0) return -1;
     if (H5Tset_size(t, H5T_VARIABLE) < 0 || H5Tset_cset(t, H5T_CSET_UTF8) < 0) {
@@ -299,7 +300,7 @@ static int attr_write(H5Log *lg, const char *obj_path, const char *name, hid_t f
 
 int h5log_attr_str(H5Log *lg, const char *obj_path, const char *name, const char *value) {
     if (!value) value = "";
-    hid_t t = vlen_str_type();
+    hid_t t = h5log_vlen_str_type();
     if (t < 0) return h5_fail(lg->tmp_path, "string type for attribute", name);
     int rc = attr_write(lg, obj_path, name, t, t, &value);
     H5Tclose(t);
@@ -406,7 +407,7 @@ int h5log_f32_2d(H5Log *lg, const char *path, const float *v, int64_t rows, int6
 
 int h5log_scalar_str(H5Log *lg, const char *path, const char *s) {
     if (!s) s = "";
-    hid_t t = vlen_str_type();
+    hid_t t = h5log_vlen_str_type();
     if (t < 0) return h5_fail(lg->tmp_path, "string type for", path);
     int rc = dset_write(lg, path, t, t, 0, NULL, &s);
     H5Tclose(t);
@@ -418,7 +419,7 @@ int h5log_strings(H5Log *lg, const char *path, const char *const *strs, int64_t 
     for (int64_t i = 0; i < n; i++)
         if (!strs[i]) return err_set("%s: dataset %s: string %lld is NULL", lg->tmp_path, path,
                                      (long long)i);
-    hid_t t = vlen_str_type();
+    hid_t t = h5log_vlen_str_type();
     if (t < 0) return h5_fail(lg->tmp_path, "string type for", path);
     int rc = dset_write(lg, path, t, t, 1, &n, strs);
     H5Tclose(t);
@@ -468,7 +469,7 @@ static int dset_readable(hid_t file, const char *fname, const char *path) {
         htri_t vl = H5Tis_variable_str(ft);
         if (vl < 0) rc = h5_fail(fname, "string type of", path);
         else if (vl) {
-            mt = vlen_str_type();
+            mt = h5log_vlen_str_type();
             char **s = xcalloc(n ? (size_t)n : 1, sizeof *s);
             if (mt < 0) rc = h5_fail(fname, "string type for", path);
             else if (n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0)

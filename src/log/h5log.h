@@ -50,6 +50,10 @@ const char *h5log_final_path(const H5Log *lg);
 int h5log_attr_str(H5Log *lg, const char *obj_path, const char *name, const char *value);
 int h5log_attr_i64(H5Log *lg, const char *obj_path, const char *name, int64_t value);
 int h5log_attr_f64(H5Log *lg, const char *obj_path, const char *name, double value);
+/* The memory type these strings are read back with (variable-length UTF-8: an
+ * ASCII one has no conversion path from them); an hid_t (int64_t since HDF5
+ * 1.10) the caller closes with H5Tclose, or -1. */
+int64_t h5log_vlen_str_type(void);
 
 /* Root attributes every run file carries that do not depend on the run:
  * ternlab_version, git_commit (as given; NULL -> "unknown"), created_utc

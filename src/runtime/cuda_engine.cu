@@ -33,6 +33,7 @@
 extern "C" {
 #include "core/err.h"
 #include "core/mem.h"
+#include "core/strnum.h"
 #include "core/timer.h"
 #include "ternary_format.h"
 #include "runtime/cuda_engine.h"
@@ -1150,12 +1151,17 @@ int fail_launch_env(CE *g) {
     const char *v = getenv("TERNLAB_CUDA_FAIL_LAUNCH");
     g->fail_launch = 0;
     if (!v || !*v) return 0;
-    long long k = 0, r = 0;
-    int used = 0;
-    if ((sscanf(v, "%lld%n", &k, &used) != 1 || v[used] != 0) &&
-        (sscanf(v, "%lld:%lld%n", &k, &r, &used) != 2 || v[used] != 0))
-        used = -1;
-    if (used < 0 || k < 1 || r < 0 || r > 1024)
+    int64_t k = 0, r = 0;
+    char kb[32];
+    const char *colon = strchr(v, ':');
+    const size_t kl = colon ? (size_t)(colon - v) : strlen(v);
+    bool ok = kl < sizeof kb;
+    if (ok) {
+        memcpy(kb, v, kl);
+        kb[kl] = 0;
+    }
+    ok = ok && str_to_i64(kb, 1, INT64_MAX, &k) == 0 && (!colon || str_to_i64(colon + 1, 0, 1024, &r) == 0);
+    if (!ok)
         return err_set("TERNLAB_CUDA_FAIL_LAUNCH=\"%s\": expected K[:RANK] (the K-th step launch of that rank "
                        "fails; K >= 1)",
                        v);
@@ -1322,12 +1328,9 @@ int o_fuse_mode(void) {
  * with 1; the 7B (its q|k|v CTA fits beside its norm) 922-931 / 917-933. */
 int engine_tbm_reserve(void) {
     const char *v = getenv("TERNLAB_CUDA_TBM_RESERVE");
-    long n = 1;
+    int64_t n = 1;
     if (v) {
-        char *end = NULL;
-        errno = 0;
-        n = strtol(v, &end, 10);
-        if (end == v || *end || errno || n < 0 || n > 1024)
+        if (str_to_i64(v, 0, 1024, &n) < 0)
             return err_set("TERNLAB_CUDA_TBM_RESERVE=\"%s\": expected the number of SMs to leave out, 0 .. 1024",
                            v);
     }

@@ -38,7 +38,7 @@ CJSON_LIBS="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson)"
 CFLAGS=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
         -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -I. -Itests/fuzz $CJSON_CFLAGS)
-CORE=(src/core/err.c src/core/mem.c src/core/dtype.c)
+CORE=(src/core/err.c src/core/mem.c src/core/dtype.c src/core/strnum.c)
 
 # harness -> library sources it needs (besides CORE)
 declare -A SRCS=(
@@ -47,7 +47,7 @@ declare -A SRCS=(
   [config]="src/load/config.c"
   [tokens]="src/load/tokens.c"
   [quantspec]="src/quant/quant_spec.c"
-  [expconf]="src/log/expconf.c src/core/strnum.c"
+  [expconf]="src/log/expconf.c"
   [kvpolicy]="src/kv/kv_ternary.c"
   [gguf]="src/load/gguf.c"
 )
