@@ -195,15 +195,15 @@ static int ref_cache_read(const char *path, const char *key, RefData *R) {
         if (a >= 0 && ap >= 0 && t >= 0 && H5Aread(a, t, &k) >= 0 && k && strcmp(k, key) == 0 &&
             H5Aread(ap, H5T_NATIVE_DOUBLE, &ppl) >= 0) {
             hid_t d1 = H5Dopen2(f, "/ref/logits", H5P_DEFAULT), d2 = H5Dopen2(f, "/ref/lse", H5P_DEFAULT),
-                  d3 = H5Dopen2(f, "/ref/nll", H5P_DEFAULT);
-            if (d1 >= 0 && d2 >= 0 && d3 >= 0 &&
-                H5Sget_simple_extent_npoints(H5Dget_space(d1)) == R->N * R->V &&
+                  d3 = H5Dopen2(f, "/ref/nll", H5P_DEFAULT), sp = d1 >= 0 ? H5Dget_space(d1) : -1;
+            if (d1 >= 0 && d2 >= 0 && d3 >= 0 && sp >= 0 && H5Sget_simple_extent_npoints(sp) == R->N * R->V &&
                 H5Dread(d1, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->logits) >= 0 &&
                 H5Dread(d2, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->lse) >= 0 &&
                 H5Dread(d3, H5T_NATIVE_FLOAT, H5S_ALL, H5S_ALL, H5P_DEFAULT, R->nll) >= 0) {
                 R->ppl = ppl; /* (the float64 one the reference run computed) */
                 rc = 0;
             }
+            if (sp >= 0) H5Sclose(sp);
             if (d1 >= 0) H5Dclose(d1);
             if (d2 >= 0) H5Dclose(d2);
             if (d3 >= 0) H5Dclose(d3);
