@@ -446,14 +446,20 @@ int main(int argc, char **argv) {
             fill_f32<<<1024, 256, 0, s>>>(nw, (size_t)K, 83u);
             CK(cudaGetLastError());
         }
-        auto pair = [&](int64_t M, int8_t *xq_, float *sx_, const std::function<void(int)> &fn) {
+        auto norm = [&](int64_t M, int8_t *xq_, float *sx_) {
+            TL(fwdc_norm(nx, nullptr, nw, M, K, 1e-5f, nullptr, nullptr, xq_, sx_, s));
+        };
+        auto reserved = [&](int reps, const std::function<void(int)> &fn) { /* time_graph, one SM reserved */
             const int old = tern_cuda_tbm_reserve(1);
-            const double t = time_graph(s, R, [&](int i) {
-                TL(fwdc_norm(nx, nullptr, nw, M, K, 1e-5f, nullptr, nullptr, xq_, sx_, s));
-                fn(i);
-            });
+            const double t = time_graph(s, reps, fn);
             tern_cuda_tbm_reserve(old);
             return t;
+        };
+        auto pair = [&](int64_t M, int8_t *xq_, float *sx_, const std::function<void(int)> &fn) {
+            return reserved(R, [&](int i) {
+                norm(M, xq_, sx_);
+                fn(i);
+            });
         };
         calls_min = std::min(calls_min, g_shape_calls), calls_max = std::max(calls_max, g_shape_calls);
         rotated_min = std::min({rotated_min, R * (double)wbytes, Rd * dbytes});
@@ -606,23 +612,20 @@ int main(int argc, char **argv) {
                     }
                     tern_cuda_force_kernel(k.force);
                     tern_cuda_decode_variant(k.variant);
-                    if (k.force == 8) { /* bf16 activations */
-                        if (tern_cuda_matmul_bf16(&dW[0], xb16, M, y, s) < 0) {
-                            fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
-                            continue;
-                        }
-                        const double t = time_graph(s, R, [&](int i) { TL(tern_cuda_matmul_bf16(&dW[i], xb16, M, y, s)); });
-                        rows.push_back({N, K, M, std::string("sweep_") + k.name + "_bf16", t,
-                                        wbytes + M * K * 2.0 + M * N * 4.0, 2.0 * M * N * K, tern_cuda_last_config()});
-                        continue;
-                    }
-                    if (tern_cuda_matmul_i8(&dW[0], xq, sx, M, y, s) < 0) { /* variant refused */
+                    /* forced 8: bf16 activations (never after the norm, which codes int8) */
+                    const bool bf = k.force == 8, nrm = chain_norm && !bf;
+                    auto call = [&](int i) {
+                        return bf ? tern_cuda_matmul_bf16(&dW[i], xb16, M, y, s)
+                                  : tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s);
+                    };
+                    if (call(0) < 0) { /* variant refused */
                         fprintf(stderr, "sweep %s M=%lld: %s\n", k.name, (long long)M, err_msg());
                         continue;
                     }
-                    auto gemv = [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); };
-                    double t = chain_norm ? pair(M, xq, sx, gemv) : time_graph(s, R, gemv);
-                    rows.push_back({N, K, M, std::string("sweep_") + k.name + (chain_norm ? "_i8_norm" : "_i8"), t, wbytes + M * K * 1.0 + M * 4.0 + M * N * 4.0,
+                    auto gemv = [&](int i) { TL(call(i)); };
+                    const double t = nrm ? pair(M, xq, sx, gemv) : time_graph(s, R, gemv);
+                    rows.push_back({N, K, M, std::string("sweep_") + k.name + (bf ? "_bf16" : nrm ? "_i8_norm" : "_i8"),
+                                    t, wbytes + M * K * (bf ? 2.0 : 1.0) + (bf ? 0.0 : M * 4.0) + M * N * 4.0,
                                     2.0 * M * N * K, tern_cuda_last_config()});
                 }
             tern_cuda_decode_variant(oldv);
@@ -667,11 +670,7 @@ int main(int argc, char **argv) {
             rows.push_back({N, K, M, "tern_i8", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,
                             tern_cuda_last_config()});
             if (chain_norm && M <= 16) { /* the norm alone, then the norm and the GEMV */
-                const int old = tern_cuda_tbm_reserve(1);
-                t = time_graph(s, 1, [&](int) {
-                    TL(fwdc_norm(nx, nullptr, nw, M, K, 1e-5f, nullptr, nullptr, xq, sx, s));
-                });
-                tern_cuda_tbm_reserve(old);
+                t = reserved(1, [&](int) { norm(M, xq, sx); });
                 rows.push_back({N, K, M, "norm", t, M * K * 4.0 + K * 4.0 + M * K * 1.0 + M * 4.0, 0.0});
                 t = pair(M, xq, sx, [&](int i) { TL(tern_cuda_matmul_i8(&dW[i], xq, sx, M, y, s)); });
                 rows.push_back({N, K, M, "tern_i8_norm", t, wbytes + M * K * 1.0 + M * 4.0 + yb, flops,

@@ -63,20 +63,31 @@ def conf_list(configs_dir, exp, key):
     return []
 
 
-def write_atomic(path, text):
-    """text into path through a temporary beside it: a reader sees the old
-    file or the whole new one."""
+def replace_atomic(path, write):
+    """write(tmp) to a temporary beside path, then the temporary renamed onto
+    path: a reader sees the old file or the whole new one (the temporary is
+    removed where write fails)."""
     tmp = f"{path}.tmp.{os.getpid()}"
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-    os.replace(tmp, path)
+    try:
+        write(tmp)
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.remove(tmp)
+        raise
+
+
+def write_atomic(path, text):
+    """text into path (replace_atomic)."""
+    def write(tmp):
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+    replace_atomic(path, write)
 
 
 def savefig_atomic(fig, path, **kw):
-    """fig.savefig into path the same way (PNG: the name's suffix is the temporary's)."""
-    tmp = f"{path}.tmp.{os.getpid()}"
-    fig.savefig(tmp, format="png", **kw)
-    os.replace(tmp, path)
+    """fig.savefig into path (replace_atomic; PNG: the temporary's suffix is not .png)."""
+    replace_atomic(path, lambda tmp: fig.savefig(tmp, format="png", **kw))
 
 
 def conf_values(configs_dir, exp):

@@ -1267,6 +1267,39 @@ TEST(gpu_graph_replay_equals_eager) {
     free(prompt);
 }
 
+/* forward(); where failures is given, a call that failed on purpose
+ * (TERNLAB_CUDA_FAIL_LAUNCH) is made once more and counted in *failures */
+static int forward_retry(Engine *e, const int *tok, const int *seq, const int64_t *pos, int64_t n,
+                         const int64_t *lidx, int64_t nl, float *logits, int *failures) {
+    int rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n, lidx, nl, logits);
+    if (rc != 0 && failures && strstr(err_msg(), "on purpose")) {
+        (*failures)++;
+        rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n, lidx, nl, logits);
+    }
+    return rc;
+}
+
+/* B sequences, prompt b the fixture's greedy prompt from offset b (np - b
+ * tokens), prefilled one by one: seq[b] their KV sequences, len[b] their
+ * lengths, first[b] the argmax of their last logits (logits: B x vocab);
+ * failures as forward_retry's. */
+static int prefill_offsets(Engine *e, const int32_t *prompt, int64_t np, int B, int *seq, int64_t *len,
+                           float *logits, int *first, int *failures) {
+    const int64_t V = e->m->cfg.vocab;
+    int rc = 0;
+    for (int b = 0; b < B && rc == 0; b++) {
+        seq[b] = kv_seq_new(&e->kv);
+        len[b] = np - b;
+        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
+        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
+        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
+        rc = forward_retry(e, pt, ps, pp, len[b], &li, 1, logits + b * V, failures);
+        first[b] = (int)argmax_f32(logits + b * V, V);
+        free(pt), free(ps), free(pp);
+    }
+    return rc;
+}
+
 /* B = 4 prompts prefilled one by one (the fixture's greedy prompt from offset
  * b), then N greedy decode steps of all four; a forward call that fails on
  * purpose (TERNLAB_CUDA_FAIL_LAUNCH=fail, read when the engine opens) is
@@ -1292,32 +1325,13 @@ static int failed_launch_tokens(const char *fail, int32_t out[FL_B][FL_N], int *
     int seq[FL_B], tok[FL_B], rc = 0;
     int64_t len[FL_B], pos[FL_B], lidx[FL_B];
     *failures = 0;
-    /* forward, and once more where it failed on purpose */
-    #define FL_FORWARD(t, sq, ps, n, li, nl)                                                     \
-        do {                                                                                  \
-            rc = forward(e.m, &e.kv, &e.rs, t, sq, ps, n, li, nl, logits);                    \
-            if (rc != 0 && strstr(err_msg(), "on purpose")) {                                 \
-                (*failures)++;                                                                \
-                rc = forward(e.m, &e.kv, &e.rs, t, sq, ps, n, li, nl, logits);                \
-            }                                                                                 \
-        } while (0)
-    for (int b = 0; b < FL_B && rc == 0; b++) {
-        seq[b] = kv_seq_new(&e.kv);
-        len[b] = np - b;
-        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
-        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
-        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
-        FL_FORWARD(pt, ps, pp, len[b], &li, 1);
-        tok[b] = (int)argmax_f32(logits, V);
-        free(pt), free(ps), free(pp);
-    }
+    rc = prefill_offsets(&e, prompt, np, FL_B, seq, len, logits, tok, failures);
     e.rs.decode = 1;
     for (int s = 0; s < FL_N && rc == 0; s++) {
         for (int b = 0; b < FL_B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
-        FL_FORWARD(tok, seq, pos, FL_B, lidx, FL_B);
+        rc = forward_retry(&e, tok, seq, pos, FL_B, lidx, FL_B, logits, failures);
         for (int b = 0; b < FL_B && rc == 0; b++) tok[b] = (int)argmax_f32(logits + b * V, V);
     }
-    #undef FL_FORWARD
     e.rs.decode = 0;
     if (rc != 0) fprintf(stderr, "    %s\n", err_msg());
     free(logits), free(prompt);
@@ -1356,26 +1370,6 @@ TEST(gpu_failed_launch_resends_tables) {
     }
 }
 
-/* B sequences, prompt b the fixture's greedy prompt from offset b (np - b
- * tokens), prefilled one by one: seq[b] their KV sequences, len[b] their
- * lengths, first[b] the argmax of their last logits (logits: B x vocab). */
-static int prefill_offsets(Engine *e, const int32_t *prompt, int64_t np, int B, int *seq, int64_t *len,
-                           float *logits, int *first) {
-    const int64_t V = e->m->cfg.vocab;
-    int rc = 0;
-    for (int b = 0; b < B && rc == 0; b++) {
-        seq[b] = kv_seq_new(&e->kv);
-        len[b] = np - b;
-        int *pt = xmalloc(sizeof(int) * (size_t)len[b]), *ps = xmalloc(sizeof(int) * (size_t)len[b]);
-        int64_t *pp = xmalloc(sizeof(int64_t) * (size_t)len[b]), li = len[b] - 1;
-        for (int64_t i = 0; i < len[b]; i++) pt[i] = prompt[b + i], ps[i] = seq[b], pp[i] = i;
-        rc = forward(e->m, &e->kv, &e->rs, pt, ps, pp, len[b], &li, 1, logits + b * V);
-        first[b] = (int)argmax_f32(logits + b * V, V);
-        free(pt), free(ps), free(pp);
-    }
-    return rc;
-}
-
 /* Decode steps of one shape that alternate between the logits back (argmax
  * on the host) and the ids back (argmax on the GPU): the graph captured with
  * or without the argmax serves both, is captured again at most once (to take
@@ -1397,7 +1391,7 @@ static int alt_decode(int graphs, int32_t out[4][24], CudaEngineInfo *info) {
     int seq[B], tok[B];
     int32_t ids[B];
     int64_t pos[B], lidx[B], len[B];
-    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
+    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok, NULL);
     e.rs.decode = 1;
     for (int s = 0; s < N && rc == 0; s++) {
         for (int b = 0; b < B; b++) out[b][s] = tok[b], pos[b] = len[b] + s, lidx[b] = b;
@@ -1452,7 +1446,7 @@ static int chain_decode(int chained, int B, int N, int32_t *ids, CudaEngineInfo 
     int32_t *t0 = xmalloc(sizeof(int32_t) * (size_t)B);
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)B), *lidx = xmalloc(sizeof(int64_t) * (size_t)B),
             *len = xmalloc(sizeof(int64_t) * (size_t)B);
-    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok);
+    int rc = prefill_offsets(&e, prompt, np, B, seq, len, logits, tok, NULL);
     for (int b = 0; b < B; b++) t0[b] = tok[b];
     for (int b = 0; b < B; b++) pos[b] = len[b], lidx[b] = b;
     if (rc == 0 && chained) {

@@ -12,22 +12,26 @@
 
 /* ---- side settings -------------------------------------------------------- */
 
-/* 1 + the index of item's key in the side settings' keys, 0 for none */
+enum { KEY_NONE, KEY_QUANT, KEY_KV, KEY_DENSE, KEY_DEVICE, KEY_TP };
+
+/* the side settings' key item starts with (KEY_NONE for none) */
 static int starts_key(const char *item) {
     static const char *keys[] = {"quant=", "kv=", "dense=", "device=", "tp="};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (strncmp(item, keys[i], strlen(keys[i])) == 0) return (int)i + 1;
-    return 0;
+    return KEY_NONE;
 }
 
 static int side_set(DiffSide *o, const char *item, int *have_kv, unsigned *seen) {
     const char *eq = strchr(item, '=');
     const char *v = eq + 1;
+    const int key = starts_key(item);
     /* a key given twice (the last one had won: quant=rule=twn,quant=loaded compared loaded) */
-    const unsigned bit = 1u << starts_key(item);
+    const unsigned bit = 1u << key;
     if (*seen & bit) return err_set("'%.*s' given twice", (int)(eq - item), item);
     *seen |= bit;
-    if (!strncmp(item, "quant=", 6)) {
+    switch (key) {
+    case KEY_QUANT: {
         if (!*v) return err_set("quant=: empty (use quant=loaded or a QuantSpec)");
         if (strcmp(v, "loaded") == 0) {
             o->quant[0] = 0;
@@ -39,18 +43,18 @@ static int side_set(DiffSide *o, const char *item, int *have_kv, unsigned *seen)
         snprintf(o->quant, sizeof o->quant, "%s", v);
         return 0;
     }
-    if (!strncmp(item, "kv=", 3)) {
+    case KEY_KV:
         *have_kv = 1;
         return kv_policy_parse(v, &o->kv) ? err_prefix("kv=%s: ", v) : 0;
-    }
-    if (!strncmp(item, "dense=", 6)) {
+    case KEY_DENSE:
         if (strcmp(v, "0") && strcmp(v, "1")) return err_set("dense=%s: expected 0 or 1", v);
         o->dense = v[0] == '1';
         return 0;
-    }
-    if (!strncmp(item, "device=", 7))
+    case KEY_DEVICE:
         return strcmp(v, "cpu") ? err_set("device=%s: this build runs diff on cpu only", v) : 0;
-    return strcmp(v, "1") ? err_set("tp=%s: tensor parallelism is not available (only tp=1)", v) : 0;
+    default: /* KEY_TP (side_set is called only for items that start with a key) */
+        return strcmp(v, "1") ? err_set("tp=%s: tensor parallelism is not available (only tp=1)", v) : 0;
+    }
 }
 
 int diff_side_parse(const char *s, DiffSide *out) {
@@ -63,7 +67,7 @@ int diff_side_parse(const char *s, DiffSide *out) {
     memcpy(buf, s, n + 1);
     cur[0] = 0;
     int rc = 0, have_kv = 0;
-    unsigned seen = 0; /* the keys given (bit 1 + starts_key's index) */
+    unsigned seen = 0; /* the keys given (bit starts_key) */
     /* items separated by ',' or ';'; an item that does not start with a key
      * continues the current value (the quant spec's own commas) */
     for (char *p = buf; rc == 0;) {
