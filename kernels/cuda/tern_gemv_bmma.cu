@@ -385,6 +385,10 @@ struct TbArgs {
      * slices' float sums (slice, token, row) */
     const uint16_t *xh;
     float *fpart;
+    /* split K, one int8 token, not paired nor deferred: per row the slices' sums
+     * (each + kTbmBias) and, from bit 40, how many slices have added them
+     * (tbm_row_add) */
+    unsigned long long *rsum;
 };
 
 /* bytes between tokens' rows of x in shared memory for K slices of ks blocks
@@ -590,11 +594,48 @@ __device__ __forceinline__ void tbm_finish(const BmArgs &p, const TbmCta &c, int
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
+/* The one-token int8 kernels' K split without a finishing pass: each slice
+ * adds its exact sum of row r, biased by kTbmBias (|sum| <= 127 x 64 blocks x
+ * 256 < 2^21), and 2^40 into rsum[r] with one 64-bit atomic; the slice that
+ * leaves a count of S (the slices) is the last, holds the whole sum (S x
+ * kTbmBias below the word's low 40 bits) and writes y and a zero word.  No fence, counter or
+ * read-back: one atomic round trip a row, taken a unit later
+ * (TbmRows).  Before, each CTA range's last slice (counter after a fence)
+ * read the sums back: 14.75 -> 12.55 us at 4608 x 36864 with that pass left
+ * out (a probe, H200). */
+constexpr long long kTbmBias = 1ll << 22;
+constexpr unsigned long long kTbmLow40 = (1ull << 40) - 1;
+#ifndef TERN_TBM_PEND
+#define TERN_TBM_PEND 2
+#endif
+constexpr int kTbmPend = TERN_TBM_PEND;
+
+/* rows r and r + 8 of a tile as this slice left them (rsum[r] and rsum[r + 8];
+ * 0: not added — a word this slice added to counts at least one slice) */
+struct TbmRows {
+    unsigned long long a, b;
+};
+
+__device__ __forceinline__ unsigned long long tbm_row_add(const TbArgs &q, int64_t r, int v) {
+    if (r >= q.b.rows) return 0ull;
+    const unsigned long long add = (1ull << 40) + (unsigned long long)(v + kTbmBias);
+    return atomicAdd(q.rsum + r, add) + add;
+}
+
+/* y of row r where this slice was the last of S (w: the word it left) */
+__device__ __forceinline__ void tbm_row_last(const TbArgs &q, int64_t r, unsigned long long w, int S, float sx,
+                                             const float *ssc, int64_t sbase) {
+    if ((w >> 40) != (unsigned long long)S) return;
+    const long long d = (long long)(w & kTbmLow40) - S * kTbmBias;
+    q.b.y[r] = tern_i8_out(row_scale(q.b, r, ssc, sbase), (float)d, sx);
+    q.rsum[r] = 0; /* (no slice adds to it again in this call) */
+}
+
 /* RT consumer warps per K part, KH parts: warp w takes tile w % RT of each
  * unit and blocks [h nkb / KH, (h + 1) nkb / KH) of it (h = w / RT); with
  * several parts the others' sums go to the first through shared memory, one
  * consumer barrier per unit (KH times the warps for the MMAs' latency). */
-template <int RT, int KH, int MODE>
+template <int RT, int KH, int MODE, bool RS = false> /* RS: a K split through tbm_row_add (tbm_rs) */
 __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q) {
     const BmArgs &p = q.b;
     constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
@@ -643,6 +684,13 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
     const bool split = gridDim.y > 1;
     const uint32_t *pl_g = planes + g * 16 + 4 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
+    /* the rows added in the last kTbmPend units, newest first (rows r_new - 16 i step):
+     * a slice's atomics return behind the SM's stream of codes, so each is read
+     * kTbmPend units on */
+    TbmRows pend[kTbmPend] = {};
+    int64_t r_new = 0;
+    const int S = (int)gridDim.y;
+    (void)S, (void)r_new;
     int u = 0;
     float hm = 0.0f; /* paired: this thread's largest |h| */
     for (int64_t t0 = tb; t0 < te; t0 += step, u ^= 1) {
@@ -697,9 +745,28 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm(const TbArgs q
         va -= sumx;
         vb -= sumx;
         const int64_t r0 = (t0 + tw) * 16;
-        if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
+        if constexpr (RS) {
+            if (t != 0) continue;
+            const int64_t r_old = r_new - 16 * step * (kTbmPend - 1);
+            tbm_row_last(q, r_old, pend[kTbmPend - 1].a, S, sx, ssc, tb * 16);
+            tbm_row_last(q, r_old + 8, pend[kTbmPend - 1].b, S, sx, ssc, tb * 16);
+#pragma unroll
+            for (int i = kTbmPend - 1; i > 0; i--) pend[i] = pend[i - 1];
+            r_new = r0 + g;
+            pend[0] = {tbm_row_add(q, r_new, va), tbm_row_add(q, r_new + 8, vb)};
+        } else {
+            if (t == 0) store_rows(p, r0 + g, va, vb, split, sx, ssc, tb * 16);
+        }
     }
     TERN_TRACE_END(tr_mid);
+    if constexpr (RS) {
+#pragma unroll
+        for (int i = kTbmPend - 1; i >= 0; i--) { /* the last units' rows */
+            tbm_row_last(q, r_new - 16 * step * i, pend[i].a, S, sx, ssc, tb * 16);
+            tbm_row_last(q, r_new - 16 * step * i + 8, pend[i].b, S, sx, ssc, tb * 16);
+        }
+        return;
+    }
     if (paired && !split) tern_raise_absmax(q.hmax, hm);
     /* the last of the K slices of this CTA's tiles writes their y */
     if (!split || q.defer || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
@@ -1117,11 +1184,17 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_bf16_tbm(const TbArgs
     if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
 }
 
-/* the kernel of a mode */
+/* The one-token int8 forms whose K split goes through tbm_row_add: int8 x and
+ * f32 x where the split is not left to the reader (TbArgs::defer); the paired
+ * and multi-token forms keep the counter and the last slice's pass. */
+__host__ __device__ constexpr bool tbm_rs(int mode) { return mode == TBM_I8 || mode == TBM_F32X; }
+
+/* the kernel of a mode (rs: its K-split form through tbm_row_add, where tbm_rs) */
 template <int RT, int KH, int MODE>
-constexpr auto tbm_kernel() {
+constexpr auto tbm_kernel(bool rs = false) {
     if constexpr (tbm_bf(MODE)) return gemv_bf16_tbm<RT, KH, MODE>;
     else if constexpr (tbm_mt(MODE)) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT8 + 1>;
+    else if constexpr (tbm_rs(MODE)) return rs ? gemv_i8_tbm<RT, KH, MODE, true> : gemv_i8_tbm<RT, KH, MODE>;
     else return gemv_i8_tbm<RT, KH, MODE>;
 }
 constexpr const char *tbm_name(int mode) {
@@ -1148,15 +1221,17 @@ constexpr int kSliceMax[10] = {18, 4, 8, 12, 16, 18, 24, 32, 48, 64};
  * other split fits (a second pass). */
 struct TbPlan {
     int dev, rt, kh, kmax, st, cap, sms, scaled, mode; /* the key (scaled: one scale per row) */
+    int rs; /* (key) a K split takes the tbm_row_add kernel (tbm_rs, not left to the reader) */
     int64_t rows, kblocks;
     int64_t s, gx; /* the plan */
     int ks, stride, sc;
+    int use_rs; /* a split launches the tbm_row_add kernel (as many CTAs an SM as the other) */
     size_t smem;
 };
 
 template <int RT, int KH, int MODE>
 int plan_tbm(TbPlan &pl) {
-    auto kern = tbm_kernel<RT, KH, MODE>();
+    auto kern = tbm_kernel<RT, KH, MODE>(), kern_rs = tbm_kernel<RT, KH, MODE>(pl.rs != 0);
     constexpr bool paired = tbm_paired(MODE);
     constexpr int threads = 32 * (RT * KH + 1);
     /* dynamic shared memory: the opt-in limit less the kernel's static part */
@@ -1166,6 +1241,12 @@ int plan_tbm(TbPlan &pl) {
     CUDA_CHECK(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, pl.dev));
     const size_t dyn_max = (size_t)optin > fa.sharedSizeBytes ? (size_t)optin - fa.sharedSizeBytes : 0;
     CUDA_CHECK(cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
+    if (kern_rs != kern) { /* (the same static shared memory) */
+        CUDA_CHECK(cudaFuncGetAttributes(&fa, kern_rs));
+        if (fa.sharedSizeBytes + dyn_max > (size_t)optin)
+            return err_set("bulk-copy GEMV: its split-K form has more static shared memory");
+        CUDA_CHECK(cudaFuncSetAttribute(kern_rs, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)dyn_max));
+    }
     const int64_t tiles = tbm_tiles(MODE, pl.rows), s0 = (pl.kblocks + pl.kmax - 1) / pl.kmax;
     int64_t best_cost = -1;
     /* pass 1 with the rule below; pass 2 without, where no slice the rule lets
@@ -1180,10 +1261,18 @@ int plan_tbm(TbPlan &pl) {
             if (stride % 128 == 0) stride += 64;
             size_t smem = tbm_x_bytes(MODE, ks) + (size_t)pl.st * 16 * RT * stride;
             if (smem > dyn_max || S > 65535) continue;
-            int occ = 0;
+            /* the plan from the counter kernel's occupancy; a split takes the
+             * tbm_row_add kernel (more registers) only where as many CTAs fit:
+             * planned with its own occupancy, 14336 x 4096 went from one slice to
+             * two and 6.8 -> 7.9 us (H200) */
+            int occ = 0, occ_rs = 0;
             CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ, kern, threads, smem));
+            if (S > 1 && kern_rs != kern)
+                CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_rs, kern_rs, threads, smem));
             if (pl.cap > 0 && occ > pl.cap) occ = pl.cap;
+            if (pl.cap > 0 && occ_rs > pl.cap) occ_rs = pl.cap;
             if (occ < 1) continue;
+            bool rs_ok = S > 1 && kern_rs != kern && occ_rs >= occ;
             /* one wave: a CTA left over for a second wave would double the time */
             int64_t gx = (int64_t)pl.sms * occ / S;
             if (gx < 1) gx = 1;
@@ -1200,6 +1289,10 @@ int plan_tbm(TbPlan &pl) {
                 if (occ2 == occ && smem + tbm_scale_bytes((int)need) <= dyn_max) {
                     sc = (int)need;
                     smem += tbm_scale_bytes(sc);
+                    if (rs_ok) {
+                        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&occ_rs, kern_rs, threads, smem));
+                        rs_ok = (pl.cap > 0 && occ_rs > pl.cap ? pl.cap : occ_rs) >= occ;
+                    }
                 }
             }
             const int64_t busiest = (gx * S + pl.sms - 1) / pl.sms;
@@ -1207,6 +1300,7 @@ int plan_tbm(TbPlan &pl) {
             if (best_cost < 0 || cost * 100 < best_cost * 99) {
                 best_cost = cost;
                 pl.s = S, pl.gx = gx, pl.ks = ks, pl.stride = stride, pl.sc = sc, pl.smem = smem;
+                pl.use_rs = rs_ok;
             }
         }
     }
@@ -1218,6 +1312,8 @@ int plan_tbm(TbPlan &pl) {
 
 /* The last bulk-copy launch's grid on this thread (CTAs per K slice, K slices) */
 thread_local int g_tbm_grid[2];
+/* whether it split K through tbm_row_add (the config's " rowsum") */
+thread_local bool g_tbm_rs;
 
 /* Plans made, per device and shape (the planner's occupancy queries cost more
  * host time than the kernel takes, for every call outside a CUDA graph). */
@@ -1233,12 +1329,15 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     pl.scaled = a.scale_stride != 0;
     pl.mode = MODE;
     pl.rows = a.rows, pl.kblocks = a.kblocks;
+    /* (where the reader may take the split: the f32-input form's condition below) */
+    const bool defer_ok = a.def && MODE == TBM_F32X && a.rows % 64 == 0 && a.rows <= 16384;
+    pl.rs = tbm_rs(MODE) && !defer_ok;
     {
         std::lock_guard<std::mutex> lk(g_tb_mu);
         bool hit = false;
         for (const TbPlan &c : g_tb_plans)
             if (c.dev == pl.dev && c.rt == RT && c.kh == KH && c.kmax == kmax && c.st == q.st && c.cap == cap &&
-                c.sms == sms && c.scaled == pl.scaled && c.mode == MODE && c.rows == a.rows &&
+                c.sms == sms && c.scaled == pl.scaled && c.mode == MODE && c.rs == pl.rs && c.rows == a.rows &&
                 c.kblocks == a.kblocks) {
                 pl = c;
                 hit = true;
@@ -1255,13 +1354,17 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     q.sc_rows = pl.sc;
     if (a.def) { /* the f32-input kernel's K split left to the reader, where fwdc_norm_deferred takes it:
                   * part 16-byte aligned (tiles % 4 == 0: rows % 64 == 0), <= 16384 rows */
-        q.defer = MODE == TBM_F32X && pl.s > 1 && a.rows % 64 == 0 && a.rows <= 16384;
+        q.defer = defer_ok && pl.s > 1;
         *a.def = {};
         if (q.defer) a.def->scales = a.scales, a.def->scale_stride = a.scale_stride, a.def->rows = a.rows,
                      a.def->xmax = a.xmax;
     }
     if (pl.s > 1 && tbm_bf(MODE)) { /* float sums of each slice and token, counters zeroed */
         if (tern_mm::scratch(pl.s * q.ntok * a.rows, q.tiles, &q.fpart, &a.ctr) < 0) return -1;
+    } else if (pl.s > 1 && pl.use_rs) { /* tbm_row_add's words */
+        void *ws;
+        if (tern_ws_zeroed((size_t)a.rows * sizeof(unsigned long long), &ws) < 0) return -1;
+        q.rsum = static_cast<unsigned long long *>(ws);
     } else if (pl.s > 1) {
         void *ws;
         const int64_t per_row = tbm_mt(MODE) ? q.ntok : 1; /* partials of each token */
@@ -1272,7 +1375,8 @@ int launch_tbm(TbArgs &q, int kmax, int cap, int sms, cudaStream_t s) {
     }
     q.l2ef = tern_cuda_l2ef_get();
     g_tbm_grid[0] = (int)pl.gx, g_tbm_grid[1] = (int)pl.s;
-    return tern_launch_pdl_smem(tbm_name(MODE), tbm_kernel<RT, KH, MODE>(),
+    g_tbm_rs = pl.s > 1 && pl.use_rs;
+    return tern_launch_pdl_smem(tbm_name(MODE), tbm_kernel<RT, KH, MODE>(pl.s > 1 && pl.use_rs),
                                 dim3((unsigned)pl.gx, (unsigned)pl.s),
                                 dim3(32 * (RT * KH + 1)), pl.smem, s, q);
 }
@@ -1348,6 +1452,16 @@ int bm_args(const char *who, const TernCudaMatrix *W, const void *x, int64_t xco
 
 } // namespace
 
+namespace {
+/* " rowsum" after the config where the last bulk-copy launch split K through tbm_row_add */
+void tbm_config_rowsum() {
+    if (!g_tbm_rs) return;
+    char cfg[128];
+    snprintf(cfg, sizeof cfg, "%s rowsum", tern_cuda_last_config());
+    tern_cuda_set_config(cfg);
+}
+} // namespace
+
 /* |sum c x| <= 2 * 128 * cols fits int32 for cols <= 4194304 */
 int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx,
                       float *d_y, int variant, cudaStream_t s) {
@@ -1357,6 +1471,7 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
     /* the SMs left to the kernel before (tern_cuda_tbm_reserve) */
     const int res = std::min(tern_cuda_tbm_reserve_get(), sms - 1);
     g_tbm_grid[0] = 0;
+    g_tbm_rs = false;
     if (bmma_call(a, variant, sms - res, s, "tern_gemv_i8_bmma") < 0) return -1;
     if (res > 0 && g_tbm_grid[0] > 0) {
         char cfg[96];
@@ -1364,6 +1479,7 @@ int tern_gemv_i8_bmma(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols,
                  g_tbm_grid[1]);
         tern_cuda_set_config(cfg);
     }
+    tbm_config_rowsum();
     return 0;
 }
 
@@ -1378,7 +1494,10 @@ int tern_gemv_i8_bmma_f32x(const TernCudaMatrix *W, const float *d_x, const unsi
     a.xmax = d_xmax;
     a.def = def;
     if (def) *def = {}; /* finished here unless the bulk-copy kernel's split says otherwise */
-    return bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x");
+    g_tbm_rs = false;
+    if (bmma_call(a, variant, sms, s, "tern_gemv_i8_bmma_f32x") < 0) return -1;
+    tbm_config_rowsum();
+    return 0;
 }
 
 int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, const float *d_sx, int act,

@@ -418,6 +418,13 @@ static void test_mt_grid(void) {
 }
 
 /* W for a shape and its upload (false: reported) */
+/* cfg is want, or want and the " rowsum" of a one-token K split through
+ * tbm_row_add (test_tbm_rowsum checks where that is taken) */
+static bool cfg_is(const char *cfg, const char *want) {
+    const size_t n = strlen(want);
+    return strncmp(cfg, want, n) == 0 && (cfg[n] == 0 || strcmp(cfg + n, " rowsum") == 0);
+}
+
 static bool upload_shape(const char *what, Shape2 sh, TernaryMatrix *W, TernCudaMatrix *dW,
                          QuantGroup grp = QG_ROW) {
     if (make_matrix(sh.rows, sh.cols, grp, W) == 0) {
@@ -559,7 +566,7 @@ static void test_bf_grid(void) {
                 snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
                 tern_cuda_decode_variant(oldv);
                 CK(cudaDeviceSynchronize());
-                report(rc == 0 && !strcmp(cfg, c.want),
+                report(rc == 0 && cfg_is(cfg, c.want),
                        "gemv_tbm_bf16 dispatch 256x512 n=1 %s%s variant %d: '%s' (want '%s')%s%s",
                        c.f32 ? "f32" : "bf16", c.grouped ? " group 32" : "", c.variant, cfg, c.want,
                        rc ? ": " : "", rc ? err_msg() : "");
@@ -756,7 +763,7 @@ static void test_gemv_default(void) {
         if (c.env) unsetenv("TERNLAB_CUDA_GEMV1");
         tern_cuda_force_kernel(oldf);
         tern_cuda_decode_variant(oldv);
-        report(rc == 0 && strcmp(cfg, c.want) == 0,
+        report(rc == 0 && cfg_is(cfg, c.want),
                "gemv default %lldx%lld n=1 force %d variant %d GEMV1=%s: config '%s' (want %s)%s%s",
                (long long)c.sh.rows, (long long)c.sh.cols, c.force, c.variant, c.env ? c.env : "-", cfg, c.want,
                rc ? ": " : "", rc ? err_msg() : "");
@@ -796,7 +803,7 @@ static void test_gemv_default(void) {
         if (!upload_shape("gemv override", c.sh, &W, &dW)) continue;
         char cfg[128];
         const int rc2 = dispatch_config(&dW, c.sh, 1, cfg, sizeof cfg);
-        report(rc == c.rc && msg_ok && rc2 == 0 && strcmp(cfg, c.want) == 0,
+        report(rc == c.rc && msg_ok && rc2 == 0 && cfg_is(cfg, c.want),
                "gemv override '%s' (rc %d, want %d%s): %lldx%lld config '%s' (want %s)%s%s", c.spec ? c.spec : "NULL",
                rc, c.rc, msg_ok ? "" : ", no usage message", (long long)c.sh.rows, (long long)c.sh.cols, cfg, c.want,
                rc2 ? ": " : "", rc2 ? err_msg() : "");
@@ -864,6 +871,41 @@ static void test_tbm_reserve(void) {
     report(tern_cuda_tbm_reserve_get() == 0, "tern_cuda_tbm_reserve(-5) reads back %d (want 0)",
            tern_cuda_tbm_reserve_get());
     tern_cuda_tbm_reserve(old);
+}
+
+/* The one-token K split through tbm_row_add (config " rowsum": one 64-bit
+ * atomic a row and slice, the last slice writes y and a zero word): taken by
+ * the split variants 63520 / 63530 where their kernel fits as many CTAs an SM
+ * as the counter kernel (4608 x 36864 and 4100 x 20000: two CTAs, shared
+ * memory bound) and by the dispatch there; bit-identical to
+ * tern_matmul_i8_ref on 3 calls each, the shapes one after another (a word
+ * left nonzero would fail the next call's count: no y, the NaN poison);
+ * unsplit (36864 x 4608 under 63520) without it. */
+static void test_tbm_rowsum(void) {
+    const Shape2 shapes[] = {{4608, 36864}, {4100, 20000}, {1000, 36864}};
+    const int64_t ns[] = {1};
+    const int variants[] = {63520, 63530, 0};
+    forced_variants("gemv rowsum", 6, shapes, 3, ns, 1, variants, 3);
+    const Shape2 taken[] = {{4608, 36864}, {4100, 20000}, {36864, 4608}};
+    for (int si = 0; si < 3; si++) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("gemv rowsum", taken[si], &W, &dW)) continue;
+        for (int var : {63520, 0}) {
+            const int oldf = tern_cuda_force_kernel(var ? 6 : 0), oldv = tern_cuda_decode_variant(var);
+            char cfg[128];
+            const int rc = dispatch_config(&dW, taken[si], 1, cfg, sizeof cfg);
+            tern_cuda_decode_variant(oldv);
+            tern_cuda_force_kernel(oldf);
+            const bool want = si < 2, has = strstr(cfg, " rowsum") != NULL;
+            report(rc == 0 && strncmp(cfg, "gemv_tbm v=", 11) == 0 && has == want,
+                   "gemv rowsum %lldx%lld variant %d: config '%s' (rowsum %s)%s%s", (long long)taken[si].rows,
+                   (long long)taken[si].cols, var, cfg, want ? "expected" : "not expected", rc ? ": " : "",
+                   rc ? err_msg() : "");
+        }
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
 }
 
 /* The default dispatch of 2 .. 16 int8 tokens to the multi-token bulk-copy
@@ -944,7 +986,7 @@ static bool fused_config_ok(const char *cfg, const char *form, int v) {
     if (v >= 60000) snprintf(want, sizeof want, "gemv_tbm %s v=%d", form, v);
     else if (v >= 50000) snprintf(want, sizeof want, "gemv_bmma %s", form);
     else return strstr(cfg, form) != NULL && !strncmp(cfg, "gemv_", 5);
-    return strcmp(cfg, want) == 0;
+    return cfg_is(cfg, want);
 }
 
 /* An f32-input GEMV case (tern_cuda_matmul_i8_f32x) for W: x = amp N(0, 1)
@@ -1929,7 +1971,7 @@ int main(int argc, char **argv) {
     /* the parts that run alone (argv[1]; quick and wg are variants of the whole run below) */
     struct Part {
         const char *name;
-        void (*fn[8])(void);
+        void (*fn[10])(void);
     };
     static const Part parts[] = {
         {"mt", {test_mt_grid, test_mt_default}},  /* the multi-token bulk-copy GEMV */
@@ -1938,7 +1980,8 @@ int main(int argc, char **argv) {
         {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
         {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
         {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
-                  test_fused_mlp, test_norm_fold, test_bf_grid}}, /* the one-token and few-token GEMVs */
+                  test_tbm_rowsum, test_fused_mlp, test_norm_fold, test_bf_grid}}, /* the one-token and few-token GEMVs */
+        {"rowsum", {test_tbm_rowsum}}, /* the one-token K split through tbm_row_add */
     };
     const Part *part = nullptr;
     if (argc > 1)
@@ -1982,6 +2025,7 @@ int main(int argc, char **argv) {
         test_bf_grid();
         test_gemv_default();
         test_tbm_reserve();
+        test_tbm_rowsum();
         test_fused_mlp();
         test_norm_fold();
     }
