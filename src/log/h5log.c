@@ -3,8 +3,21 @@
  *
  * Every HDF5 call is checked.  libhdf5 prints its error stack to stderr by
  * default; we switch that off and instead take the innermost message of the
- * stack (the one that says e.g. "errno = 27, error message = 'File too
- * large'") into err_set, prefixed with the file and the object. */
+ * stack into err_set, prefixed with the file and the object.
+ *
+ * The file is built in memory (the core driver, no backing store) and written
+ * to disk by commit with plain write/fsync/rename.  Why: libhdf5 1.10 (what
+ * Debian and Ubuntu ship; fixed upstream in 2023, HDFFV-11052, HDF5 PR #2291)
+ * frees a file whose H5Fclose fails but keeps its id registered, and
+ * H5_term_library closes that id again at exit(): a write error (full disk,
+ * RLIMIT_FSIZE) that made H5Fclose fail became a segfault at exit, even after
+ * the caller had reported it.  No file-level setting helps (the file id was the only open object and
+ * the close degree was already STRONG).  In memory, HDF5 does no I/O, so none
+ * of its calls fails for a full disk and H5Fclose cannot fail that way; the
+ * disk errors come from our own write() with errno.  Cost: the whole file is
+ * held in memory until commit, and commit briefly holds a second copy (run
+ * files are a few MB; a reference cache is as large as the reference logits
+ * its writer already holds). */
 #include "log/h5log.h"
 
 #include "core/err.h"
@@ -21,7 +34,8 @@
 #include <unistd.h>
 
 struct H5Log {
-    hid_t file;       /* open temporary file, or H5I_INVALID_HID */
+    hid_t file;       /* the file being built, in memory, or H5I_INVALID_HID */
+    int fd;           /* the temporary file on disk (empty until commit), or -1 */
     char *final_path; /* where commit renames it to */
     char *tmp_path;   /* "<final_path>.tmp.<pid>" */
 };
@@ -162,6 +176,24 @@ static hid_t open_or_create_object(H5Log *lg, const char *path) {
 
 /* ---- create / commit / abort -------------------------------------------- */
 
+/* The core driver grows its image in steps of this many bytes (a realloc per
+ * step; run files are mostly smaller than one step). */
+#define H5LOG_CORE_INCREMENT ((size_t)1 << 20)
+
+/* Closes the in-memory file and the temporary's descriptor; no disk I/O, so
+ * it cannot fail for a full disk.  Returns 0, or -1 with err_set. */
+static int lg_close(H5Log *lg) {
+    int rc = 0;
+    if (lg->file >= 0 && H5Fclose(lg->file) < 0)
+        rc = h5_fail(lg->tmp_path, "closing (in memory)", NULL);
+    lg->file = H5I_INVALID_HID;
+    H5Eclear2(H5E_DEFAULT);
+    if (lg->fd >= 0 && close(lg->fd) != 0 && rc == 0)
+        rc = err_set("%s: close: %s", lg->tmp_path, strerror(errno));
+    lg->fd = -1;
+    return rc;
+}
+
 static void lg_free(H5Log *lg) {
     free(lg->final_path);
     free(lg->tmp_path);
@@ -176,26 +208,32 @@ H5Log *h5log_create(const char *final_path) {
     }
     H5Log *lg = xcalloc(1, sizeof *lg);
     lg->file = H5I_INVALID_HID;
+    lg->fd = -1;
     lg->final_path = xstrdup(final_path);
     size_t n = strlen(final_path) + 32;
     lg->tmp_path = xmalloc(n);
     snprintf(lg->tmp_path, n, "%s.tmp.%ld", final_path, (long)getpid());
 
-    /* STRONG close degree: H5Fclose really closes (and flushes) the file even
-     * if an object id were left open, so the fsync that follows sees it all. */
-    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
-    if (fapl < 0 || H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0) {
-        h5_fail(lg->tmp_path, "file access property list for", NULL);
-        if (fapl >= 0) H5Pclose(fapl);
+    /* The temporary is created now, empty, so that a missing or read-only
+     * directory is reported before the run rather than after it. */
+    lg->fd = open(lg->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    if (lg->fd < 0) {
+        err_set("%s: creating: %s (does the directory exist and is it writable?)", lg->tmp_path,
+                strerror(errno));
         lg_free(lg);
         return NULL;
     }
-    lg->file = H5Fcreate(lg->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl);
-    H5Pclose(fapl);
+    /* In memory (see the top of this file).  STRONG close degree: H5Fclose
+     * releases the image even if an object id were left open. */
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    if (fapl < 0 || H5Pset_fapl_core(fapl, H5LOG_CORE_INCREMENT, 0) < 0 ||
+        H5Pset_fclose_degree(fapl, H5F_CLOSE_STRONG) < 0)
+        h5_fail(lg->tmp_path, "file access property list for", NULL);
+    else if ((lg->file = H5Fcreate(lg->tmp_path, H5F_ACC_TRUNC, H5P_DEFAULT, fapl)) < 0)
+        h5_fail(lg->tmp_path, "creating", "(in memory)");
+    if (fapl >= 0) H5Pclose(fapl);
     if (lg->file < 0) {
-        h5_fail(lg->tmp_path, "creating", "(does the directory exist and is it writable?)");
-        unlink(lg->tmp_path);
-        lg_free(lg);
+        h5log_abort(lg);
         return NULL;
     }
     return lg;
@@ -206,10 +244,7 @@ const char *h5log_final_path(const H5Log *lg) { return lg->final_path; }
 
 void h5log_abort(H5Log *lg) {
     if (!lg) return;
-    if (lg->file >= 0) {
-        H5Fclose(lg->file);
-        H5Eclear2(H5E_DEFAULT);
-    }
+    lg_close(lg); /* (an error here changes nothing: the file is dropped) */
     unlink(lg->tmp_path);
     lg_free(lg);
 }
@@ -227,18 +262,55 @@ static int fsync_path(const char *path, int is_dir) {
     return 0;
 }
 
+/* Writes n bytes to fd, through short writes and EINTR.  0, or -1 with errno. */
+static int write_all(int fd, const unsigned char *p, size_t n) {
+    while (n > 0) {
+        ssize_t w = write(fd, p, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+            if (w == 0) errno = EIO;
+            return -1;
+        }
+        p += w;
+        n -= (size_t)w;
+    }
+    return 0;
+}
+
+/* The finished file's bytes, written to the temporary and synced; then the
+ * in-memory file and the descriptor are closed.  0, or -1 with err_set. */
+static int lg_write_image(H5Log *lg) {
+    /* The flush puts every dirty object and the superblock into the image, so
+     * that the image is the whole file. */
+    if (H5Fflush(lg->file, H5F_SCOPE_GLOBAL) < 0) return h5_fail(lg->tmp_path, "flushing", NULL);
+    ssize_t n = H5Fget_file_image(lg->file, NULL, 0);
+    if (n <= 0) return h5_fail(lg->tmp_path, "size of the file image", NULL);
+    unsigned char *img = mem_alloc((size_t)n, "HDF5 file image");
+    if (!img) return err_prefix("%s: ", lg->tmp_path);
+    int rc = 0;
+    if (H5Fget_file_image(lg->file, img, (size_t)n) != n)
+        rc = h5_fail(lg->tmp_path, "copying the file image", NULL);
+    /* Release the in-memory file before the disk I/O (one copy less held). */
+    int fd = lg->fd;
+    lg->fd = -1;
+    if (lg_close(lg) != 0 && rc == 0) rc = -1;
+    if (rc == 0 && write_all(fd, img, (size_t)n) != 0)
+        rc = err_set("%s: write of %lld bytes: %s (disk full or file size limit?)", lg->tmp_path,
+                     (long long)n, strerror(errno));
+    if (rc == 0 && fsync(fd) != 0) rc = err_set("%s: fsync: %s", lg->tmp_path, strerror(errno));
+    if (close(fd) != 0 && rc == 0) rc = err_set("%s: close: %s", lg->tmp_path, strerror(errno));
+    mem_free(img);
+    return rc;
+}
+
 int h5log_commit(H5Log *lg) {
     if (!lg) return err_set("h5log_commit: NULL handle");
     int rc = 0;
     /* `complete` last: a reader that finds it knows every other object was
-     * written before (and, after the fsync below, reached the disk). */
+     * written before (and, after the fsync, reached the disk). */
     if (h5log_attr_i64(lg, "/", "complete", 1) != 0) rc = -1;
-    if (rc == 0 && H5Fflush(lg->file, H5F_SCOPE_GLOBAL) < 0)
-        rc = h5_fail(lg->tmp_path, "flushing", NULL);
-    if (H5Fclose(lg->file) < 0 && rc == 0) rc = h5_fail(lg->tmp_path, "closing", NULL);
-    lg->file = H5I_INVALID_HID;
-    H5Eclear2(H5E_DEFAULT);
-    if (rc == 0) rc = fsync_path(lg->tmp_path, 0);
+    if (rc == 0) rc = lg_write_image(lg);
+    if (lg_close(lg) != 0 && rc == 0) rc = -1; /* (after a failure above) */
     if (rc == 0 && rename(lg->tmp_path, lg->final_path) != 0)
         rc = err_set("renaming %s to %s: %s", lg->tmp_path, lg->final_path, strerror(errno));
     if (rc != 0) {

@@ -31,10 +31,13 @@ typedef struct H5Log H5Log;
 typedef enum { H5LOG_F32, H5LOG_F64, H5LOG_I32, H5LOG_I64 } H5LogType;
 
 /* Creates "<final_path>.tmp.<pid>" next to final_path (same directory, so the
- * final rename is atomic).  NULL + err_set when it cannot be created. */
+ * final rename is atomic), empty: the file is built in memory and its bytes
+ * written there by commit, so disk errors (full disk, file size limit) come
+ * out of h5log_commit.  NULL + err_set when it cannot be created. */
 H5Log *h5log_create(const char *final_path);
-/* Writes the root attribute complete = 1 (last), flushes, closes, fsyncs the
- * file, renames it to the final path and fsyncs the directory.  Returns 0, or
+/* Writes the root attribute complete = 1 (last), writes the file to the
+ * temporary and fsyncs it, renames it to the final path and fsyncs the
+ * directory.  Memory: briefly a second copy of the file.  Returns 0, or
  * -1 with err_set; on failure before the rename the temporary file is removed
  * and the final path keeps whatever it held before.  Frees lg either way. */
 int h5log_commit(H5Log *lg);
