@@ -101,6 +101,8 @@ $(BUILD)/obj/%_avx512.o: %_avx512.c
 $(BUILD)/obj/%.o: %.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
+# run files record the commit of this source tree (exp_git_commit), wherever the program runs from
+$(BUILD)/obj/src/eval/experiment.o: CFLAGS += -DTL_SOURCE_DIR='"$(CURDIR)"'
 $(BUILD)/obj/%.o: %.cu
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVFLAGS) -MMD -MP -c $< -o $@

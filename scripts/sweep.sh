@@ -31,7 +31,11 @@
 #                        (scripts/slurm/sweep.sbatch runs that file as an array)
 #   key=value            override a setting of the config for every point
 #                        (must be a key the config defines; `values=` and
-#                        `models=` change the grid itself)
+#                        `models=` change the grid itself).  Paths in
+#                        overrides (tokens=FILE, models=PATH ...) are from the
+#                        current directory, as --model, --results and --config
+#                        are; paths inside a config file are from the
+#                        repository root (where the points run).
 #
 # Files kept in RESULTS/EXP/: jobs (one command per line, the grid; also what
 # scripts/slurm/sweep.sbatch runs), joblog (GNU Parallel's --joblog: one line
@@ -41,13 +45,21 @@
 #
 # environment:
 #   TERNLAB_EXP_CMD   command template for one point instead of
-#                     "build/exp_<name> --model {model} --value {value} --out {out}";
-#                     {exp} {model} {value} {out} are replaced (shell-quoted)
+#                     "build/exp_<name> --model {model} --value {value} --out {out}"
+#                     (+ " --config {config}" when --config is given);
+#                     {exp} {model} {value} {out} {config} are replaced (shell-quoted)
 #   TERNLAB_VERIFY_CMD, TERNLAB_BIN   see scripts/verify_run.sh
 #   PARALLEL_EXTRA    more GNU Parallel options (e.g. "--retries 2")
 #
+# Signals: TERM, INT or HUP to this script stop the sweep: GNU Parallel is
+# sent TERM, which kills the running points (each removes its temporary
+# file) and starts no new one; the script exits 128 + the signal's number
+# once Parallel is gone (and with it the folder's lock).  Run the same
+# command again to resume.
+#
 # Exit status: 0 when every point has a verified file, 1 otherwise (the
-# failed points are listed), 2 for a usage error.
+# failed points are listed), 2 for a usage error, 129/130/143 when stopped by
+# HUP/INT/TERM.
 set -euo pipefail
 
 die() { echo "sweep: $*" >&2; exit 2; }
@@ -78,12 +90,30 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer (got '$jobs')"
+root=$(cd "$(dirname "$0")/.." && pwd)
+rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
 # Models given on the command line are paths from where the user stands.
-for i in "${!models[@]}"; do
-  [ -e "${models[$i]}" ] && models[$i]=$(cd "$(dirname "${models[$i]}")" && pwd)/$(basename "${models[$i]}")
+from_here() { [ -e "$1" ] && printf '%s/%s' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")" || printf '%s' "$1"; }
+for i in "${!models[@]}"; do models[$i]=$(from_here "${models[$i]}"); done
+# So are the paths in overrides (the points run from the repository root, where
+# a relative tokens= had been looked up): tokens= becomes a path from the root
+# when the file is inside the repository (every machine of an --sshloginfile
+# sweep has it at that place), else absolute; models= as --model.
+for i in "${!overrides[@]}"; do
+  kv=${overrides[$i]}
+  k=${kv%%=*}; k=${k%"${k##*[![:space:]]}"}; k=${k#"${k%%[![:space:]]*}"}
+  v=${kv#*=}; v=${v#"${v%%[![:space:]]*}"}
+  case $k in
+    tokens)
+      [ -f "$v" ] || die "override '$kv': no token file $(abspath "$v") (a relative path is from the current directory, $PWD)"
+      overrides[$i]="tokens=$(rel "$(from_here "$v")")" ;;
+    models)
+      read -r -a ms <<< "$v"
+      for j in "${!ms[@]}"; do ms[$j]=$(from_here "${ms[$j]}"); done
+      overrides[$i]="models=${ms[*]}" ;;
+  esac
 done
 
-root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 [ -n "$config" ] || config=$root/configs/$exp.conf
 [ -f "$config" ] || die "no config $config (experiments: $(ls configs 2>/dev/null | sed 's/\.conf$//' | tr '\n' ' '))"
@@ -132,12 +162,15 @@ fi
 
 # ---- the grid ---------------------------------------------------------------
 name=${exp#exp-}; name=${name//-/_}
-template=${TERNLAB_EXP_CMD:-"build/exp_$name --model {model} --value {value} --out {out}"}
+# A config given with --config goes to every point (the programs read
+# configs/EXP.conf otherwise).
+default_cmd="build/exp_$name --model {model} --value {value} --out {out}"
+[ "$config" = "$root/configs/$exp.conf" ] || default_cmd+=" --config {config}"
+template=${TERNLAB_EXP_CMD:-$default_cmd}
 if [ -z "${TERNLAB_EXP_CMD:-}" ] && [ ! -x "build/exp_$name" ] && [ $dry -eq 0 ] && [ $prepare -eq 0 ]; then
   die "build/exp_$name is missing: build it first (make build/exp_$name)"
 fi
 dir=$results/$exp
-rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
 safe() { printf '%s' "$1" | tr -c 'A-Za-z0-9._+-' '_'; }
 q() { printf '%q' "$1"; }
 
@@ -154,6 +187,7 @@ for m in "${models[@]}"; do
     cmd=${cmd//\{model\}/$(q "$m")}
     cmd=${cmd//\{value\}/$(q "$v")}
     cmd=${cmd//\{out\}/$(q "$out")}
+    cmd=${cmd//\{config\}/$(q "$(rel "$config")")}
     for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
     outs+=("$out")
     lines+=("bash scripts/sweep_point.sh $(q "$out") -- $cmd")
@@ -264,9 +298,46 @@ fi
 
 if [ "$done_n" -lt "$n" ]; then
   log "running $((n - done_n)) point(s) with $jobs job(s) at a time: joblog $(rel "$dir")/joblog"
+  # A signal to this script is forwarded to GNU Parallel.  (Without it the
+  # shell died alone and Parallel ran the rest of the grid headless, holding
+  # the folder's lock.)  GNU Parallel 20221122 (man parallel, --term-seq): TERM
+  # kills the running jobs' process groups (TERM, TERM, TERM, KILL over 375 ms;
+  # sweep_point.sh's trap removes the point's temporary) and starts no more;
+  # HUP would wait for the running jobs to finish.  TERM is sent again every
+  # second while Parallel lives: it ignores TERM until its jobs start.
+  stop_sig="" par_pid=""
+  on_signal() { stop_sig=$1; [ -z "$par_pid" ] || kill -TERM "$par_pid" 2>/dev/null || true; }
+  trap 'on_signal TERM' TERM
+  trap 'on_signal INT' INT
+  trap 'on_signal HUP' HUP
   set +e
-  "${parallel_cmd[@]}" 2>&1 | tee -a "$dir/sweep.log"
+  # Parallel's output to the terminal and the log; tee ignores the signals (a
+  # Ctrl-C reaches the whole foreground group) and ends when Parallel's and
+  # its jobs' copies of the pipe are closed.
+  exec 7> >(trap '' TERM INT HUP; exec tee -a "$dir/sweep.log")
+  tee_pid=$!
+  "${parallel_cmd[@]}" >&7 2>&1 7>&- &
+  par_pid=$!
+  [ -z "$stop_sig" ] || kill -TERM "$par_pid" 2>/dev/null
+  while :; do
+    if [ -z "$stop_sig" ]; then
+      wait "$par_pid" # returns early (> 128) when a trapped signal arrives
+      [ -n "$stop_sig" ] || break # Parallel ended by itself
+    fi
+    # stopping: wait for Parallel to go, TERM again each second
+    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$par_pid" 2>/dev/null && sleep 0.1; done
+    kill -0 "$par_pid" 2>/dev/null || break
+    kill -TERM "$par_pid" 2>/dev/null
+  done
+  wait "$par_pid" 2>/dev/null
+  exec 7>&-
+  wait "$tee_pid" 2>/dev/null
+  trap - TERM INT HUP
   set -e
+  if [ -n "$stop_sig" ]; then
+    log "stopped by SIG$stop_sig: the running point(s) were killed and no new one started; run the same command again to resume"
+    case $stop_sig in HUP) exit 129 ;; INT) exit 130 ;; *) exit 143 ;; esac
+  fi
 fi
 
 # ---- result -----------------------------------------------------------------

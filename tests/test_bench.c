@@ -115,6 +115,57 @@ TEST(bench_e2e_bad_arguments) {
     }
 }
 
+/* The messages say what is wrong: an option without its value is not an
+ * "unknown option", a stray word is not an option "missing its value". */
+TEST(bench_argument_messages) {
+    const struct {
+        const char *args, *want, *not_want;
+    } cases[] = {{"bench --out", "--out needs a value", "unknown"},
+                 {"bench extra", "unexpected argument 'extra'", "needs a value"},
+                 {"bench --nosuch", "unknown option '--nosuch'", NULL},
+                 {"bench-e2e extra", "unexpected argument 'extra'", "needs a value"},
+                 {"bench-e2e --out", "--out needs a value", "unknown"},
+                 {"bench-e2e --nosuch", "unknown option --nosuch", "needs a value"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1024], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s %s", bin_path("ternlab"), cases[i].args);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 2 && strstr(out, cases[i].want) && (!cases[i].not_want || !strstr(out, cases[i].not_want)),
+                  "%s: rc %d: %s (want \"%s\")", cases[i].args, rc, out, cases[i].want);
+        free(out);
+    }
+}
+
+/* Every command the main usage says "--device cuda runs" takes --device (bench,
+ * the CPU benchmark, had been listed and answered "unknown option"). */
+TEST(bench_device_claim_in_usage_holds) {
+    char cmd[1024], *usage = NULL;
+    snprintf(cmd, sizeof cmd, "%s --help", bin_path("ternlab"));
+    REQUIRE(test_run(cmd, &usage) == 0 && usage);
+    const char *claim = strstr(usage, "--device cuda runs ");
+    REQUIRE(claim != NULL);
+    const char *end = strstr(claim, "on the GPU");
+    REQUIRE(end != NULL);
+    const char *cmds[] = {"info", "ppl", "logits", "generate", "quantize", "verify", "diff", "bench", "bench-e2e"};
+    int listed = 0;
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        size_t n = strlen(cmds[i]);
+        int in_claim = 0;
+        for (const char *p = claim + strlen("--device cuda runs "); p < end && (p = strstr(p, cmds[i])) && p < end; p += n)
+            if ((p[-1] == ' ' || p[-1] == '\n') && (p[n] == ' ' || p[n] == ',' || p[n] == '\n')) in_claim = 1;
+        if (!in_claim) continue;
+        listed++;
+        char *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s %s --device cuda", bin_path("ternlab"), cmds[i]);
+        test_run(cmd, &out);
+        CHECK_MSG(out && !strstr(out, "unknown option") && !strstr(out, "does not apply"),
+                  "the usage says --device cuda runs %s, which answers: %s", cmds[i], out ? out : "");
+        free(out);
+    }
+    CHECK_MSG(listed >= 3, "%d commands found in the --device sentence: %.*s", listed, (int)(end - claim), claim);
+    free(usage);
+}
+
 /* scripts/trace_step.py (the timing probe's summary, `make trace`) on a made-up
  * trace: records sorted by the time after the wait split into launches at a
  * change of call site or a full grid (two launches of one site back to back),

@@ -394,3 +394,70 @@ TEST(diag_cli) {
                   strstr(out, "fallbacks"), "%s", out ? out : "");
     free(out);
 }
+
+/* Output that cannot be written is a failed run: stdout is flushed and
+ * checked at exit (it had exited 0 with the ids, the ppl line or the report
+ * lost on a full disk). */
+TEST(diag_cli_stdout_write_error) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    const char *cmds[] = {"generate --model %s --prompt 1,2 --max-new 3",
+                          "ppl --model %s --tokens %s --window 32 --max-windows 1", "info --model %s",
+                          "--help"};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++) {
+        char args[2048], cmd[4096], *out = NULL;
+        snprintf(args, sizeof args, cmds[i], test_path(LLAMA_DIR), test_path(TOKENS_FILE));
+        /* stdout to the full device, stderr to the test (the braces keep test_run's 2>&1 off stdout) */
+        snprintf(cmd, sizeof cmd, "{ %s %s > /dev/full; }", bin, args);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 1 && out && strstr(out, "cannot write") && strstr(out, "standard output"),
+                  "%s > /dev/full: rc %d: %s", args, rc, out ? out : "");
+        free(out);
+        /* and to a pipe it works as before */
+        snprintf(cmd, sizeof cmd, "%s %s | cat > /dev/null", bin, args);
+        CHECK_MSG(test_run(cmd, NULL) == 0, "%s", args);
+    }
+}
+
+/* Every option a command accepts is in the main usage under that command
+ * (ppl --kv-blocks, logits --kv/--tp/--block-size/--dump-layers, generate
+ * --kv/--kv-blocks had been accepted without a word).  Accepted = not refused
+ * with "does not apply to this command". */
+TEST(diag_cli_usage_lists_accepted_options) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    char cmd[4096], *usage = NULL;
+    snprintf(cmd, sizeof cmd, "%s --help", bin);
+    REQUIRE(test_run(cmd, &usage) == 0 && usage);
+    const char *commands[] = {"info", "ppl", "logits", "generate", "quantize"};
+    const char *options[] = {"model", "tokens",   "window",     "max-windows", "windows", "quant",
+                             "kv",    "device",   "tp",         "out",         "prompt",  "max-new",
+                             "block-size", "batch", "kv-blocks", "dump-layers", "format", "mem", "dtype"};
+    for (size_t c = 0; c < sizeof commands / sizeof commands[0]; c++) {
+        /* the command's block: from "\n  NAME " to the next line that starts a command */
+        char key[32];
+        snprintf(key, sizeof key, "\n  %s ", commands[c]);
+        const char *b = strstr(usage, key), *e = b;
+        REQUIRE(b != NULL);
+        for (e = strchr(b + 1, '\n'); e && e[1] == ' ' && e[2] == ' ' && e[3] == ' '; e = strchr(e + 1, '\n')) {
+        }
+        if (!e) e = b + strlen(b);
+        for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
+            char *out = NULL;
+            snprintf(cmd, sizeof cmd, "%s %s --%s 1", bin, commands[c], options[k]);
+            test_run(cmd, &out);
+            int accepted = out && !strstr(out, "does not apply");
+            free(out);
+            if (!accepted) continue;
+            char opt[40];
+            snprintf(opt, sizeof opt, "--%s ", options[k]);
+            int found = 0;
+            for (const char *p = b; (p = strstr(p, opt)) && p < e; p++) found = 1;
+            if (!found) { /* "--kv none]" style: the name followed by ']' */
+                snprintf(opt, sizeof opt, "--%s]", options[k]);
+                for (const char *p = b; (p = strstr(p, opt)) && p < e; p++) found = 1;
+            }
+            CHECK_MSG(found, "ternlab %s accepts --%s but the usage does not list it under %s:\n%.*s", commands[c],
+                      options[k], commands[c], (int)(e - b), b);
+        }
+    }
+    free(usage);
+}

@@ -351,9 +351,9 @@ TEST(kv_ternary_pool_allocation) {
 TEST(ppl_cli_kv_policy_and_run_file) {
     char cmd[4096], *log = NULL, out[600];
     snprintf(out, sizeof out, "%s/ppl/run.h5", test_tmpdir());
-    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 64 --max-windows 3 --kv all "
-             "--out %s 2>/dev/null | tail -n 1", bin_path("ternlab"), test_path(LLAMA_DIR),
-             test_path(TOKENS_FILE), out);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/ppl && %s ppl --model %s --tokens %s --window 64 --max-windows 3 "
+             "--kv all --out %s 2>/dev/null | tail -n 1", test_tmpdir(), bin_path("ternlab"),
+             test_path(LLAMA_DIR), test_path(TOKENS_FILE), out);
     REQUIRE(test_run(cmd, &log) == 0);
     double ppl = 0;
     long long w = 0, p = 0;
@@ -396,4 +396,134 @@ TEST(exp_device_cuda_runs_or_refuses) {
         CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
     }
     free(out);
+}
+
+/* ppl --out refuses what the run file cannot be before evaluating anything:
+ * too many windows to compare with the reference (it had evaluated them all,
+ * 45 s, then refused naming max_windows=, a config key), a missing folder (it
+ * had been created, with cache/ in it), --dtype bf16 (the run file had been
+ * evaluated in f32 without a word).  Experiment programs name their config key. */
+TEST(ppl_out_refused_before_evaluating) {
+    const char *d = test_tmpdir();
+    char cmd[4096], *log = NULL, f[800];
+    snprintf(f, sizeof f, "%s/all.h5", d);
+    /* every window of the token file: 433755 scored x 2048 logits */
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --out %s 2>&1", bin_path("ternlab"),
+             test_path(BITNET_DIR), test_path(TOKENS_FILE), f);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 1 && strstr(log, "use --max-windows 514 or fewer"), "rc %d: %s", rc, log);
+    CHECK_MSG(!strstr(log, "windows in") && !strstr(log, "\nppl "), "evaluated first: %s", log);
+    CHECK(access(f, F_OK) != 0);
+    free(log);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value none --out %s/kv.h5 max_windows=0 2>&1",
+             bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), d);
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 1 && strstr(log, "use max_windows="), "rc %d: %s", rc, log);
+    free(log);
+    /* a missing folder: an error, nothing created */
+    snprintf(f, sizeof f, "%s/nonexist/r.h5", d);
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --out %s 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE), f);
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 1 && strstr(log, "nonexist") && !strstr(log, "\nppl "), "rc %d: %s", rc, log);
+    snprintf(f, sizeof f, "%s/nonexist", d);
+    CHECK_MSG(access(f, F_OK) != 0, "%s was created", f);
+    free(log);
+    /* bf16: refused as usage before anything runs (with or without a GPU) */
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --device cuda "
+             "--dtype bf16 --out %s/b.h5 2>&1", bin_path("ternlab"), test_path(LLAMA_DIR),
+             test_path(TOKENS_FILE), d);
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 2 && strstr(log, "--dtype bf16 with --out"), "rc %d: %s", rc, log);
+    free(log);
+}
+
+/* exp-throughput's "ternary" runs a native ternary checkpoint as stored (it had
+ * been re-ternarised by the config's absmean rule: ppl 46.3 against 36.2) and
+ * ternarises a BF16 one by that rule. */
+TEST(exp_throughput_native_ternary_as_stored) {
+    const char *extra = "batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1";
+    const char *f = run_exp("exp_throughput", BITNET_DIR, "ternary", extra);
+    char spec[256], w[64];
+    CHECK(read_attr_str(f, "quant_spec", spec, sizeof spec) == 0 && strcmp(spec, "loaded") == 0);
+    CHECK(read_attr_str(f, "weights", w, sizeof w) == 0 && strcmp(w, "native ternary") == 0);
+    /* the packed kernels against their dense twin (the reference): the same numbers */
+    CHECK_MSG(read_scalar(f, "/metrics/kl_mean") < 1e-6, "kl %g", read_scalar(f, "/metrics/kl_mean"));
+    char cmd[2048], *log = NULL;
+    snprintf(cmd, sizeof cmd, "h5dump -d /load_report/run_as %s", f);
+    REQUIRE(test_run(cmd, &log) == 0);
+    CHECK_MSG(strstr(log, "ternary packed (native)") && !strstr(log, "ternarised"), "%s", log);
+    free(log);
+    f = run_exp("exp_throughput", LLAMA_DIR, "ternary", extra);
+    CHECK(read_attr_str(f, "quant_spec", spec, sizeof spec) == 0 && strstr(spec, "rule=absmean,group=128"));
+    CHECK(read_attr_str(f, "weights", w, sizeof w) == 0 && strcmp(w, "ternarised") == 0);
+}
+
+/* `git rev-parse HEAD` of `dir` into out ("unknown" where it fails). */
+static void git_head_of(const char *dir, char *out, size_t n) {
+    char cmd[2048], *log = NULL;
+    snprintf(cmd, sizeof cmd, "git -C '%s' rev-parse HEAD 2>/dev/null", dir);
+    if (test_run(cmd, &log) == 0 && log && strlen(log) >= 40) snprintf(out, n, "%.40s", log);
+    else snprintf(out, n, "unknown");
+    free(log);
+}
+
+/* git_commit is the commit of the tree the program was built from: never that
+ * of the working folder (it had been, when run from another repository), and
+ * `ternlab diff --out` records it too (it had written "unknown" always).  A
+ * copy of the program placed in a git tree of ternlab's shape finds that
+ * tree's commit, unless the build names its source folder (TL_SOURCE_DIR). */
+TEST(run_files_record_the_source_commit) {
+    const char *d = test_tmpdir();
+    char root[1024], model[1024], tokens[1024], cmd[16384], *log = NULL;
+    char own[4096]; /* the build's program, absolute: the commands run in other folders */
+    REQUIRE(realpath(test_path("."), root) && realpath(test_path(LLAMA_DIR), model) &&
+            realpath(test_path(TOKENS_FILE), tokens) && realpath(bin_path("ternlab"), own));
+    /* other: another repository, the working folder; tree: a git tree with the
+     * program in build/ */
+    snprintf(cmd, sizeof cmd,
+             "(set -e; G='git -c user.name=t -c user.email=t@t'; cd '%s'; mkdir -p other tree/src/eval tree/build; "
+             "(cd other && git init -q && $G commit -q --allow-empty -m other); "
+             "(cd tree && touch src/eval/experiment.h && git init -q && git add src && $G commit -q -m tree); "
+             "cp '%s' tree/build/ternlab)", d, own);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+    free(log);
+    if (rc != 0) return;
+    char other[1100], tree[1100], h_other[64], h_tree[64], h_root[64];
+    snprintf(other, sizeof other, "%s/other", d);
+    snprintf(tree, sizeof tree, "%s/tree", d);
+    git_head_of(other, h_other, sizeof h_other);
+    git_head_of(tree, h_tree, sizeof h_tree);
+    git_head_of(root, h_root, sizeof h_root);
+    REQUIRE(strcmp(h_other, "unknown") != 0 && strcmp(h_tree, "unknown") != 0);
+    /* the build's own program, then the copy in tree/ */
+    char bin[1200];
+    snprintf(bin, sizeof bin, "%s/build/ternlab", tree);
+    const char *progs[2] = {own, bin};
+    for (int i = 0; i < 2; i++) {
+        char p[1100], q[1100], cp[128], cq[128];
+        snprintf(p, sizeof p, "%s/ppl%d.h5", d, i);
+        snprintf(q, sizeof q, "%s/diff%d.h5", d, i);
+        snprintf(cmd, sizeof cmd,
+                 "(cd '%s' && '%s' ppl --model '%s' --tokens '%s' --window 32 --max-windows 1 --out '%s' && "
+                 "'%s' diff --model '%s' --tokens '%s' --window 32 --b quant=rule=twn --out '%s')",
+                 other, progs[i], model, tokens, p, progs[i], model, tokens, q);
+        rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+        free(log);
+        CHECK(read_attr_str(p, "git_commit", cp, sizeof cp) == 0);
+        CHECK(read_attr_str(q, "git_commit", cq, sizeof cq) == 0);
+        CHECK_MSG(strcmp(cp, cq) == 0, "ppl %s, diff %s", cp, cq);
+        CHECK_MSG(strcmp(cp, h_other) != 0, "the working folder's commit %s", cp);
+        /* the build's program: the repository's commit where it lies in it;
+         * built elsewhere, known only through TL_SOURCE_DIR */
+        const int inside = strncmp(own, root, strlen(root)) == 0 && own[strlen(root)] == '/';
+        if (i == 0)
+            CHECK_MSG(strcmp(cp, h_root) == 0 || (!inside && strcmp(cp, "unknown") == 0),
+                      "%s: %s, want %s", progs[i], cp, h_root);
+        else
+            CHECK_MSG(strcmp(cp, h_tree) == 0 || strcmp(cp, h_root) == 0, "%s: %s, want %s", progs[i],
+                      cp, h_tree);
+    }
 }

@@ -479,6 +479,7 @@ TEST(gguf_tq2_0_fixture_logits_and_ppl) {
     const Linear *q = &m.layers[0].q, *dn = &m.layers[3].down;
     CHECK(q->t && !q->w && q->t->group == QG_256 && q->t->scale_dtype == DT_F16);
     CHECK(dn->t && dn->t->cols == 768 && dn->t->rows == 256);
+    CHECK(m.native_ternary); /* (run as stored where "ternary" is asked for: exp-throughput) */
     check_window0(GGUF_TQ2, TOL_LOGITS_TQ2, &m, &e, NULL);
     check_ppl(GGUF_TQ2, TOL_PPL_TQ2_REL, &e);
     engine_free(&e);
@@ -613,6 +614,114 @@ TEST(gguf_write_read_mixed_int8) {
 #define TOL_F16_SCALE_ROUNDING 2e-3
 TEST(gguf_write_read_f32_scales_close) {
     roundtrip("rule=absmean,group=256,scale=f32", 0, TOL_F16_SCALE_ROUNDING);
+}
+
+/* ---- ternlab quantize to GGUF (the command line) -------------------------------- */
+
+/* ternlab.quant_spec of a GGUF file into buf ("" when absent). */
+static void file_quant_spec(const char *path, char *buf, size_t n) {
+    GgufFile g;
+    const char *s;
+    size_t len;
+    buf[0] = 0;
+    if (gguf_open(path, &g) != 0) return;
+    if (gguf_get_str(&g, "ternlab.quant_spec", &s, &len) == 1) snprintf(buf, n, "%.*s", (int)len, s);
+    gguf_close(&g);
+}
+
+/* An --out ending in .gguf is a GGUF file (gguf-tq2_0 without --format), as
+ * the usage line "--out DIR|FILE.gguf" promises: it had been written as a
+ * safetensors folder of that name, which no later command could read.  A
+ * --format that contradicts the name is a usage error that writes nothing. */
+TEST(gguf_quantize_out_name_picks_the_format) {
+    const char *dir = test_tmpdir();
+    char cmd[2048], path[600], *out = NULL;
+    snprintf(path, sizeof path, "%s/q4.gguf", dir);
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row --out %s", bin_path("ternlab"),
+             test_path(LLAMA_DIR), path);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "gguf-tq2_0"), "rc %d: %s", rc, out);
+    free(out);
+    GgufFile g;
+    int64_t ftype = 0;
+    const int opened = gguf_open(path, &g) == 0; /* a file, not a folder */
+    CHECK_MSG(opened, "%s", err_msg());
+    if (opened) {
+        CHECK(gguf_get_int(&g, "general.file_type", &ftype) == 1 && ftype == 37); /* MOSTLY_TQ2_0 */
+        const GgufTensor *t = gguf_find_tensor(&g, "blk.0.ffn_up.weight");
+        CHECK(t && t->type == GGML_TYPE_TQ2_0);
+        gguf_close(&g);
+    }
+    Model m;
+    CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "%s", err_msg());
+    model_free(&m);
+    /* group 128 has no TQ form: a clear error (the folder had been written with exit 0) */
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=128 --out %s/g128.gguf",
+             bin_path("ternlab"), test_path(LLAMA_DIR), dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "group=256"), "rc %d: %s", rc, out);
+    free(out);
+    const struct {
+        const char *args, *want;
+    } bad[] = {{"--format safetensors --out %s/st.gguf", "ends in .gguf"},
+               {"--format gguf-tq1_0 --out %s/plain", "ending in .gguf"},
+               {"--format bogus --out %s/b.gguf", "expected safetensors"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[800];
+        snprintf(args, sizeof args, bad[i].args, dir);
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row %s", bin_path("ternlab"),
+                 test_path(LLAMA_DIR), args);
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 2 && strstr(out, bad[i].want), "%s: rc %d: %s", args, rc, out);
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "test -e %s/st.gguf || test -e %s/plain", dir, dir);
+    CHECK(test_run(cmd, NULL) != 0); /* nothing written */
+}
+
+/* TQ blocks hold f16 scales: a spec with f32 scales is rounded there, so the
+ * file's ternlab.quant_spec says scale=f16 (it had said scale=f32) and the file
+ * gives exactly the logits of that recorded spec; scales that are f16 values
+ * already (bf16 here) keep their spec and the file is exact. */
+TEST(gguf_quantize_records_the_stored_scale_dtype) {
+    const char *dir = test_tmpdir();
+    const struct {
+        const char *asked, *recorded;
+    } cases[] = {{"rule=twn,group=row", "rule=twn,group=row,scale=f16,layers=all"},
+                 {"rule=absmean,group=256,scale=bf16", "rule=absmean,group=256,scale=bf16,layers=all"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[2048], path[600], spec[256], *out = NULL;
+        snprintf(path, sizeof path, "%s/s%zu.gguf", dir, i);
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant %s --format gguf-tq2_0 --out %s",
+                 bin_path("ternlab"), test_path(LLAMA_DIR), cases[i].asked, path);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+        free(out);
+        file_quant_spec(path, spec, sizeof spec);
+        CHECK_MSG(strcmp(spec, cases[i].recorded) == 0, "%s: recorded '%s', want '%s'", cases[i].asked, spec,
+                  cases[i].recorded);
+        /* the file's logits are those of the recorded spec, exactly */
+        ModelLoadOpts o = {.quant = cases[i].recorded};
+        Model a, b;
+        REQUIRE(model_load(test_path(LLAMA_DIR), &o, &a) == 0);
+        if (model_load_gguf(path, NULL, &b) != 0) {
+            CHECK_MSG(0, "read back: %s", err_msg());
+            model_free(&a);
+            continue;
+        }
+        const int Tw = 64;
+        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        CHECK(la && lb);
+        if (la && lb) {
+            double r = rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab);
+            printf("    %s: recorded %s, logits rel L2 %.3g vs that spec in memory\n", cases[i].asked, spec, r);
+            CHECK_MSG(r == 0.0, "rel L2 %.3g (want identical)", r);
+        }
+        free(la);
+        free(lb);
+        model_free(&a);
+        model_free(&b);
+    }
 }
 
 TEST(gguf_write_refuses_small_groups) {

@@ -16,6 +16,7 @@
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
@@ -99,6 +100,42 @@ static int read_joblog(const char *path, int *ok_count, int max_seq) {
     return lines;
 }
 
+/* scripts/sweep.sh exp-fake (--config conf --results res --jobs 1) in a
+ * process group of its own, its output in logp, once out_dir holds at least
+ * min_h5 finished files: its pid; -1 (the group killed) when that takes over
+ * 30 s or the fork fails. */
+static pid_t sweep_running(const char *script, const char *conf, const char *res, const char *logp,
+                           const char *out_dir, int min_h5) {
+    pid_t pid = fork();
+    if (pid < 0) return -1;
+    if (pid == 0) {
+        setpgid(0, 0);
+        signal(SIGTERM, SIG_DFL);
+        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+        if (fd >= 0) {
+            dup2(fd, 1);
+            dup2(fd, 2);
+        }
+        execl("/bin/bash", "bash", script, "exp-fake", "--config", conf, "--results", res, "--jobs", "1",
+              (char *)NULL);
+        _exit(127);
+    }
+    setpgid(pid, pid);
+    int h5 = 0, tmp = 0;
+    double t0 = now_s();
+    while (now_s() - t0 < 30) {
+        count_files(out_dir, &h5, &tmp);
+        if (h5 >= min_h5) break;
+        usleep(50 * 1000);
+    }
+    if (h5 < min_h5) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, NULL, 0);
+        return -1;
+    }
+    return pid;
+}
+
 TEST(sweep_resume_after_kill) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
@@ -113,28 +150,10 @@ TEST(sweep_resume_after_kill) {
     setenv("FAKE_SLEEP", "1.0", 1); /* long enough to be killed inside a job */
 
     /* First run, in its own process group, killed after >= 2 points. */
-    pid_t pid = fork();
-    REQUIRE(pid >= 0);
-    if (pid == 0) {
-        setpgid(0, 0);
-        int fd = open(logp, O_WRONLY | O_CREAT | O_TRUNC, 0644);
-        if (fd >= 0) {
-            dup2(fd, 1);
-            dup2(fd, 2);
-        }
-        execl("/bin/bash", "bash", script, "exp-fake", "--config", conf, "--results", res,
-              "--jobs", "1", (char *)NULL);
-        _exit(127);
-    }
-    setpgid(pid, pid);
+    const pid_t pid = sweep_running(script, conf, res, logp, out_dir, 2);
+    REQUIRE(pid > 0);
     int h5 = 0, tmp = 0;
-    double t0 = now_s();
-    while (now_s() - t0 < 30) {
-        count_files(out_dir, &h5, &tmp);
-        if (h5 >= 2) break;
-        usleep(50 * 1000);
-    }
-    REQUIRE(h5 >= 2 || (kill(-pid, SIGKILL), 0));
+    double t0;
     usleep(300 * 1000); /* into the next job's sleep: its temporary exists */
     kill(-pid, SIGTERM);
     int st = 0;
@@ -402,4 +421,155 @@ TEST(sweep_results_to_figures_tables_paper) {
                   strstr(out, "| kept |") && strstr(out, "not regenerated"),
               "rc %d:\n%s", rc, out);
     free(out);
+}
+
+/* TERM to the sweep script alone (kill PID, Slurm's scancel, a supervisor)
+ * stops the sweep: GNU Parallel and the running point go too, no temporary
+ * is left, the folder's lock is free at once, the script exits 143, and a
+ * restart finishes the grid with every point once.  (Without the trap the
+ * shell died alone and Parallel ran the rest of the grid headless, refusing
+ * a restart until it ended.) */
+TEST(sweep_term_to_the_script_stops_it) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], logp[700], lock[800], script[1024];
+    write_conf(dir, "a b c", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
+    snprintf(lock, sizeof lock, "%s/.lock", out_dir);
+    snprintf(logp, sizeof logp, "%s/first.log", dir);
+    snprintf(script, sizeof script, "%s", test_path("scripts/sweep.sh"));
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    unsetenv("TERNLAB_VERIFY_CMD");
+    unsetenv("FAKE_FAIL");
+    setenv("FAKE_SLEEP", "2.0", 1); /* the rest of the grid takes ~10 s: longer than the 5 s allowed */
+
+    const pid_t pid = sweep_running(script, conf, res, logp, out_dir, 1);
+    REQUIRE(pid > 0);
+    int h5 = 0, tmp = 0;
+    double t0;
+    usleep(400 * 1000); /* into the second point's sleep: its temporary exists */
+    count_files(out_dir, &h5, &tmp);
+    const int h5_at_kill = h5;
+    kill(pid, SIGTERM); /* the script only, not its process group */
+
+    /* the script ends, non-zero, and with it Parallel (same process group) */
+    int st = 0, reaped = 0;
+    t0 = now_s();
+    while (now_s() - t0 < 5 && !reaped) {
+        if (waitpid(pid, &st, WNOHANG) == pid) reaped = 1;
+        else usleep(50 * 1000);
+    }
+    CHECK_MSG(reaped, "the sweep script did not exit within 5 s of SIGTERM");
+    if (!reaped) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+    }
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 143, "status %s %d (want exit 143)",
+              WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    while (kill(-pid, 0) == 0 && now_s() - t0 < 5) usleep(50 * 1000);
+    const int group_alive = kill(-pid, 0) == 0;
+    CHECK_MSG(!group_alive, "GNU Parallel (or tee) still runs 5 s after SIGTERM to the sweep script");
+    /* nothing holds the folder's lock: no job of Parallel's own process groups is left either */
+    char cmd[2400], *out = NULL;
+    snprintf(cmd, sizeof cmd, "flock -n '%s' true", lock);
+    int lock_free = 0;
+    while (!lock_free && now_s() - t0 < 5) {
+        lock_free = test_run(cmd, NULL) == 0;
+        if (!lock_free) usleep(100 * 1000);
+    }
+    CHECK_MSG(lock_free, "the sweep lock %s is still held 5 s after SIGTERM (points still running)", lock);
+    if (group_alive || !lock_free) { /* (the old behaviour: stop it, then wait out the running point) */
+        kill(-pid, SIGKILL);
+        snprintf(cmd, sizeof cmd, "flock '%s' true", lock);
+        test_run(cmd, NULL);
+    }
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(tmp == 0, "%d temporary file(s) left by the stopped sweep", tmp);
+    CHECK_MSG(h5 <= h5_at_kill + 1 && h5 < 6, "%d points finished after the stop (%d at the kill)", h5, h5_at_kill);
+    snprintf(cmd, sizeof cmd, "cat '%s'", logp);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "stopped by SIGTERM"));
+    free(out);
+
+    /* the restart is not refused and completes the grid, each point once */
+    setenv("FAKE_SLEEP", "0.05", 1);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 1", script, conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "all 6 points complete"), "restart: rc %d:\n%s", rc, out);
+    free(out);
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 6 && tmp == 0, "%d run files, %d temporaries after the restart (want 6, 0)", h5, tmp);
+    char jl[800];
+    snprintf(jl, sizeof jl, "%s/joblog", out_dir);
+    int okc[7];
+    CHECK(read_joblog(jl, okc, 6) == 6);
+    for (int s = 1; s <= 6; s++) CHECK_MSG(okc[s] == 1, "joblog: seq %d succeeded %d times", s, okc[s]);
+}
+
+/* An absolute path of a repository file (these commands run from elsewhere). */
+static const char *repo_abs(const char *rel, char *buf) {
+    if (!realpath(test_path(rel), buf)) snprintf(buf, PATH_MAX, "%s", test_path(rel));
+    return buf;
+}
+
+/* Paths in overrides are from the caller's directory, as --model, --results
+ * and --config are (a relative tokens= had been looked up from the repository
+ * root, where the points run); a config given with --config reaches every
+ * point.  The real exp-threshold on one point reads the caller's token file. */
+TEST(sweep_override_paths_from_the_callers_directory) {
+    const char *dir = test_tmpdir();
+    char conf[600], cmd[16384], *out = NULL, want[1400], sweep[PATH_MAX], p[PATH_MAX];
+    write_conf(dir, "a b", conf, sizeof conf);
+    snprintf(cmd, sizeof cmd, "head -c 4096 '%s' > '%s/tk.i32' && mkdir -p '%s/mdir'", repo_abs("data/wikitext2-test.tokens.i32", p),
+             dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    setenv("TERNLAB_EXP_CMD", "prog --model {model} --value {value} --out {out}", 1);
+    repo_abs("scripts/sweep.sh", sweep);
+
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --results res --dry-run "
+             "tokens=tk.i32 'models=mdir'", dir, sweep);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "rc %d:\n%s", rc, out);
+    snprintf(want, sizeof want, "tokens=%s/tk.i32", dir);
+    CHECK_MSG(out && strstr(out, want), "want '%s' in:\n%s", want, out);
+    snprintf(want, sizeof want, "--model %s/mdir --value a", dir);
+    CHECK_MSG(out && strstr(out, want), "want '%s' in:\n%s", want, out);
+    free(out);
+    /* a token file that is not there from here: a usage error naming where it looked */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run tokens=nope.i32", dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "no token file") && strstr(out, "nope.i32") && strstr(out, dir), "rc %d:\n%s",
+              rc, out);
+    free(out);
+    /* inside the repository: a path from the root (the points run there, on every machine) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run tokens=wikitext2-test.tokens.i32",
+             repo_abs("data", p), sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, " tokens=data/wikitext2-test.tokens.i32"), "rc %d:\n%s", rc, out);
+    free(out);
+
+    /* --config reaches the programs (they read configs/EXP.conf otherwise) */
+    unsetenv("TERNLAB_EXP_CMD");
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/thr.conf' && cd '%s' && bash '%s' exp-threshold --config thr.conf --dry-run",
+             repo_abs("configs/exp-threshold.conf", p), dir, dir, sweep);
+    rc = test_run(cmd, &out);
+    snprintf(want, sizeof want, "--config %s/thr.conf", dir);
+    CHECK_MSG(rc == 0 && strstr(out, "build/exp_threshold --model data/llama-tiny --value absmean") &&
+                  strstr(out, want), "rc %d:\n%s", rc, out);
+    free(out);
+
+    /* one real point, run from the caller's directory with its own token file */
+    const char *bd = getenv("TERNLAB_BUILD");
+    snprintf(cmd, sizeof cmd, "%s/exp_threshold --model {model} --value {value} --out {out}",
+             bd && *bd ? bd : repo_abs("build", p));
+    setenv("TERNLAB_EXP_CMD", cmd, 1);
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-threshold --results res --model '%s' tokens=tk.i32 "
+             "values=absmean window=32 max_windows=1 logit_rows=2", dir, sweep, repo_abs("data/llama-tiny", p));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "all 1 points complete"), "rc %d:\n%s", rc, out);
+    free(out);
+    char h5[800];
+    snprintf(h5, sizeof h5, "%s/res/exp-threshold/llama-tiny__absmean.h5", dir);
+    CHECK_MSG(h5log_verify_schema(h5) == 0, "%s", err_msg());
+    unsetenv("TERNLAB_EXP_CMD");
 }

@@ -265,8 +265,13 @@ int cmd_bench(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--fixture") == 0) fixture_only = 1;
-        else if (strcmp(argv[i], "--out") == 0 && i + 1 < argc) out = argv[++i];
-        else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
+        else if (strcmp(argv[i], "--out") == 0) {
+            if (i + 1 >= argc) {
+                fprintf(stderr, "ternlab bench: --out needs a value (a FILE.h5)\n");
+                return 2;
+            }
+            out = argv[++i];
+        } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("ternlab bench [--quick] [--fixture] [--out FILE.h5]\n"
                    "Ternary GEMV/GEMM (f32 and int8 activations) vs OpenBLAS sgemv/sgemm on the\n"
                    "same matrix, at 4096x14336 and 14336x4096 for n = 1, 8, 512 tokens, and at the\n"
@@ -275,8 +280,18 @@ int cmd_bench(int argc, char **argv) {
                    "'x blas' columns are OpenBLAS time / ternary time (> 1: ternary faster).\n"
                    "--quick: 4096x14336 at n = 1, 8 and the fixture shapes at n = 1, 8, 2048,\n"
                    "shorter timing. --fixture: the fixture shapes only. Kernel variant:\n"
-                   "TERNLAB_KERNEL.\n");
+                   "TERNLAB_KERNEL.  CPU only: the GPU kernels are make bench-gpu, the GPU end\n"
+                   "to end ternlab bench-e2e.\n");
             return 0;
+        } else if (strcmp(argv[i], "--device") == 0) {
+            /* (the GPU kernels have their own benchmark; the main usage had listed bench
+             * among the commands --device cuda runs) */
+            fprintf(stderr, "ternlab bench: the CPU kernel benchmark takes no --device; GPU kernels: "
+                            "make bench-gpu, end to end: ternlab bench-e2e\n");
+            return 2;
+        } else if (argv[i][0] != '-') {
+            fprintf(stderr, "ternlab bench: unexpected argument '%s' (see ternlab bench --help)\n", argv[i]);
+            return 2;
         } else {
             fprintf(stderr, "ternlab bench: unknown option '%s' (see ternlab bench --help)\n", argv[i]);
             return 2;

@@ -430,7 +430,7 @@ int cmd_bench_e2e(int argc, char **argv) {
             eo.sync_steps = 1;
             continue;
         }
-        if (strcmp(a, "--help") == 0) {
+        if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
             printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
@@ -442,6 +442,17 @@ int cmd_bench_e2e(int argc, char **argv) {
                    "chained (the next step enqueued before the last one's ids are back);\n"
                    "--sync-steps waits for each step's ids before the next, as under --tp.\n");
             return 0;
+        }
+        /* the options that take a value; anything else is a usage error of its own
+         * (a stray word had been reported as an option missing its value) */
+        static const char *const with_value[] = {"--prompt", "--steps", "--prefill", "--shapes", "--batches",
+                                                 "--tp",     "--configs", "--out",   "--md",     "--device"};
+        int known = 0;
+        for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
+        if (!known) {
+            if (a[0] == '-') fprintf(stderr, "ternlab bench-e2e: unknown option %s (see ternlab bench-e2e --help)\n", a);
+            else fprintf(stderr, "ternlab bench-e2e: unexpected argument '%s' (see ternlab bench-e2e --help)\n", a);
+            return 2;
         }
         if (!v) {
             fprintf(stderr, "ternlab bench-e2e: %s needs a value\n", a);

@@ -136,10 +136,12 @@ int cmd_diff(int argc, char **argv) {
                           (int)window, thr, &r);
     if (rc == 0) {
         if (out) {
+            char commit[80];
+            exp_git_commit(commit, sizeof commit); /* (NULL had written "unknown" always) */
             H5Log *lg = h5log_create(out);
             int e = lg ? 0 : -1;
             if (e == 0) {
-                e |= h5log_write_provenance(lg, TERNLAB_VERSION, NULL);
+                e |= h5log_write_provenance(lg, TERNLAB_VERSION, commit);
                 e |= h5log_attr_str(lg, "/", "experiment", "diff");
                 e |= h5log_attr_str(lg, "/", "model", model);
                 e |= h5log_attr_str(lg, "/", "tokens", tokens);

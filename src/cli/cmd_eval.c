@@ -122,12 +122,23 @@ int cmd_ppl(int argc, char **argv) {
                "--kv none|encoder|decoder|all[@layers=a-b]: ternary KV pages for prompt\n"
                "(encoder) or generated (decoder) tokens; then each window's first half is\n"
                "prefilled and the second half decoded token by token and scored.\n"
-               "--out FILE.h5: also write a run file (paper/SCHEMA.md) against the dense reference.\n"
+               "--out FILE.h5: also write a run file (paper/SCHEMA.md) against the dense reference\n"
+               "(evaluated in f32, so not with --dtype bf16; FILE's folder must exist).\n"
                "Last stdout line: ppl <value> windows <n> predicted <n>\n");
         return 0;
     }
     if (need("ppl", "model", o.model) || need("ppl", "tokens", o.tokens) || check_kv_policy("ppl", &o))
         return 2;
+    if (o.out && o.bf16) {
+        /* the run file's evaluation carries no dtype: it had recorded f32 numbers
+         * beside this command's bf16 ppl line */
+        fprintf(stderr, "ternlab ppl: --dtype bf16 with --out: the run file is evaluated in f32; "
+                        "drop --out, or --dtype bf16\n");
+        return 2;
+    }
+    /* what the run file would refuse, refused before the evaluation (which had
+     * run to the end first, or created a missing --out folder) */
+    if (o.out && exp_check_out(o.out) != 0) return fail("ppl");
 
     Model m;
     if (open_model(&o, &m) != 0) return fail("ppl");
@@ -136,6 +147,15 @@ int cmd_ppl(int argc, char **argv) {
     if (tokens_load(o.tokens, m.cfg.vocab, &tok, &n) != 0) {
         model_free(&m);
         return fail("ppl");
+    }
+    if (o.out) {
+        KvPolicy kp;
+        int kv_split = kv_policy_parse(o.kv, &kp) == 0 && kp.kind != KVP_NONE;
+        if (exp_check_windows(o.window, m.cfg.vocab, n, o.max_windows, kv_split) != 0) {
+            free(tok);
+            model_free(&m);
+            return fail("ppl");
+        }
     }
     int64_t per_call = PPL_TOKENS_PER_CALL > o.window ? PPL_TOKENS_PER_CALL / o.window * o.window
                                                       : o.window;

@@ -1,8 +1,10 @@
 /* GGUF commands: `ternlab info` on a .gguf path (metadata and per-tensor
  * types) and `ternlab quantize ... --format gguf-tq2_0|gguf-tq1_0`. */
+#include "core/dtype.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "load/gguf.h"
+#include "quant/quant.h"
 
 #include <stdio.h>
 #include <stdlib.h>
@@ -98,6 +100,23 @@ int cmd_gguf_info(const char *path) {
     return 0;
 }
 
+/* 1 when every scale of the ternary linears that go into TQ blocks (rows of
+ * whole 256-weight blocks; gguf_write_model) is an f16 value, so the file
+ * holds the scales exactly; 0 when some are rounded to f16 there. */
+static int tq_scales_exact_in_f16(const Model *m) {
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) {
+            const TernaryMatrix *t = lins[i]->t;
+            if (!t || lins[i]->in % GGUF_QK_K != 0) continue; /* dense, or written as float */
+            for (int64_t k = 0; k < t->n_scales; k++)
+                if (f16_to_f32(f32_to_f16(t->scales[k])) != t->scales[k]) return 0;
+        }
+    }
+    return 1;
+}
+
 int cmd_quantize_gguf(const char *model, const char *quant, const char *format, const char *out) {
     int tq1;
     if (format && strcmp(format, "gguf-tq2_0") == 0) tq1 = 0;
@@ -120,9 +139,19 @@ int cmd_quantize_gguf(const char *model, const char *quant, const char *format, 
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
+    /* TQ2_0/TQ1_0 store one f16 scale per 256-weight block.  Scales that are not
+     * f16 values (scale=f32 above all) are rounded there, so the file's
+     * ternlab.quant_spec must name the dtype it holds (f16), not the one asked
+     * for; the logits then equal those of --quant with scale=f16. */
+    int rounded = m.has_quant && m.quant.scale != DT_F16 && !tq_scales_exact_in_f16(&m);
+    if (rounded) m.quant.scale = DT_F16;
     rc = gguf_write_model(&m, out, tq1);
+    char spec[256] = "";
+    if (m.has_quant && quant_spec_format(&m.quant, spec, sizeof spec) < 0) spec[0] = 0;
     if (rc != 0) fprintf(stderr, "ternlab quantize: %s\n", err_msg());
-    else printf("wrote %s (%s, quant %s)\n", out, format, quant ? quant : "as loaded");
+    else
+        printf("wrote %s (%s, quant %s%s)\n", out, format, spec[0] ? spec : "as loaded",
+               rounded ? "; scales rounded to f16 in the TQ blocks" : "");
     model_free(&m);
     return rc != 0;
 }

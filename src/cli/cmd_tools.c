@@ -190,18 +190,46 @@ int cmd_quantize(int argc, char **argv) {
     if (cli_parse(argc, argv, "model quant out format", &o) != 0) return 2;
     if (o.help) {
         printf("ternlab quantize --model PATH --quant SPEC --out DIR [--format safetensors]\n"
-               "ternlab quantize --model PATH --quant SPEC --out FILE.gguf --format gguf-tq2_0|gguf-tq1_0\n"
-               "Writes a ternary checkpoint that ternlab loads back to identical logits.\n"
+               "ternlab quantize --model PATH --quant SPEC --out FILE.gguf [--format gguf-tq2_0|gguf-tq1_0]\n"
+               "Writes a ternary checkpoint.  The format follows --out: a name ending in .gguf\n"
+               "is a GGUF file (gguf-tq2_0 unless --format says gguf-tq1_0), any other a\n"
+               "safetensors folder; a --format that contradicts the name is refused.\n"
                "safetensors: ternary linears as 2-bit codes in ternlab's packed layout + F32\n"
-               "scales, config.json quantization_config {quant_method: ternlab, spec}.\n"
-               "gguf-*: a llama GGUF with TQ2_0/TQ1_0 linears that llama.cpp reads.\n");
+               "scales, config.json quantization_config {quant_method: ternlab, spec}; loads\n"
+               "back to identical logits.\n"
+               "gguf-*: a llama GGUF with TQ2_0/TQ1_0 linears that llama.cpp reads; needs\n"
+               "group=256, row or tensor.  TQ blocks hold one f16 scale per 256 weights:\n"
+               "identical logits when every scale is an f16 value (scale=f16, or bf16/fp8\n"
+               "scales within f16's range); other scales (scale=f32) are rounded to f16,\n"
+               "and the file's ternlab.quant_spec then says scale=f16 (its logits are\n"
+               "those of --quant with scale=f16).\n");
         return 0;
     }
     if (!o.model || !o.quant || !o.out) {
         fprintf(stderr, "ternlab quantize: --model, --quant and --out are required\n");
         return 2;
     }
-    const char *fmt = o.format ? o.format : "safetensors";
+    /* ternlab (and llama.cpp) tell a GGUF from a folder by its name: an --out
+     * ending in .gguf is a GGUF file (a safetensors folder of that name had been
+     * written, which every later command then failed to read as GGUF) */
+    size_t ol = strlen(o.out);
+    while (ol > 1 && o.out[ol - 1] == '/') ol--;
+    const int out_gguf = ol >= 5 && strncmp(o.out + ol - 5, ".gguf", 5) == 0;
+    const char *fmt = o.format ? o.format : out_gguf ? "gguf-tq2_0" : "safetensors";
+    if (strcmp(fmt, "safetensors") != 0 && strcmp(fmt, "gguf-tq2_0") != 0 && strcmp(fmt, "gguf-tq1_0") != 0) {
+        fprintf(stderr, "ternlab quantize: --format '%s': expected safetensors, gguf-tq2_0 or gguf-tq1_0\n", fmt);
+        return 2;
+    }
+    if (out_gguf && strncmp(fmt, "gguf-", 5) != 0) {
+        fprintf(stderr, "ternlab quantize: --out %s ends in .gguf but --format %s writes a folder; give "
+                        "--format gguf-tq2_0|gguf-tq1_0 or an --out without .gguf\n", o.out, fmt);
+        return 2;
+    }
+    if (!out_gguf && strncmp(fmt, "gguf-", 5) == 0) {
+        fprintf(stderr, "ternlab quantize: --format %s writes a GGUF file: give an --out ending in .gguf "
+                        "(ternlab recognises a GGUF by that name)\n", fmt);
+        return 2;
+    }
     { /* the output must not be the source checkpoint (it was replaced in place) */
         char rm[PATH_MAX], ro[PATH_MAX];
         if (realpath(o.model, rm) && realpath(o.out, ro) && strcmp(rm, ro) == 0) {
@@ -211,10 +239,6 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
-    if (strcmp(fmt, "safetensors") != 0) {
-        fprintf(stderr, "ternlab quantize: --format '%s': expected safetensors, gguf-tq2_0 or gguf-tq1_0\n", fmt);
-        return 2;
-    }
     Model m;
     ModelLoadOpts lo = {.quant = o.quant};
     if (model_load(o.model, &lo, &m) != 0) {

@@ -18,23 +18,40 @@ static const char *usage_text =
     "\n"
     "usage: ternlab COMMAND [options]   (ternlab COMMAND --help for each)\n"
     "\n"
-    "  info      --model PATH [--mem 24GiB]          config, tensors, load report, KV capacity\n"
+    "  info      --model PATH [--quant SPEC] [--mem 24GiB]   config, tensors, load report,\n"
+    "            KV capacity at a memory budget\n"
     "  ppl       --model PATH --tokens FILE [--window 256] [--max-windows N] [--quant SPEC]\n"
     "            [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16] [--tp N] [--out run.h5]\n"
+    "            [--block-size 16] [--kv-blocks N] [--dump-layers FILE]\n"
     "  logits    --model PATH --tokens FILE --window T --windows A:B --out FILE [--quant SPEC]\n"
+    "            [--device cpu|cuda] [--dtype f32|bf16] [--tp N] [--block-size 16]\n"
+    "            [--dump-layers FILE] [--kv none]\n"
     "  generate  --model PATH --prompt 1,2,3 --max-new N [--quant SPEC] [--batch B]\n"
-    "            [--device cpu|cuda] [--dtype f32|bf16]\n"
+    "            [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16] [--tp N]\n"
+    "            [--block-size 16] [--kv-blocks N]\n"
     "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
-    "  verify    FILE.h5                             is a run file whole (complete, schema)?\n"
+    "            (an --out ending in .gguf without --format writes gguf-tq2_0)\n"
+    "  verify    FILE.h5 ...                         is a run file whole (complete, schema)?\n"
     "  diff      --model PATH --tokens FILE --a SETTINGS (--b SETTINGS | --b-dump FILE)\n"
     "            per-layer / per-sub-block / per-linear divergence of two runs\n"
-    "  bench     kernel benchmarks (ternlab bench --help)\n"
+    "  bench     CPU kernel benchmarks (ternlab bench --help)\n"
     "  bench-e2e end-to-end decode/prefill throughput of synthetic 7B/27B models on the\n"
     "            GPU, ternary vs BF16 (ternlab bench-e2e --help)\n"
     "\n"
     "--model takes a Hugging Face folder (config.json + safetensors) or a .gguf file.\n"
-    "--device cuda runs ppl, logits, generate and bench on the GPU (--dtype bf16: bf16\n"
-    "activations and dense weights; f32, the default, is the reference).\n";
+    "--device cuda runs ppl, logits and generate on the GPU (--dtype bf16: bf16\n"
+    "activations and dense weights; f32, the default, is the reference); bench is the\n"
+    "CPU benchmark (GPU kernels: make bench-gpu; end to end: bench-e2e).\n"
+    "--tp N: N CPU threads (with --device cuda, N GPUs).  --kv POLICY\n"
+    "(none|encoder|decoder|all[@layers=a-b]): ternary KV pages, CPU only; for ppl each\n"
+    "window's first half is prefilled and the second half decoded and scored; logits\n"
+    "(full prefills) takes only none.  --block-size: tokens per KV page (default 16);\n"
+    "--kv-blocks N: pages in the KV pool (default: enough for every sequence of a call);\n"
+    "--dump-layers FILE: raw f32 (n_layers+2, window, hidden) of window 0 of the token\n"
+    "file (whatever --windows says): embedding output, the residual stream after each\n"
+    "layer, after the final norm.\n"
+    "Exit status: 0 ok, 1 failed run (including output that could not be written),\n"
+    "2 usage error.\n";
 
 static struct option all_opts[] = {
     {"model", required_argument, 0, 'm'},      {"tokens", required_argument, 0, 't'},
@@ -161,12 +178,35 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
     return 0;
 }
 
+/* Flushes and closes stdout, the command's results (ids, ppl line, reports).
+ * Redirected to a file, stdout is fully buffered, so a write that fails (disk
+ * full, a closed descriptor) is seen only here or in ferror: without this
+ * check such a run exited 0 with its output lost.  Returns the exit status:
+ * rc, or 1 when rc was 0 and the output could not be written. */
+static int finish_stdout(const char *cmd, int rc) {
+    int bad = ferror(stdout) != 0, e = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    errno = 0;
+    if (fclose(stdout) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad) return rc;
+    fprintf(stderr, "ternlab %s: cannot write the output to standard output: %s\n", cmd,
+            e ? strerror(e) : "write error");
+    return rc ? rc : 1;
+}
+
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {
         fputs(usage_text, argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        return finish_stdout("--help", argc < 2 ? 2 : 0);
     }
     static const struct {
         const char *name;
@@ -176,7 +216,8 @@ int main(int argc, char **argv) {
                 {"quantize", cmd_quantize}, {"verify", cmd_verify},
                 {"diff", cmd_diff}};
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
-        if (strcmp(argv[1], cmds[i].name) == 0) return cmds[i].fn(argc - 1, argv + 1);
+        if (strcmp(argv[1], cmds[i].name) == 0)
+            return finish_stdout(cmds[i].name, cmds[i].fn(argc - 1, argv + 1));
     fprintf(stderr, "ternlab: unknown command '%s'\n\n%s", argv[1], usage_text);
     return 2;
 }

@@ -23,6 +23,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #define EXP_TOKENS_PER_CALL 2048 /* windows batched per forward call */
 /* The reference's logits for every scored position are kept (and cached) to
@@ -41,6 +42,8 @@ typedef struct {
 
 typedef struct {
     const char *experiment, *factor, *value, *model, *tokens_path, *quant, *kv, *device, *results;
+    const char *windows_opt; /* the window-count option as the user types it, for hints
+                              * ("max_windows=" in configs, "--max-windows " on the CLI) */
     int T, tp, logit_rows;
     int64_t max_windows;
     ExpKind kind;
@@ -92,16 +95,62 @@ static int model_hash(const char *model, char out[65]) {
     return sha256_file(p, out);
 }
 
-void exp_git_commit(char *out, size_t n) {
-    snprintf(out, n, "unknown");
-    FILE *p = popen("git rev-parse HEAD 2>/dev/null", "r");
-    if (!p) return;
-    char buf[128] = {0};
-    if (fgets(buf, sizeof buf, p) && strlen(buf) >= 40) {
-        buf[strcspn(buf, "\n")] = 0;
-        snprintf(out, n, "%.*s", (int)(n - 1), buf);
+/* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
+static void parent_dir(char *p) {
+    char *s = strrchr(p, '/');
+    if (!s) strcpy(p, ".");
+    else if (s == p) p[1] = 0;
+    else *s = 0;
+}
+
+/* HEAD of the git checkout whose top folder is dir (it holds .git) into out:
+ * 0, or -1 (not a checkout, or git failed) */
+static int git_head(const char *dir, char *out, size_t n) {
+    char p[4200], cmd[4 * 4096 + 64], buf[128] = {0};
+    struct stat st;
+    snprintf(p, sizeof p, "%s/.git", dir);
+    if (stat(p, &st) != 0) return -1;
+    /* `git -C 'dir'`, the folder single-quoted for the shell (' as '\'') */
+    size_t k = (size_t)snprintf(cmd, sizeof cmd, "git -C '");
+    for (const char *c = dir; *c && k < sizeof cmd - 64; c++) {
+        if (*c == '\'') k += (size_t)snprintf(cmd + k, sizeof cmd - k, "'\\''");
+        else cmd[k++] = *c;
     }
-    pclose(p);
+    snprintf(cmd + k, sizeof cmd - k, "' rev-parse HEAD 2>/dev/null");
+    FILE *f = popen(cmd, "r");
+    if (!f) return -1;
+    int ok = fgets(buf, sizeof buf, f) && strspn(buf, "0123456789abcdef") >= 40;
+    pclose(f);
+    if (!ok) return -1;
+    buf[strcspn(buf, "\n")] = 0;
+    snprintf(out, n, "%s", buf);
+    return 0;
+}
+
+void exp_git_commit(char *out, size_t n) {
+    static char commit[80]; /* once a process: exp_main writes every point of a sweep */
+    if (!commit[0]) {
+        int found = 0;
+#ifdef TL_SOURCE_DIR /* the tree the build was made in (Makefile: -DTL_SOURCE_DIR='"$(CURDIR)"') */
+        found = git_head(TL_SOURCE_DIR, commit, sizeof commit) == 0;
+#endif
+        /* else the ternlab tree that holds this program (build/ inside it): the
+         * folders above the executable, up to the first with .git and our sources;
+         * never the working folder, which may be another repository */
+        char dir[4096], mark[4200];
+        ssize_t len = found ? -1 : readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (len > 0) {
+            dir[len] = 0;
+            do {
+                parent_dir(dir);
+                struct stat st;
+                snprintf(mark, sizeof mark, "%s/src/eval/experiment.h", dir);
+                found = stat(mark, &st) == 0 && git_head(dir, commit, sizeof commit) == 0;
+            } while (!found && strcmp(dir, "/") != 0 && strcmp(dir, ".") != 0);
+        }
+        if (!found) snprintf(commit, sizeof commit, "unknown");
+    }
+    snprintf(out, n, "%s", commit);
 }
 
 /* ---- evaluation with per-position callbacks ------------------------------ */
@@ -233,14 +282,6 @@ static int ref_cache_write(const char *path, const char *key, const RefData *R) 
     return h5log_commit(lg);
 }
 
-/* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
-static void parent_dir(char *p) {
-    char *s = strrchr(p, '/');
-    if (!s) strcpy(p, ".");
-    else if (s == p) p[1] = 0;
-    else *s = 0;
-}
-
 /* key's integer into *out where the config has it (else *out is left, the
  * default), within [lo, hi]: 0, or -1 (err_set) for a malformed or
  * out-of-range value */
@@ -249,6 +290,36 @@ static int conf_i64_opt(const ExpConf *c, const char *key, int64_t lo, int64_t h
     if (expconf_get_i64(c, key, out) != 0) return -1;
     if (*out < lo || *out > hi)
         return err_set("%s = %lld: expected %lld .. %lld", key, (long long)*out, (long long)lo, (long long)hi);
+    return 0;
+}
+
+/* The reference's logits of N scored positions (per_w a window, V logits each)
+ * fit in EXP_MAX_REF_FLOATS: 0, or -1 (err_set) with a hint in the user's own
+ * option (opt: "max_windows=" or "--max-windows "). */
+static int ref_size_check(int64_t N, int V, int64_t per_w, const char *opt) {
+    if (N * V <= EXP_MAX_REF_FLOATS) return 0;
+    int64_t most = EXP_MAX_REF_FLOATS / V / per_w;
+    if (most < 1)
+        return err_set("one window's %lld scored positions x %d logits is too many to compare "
+                       "with the reference; use a shorter window", (long long)per_w, V);
+    return err_set("%lld scored positions x %d logits is too many to compare with the "
+                   "reference; use %s%lld or fewer", (long long)N, V, opt, (long long)most);
+}
+
+int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windows, int split) {
+    PplOpts cnt = {.window = window, .max_windows = max_windows};
+    int64_t per_w = ppl_scored_per_window(window, split);
+    return ref_size_check(ppl_window_count(n_tokens, &cnt) * per_w, vocab, per_w, "--max-windows ");
+}
+
+int exp_check_out(const char *out) {
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", out);
+    parent_dir(dir);
+    if (stat(dir, &st) != 0)
+        return err_set("--out %s: folder %s: %s (create it first)", out, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return err_set("--out %s: %s is not a folder", out, dir);
     return 0;
 }
 
@@ -446,7 +517,17 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
     }
     if (model_load(rc->model, &mo, &m) != 0) return -1;
-    /* a native ternary checkpoint is run as stored when "ternary" is asked for */
+    /* exp-throughput's "ternary" is the checkpoint's ternary weights: a native
+     * ternary checkpoint runs as stored (DESIGN.md: never re-ternarised unless
+     * asked); the config's quant is the rule for BF16 checkpoints only.  The
+     * loader tells native ternary after loading, so such a checkpoint is loaded
+     * twice (cheap: packed); a BF16 one once, as before. */
+    if (rc->kind == EXP_THROUGHPUT && !mo.dense && m.native_ternary && m.has_quant) {
+        model_free(&m);
+        mo.quant = NULL;
+        loaded = 1;
+        if (model_load(rc->model, &mo, &m) != 0) return -1;
+    }
     int32_t *tok = NULL;
     int64_t n = 0;
     int st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
@@ -457,10 +538,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     R.nw = st == 0 ? ppl_window_count(n, &cnt) : 0;
     R.N = R.nw * R.per_w;
     if (st == 0 && R.nw == 0) st = err_set("no complete window of %d tokens in %s", R.T, rc->tokens_path);
-    if (st == 0 && R.N * R.V > EXP_MAX_REF_FLOATS)
-        st = err_set("%lld scored positions x %d logits is too many to compare with the "
-                     "reference; use max_windows=%lld or fewer", (long long)R.N, R.V,
-                     (long long)(EXP_MAX_REF_FLOATS / R.V / R.per_w));
+    if (st == 0) st = ref_size_check(R.N, R.V, R.per_w, rc->windows_opt ? rc->windows_opt : "max_windows=");
     if (st == 0) {
         R.logits = mem_alloc(sizeof(float) * (size_t)(R.N * R.V), "reference logits");
         R.lse = xmalloc(sizeof(double) * (size_t)R.N);
@@ -722,6 +800,8 @@ static int run_point(const RunCfg *rc, const char *out) {
 
 int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
                    const char *quant, const char *kv, int tp, const char *device, const char *out) {
+    /* (a missing folder had been created, with cache/ in it, by get_reference) */
+    if (exp_check_out(out) != 0) return -1;
     ExpConf c;
     char text[256];
     snprintf(text, sizeof text, "factor = quant\nvalues = x\nmodels = x\ntokens = x\nwindow = 1\n"
@@ -733,6 +813,7 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
                  .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
                  .kv = kv ? kv : "none", .device = device ? device : "cpu", .results = results,
+                 .windows_opt = "--max-windows ",
                  .T = window,
                  .tp = tp, .logit_rows = 8, .max_windows = max_windows, .kind = EXP_QUALITY,
                  .conf = &c};

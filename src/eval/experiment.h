@@ -38,15 +38,29 @@ int exp_main(const ExpDef *def, int argc, char **argv);
 /* One run written to `out` (the run-file schema), as `ternlab ppl --out`: the
  * model under quant (NULL = as loaded) and KV policy kv (NULL = none) on
  * device ("cpu", "cuda"; NULL = cpu) against its reference (always fp32 on the
- * CPU); the reference cache goes beside out (dirname(out)/cache).
+ * CPU); the reference cache goes beside out (dirname(out)/cache, created; out's
+ * folder itself must exist).  The evaluation is f32: it carries no --dtype.
  * experiment attribute "ppl", factor "quant".  Returns 0 or -1 (err_set). */
 int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
                    const char *quant, const char *kv, int tp, const char *device, const char *out);
 
+/* What exp_run_single would refuse, checked before the caller evaluates
+ * anything (each 0, or -1 with err_set):
+ *   exp_check_out: out's folder exists;
+ *   exp_check_windows: the reference's logits of the windows (max_windows of
+ *   window tokens out of n_tokens, 0 = all; split = the KV split protocol) fit
+ *   the size a run compares, else a hint naming --max-windows. */
+int exp_check_out(const char *out);
+int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windows, int split);
+
 #define TERNLAB_VERSION "0.1.0"
 
-/* The source tree's commit (`git rev-parse HEAD` in the working folder), or
- * "unknown" outside git: the run files' git_commit attribute. */
+/* The commit of the source tree this program was built from, or "unknown"
+ * where that is not a git checkout: the run files' git_commit attribute.  The
+ * tree is TL_SOURCE_DIR where the build defines it, else the first folder
+ * above the executable holding .git and src/eval/experiment.h (build/ in the
+ * tree); never the working folder.  `git -C TREE rev-parse HEAD`, once a
+ * process. */
 void exp_git_commit(char *out, size_t n);
 
 #endif

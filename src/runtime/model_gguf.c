@@ -124,6 +124,7 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
     if (t->type == GGML_TYPE_TQ1_0 || t->type == GGML_TYPE_TQ2_0) {
         if (load_ternary(t, out, in, perm_hd, &lin->t) != 0) return -1;
         lin->act_int8 = act_int8;
+        m->native_ternary = 1;
     } else if (load_f32(g, name, out, in, perm_hd, &lin->w) != 0) {
         return -1;
     }
