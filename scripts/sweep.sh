@@ -335,7 +335,7 @@ if [ "$done_n" -lt "$n" ]; then
   trap - TERM INT HUP
   set -e
   if [ -n "$stop_sig" ]; then
-    log "stopped by SIG$stop_sig: the running point(s) were killed and no new one started; run the same command again to resume"
+    log "stopped by SIG$stop_sig: the running point(s) were killed and no new one started; run the same command again to resume" || true
     case $stop_sig in HUP) exit 129 ;; INT) exit 130 ;; *) exit 143 ;; esac
   fi
 fi

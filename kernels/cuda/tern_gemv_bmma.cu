@@ -595,8 +595,8 @@ __device__ __forceinline__ void tbm_finish(const BmArgs &p, const TbmCta &c, int
 }
 
 /* The one-token int8 kernels' K split without a finishing pass: each slice
- * adds its exact sum of row r, biased by kTbmBias (|sum| <= 127 x 64 blocks x
- * 256 < 2^21), and 2^40 into rsum[r] with one 64-bit atomic; the slice that
+ * adds its exact sum of row r, biased by kTbmBias (|sum| <= 128 x 64 blocks x
+ * 256 = 2^21: int8 x, slices of <= 64 blocks), and 2^40 into rsum[r] with one 64-bit atomic; the slice that
  * leaves a count of S (the slices) is the last, holds the whole sum (S x
  * kTbmBias below the word's low 40 bits) and writes y and a zero word.  No fence, counter or
  * read-back: one atomic round trip a row, taken a unit later

@@ -9,6 +9,7 @@
 
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -202,6 +203,9 @@ static int finish_stdout(const char *cmd, int rc) {
 }
 
 int main(int argc, char **argv) {
+    /* a file size limit (ulimit -f) then fails the write with EFBIG, reported
+     * like a full disk, instead of killing the program mid-file */
+    signal(SIGXFSZ, SIG_IGN);
     blas_setup(argc, argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

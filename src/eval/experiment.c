@@ -20,6 +20,7 @@
 #include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -838,6 +839,7 @@ static void usage(const ExpDef *def, FILE *f) {
 }
 
 int exp_main(const ExpDef *def, int argc, char **argv) {
+    signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
     char cfgpath[4096];
     int n_over = 0;

@@ -884,8 +884,9 @@ static void test_tbm_reserve(void) {
 static void test_tbm_rowsum(void) {
     const Shape2 shapes[] = {{4608, 36864}, {4100, 20000}, {1000, 36864}};
     const int64_t ns[] = {1};
-    const int variants[] = {63520, 63530, 0};
-    forced_variants("gemv rowsum", 6, shapes, 3, ns, 1, variants, 3);
+    const int variants[] = {63520, 63530}, dispatch[] = {0};
+    forced_variants("gemv rowsum", 6, shapes, 3, ns, 1, variants, 2);
+    forced_variants("gemv rowsum dispatch", 0, shapes, 3, ns, 1, dispatch, 1);
     const Shape2 taken[] = {{4608, 36864}, {4100, 20000}, {36864, 4608}};
     for (int si = 0; si < 3; si++) {
         TernaryMatrix W;
