@@ -29,6 +29,11 @@ static const char *const LIN_NAMES[N_LIN] = {"layers.0.attn.wq", "layers.0.attn.
 
 /* Writes a run file with every schema dataset and attribute; values are
  * simple functions of the index so the reader can check them. */
+/* write_full's deliberate faults (0: none): 1 /per_token/kl one entry short,
+ * 2 the window attribute a string, 3 /logits/ref one column short, 4
+ * /weights/bytes one entry long */
+static int g_fault;
+
 static int write_full(const char *path) {
     H5Log *lg = h5log_create(path);
     if (!lg) return -1;
@@ -42,7 +47,7 @@ static int write_full(const char *path) {
     double p50[N_BATCH] = {5.0, 6.0, 9.5}, p99[N_BATCH] = {7.0, 8.0, 12.5};
     double sp[N_LIN] = {0.3, 0.31, 0.29, 0.0}, re[N_LIN] = {0.5, 0.51, 0.49, 0.0};
     double smin[N_LIN] = {0.01, 0.02, 0.03, 1}, smax[N_LIN] = {0.1, 0.2, 0.3, 1};
-    int64_t bytes[N_LIN] = {4160, 4160, 11200, 65536};
+    int64_t bytes[N_LIN + 1] = {4160, 4160, 11200, 65536, 1};
     int rc = 0;
     rc |= h5log_write_provenance(lg, "0.1-test", "deadbeef");
     rc |= h5log_attr_str(lg, "/", "experiment", "exp-threshold");
@@ -51,7 +56,7 @@ static int write_full(const char *path) {
     rc |= h5log_attr_str(lg, "/", "model", "data/llama-tiny");
     rc |= h5log_attr_str(lg, "/", "model_sha256", "0123abcd");
     rc |= h5log_attr_str(lg, "/", "tokens", "data/wikitext2-test.tokens.i32");
-    rc |= h5log_attr_i64(lg, "/", "window", 256);
+    rc |= g_fault == 2 ? h5log_attr_str(lg, "/", "window", "256") : h5log_attr_i64(lg, "/", "window", 256);
     rc |= h5log_attr_str(lg, "/", "quant_spec", "rule=twn,group=128,scale=f16");
     rc |= h5log_attr_str(lg, "/", "kv_policy", "none");
     rc |= h5log_attr_str(lg, "/", "device", "cpu");
@@ -64,10 +69,10 @@ static int write_full(const char *path) {
     rc |= h5log_scalar_f64(lg, "/metrics/logit_rel_l2", 0.1875);
     rc |= h5log_f32(lg, "/per_token/nll", nll, N_TOK);
     rc |= h5log_f32(lg, "/per_token/nll_ref", nll_ref, N_TOK);
-    rc |= h5log_f32(lg, "/per_token/kl", kl, N_TOK);
+    rc |= h5log_f32(lg, "/per_token/kl", kl, N_TOK - (g_fault == 1));
     rc |= h5log_i64(lg, "/logits/positions", pos, P_POS);
     rc |= h5log_f32_2d(lg, "/logits/test", test, P_POS, V_VOC);
-    rc |= h5log_f32_2d(lg, "/logits/ref", ref, P_POS, V_VOC);
+    rc |= h5log_f32_2d(lg, "/logits/ref", ref, P_POS, V_VOC - (g_fault == 3));
     rc |= h5log_i64(lg, "/throughput/batch", batch, N_BATCH);
     rc |= h5log_f64(lg, "/throughput/prefill_tok_s", pre, N_BATCH);
     rc |= h5log_f64(lg, "/throughput/decode_tok_s", dec, N_BATCH);
@@ -78,7 +83,7 @@ static int write_full(const char *path) {
     rc |= h5log_f64(lg, "/weights/rel_err", re, N_LIN);
     rc |= h5log_f64(lg, "/weights/scale_min", smin, N_LIN);
     rc |= h5log_f64(lg, "/weights/scale_max", smax, N_LIN);
-    rc |= h5log_i64(lg, "/weights/bytes", bytes, N_LIN);
+    rc |= h5log_i64(lg, "/weights/bytes", bytes, N_LIN + (g_fault == 4));
     rc |= h5log_scalar_f64(lg, "/kv/bytes_per_token", 1536.0);
     rc |= h5log_scalar_str(lg, "/kv/policy", "none");
     /* Not in the schema, but the API offers them: attributes on a dataset,
@@ -127,6 +132,24 @@ static int read_all(hid_t f, const char *path, hid_t mtype, void *buf, int rank_
     H5Sclose(s);
     H5Dclose(d);
     return rc;
+}
+
+/* The schema check sees the shapes and the attributes' kinds, not only that
+ * they exist: each fault is refused, naming what is wrong. */
+TEST(h5log_verify_schema_shapes_and_kinds) {
+    static const char *const needle[] = {"", "/per_token/kl", "window", "/logits/ref", "/weights/bytes"};
+    for (int fault = 1; fault <= 4; fault++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/fault%d.h5", test_tmpdir(), fault);
+        g_fault = fault;
+        const int w = write_full(path);
+        g_fault = 0;
+        REQUIRE(w == 0 || (fprintf(stderr, "%s\n", err_msg()), 0));
+        CHECK_MSG(h5log_verify(path, H5LOG_SCHEMA_DATASETS) == 0, "fault %d: %s", fault, err_msg());
+        const int rc = h5log_verify_schema(path);
+        CHECK_MSG(rc != 0 && strstr(err_msg(), needle[fault]), "fault %d: rc %d, '%s'", fault, rc,
+                  rc ? err_msg() : "");
+    }
 }
 
 TEST(h5log_schema_roundtrip) {

@@ -645,18 +645,92 @@ int h5log_verify(const char *path, const char *const *required_datasets) {
     return rc;
 }
 
+/* The dimensions of dataset d (at most 2) into dims and *rank: 0, or -1 with err_set. */
+static int dset_dims(hid_t f, const char *path, const char *d, hsize_t dims[2], int *rank) {
+    hid_t ds = H5Dopen2(f, d, H5P_DEFAULT);
+    if (ds < 0) return h5_fail(path, "opening dataset", d);
+    hid_t sp = H5Dget_space(ds);
+    int r = sp >= 0 ? H5Sget_simple_extent_ndims(sp) : -1;
+    int rc = 0;
+    if (r < 0) rc = h5_fail(path, "reading the shape of", d);
+    else if (r > 2) rc = err_set("%s: %s has %d dimensions (at most 2 in the schema)", path, d, r);
+    else {
+        dims[0] = dims[1] = 1;
+        if (r > 0 && H5Sget_simple_extent_dims(sp, dims, NULL) < 0) rc = h5_fail(path, "reading the shape of", d);
+        *rank = r;
+    }
+    if (sp >= 0) H5Sclose(sp);
+    H5Dclose(ds);
+    return rc;
+}
+
+/* The schema's shapes (paper/SCHEMA.md): /metrics and /kv/bytes_per_token
+ * scalars; /per_token [N], /throughput [k], /weights [L] each one length;
+ * /logits/positions [P], test and ref [P, V]. */
+static int verify_shapes(hid_t f, const char *path) {
+    static const char *const scalars[] = {"/metrics/ppl",      "/metrics/ppl_ref",     "/metrics/nll_mean",
+                                          "/metrics/kl_mean",  "/metrics/top1_agree",  "/metrics/logit_rel_l2",
+                                          "/kv/bytes_per_token", NULL};
+    static const char *const per_token[] = {"/per_token/nll", "/per_token/nll_ref", "/per_token/kl", NULL};
+    static const char *const throughput[] = {"/throughput/batch", "/throughput/prefill_tok_s",
+                                             "/throughput/decode_tok_s", "/throughput/latency_ms_p50",
+                                             "/throughput/latency_ms_p99", NULL};
+    static const char *const weights[] = {"/weights/name",      "/weights/sparsity",  "/weights/rel_err",
+                                          "/weights/scale_min", "/weights/scale_max", "/weights/bytes", NULL};
+    static const char *const *const same_len[] = {per_token, throughput, weights, NULL};
+    hsize_t dims[2], first[2];
+    int rank;
+    for (int i = 0; scalars[i]; i++) {
+        if (dset_dims(f, path, scalars[i], dims, &rank)) return -1;
+        if (dims[0] * dims[1] != 1) return err_set("%s: %s is not a scalar", path, scalars[i]);
+    }
+    for (int g = 0; same_len[g]; g++)
+        for (int i = 0; same_len[g][i]; i++) {
+            if (dset_dims(f, path, same_len[g][i], dims, &rank)) return -1;
+            if (rank != 1) return err_set("%s: %s has %d dimensions (1 expected)", path, same_len[g][i], rank);
+            if (i == 0) first[0] = dims[0];
+            else if (dims[0] != first[0])
+                return err_set("%s: %s has %llu entries, %s %llu", path, same_len[g][i],
+                               (unsigned long long)dims[0], same_len[g][0], (unsigned long long)first[0]);
+        }
+    if (dset_dims(f, path, "/logits/positions", first, &rank)) return -1;
+    if (rank != 1) return err_set("%s: /logits/positions has %d dimensions (1 expected)", path, rank);
+    hsize_t v = 0;
+    for (int i = 0; i < 2; i++) {
+        const char *d = i ? "/logits/ref" : "/logits/test";
+        if (dset_dims(f, path, d, dims, &rank)) return -1;
+        if (rank != 2 || dims[0] != first[0] || (i && dims[1] != v))
+            return err_set("%s: %s is not [%llu positions, vocab] as /logits/positions and the other", path, d,
+                           (unsigned long long)first[0]);
+        v = dims[1];
+    }
+    return 0;
+}
+
+/* The root attributes' kinds: strings but window, tp and complete (integers). */
+static int verify_attr_kind(hid_t f, const char *path, const char *name) {
+    const int want_int = !strcmp(name, "window") || !strcmp(name, "tp") || !strcmp(name, "complete");
+    hid_t a = H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT);
+    if (a < 0) return h5_fail(path, "opening attribute", name);
+    hid_t t = H5Aget_type(a);
+    H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    if (t >= 0) H5Tclose(t);
+    H5Aclose(a);
+    if (cls == (want_int ? H5T_INTEGER : H5T_STRING)) return 0;
+    return err_set("%s: root attribute %s is not %s", path, name, want_int ? "an integer" : "a string");
+}
+
 int h5log_verify_schema(const char *path) {
     if (h5log_verify(path, H5LOG_SCHEMA_DATASETS)) return -1;
     hid_t f;
     if (verify_open(path, &f)) return -1;
     int rc = 0;
-    for (int i = 0; H5LOG_SCHEMA_ATTRS[i]; i++) {
+    for (int i = 0; rc == 0 && H5LOG_SCHEMA_ATTRS[i]; i++) {
         htri_t has = H5Aexists_by_name(f, "/", H5LOG_SCHEMA_ATTRS[i], H5P_DEFAULT);
-        if (has <= 0) {
-            rc = err_set("%s: missing root attribute %s", path, H5LOG_SCHEMA_ATTRS[i]);
-            break;
-        }
+        if (has <= 0) rc = err_set("%s: missing root attribute %s", path, H5LOG_SCHEMA_ATTRS[i]);
+        else rc = verify_attr_kind(f, path, H5LOG_SCHEMA_ATTRS[i]);
     }
+    if (rc == 0) rc = verify_shapes(f, path);
     H5Fclose(f);
     H5Eclear2(H5E_DEFAULT);
     return rc;

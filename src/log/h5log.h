@@ -94,7 +94,8 @@ int h5log_strings_fixed(H5Log *lg, const char *path, const char *const *strs, in
  * incomplete, missing X, unreadable X). */
 int h5log_verify(const char *path, const char *const *required_datasets);
 /* The same against the whole schema: H5LOG_SCHEMA_DATASETS and
- * H5LOG_SCHEMA_ATTRS. */
+ * H5LOG_SCHEMA_ATTRS, the attributes' kinds (string or integer) and the
+ * datasets' shapes (scalars; one length per group; logits [P, V]). */
 int h5log_verify_schema(const char *path);
 
 /* The schema of a run file (DESIGN.md, paper/SCHEMA.md); NULL-terminated. */
