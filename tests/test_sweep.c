@@ -100,6 +100,23 @@ static int read_joblog(const char *path, int *ok_count, int max_seq) {
     return lines;
 }
 
+/* A fake sweep under dir (config values a b c; FAKE_CMD as the point
+ * command, no verify command): its config, results folder, the experiment's
+ * folder in it, the first run's log and the script. */
+typedef struct {
+    char conf[600], res[600], out_dir[700], logp[700], script[1024];
+} SweepFiles;
+
+static void sweep_files(const char *dir, SweepFiles *f) {
+    write_conf(dir, "a b c", f->conf, sizeof f->conf);
+    snprintf(f->res, sizeof f->res, "%s/results", dir);
+    snprintf(f->out_dir, sizeof f->out_dir, "%s/exp-fake", f->res);
+    snprintf(f->logp, sizeof f->logp, "%s/first.log", dir);
+    snprintf(f->script, sizeof f->script, "%s", test_path("scripts/sweep.sh"));
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    unsetenv("TERNLAB_VERIFY_CMD");
+}
+
 /* scripts/sweep.sh exp-fake (--config conf --results res --jobs 1) in a
  * process group of its own, its output in logp, once out_dir holds at least
  * min_h5 finished files: its pid; -1 (the group killed) when that takes over
@@ -139,14 +156,9 @@ static pid_t sweep_running(const char *script, const char *conf, const char *res
 TEST(sweep_resume_after_kill) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
-    char conf[600], res[600], out_dir[700], logp[700], script[1024];
-    write_conf(dir, "a b c", conf, sizeof conf);
-    snprintf(res, sizeof res, "%s/results", dir);
-    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
-    snprintf(logp, sizeof logp, "%s/first.log", dir);
-    snprintf(script, sizeof script, "%s", test_path("scripts/sweep.sh"));
-    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
-    unsetenv("TERNLAB_VERIFY_CMD");
+    SweepFiles sf;
+    sweep_files(dir, &sf);
+    const char *conf = sf.conf, *res = sf.res, *out_dir = sf.out_dir, *logp = sf.logp, *script = sf.script;
     setenv("FAKE_SLEEP", "1.0", 1); /* long enough to be killed inside a job */
 
     /* First run, in its own process group, killed after >= 2 points. */
@@ -432,15 +444,11 @@ TEST(sweep_results_to_figures_tables_paper) {
 TEST(sweep_term_to_the_script_stops_it) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
-    char conf[600], res[600], out_dir[700], logp[700], lock[800], script[1024];
-    write_conf(dir, "a b c", conf, sizeof conf);
-    snprintf(res, sizeof res, "%s/results", dir);
-    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
+    SweepFiles sf;
+    sweep_files(dir, &sf);
+    const char *conf = sf.conf, *res = sf.res, *out_dir = sf.out_dir, *logp = sf.logp, *script = sf.script;
+    char lock[800];
     snprintf(lock, sizeof lock, "%s/.lock", out_dir);
-    snprintf(logp, sizeof logp, "%s/first.log", dir);
-    snprintf(script, sizeof script, "%s", test_path("scripts/sweep.sh"));
-    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
-    unsetenv("TERNLAB_VERIFY_CMD");
     unsetenv("FAKE_FAIL");
     setenv("FAKE_SLEEP", "2.0", 1); /* the rest of the grid takes ~10 s: longer than the 5 s allowed */
 
