@@ -98,7 +98,7 @@ int gemv1_shape(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
     if (W->cols >= 8192 && W->cols <= 4194304) {
         if (v == 0 && W->cols <= 65536 && W->rows >= 4096)
-            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : weights >= ((int64_t)48 << 20) ? 63530 : 65820;
+            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : 65820;
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
@@ -426,10 +426,13 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * warp per row; 4096 x 4096, 16M, stays with it: 3.5 vs 4.0); rows of
      * 8192 .. 65536 columns in >= 4096 rows 65820 (two tiles a unit, four
      * consumer warps per tile, slices to 48 blocks; 4096 x 8192 4.87 vs 6.36
-     * bmma, 4096 x 11008 5.95 vs 7.54), from 48M weights 63530 (two
-     * consumer warps per tile, 3 stages; 4096 x 14336 7.3 vs 8.4 bmma, 4608 x
-     * 36864 15.3 vs 18.2), from 128M weights 63520 (4608 x 36864 15.35 vs
-     * 15.8).  Chosen end to end (bench-e2e, B = 1, same runs): 63520 from 64M
+     * bmma, 4096 x 11008 5.95 vs 7.54), from 128M weights 63520 (two
+     * consumer warps per tile; 4608 x 36864 15.35 vs 15.8).  (48M .. 128M had
+     * 63530, 3 stages, until the thirty-fifth session: with the K split
+     * through tbm_row_add 65820 was faster on 9 of 11 such shapes alone (<= 1 %
+     * slower on the other two) and on all 11 behind the engine's norm, e.g.
+     * 8192 x 11008 10.0 -> 9.1 / 12.8 -> 10.8 us, 6144 x 16384 10.8 -> 9.7 /
+     * 15.4 -> 13.8, 4096 x 14336 7.15 -> 7.25 / 11.1 -> 10.1; NOTES.md.)  Chosen end to end (bench-e2e, B = 1, same runs): 63520 from 64M
      * weights took 7B 671-684 -> 699-707 tok/s, 27B 269-272 -> 273-274; then
      * 64520 from 18M and 63520 from 128M 27B 271-272 -> 276-278 (7B, which
      * has neither shape, 700-706 either way); the 7B's q|k|v 12288 x 4096
