@@ -395,6 +395,26 @@ TEST(diag_cli) {
     free(out);
 }
 
+/* A string option given an empty value (a sweep's unset variable: --quant
+ * "$SPEC") is refused with its name, not run as the option left out (an
+ * empty --quant had ternarised every linear with the defaults). */
+TEST(diag_cli_empty_option_value) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    const char *args[][2] = {{"--quant", "ppl --model %s --tokens %s --max-windows 1 --quant ''"},
+                             {"--kv", "ppl --model %s --tokens %s --max-windows 1 --kv ''"},
+                             {"--model", "info --model '' %.0s%.0s"},
+                             {"--tokens", "ppl --model %s --tokens ''%.0s"}};
+    for (size_t i = 0; i < sizeof args / sizeof args[0]; i++) {
+        char a[2048], cmd[4096], *out = NULL;
+        snprintf(a, sizeof a, args[i][1], test_path(LLAMA_DIR), test_path(TOKENS_FILE));
+        snprintf(cmd, sizeof cmd, "%s %s", bin, a);
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc != 0 && out && strstr(out, args[i][0]) && strstr(out, "empty value"), "%s -> %d: %s", a, rc,
+                  out ? out : "");
+        free(out);
+    }
+}
+
 /* Output that cannot be written is a failed run: stdout is flushed and
  * checked at exit (it had exited 0 with the ids, the ppl line or the report
  * lost on a full disk). */

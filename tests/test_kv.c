@@ -2,6 +2,7 @@
 #include "test.h"
 #include "core/err.h"
 #include "kv/kvcache.h"
+#include "kv/kv_ternary.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -77,4 +78,20 @@ TEST(kv_reserve_failure_leaves_state) {
     KvCache bad;
     CHECK(kv_init(&bad, 1, 1, 1, 0, 4) != 0);
     kv_free(&kv);
+}
+
+/* A ternary KV row whose group mean |x| is past f16's largest finite value
+ * (the scale's storage) dequantises to finite values: the scale saturates at
+ * 65504 (it had been inf, and the zero codes inf x 0 = NaN). */
+TEST(kv_ternary_scale_saturates) {
+    float k[16], y[16];
+    for (int i = 0; i < 16; i++) k[i] = i == 15 ? 0.0f : (i % 2 ? 70000.0f : -70000.0f);
+    uint8_t codes[4];
+    uint16_t sc[1];
+    kvt_quant_row(k, 16, 1, codes, sc);
+    kvt_dequant_row(codes, sc, 16, 1, y);
+    for (int i = 0; i < 16; i++) {
+        const float want = i == 15 ? 0.0f : (i % 2 ? 65504.0f : -65504.0f);
+        CHECK_MSG(y[i] == want, "k[%d] = %g, want %g", i, y[i], want);
+    }
 }

@@ -85,6 +85,11 @@ TEST(quant_spec_errors) {
     CHECK(quant_spec_parse("layers=3-1", &s) < 0);
     CHECK(quant_spec_parse("layers=1+", &s) < 0);
     CHECK(quant_spec_parse("layers=a", &s) < 0 && strstr(err_msg(), "0-1+3"));
+    /* an empty item is refused ("" alone is every default) */
+    const char *empty_items[] = {",", "rule=twn,", ",rule=twn", "rule=twn,,group=row", ",,"};
+    for (size_t i = 0; i < sizeof empty_items / sizeof empty_items[0]; i++)
+        CHECK_MSG(quant_spec_parse(empty_items[i], &s) < 0 && strstr(err_msg(), "empty item"), "'%s': %s",
+                  empty_items[i], err_msg());
 }
 
 TEST(quant_layer_selection) {

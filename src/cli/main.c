@@ -106,6 +106,12 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
             fprintf(stderr, "ternlab %s: option --%s does not apply to this command\n", argv[0], name);
             return -1;
         }
+        /* a string option given an empty value (a sweep's unset variable, --quant "$SPEC")
+         * is refused, not taken as the option left out or as a default */
+        if (optarg && !*optarg && strchr("mtqkdoPDFMT", c)) {
+            fprintf(stderr, "ternlab %s: --%s has an empty value\n", argv[0], name);
+            return -1;
+        }
         int64_t v;
         switch (c) {
         case 'm': o->model = optarg; break;

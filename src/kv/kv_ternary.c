@@ -67,6 +67,9 @@ void kvt_quant_row(const float *x, int head_dim, int is_key, uint8_t *codes, uin
         for (int i = g0; i < g1; i++) sum += fabsf(x[i]);
         float gam = sum / (float)(g1 - g0);
         if (gam < 1e-8f) gam = 1e-8f;
+        /* the scale is stored in f16: past its largest finite value it had been inf, and a
+         * zero code times inf a NaN in the attention (|x| ~ 7e4); saturated instead */
+        if (gam > 65504.0f) gam = 65504.0f;
         for (int i = g0; i < g1; i++) {
             float q = rintf(x[i] / gam);
             q = q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q);

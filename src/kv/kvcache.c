@@ -213,7 +213,16 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     kv->vq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
     kv->ks = mem_alloc(rows * (size_t)kv->k_scales * 2, "ternary KV scales");
     kv->vs = mem_alloc(rows * 2, "ternary KV scales");
-    if (!kv->fmt || !kv->kq || !kv->vq || !kv->ks || !kv->vs) return -1;
+    if (!kv->fmt || !kv->kq || !kv->vq || !kv->ks || !kv->vs) {
+        /* all or none: a later call would otherwise see fmt and take the pools as there */
+        mem_free(kv->fmt);
+        mem_free(kv->kq);
+        mem_free(kv->vq);
+        mem_free(kv->ks);
+        mem_free(kv->vs);
+        kv->fmt = NULL, kv->kq = kv->vq = NULL, kv->ks = kv->vs = NULL;
+        return -1;
+    }
     memset(kv->fmt, 0, tokens);
     return 0;
 }

@@ -83,6 +83,10 @@ int quant_spec_parse(const char *s, QuantSpec *out) {
     char buf[512];
     if (strlen(s) >= sizeof buf) return err_set("quant spec too long (%zu chars)", strlen(s));
     strcpy(buf, s);
+    /* "" is every default; an empty item (",", "a=b,,c", a trailing comma) is refused */
+    const size_t len = strlen(buf);
+    if (len > 0 && (buf[0] == ',' || buf[len - 1] == ',' || strstr(buf, ",,")))
+        return err_set("quant spec '%s': an empty item between commas", s);
     unsigned seen = 0;
     char *save = NULL;
     for (char *item = strtok_r(buf, ",", &save); item; item = strtok_r(NULL, ",", &save)) {
