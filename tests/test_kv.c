@@ -3,6 +3,10 @@
 #include "core/err.h"
 #include "kv/kvcache.h"
 #include "kv/kv_ternary.h"
+#include "core/mem.h"
+#include "fixtures.h"
+#include "runtime/engine.h"
+#include "runtime/forward.h"
 
 #include <stdlib.h>
 #include <string.h>
@@ -94,4 +98,57 @@ TEST(kv_ternary_scale_saturates) {
         const float want = i == 15 ? 0.0f : (i % 2 ? 65504.0f : -65504.0f);
         CHECK_MSG(y[i] == want, "k[%d] = %g, want %g", i, y[i], want);
     }
+}
+
+/* Which tokens the KV policy stores ternary, through the forward pass: a
+ * prompt prefilled (encoder tokens) then generated tokens fed one at a time
+ * with the decode flag (decoder tokens), in blocks of 4 so that both phases
+ * share a block; every layer's page format flag must say ternary exactly for
+ * the policy's phase (encoder: the prompt; decoder: the generated; all;
+ * none) — the split the KV experiment's encoder-vs-decoder factor rests on;
+ * @layers=1 limits it to layer 1. */
+TEST(kv_policy_marks_prompt_and_generated_tokens) {
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    enum { P = 6, D = 5 };
+    const char *pols[] = {"encoder", "decoder", "all", "none", "decoder@layers=1"};
+    for (size_t pi = 0; pi < sizeof pols / sizeof pols[0]; pi++) {
+        Engine e;
+        EngineOpts eo = {.max_tok = 64, .block_size = 4, .n_blocks = 8};
+        REQUIRE(engine_open(&e, &m, &eo) == 0);
+        KvPolicy pol;
+        REQUIRE(kv_policy_parse(pols[pi], &pol) == 0 && kv_set_policy(&e.kv, &pol) == 0);
+        const int s = kv_seq_new(&e.kv);
+        int tok[P], seq[P];
+        int64_t pos[P], last = P - 1;
+        for (int i = 0; i < P; i++) tok[i] = 3 + 7 * i, seq[i] = s, pos[i] = i;
+        float *logits = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
+        e.rs.decode = 0;
+        REQUIRE(forward(&m, &e.kv, &e.rs, tok, seq, pos, P, &last, 1, logits) == 0);
+        e.rs.decode = 1;
+        for (int d = 0; d < D; d++) {
+            int t1 = 5 + d, s1 = s;
+            int64_t p1 = P + d, l0 = 0;
+            REQUIRE(forward(&m, &e.kv, &e.rs, &t1, &s1, &p1, 1, &l0, 1, logits) == 0);
+        }
+        e.rs.decode = 0;
+        const int ternary_pages = strcmp(pols[pi], "none") != 0;
+        CHECK_MSG((e.kv.fmt != NULL) == ternary_pages, "%s: ternary pools %s", pols[pi],
+                  e.kv.fmt ? "allocated" : "missing");
+        int bad = 0;
+        for (int l = 0; l < m.cfg.n_layers && e.kv.fmt; l++)
+            for (int64_t p = 0; p < P + D; p++) {
+                const int gen = p >= P, in_layers = pi != 4 || l == 1;
+                const int want = in_layers && (pi == 2 || (pi == 0 && !gen) || ((pi == 1 || pi == 4) && gen));
+                const int blk = e.kv.seqs[s].blocks[p / 4];
+                const int got = e.kv.fmt[((size_t)l * (size_t)e.kv.n_blocks + (size_t)blk) * 4 + (size_t)(p % 4)];
+                if (got != want && bad++ < 5)
+                    fprintf(stderr, "    %s: layer %d pos %lld ternary %d, want %d\n", pols[pi], l, (long long)p,
+                            got, want);
+            }
+        CHECK_MSG(bad == 0, "%s: %d tokens stored in the wrong format", pols[pi], bad);
+        free(logits);
+        engine_free(&e);
+    }
+    model_free(&m);
 }
