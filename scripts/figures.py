@@ -5,12 +5,17 @@ usage: /usr/bin/python3 scripts/figures.py [--results results] [--out paper/figu
                                            [--configs configs] [EXP ...]
 
 For every experiment that varies a quantisation or KV setting:
-  <out>/<exp>.png  PPL (solid, with the BF16 reference PPL of the same points
-                   dashed) and mean KL to the reference, against the factor's
-                   values, one colour per model.
+  <out>/<exp>.png  PPL (solid, with the dense reference PPL of the same points
+                   dashed: the checkpoint's weights dense, i.e. BF16 weights in
+                   f32, or a native ternary model's ternary values dequantised)
+                   and mean KL to the reference, against the factor's values,
+                   one colour per model.
 For exp-throughput:
   <out>/exp-throughput.png  prefill and decode tokens/s against batch size,
-                   one line per model x weights x device.
+                   one line per model x weights x device, the weights labelled
+                   by what ran (the run's /load_report/run_as and /throughput
+                   dense_dtype: the config value `bf16` runs dense f32 on the
+                   CPU, bf16 on CUDA), not by the config value.
 Numbers are plotted as the C programs wrote them (/metrics, /throughput)."""
 import os
 import sys
@@ -31,7 +36,17 @@ NAN = float("nan")
 
 def quality_figure(exp, runs, out):
     values = tr.values_in_order(runs)
-    models = tr.models_in_order(runs)
+    # one series per model, or per model and device where several devices'
+    # runs share the folder (<model>__<value>__<device>.h5)
+    devices = len(tr.uniq(runs, "device")) > 1
+
+    def series(r):
+        return f"{r['model_name']} ({r['attrs'].get('device', '?')})" if devices else r["model_name"]
+
+    models = []
+    for r in runs:
+        if series(r) not in models:
+            models.append(series(r))
     factor = runs[0]["attrs"].get("factor", "value")
     x = list(range(len(values)))
     fig, (ax_ppl, ax_kl) = plt.subplots(1, 2, figsize=(10, 3.8))
@@ -39,13 +54,13 @@ def quality_figure(exp, runs, out):
     all_kl = []
     for mi, model in enumerate(models):
         c = colors[mi % len(colors)]
-        by_value = {r["value"]: r["metrics"] for r in runs if r["model_name"] == model}
+        by_value = {r["value"]: r["metrics"] for r in runs if series(r) == model}
         ppl = [by_value.get(v, {}).get("ppl", NAN) for v in values]
         ref = [by_value.get(v, {}).get("ppl_ref", NAN) for v in values]
         kl = [by_value.get(v, {}).get("kl_mean", NAN) for v in values]
         all_kl += [k for k in kl if k == k]
         ax_ppl.plot(x, ppl, "o-", color=c, label=f"{model}")
-        ax_ppl.plot(x, ref, "--", color=c, alpha=0.7, label=f"{model} BF16 reference")
+        ax_ppl.plot(x, ref, "--", color=c, alpha=0.7, label=f"{model} dense reference")
         ax_kl.plot(x, kl, "o-", color=c, label=model)
     ax_ppl.set_yscale("log")
     # (a range inside one decade, e.g. 38 .. 420, had a single tick label: label 1-2-3-5 steps)
@@ -90,7 +105,7 @@ def throughput_figure(exp, runs, out):
         t = r["throughput"]
         if not t.get("batch"):
             continue
-        label = f"{r['model_name']} {r['value']} ({r['attrs'].get('device', '?')})"
+        label = f"{r['model_name']} {tr.weights_label(r)} ({r['attrs'].get('device', '?')})"
         ax_p.plot(t["batch"], t.get("prefill_tok_s", [NAN] * len(t["batch"])), "o-", label=label)
         ax_d.plot(t["batch"], t.get("decode_tok_s", [NAN] * len(t["batch"])), "o-", label=label)
     batches = sorted({b for r in runs for b in r["throughput"].get("batch", [])})

@@ -5,6 +5,11 @@
 # exp-kv-ternary, exp-throughput) over its grid: every model x every value of
 # the factor named in configs/EXP.conf, one job and one HDF5 file per point:
 #     RESULTS/EXP/<model>__<value>.h5      (model = the model folder's name)
+#     RESULTS/EXP/<model>__<value>__<device>.h5   where the config's (or an
+#                                          override's) device is not cpu, so
+#                                          a CUDA sweep into the same folder
+#                                          neither skips nor replaces the CPU
+#                                          points (the programs name files so)
 # Jobs run under GNU Parallel; the sweep is resumable: run it again after a
 # kill, a crash or a failed job and only the points without a finished file
 # run.  Files that exist but do not verify (truncated, incomplete) are
@@ -174,12 +179,15 @@ dir=$results/$exp
 safe() { printf '%s' "$1" | tr -c 'A-Za-z0-9._+-' '_'; }
 q() { printf '%q' "$1"; }
 
+device=$(conf_get device || true)
+dev_suffix=""
+[ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
 outs=() lines=()
 declare -A seen_out=()
 for m in "${models[@]}"; do
   mname=$(safe "$(basename "$m")")
   for v in "${values[@]}"; do
-    out=$(rel "$dir")/${mname}__$(safe "$v").h5
+    out=$(rel "$dir")/${mname}__$(safe "$v")$dev_suffix.h5
     [ -z "${seen_out[$out]:-}" ] || die "two points write $out (models with the same folder name, or values that differ only in punctuation)"
     seen_out[$out]=1
     cmd=$template

@@ -5,10 +5,12 @@ usage: /usr/bin/python3 scripts/tables.py [--results results] [--out paper/table
                                           [--configs configs] [EXP ...]
 
 <out>/<exp>.md and <out>/<exp>.tex for every experiment found:
-  quality experiments: per model and factor value, PPL, the BF16 reference PPL,
+  quality experiments: per model and factor value, PPL, the dense reference PPL,
     mean KL, top-1 agreement, logit relative L2 (and KV bytes per token for
     exp-kv-ternary), all from /metrics and /kv as the run wrote them;
-  exp-throughput: per model, weights, device and batch size, prefill and
+  exp-throughput: per model, weights (as run: /load_report/run_as and
+    /throughput dense_dtype, e.g. the config value `bf16` is "dense f32" on
+    the CPU, "dense bf16" on CUDA), device and batch size, prefill and
     decode tokens/s and decode-step latency p50/p99 from /throughput.
 Values are printed, never recomputed (no ratios or differences)."""
 import os
@@ -26,8 +28,11 @@ def fmt(v, spec):
 
 def quality_rows(exp, runs):
     factor = runs[0]["attrs"].get("factor", "value")
-    header = ["model", factor, "PPL", "PPL (BF16 ref.)", "KL (nats/tok)", "top-1 agree",
-              "logit rel. L2"]
+    # a device column where runs of several devices share the folder (their
+    # files are <model>__<value>__<device>.h5 beside the CPU ones)
+    devices = len(tr.uniq(runs, "device")) > 1
+    header = ["model", factor] + (["device"] if devices else []) + \
+        ["PPL", "PPL (dense ref.)", "KL (nats/tok)", "top-1 agree", "logit rel. L2"]
     kv = exp == "exp-kv-ternary" or any("bytes_per_token" in r["kv"] and r["kv"].get("policy",
                                         "none") != "none" for r in runs)
     if kv:
@@ -35,7 +40,8 @@ def quality_rows(exp, runs):
     rows = []
     for r in runs:
         m = r["metrics"]
-        row = [r["model_name"], r["value"], fmt(m.get("ppl"), ".3f"), fmt(m.get("ppl_ref"), ".3f"),
+        row = [r["model_name"], r["value"]] + ([str(r["attrs"].get("device", "?"))] if devices else []) + \
+              [fmt(m.get("ppl"), ".3f"), fmt(m.get("ppl_ref"), ".3f"),
                fmt(m.get("kl_mean"), ".4g"), fmt(m.get("top1_agree"), ".4f"),
                fmt(m.get("logit_rel_l2"), ".4g")]
         if kv:
@@ -45,7 +51,7 @@ def quality_rows(exp, runs):
 
 
 def throughput_rows(runs):
-    header = ["model", "weights", "device", "batch", "prefill tok/s", "decode tok/s",
+    header = ["model", "weights (as run)", "device", "batch", "prefill tok/s", "decode tok/s",
               "latency p50 (ms)", "latency p99 (ms)"]
     rows = []
     for r in runs:
@@ -54,7 +60,7 @@ def throughput_rows(runs):
             def col(k, spec):
                 v = t.get(k, [])
                 return fmt(v[i] if i < len(v) else None, spec)
-            rows.append([r["model_name"], r["value"], str(r["attrs"].get("device", "?")), str(b),
+            rows.append([r["model_name"], tr.weights_label(r), str(r["attrs"].get("device", "?")), str(b),
                          col("prefill_tok_s", ".1f"), col("decode_tok_s", ".1f"),
                          col("latency_ms_p50", ".2f"), col("latency_ms_p99", ".2f")])
     return header, rows

@@ -26,7 +26,7 @@ TITLES = {
     "exp-scale-dtype": "Storage format of the scales",
     "exp-group-size": "Weights per scale (group size)",
     "exp-kv-ternary": "Ternary KV cache policy",
-    "exp-throughput": "Throughput: dense BF16 vs ternary weights",
+    "exp-throughput": "Throughput: dense vs ternary weights",
 }
 METRICS = ["ppl", "ppl_ref", "nll_mean", "kl_mean", "top1_agree", "logit_rel_l2"]
 
@@ -115,12 +115,21 @@ def read_run(path):
         if "throughput" in f:
             for k in f["throughput"]:
                 run["throughput"][k] = f["throughput"][k][()].tolist()
+            # the dense baseline's precision in the timed runs (bf16 on CUDA)
+            dd = f["throughput"].attrs.get("dense_dtype")
+            if dd is not None:
+                run["dense_dtype"] = text(dd)
         if "kv" in f:
             for k in f["kv"]:
                 v = f["kv"][k][()]
                 run["kv"][k] = text(v) if isinstance(v, (bytes, str)) else scalar(v)
         if "weights" in f and "name" in f["weights"]:
             run["n_linears"] = len(f["weights"]["name"])
+        if "load_report" in f and "run_as" in f["load_report"] and "name" in f["load_report"]:
+            lr = f["load_report"]
+            run["load_report"] = [
+                {"name": text(n), "run_as": text(ra)}
+                for n, ra in zip(lr["name"][()].tolist(), lr["run_as"][()].tolist())]
     run["model_name"] = os.path.basename(str(attrs.get("model", "?")).rstrip("/"))
     run["value"] = str(attrs.get("factor_value", "?"))
     return run
@@ -187,6 +196,38 @@ def uniq(runs, key):
         if v is not None and str(v) not in out:
             out.append(str(v))
     return out
+
+
+# /load_report rows that are not decoder linears: the embedding and lm_head
+# run dense whatever the weights experiment measures.
+NOT_LINEARS = ("model.embed_tokens", "lm_head")
+
+
+def weights_as_run(run):
+    """What the run's decoder linears ran as, from its /load_report/run_as
+    ("dense f32", "ternary packed (native)", ...; distinct values joined by
+    " + "), or None where the file has no load report."""
+    rows = run.get("load_report")
+    if not rows:
+        return None
+    seen = []
+    for r in rows:
+        if r["name"] not in NOT_LINEARS and r["run_as"] not in seen:
+            seen.append(r["run_as"])
+    return " + ".join(seen) if seen else None
+
+
+def weights_label(run):
+    """The label of a throughput run's weights: what ran (weights_as_run), not
+    the config value -- exp-throughput's value `bf16` runs the checkpoint's
+    weights dense, in f32 on the CPU and in bf16 on CUDA (the file's
+    /throughput attribute dense_dtype).  Without a load report, the value
+    with that said."""
+    what = weights_as_run(run)
+    # (the load report is the host model's: on CUDA the timed dense runs are bf16)
+    if what and run.get("dense_dtype") == "bf16":
+        what = what.replace("dense f32", "dense bf16")
+    return what if what else f"{run['value']} (as run: not recorded)"
 
 
 def values_in_order(runs):

@@ -5,7 +5,10 @@
 #include "fixtures.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "eval/experiment.h"
+#include "eval/ppl.h"
 #include "kv/kvcache.h"
+#include "load/tokens.h"
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
 
@@ -43,14 +46,15 @@ static int64_t dataset_len(const char *file, const char *path) {
     return n;
 }
 
-/* Root string attribute `name` of file (as h5log writes strings) into buf: 0, or -1 where absent. */
-static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
+/* String attribute `name` of the group (or "/") at `group` of file (as h5log
+ * writes strings) into buf: 0, or -1 where absent. */
+static int read_group_attr_str(const char *file, const char *group, const char *name, char *buf, size_t n) {
     int rc = -1;
     buf[0] = 0;
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
     if (f < 0) return -1;
-    if (H5Aexists(f, name) > 0) {
-        hid_t a = H5Aopen(f, name, H5P_DEFAULT), mt = h5log_vlen_str_type();
+    if (H5Aexists_by_name(f, group, name, H5P_DEFAULT) > 0) {
+        hid_t a = H5Aopen_by_name(f, group, name, H5P_DEFAULT, H5P_DEFAULT), mt = h5log_vlen_str_type();
         char *v = NULL;
         if (a >= 0 && mt >= 0 && H5Aread(a, mt, &v) >= 0 && v) snprintf(buf, n, "%s", v), rc = 0;
         if (v) H5free_memory(v);
@@ -59,6 +63,11 @@ static int read_attr_str(const char *file, const char *name, char *buf, size_t n
     }
     H5Fclose(f);
     return rc;
+}
+
+/* Root string attribute `name` of file into buf: 0, or -1 where absent. */
+static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
+    return read_group_attr_str(file, "/", name, buf, n);
 }
 
 /* Runs one point of an experiment; returns the output path (static buffer). */
@@ -372,7 +381,9 @@ TEST(ppl_cli_kv_policy_and_run_file) {
 
 /* device=cuda: without a GPU a clear error (no file); with one, the throughput
  * experiment runs its engines on the GPU and writes the whole schema; ternary
- * KV pages on cuda are refused either way. */
+ * KV pages on cuda are refused either way.  The dense baseline (value bf16)
+ * times the CUDA engine's bf16 form, the CPU's f32 linears: the /throughput
+ * attribute dense_dtype says which. */
 TEST(exp_device_cuda_runs_or_refuses) {
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s --model %s --value decoder device=cuda max_windows=1 --out %s/kvc.h5",
@@ -396,6 +407,24 @@ TEST(exp_device_cuda_runs_or_refuses) {
         CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
     }
     free(out);
+    /* the dense baseline: bf16 on CUDA (the engine's bf16 form), f32 on the CPU; the file says which */
+    for (int cuda = 0; cuda < 2; cuda++) {
+        snprintf(f, sizeof f, "%s/thr_bf16_%d.h5", test_tmpdir(), cuda);
+        snprintf(cmd, sizeof cmd,
+                 "%s --model %s --value bf16 device=%s batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 "
+                 "max_windows=1 --out %s",
+                 bin_path("exp_throughput"), test_path(LLAMA_DIR), cuda ? "cuda" : "cpu", f);
+        rc = test_run(cmd, &out);
+        if (cuda && !cuda_backend_available(NULL, 0)) {
+            CHECK_MSG(rc != 0, "rc %d: %s", rc, out);
+        } else {
+            char dd[32] = "";
+            CHECK_MSG(rc == 0 && read_group_attr_str(f, "/throughput", "dense_dtype", dd, sizeof dd) == 0 &&
+                          strcmp(dd, cuda ? "bf16" : "f32") == 0,
+                      "device %s: rc %d, dense_dtype '%s': %s", cuda ? "cuda" : "cpu", rc, dd, out);
+        }
+        free(out);
+    }
 }
 
 /* ppl --out refuses what the run file cannot be before evaluating anything:
@@ -468,11 +497,14 @@ static void git_head_of(const char *dir, char *out, size_t n) {
     free(log);
 }
 
-/* git_commit is the commit of the tree the program was built from: never that
- * of the working folder (it had been, when run from another repository), and
- * `ternlab diff --out` records it too (it had written "unknown" always).  A
- * copy of the program placed in a git tree of ternlab's shape finds that
- * tree's commit, unless the build names its source folder (TL_SOURCE_DIR). */
+/* git_commit is the commit the program was built from, as the build baked it
+ * in (exp_build_commit: HEAD of the source folder when make ran, "-dirty"
+ * where tracked files differed from it): never that of the working folder
+ * (it had been, when run from another repository), nor the checkout's HEAD
+ * when the program runs (it had been: a commit made or an edit saved after
+ * the build moved it, and uncommitted edits were never flagged); `ternlab
+ * diff --out` records it too (it had written "unknown" always).  A copy of the
+ * program placed in another git tree of ternlab's shape records the same. */
 TEST(run_files_record_the_source_commit) {
     const char *d = test_tmpdir();
     char root[1024], model[1024], tokens[1024], cmd[16384], *log = NULL;
@@ -497,6 +529,14 @@ TEST(run_files_record_the_source_commit) {
     git_head_of(tree, h_tree, sizeof h_tree);
     git_head_of(root, h_root, sizeof h_root);
     REQUIRE(strcmp(h_other, "unknown") != 0 && strcmp(h_tree, "unknown") != 0);
+    /* the build (the Makefile) ran in a checkout: its HEAD, maybe with -dirty */
+    const char *baked = exp_build_commit();
+    const size_t bl = strlen(baked);
+    CHECK_MSG(strcmp(h_root, "unknown") == 0 ||
+                  ((bl == 40 || (bl == 46 && strcmp(baked + 40, "-dirty") == 0)) &&
+                   strspn(baked, "0123456789abcdef") == 40),
+              "baked-in commit '%s'", baked);
+    if (!baked[0]) baked = h_root; /* a build without git: looked up when the program runs */
     /* the build's own program, then the copy in tree/ */
     char bin[1200];
     snprintf(bin, sizeof bin, "%s/build/ternlab", tree);
@@ -516,14 +556,235 @@ TEST(run_files_record_the_source_commit) {
         CHECK(read_attr_str(q, "git_commit", cq, sizeof cq) == 0);
         CHECK_MSG(strcmp(cp, cq) == 0, "ppl %s, diff %s", cp, cq);
         CHECK_MSG(strcmp(cp, h_other) != 0, "the working folder's commit %s", cp);
-        /* the build's program: the repository's commit where it lies in it;
-         * built elsewhere, known only through TL_SOURCE_DIR */
-        const int inside = strncmp(own, root, strlen(root)) == 0 && own[strlen(root)] == '/';
-        if (i == 0)
-            CHECK_MSG(strcmp(cp, h_root) == 0 || (!inside && strcmp(cp, "unknown") == 0),
-                      "%s: %s, want %s", progs[i], cp, h_root);
-        else
-            CHECK_MSG(strcmp(cp, h_tree) == 0 || strcmp(cp, h_root) == 0, "%s: %s, want %s", progs[i],
-                      cp, h_tree);
+        /* what the build baked in (this runner links the same experiment.o as the programs) */
+        CHECK_MSG(strcmp(cp, baked) == 0, "%s: %s, the build baked in %s", progs[i], cp, baked);
+        CHECK_MSG(strcmp(cp, h_tree) != 0, "%s: the copy's tree's commit %s", progs[i], cp);
     }
+}
+
+/* The reference cache's key and model_sha256 cover every file the loader
+ * reads: a copy of llama-tiny differing only in config.json (rope_theta), and
+ * two sharded copies with the same index differing only in a shard's contents
+ * (down_proj negated), each got another model's cached reference (wrong
+ * ppl_ref, kl, top1) and the same model_sha256 when only model.safetensors or
+ * the index was hashed.  The hash is the documented one (paper/SCHEMA.md). */
+TEST(exp_reference_key_is_every_model_file) {
+    const char *d = test_tmpdir();
+    char cmd[16384], *log = NULL, llama[2048];
+    REQUIRE(realpath(test_path(LLAMA_DIR), llama));
+    /* a: llama-tiny; b: its config with another rope_theta; sA / sB: llama-tiny
+     * in two shards, sB with the down_proj weights negated (BF16 sign bits) */
+    snprintf(cmd, sizeof cmd,
+             "set -e; cd '%s'; mkdir -p a b sA sB res/exp-threshold; "
+             "cp '%s/config.json' '%s/model.safetensors' a/; cp a/* b/; "
+             "sed -i 's/\"rope_theta\": *10000.0/\"rope_theta\": 500.0/' b/config.json; "
+             "! cmp -s a/config.json b/config.json; cp a/config.json sA/; cp a/config.json sB/; "
+             "cat > shard.py <<'PY'\n"
+             "import json, struct, sys\n"
+             "src, dst, neg = sys.argv[1], sys.argv[2], sys.argv[3] == '1'\n"
+             "raw = open(src + '/model.safetensors', 'rb').read()\n"
+             "n = struct.unpack('<Q', raw[:8])[0]\n"
+             "hdr = json.loads(raw[8:8 + n]); body = raw[8 + n:]\n"
+             "names = sorted(k for k in hdr if k != '__metadata__')\n"
+             "wm = {}\n"
+             "for si, part in enumerate((names[:len(names) // 2], names[len(names) // 2:])):\n"
+             "    fn = 'model-%%05d-of-00002.safetensors' %% (si + 1)\n"
+             "    h, data = {}, bytearray()\n"
+             "    for k in part:\n"
+             "        b0, b1 = hdr[k]['data_offsets']\n"
+             "        chunk = bytearray(body[b0:b1])\n"
+             "        if neg and 'mlp.down_proj' in k:\n"
+             "            assert hdr[k]['dtype'] == 'BF16'\n"
+             "            for i in range(1, len(chunk), 2): chunk[i] ^= 0x80\n"
+             "        h[k] = {'dtype': hdr[k]['dtype'], 'shape': hdr[k]['shape'],\n"
+             "                'data_offsets': [len(data), len(data) + len(chunk)]}\n"
+             "        data += chunk; wm[k] = fn\n"
+             "    hj = json.dumps(h).encode(); hj += b' ' * ((8 - len(hj) %% 8) %% 8)\n"
+             "    open(dst + '/' + fn, 'wb').write(struct.pack('<Q', len(hj)) + hj + data)\n"
+             "json.dump({'metadata': {}, 'weight_map': wm}, open(dst + '/model.safetensors.index.json', 'w'))\n"
+             "PY\n"
+             "/usr/bin/python3 shard.py a sA 0 && /usr/bin/python3 shard.py a sB 1 && "
+             "cmp sA/model.safetensors.index.json sB/model.safetensors.index.json",
+             d, llama, llama);
+    int rc = test_run(cmd, &log);
+    REQUIRE(rc == 0 || (fprintf(stderr, "%s\n", log ? log : ""), 0));
+    free(log);
+    const char *models[4] = {"a", "b", "sA", "sB"};
+    char sha[4][128], files[4][900];
+    double ref[4];
+    for (int i = 0; i < 4; i++) {
+        snprintf(files[i], sizeof files[i], "%s/res/exp-threshold/%s.h5", d, models[i]);
+        snprintf(cmd, sizeof cmd, "%s --model '%s/%s' --value twn --out '%s' window=32 max_windows=2 2>&1",
+                 bin_path("exp_threshold"), d, models[i], files[i]);
+        rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+        /* b after a, sB after sA: another model, so another reference */
+        CHECK_MSG(!(i % 2 == 1 && strstr(log, "reference: cached")), "%s reused %s's reference: %s",
+                  models[i], models[i - 1], log);
+        free(log);
+        ref[i] = read_scalar(files[i], "/metrics/ppl_ref");
+        CHECK(read_attr_str(files[i], "model_sha256", sha[i], sizeof sha[i]) == 0 && strlen(sha[i]) == 64);
+    }
+    CHECK_MSG(strcmp(sha[0], sha[1]) != 0 && ref[0] != ref[1], "config.json: sha %s / %s, ppl_ref %g / %g",
+              sha[0], sha[1], ref[0], ref[1]);
+    CHECK_MSG(strcmp(sha[2], sha[3]) != 0 && ref[2] != ref[3], "shards: sha %s / %s, ppl_ref %g / %g",
+              sha[2], sha[3], ref[2], ref[3]);
+    /* the same weights in one file or two shards: the same reference (computed apart) */
+    CHECK_MSG(ref[0] == ref[2], "a %g, sA %g", ref[0], ref[2]);
+    /* the definition paper/SCHEMA.md gives, with sha256sum */
+    const char *want_cmd[2] = {
+        "cd '%s/a' && sha256sum config.json model.safetensors | sha256sum",
+        "cd '%s/sA' && sha256sum config.json model.safetensors.index.json model-00001-of-00002.safetensors "
+        "model-00002-of-00002.safetensors | sha256sum"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(cmd, sizeof cmd, want_cmd[i], d);
+        REQUIRE(test_run(cmd, &log) == 0);
+        CHECK_MSG(strncmp(log, sha[2 * i], 64) == 0, "%s: model_sha256 %s, sha256sum %.64s", models[2 * i],
+                  sha[2 * i], log);
+        free(log);
+    }
+}
+
+/* Without --out a run is RESULTS/<exp>/<model>__<value>.h5 on the CPU and
+ * <model>__<value>__cuda.h5 on CUDA: a CUDA point never replaces the CPU
+ * file of the same model and value (both had been <model>__<value>.h5).
+ * Without a GPU the CUDA point fails, naming the file it would have written. */
+TEST(exp_run_file_name_has_the_device) {
+    const char *d = test_tmpdir();
+    const char *extra = "batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1 window=32";
+    char cmd[4096], *log = NULL, cpu_f[900], cuda_f[900], st0[256] = "", st1[256] = "";
+    snprintf(cpu_f, sizeof cpu_f, "%s/res/exp-throughput/llama-tiny__ternary.h5", d);
+    snprintf(cuda_f, sizeof cuda_f, "%s/res/exp-throughput/llama-tiny__ternary__cuda.h5", d);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value ternary --results '%s/res' %s 2>&1",
+             bin_path("exp_throughput"), test_path(LLAMA_DIR), d, extra);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+    free(log);
+    CHECK_MSG(h5log_verify_schema(cpu_f) == 0, "%s: %s", cpu_f, err_msg());
+    snprintf(cmd, sizeof cmd, "stat -c %%Y.%%i '%s'", cpu_f);
+    char *s = NULL;
+    REQUIRE(test_run(cmd, &s) == 0);
+    snprintf(st0, sizeof st0, "%s", s);
+    free(s);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value ternary --results '%s/res' device=cuda %s 2>&1",
+             bin_path("exp_throughput"), test_path(LLAMA_DIR), d, extra);
+    rc = test_run(cmd, &log);
+    if (cuda_backend_available(NULL, 0)) {
+        CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+        CHECK_MSG(h5log_verify_schema(cuda_f) == 0, "%s: %s", cuda_f, err_msg());
+        char dev[64];
+        CHECK(read_attr_str(cuda_f, "device", dev, sizeof dev) == 0 && strncmp(dev, "cuda", 4) == 0);
+    } else {
+        CHECK_MSG(rc != 0 && strstr(log, "llama-tiny__ternary__cuda.h5"), "rc %d: %s", rc, log);
+    }
+    free(log);
+    snprintf(cmd, sizeof cmd, "stat -c %%Y.%%i '%s'", cpu_f);
+    REQUIRE(test_run(cmd, &s) == 0);
+    snprintf(st1, sizeof st1, "%s", s);
+    free(s);
+    CHECK_MSG(strcmp(st0, st1) == 0, "the CPU file was replaced (%s -> %s)", st0, st1);
+    char dev[64];
+    CHECK(read_attr_str(cpu_f, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
+}
+
+typedef struct {
+    double sleep_s; /* per window */
+    int windows;
+} SlowCtx;
+
+static int slow_on_window(void *vctx, int64_t w, const float *logits, const int32_t *ids, int T, int V,
+                          int r0) {
+    SlowCtx *c = vctx;
+    c->windows++;
+    usleep((useconds_t)(c->sleep_s * 1e6));
+    return 0;
+}
+
+/* eval_tok_s: the tokens fed to forward() (T a window; T - 1 under the KV
+ * split protocol, whose last token is never fed) over the time inside the
+ * forward calls.  It had been nw * T over the whole loop, per-window
+ * callbacks (the comparison with the reference) included: here a callback
+ * that sleeps 0.3 s a window would have held the rate under 2 * 64 / 0.6. */
+TEST(eval_tok_s_counts_fed_tokens_and_forward_time) {
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 2 * 64, 16, 2, 64, &m, &e) == 0);
+    int32_t *tok = NULL;
+    int64_t n = 0;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    for (int split = 0; split <= 1; split++) {
+        SlowCtx c = {.sleep_s = 0.3};
+        PplOpts o = {.window = 64, .max_windows = 2, .on_logits = slow_on_window, .ctx = &c, .kv_split = split};
+        PplResult r;
+        REQUIRE(eval_ppl(&e, tok, n, &o, &r) == 0);
+        CHECK(c.windows == 2);
+        CHECK_MSG(r.fed_tokens == (split ? 2 * 63 : 2 * 64), "split %d: fed %lld", split, (long long)r.fed_tokens);
+        CHECK_MSG(r.seconds >= 0.6 && r.forward_seconds > 0 && r.forward_seconds < r.seconds - 0.5,
+                  "split %d: %.3f s, forward %.3f s", split, r.seconds, r.forward_seconds);
+        CHECK_MSG(r.tok_per_s == (double)r.fed_tokens / r.forward_seconds, "split %d: %g tok/s", split, r.tok_per_s);
+        CHECK(r.tok_per_s > (double)r.fed_tokens / (r.seconds - 0.5));
+        if (split) CHECK(r.decode_tokens == 2 * (63 - 32) && r.decode_seconds <= r.forward_seconds);
+    }
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
+
+/* The figures, tables and paper label what ran: exp-throughput's value `bf16`
+ * runs dense f32 (its /load_report/run_as) and had been called "dense BF16",
+ * overstating the ternary speed-up; the reference is the checkpoint's weights
+ * dense (a native ternary model's dequantised) and had been called "BF16". */
+TEST(scripts_label_what_ran) {
+    const char *d = test_tmpdir();
+    const char *thr = "batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1 window=32";
+    char cmd[16384], *log = NULL;
+    struct {
+        const char *prog, *exp, *value, *extra;
+    } runs[] = {{"exp_throughput", "exp-throughput", "bf16", thr},
+                {"exp_throughput", "exp-throughput", "ternary", thr},
+                {"exp_threshold", "exp-threshold", "twn", "window=32 max_windows=2"}};
+    for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s/res/%s' && %s --model %s --value %s --out '%s/res/%s/llama-tiny__%s.h5' %s 2>&1",
+                 d, runs[i].exp, bin_path(runs[i].prog), test_path(LLAMA_DIR), runs[i].value, d, runs[i].exp,
+                 runs[i].value, runs[i].extra);
+        int rc = test_run(cmd, &log);
+        REQUIRE(rc == 0 || (fprintf(stderr, "%s\n", log), 0));
+        free(log);
+    }
+    /* the tables and the paper, then the figures' legends (savefig replaced by a capture) */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && /usr/bin/python3 scripts/tables.py --results '%s/res' --out '%s/paper/tables' >/dev/null && "
+             "/usr/bin/python3 scripts/paper.py --results '%s/res' --paper '%s/paper' >/dev/null && "
+             "cat '%s/paper/tables/exp-throughput.md' '%s/paper/tables/exp-threshold.md' '%s/paper/paper.md' && "
+             "(/usr/bin/python3 - '%s/res' <<'PY'\n"
+             "import sys\n"
+             "sys.path.insert(0, 'scripts')\n"
+             "import figures, ternlab_runs as tr\n"
+             "def capture(fig, path, **kw):\n"
+             "    for ax in fig.axes:\n"
+             "        if ax.get_legend():\n"
+             "            print('legend:', ' | '.join(t.get_text() for t in ax.get_legend().get_texts()))\n"
+             "tr.savefig_atomic = capture\n"
+             "for exp in ('exp-throughput', 'exp-threshold'):\n"
+             "    figures.draw(exp, tr.load(sys.argv[1], exp), '.')\n"
+             "import shutil, h5py\n"
+             "c = sys.argv[1] + '/../bf16_on_cuda.h5'\n"
+             "shutil.copy(sys.argv[1] + '/exp-throughput/llama-tiny__bf16.h5', c)\n"
+             "with h5py.File(c, 'r+') as f: f['throughput'].attrs['dense_dtype'] = 'bf16'\n"
+             "print('cuda label:', tr.weights_label(tr.read_run(c)))\n"
+             "PY\n)", /* (test_run appends to the last line) */
+             test_path(""), d, d, d, d, d, d, d, d);
+    int rc = test_run(cmd, &log);
+    REQUIRE(rc == 0 || (fprintf(stderr, "%s\n", log), 0));
+    CHECK_MSG(strstr(log, "| llama-tiny | dense f32 | cpu | 1 |") &&
+                  strstr(log, "| llama-tiny | ternary packed (ternarised) | cpu | 1 |") &&
+                  !strstr(log, "| llama-tiny | bf16 |"), "throughput table:\n%s", log);
+    CHECK_MSG(strstr(log, "PPL (dense ref.)") && strstr(log, "`bf16`: dense f32 on cpu"), "%s", log);
+    CHECK_MSG(strstr(log, "legend: llama-tiny dense f32 (cpu) | llama-tiny ternary packed (ternarised) (cpu)") &&
+                  strstr(log, "llama-tiny dense reference"), "legends:\n%s", log);
+    CHECK_MSG(!strstr(log, "BF16 ref") && !strstr(log, "BF16 reference") && !strstr(log, "dense BF16"),
+              "BF16 where it is not:\n%s", log);
+    /* a dense run timed in the CUDA engine's bf16 form (its /throughput dense_dtype) */
+    CHECK_MSG(strstr(log, "cuda label: dense bf16\n"), "%s", log);
+    free(log);
 }

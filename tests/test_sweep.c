@@ -581,3 +581,63 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     CHECK_MSG(h5log_verify_schema(h5) == 0, "%s", err_msg());
     unsetenv("TERNLAB_EXP_CMD");
 }
+
+/* device=cuda on a config whose device is cpu: its points are
+ * <model>__<value>__cuda.h5, neither skipped as complete because the CPU file
+ * of the point exists (they had been, `sweep.sh --dry-run device=cuda` said
+ * "complete, skipped") nor written over it; the tables then show both
+ * devices' rows, told apart by a device column. */
+TEST(sweep_device_in_run_file_name) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[8000], *out = NULL, *st0 = NULL, *st1 = NULL;
+    snprintf(conf, sizeof conf, "%s/fake.conf", dir);
+    FILE *f = fopen(conf, "w");
+    REQUIRE(f);
+    fprintf(f, "factor = value\nvalues = a b\nmodels = data/m1 data/m2\ntokens = none\nwindow = 16\n"
+               "max_windows = 1\ndevice = cpu\n");
+    fclose(f);
+    snprintf(res, sizeof res, "%s/results", dir);
+    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    unsetenv("TERNLAB_VERIFY_CMD");
+    const char *sweep = test_path("scripts/sweep.sh");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 >/dev/null 2>&1 && "
+             "stat -c '%%n %%Y %%i' '%s'/*.h5", sweep, conf, res, out_dir);
+    REQUIRE(test_run(cmd, &st0) == 0);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --dry-run device=cuda 2>&1",
+             sweep, conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && !strstr(out, "complete, skipped") &&
+                  strstr(out, "exp-fake/m2__b__cuda.h5 -- "),
+              "rc %d:\n%s", rc, out);
+    free(out);
+    /* the CUDA sweep (the stand-in records device cpu: set as a CUDA run would) */
+    snprintf(cmd, sizeof cmd,
+             "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 device=cuda >/dev/null 2>&1 && "
+             "/usr/bin/python3 -c \"import glob, h5py\nfor p in glob.glob('%s/*__cuda.h5'):\n"
+             "    with h5py.File(p, 'r+') as f: f.attrs['device'] = 'cuda'\" && "
+             "bash '%s' exp-fake --config '%s' --results '%s' --dry-run device=cuda 2>&1",
+             sweep, conf, res, out_dir, sweep, conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "4 points (4 complete)"), "rc %d:\n%s", rc, out);
+    free(out);
+    int h5 = 0, tmp = 0;
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 8 && tmp == 0, "%d run files, %d temporaries (want 8, 0)", h5, tmp);
+    snprintf(cmd, sizeof cmd, "stat -c '%%n %%Y %%i' '%s'/m?__?.h5", out_dir);
+    REQUIRE(test_run(cmd, &st1) == 0);
+    CHECK_MSG(strcmp(st0, st1) == 0, "the CPU files changed:\n%s\n%s", st0, st1);
+    free(st0);
+    free(st1);
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && /usr/bin/python3 scripts/tables.py --results '%s' --out '%s/tables' exp-fake >/dev/null && "
+             "cat '%s/tables/exp-fake.md'", test_path(""), res, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "| m1 | a | cpu | 1.500 |") && strstr(out, "| m1 | a | cuda | 1.500 |") &&
+                  strstr(out, "| m2 | b | cuda | 1.500 |"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+}

@@ -98,8 +98,8 @@ void diff_result_free(DiffResult *r);
 void diff_print(const DiffResult *r, const char *a_desc, const char *b_desc, FILE *f);
 /* Writes `group` (e.g. "/diff"): datasets row_name, resid_{rel_l2,max_abs,
  * nonfinite_a,nonfinite_b}, and when have_blocks attn_*, mlp_*, linear/name,
- * linear/{rel_l2,max_abs,nonfinite_a,nonfinite_b}; attributes a, b, threshold,
- * window, first_layer, first_block, first_value.  Returns 0 or -1 (err_set). */
+ * linear/out_{rel_l2,max_abs,nonfinite_a,nonfinite_b}; attributes a, b,
+ * threshold, window, have_blocks, first_layer, first_block, first_value.  Returns 0 or -1 (err_set). */
 int diff_write_h5(H5Log *lg, const char *group, const DiffResult *r, const char *a_desc,
                   const char *b_desc);
 

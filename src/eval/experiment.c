@@ -16,6 +16,7 @@
 #include "runtime/linear.h"
 #include "runtime/report.h"
 
+#include <cJSON.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
@@ -25,6 +26,13 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
+
+#ifdef TL_BUILD_INFO /* the Makefile's $(BUILD)/gen/build_info.h: TL_GIT_COMMIT */
+#include TL_BUILD_INFO
+#endif
+#ifndef TL_GIT_COMMIT
+#define TL_GIT_COMMIT "" /* (a build without the Makefile's header, or outside a checkout) */
+#endif
 
 #define EXP_TOKENS_PER_CALL 2048 /* windows batched per forward call */
 /* The reference's logits for every scored position are kept (and cached) to
@@ -85,15 +93,106 @@ static const char *base_name(const char *path) {
     return buf;
 }
 
-/* SHA-256 of the checkpoint's weights: model.safetensors, the shard index, or a .gguf file. */
-static int model_hash(const char *model, char out[65]) {
+static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+
+/* The files model_load reads from the HF folder dir, in the order they are
+ * hashed: config.json, then model.safetensors.index.json and every shard it
+ * names (each once, sorted by name), or model.safetensors.  *names (heap, n
+ * strings, file names without the folder; free each and the array) on 0; -1
+ * (err_set) where the index cannot be read. */
+static int model_files(const char *dir, char ***names, int *n) {
     char p[4096];
     struct stat st;
-    if (stat(model, &st) == 0 && S_ISREG(st.st_mode)) return sha256_file(model, out);
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", model);
-    if (stat(p, &st) == 0) return sha256_file(p, out);
-    snprintf(p, sizeof p, "%s/model.safetensors", model);
-    return sha256_file(p, out);
+    int cap = 8, k = 0;
+    char **v = xmalloc(sizeof(char *) * (size_t)cap);
+    v[k++] = xstrdup("config.json");
+    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
+    if (stat(p, &st) != 0) {
+        v[k++] = xstrdup("model.safetensors");
+        *names = v;
+        *n = k;
+        return 0;
+    }
+    v[k++] = xstrdup("model.safetensors.index.json");
+    char *text = NULL;
+    if (file_read_all(p, &text, NULL) != 0) {
+        for (int i = 0; i < k; i++) free(v[i]);
+        free(v);
+        return -1;
+    }
+    cJSON *root = cJSON_Parse(text);
+    free(text);
+    const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
+    int first_shard = k, rc = cJSON_IsObject(wm) ? 0 : err_set("%s: no object 'weight_map'", p);
+    for (const cJSON *it = rc == 0 ? wm->child : NULL; it; it = it->next) {
+        if (!cJSON_IsString(it)) {
+            rc = err_set("%s: weight_map entry '%s' is not a file name", p, it->string ? it->string : "?");
+            break;
+        }
+        int seen = 0;
+        for (int i = first_shard; i < k && !seen; i++) seen = strcmp(v[i], it->valuestring) == 0;
+        if (seen) continue;
+        if (k == cap) v = xrealloc(v, sizeof(char *) * (size_t)(cap *= 2));
+        v[k++] = xstrdup(it->valuestring);
+    }
+    cJSON_Delete(root);
+    if (rc != 0) {
+        for (int i = 0; i < k; i++) free(v[i]);
+        free(v);
+        return -1;
+    }
+    qsort(v + first_shard, (size_t)(k - first_shard), sizeof(char *), cmp_str);
+    *names = v;
+    *n = k;
+    return 0;
+}
+
+/* SHA-256 identifying the checkpoint at `model` by every file the loader reads
+ * (paper/SCHEMA.md, model_sha256): a .gguf file's own SHA-256; for an HF folder
+ * the SHA-256 of the lines "<sha256>  <file>\n" (sha256sum's format) of the
+ * files of model_files in that order, i.e.
+ * `(cd MODEL && sha256sum config.json model.safetensors) | sha256sum`.  So a
+ * model that differs only in config.json or in a shard's contents has another
+ * hash, hence another reference.  Hashed once per path a process (exp_main
+ * runs every point of a sweep in one; a 27B checkpoint is ~50 GB to read). */
+static int model_hash(const char *model, char out[65]) {
+    static struct {
+        char *path;
+        char sha[65];
+    } memo[32];
+    static int n_memo;
+    for (int i = 0; i < n_memo; i++)
+        if (strcmp(memo[i].path, model) == 0) {
+            memcpy(out, memo[i].sha, 65);
+            return 0;
+        }
+    struct stat st;
+    int rc = 0;
+    if (stat(model, &st) == 0 && S_ISREG(st.st_mode)) {
+        rc = sha256_file(model, out);
+    } else {
+        char **names = NULL, p[4096], file_sha[65];
+        int n = 0;
+        if (model_files(model, &names, &n) != 0) return -1;
+        size_t cap = (size_t)n * (64 + 2 + 1) + 1, len = 0;
+        for (int i = 0; i < n; i++) cap += strlen(names[i]);
+        char *lines = xmalloc(cap);
+        for (int i = 0; i < n && rc == 0; i++) {
+            snprintf(p, sizeof p, "%s/%s", model, names[i]);
+            rc = sha256_file(p, file_sha);
+            if (rc == 0) len += (size_t)snprintf(lines + len, cap - len, "%s  %s\n", file_sha, names[i]);
+        }
+        if (rc == 0) sha256_bytes(lines, len, out);
+        free(lines);
+        for (int i = 0; i < n; i++) free(names[i]);
+        free(names);
+    }
+    if (rc != 0) return -1;
+    if (n_memo < (int)(sizeof memo / sizeof memo[0])) {
+        memo[n_memo].path = xstrdup(model);
+        memcpy(memo[n_memo++].sha, out, 65);
+    }
+    return 0;
 }
 
 /* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
@@ -128,9 +227,14 @@ static int git_head(const char *dir, char *out, size_t n) {
     return 0;
 }
 
+const char *exp_build_commit(void) { return TL_GIT_COMMIT; }
+
 void exp_git_commit(char *out, size_t n) {
     static char commit[80]; /* once a process: exp_main writes every point of a sweep */
+    if (!commit[0] && TL_GIT_COMMIT[0]) snprintf(commit, sizeof commit, "%s", TL_GIT_COMMIT);
     if (!commit[0]) {
+        /* the fallback where the build had no git: the checkout's HEAD now
+         * (which may have moved since the build, and says nothing of edits) */
         int found = 0;
 #ifdef TL_SOURCE_DIR /* the tree the build was made in (Makefile: -DTL_SOURCE_DIR='"$(CURDIR)"') */
         found = git_head(TL_SOURCE_DIR, commit, sizeof commit) == 0;
@@ -382,14 +486,14 @@ typedef struct {
 
 /* batch sequences of prompt_len tokens prefilled in one call, then gen_len
  * batched decode steps (greedy); medians over `repeats` after `warmup`. */
-static int measure_throughput(Model *m, int tp, EngineDevice dev, const int32_t *tok, int64_t n,
+static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, const int32_t *tok, int64_t n,
                               int batch, int prompt_len, int gen_len, int warmup, int repeats,
                               Throughput *out) {
     if ((int64_t)batch * (prompt_len + gen_len) > n)
         return err_set("throughput: batch %d x %d tokens exceeds the token file", batch,
                        prompt_len + gen_len);
     Engine e;
-    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev};
+    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev, .bf16 = bf16};
     eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int64_t nt = (int64_t)batch * prompt_len;
@@ -518,6 +622,10 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
     }
     if (model_load(rc->model, &mo, &m) != 0) return -1;
+    /* exp-throughput's dense baseline (value bf16) on CUDA times the engine's bf16 form
+     * (bf16 weights and activations through cuBLAS, as bench-e2e's BF16); on the CPU the
+     * dense linears run in f32 (OpenBLAS sgemm: Debian's OpenBLAS has no bf16 GEMM) */
+    const int thr_bf16 = rc->kind == EXP_THROUGHPUT && mo.dense && dev == ENGINE_CUDA;
     /* exp-throughput's "ternary" is the checkpoint's ternary weights: a native
      * ternary checkpoint runs as stored (DESIGN.md: never re-ternarised unless
      * asked); the config's quant is the rule for BF16 checkpoints only.  The
@@ -601,14 +709,13 @@ static int run_point(const RunCfg *rc, const char *out) {
                 break;
             }
             Throughput t = {0};
-            st = measure_throughput(&m, rc->tp, dev, tok, n, (int)batches[i], (int)pl, (int)gl,
+            st = measure_throughput(&m, rc->tp, dev, thr_bf16, tok, n, (int)batches[i], (int)pl, (int)gl,
                                     (int)wu, (int)rp, &t);
             if (st == 0) {
                 pre[i] = t.prefill_tok_s;
                 dec[i] = t.decode_tok_s;
                 p50[i] = t.p50_ms;
                 p99[i] = t.p99_ms;
-                arus[i] = t.allreduce_us_per_tok;
                 arus[i] = t.allreduce_us_per_tok;
                 fprintf(stderr, "throughput %s batch %lld: prefill %.0f tok/s, decode %.0f tok/s, "
                                 "step p50 %.2f ms p99 %.2f ms\n", rc->value, (long long)batches[i],
@@ -734,12 +841,15 @@ static int run_point(const RunCfg *rc, const char *out) {
             e |= h5log_scalar_f64(lg, "/tp/allreduce_us_per_token_eval",
                                   tps.tokens ? 1e6 * tps.rank[0].comm_seconds / (double)tps.tokens : 0);
         }
-        if (rc->kind == EXP_THROUGHPUT)
+        if (rc->kind == EXP_THROUGHPUT) {
             for (int j = 0; j < LT_N; j++) {
                 char lp[96];
                 snprintf(lp, sizeof lp, "/throughput/%s", lt_names[j]);
                 e |= h5log_f64(lg, lp, lt[j], nb);
             }
+            /* the dense baseline's precision in the timed runs (paper/SCHEMA.md) */
+            if (mo.dense) e |= h5log_attr_str(lg, "/throughput", "dense_dtype", thr_bf16 ? "bf16" : "f32");
+        }
         /* what was loaded and which kernels ran (every run file) */
         e |= report_write_h5(lg, &m);
         /* KV capacity at a memory budget (the KV experiment; config key mem, default 24GiB) */
@@ -833,7 +943,8 @@ static void usage(const ExpDef *def, FILE *f) {
             "                    [--results DIR] [key=value ...]\n\n"
             "Settings come from configs/%s.conf; key=value overrides any of them.\n"
             "With --model and --value: one run written to --out (default\n"
-            "RESULTS/%s/<model>__<value>.h5); otherwise every model x value of the config.\n"
+            "RESULTS/%s/<model>__<value>.h5, <model>__<value>__<device>.h5 for a\n"
+            "device other than cpu); otherwise every model x value of the config.\n"
             "For sweeps across cores or nodes: scripts/sweep.sh %s.\n",
             def->name, def->summary, prog, def->name, def->name, def->name);
 }
@@ -951,19 +1062,24 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
                 rc.logit_rows = (int)(lr < 0 ? 0 : lr);
                 if (T < 4 || T > (1 << 20)) st = err_set("window %lld out of range", (long long)T);
             }
-            char outp[4096];
+            char outp[4096] = "";
             if (st == 0) {
                 if (out) snprintf(outp, sizeof outp, "%s", out);
                 else {
                     snprintf(outp, sizeof outp, "%s/%s", results, def->name);
                     st = mkdirs(outp);
-                    snprintf(outp, sizeof outp, "%s/%s/%s__%s.h5", results, def->name, base_name(mp), v);
+                    /* the device in the name where it is not the CPU: a CUDA run
+                     * beside a CPU one of the same point (scripts/sweep.sh names
+                     * its --out the same way) */
+                    const int cpu = strcmp(rc.device, "cpu") == 0;
+                    snprintf(outp, sizeof outp, "%s/%s/%s__%s%s%s.h5", results, def->name, base_name(mp), v,
+                             cpu ? "" : "__", cpu ? "" : rc.device);
                 }
             }
             if (st == 0) st = run_point(&rc, outp);
             if (st != 0) {
-                fprintf(stderr, "%s: %s=%s on %s: %s\n", def->name, rc.factor ? rc.factor : "value",
-                        v, mp, err_msg());
+                fprintf(stderr, "%s: %s=%s on %s%s%s%s: %s\n", def->name, rc.factor ? rc.factor : "value",
+                        v, mp, outp[0] ? " (" : "", outp, outp[0] ? ")" : "", err_msg());
                 failed++;
             }
             expconf_free(&c);

@@ -7,7 +7,8 @@
  *                    [--results DIR] [key=value ...]
  *
  * With --model and --value: one run, one HDF5 file (--out, default
- * RESULTS/<experiment>/<model>__<value>.h5).  Without them: every model of
+ * RESULTS/<experiment>/<model>__<value>.h5, or <model>__<value>__<device>.h5
+ * where the config's device is not cpu, as scripts/sweep.sh names them).  Without them: every model of
  * the config's `models` × every value of `values`.
  *
  * A run evaluates the model under the bound settings (on `device` = cpu or
@@ -55,12 +56,15 @@ int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windo
 
 #define TERNLAB_VERSION "0.1.0"
 
-/* The commit of the source tree this program was built from, or "unknown"
- * where that is not a git checkout: the run files' git_commit attribute.  The
- * tree is TL_SOURCE_DIR where the build defines it, else the first folder
- * above the executable holding .git and src/eval/experiment.h (build/ in the
- * tree); never the working folder.  `git -C TREE rev-parse HEAD`, once a
- * process. */
+/* The commit of the source tree this program was built from: the run files'
+ * git_commit attribute.  The value the build baked in (exp_build_commit: the
+ * Makefile's `git rev-parse HEAD` of its source folder, "-dirty" appended
+ * where tracked files differed from that commit); where the build had none (no
+ * git, or not a checkout), the HEAD now of TL_SOURCE_DIR where the build
+ * defines it, else of the first folder above the executable holding .git and
+ * src/eval/experiment.h (build/ in the tree), never the working folder; else
+ * "unknown".  Once a process. */
+const char *exp_build_commit(void); /* "" where the build baked in none */
 void exp_git_commit(char *out, size_t n);
 
 #endif

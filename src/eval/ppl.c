@@ -48,7 +48,7 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
     Progress pr;
     progress_init(&pr, "ppl windows", nw);
     if (!o->progress) pr.enabled = 0;
-    double t0 = time_now();
+    double t0 = time_now(), fwd = 0; /* fwd: seconds inside forward() */
     const int r0 = o->kv_split ? T / 2 - 1 : 0; /* first scored row */
     const int per_w = T - 1 - r0;
     for (int64_t w0 = 0; w0 < nw && rc == 0; w0 += B) {
@@ -65,7 +65,10 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
         }
         if (!o->kv_split) {
             e->rs.decode = 0;
+            double tf = time_now();
             rc = forward(e->m, &e->kv, &e->rs, ids, seq, pos, nb * T, NULL, 0, logits);
+            fwd += time_now() - tf;
+            r->fed_tokens += nb * T;
         } else {
             /* prefill the first halves (all windows in one call), keeping row r0's logits */
             int h = T / 2;
@@ -83,12 +86,14 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
                 lidx[b] = b * h + h - 1;
             }
             e->rs.decode = 0;
+            double tf = time_now();
             rc = lg ? forward(e->m, &e->kv, &e->rs, pid, psq, pps, nb * h, lidx, nb, lg) : -1;
+            fwd += time_now() - tf;
+            r->fed_tokens += nb * h;
             for (int64_t b = 0; b < nb && rc == 0; b++)
                 memcpy(logits + ((size_t)b * T + (size_t)r0) * V, lg + b * V, sizeof(float) * V);
             /* then one decode step per position, batched over the windows */
             e->rs.decode = 1;
-            double td = time_now();
             for (int t = h; t < T - 1 && rc == 0; t++) {
                 for (int64_t b = 0; b < nb; b++) {
                     pid[b] = ids[b * T + t];
@@ -96,12 +101,16 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
                     pps[b] = t;
                     lidx[b] = b;
                 }
+                double td = time_now();
                 rc = forward(e->m, &e->kv, &e->rs, pid, psq, pps, nb, lidx, nb, lg);
+                td = time_now() - td;
+                fwd += td;
+                r->decode_seconds += td;
                 for (int64_t b = 0; b < nb && rc == 0; b++)
                     memcpy(logits + ((size_t)b * T + (size_t)t) * V, lg + b * V, sizeof(float) * V);
             }
-            r->decode_seconds += time_now() - td;
             r->decode_tokens += nb * (T - 1 - h);
+            r->fed_tokens += nb * (T - 1 - h);
             e->rs.decode = 0;
             mem_free(lg);
             free(pid);
@@ -131,7 +140,8 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
     progress_done(&pr);
     r->n_windows = nw;
     r->seconds = time_now() - t0;
-    r->tok_per_s = r->seconds > 0 ? (double)(nw * T) / r->seconds : 0;
+    r->forward_seconds = fwd;
+    r->tok_per_s = fwd > 0 ? (double)r->fed_tokens / fwd : 0;
     r->ppl = r->n_pred ? exp(r->nll_sum / (double)r->n_pred) : NAN;
     mem_free(logits);
     free(seq);

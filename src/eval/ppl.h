@@ -30,8 +30,11 @@ typedef struct {
 typedef struct {
     double nll_sum, ppl;
     int64_t n_pred, n_windows;
-    double seconds, tok_per_s;
-    double decode_seconds; /* kv_split: time spent in the decode steps */
+    double seconds;         /* wall time of the whole evaluation (scoring and callbacks too) */
+    double forward_seconds; /* of it, inside forward() */
+    int64_t fed_tokens;     /* tokens the forward calls took: T a window, T - 1 under kv_split */
+    double tok_per_s;       /* fed_tokens / forward_seconds */
+    double decode_seconds;  /* kv_split: time in the decode steps' forward calls */
     int64_t decode_tokens;
 } PplResult;
 
