@@ -556,6 +556,108 @@ TEST(gguf_bad_files_are_clear_errors) {
     printf("    %s\n", err_msg());
 }
 
+/* ---- small synthetic llama GGUFs ---------------------------------------------- */
+
+/* A small llama GGUF with random F32 weights: hidden 64 (2 heads of 32), ffn 96,
+ * vocab 2048 (the token file's), `layers` blocks stored and llama.block_count
+ * `claimed` (0: layers); `extra` names one more tensor of 64 floats (NULL: none).
+ * No input size is a multiple of 256, so no linear has a TQ form.  Returns 0 or -1. */
+static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
+    enum { H = 64, F = 96, V = 2048 };
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_str(w, "general.architecture", "llama");
+    gguf_writer_u32(w, "llama.embedding_length", H);
+    gguf_writer_u32(w, "llama.block_count", (uint32_t)(claimed ? claimed : layers));
+    gguf_writer_u32(w, "llama.attention.head_count", 2);
+    gguf_writer_u32(w, "llama.attention.head_count_kv", 2);
+    gguf_writer_u32(w, "llama.feed_forward_length", F);
+    gguf_writer_u32(w, "llama.vocab_size", V);
+    gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    float *x = xmalloc(sizeof(float) * V * H);
+    uint32_t seed = 12345;
+    int rc = 0;
+#define ADD(name, n_dims, ne0, ne1, scale, base)                                           \
+    do {                                                                                 \
+        int64_t ne_[2] = {(ne0), (ne1)}, cnt_ = (int64_t)(ne0) * (ne1);                  \
+        for (int64_t i_ = 0; i_ < cnt_; i_++) {                                          \
+            seed = seed * 1664525u + 1013904223u;                                        \
+            x[i_] = (base) + (scale) * ((float)(seed >> 8) / 16777216.0f - 0.5f);        \
+        }                                                                                \
+        if (rc == 0) rc = gguf_writer_tensor(w, name, GGML_TYPE_F32, n_dims, ne_, x,     \
+                                             sizeof(float) * (size_t)cnt_);              \
+    } while (0)
+    ADD("token_embd.weight", 2, H, V, 2.0f, 0.0f);
+    ADD("output_norm.weight", 1, H, 1, 0.2f, 1.0f);
+    char name[96];
+    const struct {
+        const char *t;
+        int64_t cols, rows;
+    } lin[] = {{"attn_q", H, H}, {"attn_k", H, H}, {"attn_v", H, H}, {"attn_output", H, H},
+               {"ffn_gate", H, F}, {"ffn_up", H, F}, {"ffn_down", F, H}};
+    for (int l = 0; l < layers; l++) {
+        snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
+        ADD(name, 1, H, 1, 0.2f, 1.0f);
+        snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
+        ADD(name, 1, H, 1, 0.2f, 1.0f);
+        for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", l, lin[i].t);
+            ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
+        }
+    }
+    if (extra) ADD(extra, 1, H, 1, 0.1f, 0.0f);
+#undef ADD
+    if (rc == 0) rc = gguf_writer_write(w, path);
+    gguf_writer_free(w);
+    free(x);
+    return rc;
+}
+
+/* Tensors this llama would leave out are refused by name: a linear's bias
+ * (they had been dropped silently) and rope_freqs.weight (llama.cpp's RoPE
+ * scaling factors for Llama 3.1+); the file without them loads. */
+TEST(gguf_refuses_biases_and_rope_freqs) {
+    char path[512];
+    Model m;
+    snprintf(path, sizeof path, "%s/plain.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
+    CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "%s", err_msg());
+    model_free(&m);
+    const struct {
+        const char *extra, *want;
+    } cases[] = {{"blk.0.attn_q.bias", "tensor 'blk.0.attn_q.bias' is a bias"},
+                 {"blk.0.ffn_down.bias", "tensor 'blk.0.ffn_down.bias' is a bias"},
+                 {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(path, sizeof path, "%s/x%zu.gguf", test_tmpdir(), i);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, cases[i].extra) == 0);
+        int rc = model_load_gguf(path, NULL, &m);
+        CHECK_MSG(rc != 0, "%s accepted", cases[i].extra);
+        if (rc == 0) model_free(&m);
+        else CHECK_MSG(strstr(err_msg(), cases[i].want) && strstr(err_msg(), path),
+                       "message '%s' lacks '%s' or the file", err_msg(), cases[i].want);
+    }
+}
+
+/* A llama.block_count far beyond the blocks in the file is refused before the
+ * layers are allocated, naming the last block's missing tensor (it had
+ * allocated block_count layers first and ended in a misleading
+ * out-of-memory exit). */
+TEST(gguf_refuses_block_count_beyond_the_file) {
+    const int claimed[] = {1 << 30, 3};
+    const char *want[] = {"tensor 'blk.1073741823.attn_norm.weight' (block 1073741823) is missing",
+                          "llama.block_count is 3, but tensor 'blk.2.attn_norm.weight'"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        snprintf(path, sizeof path, "%s/big%d.gguf", test_tmpdir(), i);
+        REQUIRE(tiny_llama_gguf(path, 2, claimed[i], NULL) == 0);
+        Model m;
+        int rc = model_load_gguf(path, NULL, &m);
+        CHECK_MSG(rc != 0, "block_count %d accepted", claimed[i]);
+        if (rc == 0) model_free(&m);
+        else CHECK_MSG(strstr(err_msg(), want[i]), "message '%s' lacks '%s'", err_msg(), want[i]);
+    }
+}
+
 /* ---- write -> read round trips ----------------------------------------------- */
 
 static float *window0_logits(Model *m, int Tw) {
@@ -614,6 +716,58 @@ TEST(gguf_write_read_mixed_int8) {
 #define TOL_F16_SCALE_ROUNDING 2e-3
 TEST(gguf_write_read_f32_scales_close) {
     roundtrip("rule=absmean,group=256,scale=f32", 0, TOL_F16_SCALE_ROUNDING);
+}
+
+/* Input sizes that are not a multiple of 256 (hidden 64, ffn 96) have no TQ
+ * form: those ternary rows are written as their exact float values.  Read
+ * back, they are ternary again, with the spec's activation mode: the file
+ * runs as the model it was written from (they had loaded as dense f32
+ * linears with f32 activations: a hidden-64 model written with act=int8 gave
+ * ppl 17.328015 read back vs 17.332529 in memory). */
+TEST(gguf_write_read_rows_not_whole_tq_blocks) {
+    const char *specs[] = {"rule=absmean,group=row,scale=f32,act=int8",
+                           "rule=twn,group=32,scale=bf16,act=int8,layers=mlp",
+                           "rule=absmax,group=tensor,scale=f16"};
+    char src[512];
+    snprintf(src, sizeof src, "%s/tiny.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(src, 2, 0, NULL) == 0);
+    for (size_t s = 0; s < sizeof specs / sizeof specs[0]; s++) {
+        ModelLoadOpts o = {.quant = specs[s]};
+        Model a, b;
+        REQUIRE(model_load_gguf(src, &o, &a) == 0);
+        char path[512];
+        snprintf(path, sizeof path, "%s/rt-small-%zu.gguf", test_tmpdir(), s);
+        int rc = gguf_write_model(&a, path, 0);
+        CHECK_MSG(rc == 0, "write: %s", err_msg());
+        if (rc == 0) rc = model_load_gguf(path, NULL, &b);
+        CHECK_MSG(rc == 0, "%s: read back: %s", specs[s], err_msg());
+        if (rc != 0) {
+            model_free(&a);
+            continue;
+        }
+        for (int l = 0; l < a.cfg.n_layers; l++) {
+            const Layer *La = &a.layers[l], *Lb = &b.layers[l];
+            const Linear *la[] = {&La->q, &La->k, &La->v, &La->o, &La->gate, &La->up, &La->down};
+            const Linear *lb[] = {&Lb->q, &Lb->k, &Lb->v, &Lb->o, &Lb->gate, &Lb->up, &Lb->down};
+            for (int i = 0; i < 7; i++)
+                CHECK_MSG(!!la[i]->t == !!lb[i]->t && la[i]->act_int8 == lb[i]->act_int8,
+                          "%s: %s: ternary %d act_int8 %d written, ternary %d act_int8 %d read",
+                          specs[s], la[i]->name, !!la[i]->t, la[i]->act_int8, !!lb[i]->t,
+                          lb[i]->act_int8);
+        }
+        const int Tw = 64;
+        float *xa = window0_logits(&a, Tw), *xb = window0_logits(&b, Tw);
+        CHECK(xa && xb);
+        if (xa && xb) {
+            double r = rel_l2(xb, xa, (int64_t)Tw * a.cfg.vocab);
+            printf("    %s: logits rel L2 %.3g vs the in-memory model\n", specs[s], r);
+            CHECK_MSG(r == 0.0, "%s: rel L2 %.3g (want identical)", specs[s], r);
+        }
+        free(xa);
+        free(xb);
+        model_free(&a);
+        model_free(&b);
+    }
 }
 
 /* ---- ternlab quantize to GGUF (the command line) -------------------------------- */

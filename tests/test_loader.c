@@ -1,11 +1,17 @@
 /* The loader refuses bad input with a clear message (library and CLI). */
 #include "test.h"
+#include "fixtures.h"
+#include "core/dtype.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "load/config.h"
 #include "load/safetensors.h"
 #include "load/tokens.h"
+#include "runtime/model.h"
+#include "ternary_format.h"
 
+#include <cJSON.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -148,6 +154,279 @@ TEST(loader_config_refuses_missing_or_contradictory) {
     expect_config_error("\"model_type\":\"llama\"", "\"model_type\":\"bitnet\"", "linear_class");
     ModelConfig c;
     CHECK(config_parse("{\"model_type\":", "c.json", &c) != 0 && strstr(err_msg(), "well-formed"));
+}
+
+TEST(loader_config_refuses_linear_biases) {
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"attention_bias\":true", "attention_bias is true");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"mlp_bias\":true", "mlp_bias is true");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"mlp_bias\":1", "true or false");
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%.*s,\"attention_bias\":false,\"mlp_bias\":false}",
+             (int)strlen(good_config) - 1, good_config);
+    ModelConfig c;
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg()); /* false is the plain llama */
+}
+
+/* ---- checkpoints rewritten from the fixtures ----------------------------------- */
+
+typedef struct {
+    const char *name, *dtype; /* dtype "BF16" or "F32" */
+    int64_t rows, cols;       /* cols 0: a vector of rows */
+    const void *data;         /* its bytes, or NULL: zeros */
+} ExtraTensor;
+
+/* OUT/ = SRC's config.json + SRC's model.safetensors rewritten: each extra
+ * tensor added (or replacing the one of its name; the old bytes stay as an
+ * unreferenced hole) with its data (or zeros) appended, and the header padded with
+ * spaces so that the data section starts at an odd offset (`odd`, as a
+ * writer with an odd header length leaves it: every BF16 value misaligned)
+ * or at a multiple of 8.  Returns 0 or -1. */
+static int rewrite_checkpoint(const char *src, const char *out, int odd, const ExtraTensor *x,
+                              int nx) {
+    char path[1024], *buf = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "mkdir -p %s && cp %s/config.json %s/", out, src, out);
+    if (test_run(path, NULL) != 0) return -1;
+    snprintf(path, sizeof path, "%s/model.safetensors", src);
+    if (file_read_all(path, &buf, &n) != 0 || n < 8) return -1;
+    uint64_t hl = 0;
+    for (int i = 7; i >= 0; i--) hl = (hl << 8) | (uint8_t)buf[i];
+    cJSON *h = cJSON_ParseWithLength(buf + 8, (size_t)hl);
+    if (!h) return -1;
+    uint64_t end = n - 8 - hl, extra = 0;
+    for (int i = 0; i < nx; i++) {
+        int64_t cnt = x[i].rows * (x[i].cols ? x[i].cols : 1);
+        uint64_t nb = (uint64_t)cnt * (strcmp(x[i].dtype, "F32") == 0 ? 4 : 2);
+        cJSON_DeleteItemFromObjectCaseSensitive(h, x[i].name);
+        cJSON *e = cJSON_AddObjectToObject(h, x[i].name);
+        cJSON_AddStringToObject(e, "dtype", x[i].dtype);
+        cJSON *sh = cJSON_AddArrayToObject(e, "shape");
+        cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)x[i].rows));
+        if (x[i].cols) cJSON_AddItemToArray(sh, cJSON_CreateNumber((double)x[i].cols));
+        cJSON *o = cJSON_AddArrayToObject(e, "data_offsets");
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(end + extra)));
+        cJSON_AddItemToArray(o, cJSON_CreateNumber((double)(end + extra + nb)));
+        extra += nb;
+    }
+    char *text = cJSON_PrintUnformatted(h);
+    cJSON_Delete(h);
+    size_t tl = strlen(text), pad = (8 - (8 + tl) % 8) % 8 + (odd ? 1 : 0);
+    snprintf(path, sizeof path, "%s/model.safetensors", out);
+    FILE *f = fopen(path, "wb");
+    int ok = f != NULL;
+    if (ok) {
+        uint64_t nl = tl + pad;
+        for (int i = 0; i < 8; i++) fputc((int)((nl >> (8 * i)) & 0xff), f);
+        fwrite(text, 1, tl, f);
+        for (size_t i = 0; i < pad; i++) fputc(' ', f);
+        fwrite(buf + 8 + hl, 1, (size_t)end, f);
+        for (int i = 0; i < nx; i++) {
+            const uint64_t nb = (uint64_t)(x[i].rows * (x[i].cols ? x[i].cols : 1)) *
+                                (strcmp(x[i].dtype, "F32") == 0 ? 4 : 2);
+            if (x[i].data) fwrite(x[i].data, 1, (size_t)nb, f);
+            else
+                for (uint64_t b = 0; b < nb; b++) fputc(0, f);
+        }
+        ok = fclose(f) == 0;
+    }
+    free(text);
+    free(buf);
+    return ok ? 0 : -1;
+}
+
+/* A valid file whose header length is odd puts every tensor at an odd
+ * address of the mapping: BF16 weights and BitNet's BF16 weight_scale are
+ * read there alignment-safely (the sanitizer build aborted on the misaligned
+ * uint16_t loads) and give the same model as the original. */
+TEST(loader_odd_header_length_reads_misaligned_data) {
+    char dir[600];
+    const char *srcs[] = {LLAMA_DIR, BITNET_DIR};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/odd%d", test_tmpdir(), i);
+        REQUIRE(rewrite_checkpoint(test_path(srcs[i]), dir, 1, NULL, 0) == 0);
+        SafeTensors st;
+        char path[700];
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        REQUIRE(st_open_file(path, &st) == 0);
+        const StTensor *e = st_find(&st, "model.embed_tokens.weight");
+        CHECK(e && (uintptr_t)e->data % 2 == 1); /* the case under test */
+        st_close(&st);
+        Model a, b;
+        REQUIRE(model_load(test_path(srcs[i]), NULL, &a) == 0);
+        int rc = model_load(dir, NULL, &b);
+        CHECK_MSG(rc == 0, "%s", err_msg());
+        if (rc == 0) {
+            size_t ne = sizeof(float) * (size_t)a.cfg.vocab * (size_t)a.cfg.hidden;
+            CHECK(memcmp(a.embed, b.embed, ne) == 0);
+            CHECK(memcmp(a.layers[0].attn_norm, b.layers[0].attn_norm,
+                         sizeof(float) * (size_t)a.cfg.hidden) == 0);
+            const Linear *qa = &a.layers[0].q, *qb = &b.layers[0].q;
+            if (qa->t) { /* BitNet: the weight_scale read from an odd address */
+                CHECK(qb->t && qa->t->n_scales == qb->t->n_scales &&
+                      memcmp(qa->t->scales, qb->t->scales,
+                             sizeof(float) * (size_t)qa->t->n_scales) == 0);
+            } else {
+                CHECK(qb->w && memcmp(qa->w, qb->w, sizeof(float) * (size_t)(qa->out * qa->in)) == 0);
+            }
+            model_free(&b);
+        }
+        model_free(&a);
+    }
+}
+
+static void expect_load_error(const char *dir, const char *needle) {
+    Model m;
+    int rc = model_load(dir, NULL, &m);
+    CHECK_MSG(rc != 0, "%s loaded", dir);
+    if (rc == 0) model_free(&m);
+    else CHECK_MSG(strstr(err_msg(), needle) != NULL, "message '%s' lacks '%s'", err_msg(), needle);
+}
+
+/* A bias tensor of a linear (or any other .bias) is refused by name; harmless
+ * extras such as rotary_emb.inv_freq are still ignored. */
+TEST(loader_refuses_bias_tensors) {
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/bias", test_tmpdir());
+    ExtraTensor b = {"model.layers.2.self_attn.q_proj.bias", "BF16", 256, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &b, 1) == 0);
+    expect_load_error(dir, "tensor 'model.layers.2.self_attn.q_proj.bias' is a bias");
+    snprintf(dir, sizeof dir, "%s/bias2", test_tmpdir());
+    ExtraTensor d = {"model.layers.0.mlp.down_proj.bias", "F32", 256, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &d, 1) == 0);
+    expect_load_error(dir, "'model.layers.0.mlp.down_proj.bias' is a bias");
+    snprintf(dir, sizeof dir, "%s/invfreq", test_tmpdir());
+    ExtraTensor f = {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f, 1) == 0);
+    Model m;
+    CHECK_MSG(model_load(dir, NULL, &m) == 0, "%s", err_msg());
+    model_free(&m);
+}
+
+/* A bitnet checkpoint with its linears stored as floats (BF16) instead of
+ * packed U8: offline (the default; transformers' BitLinear loads packed
+ * weights only) is refused — it had run as a dense model without int8
+ * activations; online with autobitlinear (transformers ternarises the float
+ * weights in every forward: per-tensor absmean, clamp 1e-5, round, clamp to
+ * +-1, and int8 activations per token) loads ternarised once with that rule,
+ * int8 activations, as a native ternary model: here bitnet-tiny's linears
+ * dequantised to BF16 load back with their packed codes and scale mean|W|. */
+TEST(loader_bitnet_float_linears) {
+    char dir[600], cmd[1600];
+    Model pk;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &pk) == 0);
+    const int nl = 7 * pk.cfg.n_layers;
+    ExtraTensor *x = xcalloc((size_t)nl, sizeof *x);
+    uint16_t **bf = xcalloc((size_t)nl, sizeof *bf);
+    char (*names)[160] = xcalloc((size_t)nl, sizeof *names);
+    for (int l = 0, i = 0; l < pk.cfg.n_layers; l++) {
+        Layer *L = &pk.layers[l];
+        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int j = 0; j < 7; j++, i++) {
+            const Linear *lin = lins[j];
+            REQUIRE(lin->t);
+            bf[i] = xmalloc(sizeof(uint16_t) * (size_t)(lin->out * lin->in));
+            for (int64_t r = 0; r < lin->out; r++)
+                for (int64_t k = 0; k < lin->in; k++)
+                    bf[i][r * lin->in + k] = f32_to_bf16((float)tern_get(lin->t->codes + r * lin->t->row_bytes, k) *
+                                                          lin->t->scales[0]);
+            snprintf(names[i], sizeof names[i], "%s.weight", lin->name);
+            x[i] = (ExtraTensor){names[i], "BF16", lin->out, lin->in, bf[i]};
+        }
+    }
+    snprintf(dir, sizeof dir, "%s/bitbf16", test_tmpdir());
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, x, nl) == 0);
+    expect_load_error(dir, "tensor 'model.layers.0.self_attn.q_proj.weight' is BF16, but this is "
+                           "a bitnet checkpoint");
+    CHECK(strstr(err_msg(), "quantization_mode offline") != NULL);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"quantization_mode\": *\"offline\"/\"quantization_mode\": "
+             "\"online\"/; s/\"bitlinear\"/\"autobitlinear\"/' %s/config.json && grep -q online "
+             "%s/config.json", dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    Model m;
+    REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK(m.native_ternary);
+    for (int l = 0, i = 0; l < m.cfg.n_layers; l++) {
+        Layer *L = &m.layers[l], *P = &pk.layers[l];
+        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        Linear *plins[] = {&P->q, &P->k, &P->v, &P->o, &P->gate, &P->up, &P->down};
+        for (int j = 0; j < 7; j++, i++) {
+            const Linear *lin = lins[j], *pl = plins[j];
+            CHECK_MSG(lin->t && lin->act_int8, "%s: ternary %d, int8 activations %d", lin->name, lin->t != NULL,
+                      lin->act_int8);
+            if (!lin->t) continue;
+            double sum = 0;
+            const int64_t cnt = lin->out * lin->in;
+            for (int64_t e = 0; e < cnt; e++) sum += fabs((double)bf16_to_f32(bf[i][e]));
+            const double want = sum / (double)cnt > 1e-5 ? sum / (double)cnt : 1e-5;
+            CHECK_MSG(lin->t->n_scales == 1 && fabs(lin->t->scales[0] - want) <= 1e-6 * want, "%s: scale %g, want %g",
+                      lin->name, (double)lin->t->scales[0], want);
+            int64_t diff = 0;
+            for (int64_t r = 0; r < lin->out; r++)
+                for (int64_t k = 0; k < lin->in; k++)
+                    diff += tern_get(lin->t->codes + r * lin->t->row_bytes, k) !=
+                            tern_get(pl->t->codes + r * pl->t->row_bytes, k);
+            CHECK_MSG(diff == 0, "%s: %lld codes differ from the packed model's", lin->name, (long long)diff);
+        }
+    }
+    model_free(&m);
+    /* bitlinear with online: not transformers' combination either */
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"autobitlinear\"/\"bitlinear\"/' %s/config.json", dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    expect_load_error(dir, "linear_class bitlinear, quantization_mode online");
+    for (int i = 0; i < nl; i++) free(bf[i]);
+    free(bf);
+    free(names);
+    free(x);
+    model_free(&pk);
+}
+
+/* A config.json claiming more layers than the checkpoint holds is refused at
+ * once, naming the last layer's missing tensor (10^9 layers had spun ~14 s in
+ * the memory plan and then reported "not enough memory"). */
+TEST(loader_refuses_layers_beyond_the_checkpoint) {
+    const char *counts[] = {"1000000000", "5"};
+    const char *want[] = {"tensor 'model.layers.999999999.input_layernorm.weight' (layer 999999999) is missing",
+                          "num_hidden_layers 5, but tensor 'model.layers.4.input_layernorm.weight'"};
+    for (int i = 0; i < 2; i++) {
+        char dir[600], cmd[1600];
+        snprintf(dir, sizeof dir, "%s/layers%d", test_tmpdir(), i);
+        REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, NULL, 0) == 0);
+        snprintf(cmd, sizeof cmd, "sed -i 's/\"num_hidden_layers\": *4/\"num_hidden_layers\": %s/' "
+                 "%s/config.json && grep -q '\"num_hidden_layers\": *%s' %s/config.json",
+                 counts[i], dir, counts[i], dir);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        expect_load_error(dir, want[i]);
+    }
+}
+
+/* quantize --out into a folder that already holds a checkpoint is refused
+ * (the loader would prefer an old index and shards over the new file); a new
+ * or empty folder is fine. */
+TEST(loader_quantize_refuses_used_out_folder) {
+    const char *d = test_tmpdir();
+    const char *olds[] = {"model.safetensors.index.json", "model-00001-of-00002.safetensors"};
+    for (int i = 0; i < 2; i++) {
+        char cmd[2048], *out = NULL;
+        snprintf(cmd, sizeof cmd, "mkdir -p %s/used%d && echo '{}' > %s/used%d/%s", d, i, d, i, olds[i]);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row --out %s/used%d",
+                 bin_path("ternlab"), test_path(LLAMA_DIR), d, i);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 2 && out && strstr(out, "already holds") && strstr(out, olds[i]),
+                  "rc %d: %s", rc, out);
+        free(out);
+        snprintf(cmd, sizeof cmd, "test ! -e %s/used%d/config.json", d, i);
+        CHECK(test_run(cmd, NULL) == 0); /* nothing written */
+    }
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/empty && %s quantize --model %s --quant rule=twn,group=row "
+             "--out %s/empty", d, bin_path("ternlab"), test_path(LLAMA_DIR), d);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    free(out);
 }
 
 TEST(loader_tokens_refused) {

@@ -8,6 +8,7 @@
 #include "ternary_format.h"
 
 #include <cJSON.h>
+#include <dirent.h>
 #include <errno.h>
 #include <limits.h>
 #include <stdio.h>
@@ -185,6 +186,29 @@ static int quantize_safetensors(Model *m, const char *out) {
     return rc;
 }
 
+/* Whether the folder `dir` (if it exists) holds a safetensors checkpoint: a
+ * *.safetensors file or an index (model.safetensors.index.json).  Returns 1 with the
+ * first such name in `held`, 0 when it holds none or does not exist, -1 when
+ * it cannot be read (err_set). */
+static int out_holds_checkpoint(const char *dir, char *held, size_t n) {
+    DIR *d = opendir(dir);
+    if (!d) {
+        if (errno == ENOENT || errno == ENOTDIR) return 0; /* new, or a file: mkdir reports it */
+        return err_set("--out %s: cannot read the folder: %s", dir, strerror(errno));
+    }
+    int found = 0;
+    for (struct dirent *e; !found && (e = readdir(d));) {
+        size_t l = strlen(e->d_name);
+        if ((l >= 12 && strcmp(e->d_name + l - 12, ".safetensors") == 0) ||
+            (l >= 23 && strcmp(e->d_name + l - 23, ".safetensors.index.json") == 0)) {
+            snprintf(held, n, "%s", e->d_name);
+            found = 1;
+        }
+    }
+    closedir(d);
+    return found;
+}
+
 int cmd_quantize(int argc, char **argv) {
     CliOpts o;
     if (cli_parse(argc, argv, "model quant out format", &o) != 0) return 2;
@@ -239,6 +263,19 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
+    { /* an existing folder must hold no checkpoint: the loader prefers an old
+       * model.safetensors.index.json (and its shards) over the new file */
+        char held[512];
+        int r = out_holds_checkpoint(o.out, held, sizeof held);
+        if (r != 0) {
+            if (r < 0) fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+            else
+                fprintf(stderr, "ternlab quantize: --out %s already holds %s: the new checkpoint would "
+                                "be mixed with an old one (the loader prefers an index and its shards); "
+                                "give a new or empty folder\n", o.out, held);
+            return 2;
+        }
+    }
     Model m;
     ModelLoadOpts lo = {.quant = o.quant};
     if (model_load(o.model, &lo, &m) != 0) {

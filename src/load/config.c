@@ -151,6 +151,22 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
 
+    /* Linear biases (Llama's attention_bias / mlp_bias): ternlab's linears have
+     * none, and running without them gives another model's numbers. */
+    static const char *const bias_keys[] = {"attention_bias", "mlp_bias"};
+    for (size_t i = 0; i < sizeof bias_keys / sizeof bias_keys[0]; i++) {
+        const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, bias_keys[i]);
+        if (!b || cJSON_IsNull(b) || cJSON_IsFalse(b)) continue;
+        if (!cJSON_IsTrue(b)) {
+            err_set("%s: %s must be true or false", path, bias_keys[i]);
+            goto done;
+        }
+        err_set("%s: %s is true: linears with biases are not supported (ternlab's linears have "
+                "none, and running without the biases would give wrong numbers)", path,
+                bias_keys[i]);
+        goto done;
+    }
+
     const cJSON *qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
     const cJSON *qm = cJSON_IsObject(qcfg) ? cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method") : NULL;
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "ternlab") == 0) {
@@ -172,6 +188,13 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
                     path);
             goto done;
         }
+        /* quantization_mode: "offline" (transformers' default: the linears are
+         * stored ternary) or "online" (stored in float, ternarised in every
+         * forward); kept for the loader's messages */
+        const cJSON *qmode = cJSON_GetObjectItemCaseSensitive(qc, "quantization_mode");
+        snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "%s",
+                 cJSON_IsString(qmode) ? qmode->valuestring : "offline");
+        snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "%s", lc->valuestring);
         if (strcmp(lc->valuestring, "bitlinear") == 0) cfg->bitnet_scale = BITNET_BITLINEAR;
         else if (strcmp(lc->valuestring, "autobitlinear") == 0)
             cfg->bitnet_scale = BITNET_AUTOBITLINEAR;

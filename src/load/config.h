@@ -30,6 +30,9 @@ typedef struct {
     HiddenAct act;
     Tie tie;
     BitnetScale bitnet_scale; /* BitNet only */
+    char bitnet_class[16];    /* BitNet only: quantization_config.linear_class */
+    char bitnet_mode[16];     /* BitNet only: quantization_config.quantization_mode
+                               * ("offline" when absent, transformers' default) */
     /* A checkpoint written by `ternlab quantize`: quantization_config.quant_method
      * "ternlab" with the QuantSpec it was made with; its ternary linears are
      * stored in kernels/ternary_format.h's layout (see src/cli/cmd_tools.c). */

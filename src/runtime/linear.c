@@ -142,9 +142,12 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
     if (!s) return err_set("tensor '%s' is missing (packed BitNet weights need it)", name);
     if (s->numel != 1) return err_set("tensor '%s': one value expected, found %lld", name,
                                       (long long)s->numel);
+    /* through memcpy: the value may sit at any byte offset of the mapping */
     float ws;
-    if (s->dtype == DT_BF16) ws = bf16_to_f32(*(const uint16_t *)s->data);
-    else if (s->dtype == DT_F16) ws = f16_to_f32(*(const uint16_t *)s->data);
+    uint16_t h = 0;
+    if (s->dtype == DT_BF16 || s->dtype == DT_F16) memcpy(&h, s->data, sizeof h);
+    if (s->dtype == DT_BF16) ws = bf16_to_f32(h);
+    else if (s->dtype == DT_F16) ws = f16_to_f32(h);
     else if (s->dtype == DT_F32) memcpy(&ws, s->data, 4);
     else return err_set("tensor '%s': dtype %s, expected a float", name, dtype_name(s->dtype));
     if (!(ws > 0)) return err_set("tensor '%s': weight_scale %g must be positive", name, (double)ws);

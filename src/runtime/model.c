@@ -4,9 +4,32 @@
 #include "core/err.h"
 #include "core/mem.h"
 
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* BF16/F16 values (n) from a safetensors mapping -> f32.  A tensor's data
+ * starts wherever the header length and its offsets put it, odd addresses
+ * included (the format allows any header length), and reading a misaligned
+ * uint16_t is undefined behaviour: aligned data goes straight to the array
+ * conversion, misaligned data through an aligned bounce buffer (one extra
+ * copy, only for such files). */
+static void half_to_f32(DType dt, const void *src, float *dst, size_t n) {
+    void (*cvt)(const uint16_t *, float *, size_t) =
+        dt == DT_BF16 ? bf16_to_f32_array : f16_to_f32_array;
+    if ((uintptr_t)src % _Alignof(uint16_t) == 0) {
+        cvt(src, dst, n);
+        return;
+    }
+    uint16_t buf[4096];
+    const unsigned char *p = src;
+    for (size_t i = 0; i < n; i += 4096) {
+        size_t k = n - i < 4096 ? n - i : 4096;
+        memcpy(buf, p + 2 * i, 2 * k);
+        cvt(buf, dst + i, k);
+    }
+}
 
 /* Copies a BF16/F16/F32 tensor of exactly the expected shape into a new f32 buffer. */
 static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64_t d1, float **out) {
@@ -28,8 +51,8 @@ static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64
     if (!w) return -1;
     switch (t->dtype) {
     case DT_F32: memcpy(w, t->data, t->nbytes); break;
-    case DT_BF16: bf16_to_f32_array(t->data, w, (size_t)t->numel); break;
-    case DT_F16: f16_to_f32_array(t->data, w, (size_t)t->numel); break;
+    case DT_BF16:
+    case DT_F16: half_to_f32(t->dtype, t->data, w, (size_t)t->numel); break;
     default:
         mem_free(w);
         return err_set("tensor '%s': dtype %s where a float tensor (F32, BF16, F16) is expected",
@@ -43,6 +66,12 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts);
 int model_load_ternlab_linear(Model *m, Linear *lin);
 int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts);
+
+/* a BitNet config whose linears transformers ternarises in every forward from
+ * float weights: quantization_mode online with linear_class autobitlinear */
+static int bitnet_online(const ModelConfig *c) {
+    return strcmp(c->bitnet_mode, "online") == 0 && c->bitnet_scale == BITNET_AUTOBITLINEAR;
+}
 
 static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int64_t in,
                        int layer, const char *kind, const ModelLoadOpts *opts) {
@@ -58,8 +87,86 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
         if (model_load_bitnet_linear(m, lin, opts) != 0) return -1;
     } else if (load_dense(&m->st, wname, out, in, &lin->w) != 0) {
         return -1;
+    } else if (m->cfg.arch == ARCH_BITNET && !m->cfg.ternlab_packed && bitnet_online(&m->cfg)) {
+        /* float weights of an online BitNet (check_checkpoint): transformers
+         * ternarises them in every forward (per-tensor absmean, round, clamp to
+         * +-1) with int8 activations per token; the weights do not change, so
+         * once here gives the same model, then run as a native ternary one */
+        QuantSpec bs;
+        if (quant_spec_parse("rule=absmean,group=tensor,scale=f32", &bs) != 0) return -1;
+        TernaryMatrix *tm = xcalloc(1, sizeof *tm);
+        if (tern_from_dense(lin->w, out, in, &bs, tm) != 0) {
+            free(tm);
+            return err_prefix("%s: ", lin->name);
+        }
+        mem_free(lin->w);
+        lin->w = NULL;
+        lin->t = tm;
+        lin->act_int8 = 1;
+        m->native_ternary = 1;
     }
     return model_quantise_linear(m, lin, layer, kind, opts);
+}
+
+static const char *const layer_linears[] = {"self_attn.q_proj", "self_attn.k_proj",
+                                            "self_attn.v_proj", "self_attn.o_proj",
+                                            "mlp.gate_proj",    "mlp.up_proj",
+                                            "mlp.down_proj"};
+#define N_LAYER_LINEARS (sizeof layer_linears / sizeof layer_linears[0])
+
+/* Cheap structural checks on the opened checkpoint, before the memory plan
+ * and any allocation (both scale with num_hidden_layers, which config.json
+ * may overstate by orders of magnitude):
+ *  - the first and the last layer's tensors exist;
+ *  - no tensor is a bias: ternlab's linears and norms have none, and a model
+ *    run without its biases gives wrong numbers (tensors it does not know,
+ *    such as rotary_emb.inv_freq, stay ignored);
+ *  - a bitnet checkpoint stores its linears packed (U8), or as floats only
+ *    where it is online with autobitlinear (load_linear ternarises those):
+ *    offline float linears had run as a dense model, without ternary weights
+ *    or int8 activations (transformers' BitLinear loads packed ones only).
+ * Returns 0, or -1 with a message naming the tensor. */
+static int check_checkpoint(const Model *m) {
+    const ModelConfig *c = &m->cfg;
+    const SafeTensors *st = &m->st;
+    char name[160];
+    int ends[2] = {0, c->n_layers - 1};
+    for (int e = 0; e < 2; e++) {
+        int l = ends[e];
+        const char *norms[] = {"input_layernorm", "post_attention_layernorm",
+                               "self_attn.attn_sub_norm", "mlp.ffn_sub_norm"};
+        int n_norms = c->arch == ARCH_BITNET ? 4 : 2;
+        for (int i = 0; i < n_norms + (int)N_LAYER_LINEARS; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
+                     i < n_norms ? norms[i] : layer_linears[i - n_norms]);
+            if (!st_find(st, name))
+                return err_set("config.json says num_hidden_layers %d, but tensor '%s' (layer %d) "
+                               "is missing from the checkpoint", c->n_layers, name, l);
+        }
+    }
+    for (int i = 0; i < st->n_tensors; i++) {
+        const char *n = st->tensors[i].name;
+        size_t len = strlen(n);
+        if (len >= 5 && strcmp(n + len - 5, ".bias") == 0)
+            return err_set("tensor '%s' is a bias: ternlab's linears and norms have none, and "
+                           "running without it would give wrong numbers (not supported)", n);
+    }
+    if (c->arch == ARCH_BITNET && !c->ternlab_packed && !bitnet_online(c)) {
+        for (int l = 0; l < c->n_layers; l++)
+            for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, layer_linears[i]);
+                const StTensor *t = st_find(st, name);
+                if (!t || t->dtype == DT_U8) continue; /* a missing one is reported at its load */
+                return err_set(
+                    "tensor '%s' is %s, but this is a bitnet checkpoint (quantization_config "
+                    "linear_class %s, quantization_mode %s), whose linears are read packed "
+                    "(U8 + weight_scale); float linears are ternarised only under "
+                    "quantization_mode online with linear_class autobitlinear (transformers' "
+                    "combination for float weights; it does not load this one either)", name,
+                    dtype_name(t->dtype), c->bitnet_class, c->bitnet_mode);
+            }
+    }
+    return 0;
 }
 
 int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
@@ -70,6 +177,11 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
     memset(m, 0, sizeof *m);
     m->path = xstrdup(path);
     if (config_load(path, &m->cfg) != 0 || st_open_dir(path, &m->st) != 0) {
+        model_free(m);
+        return -1;
+    }
+    if (check_checkpoint(m) != 0) {
+        err_prefix("loading %s: ", path);
         model_free(m);
         return -1;
     }

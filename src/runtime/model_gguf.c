@@ -5,6 +5,7 @@
 #include "core/mem.h"
 #include "load/gguf.h"
 
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,9 +112,64 @@ static int load_ternary(const GgufTensor *t, int64_t rows, int64_t cols, int64_t
     return rc;
 }
 
+/* A linear that the file's ternlab.quant_spec made ternary but that the file
+ * holds as floats: gguf_write_model writes rows that are not whole 256-weight
+ * TQ blocks (input size not a multiple of 256) as their exact dequantised
+ * values, ±scale or 0 within each of the spec's groups.  The codes and scales
+ * are read back from them, so that the linear runs as it did when written
+ * (packed kernel, the recorded activation mode), not as a dense f32 linear.
+ * Scales keep the spec's dtype when they are values of it (else f32: a spec
+ * whose TQ scales were rounded to f16 while these rows kept f32 ones).
+ * Values that are not ternary in those groups contradict the recorded spec:
+ * an error naming the tensor. */
+static int ternary_from_float(Linear *lin, const char *tname, const QuantSpec *qs) {
+    int64_t rows = lin->out, cols = lin->in;
+    int64_t gc = quant_group_cols(qs->group, cols), ng = (cols + gc - 1) / gc;
+    int64_t ns = tern_n_scales(qs->group, rows, cols);
+    float *sc = xcalloc((size_t)ns, sizeof(float));
+    int8_t *q = mem_alloc((size_t)(rows * cols), tname);
+    int rc = q ? 0 : -1;
+    for (int64_t r = 0; r < rows && rc == 0; r++)
+        for (int64_t k = 0; k < cols; k++) {
+            float w = lin->w[r * cols + k], a = fabsf(w);
+            int64_t i = qs->group == QG_TENSOR ? 0 : r * ng + k / gc;
+            if (!isfinite(w) || (a > 0 && sc[i] > 0 && a != sc[i])) {
+                rc = err_set("tensor '%s': ternlab.quant_spec makes it ternary (group %s), but "
+                             "its value %g at [%lld, %lld] is not 0 or ±%g as the other values "
+                             "of its scale group (the file contradicts its spec)", tname,
+                             quant_group_name(qs->group), (double)w, (long long)r, (long long)k,
+                             (double)sc[i]);
+                break;
+            }
+            if (a > 0) sc[i] = a;
+            q[r * cols + k] = (int8_t)((w > 0) - (w < 0));
+        }
+    DType sdt = qs->scale;
+    for (int64_t i = 0; i < ns && rc == 0; i++)
+        if (dtype_round(sdt, sc[i]) != sc[i]) sdt = DT_F32;
+    TernaryMatrix *tm = NULL;
+    if (rc == 0) {
+        tm = xcalloc(1, sizeof *tm);
+        rc = tern_from_codes(q, sc, rows, cols, qs->group, sdt, tm);
+        if (rc != 0) {
+            free(tm);
+            err_prefix("tensor '%s': ", tname);
+        }
+    }
+    if (rc == 0) {
+        mem_free(lin->w);
+        lin->w = NULL;
+        lin->t = tm;
+    }
+    mem_free(q);
+    free(sc);
+    return rc;
+}
+
+/* rec: the file's ternlab.quant_spec (NULL when it has none). */
 static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, const char *gname,
                        const char *hfname, const char *kind, int64_t out, int64_t in,
-                       int64_t perm_hd, int act_int8, const ModelLoadOpts *opts) {
+                       int64_t perm_hd, const QuantSpec *rec, const ModelLoadOpts *opts) {
     char name[96];
     snprintf(name, sizeof name, "blk.%d.%s.weight", layer, gname);
     snprintf(lin->name, sizeof lin->name, "model.layers.%d.%s", layer, hfname);
@@ -121,12 +177,22 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
     lin->in = in;
     const GgufTensor *t;
     if (find_shaped(g, name, out, in, &t) != 0) return -1;
+    /* a file this writer made from an act=int8 model: restore int8 activations */
+    int act_int8 = rec && rec->act_explicit && rec->act == QA_INT8;
     if (t->type == GGML_TYPE_TQ1_0 || t->type == GGML_TYPE_TQ2_0) {
         if (load_ternary(t, out, in, perm_hd, &lin->t) != 0) return -1;
         lin->act_int8 = act_int8;
         m->native_ternary = 1;
     } else if (load_f32(g, name, out, in, perm_hd, &lin->w) != 0) {
         return -1;
+    } else if (rec) {
+        int sel = quant_layer_selected(rec, layer, kind);
+        if (sel < 0) return err_prefix("%s: ternlab.quant_spec: ", g->path);
+        if (sel) {
+            if (ternary_from_float(lin, name, rec) != 0) return -1;
+            lin->act_int8 = act_int8;
+            m->native_ternary = 1;
+        }
     }
     return model_quantise_linear(m, lin, layer, kind, opts);
 }
@@ -223,6 +289,44 @@ static int load_config(const GgufFile *g, Model *m) {
     return 0;
 }
 
+static const char *const blk_tensors[] = {"attn_norm", "ffn_norm", "attn_q",   "attn_k",
+                                          "attn_v",    "attn_output", "ffn_gate", "ffn_up",
+                                          "ffn_down"};
+
+/* Cheap checks before anything is allocated (the layer array and every
+ * buffer scale with llama.block_count, which a file may overstate):
+ *  - the first and the last block's tensors exist;
+ *  - no tensor that this llama would silently leave out: a bias of any
+ *    linear or norm (blk.N.attn_q.bias, ...: ternlab's have none), or
+ *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
+ *    Llama 3.1+ RoPE scaling, which ternlab does not apply).
+ * Returns 0, or -1 with a message naming the tensor. */
+static int check_tensors(const GgufFile *g, const ModelConfig *c) {
+    char name[96];
+    int ends[2] = {0, c->n_layers - 1};
+    for (int e = 0; e < 2; e++)
+        for (size_t i = 0; i < sizeof blk_tensors / sizeof blk_tensors[0]; i++) {
+            snprintf(name, sizeof name, "blk.%d.%s.weight", ends[e], blk_tensors[i]);
+            if (!gguf_find_tensor(g, name))
+                return err_set("llama.block_count is %d, but tensor '%s' (block %d) is missing "
+                               "from the file (%lld tensors)", c->n_layers, name, ends[e],
+                               (long long)g->n_tensors);
+        }
+    for (int64_t i = 0; i < g->n_tensors; i++) {
+        const char *n = g->tensors[i].name;
+        size_t len = strlen(n);
+        if (len >= 5 && strcmp(n + len - 5, ".bias") == 0)
+            return err_set("tensor '%s' is a bias: ternlab's linears and norms have none, and "
+                           "running without it would give wrong numbers (not supported)", n);
+        if (strcmp(n, "rope_freqs.weight") == 0)
+            return err_set("tensor 'rope_freqs.weight' holds RoPE frequency factors (llama.cpp "
+                           "writes them for Llama 3.1+ rope scaling), which ternlab does not "
+                           "apply: running without them would give wrong numbers (not "
+                           "supported)");
+    }
+    return 0;
+}
+
 int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
     static const ModelLoadOpts none = {0};
     if (!opts) opts = &none;
@@ -234,20 +338,26 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
         return -1;
     }
     int rc = load_config(&g, m);
-    /* a file this writer made from an act=int8 model: restore int8 activations */
-    int act_int8 = 0;
+    if (rc == 0) rc = check_tensors(&g, &m->cfg);
+    /* a file this writer made: the spec its ternary linears were made with
+     * (which ones, activation mode) */
+    QuantSpec rec_spec;
+    const QuantSpec *rec = NULL;
     const char *spec;
     size_t slen;
-    if (rc == 0 && gguf_get_str(&g, "ternlab.quant_spec", &spec, &slen) == 1 && slen < 256) {
+    int r = rc == 0 ? gguf_get_str(&g, "ternlab.quant_spec", &spec, &slen) : 0;
+    if (r < 0) rc = -1;
+    if (r == 1) {
         char buf[256];
-        QuantSpec qs;
-        memcpy(buf, spec, slen);
-        buf[slen] = '\0';
-        if (quant_spec_parse(buf, &qs) == 0) {
-            act_int8 = qs.act_explicit && qs.act == QA_INT8;
+        snprintf(buf, sizeof buf, "%.*s", (int)(slen < 255 ? slen : 255), spec);
+        if (slen >= sizeof buf) {
+            rc = err_set("ternlab.quant_spec is %zu bytes long (at most 255)", slen);
+        } else if (quant_spec_parse(buf, &rec_spec) != 0) {
+            rc = err_prefix("ternlab.quant_spec '%s' is not a QuantSpec this version reads: ", buf);
+        } else {
+            rec = &rec_spec;
             note(m, "written by ternlab from a model quantised with %s", buf);
         }
-        err_clear();
     }
     const ModelConfig *c = &m->cfg;
     int64_t H = c->hidden, hd = c->head_dim, Q = (int64_t)c->n_heads * hd,
@@ -263,13 +373,13 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
         if (rc == 0) rc = load_f32(&g, NAME("ffn_norm"), 0, H, 0, &L->ffn_norm);
 #undef NAME
         /* q and k: un-permute with the head size (k has n_kv_heads heads of it) */
-        if (rc == 0) rc = load_linear(m, &g, &L->q, l, "attn_q", "self_attn.q_proj", "q", Q, H, hd, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->k, l, "attn_k", "self_attn.k_proj", "k", KV, H, hd, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->v, l, "attn_v", "self_attn.v_proj", "v", KV, H, 0, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->o, l, "attn_output", "self_attn.o_proj", "o", H, Q, 0, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->gate, l, "ffn_gate", "mlp.gate_proj", "gate", I, H, 0, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->up, l, "ffn_up", "mlp.up_proj", "up", I, H, 0, act_int8, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->down, l, "ffn_down", "mlp.down_proj", "down", H, I, 0, act_int8, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->q, l, "attn_q", "self_attn.q_proj", "q", Q, H, hd, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->k, l, "attn_k", "self_attn.k_proj", "k", KV, H, hd, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->v, l, "attn_v", "self_attn.v_proj", "v", KV, H, 0, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->o, l, "attn_output", "self_attn.o_proj", "o", H, Q, 0, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->gate, l, "ffn_gate", "mlp.gate_proj", "gate", I, H, 0, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->up, l, "ffn_up", "mlp.up_proj", "up", I, H, 0, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->down, l, "ffn_down", "mlp.down_proj", "down", H, I, 0, rec, opts);
     }
     if (rc == 0) {
         snprintf(m->lm_head.name, sizeof m->lm_head.name, "lm_head");
