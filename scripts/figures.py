@@ -14,8 +14,8 @@ For exp-throughput:
   <out>/exp-throughput.png  prefill and decode tokens/s against batch size,
                    one line per model x weights x device, the weights labelled
                    by what ran (the run's /load_report/run_as and /throughput
-                   dense_dtype: the config value `bf16` runs dense f32 on the
-                   CPU, bf16 on CUDA), not by the config value.
+                   dtype: the config value `bf16` runs dense f32 on the CPU,
+                   bf16 on CUDA), not by the config value.
 Numbers are plotted as the C programs wrote them (/metrics, /throughput)."""
 import os
 import sys

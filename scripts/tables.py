@@ -9,7 +9,7 @@ usage: /usr/bin/python3 scripts/tables.py [--results results] [--out paper/table
     mean KL, top-1 agreement, logit relative L2 (and KV bytes per token for
     exp-kv-ternary), all from /metrics and /kv as the run wrote them;
   exp-throughput: per model, weights (as run: /load_report/run_as and
-    /throughput dense_dtype, e.g. the config value `bf16` is "dense f32" on
+    /throughput dtype, e.g. the config value `bf16` is "dense f32" on
     the CPU, "dense bf16" on CUDA), device and batch size, prefill and
     decode tokens/s and decode-step latency p50/p99 from /throughput.
 Values are printed, never recomputed (no ratios or differences)."""

@@ -115,10 +115,10 @@ def read_run(path):
         if "throughput" in f:
             for k in f["throughput"]:
                 run["throughput"][k] = f["throughput"][k][()].tolist()
-            # the dense baseline's precision in the timed runs (bf16 on CUDA)
-            dd = f["throughput"].attrs.get("dense_dtype")
+            # the timed runs' precision (bf16: the CUDA engine's bf16 form)
+            dd = f["throughput"].attrs.get("dtype")
             if dd is not None:
-                run["dense_dtype"] = text(dd)
+                run["throughput_dtype"] = text(dd)
         if "kv" in f:
             for k in f["kv"]:
                 v = f["kv"][k][()]
@@ -171,13 +171,19 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
 
 
 def missing_points(runs, values):
-    """[(model, [values it has no run for])] over the models that have runs."""
+    """[(model, [values it has no run for])] over the models that have runs;
+    where runs of several devices share the folder (<model>__<value>__cuda.h5
+    beside the CPU files), per model and device: "model (device)"."""
+    def dev(r):
+        return str(r["attrs"].get("device", "?")).split(":")[0]
+
+    devices = len({dev(r) for r in runs}) > 1
     out = []
-    for m in sorted({r["model_name"] for r in runs}):
-        have = {r["value"] for r in runs if r["model_name"] == m}
+    for m in sorted({(r["model_name"], dev(r) if devices else "") for r in runs}):
+        have = {r["value"] for r in runs if (r["model_name"], dev(r) if devices else "") == m}
         missing = [v for v in values if v not in have]
         if missing:
-            out.append((m, missing))
+            out.append((f"{m[0]} ({m[1]})" if devices else m[0], missing))
     return out
 
 
@@ -221,12 +227,15 @@ def weights_label(run):
     """The label of a throughput run's weights: what ran (weights_as_run), not
     the config value -- exp-throughput's value `bf16` runs the checkpoint's
     weights dense, in f32 on the CPU and in bf16 on CUDA (the file's
-    /throughput attribute dense_dtype).  Without a load report, the value
-    with that said."""
+    /throughput attribute dtype: every value runs the CUDA engine's bf16 form
+    there).  Without a load report, the value with that said."""
     what = weights_as_run(run)
-    # (the load report is the host model's: on CUDA the timed dense runs are bf16)
-    if what and run.get("dense_dtype") == "bf16":
+    # (the load report is the host model's: on CUDA the timed runs are the engine's
+    # bf16 form, dense weights in bf16)
+    if what and run.get("throughput_dtype") == "bf16":
         what = what.replace("dense f32", "dense bf16")
+        if "dense bf16" not in what:
+            what += " (CUDA bf16 form)"
     return what if what else f"{run['value']} (as run: not recorded)"
 
 

@@ -381,9 +381,9 @@ TEST(ppl_cli_kv_policy_and_run_file) {
 
 /* device=cuda: without a GPU a clear error (no file); with one, the throughput
  * experiment runs its engines on the GPU and writes the whole schema; ternary
- * KV pages on cuda are refused either way.  The dense baseline (value bf16)
- * times the CUDA engine's bf16 form, the CPU's f32 linears: the /throughput
- * attribute dense_dtype says which. */
+ * KV pages on cuda are refused either way.  Every value times the CUDA
+ * engine's bf16 form there (the dense baseline bf16 through cuBLAS, as
+ * bench-e2e), f32 on the CPU: the /throughput attribute dtype says which. */
 TEST(exp_device_cuda_runs_or_refuses) {
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd, "%s --model %s --value decoder device=cuda max_windows=1 --out %s/kvc.h5",
@@ -407,21 +407,23 @@ TEST(exp_device_cuda_runs_or_refuses) {
         CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
     }
     free(out);
-    /* the dense baseline: bf16 on CUDA (the engine's bf16 form), f32 on the CPU; the file says which */
-    for (int cuda = 0; cuda < 2; cuda++) {
-        snprintf(f, sizeof f, "%s/thr_bf16_%d.h5", test_tmpdir(), cuda);
+    /* every value's timed runs: the engine's bf16 form on CUDA, f32 on the CPU; the file says which */
+    for (int i = 0; i < 4; i++) {
+        const int cuda = i / 2;
+        const char *value = i % 2 ? "ternary" : "bf16";
+        snprintf(f, sizeof f, "%s/thr_%s_%d.h5", test_tmpdir(), value, cuda);
         snprintf(cmd, sizeof cmd,
-                 "%s --model %s --value bf16 device=%s batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 "
+                 "%s --model %s --value %s device=%s batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 "
                  "max_windows=1 --out %s",
-                 bin_path("exp_throughput"), test_path(LLAMA_DIR), cuda ? "cuda" : "cpu", f);
+                 bin_path("exp_throughput"), test_path(LLAMA_DIR), value, cuda ? "cuda" : "cpu", f);
         rc = test_run(cmd, &out);
         if (cuda && !cuda_backend_available(NULL, 0)) {
             CHECK_MSG(rc != 0, "rc %d: %s", rc, out);
         } else {
             char dd[32] = "";
-            CHECK_MSG(rc == 0 && read_group_attr_str(f, "/throughput", "dense_dtype", dd, sizeof dd) == 0 &&
+            CHECK_MSG(rc == 0 && read_group_attr_str(f, "/throughput", "dtype", dd, sizeof dd) == 0 &&
                           strcmp(dd, cuda ? "bf16" : "f32") == 0,
-                      "device %s: rc %d, dense_dtype '%s': %s", cuda ? "cuda" : "cpu", rc, dd, out);
+                      "%s on %s: rc %d, dtype '%s': %s", value, cuda ? "cuda" : "cpu", rc, dd, out);
         }
         free(out);
     }
@@ -497,14 +499,16 @@ static void git_head_of(const char *dir, char *out, size_t n) {
     free(log);
 }
 
-/* git_commit is the commit the program was built from, as the build baked it
- * in (exp_build_commit: HEAD of the source folder when make ran, "-dirty"
- * where tracked files differed from it): never that of the working folder
- * (it had been, when run from another repository), nor the checkout's HEAD
- * when the program runs (it had been: a commit made or an edit saved after
- * the build moved it, and uncommitted edits were never flagged); `ternlab
- * diff --out` records it too (it had written "unknown" always).  A copy of the
- * program placed in another git tree of ternlab's shape records the same. */
+/* git_commit is the commit the program was built from, as the build wrote it
+ * beside the programs (exp_build_commit: HEAD of the source folder when make
+ * ran, "-dirty" where tracked sources differed from it): never that of the
+ * working folder (it had been, when run from another repository), nor the
+ * checkout's HEAD when the program runs (it had been: a commit made or an
+ * edit saved after the build moved it, and uncommitted edits were never
+ * flagged); `ternlab diff --out` records it too (it had written "unknown"
+ * always).  A copy of the program placed in another git tree of ternlab's
+ * shape, with no git_commit beside it, records the HEAD of the folder it was
+ * built in, not that tree's. */
 TEST(run_files_record_the_source_commit) {
     const char *d = test_tmpdir();
     char root[1024], model[1024], tokens[1024], cmd[16384], *log = NULL;
@@ -529,7 +533,8 @@ TEST(run_files_record_the_source_commit) {
     git_head_of(tree, h_tree, sizeof h_tree);
     git_head_of(root, h_root, sizeof h_root);
     REQUIRE(strcmp(h_other, "unknown") != 0 && strcmp(h_tree, "unknown") != 0);
-    /* the build (the Makefile) ran in a checkout: its HEAD, maybe with -dirty */
+    /* the build (the Makefile) ran in a checkout: its HEAD, maybe with -dirty, in
+     * git_commit beside the programs */
     const char *baked = exp_build_commit();
     const size_t bl = strlen(baked);
     CHECK_MSG(strcmp(h_root, "unknown") == 0 ||
@@ -556,8 +561,11 @@ TEST(run_files_record_the_source_commit) {
         CHECK(read_attr_str(q, "git_commit", cq, sizeof cq) == 0);
         CHECK_MSG(strcmp(cp, cq) == 0, "ppl %s, diff %s", cp, cq);
         CHECK_MSG(strcmp(cp, h_other) != 0, "the working folder's commit %s", cp);
-        /* what the build baked in (this runner links the same experiment.o as the programs) */
-        CHECK_MSG(strcmp(cp, baked) == 0, "%s: %s, the build baked in %s", progs[i], cp, baked);
+        /* the build's program: what the build wrote beside it (this runner, in the same
+         * folder, reads the same file); the copy, with none beside it: the HEAD of the
+         * folder it was built in (TL_SOURCE_DIR), never the copy's tree's */
+        const char *want = i == 0 ? baked : h_root;
+        CHECK_MSG(strcmp(cp, want) == 0, "%s: %s, want %s", progs[i], cp, want);
         CHECK_MSG(strcmp(cp, h_tree) != 0, "%s: the copy's tree's commit %s", progs[i], cp);
     }
 }
@@ -578,7 +586,7 @@ TEST(exp_reference_key_is_every_model_file) {
              "set -e; cd '%s'; mkdir -p a b sA sB res/exp-threshold; "
              "cp '%s/config.json' '%s/model.safetensors' a/; cp a/* b/; "
              "sed -i 's/\"rope_theta\": *10000.0/\"rope_theta\": 500.0/' b/config.json; "
-             "! cmp -s a/config.json b/config.json; cp a/config.json sA/; cp a/config.json sB/; "
+             "if cmp -s a/config.json b/config.json; then exit 1; fi; cp a/config.json sA/; cp a/config.json sB/; "
              "cat > shard.py <<'PY'\n"
              "import json, struct, sys\n"
              "src, dst, neg = sys.argv[1], sys.argv[2], sys.argv[3] == '1'\n"
@@ -643,6 +651,24 @@ TEST(exp_reference_key_is_every_model_file) {
                   sha[2 * i], log);
         free(log);
     }
+    /* the files' hashes are kept beside the reference cache, by version: a's config.json
+     * rewritten in place (same inode and size, another rope_theta) is read again */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && ls res/cache/filehash-* | wc -l && "
+             "sed 's/\"rope_theta\": *10000.0/\"rope_theta\": 20000.0/' a/config.json > c.tmp && "
+             "if cmp -s c.tmp a/config.json; then exit 1; fi && cat c.tmp > a/config.json", d);
+    REQUIRE(test_run(cmd, &log) == 0 || (fprintf(stderr, "%s\n", log ? log : ""), 0));
+    CHECK_MSG(atoi(log) >= 7, "%s file hashes kept", log); /* a 2, b 2, sA 4 less the shared config.json */
+    free(log);
+    char sha_a2[128];
+    snprintf(cmd, sizeof cmd, "%s --model '%s/a' --value twn --out '%s/res/exp-threshold/a2.h5' window=32 "
+             "max_windows=2 2>&1", bin_path("exp_threshold"), d, d);
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+    free(log);
+    snprintf(files[0], sizeof files[0], "%s/res/exp-threshold/a2.h5", d);
+    CHECK(read_attr_str(files[0], "model_sha256", sha_a2, sizeof sha_a2) == 0);
+    CHECK_MSG(strcmp(sha_a2, sha[0]) != 0, "a rewritten in place kept model_sha256 %s", sha_a2);
 }
 
 /* Without --out a run is RESULTS/<exp>/<model>__<value>.h5 on the CPU and
@@ -770,8 +796,11 @@ TEST(scripts_label_what_ran) {
              "import shutil, h5py\n"
              "c = sys.argv[1] + '/../bf16_on_cuda.h5'\n"
              "shutil.copy(sys.argv[1] + '/exp-throughput/llama-tiny__bf16.h5', c)\n"
-             "with h5py.File(c, 'r+') as f: f['throughput'].attrs['dense_dtype'] = 'bf16'\n"
+             "with h5py.File(c, 'r+') as f: f['throughput'].attrs['dtype'] = 'bf16'\n"
              "print('cuda label:', tr.weights_label(tr.read_run(c)))\n"
+             "rs = [{'model_name': 'a', 'value': v, 'attrs': {'device': d}} for v, d in\n"
+             "      (('x', 'cpu'), ('y', 'cpu'), ('x', 'cuda:H200'))]\n"
+             "print('missing:', tr.missing_points(rs, ['x', 'y']))\n"
              "PY\n)", /* (test_run appends to the last line) */
              test_path(""), d, d, d, d, d, d, d, d);
     int rc = test_run(cmd, &log);
@@ -786,5 +815,7 @@ TEST(scripts_label_what_ran) {
               "BF16 where it is not:\n%s", log);
     /* a dense run timed in the CUDA engine's bf16 form (its /throughput dense_dtype) */
     CHECK_MSG(strstr(log, "cuda label: dense bf16\n"), "%s", log);
+    /* a point missing on one device of two sharing the folder is reported with its device */
+    CHECK_MSG(strstr(log, "missing: [('a (cuda)', ['y'])]"), "%s", log);
     free(log);
 }

@@ -86,17 +86,20 @@ TEST(kv_reserve_failure_leaves_state) {
 
 /* A ternary KV row whose group mean |x| is past f16's largest finite value
  * (the scale's storage) dequantises to finite values: the scale saturates at
- * 65504 (it had been inf, and the zero codes inf x 0 = NaN). */
+ * 65504 (it had been inf, and the zero codes inf x 0 = NaN); a K row (one
+ * scale per 16 channels) and a V row (one scale). */
 TEST(kv_ternary_scale_saturates) {
-    float k[16], y[16];
-    for (int i = 0; i < 16; i++) k[i] = i == 15 ? 0.0f : (i % 2 ? 70000.0f : -70000.0f);
-    uint8_t codes[4];
-    uint16_t sc[1];
-    kvt_quant_row(k, 16, 1, codes, sc);
-    kvt_dequant_row(codes, sc, 16, 1, y);
-    for (int i = 0; i < 16; i++) {
-        const float want = i == 15 ? 0.0f : (i % 2 ? 65504.0f : -65504.0f);
-        CHECK_MSG(y[i] == want, "k[%d] = %g, want %g", i, y[i], want);
+    for (int is_key = 1; is_key >= 0; is_key--) {
+        float k[16], y[16];
+        for (int i = 0; i < 16; i++) k[i] = i == 15 ? 0.0f : (i % 2 ? 70000.0f : -70000.0f);
+        uint8_t codes[4];
+        uint16_t sc[1];
+        kvt_quant_row(k, 16, is_key, codes, sc);
+        kvt_dequant_row(codes, sc, 16, is_key, y);
+        for (int i = 0; i < 16; i++) {
+            const float want = i == 15 ? 0.0f : (i % 2 ? 65504.0f : -65504.0f);
+            CHECK_MSG(y[i] == want, "%s[%d] = %g, want %g", is_key ? "k" : "v", i, y[i], want);
+        }
     }
 }
 

@@ -188,14 +188,20 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
                               int nx) {
     char path[1024], *buf = NULL;
     size_t n = 0;
-    snprintf(path, sizeof path, "mkdir -p %s && cp %s/config.json %s/", out, src, out);
+    snprintf(path, sizeof path, "mkdir -p '%s' && cp '%s/config.json' '%s/'", out, src, out);
     if (test_run(path, NULL) != 0) return -1;
     snprintf(path, sizeof path, "%s/model.safetensors", src);
-    if (file_read_all(path, &buf, &n) != 0 || n < 8) return -1;
+    if (file_read_all(path, &buf, &n) != 0 || n < 8) {
+        free(buf);
+        return -1;
+    }
     uint64_t hl = 0;
     for (int i = 7; i >= 0; i--) hl = (hl << 8) | (uint8_t)buf[i];
-    cJSON *h = cJSON_ParseWithLength(buf + 8, (size_t)hl);
-    if (!h) return -1;
+    cJSON *h = hl <= n - 8 ? cJSON_ParseWithLength(buf + 8, (size_t)hl) : NULL;
+    if (!h) {
+        free(buf);
+        return -1;
+    }
     uint64_t end = n - 8 - hl, extra = 0;
     for (int i = 0; i < nx; i++) {
         int64_t cnt = x[i].rows * (x[i].cols ? x[i].cols : 1);
@@ -312,7 +318,9 @@ TEST(loader_refuses_bias_tensors) {
  * weights in every forward: per-tensor absmean, clamp 1e-5, round, clamp to
  * +-1, and int8 activations per token) loads ternarised once with that rule,
  * int8 activations, as a native ternary model: here bitnet-tiny's linears
- * dequantised to BF16 load back with their packed codes and scale mean|W|. */
+ * dequantised to BF16 load back with their packed codes and scale mean|W|;
+ * --quant applies its rule to the float weights of the linears it selects;
+ * use_rms_norm (a norm inside every linear) is refused. */
 TEST(loader_bitnet_float_linears) {
     char dir[600], cmd[1600];
     Model pk;
@@ -372,10 +380,31 @@ TEST(loader_bitnet_float_linears) {
         }
     }
     model_free(&m);
+    /* --quant on it applies its rule to the stored float weights (not to their absmean
+     * ternary): twn by row keeps the BF16 magnitude of the packed scale as the row's scale
+     * (mean|W| would be that times the nonzero fraction); int8 activations stay */
+    ModelLoadOpts qo = {.quant = "rule=twn,group=row,layers=0"};
+    REQUIRE(model_load(dir, &qo, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    {
+        const Linear *q0 = &m.layers[0].q, *q1 = &m.layers[1].q;
+        const float want = bf16_to_f32(f32_to_bf16(fabsf(pk.layers[0].q.t->scales[0])));
+        CHECK_MSG(q0->t && q0->act_int8 && q0->t->n_scales == q0->out &&
+                      fabsf(q0->t->scales[0] - want) <= 1e-6f * want,
+                  "layer 0 q under twn/row: scale %g, want %g", q0->t ? (double)q0->t->scales[0] : 0.0,
+                  (double)want);
+        /* a layer the spec does not select: BitNet's own absmean ternary */
+        CHECK_MSG(q1->t && q1->act_int8 && q1->t->n_scales == 1, "layer 1 q: not the absmean ternary");
+    }
+    model_free(&m);
     /* bitlinear with online: not transformers' combination either */
     snprintf(cmd, sizeof cmd, "sed -i 's/\"autobitlinear\"/\"bitlinear\"/' %s/config.json", dir);
     REQUIRE(test_run(cmd, NULL) == 0);
     expect_load_error(dir, "linear_class bitlinear, quantization_mode online");
+    /* use_rms_norm (a norm inside every AutoBitLinear, which the forward does not apply) */
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"quantization_mode\": *\"online\"/\"quantization_mode\": \"online\", "
+             "\"use_rms_norm\": true/' %s/config.json && grep -q use_rms_norm %s/config.json", dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    expect_load_error(dir, "use_rms_norm true");
     for (int i = 0; i < nl; i++) free(bf[i]);
     free(bf);
     free(names);

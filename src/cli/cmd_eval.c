@@ -179,8 +179,8 @@ int cmd_ppl(int argc, char **argv) {
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
     if (rc == 0) {
-        fprintf(stderr, "ppl: %lld windows in %.2fs (%.0f tokens/s, BLAS core %s)\n",
-                (long long)r.n_windows, r.seconds, r.tok_per_s, blas_core_report());
+        fprintf(stderr, "ppl: %lld windows in %.2fs, %.2fs of it in the forward (%.0f tokens/s there, BLAS core %s)\n",
+                (long long)r.n_windows, r.seconds, r.forward_seconds, r.tok_per_s, blas_core_report());
     }
     report_tp(&e);
     tp_engine_close(&e);

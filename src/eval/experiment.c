@@ -27,12 +27,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#ifdef TL_BUILD_INFO /* the Makefile's $(BUILD)/gen/build_info.h: TL_GIT_COMMIT */
-#include TL_BUILD_INFO
-#endif
-#ifndef TL_GIT_COMMIT
-#define TL_GIT_COMMIT "" /* (a build without the Makefile's header, or outside a checkout) */
-#endif
 
 #define EXP_TOKENS_PER_CALL 2048 /* windows batched per forward call */
 /* The reference's logits for every scored position are kept (and cached) to
@@ -147,52 +141,90 @@ static int model_files(const char *dir, char ***names, int *n) {
     return 0;
 }
 
+/* SHA-256 of the file at path, read once per version of the file: a version
+ * is its (real path, device, inode, size, modification time), and its hash is
+ * kept for the process and, where cache_dir is given, in
+ * cache_dir/filehash-<key> (a sweep runs one process per point; a 27B
+ * checkpoint is ~50 GB to read).  A file rewritten has another time, so
+ * another key; the cache file holds the key's text and is checked. */
+static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) {
+    static struct {
+        char key[65], sha[65];
+    } memo[64];
+    static int n_memo;
+    struct stat st;
+    char real[4096], key[4400], kh[65], cp[4300];
+    if (stat(path, &st) != 0 || !realpath(path, real)) return sha256_file(path, out); /* (its error) */
+    snprintf(key, sizeof key, "%s|%llu|%llu|%lld|%lld.%09ld", real, (unsigned long long)st.st_dev,
+             (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
+             (long)st.st_mtim.tv_nsec);
+    sha256_bytes(key, strlen(key), kh);
+    for (int i = 0; i < n_memo; i++)
+        if (strcmp(memo[i].key, kh) == 0) {
+            memcpy(out, memo[i].sha, 65);
+            return 0;
+        }
+    int have = 0;
+    if (cache_dir) { /* two lines: the key, the file's SHA-256 */
+        snprintf(cp, sizeof cp, "%s/filehash-%.24s", cache_dir, kh);
+        FILE *f = fopen(cp, "r");
+        if (f) {
+            char l1[4400], l2[80];
+            if (fgets(l1, sizeof l1, f) && fgets(l2, sizeof l2, f)) {
+                l1[strcspn(l1, "\n")] = 0;
+                l2[strcspn(l2, "\n")] = 0;
+                have = strcmp(l1, key) == 0 && strlen(l2) == 64 && strspn(l2, "0123456789abcdef") == 64;
+                if (have) memcpy(out, l2, 65);
+            }
+            fclose(f);
+        }
+    }
+    if (!have) {
+        if (sha256_file(path, out) != 0) return -1;
+        if (cache_dir && mkdirs(cache_dir) == 0) { /* best effort, atomically */
+            char tmp[4400];
+            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cp, (long)getpid());
+            FILE *f = fopen(tmp, "w");
+            int ok = f && fprintf(f, "%s\n%s\n", key, out) > 0;
+            if (f) ok = fclose(f) == 0 && ok;
+            if (!ok || rename(tmp, cp) != 0) unlink(tmp);
+        }
+        err_clear();
+    }
+    if (n_memo < (int)(sizeof memo / sizeof memo[0])) {
+        memcpy(memo[n_memo].key, kh, 65);
+        memcpy(memo[n_memo++].sha, out, 65);
+    }
+    return 0;
+}
+
 /* SHA-256 identifying the checkpoint at `model` by every file the loader reads
  * (paper/SCHEMA.md, model_sha256): a .gguf file's own SHA-256; for an HF folder
  * the SHA-256 of the lines "<sha256>  <file>\n" (sha256sum's format) of the
  * files of model_files in that order, i.e.
  * `(cd MODEL && sha256sum config.json model.safetensors) | sha256sum`.  So a
  * model that differs only in config.json or in a shard's contents has another
- * hash, hence another reference.  Hashed once per path a process (exp_main
- * runs every point of a sweep in one; a 27B checkpoint is ~50 GB to read). */
-static int model_hash(const char *model, char out[65]) {
-    static struct {
-        char *path;
-        char sha[65];
-    } memo[32];
-    static int n_memo;
-    for (int i = 0; i < n_memo; i++)
-        if (strcmp(memo[i].path, model) == 0) {
-            memcpy(out, memo[i].sha, 65);
-            return 0;
-        }
+ * hash, hence another reference.  Each file read once per version
+ * (file_sha_memo, its hashes kept in cache_dir where given). */
+static int model_hash(const char *model, const char *cache_dir, char out[65]) {
     struct stat st;
-    int rc = 0;
-    if (stat(model, &st) == 0 && S_ISREG(st.st_mode)) {
-        rc = sha256_file(model, out);
-    } else {
-        char **names = NULL, p[4096], file_sha[65];
-        int n = 0;
-        if (model_files(model, &names, &n) != 0) return -1;
-        size_t cap = (size_t)n * (64 + 2 + 1) + 1, len = 0;
-        for (int i = 0; i < n; i++) cap += strlen(names[i]);
-        char *lines = xmalloc(cap);
-        for (int i = 0; i < n && rc == 0; i++) {
-            snprintf(p, sizeof p, "%s/%s", model, names[i]);
-            rc = sha256_file(p, file_sha);
-            if (rc == 0) len += (size_t)snprintf(lines + len, cap - len, "%s  %s\n", file_sha, names[i]);
-        }
-        if (rc == 0) sha256_bytes(lines, len, out);
-        free(lines);
-        for (int i = 0; i < n; i++) free(names[i]);
-        free(names);
+    if (stat(model, &st) == 0 && S_ISREG(st.st_mode)) return file_sha_memo(model, cache_dir, out);
+    char **names = NULL, p[4096], file_sha[65];
+    int n = 0, rc = 0;
+    if (model_files(model, &names, &n) != 0) return -1;
+    size_t cap = (size_t)n * (64 + 2 + 1) + 1, len = 0;
+    for (int i = 0; i < n; i++) cap += strlen(names[i]);
+    char *lines = xmalloc(cap);
+    for (int i = 0; i < n && rc == 0; i++) {
+        snprintf(p, sizeof p, "%s/%s", model, names[i]);
+        rc = file_sha_memo(p, cache_dir, file_sha);
+        if (rc == 0) len += (size_t)snprintf(lines + len, cap - len, "%s  %s\n", file_sha, names[i]);
     }
-    if (rc != 0) return -1;
-    if (n_memo < (int)(sizeof memo / sizeof memo[0])) {
-        memo[n_memo].path = xstrdup(model);
-        memcpy(memo[n_memo++].sha, out, 65);
-    }
-    return 0;
+    if (rc == 0) sha256_bytes(lines, len, out);
+    free(lines);
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+    return rc;
 }
 
 /* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
@@ -227,11 +259,31 @@ static int git_head(const char *dir, char *out, size_t n) {
     return 0;
 }
 
-const char *exp_build_commit(void) { return TL_GIT_COMMIT; }
+const char *exp_build_commit(void) {
+    static char c[80];
+    static int done;
+    if (!done) { /* the Makefile's git_commit beside this program (first line) */
+        done = 1;
+        char p[4200], dir[4096];
+        ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
+        if (len > 0) {
+            dir[len] = 0;
+            parent_dir(dir);
+            snprintf(p, sizeof p, "%s/git_commit", dir);
+            FILE *f = fopen(p, "r");
+            if (f) {
+                if (!fgets(c, sizeof c, f)) c[0] = 0;
+                c[strcspn(c, "\r\n")] = 0;
+                fclose(f);
+            }
+        }
+    }
+    return c;
+}
 
 void exp_git_commit(char *out, size_t n) {
     static char commit[80]; /* once a process: exp_main writes every point of a sweep */
-    if (!commit[0] && TL_GIT_COMMIT[0]) snprintf(commit, sizeof commit, "%s", TL_GIT_COMMIT);
+    if (!commit[0] && exp_build_commit()[0]) snprintf(commit, sizeof commit, "%s", exp_build_commit());
     if (!commit[0]) {
         /* the fallback where the build had no git: the checkout's HEAD now
          * (which may have moved since the build, and says nothing of edits) */
@@ -610,7 +662,10 @@ static int run_point(const RunCfg *rc, const char *out) {
                        rc->kv);
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
     int loaded = strcmp(rc->quant, "loaded") == 0;
-    if (model_hash(rc->model, model_sha) != 0) return -1;
+    /* (the checkpoint's file hashes kept with the reference cache: RESULTS/cache) */
+    char hash_cache[4200];
+    snprintf(hash_cache, sizeof hash_cache, "%s/cache", rc->results);
+    if (model_hash(rc->model, hash_cache, model_sha) != 0) return -1;
 
     Model m;
     ModelLoadOpts mo = {.quant = loaded ? NULL : rc->quant};
@@ -622,10 +677,11 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
     }
     if (model_load(rc->model, &mo, &m) != 0) return -1;
-    /* exp-throughput's dense baseline (value bf16) on CUDA times the engine's bf16 form
-     * (bf16 weights and activations through cuBLAS, as bench-e2e's BF16); on the CPU the
-     * dense linears run in f32 (OpenBLAS sgemm: Debian's OpenBLAS has no bf16 GEMM) */
-    const int thr_bf16 = rc->kind == EXP_THROUGHPUT && mo.dense && dev == ENGINE_CUDA;
+    /* exp-throughput on CUDA times the engine's bf16 form for every value, as bench-e2e
+     * does (dense weights, the activations into non-int8 linears and the lm_head in bf16:
+     * the dense baseline is then bf16 through cuBLAS); on the CPU f32 (OpenBLAS sgemm:
+     * Debian's OpenBLAS has no bf16 GEMM) */
+    const int thr_bf16 = rc->kind == EXP_THROUGHPUT && dev == ENGINE_CUDA;
     /* exp-throughput's "ternary" is the checkpoint's ternary weights: a native
      * ternary checkpoint runs as stored (DESIGN.md: never re-ternarised unless
      * asked); the config's quant is the rule for BF16 checkpoints only.  The
@@ -847,8 +903,8 @@ static int run_point(const RunCfg *rc, const char *out) {
                 snprintf(lp, sizeof lp, "/throughput/%s", lt_names[j]);
                 e |= h5log_f64(lg, lp, lt[j], nb);
             }
-            /* the dense baseline's precision in the timed runs (paper/SCHEMA.md) */
-            if (mo.dense) e |= h5log_attr_str(lg, "/throughput", "dense_dtype", thr_bf16 ? "bf16" : "f32");
+            /* the timed runs' precision (paper/SCHEMA.md) */
+            e |= h5log_attr_str(lg, "/throughput", "dtype", thr_bf16 ? "bf16" : "f32");
         }
         /* what was loaded and which kernels ran (every run file) */
         e |= report_write_h5(lg, &m);

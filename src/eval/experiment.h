@@ -57,14 +57,15 @@ int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windo
 #define TERNLAB_VERSION "0.1.0"
 
 /* The commit of the source tree this program was built from: the run files'
- * git_commit attribute.  The value the build baked in (exp_build_commit: the
- * Makefile's `git rev-parse HEAD` of its source folder, "-dirty" appended
- * where tracked files differed from that commit); where the build had none (no
- * git, or not a checkout), the HEAD now of TL_SOURCE_DIR where the build
- * defines it, else of the first folder above the executable holding .git and
- * src/eval/experiment.h (build/ in the tree), never the working folder; else
- * "unknown".  Once a process. */
-const char *exp_build_commit(void); /* "" where the build baked in none */
+ * git_commit attribute.  What the build wrote beside the program
+ * (exp_build_commit: the first line of git_commit in the executable's folder,
+ * the Makefile's `git rev-parse HEAD` of its source folder with "-dirty"
+ * where tracked sources differed from that commit); where there is none (a
+ * build without git, or the program copied elsewhere), the HEAD now of
+ * TL_SOURCE_DIR where the build defines it, else of the first folder above
+ * the executable holding .git and src/eval/experiment.h (build/ in the tree),
+ * never the working folder; else "unknown".  Once a process. */
+const char *exp_build_commit(void); /* "" where the build wrote none */
 void exp_git_commit(char *out, size_t n);
 
 #endif

@@ -187,43 +187,53 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= kv->n_layers || p->layer_lo > p->layer_hi))
         return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
                        kv->n_layers, kv->n_layers - 1);
-    kv->policy = *p;
-    /* f32 pages only where some token stays full precision: with `all` the
-     * ternary pages are the whole cache of those layers */
+    /* Everything that can fail first, the policy taken last: a failed call
+     * leaves the cache as it was (with at most the ternary pools added). */
+    /* 1. the ternary pools (the first policy other than none), all or none */
+    if (p->kind != KVP_NONE && !kv->fmt) {
+        size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
+        size_t rows = tokens * (size_t)kv->n_kv_heads;
+        kv->code_bytes = (kv->head_dim + 3) / 4;
+        kv->k_scales = kvt_n_scales(kv->head_dim, 1);
+        kv->fmt = mem_alloc(tokens, "KV page formats");
+        kv->kq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
+        kv->vq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
+        kv->ks = mem_alloc(rows * (size_t)kv->k_scales * 2, "ternary KV scales");
+        kv->vs = mem_alloc(rows * 2, "ternary KV scales");
+        if (!kv->fmt || !kv->kq || !kv->vq || !kv->ks || !kv->vs) {
+            /* (a later call would otherwise see fmt and take the pools as there) */
+            mem_free(kv->fmt);
+            mem_free(kv->kq);
+            mem_free(kv->vq);
+            mem_free(kv->ks);
+            mem_free(kv->vs);
+            kv->fmt = NULL, kv->kq = kv->vq = NULL, kv->ks = kv->vs = NULL;
+            return -1;
+        }
+        memset(kv->fmt, 0, tokens);
+    }
+    /* 2. f32 pages only where some token stays full precision (with `all` the
+     * ternary pages are the whole cache of those layers): the missing ones */
     size_t per_layer = kv_bytes_needed(1, kv->n_kv_heads, kv->head_dim, kv->block_size,
                                        kv->n_blocks) / 2;
-    for (int l = 0; l < kv->n_layers; l++) {
+    for (int l = 0; l < kv->n_layers; l++)
+        if (layer_needs_f32(p, l) && !kv->k[l]) {
+            float *k = mem_alloc(per_layer, "KV cache keys");
+            float *v = k ? mem_alloc(per_layer, "KV cache values") : NULL;
+            if (!k || !v) { /* (both or neither: a later call tests k) */
+                mem_free(k);
+                return -1;
+            }
+            kv->k[l] = k, kv->v[l] = v;
+        }
+    /* 3. then the ones the policy does not need go, and the policy is taken */
+    for (int l = 0; l < kv->n_layers; l++)
         if (!layer_needs_f32(p, l)) {
             mem_free(kv->k[l]);
             mem_free(kv->v[l]);
             kv->k[l] = kv->v[l] = NULL;
-        } else if (!kv->k[l]) {
-            kv->k[l] = mem_alloc(per_layer, "KV cache keys");
-            kv->v[l] = kv->k[l] ? mem_alloc(per_layer, "KV cache values") : NULL;
-            if (!kv->k[l] || !kv->v[l]) return -1;
         }
-    }
-    if (p->kind == KVP_NONE || kv->fmt) return 0;
-    size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
-    size_t rows = tokens * (size_t)kv->n_kv_heads;
-    kv->code_bytes = (kv->head_dim + 3) / 4;
-    kv->k_scales = kvt_n_scales(kv->head_dim, 1);
-    kv->fmt = mem_alloc(tokens, "KV page formats");
-    kv->kq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
-    kv->vq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");
-    kv->ks = mem_alloc(rows * (size_t)kv->k_scales * 2, "ternary KV scales");
-    kv->vs = mem_alloc(rows * 2, "ternary KV scales");
-    if (!kv->fmt || !kv->kq || !kv->vq || !kv->ks || !kv->vs) {
-        /* all or none: a later call would otherwise see fmt and take the pools as there */
-        mem_free(kv->fmt);
-        mem_free(kv->kq);
-        mem_free(kv->vq);
-        mem_free(kv->ks);
-        mem_free(kv->vs);
-        kv->fmt = NULL, kv->kq = kv->vq = NULL, kv->ks = kv->vs = NULL;
-        return -1;
-    }
-    memset(kv->fmt, 0, tokens);
+    kv->policy = *p;
     return 0;
 }
 

@@ -191,6 +191,15 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         /* quantization_mode: "offline" (transformers' default: the linears are
          * stored ternary) or "online" (stored in float, ternarised in every
          * forward); kept for the loader's messages */
+        /* use_rms_norm: transformers' AutoBitLinear then normalises each linear's input
+         * with a norm of its own (`..._proj.rms_norm.weight`), which this forward does
+         * not apply: refused, not run without it */
+        const cJSON *urn = cJSON_GetObjectItemCaseSensitive(qc, "use_rms_norm");
+        if (cJSON_IsTrue(urn)) {
+            err_set("%s: quantization_config.use_rms_norm true (a norm inside every linear) is not "
+                    "supported", path);
+            goto done;
+        }
         const cJSON *qmode = cJSON_GetObjectItemCaseSensitive(qc, "quantization_mode");
         snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "%s",
                  cJSON_IsString(qmode) ? qmode->valuestring : "offline");

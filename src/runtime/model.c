@@ -67,6 +67,14 @@ int model_load_ternlab_linear(Model *m, Linear *lin);
 int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts);
 
+int model_refuse_bias(const char *name) {
+    const size_t len = strlen(name);
+    if (len >= 5 && strcmp(name + len - 5, ".bias") == 0)
+        return err_set("tensor '%s' is a bias: ternlab's linears and norms have none, and "
+                       "running without it would give wrong numbers (not supported)", name);
+    return 0;
+}
+
 /* a BitNet config whose linears transformers ternarises in every forward from
  * float weights: quantization_mode online with linear_class autobitlinear */
 static int bitnet_online(const ModelConfig *c) {
@@ -91,17 +99,24 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
         /* float weights of an online BitNet (check_checkpoint): transformers
          * ternarises them in every forward (per-tensor absmean, round, clamp to
          * +-1) with int8 activations per token; the weights do not change, so
-         * once here gives the same model, then run as a native ternary one */
-        QuantSpec bs;
-        if (quant_spec_parse("rule=absmean,group=tensor,scale=f32", &bs) != 0) return -1;
-        TernaryMatrix *tm = xcalloc(1, sizeof *tm);
-        if (tern_from_dense(lin->w, out, in, &bs, tm) != 0) {
-            free(tm);
-            return err_prefix("%s: ", lin->name);
+         * once here gives the same model, then run as a native ternary one.
+         * Where --quant selects the linear, its rule applies to these float
+         * weights instead (model_quantise_linear), not to their absmean ternary */
+        QuantSpec qs;
+        const int sel = opts->quant && quant_spec_parse(opts->quant, &qs) == 0 &&
+                        quant_layer_selected(&qs, layer, kind) > 0;
+        if (!sel) {
+            QuantSpec bs;
+            if (quant_spec_parse("rule=absmean,group=tensor,scale=f32", &bs) != 0) return -1;
+            TernaryMatrix *tm = xcalloc(1, sizeof *tm);
+            if (tern_from_dense(lin->w, out, in, &bs, tm) != 0) {
+                free(tm);
+                return err_prefix("%s: ", lin->name);
+            }
+            mem_free(lin->w);
+            lin->w = NULL;
+            lin->t = tm;
         }
-        mem_free(lin->w);
-        lin->w = NULL;
-        lin->t = tm;
         lin->act_int8 = 1;
         m->native_ternary = 1;
     }
@@ -144,13 +159,8 @@ static int check_checkpoint(const Model *m) {
                                "is missing from the checkpoint", c->n_layers, name, l);
         }
     }
-    for (int i = 0; i < st->n_tensors; i++) {
-        const char *n = st->tensors[i].name;
-        size_t len = strlen(n);
-        if (len >= 5 && strcmp(n + len - 5, ".bias") == 0)
-            return err_set("tensor '%s' is a bias: ternlab's linears and norms have none, and "
-                           "running without it would give wrong numbers (not supported)", n);
-    }
+    for (int i = 0; i < st->n_tensors; i++)
+        if (model_refuse_bias(st->tensors[i].name) != 0) return -1;
     if (c->arch == ARCH_BITNET && !c->ternlab_packed && !bitnet_online(c)) {
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < N_LAYER_LINEARS; i++) {

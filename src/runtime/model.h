@@ -63,6 +63,9 @@ typedef struct {
 
 /* Loads config.json + safetensors from a folder.  Returns 0 or -1 (err_set). */
 int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
+/* -1 (err_set, naming it) where a checkpoint tensor's name ends in ".bias": the
+ * loaders refuse checkpoints with biases, which this forward does not apply */
+int model_refuse_bias(const char *name);
 void model_free(Model *m);
 
 /* Calls fn for each linear of the decoder (layer index, kind "q".."down"). */

@@ -314,10 +314,7 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
         }
     for (int64_t i = 0; i < g->n_tensors; i++) {
         const char *n = g->tensors[i].name;
-        size_t len = strlen(n);
-        if (len >= 5 && strcmp(n + len - 5, ".bias") == 0)
-            return err_set("tensor '%s' is a bias: ternlab's linears and norms have none, and "
-                           "running without it would give wrong numbers (not supported)", n);
+        if (model_refuse_bias(n) != 0) return -1;
         if (strcmp(n, "rope_freqs.weight") == 0)
             return err_set("tensor 'rope_freqs.weight' holds RoPE frequency factors (llama.cpp "
                            "writes them for Llama 3.1+ rope scaling), which ternlab does not "
