@@ -47,6 +47,17 @@ static void write_conf(const char *dir, const char *values, char *path, size_t n
     fclose(f);
 }
 
+/* res = dir/results, out_dir = its exp-fake, and the fake point command
+ * (no sleep, no failure, the real verification) */
+static void fake_sweep_env(const char *dir, char *res, size_t nres, char *out_dir, size_t nout) {
+    snprintf(res, nres, "%s/results", dir);
+    snprintf(out_dir, nout, "%s/exp-fake", res);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    unsetenv("TERNLAB_VERIFY_CMD");
+}
+
 /* Counts run files (*.h5) and temporaries (*.tmp*) in dir. */
 static void count_files(const char *dir, int *h5, int *tmp) {
     *h5 = *tmp = 0;
@@ -346,12 +357,7 @@ TEST(sweep_point_held_elsewhere) {
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
     write_conf(dir, "a b", conf, sizeof conf);
-    snprintf(res, sizeof res, "%s/results", dir);
-    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
-    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
-    setenv("FAKE_SLEEP", "0", 1);
-    unsetenv("FAKE_FAIL");
-    unsetenv("TERNLAB_VERIFY_CMD");
+    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s/.locks' && : > '%s/m1__a.h5.tmp.999999' && "
              "(flock '%s/.locks/m1__a.h5.lock' sleep 4 >/dev/null 2>&1 &) && sleep 0.5 && "
@@ -597,12 +603,7 @@ TEST(sweep_device_in_run_file_name) {
     fprintf(f, "factor = value\nvalues = a b\nmodels = data/m1 data/m2\ntokens = none\nwindow = 16\n"
                "max_windows = 1\ndevice = cpu\n");
     fclose(f);
-    snprintf(res, sizeof res, "%s/results", dir);
-    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", res);
-    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
-    setenv("FAKE_SLEEP", "0", 1);
-    unsetenv("FAKE_FAIL");
-    unsetenv("TERNLAB_VERIFY_CMD");
+    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
     const char *sweep = test_path("scripts/sweep.sh");
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 >/dev/null 2>&1 && "
              "stat -c '%%n %%Y %%i' '%s'/*.h5", sweep, conf, res, out_dir);
