@@ -10,13 +10,13 @@
 #include "core/timer.h"
 #include "eval/metrics.h"
 #include "eval/ppl.h"
+#include "load/safetensors.h"
 #include "load/tokens.h"
 #include "log/expconf.h"
 #include "log/h5log.h"
 #include "runtime/linear.h"
 #include "runtime/report.h"
 
-#include <cJSON.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
@@ -97,45 +97,18 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
 static int model_files(const char *dir, char ***names, int *n) {
     char p[4096];
     struct stat st;
-    int cap = 8, k = 0;
-    char **v = xmalloc(sizeof(char *) * (size_t)cap);
-    v[k++] = xstrdup("config.json");
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    if (stat(p, &st) != 0) {
-        v[k++] = xstrdup("model.safetensors");
-        *names = v;
-        *n = k;
-        return 0;
-    }
-    v[k++] = xstrdup("model.safetensors.index.json");
-    char *text = NULL;
-    if (file_read_all(p, &text, NULL) != 0) {
-        for (int i = 0; i < k; i++) free(v[i]);
-        free(v);
-        return -1;
-    }
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    const cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    int first_shard = k, rc = cJSON_IsObject(wm) ? 0 : err_set("%s: no object 'weight_map'", p);
-    for (const cJSON *it = rc == 0 ? wm->child : NULL; it; it = it->next) {
-        if (!cJSON_IsString(it)) {
-            rc = err_set("%s: weight_map entry '%s' is not a file name", p, it->string ? it->string : "?");
-            break;
-        }
-        int seen = 0;
-        for (int i = first_shard; i < k && !seen; i++) seen = strcmp(v[i], it->valuestring) == 0;
-        if (seen) continue;
-        if (k == cap) v = xrealloc(v, sizeof(char *) * (size_t)(cap *= 2));
-        v[k++] = xstrdup(it->valuestring);
-    }
-    cJSON_Delete(root);
-    if (rc != 0) {
-        for (int i = 0; i < k; i++) free(v[i]);
-        free(v);
-        return -1;
-    }
-    qsort(v + first_shard, (size_t)(k - first_shard), sizeof(char *), cmp_str);
+    const int sharded = stat(p, &st) == 0;
+    char **shards = NULL;
+    int ns = 0;
+    if (sharded && st_index_shards(dir, &shards, &ns) != 0) return -1;
+    char **v = xmalloc(sizeof(char *) * (size_t)(ns + 2));
+    int k = 0;
+    v[k++] = xstrdup("config.json");
+    v[k++] = xstrdup(sharded ? "model.safetensors.index.json" : "model.safetensors");
+    for (int i = 0; i < ns; i++) v[k++] = shards[i];
+    free(shards);
+    qsort(v + 2, (size_t)ns, sizeof(char *), cmp_str);
     *names = v;
     *n = k;
     return 0;

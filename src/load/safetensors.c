@@ -1,5 +1,6 @@
 #include "load/safetensors.h"
 #include "core/err.h"
+#include "core/mem.h"
 
 #include <cJSON.h>
 #include <stdio.h>
@@ -197,6 +198,49 @@ int st_open_file(const char *path, SafeTensors *st) {
     return 0;
 }
 
+/* The index at path parsed (*root, for cJSON_Delete) and its weight_map
+ * (*wm) checked: an object naming at least one tensor, each in a file of the
+ * same folder.  0, or -1 with err_set (nothing to free). */
+static int index_read(const char *path, cJSON **root, const cJSON **wm) {
+    char *text = NULL;
+    if (file_read_all(path, &text, NULL) != 0) return -1;
+    *root = cJSON_Parse(text);
+    free(text);
+    *wm = *root ? cJSON_GetObjectItemCaseSensitive(*root, "weight_map") : NULL;
+    int rc = 0;
+    if (!cJSON_IsObject(*wm)) rc = err_set("%s: not a well-formed index (needs an object 'weight_map')", path);
+    else if (!(*wm)->child) rc = err_set("%s: weight_map names no tensors", path);
+    for (const cJSON *it = rc == 0 ? (*wm)->child : NULL; it; it = it->next)
+        if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
+            rc = err_set("%s: weight_map entry '%s' must name a file in the same folder", path,
+                         it->string ? it->string : "?");
+            break;
+        }
+    if (rc != 0) cJSON_Delete(*root);
+    return rc;
+}
+
+int st_index_shards(const char *dir, char ***names, int *n) {
+    char path[4096];
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    cJSON *root;
+    const cJSON *wm;
+    if (index_read(path, &root, &wm) != 0) return -1;
+    int k = 0, cap = 8;
+    char **v = xmalloc(sizeof(char *) * (size_t)cap);
+    for (const cJSON *it = wm->child; it; it = it->next) {
+        int seen = 0;
+        for (int i = 0; i < k && !seen; i++) seen = strcmp(v[i], it->valuestring) == 0;
+        if (seen) continue;
+        if (k == cap) v = xrealloc(v, sizeof(char *) * (size_t)(cap *= 2));
+        v[k++] = xstrdup(it->valuestring);
+    }
+    cJSON_Delete(root);
+    *names = v;
+    *n = k;
+    return 0;
+}
+
 int st_open_dir(const char *dir, SafeTensors *st) {
     char path[4096];
     memset(st, 0, sizeof *st);
@@ -207,27 +251,12 @@ int st_open_dir(const char *dir, SafeTensors *st) {
         return st_open_file(path, st);
     }
     fclose(f);
-    char *text = NULL;
-    if (file_read_all(path, &text, NULL) != 0) return -1;
-    cJSON *root = cJSON_Parse(text);
-    free(text);
-    cJSON *wm = root ? cJSON_GetObjectItemCaseSensitive(root, "weight_map") : NULL;
-    if (!cJSON_IsObject(wm)) {
-        cJSON_Delete(root);
-        return err_set("%s: not a well-formed index (needs an object 'weight_map')", path);
-    }
-    if (!wm->child) {
-        cJSON_Delete(root);
-        return err_set("%s: weight_map names no tensors", path);
-    }
+    cJSON *root;
+    const cJSON *wm;
+    if (index_read(path, &root, &wm) != 0) return -1;
     int rc = 0;
     /* open each distinct shard once, in order of first mention */
-    for (cJSON *it = wm->child; it && rc == 0; it = it->next) {
-        if (!cJSON_IsString(it) || strchr(it->valuestring, '/')) {
-            rc = err_set("%s: weight_map entry '%s' must name a file in the same folder", path,
-                         it->string ? it->string : "?");
-            break;
-        }
+    for (const cJSON *it = wm->child; it && rc == 0; it = it->next) {
         char shard[4096];
         snprintf(shard, sizeof shard, "%s/%s", dir, it->valuestring);
         int seen = 0;
@@ -240,7 +269,7 @@ int st_open_dir(const char *dir, SafeTensors *st) {
         rc = st_check_duplicates(st);
     }
     /* every tensor the index names must be in the shard it names */
-    for (cJSON *it = wm->child; it && rc == 0; it = it->next) {
+    for (const cJSON *it = wm->child; it && rc == 0; it = it->next) {
         const StTensor *t = st_find(st, it->string);
         char shard[4096];
         snprintf(shard, sizeof shard, "%s/%s", dir, it->valuestring);

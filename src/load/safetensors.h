@@ -38,6 +38,10 @@ int st_open_file(const char *path, SafeTensors *st);
  * shard it names, every tensor in the file the index says), else
  * model.safetensors. */
 int st_open_dir(const char *dir, SafeTensors *st);
+/* The distinct shard file names (in `dir`) that dir's model.safetensors.index.json
+ * names, in order of first mention, checked as st_open_dir checks them: *names
+ * (n strings; free each and the array) on 0, -1 with err_set. */
+int st_index_shards(const char *dir, char ***names, int *n);
 void st_close(SafeTensors *st);
 const StTensor *st_find(const SafeTensors *st, const char *name);
 
