@@ -718,12 +718,25 @@ TEST(gguf_write_read_f32_scales_close) {
     roundtrip("rule=absmean,group=256,scale=f32", 0, TOL_F16_SCALE_ROUNDING);
 }
 
+/* ternlab.quant_spec of a GGUF file into buf ("" when absent). */
+static void file_quant_spec(const char *path, char *buf, size_t n) {
+    GgufFile g;
+    const char *s;
+    size_t len;
+    buf[0] = 0;
+    if (gguf_open(path, &g) != 0) return;
+    if (gguf_get_str(&g, "ternlab.quant_spec", &s, &len) == 1) snprintf(buf, n, "%.*s", (int)len, s);
+    gguf_close(&g);
+}
+
 /* Input sizes that are not a multiple of 256 (hidden 64, ffn 96) have no TQ
  * form: those ternary rows are written as their exact float values.  Read
  * back, they are ternary again, with the spec's activation mode: the file
  * runs as the model it was written from (they had loaded as dense f32
  * linears with f32 activations: a hidden-64 model written with act=int8 gave
- * ppl 17.328015 read back vs 17.332529 in memory). */
+ * ppl 17.328015 read back vs 17.332529 in memory).  The model read back and
+ * written again without --quant records the same spec, so its file runs the
+ * same way too (it had been written without one: dense f32 linears again). */
 TEST(gguf_write_read_rows_not_whole_tq_blocks) {
     const char *specs[] = {"rule=absmean,group=row,scale=f32,act=int8",
                            "rule=twn,group=32,scale=bf16,act=int8,layers=mlp",
@@ -755,33 +768,42 @@ TEST(gguf_write_read_rows_not_whole_tq_blocks) {
                           specs[s], la[i]->name, !!la[i]->t, la[i]->act_int8, !!lb[i]->t,
                           lb[i]->act_int8);
         }
+        /* the reloaded model written again, without --quant: the same spec
+         * recorded, so the third load is the same model */
+        Model c;
+        char path2[600], spec1[256], spec2[256];
+        snprintf(path2, sizeof path2, "%s/rt-small-%zu-again.gguf", test_tmpdir(), s);
+        rc = gguf_write_model(&b, path2, 0);
+        CHECK_MSG(rc == 0, "%s: write the reloaded model: %s", specs[s], err_msg());
+        if (rc == 0) rc = model_load_gguf(path2, NULL, &c);
+        CHECK_MSG(rc == 0, "%s: read the second file back: %s", specs[s], err_msg());
+        file_quant_spec(path, spec1, sizeof spec1);
+        file_quant_spec(path2, spec2, sizeof spec2);
+        CHECK_MSG(spec1[0] && strcmp(spec1, spec2) == 0, "%s: spec '%s' written, '%s' re-written",
+                  specs[s], spec1, spec2);
         const int Tw = 64;
         float *xa = window0_logits(&a, Tw), *xb = window0_logits(&b, Tw);
-        CHECK(xa && xb);
+        float *xc = rc == 0 ? window0_logits(&c, Tw) : NULL;
+        CHECK(xa && xb && xc);
         if (xa && xb) {
             double r = rel_l2(xb, xa, (int64_t)Tw * a.cfg.vocab);
             printf("    %s: logits rel L2 %.3g vs the in-memory model\n", specs[s], r);
             CHECK_MSG(r == 0.0, "%s: rel L2 %.3g (want identical)", specs[s], r);
         }
+        if (xa && xc) {
+            double r = rel_l2(xc, xa, (int64_t)Tw * a.cfg.vocab);
+            CHECK_MSG(r == 0.0, "%s: re-written file: rel L2 %.3g (want identical)", specs[s], r);
+        }
         free(xa);
         free(xb);
+        free(xc);
+        if (rc == 0) model_free(&c);
         model_free(&a);
         model_free(&b);
     }
 }
 
 /* ---- ternlab quantize to GGUF (the command line) -------------------------------- */
-
-/* ternlab.quant_spec of a GGUF file into buf ("" when absent). */
-static void file_quant_spec(const char *path, char *buf, size_t n) {
-    GgufFile g;
-    const char *s;
-    size_t len;
-    buf[0] = 0;
-    if (gguf_open(path, &g) != 0) return;
-    if (gguf_get_str(&g, "ternlab.quant_spec", &s, &len) == 1) snprintf(buf, n, "%.*s", (int)len, s);
-    gguf_close(&g);
-}
 
 /* An --out ending in .gguf is a GGUF file (gguf-tq2_0 without --format), as
  * the usage line "--out DIR|FILE.gguf" promises: it had been written as a

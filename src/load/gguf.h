@@ -204,7 +204,8 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m);
  * Float tensors (embedding, lm_head, dense linears) as F16 when that is
  * lossless, else BF16 when that is, else F32; norms F32.  A quantised model
  * also records its spec under "ternlab.quant_spec" (act=int8 is restored from
- * it on load).  Returns 0 or -1 (err_set). */
+ * it on load); a model read from a ternlab checkpoint and not quantised again
+ * records the spec it was stored with.  Returns 0 or -1 (err_set). */
 int gguf_write_model(const Model *m, const char *out_path, int tq1);
 
 #endif

@@ -428,6 +428,11 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
         char spec[256];
         if (quant_spec_format(&m->quant, spec, sizeof spec) >= 0)
             gguf_writer_str(w, "ternlab.quant_spec", spec);
+    } else if (m->cfg.ternlab_spec[0]) {
+        /* a model read from a ternlab checkpoint (safetensors or GGUF) and not
+         * quantised again: its stored spec, which restores act=int8 and the
+         * float-stored ternary rows on the next load */
+        gguf_writer_str(w, "ternlab.quant_spec", m->cfg.ternlab_spec);
     }
     int copied, rc = copy_tokenizer(w, m, &copied);
 

@@ -353,6 +353,8 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
             rc = err_prefix("ternlab.quant_spec '%s' is not a QuantSpec this version reads: ", buf);
         } else {
             rec = &rec_spec;
+            /* kept, so that writing this model out again records the spec (gguf_write.c) */
+            snprintf(m->cfg.ternlab_spec, sizeof m->cfg.ternlab_spec, "%s", buf);
             note(m, "written by ternlab from a model quantised with %s", buf);
         }
     }
