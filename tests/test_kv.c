@@ -84,6 +84,50 @@ TEST(kv_reserve_failure_leaves_state) {
     kv_free(&kv);
 }
 
+/* kv_set_policy when an allocation fails (mem_fail_next): -1 with a message,
+ * the policy and pages as they were (no half-built ternary pools, no f32
+ * page taken or lost), and the same call succeeds once memory is there. */
+TEST(kv_set_policy_failure_leaves_the_cache) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 3, 2, 8, 4, 6) == 0);
+    KvPolicy all, part, enc;
+    REQUIRE(kv_policy_parse("all", &all) == 0 && kv_policy_parse("all@layers=1-2", &part) == 0 &&
+            kv_policy_parse("encoder", &enc) == 0);
+    /* 1. the ternary pools, the scales (the last two of their five allocations) refused */
+    KvPolicy before = kv.policy;
+    mem_fail_next("ternary KV scales", 2);
+    CHECK(kv_set_policy(&kv, &all) == -1);
+    CHECK_MSG(strstr(err_msg(), "ternary KV scales") != NULL, "message: %s", err_msg());
+    mem_fail_next(NULL, 0);
+    CHECK(!kv.fmt && !kv.kq && !kv.vq && !kv.ks && !kv.vs);
+    CHECK(memcmp(&kv.policy, &before, sizeof before) == 0);
+    for (int l = 0; l < 3; l++) CHECK(kv.k[l] && kv.v[l]);
+    /* 2. with layers 1-2 all ternary (their f32 pages given back), a policy
+     * that needs them again, the values' page refused */
+    REQUIRE(kv_set_policy(&kv, &part) == 0);
+    CHECK(kv.fmt && kv.k[0] && !kv.k[1] && !kv.k[2] && !kv.v[1]);
+    mem_fail_next("KV cache values", 1);
+    CHECK(kv_set_policy(&kv, &enc) == -1);
+    CHECK_MSG(mem_fail_next(NULL, 0) == 0, "the injected failure was not reached");
+    CHECK(memcmp(&kv.policy, &part, sizeof part) == 0);
+    CHECK(kv.k[0] && !kv.k[1] && !kv.k[2] && !kv.v[1] && !kv.v[2]);
+    /* the cache still works under the policy it kept: a token through a
+     * ternary layer reads back (exactly: one magnitude) */
+    int sq = kv_seq_new(&kv);
+    REQUIRE(kv_seq_reserve(&kv, sq, 1) == 0);
+    float kr[16], vr[16], kc[8], vc[8];
+    for (int i = 0; i < 16; i++) kr[i] = vr[i] = i % 2 ? 0.5f : -0.5f; /* exact in ternary */
+    kv_write_token(&kv, 1, sq, 0, kr, vr, 0);
+    kv_seq_set_len(&kv, sq, 1);
+    kv_gather_head(&kv, 1, sq, 0, 1, kc, vc);
+    for (int i = 0; i < 8; i++) CHECK_MSG(kc[i] == kr[i] && vc[i] == vr[i], "[%d] %g %g", i, kc[i], vc[i]);
+    CHECK(kv_check(&kv) == 0);
+    REQUIRE(kv_set_policy(&kv, &enc) == 0);
+    CHECK(kv.k[1] && kv.v[1] && kv.k[2] && kv.v[2]);
+    CHECK(memcmp(&kv.policy, &enc, sizeof enc) == 0);
+    kv_free(&kv);
+}
+
 /* A ternary KV row whose group mean |x| is past f16's largest finite value
  * (the scale's storage) dequantises to finite values: the scale saturates at
  * 65504 (it had been inf, and the zero codes inf x 0 = NaN); a K row (one

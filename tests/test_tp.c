@@ -16,6 +16,7 @@
 #include "tp/tp_linear.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -334,4 +335,104 @@ TEST(tp_bitnet_ternary_kv_split_window) {
     free(base);
     free(tok);
     model_free(&m);
+}
+
+/* A row-parallel int8 call where one rank cannot allocate its scratch (the
+ * engine reserves it up front; a direct caller may not): every rank leaves the
+ * call with -1 and a message, no rank reads the other's missing buffers (the
+ * sanitized build would catch a NULL published buffer; here it crashed), and
+ * the next call on the same scratch gives the tp = 1 result bit for bit. */
+typedef struct {
+    const TpLinear *sh;
+    TpComm *c;
+    int rank;
+    const float *x;
+    int64_t n;
+    float *y;
+    TpScratch s;
+    int rc;
+    char err[256];
+} RowCall;
+
+static void *row_call(void *arg) {
+    RowCall *r = arg;
+    r->rc = tp_linear_row(r->sh, r->c, r->rank, r->x, r->n, r->y, &r->s, NULL);
+    snprintf(r->err, sizeof r->err, "%s", r->rc ? err_msg() : "");
+    return NULL;
+}
+
+static void run_rows(RowCall *rc, int tp) {
+    pthread_t th[4];
+    for (int r = 1; r < tp; r++) REQUIRE(pthread_create(&th[r], NULL, row_call, &rc[r]) == 0);
+    row_call(&rc[0]);
+    for (int r = 1; r < tp; r++) pthread_join(th[r], NULL);
+}
+
+TEST(tp_row_scratch_failure_leaves_every_rank) {
+    const int64_t R = 24, C = 512, n = 3;
+    const int tp = 2;
+    float *w = xmalloc(sizeof(float) * (size_t)(R * C)), *x = xmalloc(sizeof(float) * (size_t)(n * C));
+    uint64_t st = 11;
+    for (int64_t i = 0; i < R * C; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = ((float)(st >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
+    }
+    for (int64_t i = 0; i < n * C; i++) x[i] = w[(i * 7) % (R * C)] * 30.0f;
+    QuantSpec sp;
+    REQUIRE(quant_spec_parse("rule=absmean,group=row,act=int8", &sp) == 0);
+    Linear full = {.out = R, .in = C, .act_int8 = 1};
+    snprintf(full.name, sizeof full.name, "synthetic");
+    full.t = xcalloc(1, sizeof(TernaryMatrix));
+    REQUIRE(tern_from_dense(w, R, C, &sp, full.t) == 0);
+    float *want = xmalloc(sizeof(float) * (size_t)(n * R));
+    void *lin_scr = mem_alloc(linear_scratch_bytes(n, C), "test scratch");
+    REQUIRE(linear_forward(&full, x, n, want, lin_scr) == 0);
+
+    TpComm comm;
+    REQUIRE(tp_comm_init(&comm, tp, n * R) == 0);
+    TpLinear sh[2];
+    RowCall rc[2];
+    float *xs[2];
+    for (int r = 0; r < tp; r++) {
+        int64_t lo, hi;
+        tp_range(C, tp, r, &lo, &hi);
+        REQUIRE(tp_shard_linear(&full, TP_SPLIT_COLS, lo, hi, &sh[r]) == 0);
+        xs[r] = xmalloc(sizeof(float) * (size_t)(n * (hi - lo)));
+        for (int64_t i = 0; i < n; i++)
+            memcpy(xs[r] + i * (hi - lo), x + i * C + lo, sizeof(float) * (size_t)(hi - lo));
+        rc[r] = (RowCall){.sh = &sh[r], .c = &comm, .rank = r, .x = xs[r], .n = n,
+                          .y = xmalloc(sizeof(float) * (size_t)(n * R))};
+    }
+    /* one of the two ranks' first scratch allocation fails (which one is a race) */
+    mem_fail_next("tp scratch", 1);
+    run_rows(rc, tp);
+    CHECK_MSG(mem_fail_next(NULL, 0) == 0, "the injected failure was not reached");
+    int failed_alloc = 0;
+    for (int r = 0; r < tp; r++) {
+        CHECK_MSG(rc[r].rc == -1, "rank %d returned %d", r, rc[r].rc);
+        failed_alloc += strstr(rc[r].err, "cannot allocate") != NULL;
+        CHECK_MSG(strstr(rc[r].err, "cannot allocate") || strstr(rc[r].err, "another rank"),
+                  "rank %d: '%s'", r, rc[r].err);
+    }
+    CHECK_MSG(failed_alloc == 1, "%d ranks report their own allocation failure", failed_alloc);
+    /* the same scratch, nothing injected: the exact tp = 1 result on every rank */
+    run_rows(rc, tp);
+    for (int r = 0; r < tp; r++) {
+        CHECK_MSG(rc[r].rc == 0, "rank %d after the failure: %s", r, rc[r].err);
+        if (rc[r].rc == 0)
+            CHECK_MSG(memcmp(rc[r].y, want, sizeof(float) * (size_t)(n * R)) == 0,
+                      "rank %d: not the tp = 1 bits", r);
+    }
+    for (int r = 0; r < tp; r++) {
+        tp_scratch_free(&rc[r].s);
+        tp_linear_free(&sh[r]);
+        free(rc[r].y);
+        free(xs[r]);
+    }
+    tp_comm_free(&comm);
+    linear_free(&full);
+    mem_free(lin_scr);
+    free(want);
+    free(x);
+    free(w);
 }

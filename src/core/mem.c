@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -40,10 +41,28 @@ char *xstrdup(const char *s) {
     return p;
 }
 
+static char fail_prefix[64];
+static atomic_int fail_left;
+
+int mem_fail_next(const char *what_prefix, int count) {
+    snprintf(fail_prefix, sizeof fail_prefix, "%s", what_prefix ? what_prefix : "");
+    return atomic_exchange(&fail_left, count > 0 ? count : 0);
+}
+
+/* Whether this allocation is one the test hook makes fail (at most fail_left of them). */
+static int injected_failure(const char *what) {
+    if (atomic_load_explicit(&fail_left, memory_order_relaxed) <= 0) return 0;
+    if (strncmp(what ? what : "", fail_prefix, strlen(fail_prefix)) != 0) return 0;
+    int left = atomic_load(&fail_left);
+    while (left > 0 && !atomic_compare_exchange_weak(&fail_left, &left, left - 1)) {
+    }
+    return left > 0;
+}
+
 void *mem_alloc(size_t n, const char *what) {
     void *p = NULL;
     size_t rounded = (n + 63) & ~(size_t)63;
-    if (posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
+    if (injected_failure(what) || posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
         err_set("cannot allocate %zu bytes for %s", n, what);
         return NULL;
     }

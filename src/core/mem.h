@@ -17,6 +17,14 @@ char *xstrdup(const char *s);
 void *mem_alloc(size_t n, const char *what);
 void mem_free(void *p);
 
+/* Fault injection for tests of the out-of-memory paths: the next `count`
+ * mem_alloc calls whose `what` starts with `what_prefix` fail as a refused
+ * allocation would (NULL + err_set); count 0 clears it.  Set it before the
+ * threads that allocate start (the count itself is atomic: of several threads
+ * asking at once, exactly `count` fail).  Returns how many injected failures
+ * were still pending. */
+int mem_fail_next(const char *what_prefix, int count);
+
 typedef struct {
     const uint8_t *data; /* read-only mapping, NULL for an empty file */
     size_t size;

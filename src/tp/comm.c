@@ -15,6 +15,7 @@ int tp_comm_init(TpComm *c, int tp, int64_t cap) {
         return err_set("tp communicator: pthread_barrier_init for %d threads failed", tp);
     c->src = xcalloc((size_t)tp, sizeof *c->src);
     c->stats = xcalloc((size_t)tp, sizeof *c->stats);
+    c->failed = xcalloc((size_t)tp, sizeof *c->failed);
     c->red = mem_alloc(sizeof(float) * (size_t)c->cap, "tp reduction buffer");
     c->acc = mem_alloc(sizeof(float) * (size_t)c->cap, "tp reduction buffer");
     c->carry = mem_alloc(sizeof(int32_t) * (size_t)c->cap, "tp reduction buffer");
@@ -29,6 +30,7 @@ void tp_comm_free(TpComm *c) {
     if (c->tp > 0) pthread_barrier_destroy(&c->bar);
     free(c->src);
     free(c->stats);
+    free(c->failed);
     mem_free(c->red);
     mem_free(c->acc);
     mem_free(c->carry);
@@ -70,14 +72,19 @@ void tp_allreduce_sum(TpComm *c, int rank, float *buf, int64_t n) {
     tp_comm_account(c, rank, t0, n);
 }
 
-void tp_allreduce_max(TpComm *c, int rank, float *buf, int64_t n) {
-    if (c->tp == 1) return;
+int tp_allreduce_max_agree(TpComm *c, int rank, float *buf, int64_t n, int ok) {
+    if (c->tp == 1) return ok ? 0 : -1;
     double t0 = time_now();
     c->src[rank] = buf;
+    c->failed[rank] = !ok;
     pthread_barrier_wait(&c->bar);
+    /* (failed[] is written again only after the barrier below, which every
+     * rank reaches after reading it here) */
+    int any = 0;
+    for (int r = 0; r < c->tp; r++) any |= c->failed[r];
     int64_t lo, hi;
     share(n, c->tp, rank, &lo, &hi);
-    for (int64_t i = lo; i < hi; i++) {
+    for (int64_t i = lo; i < hi && !any; i++) {
         float m = ((const float *)c->src[0])[i];
         for (int r = 1; r < c->tp; r++) {
             float v = ((const float *)c->src[r])[i];
@@ -86,8 +93,13 @@ void tp_allreduce_max(TpComm *c, int rank, float *buf, int64_t n) {
         c->red[i] = m;
     }
     pthread_barrier_wait(&c->bar);
-    memcpy(buf, c->red, sizeof(float) * (size_t)n);
+    if (!any) memcpy(buf, c->red, sizeof(float) * (size_t)n);
     tp_comm_account(c, rank, t0, n);
+    return any ? -1 : 0;
+}
+
+void tp_allreduce_max(TpComm *c, int rank, float *buf, int64_t n) {
+    tp_allreduce_max_agree(c, rank, buf, n, 1);
 }
 
 void tp_broadcast(TpComm *c, int rank, int root, float *buf, int64_t n) {

@@ -7,7 +7,9 @@
  *
  * Contract: every rank calls every collective in the same sequence (SPMD).  A
  * rank that hits an error keeps calling the collectives (with whatever data it
- * has) and reports the error afterwards, so a failure never deadlocks.
+ * has) and reports the error afterwards, so a failure never deadlocks; where
+ * it has no buffer to offer, tp_allreduce_max_agree takes every rank out of
+ * the sequence together.
  * Shared buffers: a collective writes them only after a barrier that every
  * rank reaches after it finished reading the previous collective's results
  * (sum/max/broadcast: publish, barrier, reduce, barrier, read). */
@@ -32,6 +34,7 @@ typedef struct {
     float *acc;            /* (cap) ordered-chain accumulator (tp_linear.c) */
     int32_t *carry;        /* (cap) ordered-chain integer carry */
     TpCommStats *stats;    /* (tp) per rank */
+    int *failed;           /* (tp) tp_allreduce_max_agree: the rank could not take part */
 } TpComm;
 
 /* cap: most elements one collective moves.  Returns 0 or -1 (err_set). */
@@ -44,6 +47,11 @@ void tp_comm_barrier(TpComm *c);
 void tp_allreduce_sum(TpComm *c, int rank, float *buf, int64_t n);
 /* buf (n) := element-wise max over ranks (exact in any order). */
 void tp_allreduce_max(TpComm *c, int rank, float *buf, int64_t n);
+/* The same, and an agreement: a rank that could not prepare its part (ok 0,
+ * e.g. its scratch could not be allocated; buf may then be NULL) says so, and
+ * if any rank did, no buffer is read or written and every rank gets -1, so
+ * that all of them leave the collective sequence at the same point.  Else 0. */
+int tp_allreduce_max_agree(TpComm *c, int rank, float *buf, int64_t n, int ok);
 /* Every rank's buf (n) := rank `root`'s buf. */
 void tp_broadcast(TpComm *c, int rank, int root, float *buf, int64_t n);
 /* Sets t0 for the calling rank's stats (a collective is timed from here to

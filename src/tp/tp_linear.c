@@ -102,13 +102,24 @@ static int piece_group_dots(const TernaryMatrix *P, const int8_t *xq, int64_t n,
     return fail ? err_set("tp: out of memory decoding a ternary row") : 0;
 }
 
+static const char *row_name(const TpLinear *t) {
+    return t->n_pieces > 0 && t->pieces[0].lin.name[0] ? t->pieces[0].lin.name : "linear";
+}
+
 int tp_linear_row(const TpLinear *t, TpComm *c, int rank, const float *x, int64_t n, float *y,
                   TpScratch *s, void *lin_scratch) {
     const int64_t in = t->in, out = t->out;
     int rc = 0;
     if (t->act_int8) {
+        /* every buffer of this path before its first collective: a rank that
+         * lacks one takes every rank out at the agreement below, instead of
+         * offering the others a NULL or short buffer */
+        int64_t ng = 0;
+        for (int p = 0; t->ternary && p < t->n_pieces; p++) ng += t->pieces[p].lin.t->n_groups;
         if (grow((void **)&s->sx, &s->cap_sx, sizeof(float) * (size_t)(n > 0 ? n : 1)) != 0 ||
-            grow((void **)&s->xq, &s->cap_xq, (size_t)(n * in) + 64) != 0)
+            grow((void **)&s->xq, &s->cap_xq, (size_t)(n * in) + 64) != 0 ||
+            grow((void **)&s->xp, &s->cap_xp, sizeof(float) * (size_t)(n * in) + 64) != 0 ||
+            (t->ternary && grow((void **)&s->d, &s->cap_d, sizeof(int32_t) * (size_t)(n * out * ng)) != 0))
             rc = -1;
         /* 1. per-token absmax of the FULL vector */
         for (int64_t i = 0; i < n && rc == 0; i++) {
@@ -116,7 +127,10 @@ int tp_linear_row(const TpLinear *t, TpComm *c, int rank, const float *x, int64_
             for (int64_t k = 0; k < in; k++) m = fmaxf(m, fabsf(x[i * in + k]));
             s->sx[i] = m;
         }
-        tp_allreduce_max(c, rank, s->sx, n);
+        if (tp_allreduce_max_agree(c, rank, rc == 0 ? s->sx : NULL, n, rc == 0) != 0)
+            return rc != 0 ? err_prefix("tp rank %d, row-parallel %s: ", rank, row_name(t))
+                           : err_set("tp rank %d, row-parallel %s: another rank could not allocate its "
+                                     "scratch for %lld tokens", rank, row_name(t), (long long)n);
         for (int64_t i = 0; i < n && rc == 0; i++) {
             float sc = 127.0f / (s->sx[i] > 1e-5f ? s->sx[i] : 1e-5f);
             for (int64_t k = 0; k < in; k++) {
@@ -127,11 +141,6 @@ int tp_linear_row(const TpLinear *t, TpComm *c, int rank, const float *x, int64_
         }
         if (t->ternary) {
             /* 2. integer group dots of every piece, kept per piece */
-            int64_t ng = 0;
-            for (int p = 0; p < t->n_pieces; p++) ng += t->pieces[p].lin.t->n_groups;
-            if (rc == 0 && grow((void **)&s->d, &s->cap_d, sizeof(int32_t) * (size_t)(n * out * ng)) != 0)
-                rc = -1;
-            if (rc == 0 && grow((void **)&s->xp, &s->cap_xp, (size_t)(n * in) + 64) != 0) rc = -1;
             int64_t off = 0;
             for (int p = 0; p < t->n_pieces && rc == 0; p++) {
                 const TpPiece *pc = &t->pieces[p];
@@ -186,7 +195,6 @@ int tp_linear_row(const TpLinear *t, TpComm *c, int rank, const float *x, int64_
         }
         /* int8 into a dense linear: x' = xq / sx with the full-vector scale (as
          * linear_forward's dense int8 path), then the f32 path below */
-        if (rc == 0 && grow((void **)&s->xp, &s->cap_xp, sizeof(float) * (size_t)(n * in)) != 0) rc = -1;
         float *xd = s->xp;
         for (int64_t i = 0; i < n && rc == 0; i++)
             for (int64_t k = 0; k < in; k++) xd[i * in + k] = (float)s->xq[i * in + k] / s->sx[i];
