@@ -13,7 +13,10 @@
 # Jobs run under GNU Parallel; the sweep is resumable: run it again after a
 # kill, a crash or a failed job and only the points without a finished file
 # run.  Files that exist but do not verify (truncated, incomplete) are
-# deleted and rerun; leftover temporaries (*.h5.tmp.<pid>) are deleted.
+# deleted and rerun; leftover temporaries (*.h5.tmp.<pid>) are deleted.  A
+# finished file whose root attribute device is not the sweep's (a CUDA run
+# written before the names said so) is moved to its own device's name, or
+# into misplaced/ where that is taken, and the point runs.
 #
 # options:
 #   --jobs N             jobs at once on each machine (default 1: one
@@ -182,12 +185,13 @@ q() { printf '%q' "$1"; }
 device=$(conf_get device || true)
 dev_suffix=""
 [ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
-outs=() lines=()
+outs=() lines=() bases=()
 declare -A seen_out=()
 for m in "${models[@]}"; do
   mname=$(safe "$(basename "$m")")
   for v in "${values[@]}"; do
     out=$(rel "$dir")/${mname}__$(safe "$v")$dev_suffix.h5
+    bases+=("$(rel "$dir")/${mname}__$(safe "$v")")
     [ -z "${seen_out[$out]:-}" ] || die "two points write $out (models with the same folder name, or values that differ only in punctuation)"
     seen_out[$out]=1
     cmd=$template
@@ -204,11 +208,29 @@ done
 n=${#outs[@]}
 
 # ---- plan: what is finished, what runs --------------------------------------
+# A finished file under a point's name that says it ran on another device
+# (written before CUDA runs had __cuda in their names, or by hand) is not
+# this point: it is moved to its own device's name (or, where that is taken,
+# into misplaced/), and the point runs.  (ternlab verify --device prints the
+# file's device and exits 3.)
+bin=${TERNLAB_BIN:-build/ternlab}
+want_dev=${device:-cpu}
+dev_name() { # base, device -> the point's file name for that device
+  if [ "$2" = cpu ]; then printf '%s.h5' "$1"; else printf '%s__%s.h5' "$1" "$(safe "$2")"; fi
+}
 done_n=0
-declare -a state=()
+declare -a state=() other_dev=()
 for i in "${!outs[@]}"; do
   if [ -e "${outs[$i]}" ]; then
-    if bash scripts/verify_run.sh "${outs[$i]}" >/dev/null 2>&1; then state[$i]=done; done_n=$((done_n + 1))
+    if bash scripts/verify_run.sh "${outs[$i]}" >/dev/null 2>&1; then
+      state[$i]=done
+      if [ -x "$bin" ]; then
+        if fdev=$("$bin" verify --device "$want_dev" "${outs[$i]}" 2>/dev/null); then :; else
+          r=$?
+          if [ $r -eq 3 ] && [ -n "$fdev" ]; then state[$i]=other; other_dev[$i]=$fdev; fi
+        fi
+      fi
+      [ "${state[$i]}" = done ] && done_n=$((done_n + 1))
     else state[$i]=invalid; fi
   else
     state[$i]=missing
@@ -232,7 +254,8 @@ if [ $dry -eq 1 ]; then
   echo "sweep: $exp, factor '$factor', $n points ($done_n complete), config $(rel "$config")"
   for i in "${!outs[@]}"; do
     case ${state[$i]} in
-      done) s="complete, skipped" ;; invalid) s="INVALID, rerun" ;; *) s="run" ;;
+      done) s="complete, skipped" ;; invalid) s="INVALID, rerun" ;;
+      other) s="A ${other_dev[$i]} RUN: moved, run" ;; *) s="run" ;;
     esac
     printf '%3d  %-18s %s\n' $((i + 1)) "$s" "${lines[$i]}"
   done
@@ -269,6 +292,15 @@ for i in "${!outs[@]}"; do
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
     rm -f -- "${outs[$i]}"
     log "removed ${outs[$i]}: $reason (will rerun)"
+  elif [ "${state[$i]}" = other ]; then
+    to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
+    if [ -e "$to" ]; then
+      mkdir -p "$dir/misplaced"
+      to=$dir/misplaced/$(basename "${outs[$i]%.h5}").$(safe "${other_dev[$i]}").$(date -u +%Y%m%dT%H%M%SZ).$$.h5
+      to=$(rel "$to")
+    fi
+    mv -n -- "${outs[$i]}" "$to"
+    log "moved ${outs[$i]} to $to: a run on ${other_dev[$i]}, not $want_dev (will run this point)"
   fi
 done
 

@@ -381,6 +381,59 @@ TEST(sweep_point_held_elsewhere) {
     CHECK_MSG(h5 == 4 && tmp == 0, "%d run files, %d temporaries after the point ended (want 4, 0)", h5, tmp);
 }
 
+/* A finished file under a CPU point's name that ran on CUDA (as files were
+ * named before CUDA runs had __cuda in their names) is not that point: the
+ * dry run says so and moves nothing; the sweep moves it to its CUDA name —
+ * into misplaced/ where that name is taken — and runs the CPU point, so every
+ * run is kept and each point's file is of its device. */
+TEST(sweep_moves_a_file_of_another_device) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
+    write_conf(dir, "a b", conf, sizeof conf);
+    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
+    /* m1__a.h5 and m1__b.h5 ran on cuda; m1__b__cuda.h5 exists too */
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cd '%s' && for f in m1__a m1__b m1__b__cuda; do FAKE_DEVICE=cuda "
+             "/usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value x --out '%s'/$f.h5 || exit 1; done",
+             out_dir, test_path(""), out_dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    char a[800], acuda[800], b[800];
+    snprintf(a, sizeof a, "%s/m1__a.h5", out_dir);
+    snprintf(acuda, sizeof acuda, "%s/m1__a__cuda.h5", out_dir);
+    snprintf(b, sizeof b, "%s/m1__b.h5", out_dir);
+    struct stat sa;
+    REQUIRE(stat(a, &sa) == 0);
+    const char *sweep = test_path("scripts/sweep.sh");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --dry-run 2>&1", sweep, conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && strstr(out, "A cuda RUN: moved, run"),
+              "dry run (rc %d):\n%s", rc, out);
+    free(out);
+    CHECK(access(acuda, F_OK) != 0);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1", sweep, conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "m1__a__cuda.h5: a run on cuda, not cpu") &&
+                  strstr(out, "/misplaced/m1__b.cuda.") && strstr(out, "all 4 points complete"),
+              "sweep (rc %d):\n%s", rc, out);
+    free(out);
+    /* the CUDA run kept under its own name (the same file), the CPU points run */
+    struct stat now;
+    CHECK(stat(acuda, &now) == 0 && now.st_ino == sa.st_ino);
+    char dev[32];
+    CHECK(h5log_root_attr_str(acuda, "device", dev, sizeof dev) == 0 && strcmp(dev, "cuda") == 0);
+    CHECK(h5log_root_attr_str(a, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
+    CHECK(h5log_root_attr_str(b, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
+    snprintf(cmd, sizeof cmd, "ls '%s/misplaced' | wc -l", out_dir);
+    CHECK(test_run(cmd, &out) == 0 && atoi(out) == 1);
+    free(out);
+    /* and a second sweep has nothing to do */
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' 2>&1", sweep, conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "4 points, 4 already complete"), "second sweep (rc %d):\n%s", rc, out);
+    free(out);
+}
+
 /* The read-and-draw scripts on a sweep's output: a figure, the tables (with
  * the number the run wrote, 1.5 -> "1.500") and the paper that includes them. */
 TEST(sweep_results_to_figures_tables_paper) {

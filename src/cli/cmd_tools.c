@@ -294,17 +294,34 @@ int cmd_quantize(int argc, char **argv) {
 }
 
 int cmd_verify(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        printf("ternlab verify FILE.h5 [FILE.h5 ...]\n"
+    const char *device = NULL;
+    int first = 1;
+    if (argc >= 2 && !strcmp(argv[1], "--device")) device = argc >= 3 ? argv[2] : "", first = 3;
+    else if (argc >= 2 && !strncmp(argv[1], "--device=", 9)) device = argv[1] + 9, first = 2;
+    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || first >= argc ||
+        (device && !device[0])) {
+        printf("ternlab verify [--device D] FILE.h5 [FILE.h5 ...]\n"
                "Exit 0 when every file is a finished run file: it opens (not truncated),\n"
-               "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md.\n");
-        return argc < 2 ? 2 : 0;
+               "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md.\n"
+               "--device D: also that its root attribute device is D; a finished file of\n"
+               "another device prints that device on stdout (one line per such file) and\n"
+               "the exit status is 3 where no file is invalid (1).\n");
+        return argc < 2 || first >= argc || (device && !device[0]) ? 2 : 0;
     }
-    int bad = 0;
-    for (int i = 1; i < argc; i++)
+    int bad = 0, other = 0;
+    for (int i = first; i < argc; i++) {
+        char dev[128];
         if (h5log_verify_schema(argv[i]) != 0) {
             fprintf(stderr, "ternlab verify: %s\n", err_msg());
             bad = 1;
+        } else if (device && h5log_root_attr_str(argv[i], "device", dev, sizeof dev) != 0) {
+            fprintf(stderr, "ternlab verify: %s\n", err_msg());
+            bad = 1;
+        } else if (device && strcmp(dev, device) != 0) {
+            fprintf(stderr, "ternlab verify: %s: a run on %s, not %s\n", argv[i], dev, device);
+            printf("%s\n", dev);
+            other = 1;
         }
-    return bad;
+    }
+    return bad ? 1 : other ? 3 : 0;
 }

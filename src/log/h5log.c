@@ -735,3 +735,39 @@ int h5log_verify_schema(const char *path) {
     H5Eclear2(H5E_DEFAULT);
     return rc;
 }
+
+int h5log_root_attr_str(const char *path, const char *name, char *buf, size_t n) {
+    hid_t f;
+    if (n) buf[0] = 0;
+    if (verify_open(path, &f)) return -1;
+    int rc = 0;
+    hid_t a = H5Aexists_by_name(f, "/", name, H5P_DEFAULT) > 0
+                  ? H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT)
+                  : -1;
+    hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1, mt = -1;
+    if (a < 0) {
+        rc = err_set("%s: no root attribute %s", path, name);
+    } else if (ft < 0 || H5Tget_class(ft) != H5T_STRING || sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) {
+        rc = err_set("%s: root attribute %s is not a string", path, name);
+    } else if (H5Tis_variable_str(ft) > 0) {
+        char *v = NULL;
+        if ((mt = h5log_vlen_str_type()) < 0 || H5Aread(a, mt, &v) < 0) rc = h5_fail(path, "reading attribute", name);
+        else snprintf(buf, n, "%s", v ? v : "");
+        if (v) H5free_memory(v);
+    } else {
+        /* fixed-length: read with a terminator's room */
+        size_t len = H5Tget_size(ft);
+        char *v = calloc(len + 1, 1);
+        if (!v || (mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, len + 1) < 0 || H5Aread(a, mt, v) < 0)
+            rc = v ? h5_fail(path, "reading attribute", name) : err_set("out of memory");
+        else snprintf(buf, n, "%s", v);
+        free(v);
+    }
+    if (mt >= 0) H5Tclose(mt);
+    if (sp >= 0) H5Sclose(sp);
+    if (ft >= 0) H5Tclose(ft);
+    if (a >= 0) H5Aclose(a);
+    H5Fclose(f);
+    H5Eclear2(H5E_DEFAULT);
+    return rc;
+}

@@ -6,7 +6,8 @@ and the same way of writing: every dataset and root attribute of the run-file
 schema (paper/SCHEMA.md) into F.tmp.<pid>, the root attribute complete = 1
 last, fsync, rename to F.  It sleeps FAKE_SLEEP seconds (default 0.3) half way
 through, so that a test can kill it while the temporary file is open.
-FAKE_FAIL=V makes the point with value V exit 1 without writing F.
+FAKE_FAIL=V makes the point with value V exit 1 without writing F;
+FAKE_DEVICE=D records device D (default cpu).
 Run with /usr/bin/python3 (Debian's python3-h5py)."""
 import os
 import sys
@@ -44,7 +45,7 @@ def main(argv):
     for k, v in {"ternlab_version": "fake", "git_commit": "none", "experiment": "exp-fake",
                  "factor": "value", "factor_value": args["value"], "model": args["model"],
                  "model_sha256": "0" * 64, "tokens": "none", "quant_spec": "none",
-                 "kv_policy": "none", "device": "cpu", "host": os.uname().nodename,
+                 "kv_policy": "none", "device": os.environ.get("FAKE_DEVICE", "cpu"), "host": os.uname().nodename,
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "overrides": " ".join(overrides)}.items():
         a[k] = v
