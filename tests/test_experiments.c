@@ -65,6 +65,22 @@ static int read_group_attr_str(const char *file, const char *group, const char *
     return rc;
 }
 
+/* The float64 attribute `name` of object obj (NaN where absent). */
+static double read_attr_f64(const char *file, const char *obj, const char *name) {
+    double v = NAN;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return v;
+    if (H5Aexists_by_name(f, obj, name, H5P_DEFAULT) > 0) {
+        hid_t a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+        if (a >= 0) {
+            H5Aread(a, H5T_NATIVE_DOUBLE, &v);
+            H5Aclose(a);
+        }
+    }
+    H5Fclose(f);
+    return v;
+}
+
 /* Root string attribute `name` of file into buf: 0, or -1 where absent. */
 static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
     return read_group_attr_str(file, "/", name, buf, n);
@@ -219,14 +235,23 @@ TEST(exp_control_points_equal_reference) {
     CHECK(read_scalar(f, "/metrics/ppl") == read_scalar(f, "/metrics/ppl_ref"));
     CHECK(read_scalar(f, "/metrics/kl_mean") < 1e-9);
     CHECK(read_scalar(f, "/metrics/top1_agree") == 1.0);
-    /* 4 layers x 4 KV heads x 32 dims x (K, V) x 4 bytes */
+    /* 4 layers x 4 KV heads x 32 dims x (K, V) x 4 bytes; the cache allocates
+     * just that per token slot */
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
+    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0);
     f = run_exp("exp_kv_ternary", LLAMA_DIR, "all", NULL);
     CHECK(read_scalar(f, "/metrics/kl_mean") > 1e-3);
-    /* per layer and head: 2 x 8 code bytes + (2 + 1) f16 scales x 2 bytes = 22 */
+    /* per layer and head: 2 x 8 code bytes + (2 + 1) f16 scales x 2 bytes = 22;
+     * allocated: no f32 page, and a format byte per layer */
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 4 * 4 * 22.0);
+    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4 * 4 * 22.0 + 4);
     f = run_exp("exp_kv_ternary", LLAMA_DIR, "all@layers=1-2", NULL);
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 2 * 4 * 256.0 + 2 * 4 * 22.0);
+    /* allocated: f32 pages in layers 0 and 3, the ternary pools span every layer */
+    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 2 * 4 * 256.0 + 4 * 4 * 22.0 + 4);
+    f = run_exp("exp_kv_ternary", LLAMA_DIR, "encoder", NULL);
+    /* a slot may hold either kind: both pages in every layer */
+    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0 + 4 * 4 * 22.0 + 4);
 }
 
 TEST(exp_bad_input_is_an_error) {

@@ -812,11 +812,16 @@ static int run_point(const RunCfg *rc, const char *out) {
             positions[i] = (i / R.per_w) * R.T + (R.split ? R.T / 2 - 1 : 0) + i % R.per_w;
         Engine tmp; /* KV bytes per token under the policy, from the cache geometry */
         EngineOpts eo = {.max_tok = 1, .block_size = 16, .n_blocks = 1};
-        double kvb = NAN, enc = NAN, dec_b = NAN;
+        double kvb = NAN, enc = NAN, dec_b = NAN, alloc = NAN;
         if (engine_init(&tmp, &m, &eo) == 0) {
-            kv_set_policy(&tmp.kv, &pol);
-            enc = (double)kv_bytes_per_token(&tmp.kv, 0);
-            dec_b = (double)kv_bytes_per_token(&tmp.kv, 1);
+            if (kv_set_policy(&tmp.kv, &pol) == 0) {
+                enc = (double)kv_bytes_per_token(&tmp.kv, 0);
+                dec_b = (double)kv_bytes_per_token(&tmp.kv, 1);
+                /* what the cache allocates per token slot: f32 pages where a token
+                 * may stay full precision, ternary pages where one may be ternary,
+                 * the format flag */
+                alloc = (double)kv_alloc_bytes(&tmp.kv) / (double)(eo.n_blocks * eo.block_size);
+            }
             int h = R.T / 2;
             kvb = R.split ? (h * enc + (R.T - 1 - h) * dec_b) / (R.T - 1) : enc;
             engine_free(&tmp);
@@ -897,6 +902,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_scalar_str(lg, "/kv/policy", pol_str);
         e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_encoder", enc);
         e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_decoder", dec_b);
+        e |= h5log_attr_f64(lg, "/kv", "alloc_bytes_per_token", alloc);
         e |= h5log_attr_f64(lg, "/metrics", "eval_tok_s", res.tok_per_s);
         e |= h5log_attr_f64(lg, "/metrics", "decode_tok_s",
                             res.decode_seconds > 0 ? (double)res.decode_tokens / res.decode_seconds : NAN);
