@@ -48,8 +48,11 @@ static void write_conf(const char *dir, const char *values, char *path, size_t n
 }
 
 /* res = dir/results, out_dir = its exp-fake, and the fake point command
- * (no sleep, no failure, the real verification) */
-static void fake_sweep_env(const char *dir, char *res, size_t nres, char *out_dir, size_t nout) {
+ * (no sleep, no failure, the real verification); with values, also the
+ * config dir/fake.conf of those values into conf. */
+static void fake_sweep_env(const char *dir, const char *values, char *conf, size_t nconf, char *res,
+                           size_t nres, char *out_dir, size_t nout) {
+    if (values) write_conf(dir, values, conf, nconf);
     snprintf(res, nres, "%s/results", dir);
     snprintf(out_dir, nout, "%s/exp-fake", res);
     setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
@@ -356,8 +359,7 @@ TEST(sweep_point_held_elsewhere) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
-    write_conf(dir, "a b", conf, sizeof conf);
-    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s/.locks' && : > '%s/m1__a.h5.tmp.999999' && "
              "(flock '%s/.locks/m1__a.h5.lock' sleep 4 >/dev/null 2>&1 &) && sleep 0.5 && "
@@ -390,8 +392,7 @@ TEST(sweep_moves_a_file_of_another_device) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
-    write_conf(dir, "a b", conf, sizeof conf);
-    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     /* m1__a.h5 and m1__b.h5 ran on cuda; m1__b__cuda.h5 exists too */
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && cd '%s' && for f in m1__a m1__b m1__b__cuda; do FAKE_DEVICE=cuda "
@@ -656,7 +657,7 @@ TEST(sweep_device_in_run_file_name) {
     fprintf(f, "factor = value\nvalues = a b\nmodels = data/m1 data/m2\ntokens = none\nwindow = 16\n"
                "max_windows = 1\ndevice = cpu\n");
     fclose(f);
-    fake_sweep_env(dir, res, sizeof res, out_dir, sizeof out_dir);
+    fake_sweep_env(dir, NULL, NULL, 0, res, sizeof res, out_dir, sizeof out_dir);
     const char *sweep = test_path("scripts/sweep.sh");
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 >/dev/null 2>&1 && "
              "stat -c '%%n %%Y %%i' '%s'/*.h5", sweep, conf, res, out_dir);
