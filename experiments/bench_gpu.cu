@@ -59,6 +59,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <unistd.h>
 #include <string>
 #include <vector>
 
@@ -125,6 +126,28 @@ __global__ void fill_f32(float *p, size_t n, uint32_t seed) {
         h ^= h >> 15, h *= 2246822519u, h ^= h >> 13;
         p[i] = (float)(h & 0xffff) / 32768.0f - 1.0f + 1e-3f;
     }
+}
+
+/* The commit this program was built from: the first line of the top
+ * Makefile's git_commit beside the program or in the folder above it
+ * (build/gpu/bench_gpu -> build/git_commit), else "unknown". */
+static std::string build_commit() {
+    char exe[4096];
+    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+    if (len <= 0) return "unknown";
+    exe[len] = 0;
+    std::string dir(exe);
+    for (int up = 0; up < 2; up++) {
+        dir = dir.substr(0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
+        FILE *f = fopen((dir + "/git_commit").c_str(), "r");
+        if (!f) continue;
+        char c[96] = "";
+        if (!fgets(c, sizeof c, f)) c[0] = 0;
+        fclose(f);
+        c[strcspn(c, "\r\n;")] = 0;
+        if (c[0]) return c;
+    }
+    return "unknown";
 }
 
 /* Read-only stream (the memory floor of a GEMV over the same bytes). */
@@ -476,7 +499,7 @@ int main(int argc, char **argv) {
                 int force, variant;
                 int tokens; /* token counts timed: 1 (M = 1), 3 (1, 8, 16) or 5 (1, 2, 4, 8, 16) */
             };
-            /* force -1: the read-only floor (codes + scales streamed, no math) */
+            /* force -1: the read-only floors (the codes streamed, no math; plain launches) */
             static const SweepK ks[] = {
                 {"read_floor", -1, 0, 1},   {"mm_gemv", 1, 0, 3},       {"warp_gemv", 4, 0, 1},
                 {"rows", 3, 0, 1},          {"rows_30204", 3, 30204, 1}, {"rows_30244", 3, 30244, 1},
@@ -581,17 +604,19 @@ int main(int argc, char **argv) {
                         continue;
                     }
                     if (k.force < 0) {
+                        /* (these read the codes only: their bytes, not the scales') */
+                        const double cbytes = (double)(dW[0].rows * dW[0].row_bytes);
                         double t = time_graph(s, R, [&](int i) {
                             read_kernel<<<prop.multiProcessorCount * 8, 256, 0, s>>>(
                                 (const uint4 *)dW[i].d_codes, (size_t)(dW[i].rows * dW[i].row_bytes / 16),
                                 sink);
                         });
-                        rows.push_back({N, K, M, "sweep_read_floor", t, (double)wbytes, 0.0});
+                        rows.push_back({N, K, M, "sweep_read_floor", t, cbytes, 0.0});
                         t = time_graph(s, R, [&](int i) {
                             read_rows_warp<<<prop.multiProcessorCount * 8, 256, 0, s>>>(
                                 dW[i].d_codes, dW[i].rows, dW[i].row_bytes, sink);
                         });
-                        rows.push_back({N, K, M, "sweep_read_rows_warp", t, (double)wbytes, 0.0});
+                        rows.push_back({N, K, M, "sweep_read_rows_warp", t, cbytes, 0.0});
                         for (int rpi : {8, 4}) {
                             const int64_t tiles = (N + 15) / 16, kb = dW[0].kblocks;
                             int64_t S = std::max<int64_t>(1, (int64_t)prop.multiProcessorCount * 32 / tiles);
@@ -606,7 +631,7 @@ int main(int argc, char **argv) {
                                     read_tiles<4><<<grid, 128, 0, s>>>(dW[i].d_codes, N, dW[i].row_bytes, bps, sink);
                             });
                             rows.push_back({N, K, M, rpi == 8 ? "sweep_read_tile64" : "sweep_read_tile128", t,
-                                            (double)wbytes, 0.0});
+                                            cbytes, 0.0});
                         }
                         continue;
                     }
@@ -713,10 +738,14 @@ int main(int argc, char **argv) {
     char utc[32];
     const time_t now = time(nullptr);
     strftime(utc, sizeof utc, "%Y-%m-%dT%H:%M:%SZ", gmtime(&now));
+    char host[256] = "unknown";
+    if (gethostname(host, sizeof host - 1) != 0) snprintf(host, sizeof host, "unknown");
+    host[strcspn(host, ";\n")] = 0;
     fprintf(f, "# device=%s;sms=%d;copy_bw_gbs=%.1f;memcpy_bw_gbs=%.1f;kernel_copy_bw_gbs=%.1f;group=%s;"
-               "utc=%s;reps=%d;calls_min=%d;calls_max=%d;rotated_min_mb=%.0f\n",
+               "utc=%s;reps=%d;calls_min=%d;calls_max=%d;rotated_min_mb=%.0f;commit=%s;host=%s\n",
             prop.name, prop.multiProcessorCount, copy_bw / 1e9, memcpy_bw / 1e9, kernel_bw / 1e9,
-            quant_group_name(grp), utc, REPS, calls_min, calls_max, rotated_min / 1e6);
+            quant_group_name(grp), utc, REPS, calls_min, calls_max, rotated_min / 1e6, build_commit().c_str(),
+            host);
     fprintf(f, "N,K,M,kernel,time_us,gbs,frac_copy,tflops,speedup_vs_cublas,config\n");
     auto base = [&](const Row &r) -> double {
         for (auto &b : rows)

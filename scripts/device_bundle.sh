@@ -13,6 +13,13 @@ set -euo pipefail
 out=$1; shift
 mkdir -p "$out/stage/bin" "$out/stage/lib"
 for p in "$@"; do cp "$p" "$out/stage/bin/"; done
+# the commit the programs were built from, which they read beside themselves
+for p in "$@"; do
+  d=$(dirname "$p")
+  for c in "$d/git_commit" "$d/../git_commit"; do
+    [ -f "$c" ] && { cp "$c" "$out/stage/bin/git_commit"; break 2; }
+  done
+done
 skip='^(linux-vdso|ld-linux|libc\.so|libm\.so|libpthread|libdl\.so|librt\.so|libresolv|libcuda|libcudart|libcublas|libnccl|libstdc\+\+|libgcc_s)'
 for p in "$@"; do ldd "$p"; done | awk '/=>/ {print $1, $3}' | sort -u | while read -r name path; do
     [[ $name =~ $skip ]] && continue

@@ -74,7 +74,8 @@ test-gpu: $(GPU_BUILD)/test_gpu $(GPU_MODEL_TESTS)
 
 # (the paper's table only from a whole default run: BENCH_ARGS such as --quick,
 # --shape or --sweep-only leave it as it is)
-bench-gpu: $(GPU_BUILD)/bench_gpu
+# (from the top Makefile also its git_commit, which bench_gpu records: build/git_commit)
+bench-gpu: $(GPU_BUILD)/bench_gpu | $(BUILD_COMMIT)
 	$(GPU_BUILD)/bench_gpu --out $(BENCH_GPU_OUT) $(BENCH_ARGS)
 	@if [ -z "$(strip $(BENCH_ARGS))" ]; then mkdir -p paper/tables && \
 	  cp $(BENCH_GPU_OUT)/bench_gpu.md paper/tables/.bench_gpu.md.tmp && \

@@ -26,9 +26,10 @@
  * synchronised).  tokens/s = B / median step time.
  * Prefill: one sequence of --prefill tokens in one forward() call; median of
  * 3 after one warm-up.  tokens/s = prefill / median time.
- * Roofline (decode): bytes one step must read — every weight byte of the
- * linears, lm_head and norms (CudaEngineInfo.step_bytes) plus the K/V of
- * the context — over the measured device-to-device copy bandwidth;
+ * Roofline (decode): bytes one step must move — every weight byte of the
+ * linears, lm_head and norms (CudaEngineInfo.step_bytes), the K/V of the
+ * context, and per token its f32 embedding row read and its f32 logits
+ * written — over the measured device-to-device copy bandwidth;
  * fraction = roofline time / measured step time.  With --tp N (one rank per
  * GPU, NCCL) the bytes are rank 0's (its shards, the replicated lm_head and
  * norms, its KV heads): each GPU streams its own share.
@@ -338,7 +339,10 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
             r->tok_s = j->batches[bi] / sec;
             double kv = (double)j->batches[bi] * (double)ctx * c->n_layers * 2.0 * c->n_kv_heads / j->tp *
                         c->head_dim * 4.0;
-            r->bytes_per_step = (double)info.step_bytes + kv;
+            /* per token: its embedding row read, its logits written (f32; every rank's
+             * replicated lm_head writes all of them) */
+            double tok = (double)j->batches[bi] * 4.0 * ((double)c->hidden + (double)c->vocab);
+            r->bytes_per_step = (double)info.step_bytes + kv + tok;
             fprintf(stderr, "bench-e2e: %s %s decode B=%d: %.3f ms/step, %.0f tok/s\n", j->shape, j->cfg,
                     j->batches[bi], r->step_ms, r->tok_s);
         }
@@ -585,8 +589,9 @@ int cmd_bench_e2e(int argc, char **argv) {
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
                "synthetic models, prompt %d, %d timed decode steps (%s; tokens/s from the median step), "
                "prefill %d tokens (median of 3), %s. lm_head stays dense bf16 in every configuration; "
-               "GB/step/GPU: the bytes a decode step must read (weights, norms, lm_head, the f32 K/V "
-               "of the context; weights only for prefill); %% of roofline: the time those bytes take "
+               "GB/step/GPU: the bytes a decode step must move (weights, norms, lm_head, the f32 K/V "
+               "of the context, each token's embedding row and logits; weights only for prefill); "
+               "%% of roofline: the time those bytes take "
                "at the copy bandwidth over the step's time.\n\n",
             dev, bw / 1e9, eo.prompt, eo.steps, loop_text(loop_kind(rows, nr)), eo.prefill,
             isolate ? "each configuration in a process of its own" : "all configurations in one process");

@@ -591,7 +591,12 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             const DLayer &N = g->L[(size_t)l + 1];
             const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
             g->n_deferred += hdef.part != nullptr;
-            TRY(norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1));
+            if (norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1) != 0) {
+                /* the deferred K split's sums would stay in the split-K scratch, which
+                 * every split GEMV takes as zero: cleared behind the GEMV */
+                if (hdef.part) (void)cudaMemsetAsync(hdef.part, 0, sizeof(int) * (size_t)hdef.rows, g->st);
+                return -1;
+            }
         } else {
             TRY(fwdc_add(g->x, g->hout, n * H, g->st));
         }
@@ -645,8 +650,12 @@ int ensure_rows(CE *g, int rows) {
     int32_t *nt = nullptr;
     const size_t old = (size_t)g->tab_rows * (size_t)g->stride, now = (size_t)nrows * (size_t)g->stride;
     CUDA_CHECK(cudaMalloc(&nt, now * 4));
-    cudaError_t e = cudaMemset(nt, 0xff, now * 4);
-    if (e == cudaSuccess && old) e = cudaMemcpy(nt, g->d_tab, old * 4, cudaMemcpyDeviceToDevice);
+    /* on the engine's stream (non-blocking: the legacy stream's work would not be
+     * ordered before the table updates enqueued there next), then waited for, so
+     * that the old table is no longer read when it is freed */
+    cudaError_t e = cudaMemsetAsync(nt, 0xff, now * 4, g->st);
+    if (e == cudaSuccess && old) e = cudaMemcpyAsync(nt, g->d_tab, old * 4, cudaMemcpyDeviceToDevice, g->st);
+    if (e == cudaSuccess) e = cudaStreamSynchronize(g->st);
     if (e != cudaSuccess) {
         (void)cudaGetLastError();
         cudaFree(nt);
@@ -1092,7 +1101,8 @@ template <class T>
 double median_of(std::vector<T> v) {
     if (v.empty()) return 0.0;
     std::sort(v.begin(), v.end());
-    return v[v.size() / 2];
+    const size_t n = v.size();
+    return n % 2 ? (double)v[n / 2] : 0.5 * ((double)v[n / 2 - 1] + (double)v[n / 2]);
 }
 
 /* TERNLAB_CUDA_STEP_TIME's medians (µs) on stderr */
@@ -1252,7 +1262,7 @@ void step_bytes(CE *g) {
             b += sizeof(float) * (g->tp > 1 ? (size_t)g->qd_full : (size_t)g->c.n_heads * (size_t)g->c.head_dim);
         if (L.ffn_sub) b += sizeof(float) * (g->tp > 1 ? (size_t)g->inter_full : (size_t)g->c.inter);
     }
-    b += dlin_bytes(g->lm) + sizeof(float) * (size_t)(2 * g->c.hidden); /* + final norm, embed row */
+    b += dlin_bytes(g->lm) + sizeof(float) * (size_t)g->c.hidden; /* + final norm */
     g->step_bytes = b;
 }
 

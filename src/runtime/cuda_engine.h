@@ -83,8 +83,9 @@ int cuda_engine_is(const Engine *e);
 
 typedef struct {
     size_t weight_bytes;   /* device bytes of every weight (codes, scales, dense, norms, embedding) */
-    size_t step_bytes;     /* weight bytes one decode step reads: all linears + lm_head + norms
-                            * + one embedding row per token (KV not included) */
+    size_t step_bytes;     /* weight bytes one decode step reads whatever its batch: all
+                            * linears + lm_head + norms (not the per-token embedding rows and
+                            * logits, nor the KV: bench-e2e adds those) */
     size_t kv_bytes;       /* device K/V pool */
     int tp;                /* ranks (GPUs) */
     size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */

@@ -5,15 +5,18 @@
  * Layout: root attributes experiment = "bench-gpu", device, sms, group,
  * copy_bw_gbs (from the CSV's "# key=value;..." header), every key of that
  * header also as a string attribute "run_<key>" (the run's own record:
- * run_utc, run_reps, run_calls_min .. where bench_gpu wrote them; the
- * provenance attributes describe the conversion) and the provenance
- * attributes; /bench/{N, K, M} (int64), /bench/kernel (strings),
+ * run_utc, run_reps, run_calls_min, run_commit, run_host .. where bench_gpu
+ * wrote them) and the provenance attributes: ternlab_version, and git_commit,
+ * created_utc and host of the run where its header has commit, utc and host
+ * (bench_gpu from the thirty-sixth session on; else "unknown" and the
+ * conversion's time and machine); /bench/{N, K, M} (int64), /bench/kernel (strings),
  * /bench/{time_us, gbs, frac_copy, tflops, speedup_vs_cublas} (f64) and,
  * when the CSV has the column (bench_gpu from 6e90586 on), /bench/config
  * (strings: the ternary kernel the dispatch chose, "" for the cuBLAS and
  * read-floor rows), one
  * entry per CSV row. */
 #include "core/err.h"
+#include "eval/experiment.h" /* TERNLAB_VERSION */
 #include "log/h5log.h"
 
 #include <stdio.h>
@@ -42,7 +45,8 @@ int main(int argc, char **argv) {
     static char kname[MAX_ROWS][32], cfg[MAX_ROWS][96];
     const char *kp[MAX_ROWS], *cp[MAX_ROWS];
     int has_cfg = 0;
-    char line[1024], device[256] = "unknown", group[32] = "unknown", header[1024] = "";
+    char line[1024], device[256] = "unknown", group[32] = "unknown", header[1024] = "", commit[96] = "",
+                     utc[40] = "", host[256] = "";
     double copy_bw = 0;
     int sms = 0, n = 0;
     while (fgets(line, sizeof line, f)) {
@@ -53,6 +57,9 @@ int main(int argc, char **argv) {
             if ((p = strstr(line, "sms="))) sscanf(p, "sms=%d", &sms);
             if ((p = strstr(line, "copy_bw_gbs="))) sscanf(p, "copy_bw_gbs=%lf", &copy_bw);
             if ((p = strstr(line, "group="))) sscanf(p, "group=%31[^;\n]", group);
+            if ((p = strstr(line, ";commit="))) sscanf(p, ";commit=%95[^;\n]", commit);
+            if ((p = strstr(line, ";utc="))) sscanf(p, ";utc=%39[^;\n]", utc);
+            if ((p = strstr(line, ";host="))) sscanf(p, ";host=%255[^;\n]", host);
             continue;
         }
         if (!strncmp(line, "N,", 2)) {
@@ -87,7 +94,9 @@ int main(int argc, char **argv) {
     }
     H5Log *lg = h5log_create(argv[2]);
     if (!lg) return fail("create");
-    if (h5log_write_provenance(lg, "ternlab", getenv("GIT_COMMIT")) ||
+    if (h5log_write_provenance(lg, TERNLAB_VERSION, commit[0] ? commit : NULL) ||
+        (utc[0] && h5log_attr_str(lg, "/", "created_utc", utc)) ||
+        (host[0] && h5log_attr_str(lg, "/", "host", host)) ||
         h5log_attr_str(lg, "/", "experiment", "bench-gpu") ||
         h5log_attr_str(lg, "/", "device", device) || h5log_attr_str(lg, "/", "group", group) ||
         h5log_attr_i64(lg, "/", "sms", sms) || h5log_attr_f64(lg, "/", "copy_bw_gbs", copy_bw) ||
