@@ -5,6 +5,8 @@
  * killed writer leaves the previous file intact and no temporary behind. */
 #include "test.h"
 #include "core/err.h"
+#include "fixtures.h"
+#include "core/mem.h"
 #include "log/h5log.h"
 
 #include <dirent.h>
@@ -516,4 +518,32 @@ TEST(h5log_write_error_exits_cleanly) {
         else CHECK(access(out_h5, F_OK) != 0);
         free(out);
     }
+}
+
+/* An output path that exists and is not a regular file (a pipe here; /dev/null
+ * as root went the same way) is refused before anything is written, and left
+ * as it was: the writers rename a temporary over the path, which had replaced
+ * the device with a regular file (`logits --out /dev/null` as root). */
+TEST(outputs_refuse_a_path_that_is_not_a_file) {
+    char fifo[600], cmd[2400], *out = NULL;
+    snprintf(fifo, sizeof fifo, "%s/pipe", test_tmpdir());
+    REQUIRE(mkfifo(fifo, 0644) == 0);
+    CHECK(file_write_atomic(fifo, "x", 1) == -1 && strstr(err_msg(), "not a regular file"));
+    CHECK(h5log_create(fifo) == NULL && strstr(err_msg(), "a pipe"));
+    snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window 16 --windows 0:1 --out %s 2>&1",
+             bin_path("ternlab"), test_path("data/llama-tiny"), test_path("data/wikitext2-test.tokens.i32"), fifo);
+    CHECK_MSG(test_run(cmd, &out) == 1 && strstr(out, "not a regular file"), "%s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value twn --out %s window=16 max_windows=1 2>&1",
+             bin_path("exp_threshold"), test_path("data/llama-tiny"), fifo);
+    CHECK_MSG(test_run(cmd, &out) == 1 && strstr(out, "not a regular file"), "%s", out ? out : "");
+    free(out);
+    struct stat st;
+    CHECK(lstat(fifo, &st) == 0 && S_ISFIFO(st.st_mode));
+    /* a folder too; a regular file is replaced as before */
+    CHECK(file_write_atomic(test_tmpdir(), "x", 1) == -1 && strstr(err_msg(), "a folder"));
+    char f[600];
+    snprintf(f, sizeof f, "%s/plain", test_tmpdir());
+    CHECK(file_write_atomic(f, "ab", 2) == 0 && file_write_atomic(f, "c", 1) == 0);
+    CHECK(stat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
 }

@@ -139,6 +139,7 @@ int cmd_ppl(int argc, char **argv) {
     /* what the run file would refuse, refused before the evaluation (which had
      * run to the end first, or created a missing --out folder) */
     if (o.out && exp_check_out(o.out) != 0) return fail("ppl");
+    if (o.dump_layers && file_out_check(o.dump_layers) != 0) return fail("ppl");
 
     Model m;
     if (open_model(&o, &m) != 0) return fail("ppl");
@@ -231,6 +232,8 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "ternlab logits: --windows A:B is required\n");
         return 2;
     }
+    if (file_out_check(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0))
+        return fail("logits");
     Model m;
     if (open_model(&o, &m) != 0) return fail("logits");
     int32_t *tok;

@@ -58,9 +58,9 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
-    FILE *f = fopen(tmp, "wb");
-    int rc = 0;
-    if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+    int rc = file_out_check(path);
+    FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
+    if (rc == 0 && !f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
     if (rc == 0) {
         unsigned char len[8];
         for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));

@@ -104,7 +104,17 @@ void file_unmap(MappedFile *mf) {
     memset(mf, 0, sizeof *mf);
 }
 
+int file_out_check(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0;
+    return err_set("%s exists and is not a regular file (%s): results are written to a temporary "
+                   "file and renamed over the path, which would replace it; give a file path",
+                   path, S_ISDIR(st.st_mode) ? "a folder" : S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) ? "a device"
+                                                : S_ISFIFO(st.st_mode) ? "a pipe" : "not a file");
+}
+
 int file_write_atomic(const char *path, const void *data, size_t n) {
+    if (file_out_check(path) != 0) return -1;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
     FILE *f = fopen(tmp, "wb");

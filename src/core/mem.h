@@ -40,6 +40,11 @@ void file_unmap(MappedFile *mf);
  * -1 with err_set (the temporary is removed). */
 int file_write_atomic(const char *path, const void *data, size_t n);
 
+/* For a path that a result will be renamed over: 0 when it does not exist or
+ * is a regular file (or a link to one), else -1 with err_set (a device such
+ * as /dev/null, a folder, a pipe: the rename would replace it with a file). */
+int file_out_check(const char *path);
+
 /* Reads a whole file into a NUL-terminated heap buffer. Returns 0 or -1. */
 int file_read_all(const char *path, char **out, size_t *size);
 

@@ -450,7 +450,7 @@ int exp_check_out(const char *out) {
     if (stat(dir, &st) != 0)
         return err_set("--out %s: folder %s: %s (create it first)", out, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return err_set("--out %s: %s is not a folder", out, dir);
-    return 0;
+    return file_out_check(out) != 0 ? err_prefix("--out: ") : 0;
 }
 
 static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,

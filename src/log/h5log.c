@@ -206,6 +206,7 @@ H5Log *h5log_create(const char *final_path) {
         err_set("h5log_create: empty file name");
         return NULL;
     }
+    if (file_out_check(final_path) != 0) return NULL;
     H5Log *lg = xcalloc(1, sizeof *lg);
     lg->file = H5I_INVALID_HID;
     lg->fd = -1;
