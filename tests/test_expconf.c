@@ -90,11 +90,12 @@ TEST(expconf_format_rules) {
     CHECK(expconf_apply_args(&c, 1, bad, NULL) != 0);
 
     /* Binding the factor's value. */
-    CHECK(expconf_bind(&c, "twn") == 0);
+    CHECK(expconf_bind(&c, "twn") == 1); /* one setting took it */
     CHECK(strcmp(expconf_get(&c, "quant"), "rule=twn,group=64") == 0);
     CHECK(strcmp(expconf_get(&c, "value"), "twn") == 0);
     CHECK(strstr(expconf_get(&c, "values"), "absmean") != NULL); /* untouched */
-    CHECK(expconf_bind(&c, "") != 0);
+    CHECK(expconf_bind(&c, "") == -1);
+    CHECK(expconf_bind(&c, "l2opt") == 0); /* the "{}" is gone: nothing takes it */
     expconf_free(&c);
 
     char *s = expconf_subst("a{}b{}{}", "XY");

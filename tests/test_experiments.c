@@ -263,6 +263,16 @@ TEST(exp_bad_input_is_an_error) {
     snprintf(cmd, sizeof cmd, "%s --model %s --value twn windw=3", bin_path("exp_threshold"), test_path(LLAMA_DIR));
     CHECK(test_run(cmd, &log) == 2 && strstr(log, "windw"));
     free(log);
+    /* an override that replaces the setting carrying the value: the point would
+     * be labelled twn and run absmean (it had, with exit 0); the same for kv */
+    snprintf(cmd, sizeof cmd, "%s --model %s --value twn --out %s/y.h5 window=32 max_windows=1 quant=rule=absmean",
+             bin_path("exp_threshold"), test_path(LLAMA_DIR), test_tmpdir());
+    CHECK_MSG(test_run(cmd, &log) == 1 && strstr(log, "no setting takes the value 'twn'"), "%s", log ? log : "");
+    free(log);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value all --out %s/z.h5 window=32 max_windows=1 kv=none",
+             bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), test_tmpdir());
+    CHECK_MSG(test_run(cmd, &log) == 1 && strstr(log, "no setting takes the value 'all'"), "%s", log ? log : "");
+    free(log);
 }
 
 /* A real sweep: a truncated run file is detected and rerun; complete ones are kept. */

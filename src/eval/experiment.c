@@ -1080,6 +1080,15 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
             RunCfg rc = {.experiment = def->name, .kind = def->kind, .conf = &c, .model = mp,
                          .value = v, .results = results};
             int st = expconf_bind(&c, v);
+            /* a quality experiment's value reaches the run only through a "{}" (the
+             * throughput one reads it itself): none left means an override replaced
+             * the setting that carried it, and every point would be the same run */
+            if (st == 0 && def->kind != EXP_THROUGHPUT)
+                st = err_set("no setting takes the value '%s' (no \"{}\" left in %s and its overrides: "
+                             "an override such as %s=... replaced the one that had it), so the run "
+                             "would not be the point it is named after",
+                             v, config, strcmp(def->name, "exp-kv-ternary") == 0 ? "kv" : "quant");
+            if (st > 0) st = 0;
             if (st == 0 && (expconf_get_i64(&c, "window", &T) != 0 || expconf_get_i64(&c, "max_windows", &mw) != 0))
                 st = -1;
             if (st == 0 && (conf_i64_opt(&c, "tp", 1, 64, &tp) != 0 ||

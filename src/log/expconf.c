@@ -228,12 +228,14 @@ char *expconf_subst(const char *tmpl, const char *value) {
 
 int expconf_bind(ExpConf *c, const char *value) {
     if (!value || !value[0]) return err_set("%s: empty factor value", c->path);
+    int bound = 0;
     for (int i = 0; i < c->n; i++) {
         ExpConfEntry *e = &c->entries[i];
         if (strcmp(e->key, "values") == 0 || !strstr(e->value, "{}")) continue;
         char *s = expconf_subst(e->value, value);
         free(e->value);
         e->value = s;
+        bound++;
     }
     int i = find(c, "value");
     if (i >= 0) {
@@ -242,7 +244,7 @@ int expconf_bind(ExpConf *c, const char *value) {
     } else {
         add(c, "value", 5, value, strlen(value), 0);
     }
-    return 0;
+    return bound;
 }
 
 char **expconf_split(const char *value, int *n) {

@@ -60,7 +60,9 @@ int expconf_override(ExpConf *c, const char *arg);
 int expconf_apply_args(ExpConf *c, int argc, char **argv, int *consumed);
 
 /* Replaces every "{}" in every value except `values` by `value` (the point of
- * the sweep this run is), and sets key "value" to it.  Returns 0 or -1. */
+ * the sweep this run is), and sets key "value" to it.  Returns how many
+ * settings took the value (0: none has a "{}", e.g. an override replaced the
+ * one that had), or -1. */
 int expconf_bind(ExpConf *c, const char *value);
 
 /* Splits a value on blanks into a NULL-terminated heap array (free with
