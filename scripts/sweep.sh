@@ -16,7 +16,8 @@
 # deleted and rerun; leftover temporaries (*.h5.tmp.<pid>) are deleted.  A
 # finished file whose root attribute device is not the sweep's (a CUDA run
 # written before the names said so) is moved to its own device's name, or
-# into misplaced/ where that is taken, and the point runs.
+# into misplaced/ where that is taken, and the point runs; one of another
+# experiment or factor value goes into misplaced/, and the point runs.
 #
 # options:
 #   --jobs N             jobs at once on each machine (default 1: one
@@ -185,13 +186,14 @@ q() { printf '%q' "$1"; }
 device=$(conf_get device || true)
 dev_suffix=""
 [ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
-outs=() lines=() bases=()
+outs=() lines=() bases=() pvals=()
 declare -A seen_out=()
 for m in "${models[@]}"; do
   mname=$(safe "$(basename "$m")")
   for v in "${values[@]}"; do
     out=$(rel "$dir")/${mname}__$(safe "$v")$dev_suffix.h5
     bases+=("$(rel "$dir")/${mname}__$(safe "$v")")
+    pvals+=("$v")
     [ -z "${seen_out[$out]:-}" ] || die "two points write $out (models with the same folder name, or values that differ only in punctuation)"
     seen_out[$out]=1
     cmd=$template
@@ -212,7 +214,9 @@ n=${#outs[@]}
 # (written before CUDA runs had __cuda in their names, or by hand) is not
 # this point: it is moved to its own device's name (or, where that is taken,
 # into misplaced/), and the point runs.  (ternlab verify --device prints the
-# file's device and exits 3.)
+# file's device and exits 3.)  One of another experiment or factor value
+# (copied or renamed by hand) goes into misplaced/ and the point runs
+# (--expect: exit 4).
 bin=${TERNLAB_BIN:-build/ternlab}
 want_dev=${device:-cpu}
 dev_name() { # base, device -> the point's file name for that device
@@ -225,9 +229,11 @@ for i in "${!outs[@]}"; do
     if bash scripts/verify_run.sh "${outs[$i]}" >/dev/null 2>&1; then
       state[$i]=done
       if [ -x "$bin" ]; then
-        if fdev=$("$bin" verify --device "$want_dev" "${outs[$i]}" 2>/dev/null); then :; else
+        if fdev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
+                   --expect "factor_value=${pvals[$i]}" "${outs[$i]}" 2>/dev/null); then :; else
           r=$?
           if [ $r -eq 3 ] && [ -n "$fdev" ]; then state[$i]=other; other_dev[$i]=$fdev; fi
+          if [ $r -eq 4 ]; then state[$i]=foreign; fi
         fi
       fi
       [ "${state[$i]}" = done ] && done_n=$((done_n + 1))
@@ -255,7 +261,8 @@ if [ $dry -eq 1 ]; then
   for i in "${!outs[@]}"; do
     case ${state[$i]} in
       done) s="complete, skipped" ;; invalid) s="INVALID, rerun" ;;
-      other) s="A ${other_dev[$i]} RUN: moved, run" ;; *) s="run" ;;
+      other) s="A ${other_dev[$i]} RUN: moved, run" ;;
+      foreign) s="ANOTHER POINT'S RUN: moved, run" ;; *) s="run" ;;
     esac
     printf '%3d  %-18s %s\n' $((i + 1)) "$s" "${lines[$i]}"
   done
@@ -292,15 +299,19 @@ for i in "${!outs[@]}"; do
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
     rm -f -- "${outs[$i]}"
     log "removed ${outs[$i]}: $reason (will rerun)"
-  elif [ "${state[$i]}" = other ]; then
-    to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
+  elif [ "${state[$i]}" = other ] || [ "${state[$i]}" = foreign ]; then
+    why="a run on ${other_dev[$i]:-}, not $want_dev"
+    if [ "${state[$i]}" = other ]; then to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
+    else to=${outs[$i]}; why=$("$bin" verify --expect "experiment=$exp" --expect "factor_value=${pvals[$i]}" \
+                               "${outs[$i]}" 2>&1 | sed 's/^ternlab verify: [^:]*: //' | head -1 || true); fi
     if [ -e "$to" ]; then
       mkdir -p "$dir/misplaced"
-      to=$dir/misplaced/$(basename "${outs[$i]%.h5}").$(safe "${other_dev[$i]}").$(date -u +%Y%m%dT%H%M%SZ).$$.h5
+      tag=${other_dev[$i]:-point}
+      to=$dir/misplaced/$(basename "${outs[$i]%.h5}").$(safe "$tag").$(date -u +%Y%m%dT%H%M%SZ).$$.h5
       to=$(rel "$to")
     fi
     mv -n -- "${outs[$i]}" "$to"
-    log "moved ${outs[$i]} to $to: a run on ${other_dev[$i]}, not $want_dev (will run this point)"
+    log "moved ${outs[$i]} to $to: $why (will run this point)"
   fi
 done
 

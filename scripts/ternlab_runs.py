@@ -96,7 +96,17 @@ def conf_values(configs_dir, exp):
 
 def read_run(path):
     """One run file as a dict, or None (with a warning) when it cannot be
-    read or is not complete -- scripts/sweep.sh reruns such files."""
+    read or is not complete -- scripts/sweep.sh reruns such files.  A file
+    that opens but whose attributes or data cannot be read (a damaged heap)
+    is skipped the same way: one bad file must not stop every table."""
+    try:
+        return _read_run(path)
+    except (OSError, KeyError, ValueError, TypeError) as e:
+        print(f"warning: skipping {path}: cannot be read ({e})", file=sys.stderr)
+        return None
+
+
+def _read_run(path):
     try:
         f = h5py.File(path, "r")
     except OSError as e:

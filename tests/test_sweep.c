@@ -387,17 +387,22 @@ TEST(sweep_point_held_elsewhere) {
  * named before CUDA runs had __cuda in their names) is not that point: the
  * dry run says so and moves nothing; the sweep moves it to its CUDA name —
  * into misplaced/ where that name is taken — and runs the CPU point, so every
- * run is kept and each point's file is of its device. */
-TEST(sweep_moves_a_file_of_another_device) {
+ * run is kept and each point's file is of its device.  A file of another
+ * value under a point's name (copied by hand) goes into misplaced/ too: it
+ * had counted as the point. */
+TEST(sweep_moves_a_file_of_another_device_or_point) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
     fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     /* m1__a.h5 and m1__b.h5 ran on cuda; m1__b__cuda.h5 exists too */
     snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && cd '%s' && for f in m1__a m1__b m1__b__cuda; do FAKE_DEVICE=cuda "
-             "/usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value x --out '%s'/$f.h5 || exit 1; done",
+             "mkdir -p '%s' && cd '%s' && for f in m1__a m1__b m1__b__cuda; do v=${f#m1__}; FAKE_DEVICE=cuda "
+             "/usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value ${v%%__cuda} --out '%s'/$f.h5 || exit 1; done",
              out_dir, test_path(""), out_dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "cd '%s' && /usr/bin/python3 tests/tools/fake_exp.py --model data/m2 --value b --out '%s'/m2__a.h5",
+             test_path(""), out_dir);
     REQUIRE(test_run(cmd, NULL) == 0);
     char a[800], acuda[800], b[800];
     snprintf(a, sizeof a, "%s/m1__a.h5", out_dir);
@@ -408,14 +413,16 @@ TEST(sweep_moves_a_file_of_another_device) {
     const char *sweep = test_path("scripts/sweep.sh");
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --dry-run 2>&1", sweep, conf, res);
     int rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && strstr(out, "A cuda RUN: moved, run"),
+    CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && strstr(out, "A cuda RUN: moved, run") &&
+                  strstr(out, "ANOTHER POINT'S RUN: moved, run"),
               "dry run (rc %d):\n%s", rc, out);
     free(out);
     CHECK(access(acuda, F_OK) != 0);
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1", sweep, conf, res);
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "m1__a__cuda.h5: a run on cuda, not cpu") &&
-                  strstr(out, "/misplaced/m1__b.cuda.") && strstr(out, "all 4 points complete"),
+                  strstr(out, "/misplaced/m1__b.cuda.") && strstr(out, "factor_value is 'b', not 'a'") &&
+                  strstr(out, "/misplaced/m2__a.point.") && strstr(out, "all 4 points complete"),
               "sweep (rc %d):\n%s", rc, out);
     free(out);
     /* the CUDA run kept under its own name (the same file), the CPU points run */
@@ -426,8 +433,11 @@ TEST(sweep_moves_a_file_of_another_device) {
     CHECK(h5log_root_attr_str(a, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
     CHECK(h5log_root_attr_str(b, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
     snprintf(cmd, sizeof cmd, "ls '%s/misplaced' | wc -l", out_dir);
-    CHECK(test_run(cmd, &out) == 0 && atoi(out) == 1);
+    CHECK(test_run(cmd, &out) == 0 && atoi(out) == 2);
     free(out);
+    char a2[800], val[32];
+    snprintf(a2, sizeof a2, "%s/m2__a.h5", out_dir);
+    CHECK(h5log_root_attr_str(a2, "factor_value", val, sizeof val) == 0 && strcmp(val, "a") == 0);
     /* and a second sweep has nothing to do */
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' 2>&1", sweep, conf, res);
     rc = test_run(cmd, &out);

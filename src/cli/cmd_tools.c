@@ -294,26 +294,58 @@ int cmd_quantize(int argc, char **argv) {
 }
 
 int cmd_verify(int argc, char **argv) {
-    const char *device = NULL;
-    int first = 1;
-    if (argc >= 2 && !strcmp(argv[1], "--device")) device = argc >= 3 ? argv[2] : "", first = 3;
-    else if (argc >= 2 && !strncmp(argv[1], "--device=", 9)) device = argv[1] + 9, first = 2;
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || first >= argc ||
-        (device && !device[0])) {
-        printf("ternlab verify [--device D] FILE.h5 [FILE.h5 ...]\n"
+    const char *device = NULL, *expect[8];
+    int n_expect = 0, first = 1, usage = argc < 2;
+    for (; first < argc && !usage && argv[first][0] == '-'; first++) {
+        const char *a = argv[first];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            usage = -1;
+        } else if (!strcmp(a, "--device") || !strcmp(a, "--expect")) {
+            if (first + 1 >= argc || !argv[first + 1][0]) usage = 1;
+            else if (a[2] == 'd') device = argv[++first];
+            else if (n_expect == 8 || !strchr(argv[first + 1] + 1, '=')) usage = 1;
+            else expect[n_expect++] = argv[++first];
+        } else if (!strncmp(a, "--device=", 9) && a[9]) {
+            device = a + 9;
+        } else {
+            usage = 1;
+        }
+    }
+    if (usage || first >= argc) {
+        fprintf(usage < 0 ? stdout : stderr, "ternlab verify [--device D] [--expect KEY=VALUE ...] FILE.h5 [FILE.h5 ...]\n"
                "Exit 0 when every file is a finished run file: it opens (not truncated),\n"
-               "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md.\n"
+               "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md,\n"
+               "whose values can be read.\n"
+               "--expect KEY=VALUE (up to 8): also that the root attribute KEY is VALUE (e.g.\n"
+               "experiment=exp-threshold, factor_value=twn); a finished file that is not exits 4.\n"
                "--device D: also that its root attribute device is D; a finished file of\n"
                "another device prints that device on stdout (one line per such file) and\n"
-               "the exit status is 3 where no file is invalid (1).\n");
-        return argc < 2 || first >= argc || (device && !device[0]) ? 2 : 0;
+               "exits 3.  An invalid file (1) comes before 4, 4 before 3.\n");
+        return usage < 0 ? 0 : 2;
     }
-    int bad = 0, other = 0;
+    int bad = 0, other = 0, wrong = 0;
     for (int i = first; i < argc; i++) {
-        char dev[128];
+        char dev[128], val[512];
         if (h5log_verify_schema(argv[i]) != 0) {
             fprintf(stderr, "ternlab verify: %s\n", err_msg());
             bad = 1;
+            continue;
+        }
+        int mism = 0;
+        for (int k = 0; k < n_expect && !mism; k++) {
+            const char *eq = strchr(expect[k], '=');
+            char key[64];
+            snprintf(key, sizeof key, "%.*s", (int)(eq - expect[k] < 63 ? eq - expect[k] : 63), expect[k]);
+            if (h5log_root_attr_str(argv[i], key, val, sizeof val) != 0) {
+                fprintf(stderr, "ternlab verify: %s\n", err_msg());
+                mism = 1;
+            } else if (strcmp(val, eq + 1) != 0) {
+                fprintf(stderr, "ternlab verify: %s: %s is '%s', not '%s'\n", argv[i], key, val, eq + 1);
+                mism = 1;
+            }
+        }
+        if (mism) {
+            wrong = 1;
         } else if (device && h5log_root_attr_str(argv[i], "device", dev, sizeof dev) != 0) {
             fprintf(stderr, "ternlab verify: %s\n", err_msg());
             bad = 1;
@@ -323,5 +355,5 @@ int cmd_verify(int argc, char **argv) {
             other = 1;
         }
     }
-    return bad ? 1 : other ? 3 : 0;
+    return bad ? 1 : wrong ? 4 : other ? 3 : 0;
 }

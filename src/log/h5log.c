@@ -708,17 +708,48 @@ static int verify_shapes(hid_t f, const char *path) {
     return 0;
 }
 
-/* The root attributes' kinds: strings but window, tp and complete (integers). */
+/* A scalar string attribute a of file type ft into buf (n bytes, truncated to
+ * fit; variable or fixed length): 0, or -1 with err_set. */
+static int attr_read_str(hid_t a, hid_t ft, const char *path, const char *name, char *buf, size_t n) {
+    int rc = 0;
+    hid_t mt = -1;
+    if (n) buf[0] = 0;
+    if (H5Tis_variable_str(ft) > 0) {
+        char *v = NULL;
+        if ((mt = h5log_vlen_str_type()) < 0 || H5Aread(a, mt, &v) < 0) rc = h5_fail(path, "reading attribute", name);
+        else snprintf(buf, n, "%s", v ? v : "");
+        if (v) H5free_memory(v);
+    } else {
+        size_t len = H5Tget_size(ft);
+        char *v = calloc(len + 1, 1);
+        if (!v || (mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, len + 1) < 0 || H5Aread(a, mt, v) < 0)
+            rc = v ? h5_fail(path, "reading attribute", name) : err_set("out of memory");
+        else snprintf(buf, n, "%s", v);
+        free(v);
+    }
+    if (mt >= 0) H5Tclose(mt);
+    return rc;
+}
+
+/* The root attributes' kinds: strings but window, tp and complete (integers);
+ * and their values read (a damaged heap leaves the kind readable, not the
+ * string, which every reader of the file then fails on). */
 static int verify_attr_kind(hid_t f, const char *path, const char *name) {
     const int want_int = !strcmp(name, "window") || !strcmp(name, "tp") || !strcmp(name, "complete");
     hid_t a = H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT);
     if (a < 0) return h5_fail(path, "opening attribute", name);
     hid_t t = H5Aget_type(a);
     H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
+    int rc = 0;
+    int64_t iv;
+    char sv[64];
+    if (cls != (want_int ? H5T_INTEGER : H5T_STRING))
+        rc = err_set("%s: root attribute %s is not %s", path, name, want_int ? "an integer" : "a string");
+    else if (want_int ? H5Aread(a, H5T_NATIVE_INT64, &iv) < 0 : attr_read_str(a, t, path, name, sv, sizeof sv) != 0)
+        rc = want_int ? h5_fail(path, "reading attribute", name) : -1;
     if (t >= 0) H5Tclose(t);
     H5Aclose(a);
-    if (cls == (want_int ? H5T_INTEGER : H5T_STRING)) return 0;
-    return err_set("%s: root attribute %s is not %s", path, name, want_int ? "an integer" : "a string");
+    return rc;
 }
 
 int h5log_verify_schema(const char *path) {
@@ -745,26 +776,14 @@ int h5log_root_attr_str(const char *path, const char *name, char *buf, size_t n)
     hid_t a = H5Aexists_by_name(f, "/", name, H5P_DEFAULT) > 0
                   ? H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT)
                   : -1;
-    hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1, mt = -1;
+    hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
     if (a < 0) {
         rc = err_set("%s: no root attribute %s", path, name);
     } else if (ft < 0 || H5Tget_class(ft) != H5T_STRING || sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) {
         rc = err_set("%s: root attribute %s is not a string", path, name);
-    } else if (H5Tis_variable_str(ft) > 0) {
-        char *v = NULL;
-        if ((mt = h5log_vlen_str_type()) < 0 || H5Aread(a, mt, &v) < 0) rc = h5_fail(path, "reading attribute", name);
-        else snprintf(buf, n, "%s", v ? v : "");
-        if (v) H5free_memory(v);
     } else {
-        /* fixed-length: read with a terminator's room */
-        size_t len = H5Tget_size(ft);
-        char *v = calloc(len + 1, 1);
-        if (!v || (mt = H5Tcopy(H5T_C_S1)) < 0 || H5Tset_size(mt, len + 1) < 0 || H5Aread(a, mt, v) < 0)
-            rc = v ? h5_fail(path, "reading attribute", name) : err_set("out of memory");
-        else snprintf(buf, n, "%s", v);
-        free(v);
+        rc = attr_read_str(a, ft, path, name, buf, n);
     }
-    if (mt >= 0) H5Tclose(mt);
     if (sp >= 0) H5Sclose(sp);
     if (ft >= 0) H5Tclose(ft);
     if (a >= 0) H5Aclose(a);
