@@ -32,7 +32,7 @@ static const char *usage_text =
     "            [--block-size 16] [--kv-blocks N]\n"
     "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
     "            (an --out ending in .gguf without --format writes gguf-tq2_0)\n"
-    "  verify    [--device D] FILE.h5 ...             is a run file whole (complete, schema; of device D)?\n"
+    "  verify    [--device D] [--expect K=V] FILE.h5 ...  is a run file whole (complete, schema)?\n"
     "  diff      --model PATH --tokens FILE --a SETTINGS (--b SETTINGS | --b-dump FILE)\n"
     "            per-layer / per-sub-block / per-linear divergence of two runs\n"
     "  bench     CPU kernel benchmarks (ternlab bench --help)\n"
