@@ -13,6 +13,10 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #define T_DIFF 256 /* the fixtures' ref_layers.f32 hold window 0 of 256 tokens */
 /* fp32 forward vs transformers' fp32 hidden states: 6e-7 .. 1.6e-6 per layer seen */
@@ -436,6 +440,26 @@ TEST(diag_cli_stdout_write_error) {
         snprintf(cmd, sizeof cmd, "%s %s | cat > /dev/null", bin, args);
         CHECK_MSG(test_run(cmd, NULL) == 0, "%s", args);
     }
+    /* a pipe whose reader is gone (`| head -c1` once head has exited): exit 1
+     * with the message, not killed by SIGPIPE (exit 141) */
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    close(fds[0]);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        dup2(fds[1], 1);
+        signal(SIGPIPE, SIG_DFL); /* (as a shell starts it; an ignored one would be inherited) */
+        int dn = open("/dev/null", O_WRONLY);
+        if (dn >= 0) dup2(dn, 2);
+        execl(bin, bin, "info", "--model", test_path(LLAMA_DIR), (char *)NULL);
+        _exit(127);
+    }
+    close(fds[1]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "info into a closed pipe: %s %d",
+              WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 }
 
 /* Every option a command accepts is in the main usage under that command

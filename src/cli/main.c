@@ -212,6 +212,10 @@ int main(int argc, char **argv) {
     /* a file size limit (ulimit -f) then fails the write with EFBIG, reported
      * like a full disk, instead of killing the program mid-file */
     signal(SIGXFSZ, SIG_IGN);
+    /* and a reader that went away (`ternlab info ... | head -c1`) fails the
+     * write with EPIPE, reported (exit 1) as any output that cannot be
+     * written, instead of killing the program (exit 141) */
+    signal(SIGPIPE, SIG_IGN);
     blas_setup(argc, argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

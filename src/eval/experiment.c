@@ -986,6 +986,7 @@ static void usage(const ExpDef *def, FILE *f) {
 
 int exp_main(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
+    signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
     const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
     char cfgpath[4096];
     int n_over = 0;
