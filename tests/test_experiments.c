@@ -854,3 +854,26 @@ TEST(scripts_label_what_ran) {
     CHECK_MSG(strstr(log, "missing: [('a (cuda)', ['y'])]"), "%s", log);
     free(log);
 }
+
+/* A point run by its program (--results) and the sweep of the same point find
+ * each other's file: both name it from the model's folder or file name and
+ * the value with every byte outside [A-Za-z0-9._+-] made '_' (the program had
+ * kept '@' and '=' and dropped ".gguf": both ways ran the point, and the tables
+ * showed it twice). */
+TEST(exp_program_and_sweep_name_a_point_alike) {
+    const char *d = test_tmpdir();
+    char cmd[4096], *log = NULL, f[1024];
+    snprintf(cmd, sizeof cmd, "%s --model %s --results '%s/res' window=16 max_windows=1 'values=all@layers=0-1' 2>&1",
+             bin_path("exp_kv_ternary"), test_path("data/gguf/llama-tiny-bf16.gguf"), d);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+    free(log);
+    snprintf(f, sizeof f, "%s/res/exp-kv-ternary/llama-tiny-bf16.gguf__all_layers_0-1.h5", d);
+    CHECK_MSG(h5log_verify_schema(f) == 0, "%s", err_msg());
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash scripts/sweep.sh exp-kv-ternary --results '%s/res' --model %s "
+             "--dry-run window=16 max_windows=1 'values=all@layers=0-1' 2>&1",
+             test_path(""), d, test_path("data/gguf/llama-tiny-bf16.gguf"));
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0 && strstr(log, "1 points (1 complete)") && strstr(log, "complete, skipped"), "%s", log);
+    free(log);
+}

@@ -17,6 +17,7 @@
 #include "runtime/linear.h"
 #include "runtime/report.h"
 
+#include <ctype.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
@@ -85,6 +86,16 @@ static const char *base_name(const char *path) {
     char *dot = strstr(buf, ".gguf");
     if (dot && dot[5] == 0) *dot = 0;
     return buf;
+}
+
+/* s with every byte outside [A-Za-z0-9._+-] made '_' (scripts/sweep.sh's safe()). */
+static void file_safe(const char *s, char *out, size_t n) {
+    size_t i = 0;
+    for (; s[i] && i + 1 < n; i++) {
+        const unsigned char c = (unsigned char)s[i];
+        out[i] = (isalnum(c) && c < 128) || c == '.' || c == '_' || c == '+' || c == '-' ? (char)c : '_';
+    }
+    if (n) out[i] = 0;
 }
 
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
@@ -1113,12 +1124,22 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
                 else {
                     snprintf(outp, sizeof outp, "%s/%s", results, def->name);
                     st = mkdirs(outp);
-                    /* the device in the name where it is not the CPU: a CUDA run
-                     * beside a CPU one of the same point (scripts/sweep.sh names
-                     * its --out the same way) */
+                    /* named as scripts/sweep.sh names its --out, so that the two
+                     * ways of running a point find each other's files: the model
+                     * folder's (or file's) name and the value with every byte
+                     * outside [A-Za-z0-9._+-] made '_', and the device where it is
+                     * not the CPU (a CUDA run beside a CPU one of the same point) */
                     const int cpu = strcmp(rc.device, "cpu") == 0;
-                    snprintf(outp, sizeof outp, "%s/%s/%s__%s%s%s.h5", results, def->name, base_name(mp), v,
-                             cpu ? "" : "__", cpu ? "" : rc.device);
+                    char mdir[4096], mn[256], vn[256], dn[128];
+                    size_t ml = strlen(mp);
+                    while (ml > 1 && mp[ml - 1] == '/') ml--;
+                    snprintf(mdir, sizeof mdir, "%.*s", (int)ml, mp);
+                    const char *slash = strrchr(mdir, '/');
+                    file_safe(slash ? slash + 1 : mdir, mn, sizeof mn);
+                    file_safe(v, vn, sizeof vn);
+                    file_safe(rc.device, dn, sizeof dn);
+                    snprintf(outp, sizeof outp, "%s/%s/%s__%s%s%s.h5", results, def->name, mn, vn,
+                             cpu ? "" : "__", cpu ? "" : dn);
                 }
             }
             if (st == 0) st = run_point(&rc, outp);
