@@ -877,3 +877,21 @@ TEST(exp_program_and_sweep_name_a_point_alike) {
     CHECK_MSG(rc == 0 && strstr(log, "1 points (1 complete)") && strstr(log, "complete, skipped"), "%s", log);
     free(log);
 }
+
+/* exp-throughput with tp = 2 on the CPU: the request latencies run on the
+ * two-rank engine the file records (they had run on one rank, in a file
+ * saying tp = 2), and the linear split of the step, which would time the
+ * unsharded linears, is NaN. */
+TEST(exp_throughput_latency_on_the_tp_engine) {
+    char out[1024], cmd[4096], *log = NULL;
+    snprintf(out, sizeof out, "%s/tp2.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s --model %s --value ternary --out %s window=16 max_windows=1 prompt_len=8 "
+             "gen_len=2 warmup=0 repeats=1 batches=1 tp=2 2>&1", bin_path("exp_throughput"), test_path(LLAMA_DIR), out);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+    free(log);
+    CHECK(read_attr_f64(out, "/throughput", "latency_tp") == 2.0);
+    CHECK(isfinite(read_scalar(out, "/throughput/ttft_ms_p50")) && read_scalar(out, "/throughput/ttft_ms_p50") > 0);
+    CHECK(isfinite(read_scalar(out, "/throughput/step_ms")));
+    CHECK(isnan(read_scalar(out, "/throughput/step_linear_ms")));
+}

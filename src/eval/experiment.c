@@ -666,6 +666,7 @@ static int run_point(const RunCfg *rc, const char *out) {
      * the dense baseline is then bf16 through cuBLAS); on the CPU f32 (OpenBLAS sgemm:
      * Debian's OpenBLAS has no bf16 GEMM) */
     const int thr_bf16 = rc->kind == EXP_THROUGHPUT && dev == ENGINE_CUDA;
+    int64_t lat_tp = 0; /* the request latencies' engine ranks (exp-throughput on the CPU) */
     /* exp-throughput's "ternary" is the checkpoint's ternary weights: a native
      * ternary checkpoint runs as stored (DESIGN.md: never re-ternarised unless
      * asked); the config's quant is the rule for BF16 checkpoints only.  The
@@ -763,7 +764,7 @@ static int run_point(const RunCfg *rc, const char *out) {
             }
             LatencyOpts lo = {.batch = (int)batches[i], .prompt_len = (int)pl, .gen_len = (int)gl,
                               .n_requests = 4 * (int)batches[i], .warmup = (int)wu,
-                              .repeats = rp < 1 ? 1 : (int)rp};
+                              .repeats = rp < 1 ? 1 : (int)rp, .tp = rc->tp};
             LatencyResult L;
             /* request latencies and the step split time the CPU path's pieces: on
              * cuda these columns are NaN (the GPU numbers are the rows above) */
@@ -771,6 +772,7 @@ static int run_point(const RunCfg *rc, const char *out) {
                 for (int j = 0; j < LT_N; j++) lt[j][i] = NAN;
             if (st == 0 && dev == ENGINE_CPU)
                 st = latency_measure(&m, have_twin ? &twin : NULL, tok, n, &lo, &L);
+            if (st == 0 && dev == ENGINE_CPU) lat_tp = L.tp;
             if (st == 0 && dev == ENGINE_CPU) {
                 double v[LT_N] = {L.ttft_ms_p50, L.ttft_ms_p95, L.ttft_ms_p99, L.tpot_ms_p50,
                                   L.tpot_ms_p95, L.tpot_ms_p99, L.step_ms_p95, L.tok_s, L.step_ms,
@@ -894,6 +896,8 @@ static int run_point(const RunCfg *rc, const char *out) {
             }
             /* the timed runs' precision (paper/SCHEMA.md) */
             e |= h5log_attr_str(lg, "/throughput", "dtype", thr_bf16 ? "bf16" : "f32");
+            /* the ranks of the engine the request latencies ran on (0: not measured: cuda) */
+            e |= h5log_attr_i64(lg, "/throughput", "latency_tp", lat_tp);
         }
         /* what was loaded and which kernels ran (every run file) */
         e |= report_write_h5(lg, &m);

@@ -5,6 +5,7 @@
 #include "core/timer.h"
 #include "runtime/engine.h"
 #include "runtime/linear.h"
+#include "tp/tp_engine.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -97,7 +98,9 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
     Engine e;
     EngineOpts eo = {.max_tok = (int64_t)B * P, .block_size = 16};
     eo.n_blocks = (int64_t)2 * B * ((P + G + 15) / 16 + 1);
-    if (engine_init(&e, m, &eo) != 0) return -1;
+    const int tp = o->tp > 1 ? o->tp : 1;
+    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
+    r->tp = tp_engine_degree(&e);
     int64_t nt = (int64_t)B * P;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
     int *sids = xmalloc(sizeof(int) * (size_t)B);
@@ -217,7 +220,13 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
         }
         free(fresh);
     }
-    if (rc == 0) {
+    if (rc == 0 && tp > 1) { /* the step of the tp engine; its linears are shards */
+        r->step_ms = median(ts, R);
+        r->step_ctx1_ms = median(t1s, R);
+        r->attention_ms = r->step_ms > r->step_ctx1_ms ? r->step_ms - r->step_ctx1_ms : 0.0;
+        r->linear_ms = r->ternary_ms = r->act_quant_ms = r->twin_ms = r->unpack_ms = r->unpack_share =
+            r->other_ms = NAN;
+    } else if (rc == 0) {
         r->step_ms = median(ts, R);
         r->step_ctx1_ms = median(t1s, R);
         r->attention_ms = r->step_ms > r->step_ctx1_ms ? r->step_ms - r->step_ctx1_ms : 0.0;
@@ -286,6 +295,6 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
     free(tpot);
     free(steps);
     mem_free(lg);
-    engine_free(&e);
+    tp_engine_close(&e);
     return rc;
 }

@@ -45,6 +45,9 @@ typedef struct {
     int n_requests;  /* default 4 * batch */
     int warmup;      /* batches not counted (default 1) */
     int repeats;     /* breakdown repeats (default 5) */
+    int tp;          /* ranks of the CPU engine the requests run on (0/1: one; tp_engine_open);
+                      * with tp > 1 the linear split of the step (linear, ternary, act_quant,
+                      * twin, unpack_*, other) is NaN: it times the unsharded linears */
 } LatencyOpts;
 
 typedef struct {
@@ -58,6 +61,7 @@ typedef struct {
     /* decode-step breakdown (see above) */
     double step_ms, step_ctx1_ms, attention_ms, linear_ms, ternary_ms, twin_ms, unpack_ms,
         unpack_share, act_quant_ms, other_ms;
+    int tp; /* ranks of the engine the requests ran on */
 } LatencyResult;
 
 /* tok[0..n) supplies the prompts (request i starts at (i * prompt_len) mod
