@@ -76,15 +76,19 @@ def markdown(header, rows):
     right = [bool(rows) and all(number(r[i]) for r in rows) for i in range(len(header))]
     out = ["| " + " | ".join(header) + " |",
            "| " + " | ".join("---:" if r else "---" for r in right) + " |"]
-    out += ["| " + " | ".join(row) + " |" for row in rows]
+    out += ["| " + " | ".join(cell.replace("|", "\\|") for cell in row) + " |" for row in rows]
     return "\n".join(out) + "\n"
 
 
+LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
+                 "{": r"\{", "}": r"\}", "$": r"\$", "^": r"\textasciicircum{}",
+                 "~": r"\textasciitilde{}", "–": "--"}
+
+
 def latex_escape(s):
-    for a, b in (("\\", r"\textbackslash{}"), ("_", r"\_"), ("%", r"\%"), ("&", r"\&"),
-                 ("#", r"\#"), ("{", r"\{"), ("}", r"\}"), ("–", "--"), ("$", r"\$")):
-        s = s.replace(a, b)
-    return s
+    """Every LaTeX special character of s escaped, in one pass (a sequence of
+    replaces had escaped the braces of \\textbackslash{} again)."""
+    return "".join(LATEX_SPECIAL.get(c, c) for c in s)
 
 
 def latex(header, rows, caption, label):

@@ -261,6 +261,10 @@ int cmd_logits(int argc, char **argv) {
         PplResult r;
         if (rc == 0 && o.dump_layers) rc = dump_layers(&e, tok, n, o.window, o.dump_layers);
         if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
+        /* on disk before the rename, as every other writer (a crash then leaves
+         * the old file or the whole new one) */
+        if (sink.f && rc == 0 && (fflush(sink.f) != 0 || fsync(fileno(sink.f)) != 0))
+            rc = err_set("%s: write failed: %s", tmp, strerror(errno));
         if (sink.f && fclose(sink.f) != 0 && rc == 0)
             rc = err_set("%s: write failed: %s", tmp, strerror(errno));
         if (rc == 0 && rename(tmp, o.out) != 0)
