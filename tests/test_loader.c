@@ -519,3 +519,136 @@ TEST(loader_cli_refuses_bad_checkpoints) {
     snprintf(cmd, sizeof cmd, "generate --model %s --prompt 1,99999 --max-new 2", test_path("data/llama-tiny"));
     expect_cli_error(cmd, "outside the vocabulary");
 }
+
+/* Layer tensors past the declared layer count are refused by name: a
+ * config.json whose num_hidden_layers understates the checkpoint (4 layers
+ * stored, 2 declared) had loaded and run on the first layers alone (llama-tiny
+ * window ppl 94.98 instead of 8.76, exit 0), and so had a GGUF whose
+ * llama.block_count understates its blocks.  Every tensor is scanned, in one
+ * file, in a second shard, and in both GGUF fixtures; an index that is no
+ * plain decimal (leading zero, letters) is refused too, one of any length
+ * is past without overflow, and the fixtures as they are still load. */
+TEST(loader_refuses_layers_past_the_config) {
+    const char *d = test_tmpdir();
+    char dir[600], cmd[8192], path[700];
+    /* config.json understating the layers: llama (also through the CLI) and bitnet */
+    const char *srcs[] = {LLAMA_DIR, BITNET_DIR};
+    const char *declared[] = {"2", "3"};
+    const char *want[] = {"tensor 'model.layers.2.input_layernorm.weight': layer 2 is past the "
+                          "config's num_hidden_layers (2)",
+                          "tensor 'model.layers.3.input_layernorm.weight': layer 3 is past the "
+                          "config's num_hidden_layers (3)"};
+    for (int i = 0; i < 2; i++) {
+        Model m;
+        REQUIRE(model_load(test_path(srcs[i]), NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        model_free(&m);
+        snprintf(dir, sizeof dir, "%s/under%d", d, i);
+        REQUIRE(rewrite_checkpoint(test_path(srcs[i]), dir, 0, NULL, 0) == 0);
+        snprintf(cmd, sizeof cmd, "sed -i 's/\"num_hidden_layers\": *4/\"num_hidden_layers\": %s/' "
+                 "%s/config.json && grep -q '\"num_hidden_layers\": *%s' %s/config.json",
+                 declared[i], dir, declared[i], dir);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        expect_load_error(dir, want[i]);
+    }
+    snprintf(cmd, sizeof cmd, "ppl --model %s/under0 --tokens %s --window 16 --max-windows 1", d,
+             test_path(TOKENS_FILE));
+    expect_cli_error(cmd, want[0]);
+    /* one tensor past the 4 layers, or under model.layers. without a plain index */
+    const struct {
+        const char *name, *want;
+    } extra[] = {
+        {"model.layers.4.self_attn.q_proj.weight",
+         "tensor 'model.layers.4.self_attn.q_proj.weight': layer 4 is past the config's "
+         "num_hidden_layers (4)"},
+        {"model.layers.99999999999999999999999.mlp.up_proj.weight",
+         "layer 99999999999999999999999 is past the config's num_hidden_layers (4)"},
+        {"model.layers.01.mlp.up_proj.weight",
+         "tensor 'model.layers.01.mlp.up_proj.weight': '01' after 'model.layers.' is not a layer index"},
+        {"model.layers.x.mlp.up_proj.weight", "'x' after 'model.layers.' is not a layer index"},
+    };
+    for (size_t i = 0; i < sizeof extra / sizeof extra[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/extra%zu", d, i);
+        ExtraTensor x = {extra[i].name, "F32", 4, 0, NULL};
+        REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &x, 1) == 0);
+        expect_load_error(dir, extra[i].want);
+    }
+    /* sharded: llama-tiny as shard 1 and a second shard holding one tensor, first a
+     * harmless one of layer 3 (loads), then one of layer 4 (refused) */
+    const char *second[] = {"model.layers.3.self_attn.rotary_emb.inv_freq",
+                            "model.layers.4.mlp.down_proj.weight"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(dir, sizeof dir, "%s/shards%d", d, i);
+        snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/ && cp %s/model.safetensors "
+                 "%s/model-00001-of-00002.safetensors && printf '{\"metadata\": {}, \"weight_map\": "
+                 "{\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", \"%s\": "
+                 "\"model-00002-of-00002.safetensors\"}}' > %s/model.safetensors.index.json", dir,
+                 test_path(LLAMA_DIR), dir, test_path(LLAMA_DIR), dir, second[i], dir);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        char header[256];
+        snprintf(header, sizeof header, "{\"%s\":{\"dtype\":\"F32\",\"shape\":[2],"
+                 "\"data_offsets\":[0,8]}}", second[i]);
+        snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+        write_st(path, header, 8);
+        Model m;
+        int rc = model_load(dir, NULL, &m);
+        if (i == 0) {
+            CHECK_MSG(rc == 0, "%s: %s", dir, err_msg());
+            if (rc == 0) {
+                CHECK(m.cfg.n_layers == 4 && m.st.n_files == 2);
+                model_free(&m);
+            }
+        } else {
+            CHECK_MSG(rc != 0, "%s loaded", dir);
+            if (rc == 0) model_free(&m);
+            else CHECK_MSG(strstr(err_msg(), "tensor 'model.layers.4.mlp.down_proj.weight': layer 4 is "
+                                  "past the config's num_hidden_layers (4)"),
+                           "message '%s' lacks the tensor", err_msg());
+        }
+    }
+    /* GGUF fixtures with llama.block_count (a UINT32, 4) rewritten to 2 in place */
+    const char *ggufs[] = {"data/gguf/llama-tiny-bf16.gguf", "data/gguf/llama-tiny-tq2_0.gguf"};
+    for (int i = 0; i < 2; i++) {
+        Model m;
+        REQUIRE(model_load(test_path(ggufs[i]), NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        model_free(&m);
+        char *buf = NULL;
+        size_t n = 0;
+        REQUIRE(file_read_all(test_path(ggufs[i]), &buf, &n) == 0);
+        static const char key[] = "llama.block_count";
+        char *k = memmem(buf, n, key, sizeof key - 1);
+        REQUIRE(k && (size_t)(k - buf) + sizeof key - 1 + 8 <= n);
+        unsigned char *v = (unsigned char *)k + sizeof key - 1; /* u32 type, u32 value */
+        REQUIRE(v[0] == 4 && v[1] == 0 && v[2] == 0 && v[3] == 0 && v[4] == 4 && v[5] == 0);
+        v[4] = 2;
+        snprintf(path, sizeof path, "%s/under%d.gguf", d, i);
+        REQUIRE(file_write_atomic(path, buf, n) == 0);
+        free(buf);
+        int rc = model_load(path, NULL, &m);
+        CHECK_MSG(rc != 0, "%s loaded", path);
+        if (rc == 0) model_free(&m);
+        else CHECK_MSG(strstr(err_msg(), "tensor 'blk.2.") &&
+                           strstr(err_msg(), "': block 2 is past llama.block_count (2)"),
+                       "message '%s' lacks the tensor", err_msg());
+    }
+}
+
+/* tie_word_embeddings true with a stored lm_head.weight: the output layer is
+ * the embedding, as transformers ties them (over the loaded lm_head), and the
+ * note names the stored tensor that is not used (it had said only "tied"). */
+TEST(loader_tied_lm_head_names_the_unused_tensor) {
+    char dir[600], cmd[2048];
+    snprintf(dir, sizeof dir, "%s/tied", test_tmpdir());
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, NULL, 0) == 0);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"tie_word_embeddings\": *false/\"tie_word_embeddings\": true/' %s/config.json "
+             "&& grep -q '\"tie_word_embeddings\": *true' %s/config.json", dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    Model m;
+    REQUIRE(model_load(dir, NULL, &m) == 0);
+    CHECK(m.lm_head_tied && m.lm_head.w == m.embed);
+    CHECK_MSG(strstr(m.load_notes, "the stored lm_head.weight is not used"), "notes: %s", m.load_notes);
+    model_free(&m);
+    Model o; /* the fixture itself stores and uses its own lm_head */
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &o) == 0);
+    CHECK(!o.lm_head_tied && !strstr(o.load_notes, "lm_head"));
+    model_free(&o);
+}

@@ -75,6 +75,37 @@ int model_refuse_bias(const char *name) {
     return 0;
 }
 
+/* Layer tensors are named prefix + index + "." (model.layers.N. in a
+ * checkpoint, blk.N. in a GGUF).  -1 (err_set, naming the tensor) where
+ * `name` starts with `prefix` and its index is not one of the n_layers that
+ * the config (`count`, e.g. "the config's num_hidden_layers") declares: past
+ * the count (the loader would build n_layers layers and never read it: a
+ * model cut short, silently), or no plain decimal index at all (empty, not
+ * digits, a leading zero: no layer is named so either).  The index is read
+ * digit by digit and stops growing once it reaches n_layers, so any length
+ * of digits is past without overflowing.  0 for every other name. */
+int model_refuse_layer_past(const char *name, const char *prefix, int n_layers,
+                            const char *unit, const char *count) {
+    const size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return 0;
+    const char *s = name + pl, *e = s;
+    int64_t v = 0; /* <= 10 * n_layers + 9: n_layers is an int */
+    for (; *e >= '0' && *e <= '9'; e++)
+        if (v < n_layers) v = v * 10 + (*e - '0');
+    const int len = (int)(e - s);
+    if (len == 0 || (*e != '.' && *e != '\0') || (s[0] == '0' && len > 1)) {
+        const size_t seg = strcspn(s, ".");
+        return err_set("tensor '%s': '%.*s' after '%s' is not a %s index (decimal digits, no "
+                       "leading zero), so no %s would use it (not supported)", name,
+                       (int)(seg > 64 ? 64 : seg), s, prefix, unit, unit);
+    }
+    if (v >= n_layers)
+        return err_set("tensor '%s': %s %.*s is past %s (%d): no %s would use it, and running on "
+                       "the first %d alone would give wrong numbers (not supported)", name, unit,
+                       len > 64 ? 64 : len, s, count, n_layers, unit, n_layers);
+    return 0;
+}
+
 /* a BitNet config whose linears transformers ternarises in every forward from
  * float weights: quantization_mode online with linear_class autobitlinear */
 static int bitnet_online(const ModelConfig *c) {
@@ -133,6 +164,9 @@ static const char *const layer_linears[] = {"self_attn.q_proj", "self_attn.k_pro
  * and any allocation (both scale with num_hidden_layers, which config.json
  * may overstate by orders of magnitude):
  *  - the first and the last layer's tensors exist;
+ *  - no tensor model.layers.N.* lies past num_hidden_layers (a config that
+ *    understates the layers had run the first ones alone), and every such N
+ *    is a plain index (model_refuse_layer_past);
  *  - no tensor is a bias: ternlab's linears and norms have none, and a model
  *    run without its biases gives wrong numbers (tensors it does not know,
  *    such as rotary_emb.inv_freq, stay ignored);
@@ -160,7 +194,10 @@ static int check_checkpoint(const Model *m) {
         }
     }
     for (int i = 0; i < st->n_tensors; i++)
-        if (model_refuse_bias(st->tensors[i].name) != 0) return -1;
+        if (model_refuse_bias(st->tensors[i].name) != 0 ||
+            model_refuse_layer_past(st->tensors[i].name, "model.layers.", c->n_layers, "layer",
+                                    "the config's num_hidden_layers") != 0)
+            return -1;
     if (c->arch == ARCH_BITNET && !c->ternlab_packed && !bitnet_online(c)) {
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
@@ -245,9 +282,11 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
         if (c->tie == TIE_TRUE || (c->tie == TIE_ABSENT && !lh)) {
             m->lm_head.w = m->embed;
             m->lm_head_tied = 1;
-            snprintf(m->load_notes, sizeof m->load_notes, "lm_head tied to the embedding (%s)",
+            snprintf(m->load_notes, sizeof m->load_notes, "lm_head tied to the embedding (%s)%s",
                      c->tie == TIE_TRUE ? "tie_word_embeddings true"
-                                        : "tie_word_embeddings absent and no lm_head.weight");
+                                        : "tie_word_embeddings absent and no lm_head.weight",
+                     lh ? "; the stored lm_head.weight is not used (transformers ties over it too)" : "");
+
         } else if (!lh) {
             rc = err_set("%s: tie_word_embeddings is false but the checkpoint has no "
                          "lm_head.weight", path);

@@ -66,6 +66,12 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
 /* -1 (err_set, naming it) where a checkpoint tensor's name ends in ".bias": the
  * loaders refuse checkpoints with biases, which this forward does not apply */
 int model_refuse_bias(const char *name);
+/* -1 (err_set naming the tensor) where name is prefix + a layer index that is
+ * not one of the n_layers the config declares (past it, or not a plain
+ * decimal index); unit / count word the message ("layer", "the config's
+ * num_hidden_layers").  0 for every other name (model.c). */
+int model_refuse_layer_past(const char *name, const char *prefix, int n_layers, const char *unit,
+                            const char *count);
 void model_free(Model *m);
 
 /* Calls fn for each linear of the decoder (layer index, kind "q".."down"). */

@@ -296,6 +296,9 @@ static const char *const blk_tensors[] = {"attn_norm", "ffn_norm", "attn_q",   "
 /* Cheap checks before anything is allocated (the layer array and every
  * buffer scale with llama.block_count, which a file may overstate):
  *  - the first and the last block's tensors exist;
+ *  - no tensor blk.N.* lies past llama.block_count (a count that understates
+ *    the blocks had run the first ones alone), and every such N is a plain
+ *    index (model_refuse_layer_past, model.c);
  *  - no tensor that this llama would silently leave out: a bias of any
  *    linear or norm (blk.N.attn_q.bias, ...: ternlab's have none), or
  *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
@@ -314,7 +317,9 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
         }
     for (int64_t i = 0; i < g->n_tensors; i++) {
         const char *n = g->tensors[i].name;
-        if (model_refuse_bias(n) != 0) return -1;
+        if (model_refuse_bias(n) != 0 ||
+            model_refuse_layer_past(n, "blk.", c->n_layers, "block", "llama.block_count") != 0)
+            return -1;
         if (strcmp(n, "rope_freqs.weight") == 0)
             return err_set("tensor 'rope_freqs.weight' holds RoPE frequency factors (llama.cpp "
                            "writes them for Llama 3.1+ rope scaling), which ternlab does not "
