@@ -294,11 +294,21 @@ while IFS= read -r -d '' tmp; do
 done < <(find "$dir" -maxdepth 1 -name '*.h5.tmp.*' -print0)
 [ "$stale" -gt 0 ] && log "removed $stale temporary file(s) left by a killed run"
 [ "$live" -gt 0 ] && log "left $live temporary file(s) of points still being written elsewhere"
+# (each removal or move under the point's lock, as sweep_point.sh holds it
+# while a point runs: a point another process is writing — a Slurm task —
+# is left alone, and the file is looked at again under the lock)
+point_lock() { mkdir -p "$dir/.locks"; printf '%s/.locks/%s.lock' "$dir" "$(basename "$1")"; }
 for i in "${!outs[@]}"; do
   if [ "${state[$i]}" = invalid ]; then
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
-    rm -f -- "${outs[$i]}"
-    log "removed ${outs[$i]}: $reason (will rerun)"
+    if flock -n "$(point_lock "${outs[$i]}")" bash -c \
+         'if bash scripts/verify_run.sh "$1" >/dev/null 2>&1; then exit 3; fi; rm -f -- "$1"' _ "${outs[$i]}"; then
+      log "removed ${outs[$i]}: $reason (will rerun)"
+    elif [ $? -eq 3 ]; then
+      log "kept ${outs[$i]}: finished by another process meanwhile"
+    else
+      log "left ${outs[$i]} ($reason): another process is writing it"
+    fi
   elif [ "${state[$i]}" = other ] || [ "${state[$i]}" = foreign ]; then
     why="a run on ${other_dev[$i]:-}, not $want_dev"
     if [ "${state[$i]}" = other ]; then to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
@@ -310,8 +320,15 @@ for i in "${!outs[@]}"; do
       to=$dir/misplaced/$(basename "${outs[$i]%.h5}").$(safe "$tag").$(date -u +%Y%m%dT%H%M%SZ).$$.h5
       to=$(rel "$to")
     fi
-    mv -n -- "${outs[$i]}" "$to"
-    log "moved ${outs[$i]} to $to: $why (will run this point)"
+    # (moved only if still the same file: a run of this point that finished
+    # meanwhile replaced it, and is left in place)
+    ino=$(stat -c %i -- "${outs[$i]}" 2>/dev/null || true)
+    if flock -n "$(point_lock "${outs[$i]}")" bash -c \
+         '[ "$(stat -c %i -- "$1" 2>/dev/null)" = "$3" ] || exit 3; mv -n -- "$1" "$2"' _ "${outs[$i]}" "$to" "$ino"; then
+      log "moved ${outs[$i]} to $to: $why (will run this point)"
+    else
+      log "left ${outs[$i]} ($why): another process is writing it, or replaced it"
+    fi
   fi
 done
 

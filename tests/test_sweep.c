@@ -183,7 +183,14 @@ TEST(sweep_resume_after_kill) {
     usleep(300 * 1000); /* into the next job's sleep: its temporary exists */
     kill(-pid, SIGTERM);
     int st = 0;
-    waitpid(pid, &st, 0);
+    /* (bounded: a sweep that does not exit on TERM fails the test, not hangs it) */
+    t0 = now_s();
+    while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 15) usleep(50 * 1000);
+    if (now_s() - t0 >= 15) {
+        kill(-pid, SIGKILL);
+        waitpid(pid, &st, 0);
+        test_fail(__FILE__, __LINE__, "the sweep did not exit within 15 s of SIGTERM");
+    }
     t0 = now_s();
     while (kill(-pid, 0) == 0 && now_s() - t0 < 10) usleep(50 * 1000);
     if (kill(-pid, 0) == 0) {
@@ -358,21 +365,24 @@ TEST(sweep_grid_and_overrides) {
 TEST(sweep_point_held_elsewhere) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
-    char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
+    char conf[600], res[600], out_dir[700], cmd[6000], *out = NULL;
     fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s/.locks' && : > '%s/m1__a.h5.tmp.999999' && "
+             "mkdir -p '%s/.locks' && : > '%s/m1__a.h5.tmp.999999' && echo junk > '%s/m1__a.h5' && "
              "(flock '%s/.locks/m1__a.h5.lock' sleep 4 >/dev/null 2>&1 &) && sleep 0.5 && "
              "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
-             out_dir, out_dir, out_dir, test_path("scripts/sweep.sh"), conf, res);
+             out_dir, out_dir, out_dir, out_dir, test_path("scripts/sweep.sh"), conf, res);
     int rc = test_run(cmd, &out);
+    /* (the junk m1__a.h5 is not removed either while its point's lock is held:
+     * the writer may be about to rename its finished file there) */
     CHECK_MSG(rc != 0 && strstr(out, "m1__a.h5 is being written by another process") &&
-                  strstr(out, "left 1 temporary"),
+                  strstr(out, "left 1 temporary") && strstr(out, "another process is writing it"),
               "rc %d:\n%s", rc, out);
     free(out);
     int h5 = 0, tmp = 0;
     count_files(out_dir, &h5, &tmp);
-    CHECK_MSG(h5 == 3 && tmp == 1, "%d run files, %d temporaries (want 3, 1: the live one kept)", h5, tmp);
+    CHECK_MSG(h5 == 4 && tmp == 1, "%d run files, %d temporaries (want 4 with the junk, 1: the live one kept)", h5,
+              tmp);
     snprintf(cmd, sizeof cmd,
              "flock '%s/.locks/m1__a.h5.lock' true && bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
              out_dir, test_path("scripts/sweep.sh"), conf, res);
