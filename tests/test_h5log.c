@@ -192,6 +192,27 @@ TEST(h5log_verify_reads_the_attribute_values) {
     CHECK_MSG(h5log_verify_schema(path) != 0 && strstr(err_msg(), "reading attribute"), "%s", err_msg());
 }
 
+/* A root attribute of many values where the schema has one (tp as 4000
+ * integers): refused, not read into one (the value read had overflowed and
+ * crashed `ternlab verify`). */
+TEST(h5log_verify_refuses_a_many_valued_attribute) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/many.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0);
+    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    REQUIRE(H5Adelete(f, "tp") >= 0);
+    static int64_t many[4000];
+    hsize_t dim = 4000;
+    hid_t sp = H5Screate_simple(1, &dim, NULL);
+    hid_t a = H5Acreate2(f, "tp", H5T_STD_I64LE, sp, H5P_DEFAULT, H5P_DEFAULT);
+    REQUIRE(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, many) >= 0);
+    H5Aclose(a);
+    H5Sclose(sp);
+    H5Fclose(f);
+    CHECK_MSG(h5log_verify_schema(path) != 0 && strstr(err_msg(), "tp is not a single value"), "%s", err_msg());
+}
+
 TEST(h5log_schema_roundtrip) {
     char path[512];
     snprintf(path, sizeof path, "%s/run.h5", test_tmpdir());

@@ -738,15 +738,18 @@ static int verify_attr_kind(hid_t f, const char *path, const char *name) {
     const int want_int = !strcmp(name, "window") || !strcmp(name, "tp") || !strcmp(name, "complete");
     hid_t a = H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT);
     if (a < 0) return h5_fail(path, "opening attribute", name);
-    hid_t t = H5Aget_type(a);
+    hid_t t = H5Aget_type(a), sp = H5Aget_space(a);
     H5T_class_t cls = t >= 0 ? H5Tget_class(t) : H5T_NO_CLASS;
     int rc = 0;
     int64_t iv;
     char sv[64];
     if (cls != (want_int ? H5T_INTEGER : H5T_STRING))
         rc = err_set("%s: root attribute %s is not %s", path, name, want_int ? "an integer" : "a string");
+    else if (sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) /* (read into one value) */
+        rc = err_set("%s: root attribute %s is not a single value", path, name);
     else if (want_int ? H5Aread(a, H5T_NATIVE_INT64, &iv) < 0 : attr_read_str(a, t, path, name, sv, sizeof sv) != 0)
         rc = want_int ? h5_fail(path, "reading attribute", name) : -1;
+    if (sp >= 0) H5Sclose(sp);
     if (t >= 0) H5Tclose(t);
     H5Aclose(a);
     return rc;

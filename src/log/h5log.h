@@ -94,8 +94,9 @@ int h5log_strings_fixed(H5Log *lg, const char *path, const char *const *strs, in
  * incomplete, missing X, unreadable X). */
 int h5log_verify(const char *path, const char *const *required_datasets);
 /* The same against the whole schema: H5LOG_SCHEMA_DATASETS and
- * H5LOG_SCHEMA_ATTRS, the attributes' kinds (string or integer) and the
- * datasets' shapes (scalars; one length per group; logits [P, V]). */
+ * H5LOG_SCHEMA_ATTRS, the attributes' kinds (one string or one integer, its
+ * value readable) and the datasets' shapes (scalars; one length per group;
+ * logits [P, V]). */
 int h5log_verify_schema(const char *path);
 /* The string root attribute `name` of the HDF5 file at path into buf (n
  * bytes, truncated to fit).  Returns 0, or -1 with err_set (no such file or
