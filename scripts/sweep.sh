@@ -184,6 +184,7 @@ safe() { printf '%s' "$1" | tr -c 'A-Za-z0-9._+-' '_'; }
 q() { printf '%q' "$1"; }
 
 device=$(conf_get device || true)
+want_dev=${device:-cpu}
 dev_suffix=""
 [ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
 outs=() lines=() bases=() pvals=()
@@ -204,7 +205,7 @@ for m in "${models[@]}"; do
     cmd=${cmd//\{config\}/$(q "$(rel "$config")")}
     for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
     outs+=("$out")
-    lines+=("bash scripts/sweep_point.sh $(q "$out") -- $cmd")
+    lines+=("bash scripts/sweep_point.sh $(q "$out") --device $(q "$want_dev") --expect $(q "experiment=$exp") --expect $(q "factor_value=$v") -- $cmd")
   done
 done
 n=${#outs[@]}
@@ -218,7 +219,6 @@ n=${#outs[@]}
 # (copied or renamed by hand) goes into misplaced/ and the point runs
 # (--expect: exit 4).
 bin=${TERNLAB_BIN:-build/ternlab}
-want_dev=${device:-cpu}
 dev_name() { # base, device -> the point's file name for that device
   if [ "$2" = cpu ]; then printf '%s.h5' "$1"; else printf '%s__%s.h5' "$1" "$(safe "$2")"; fi
 }
@@ -324,7 +324,8 @@ for i in "${!outs[@]}"; do
     # meanwhile replaced it, and is left in place)
     ino=$(stat -c %i -- "${outs[$i]}" 2>/dev/null || true)
     if flock -n "$(point_lock "${outs[$i]}")" bash -c \
-         '[ "$(stat -c %i -- "$1" 2>/dev/null)" = "$3" ] || exit 3; mv -n -- "$1" "$2"' _ "${outs[$i]}" "$to" "$ino"; then
+         '[ "$(stat -c %i -- "$1" 2>/dev/null)" = "$3" ] || exit 3; mv -n -- "$1" "$2" && [ ! -e "$1" ]' \
+         _ "${outs[$i]}" "$to" "$ino"; then
       log "moved ${outs[$i]} to $to: $why (will run this point)"
     else
       log "left ${outs[$i]} ($why): another process is writing it, or replaced it"
@@ -387,17 +388,22 @@ if [ "$done_n" -lt "$n" ]; then
   "${parallel_cmd[@]}" >&7 2>&1 7>&- &
   par_pid=$!
   [ -z "$stop_sig" ] || kill -TERM "$par_pid" 2>/dev/null
+  # Parallel's end is polled, not waited for: a `wait "$par_pid"` that a
+  # trapped signal interrupted could block for good in bash 5.2 (reaping in
+  # the handler, then waiting for any child: the tee, which waits for us),
+  # as a killed sweep once did.  A short sleep in the background, waited
+  # for, is what a signal interrupts.
+  alive() { kill -0 "$par_pid" 2>/dev/null; }
   while :; do
     if [ -z "$stop_sig" ]; then
-      wait "$par_pid" # returns early (> 128) when a trapped signal arrives
+      while [ -z "$stop_sig" ] && alive; do sleep 0.2 & wait $! 2>/dev/null; done
       [ -n "$stop_sig" ] || break # Parallel ended by itself
     fi
     # stopping: wait for Parallel to go, TERM again each second
-    for _ in 1 2 3 4 5 6 7 8 9 10; do kill -0 "$par_pid" 2>/dev/null && sleep 0.1; done
-    kill -0 "$par_pid" 2>/dev/null || break
+    for _ in 1 2 3 4 5 6 7 8 9 10; do alive && sleep 0.1; done
+    alive || break
     kill -TERM "$par_pid" 2>/dev/null
   done
-  wait "$par_pid" 2>/dev/null
   exec 7>&-
   wait "$tee_pid" 2>/dev/null
   trap - TERM INT HUP
@@ -410,8 +416,13 @@ fi
 
 # ---- result -----------------------------------------------------------------
 failed=()
-for out in "${outs[@]}"; do
-  bash scripts/verify_run.sh "$out" >/dev/null 2>&1 || failed+=("$out")
+for i in "${!outs[@]}"; do
+  out=${outs[$i]}
+  if ! bash scripts/verify_run.sh "$out" >/dev/null 2>&1; then failed+=("$out")
+  elif [ -x "$bin" ] && ! "$bin" verify --device "$want_dev" --expect "experiment=$exp" \
+         --expect "factor_value=${pvals[$i]}" "$out" >/dev/null 2>&1; then
+    failed+=("$out (a run of another device or point)")
+  fi
 done
 if [ ${#failed[@]} -gt 0 ]; then
   log "${#failed[@]} of $n point(s) have no finished file:"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
-# usage: scripts/sweep_point.sh OUT -- COMMAND [ARGS...]
+# usage: scripts/sweep_point.sh OUT [--device D] [--expect KEY=VALUE ...] -- COMMAND [ARGS...]
 # Runs one point of a sweep (one line of a sweep's jobs file):
 #  - OUT already a finished run file (scripts/verify_run.sh) -> skipped, exit 0;
+#    with --device / --expect only if it is also this point's (ternlab verify
+#    with them): one of another device, experiment or value is moved into
+#    misplaced/ beside it and the point runs;
 #  - otherwise OUT and OUT.tmp.* left by an earlier, killed run are removed,
 #    COMMAND runs (it writes OUT through h5log: OUT.tmp.<pid>, renamed when
 #    complete), and OUT must verify afterwards (else it is removed, exit 3).
@@ -14,9 +17,17 @@
 #    sweep — makes another run of it exit 75 ("being written") instead of
 #    removing its temporary and writing the file twice.
 set -u
-[ $# -ge 3 ] && [ "$2" = "--" ] || { echo "usage: $0 OUT -- COMMAND [ARGS...]" >&2; exit 2; }
-out=$1; shift 2
+usage() { echo "usage: $0 OUT [--device D] [--expect KEY=VALUE ...] -- COMMAND [ARGS...]" >&2; exit 2; }
+[ $# -ge 3 ] || usage
+out=$1; shift
+vargs=()
+while [ $# -gt 0 ] && [ "$1" != "--" ]; do
+  case $1 in --device|--expect) [ $# -ge 2 ] || usage; vargs+=("$1" "$2"); shift 2 ;; *) usage ;; esac
+done
+[ $# -ge 2 ] && [ "$1" = "--" ] || usage
+shift
 here=$(dirname "$0")
+bin=${TERNLAB_BIN:-build/ternlab}
 
 mkdir -p -- "$(dirname "$out")/.locks"
 lock="$(dirname "$out")/.locks/$(basename "$out").lock"
@@ -28,10 +39,27 @@ fi
 
 if [ -e "$out" ]; then
   if reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
-    echo "sweep: $out complete, skipped"
-    exit 0
+    mine=0
+    if [ ${#vargs[@]} -eq 0 ] || [ ! -x "$bin" ]; then mine=1
+    elif why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null); then mine=1
+    else
+      r=$?
+      if [ $r -ne 3 ] && [ $r -ne 4 ]; then mine=1; fi # (not a mismatch: as verify_run.sh said)
+    fi
+    if [ $mine -eq 1 ]; then
+      echo "sweep: $out complete, skipped"
+      exit 0
+    fi
+    mkdir -p -- "$(dirname "$out")/misplaced"
+    to="$(dirname "$out")/misplaced/$(basename "${out%.h5}").point.$(date -u +%Y%m%dT%H%M%SZ).$$.h5"
+    if ! mv -n -- "$out" "$to" || [ -e "$out" ]; then
+      echo "sweep: FAILED: $out is another point's run (${why#ternlab verify: }) and cannot be moved to $to" >&2
+      exit 3
+    fi
+    echo "sweep: moved $out to $to: ${why#ternlab verify: } (running this point)"
+  else
+    echo "sweep: $out is not a finished run file ($reason); rerunning"
   fi
-  echo "sweep: $out is not a finished run file ($reason); rerunning"
 fi
 rm -f -- "$out" "$out".tmp.*
 mkdir -p -- "$(dirname "$out")"

@@ -310,8 +310,8 @@ TEST(sweep_grid_and_overrides) {
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0, "dry run rc %d:\n%s", rc, out);
     CHECK_MSG(strstr(out, "4 points (0 complete)"), "%s", out);
-    CHECK_MSG(strstr(out, "m2__all_layers_0-1.h5 -- prog --model data/m2 --value "
-                          "all@layers=0-1 --out ") &&
+    CHECK_MSG(strstr(out, "m2__all_layers_0-1.h5 --device cpu --expect experiment=exp-fake --expect "
+                          "factor_value=all@layers=0-1 -- prog --model data/m2 --value all@layers=0-1 --out ") &&
                   strstr(out, "--exp exp-fake window=8"),
               "%s", out);
     CHECK(strstr(out, "--joblog") && strstr(out, "--resume-failed"));
@@ -686,16 +686,15 @@ TEST(sweep_device_in_run_file_name) {
              sweep, conf, res);
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && !strstr(out, "complete, skipped") &&
-                  strstr(out, "exp-fake/m2__b__cuda.h5 -- "),
+                  strstr(out, "exp-fake/m2__b__cuda.h5 --device cuda --expect experiment=exp-fake "
+                              "--expect factor_value=b -- "),
               "rc %d:\n%s", rc, out);
     free(out);
-    /* the CUDA sweep (the stand-in records device cpu: set as a CUDA run would) */
+    /* the CUDA sweep (the stand-in records the device a CUDA run would) */
     snprintf(cmd, sizeof cmd,
-             "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 device=cuda >/dev/null 2>&1 && "
-             "/usr/bin/python3 -c \"import glob, h5py\nfor p in glob.glob('%s/*__cuda.h5'):\n"
-             "    with h5py.File(p, 'r+') as f: f.attrs['device'] = 'cuda'\" && "
+             "FAKE_DEVICE=cuda bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 device=cuda >/dev/null 2>&1 && "
              "bash '%s' exp-fake --config '%s' --results '%s' --dry-run device=cuda 2>&1",
-             sweep, conf, res, out_dir, sweep, conf, res);
+             sweep, conf, res, sweep, conf, res);
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "4 points (4 complete)"), "rc %d:\n%s", rc, out);
     free(out);
@@ -731,5 +730,37 @@ TEST(tables_escape_cells) {
                   strstr(out, "a\\textbackslash{}b\\_c\\textasciicircum{}d\\textasciitilde{}e\\{f\\}\\%\\&\\#\\$\n") &&
                   strstr(out, "| a\\|b | 1 |"),
               "rc %d: %s", rc, out ? out : "");
+    free(out);
+}
+
+/* sweep_point.sh given the point's device and expectations: a finished file
+ * under the point's name that is another device's run (one the sweep could
+ * not move, its lock held then) is moved into misplaced/ and the point runs
+ * (it had been "complete, skipped", and the sweep ended with a CUDA run as
+ * the CPU point); its own finished file is still skipped. */
+TEST(sweep_point_moves_another_points_file) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char out_dir[700], f[800], cmd[6000], *out = NULL, dev[32];
+    snprintf(out_dir, sizeof out_dir, "%s/exp-fake", dir);
+    snprintf(f, sizeof f, "%s/m1__a.h5", out_dir);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && cd '%s' && FAKE_DEVICE=cuda /usr/bin/python3 tests/tools/fake_exp.py "
+             "--model data/m1 --value a --out '%s'", out_dir, test_path(""), f);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    for (int round = 0; round < 2; round++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && bash scripts/sweep_point.sh '%s' --device cpu --expect experiment=exp-fake "
+                 "--expect factor_value=a -- /usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value a --out '%s' 2>&1",
+                 test_path(""), f, f);
+        int rc = test_run(cmd, &out);
+        const char *want = round ? "complete, skipped" : "/misplaced/m1__a.point.";
+        CHECK_MSG(rc == 0 && out && strstr(out, want) && (round || strstr(out, "a run on cuda, not cpu")),
+                  "round %d rc %d: %s", round, rc, out ? out : "");
+        free(out);
+        CHECK(h5log_root_attr_str(f, "device", dev, sizeof dev) == 0 && strcmp(dev, "cpu") == 0);
+    }
+    snprintf(cmd, sizeof cmd, "ls '%s/misplaced' | wc -l", out_dir);
+    CHECK(test_run(cmd, &out) == 0 && atoi(out) == 1);
     free(out);
 }

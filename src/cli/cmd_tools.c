@@ -316,7 +316,7 @@ int cmd_verify(int argc, char **argv) {
                "Exit 0 when every file is a finished run file: it opens (not truncated),\n"
                "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md,\n"
                "whose values can be read.\n"
-               "--expect KEY=VALUE (up to 8): also that the root attribute KEY is VALUE (e.g.\n"
+               "--expect KEY=VALUE (up to 8): also that the string root attribute KEY is VALUE (e.g.\n"
                "experiment=exp-threshold, factor_value=twn); a finished file that is not exits 4.\n"
                "--device D: also that its root attribute device is D; a finished file of\n"
                "another device prints that device on stdout (one line per such file) and\n"
