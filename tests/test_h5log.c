@@ -606,3 +606,42 @@ TEST(outputs_refuse_a_path_that_is_not_a_file) {
     CHECK(file_write_atomic(f, "ab", 2) == 0 && file_write_atomic(f, "c", 1) == 0);
     CHECK(stat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
 }
+
+/* ternlab verify's checks and exit codes: 0 a finished file of the device
+ * and attributes asked for; 4 another experiment or value (--expect, either
+ * spelling); 3 another device, printed on stdout; 1 an invalid file (before
+ * 4 and 3); 2 a usage error. */
+TEST(verify_cli_device_and_expect) {
+    char path[512], bad[512], cmd[2048], *out = NULL;
+    snprintf(path, sizeof path, "%s/v.h5", test_tmpdir());
+    snprintf(bad, sizeof bad, "%s/bad.h5", test_tmpdir());
+    REQUIRE(write_full(path) == 0);
+    REQUIRE(file_write_atomic(bad, "junk", 4) == 0);
+    const char *bin = bin_path("ternlab");
+    const struct {
+        const char *args;
+        int rc;
+        const char *want;
+    } cases[] = {
+        {"--device cpu --expect experiment=exp-threshold --expect factor_value=twn %s", 0, ""},
+        {"--expect=factor_value=twn --device=cpu %s", 0, ""},
+        {"--expect factor_value=absmean %s", 4, "factor_value is 'twn', not 'absmean'"},
+        {"--expect=experiment=exp-kv-ternary %s", 4, "experiment is 'exp-threshold'"},
+        {"--device cuda %s", 3, "cpu\n"},
+        {"--device cuda --expect factor_value=x %s", 4, "not 'x'"},
+        {"--device cuda %s BAD", 1, "cannot open"},
+        {"--expect nokey %s", 2, "ternlab verify [--device D]"},
+        {"--device", 2, "ternlab verify [--device D]"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[1400];
+        snprintf(args, sizeof args, cases[i].args, path);
+        char *b = strstr(args, "BAD");
+        if (b) snprintf(b, sizeof args - (size_t)(b - args), "%s", bad);
+        snprintf(cmd, sizeof cmd, "%s verify %s 2>&1", bin, args);
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == cases[i].rc && out && strstr(out, cases[i].want), "verify %s: rc %d (want %d): %s", args, rc,
+                  cases[i].rc, out ? out : "");
+        free(out);
+    }
+}

@@ -307,6 +307,8 @@ int cmd_verify(int argc, char **argv) {
             else expect[n_expect++] = argv[++first];
         } else if (!strncmp(a, "--device=", 9) && a[9]) {
             device = a + 9;
+        } else if (!strncmp(a, "--expect=", 9) && a[9] && strchr(a + 10, '=') && n_expect < 8) {
+            expect[n_expect++] = a + 9;
         } else {
             usage = 1;
         }
