@@ -129,26 +129,14 @@ __global__ void fill_f32(float *p, size_t n, uint32_t seed) {
     }
 }
 
-/* The commit this program was built from: the first line of the top
- * Makefile's git_commit beside the program or in the folder above it
- * (build/gpu/bench_gpu -> build/git_commit), else "unknown". */
+/* The commit this program was built from: the top Makefile's git_commit
+ * beside the program or in the folder above it (build/gpu/bench_gpu ->
+ * build/git_commit), else "unknown". */
 static std::string build_commit() {
-    char exe[4096];
-    ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-    if (len <= 0) return "unknown";
-    exe[len] = 0;
-    std::string dir(exe);
-    for (int up = 0; up < 2; up++) {
-        dir = dir.substr(0, dir.find_last_of('/') == std::string::npos ? 0 : dir.find_last_of('/'));
-        FILE *f = fopen((dir + "/git_commit").c_str(), "r");
-        if (!f) continue;
-        char c[96] = "";
-        if (!fgets(c, sizeof c, f)) c[0] = 0;
-        fclose(f);
-        c[strcspn(c, "\r\n;")] = 0;
-        if (c[0]) return c;
-    }
-    return "unknown";
+    char c[96];
+    exe_side_line("git_commit", 1, c, sizeof c);
+    c[strcspn(c, ";")] = 0; /* (the CSV header's separator) */
+    return c[0] ? c : "unknown";
 }
 
 /* Read-only stream (the memory floor of a GEMV over the same bytes). */

@@ -222,22 +222,39 @@ bin=${TERNLAB_BIN:-build/ternlab}
 dev_name() { # base, device -> the point's file name for that device
   if [ "$2" = cpu ]; then printf '%s.h5' "$1"; else printf '%s__%s.h5' "$1" "$(safe "$2")"; fi
 }
+# point_check I: point I's file, checked once — 0 a finished run file of this
+# point; 3 another device's (its device in $chk_dev); 4 another experiment's
+# or value's; 1 not a finished run file.  One `ternlab verify` with the
+# point's device and attributes; under TERNLAB_VERIFY_CMD (or without the
+# program) scripts/verify_run.sh first, then those checks where they can run.
+point_check() {
+  local r=0
+  chk_dev=""
+  if [ -n "${TERNLAB_VERIFY_CMD:-}" ] || [ ! -x "$bin" ]; then
+    bash scripts/verify_run.sh "${outs[$1]}" >/dev/null 2>&1 || return 1
+    [ -x "$bin" ] || return 0
+  fi
+  chk_dev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
+            --expect "factor_value=${pvals[$1]}" "${outs[$1]}" 2>/dev/null) || r=$?
+  case $r in
+    0) return 0 ;;
+    3) [ -n "$chk_dev" ] && return 3 || return 0 ;;
+    4) return 4 ;;
+    *) return 1 ;;
+  esac
+}
 done_n=0
 declare -a state=() other_dev=()
 for i in "${!outs[@]}"; do
   if [ -e "${outs[$i]}" ]; then
-    if bash scripts/verify_run.sh "${outs[$i]}" >/dev/null 2>&1; then
-      state[$i]=done
-      if [ -x "$bin" ]; then
-        if fdev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
-                   --expect "factor_value=${pvals[$i]}" "${outs[$i]}" 2>/dev/null); then :; else
-          r=$?
-          if [ $r -eq 3 ] && [ -n "$fdev" ]; then state[$i]=other; other_dev[$i]=$fdev; fi
-          if [ $r -eq 4 ]; then state[$i]=foreign; fi
-        fi
-      fi
-      [ "${state[$i]}" = done ] && done_n=$((done_n + 1))
-    else state[$i]=invalid; fi
+    r=0
+    point_check "$i" || r=$?
+    case $r in
+      0) state[$i]=done; done_n=$((done_n + 1)) ;;
+      3) state[$i]=other; other_dev[$i]=$chk_dev ;;
+      4) state[$i]=foreign ;;
+      *) state[$i]=invalid ;;
+    esac
   else
     state[$i]=missing
   fi
@@ -417,12 +434,13 @@ fi
 # ---- result -----------------------------------------------------------------
 failed=()
 for i in "${!outs[@]}"; do
-  out=${outs[$i]}
-  if ! bash scripts/verify_run.sh "$out" >/dev/null 2>&1; then failed+=("$out")
-  elif [ -x "$bin" ] && ! "$bin" verify --device "$want_dev" --expect "experiment=$exp" \
-         --expect "factor_value=${pvals[$i]}" "$out" >/dev/null 2>&1; then
-    failed+=("$out (a run of another device or point)")
-  fi
+  r=0
+  point_check "$i" || r=$?
+  case $r in
+    0) ;;
+    3|4) failed+=("${outs[$i]} (a run of another device or point)") ;;
+    *) failed+=("${outs[$i]}") ;;
+  esac
 done
 if [ ${#failed[@]} -gt 0 ]; then
   log "${#failed[@]} of $n point(s) have no finished file:"

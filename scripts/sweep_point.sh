@@ -38,18 +38,26 @@ if ! flock -n 8; then
 fi
 
 if [ -e "$out" ]; then
-  if reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
-    mine=0
-    if [ ${#vargs[@]} -eq 0 ] || [ ! -x "$bin" ]; then mine=1
-    elif why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null); then mine=1
-    else
-      r=$?
-      if [ $r -ne 3 ] && [ $r -ne 4 ]; then mine=1; fi # (not a mismatch: as verify_run.sh said)
+  # 0 finished and this point's, 3 / 4 another device's / point's, else not
+  # finished: one `ternlab verify` with the point's checks where it can run
+  # (not under TERNLAB_VERIFY_CMD), else verify_run.sh and then those checks
+  r=0
+  if [ ${#vargs[@]} -gt 0 ] && [ -x "$bin" ] && [ -z "${TERNLAB_VERIFY_CMD:-}" ]; then
+    why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null) || r=$?
+    case $r in 0|3|4) ;; *) reason=$why; r=1 ;; esac
+  elif reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
+    if [ ${#vargs[@]} -gt 0 ] && [ -x "$bin" ]; then
+      why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null) || r=$?
+      case $r in 3|4) ;; *) r=0 ;; esac # (not a mismatch: as verify_run.sh said)
     fi
-    if [ $mine -eq 1 ]; then
-      echo "sweep: $out complete, skipped"
-      exit 0
-    fi
+  else
+    r=1
+  fi
+  if [ $r -eq 0 ]; then
+    echo "sweep: $out complete, skipped"
+    exit 0
+  fi
+  if [ $r -ne 1 ]; then
     mkdir -p -- "$(dirname "$out")/misplaced"
     to="$(dirname "$out")/misplaced/$(basename "${out%.h5}").point.$(date -u +%Y%m%dT%H%M%SZ).$$.h5"
     if ! mv -n -- "$out" "$to" || [ -e "$out" ]; then

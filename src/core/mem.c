@@ -130,6 +130,26 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
     return 0;
 }
 
+void exe_side_line(const char *name, int up, char *out, size_t n) {
+    char dir[4096], p[4400];
+    if (n) out[0] = 0;
+    ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
+    if (len <= 0 || !n) return;
+    dir[len] = 0;
+    for (int u = 0; u <= up; u++) {
+        char *slash = strrchr(dir, '/');
+        if (!slash) return;
+        *slash = 0;
+        snprintf(p, sizeof p, "%s/%s", dir[0] ? dir : "", name);
+        FILE *f = fopen(p, "r");
+        if (!f) continue;
+        if (!fgets(out, (int)n, f)) out[0] = 0;
+        fclose(f);
+        out[strcspn(out, "\r\n")] = 0;
+        if (out[0]) return;
+    }
+}
+
 int file_read_all(const char *path, char **out, size_t *size) {
     FILE *f = fopen(path, "rb");
     if (!f) return err_set("%s: cannot open: %s", path, strerror(errno));

@@ -45,6 +45,12 @@ int file_write_atomic(const char *path, const void *data, size_t n);
  * as /dev/null, a folder, a pipe: the rename would replace it with a file). */
 int file_out_check(const char *path);
 
+/* The first line (without its end) of the file `name` in this program's
+ * folder or, failing that, in up to `up` folders above it (the Makefile's
+ * git_commit: build/ternlab -> build/git_commit, build/gpu/bench_gpu ->
+ * build/git_commit with up = 1) into out; "" where there is none. */
+void exe_side_line(const char *name, int up, char *out, size_t n);
+
 /* Reads a whole file into a NUL-terminated heap buffer. Returns 0 or -1. */
 int file_read_all(const char *path, char **out, size_t *size);
 

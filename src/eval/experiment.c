@@ -248,19 +248,7 @@ const char *exp_build_commit(void) {
     static int done;
     if (!done) { /* the Makefile's git_commit beside this program (first line) */
         done = 1;
-        char p[4200], dir[4096];
-        ssize_t len = readlink("/proc/self/exe", dir, sizeof dir - 1);
-        if (len > 0) {
-            dir[len] = 0;
-            parent_dir(dir);
-            snprintf(p, sizeof p, "%s/git_commit", dir);
-            FILE *f = fopen(p, "r");
-            if (f) {
-                if (!fgets(c, sizeof c, f)) c[0] = 0;
-                c[strcspn(c, "\r\n")] = 0;
-                fclose(f);
-            }
-        }
+        exe_side_line("git_commit", 0, c, sizeof c);
     }
     return c;
 }

@@ -220,16 +220,15 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
         }
         free(fresh);
     }
-    if (rc == 0 && tp > 1) { /* the step of the tp engine; its linears are shards */
+    if (rc == 0) {
         r->step_ms = median(ts, R);
         r->step_ctx1_ms = median(t1s, R);
         r->attention_ms = r->step_ms > r->step_ctx1_ms ? r->step_ms - r->step_ctx1_ms : 0.0;
+    }
+    if (rc == 0 && tp > 1) { /* the tp engine's linears are shards: no unsharded split */
         r->linear_ms = r->ternary_ms = r->act_quant_ms = r->twin_ms = r->unpack_ms = r->unpack_share =
             r->other_ms = NAN;
     } else if (rc == 0) {
-        r->step_ms = median(ts, R);
-        r->step_ctx1_ms = median(t1s, R);
-        r->attention_ms = r->step_ms > r->step_ctx1_ms ? r->step_ms - r->step_ctx1_ms : 0.0;
         int nl = 7 * m->cfg.n_layers + 1;
         const Linear **lm = xcalloc((size_t)nl, sizeof *lm), **lt = xcalloc((size_t)nl, sizeof *lt);
         model_linears(m, lm);
