@@ -18,16 +18,29 @@
 #include <string.h>
 #include <unistd.h>
 
-static double read_scalar(const char *file, const char *path) {
-    double v = NAN;
+/* The n values of the dataset at path as doubles into v: 0, or -1 where it is
+ * absent or holds another count (v then all NaN). */
+static int read_f64s(const char *file, const char *path, double *v, int64_t n) {
+    int rc = -1;
+    for (int64_t i = 0; i < n; i++) v[i] = NAN;
     hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return v;
+    if (f < 0) return rc;
     hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
     if (d >= 0) {
-        H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &v);
+        hid_t s = H5Dget_space(d);
+        if (H5Sget_simple_extent_npoints(s) == n &&
+            H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0)
+            rc = 0;
+        H5Sclose(s);
         H5Dclose(d);
     }
     H5Fclose(f);
+    return rc;
+}
+
+static double read_scalar(const char *file, const char *path) {
+    double v;
+    read_f64s(file, path, &v, 1);
     return v;
 }
 
@@ -129,6 +142,15 @@ TEST(exp_each_writes_the_full_schema) {
         if (!strcmp(runs[i].prog, "exp_throughput")) {
             CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
             CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
+            /* the step percentiles are of the same steps: of gen_len = 3 steps (one
+             * repeat) p50 is the middle one and p95 = p99 the slowest, bit for bit */
+            double q50[2], q95[2], q99[2];
+            CHECK(read_f64s(f, "/throughput/latency_ms_p50", q50, 2) == 0 &&
+                  read_f64s(f, "/throughput/latency_ms_p95", q95, 2) == 0 &&
+                  read_f64s(f, "/throughput/latency_ms_p99", q99, 2) == 0);
+            for (int b = 0; b < 2; b++)
+                CHECK_MSG(q50[b] > 0 && q50[b] <= q95[b] && q95[b] == q99[b], "batch row %d: p50 %g p95 %g p99 %g",
+                          b, q50[b], q95[b], q99[b]);
         }
     }
 }
