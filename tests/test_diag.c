@@ -484,6 +484,11 @@ TEST(diag_cli_usage_lists_accepted_options) {
         for (e = strchr(b + 1, '\n'); e && e[1] == ' ' && e[2] == ' ' && e[3] == ' '; e = strchr(e + 1, '\n')) {
         }
         if (!e) e = b + strlen(b);
+        /* and the command's own --help (ppl --help had no --kv-blocks, logits --help no
+         * --tp / --block-size / --dump-layers, generate --help no --kv / --kv-blocks) */
+        char *own = NULL;
+        snprintf(cmd, sizeof cmd, "%s %s --help", bin, commands[c]);
+        REQUIRE(test_run(cmd, &own) == 0 && own);
         for (size_t k = 0; k < sizeof options / sizeof options[0]; k++) {
             char *out = NULL;
             snprintf(cmd, sizeof cmd, "%s %s --%s 1", bin, commands[c], options[k]);
@@ -501,7 +506,14 @@ TEST(diag_cli_usage_lists_accepted_options) {
             }
             CHECK_MSG(found, "ternlab %s accepts --%s but the usage does not list it under %s:\n%.*s", commands[c],
                       options[k], commands[c], (int)(e - b), b);
+            snprintf(opt, sizeof opt, "--%s", options[k]);
+            int in_own = 0;
+            for (const char *p = own; (p = strstr(p, opt)); p++) /* (not a prefix of a longer name) */
+                in_own |= p[strlen(opt)] != '-' && (p[strlen(opt)] < 'a' || p[strlen(opt)] > 'z');
+            CHECK_MSG(in_own, "ternlab %s accepts --%s but its --help does not list it:\n%s", commands[c], options[k],
+                      own);
         }
+        free(own);
     }
     free(usage);
 }

@@ -297,6 +297,35 @@ TEST(exp_bad_input_is_an_error) {
     free(log);
 }
 
+/* Each program's usage names the program as built (it had said build/exp_scale-dtype
+ * for build/exp_scale_dtype), and its stdout is checked at exit: output that cannot
+ * be written (a full disk) is a failed run, exit 1 with the reason (it had exited 0). */
+TEST(exp_usage_names_the_program_and_stdout_is_checked) {
+    const char *progs[] = {"exp_threshold", "exp_scale_dtype", "exp_group_size", "exp_kv_ternary",
+                           "exp_throughput"};
+    for (size_t i = 0; i < sizeof progs / sizeof progs[0]; i++) {
+        char cmd[2048], want[64], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s --help", bin_path(progs[i]));
+        CHECK(test_run(cmd, &out) == 0);
+        snprintf(want, sizeof want, "usage: build/%s ", progs[i]);
+        CHECK_MSG(out && strstr(out, want), "%s --help: %s", progs[i], out ? out : "");
+        free(out);
+        out = NULL;
+        snprintf(cmd, sizeof cmd, "{ %s --help > /dev/full; }", bin_path(progs[i]));
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 1 && out && strstr(out, "cannot write the output to standard output"), "%s: rc %d: %s",
+                  progs[i], rc, out ? out : "");
+        free(out);
+    }
+    /* a run's summary line lost the same way fails the run */
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "{ %s --model %s --value twn --out %s/full.h5 window=32 max_windows=1 > /dev/full; }",
+             bin_path("exp_threshold"), test_path(LLAMA_DIR), test_tmpdir());
+    const int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && out && strstr(out, "cannot write"), "rc %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 /* A real sweep: a truncated run file is detected and rerun; complete ones are kept. */
 TEST(exp_sweep_reruns_truncated_file) {
     char cmd[4096], *log = NULL;

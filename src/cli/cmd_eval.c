@@ -114,7 +114,7 @@ int cmd_ppl(int argc, char **argv) {
         printf("ternlab ppl --model PATH --tokens FILE [--window 256] [--max-windows N]\n"
                "            [--quant SPEC] [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16]\n"
                "            [--tp N] [--out run.h5]\n"
-               "            [--block-size 16] [--dump-layers FILE]\n"
+               "            [--block-size 16] [--kv-blocks N] [--dump-layers FILE]\n"
                "--dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0: embedding\n"
                "output, residual stream after each layer, after the final norm.\n"
                "Perplexity over non-overlapping windows of --window tokens (GPTQ protocol:\n"
@@ -220,9 +220,12 @@ int cmd_logits(int argc, char **argv) {
         return 2;
     if (o.help) {
         printf("ternlab logits --model PATH --tokens FILE --window T --windows A:B --out FILE\n"
-               "               [--quant SPEC] [--device cpu|cuda] [--dtype f32|bf16]\n"
+               "               [--quant SPEC] [--device cpu|cuda] [--dtype f32|bf16] [--tp N]\n"
+               "               [--block-size 16] [--dump-layers FILE] [--kv none]\n"
                "Writes raw little-endian f32 [(B-A)*T, vocab]: the logits of windows A..B-1,\n"
-               "rows in token order.\n");
+               "rows in token order (full prefills, so --kv takes only none).\n"
+               "--dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 of the token\n"
+               "file: embedding output, residual stream after each layer, after the final norm.\n");
         return 0;
     }
     if (need("logits", "model", o.model) || need("logits", "tokens", o.tokens) ||
@@ -285,8 +288,8 @@ int cmd_generate(int argc, char **argv) {
         return 2;
     if (o.help) {
         printf("ternlab generate --model PATH --prompt 1,2,3 --max-new N [--quant SPEC]\n"
-               "                 [--batch B] [--block-size 16] [--tp N] [--device cpu|cuda]\n"
-               "                 [--dtype f32|bf16]\n"
+               "                 [--batch B] [--kv POLICY] [--block-size 16] [--kv-blocks N]\n"
+               "                 [--tp N] [--device cpu|cuda] [--dtype f32|bf16]\n"
                "Greedy decoding with the paged KV cache; prints the generated ids,\n"
                "comma-separated.  --batch B decodes B copies of the prompt together\n"
                "(batched decode) and prints one line per sequence.\n");

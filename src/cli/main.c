@@ -185,27 +185,11 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
     return 0;
 }
 
-/* Flushes and closes stdout, the command's results (ids, ppl line, reports).
- * Redirected to a file, stdout is fully buffered, so a write that fails (disk
- * full, a closed descriptor) is seen only here or in ferror: without this
- * check such a run exited 0 with its output lost.  Returns the exit status:
- * rc, or 1 when rc was 0 and the output could not be written. */
+/* stdout checked at exit (err_stdout_finish): "ternlab CMD: cannot write ..." */
 static int finish_stdout(const char *cmd, int rc) {
-    int bad = ferror(stdout) != 0, e = 0;
-    errno = 0;
-    if (fflush(stdout) != 0) {
-        bad = 1;
-        e = errno;
-    }
-    errno = 0;
-    if (fclose(stdout) != 0 && !bad) {
-        bad = 1;
-        e = errno;
-    }
-    if (!bad) return rc;
-    fprintf(stderr, "ternlab %s: cannot write the output to standard output: %s\n", cmd,
-            e ? strerror(e) : "write error");
-    return rc ? rc : 1;
+    char who[64];
+    snprintf(who, sizeof who, "ternlab %s", cmd);
+    return err_stdout_finish(who, rc);
 }
 
 int main(int argc, char **argv) {

@@ -1,5 +1,6 @@
 #include "err.h"
 
+#include <errno.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -33,3 +34,20 @@ int err_prefix(const char *fmt, ...) {
 const char *err_msg(void) { return err_buf[0] ? err_buf : "unknown error"; }
 
 void err_clear(void) { err_buf[0] = 0; }
+
+int err_stdout_finish(const char *who, int rc) {
+    int bad = ferror(stdout) != 0, e = 0;
+    errno = 0;
+    if (fflush(stdout) != 0) {
+        bad = 1;
+        e = errno;
+    }
+    errno = 0;
+    if (fclose(stdout) != 0 && !bad) {
+        bad = 1;
+        e = errno;
+    }
+    if (!bad) return rc;
+    fprintf(stderr, "%s: cannot write the output to standard output: %s\n", who, e ? strerror(e) : "write error");
+    return rc ? rc : 1;
+}

@@ -971,7 +971,10 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
 /* ---- main ---------------------------------------------------------------- */
 
 static void usage(const ExpDef *def, FILE *f) {
-    const char *prog = def->name + 4;
+    char prog[64]; /* the program's file name: exp-kv-ternary -> kv_ternary (build/exp_kv_ternary) */
+    snprintf(prog, sizeof prog, "%s", def->name + 4);
+    for (char *c = prog; *c; c++)
+        if (*c == '-') *c = '_';
     fprintf(f,
             "%s: %s\n\n"
             "usage: build/exp_%s [--model PATH] [--value V] [--out FILE.h5] [--config FILE]\n"
@@ -984,7 +987,7 @@ static void usage(const ExpDef *def, FILE *f) {
             def->name, def->summary, prog, def->name, def->name, def->name);
 }
 
-int exp_main(const ExpDef *def, int argc, char **argv) {
+static int exp_run(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
     const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
@@ -1143,4 +1146,9 @@ int exp_main(const ExpDef *def, int argc, char **argv) {
     expconf_free_list(models);
     expconf_free(&conf);
     return failed ? 1 : 0;
+}
+
+int exp_main(const ExpDef *def, int argc, char **argv) {
+    /* (the summary lines and --help on stdout: a write that failed is a failed run) */
+    return err_stdout_finish(def->name, exp_run(def, argc, argv));
 }
