@@ -369,6 +369,12 @@ TEST(diag_cli) {
     CHECK_MSG(out && strstr(out, "first_layer 2 block attn"), "%s", out ? out : "");
     free(out);
     CHECK(h5log_verify(h5, (const char *const[]){"/diff/resid_rel_l2", NULL}) == 0);
+    /* a diff file is not a run file: verify names it as what it is (it had said
+     * "missing dataset /metrics/ppl") */
+    snprintf(cmd, sizeof cmd, "%s verify %s", bin, h5);
+    CHECK(test_run(cmd, &out) == 1);
+    CHECK_MSG(out && strstr(out, "a ternlab diff file"), "%s", out ? out : "");
+    free(out);
     snprintf(cmd, sizeof cmd, "%s diff --model %s --tokens %s --b-dump %s", bin, test_path(LLAMA_DIR),
              test_path(TOKENS_FILE), test_path(LLAMA_DIR "/ref_layers.f32"));
     CHECK(test_run(cmd, &out) == 0);

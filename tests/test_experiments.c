@@ -392,6 +392,8 @@ TEST(kv_policy_parse_and_select) {
     CHECK(kv_policy_parse("sometimes", &p) != 0 && strstr(err_msg(), "encoder"));
     CHECK(kv_policy_parse("all@layers=3-1", &p) != 0);
     CHECK(kv_policy_parse("all@heads=1", &p) != 0);
+    /* none with a layer range means nothing: refused (it had been recorded as given) */
+    CHECK(kv_policy_parse("none@layers=0-1", &p) != 0 && strstr(err_msg(), "none keeps every layer"));
 }
 
 /* ternlab quantize writes a checkpoint that loads back to identical logits. */

@@ -473,6 +473,10 @@ TEST(loader_tokens_refused) {
     fclose(f);
     CHECK(tokens_load(path, 4096, &t, &n) != 0 && strstr(err_msg(), "not a multiple of 4"));
     CHECK(tokens_parse_list("1,2,x", 10, &t, &n) != 0);
+    /* an empty item anywhere, a blank or '+' before one: refused alike */
+    const char *bad[] = {"1,2,", "1,,2", ",1", " 1,2", "1, 2", "+1", "1,+2", "", ","};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(tokens_parse_list(bad[i], 10, &t, &n) != 0, "'%s' accepted", bad[i]);
     CHECK(tokens_parse_list("1,20", 10, &t, &n) != 0 && strstr(err_msg(), "outside"));
     REQUIRE(tokens_parse_list("1,2,3", 10, &t, &n) == 0);
     CHECK(n == 3 && t[2] == 3);

@@ -30,7 +30,9 @@ static const char *diff_help =
     "  e.g. --a 'quant=rule=twn,group=128' --b 'quant=loaded'\n"
     "--b-dump FILE: B is a raw f32 layer dump (n_layers+2, T, hidden) from elsewhere\n"
     "(ppl --dump-layers, or the fixtures' ref_layers.f32); residual rows only.\n"
-    "--out FILE.h5: also writes the comparison as the /diff group of a run file.\n"
+    "--out FILE.h5: also writes the comparison to an HDF5 file: provenance and the\n"
+    "settings as root attributes, the tables above in /diff (paper/SCHEMA.md, \"ternlab\n"
+    "diff files\"); not a run file (no perplexity), so ternlab verify refuses it.\n"
     "Last stdout line: first_layer <L|none> [block <attn|mlp|resid|...> rel_l2 <v>] threshold <t>\n";
 
 static int usage_err(const char *msg, const char *arg) {

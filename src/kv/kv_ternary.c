@@ -22,6 +22,9 @@ int kv_policy_parse(const char *s, KvPolicy *p) {
     if (!found)
         return err_set("KV policy '%s': expected none, encoder, decoder or all, optionally "
                        "followed by @layers=a-b", s);
+    if (at && p->kind == KVP_NONE) /* (it had been taken and recorded as none@layers=a-b) */
+        return err_set("KV policy '%s': none keeps every layer's KV full precision; a layer range "
+                       "applies to encoder, decoder or all", s);
     if (at) {
         char *end;
         if (strncmp(at, "@layers=", 8) != 0)

@@ -38,8 +38,11 @@ int tokens_parse_list(const char *s, int vocab, int32_t **out, int64_t *n) {
     while (*p) {
         char *end;
         errno = 0;
-        long v = strtol(p, &end, 10);
-        if (end == p || errno || (*end && *end != ',')) {
+        /* each item a bare integer: no blank or '+' before it (strtol's), none empty
+         * after the last comma ("1,2," had been 1,2 and "1,,2" refused) */
+        long v = (*p >= '0' && *p <= '9') || *p == '-' ? strtol(p, &end, 10) : 0;
+        if (!((*p >= '0' && *p <= '9') || *p == '-') || end == p || errno || (*end && *end != ',') ||
+            (*end == ',' && !end[1])) {
             free(t);
             return err_set("token list '%s': expected comma-separated integers", s);
         }

@@ -756,6 +756,10 @@ static int verify_attr_kind(hid_t f, const char *path, const char *name) {
 }
 
 int h5log_verify_schema(const char *path) {
+    char exp[16];
+    if (h5log_root_attr_str(path, "experiment", exp, sizeof exp) == 0 && strcmp(exp, "diff") == 0)
+        return err_set("%s: a ternlab diff file (its /diff group, paper/SCHEMA.md), not a run file", path);
+    err_clear();
     if (h5log_verify(path, H5LOG_SCHEMA_DATASETS)) return -1;
     hid_t f;
     if (verify_open(path, &f)) return -1;
