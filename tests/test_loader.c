@@ -70,6 +70,11 @@ TEST(loader_safetensors_refuses_bad_headers) {
                     "well-formed JSON");
     expect_st_error("{\"a\":{\"dtype\":\"Q4\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8,
                     "unknown dtype 'Q4'");
+    /* a tensor named twice (which one a reader takes is up to it), data after the header */
+    expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                    "\"a\":{\"dtype\":\"F32\",\"shape\":[1],\"data_offsets\":[0,4]}}", 8, "'a' appears twice");
+    expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}} x", 8,
+                    "data after the JSON");
     expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[3],\"data_offsets\":[0,8]}}", 8,
                     "need 12 bytes but data_offsets span 8");
     expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 4,
@@ -154,6 +159,13 @@ TEST(loader_config_refuses_missing_or_contradictory) {
     expect_config_error("\"model_type\":\"llama\"", "\"model_type\":\"bitnet\"", "linear_class");
     ModelConfig c;
     CHECK(config_parse("{\"model_type\":", "c.json", &c) != 0 && strstr(err_msg(), "well-formed"));
+    /* a key twice (cJSON took the first, transformers the last: it had run with the
+     * other rms_norm_eps, exit 0) and data after the object: refused */
+    expect_config_error("\"model_type\":\"llama\",", "\"model_type\":\"llama\",\"rms_norm_eps\":0.1,",
+                        "'rms_norm_eps' appears twice");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"rope_scaling\":{\"factor\":2.0,\"factor\":4.0}", "'factor' appears twice");
+    expect_config_error("\"model_type\":\"llama\"", "\"model_type\":\"llama\"}{\"x\":1", "data after the JSON");
 }
 
 TEST(loader_config_refuses_linear_biases) {

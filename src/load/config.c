@@ -1,4 +1,5 @@
 #include "load/config.h"
+#include "load/json_strict.h"
 #include "core/err.h"
 #include "core/mem.h"
 
@@ -32,8 +33,9 @@ static int get_num(const cJSON *j, const char *key, double *out, const char *pat
 
 int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     memset(cfg, 0, sizeof *cfg);
-    cJSON *root = cJSON_Parse(json);
-    if (!root || !cJSON_IsObject(root)) {
+    cJSON *root = json_parse_strict(json, strlen(json), path);
+    if (!root) return -1;
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return err_set("%s: not a well-formed JSON object", path);
     }

@@ -1,4 +1,5 @@
 #include "load/safetensors.h"
+#include "load/json_strict.h"
 #include "core/err.h"
 #include "core/mem.h"
 
@@ -61,8 +62,9 @@ int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int 
     const uint8_t *data = buf + 8 + hlen;
     uint64_t data_size = file_size - 8 - hlen;
 
-    cJSON *root = cJSON_ParseWithLength((const char *)buf + 8, (size_t)hlen);
-    if (!root || !cJSON_IsObject(root)) {
+    cJSON *root = json_parse_strict((const char *)buf + 8, (size_t)hlen, path);
+    if (!root) return -1;
+    if (!cJSON_IsObject(root)) {
         cJSON_Delete(root);
         return err_set("%s: header is not a well-formed JSON object", path);
     }
@@ -204,8 +206,12 @@ int st_open_file(const char *path, SafeTensors *st) {
 static int index_read(const char *path, cJSON **root, const cJSON **wm) {
     char *text = NULL;
     if (file_read_all(path, &text, NULL) != 0) return -1;
-    *root = cJSON_Parse(text);
+    *root = json_parse_strict(text, strlen(text), path);
     free(text);
+    if (!*root) {
+        *wm = NULL;
+        return -1;
+    }
     *wm = *root ? cJSON_GetObjectItemCaseSensitive(*root, "weight_map") : NULL;
     int rc = 0;
     if (!cJSON_IsObject(*wm)) rc = err_set("%s: not a well-formed index (needs an object 'weight_map')", path);

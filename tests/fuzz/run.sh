@@ -42,9 +42,9 @@ CORE=(src/core/err.c src/core/mem.c src/core/dtype.c src/core/strnum.c)
 
 # harness -> library sources it needs (besides CORE)
 declare -A SRCS=(
-  [safetensors]="src/load/safetensors.c"
-  [st_index]="src/load/safetensors.c"
-  [config]="src/load/config.c"
+  [safetensors]="src/load/safetensors.c src/load/json_strict.c"
+  [st_index]="src/load/safetensors.c src/load/json_strict.c"
+  [config]="src/load/config.c src/load/json_strict.c"
   [tokens]="src/load/tokens.c"
   [quantspec]="src/quant/quant_spec.c"
   [expconf]="src/log/expconf.c"
