@@ -7,6 +7,7 @@
 #include "load/config.h"
 #include "load/safetensors.h"
 #include "load/tokens.h"
+#include "quant/quant.h"
 #include "runtime/model.h"
 #include "ternary_format.h"
 
@@ -321,6 +322,59 @@ TEST(loader_refuses_bias_tensors) {
     Model m;
     CHECK_MSG(model_load(dir, NULL, &m) == 0, "%s", err_msg());
     model_free(&m);
+}
+
+static void expect_cli_error(const char *args, const char *needle);
+
+/* A NaN or infinite weight anywhere is refused at load, naming the tensor (it
+ * had run as "ppl nan", exit 0, and ternarised had hidden the NaN: ppl 1975
+ * against 1169); so is a scale that is not finite (a ternary checkpoint's NaN
+ * scale, a BitNet weight_scale whose reciprocal overflows). */
+TEST(loader_refuses_nonfinite_weights_and_scales) {
+    Model a;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &a) == 0);
+    const int64_t rows = a.layers[1].down.out, cols = a.layers[1].down.in;
+    model_free(&a);
+    float *w = xcalloc((size_t)(rows * cols), sizeof(float));
+    const float bad[2] = {NAN, INFINITY};
+    for (int k = 0; k < 2; k++) {
+        w[rows * cols / 2] = bad[k];
+        char dir[600];
+        snprintf(dir, sizeof dir, "%s/nonfinite%d", test_tmpdir(), k);
+        ExtraTensor x = {"model.layers.1.mlp.down_proj.weight", "F32", rows, cols, w};
+        REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &x, 1) == 0);
+        expect_load_error(dir, "tensor 'model.layers.1.mlp.down_proj.weight': element");
+        Model m; /* ternarised on load as well */
+        ModelLoadOpts o = {.quant = "rule=absmean"};
+        CHECK(model_load(dir, &o, &m) != 0 && strstr(err_msg(), "must be finite"));
+    }
+    /* finite weights whose products overflow: ppl refuses the non-finite result
+     * (its last line had been "ppl nan", exit 0) */
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = 3e38f;
+    char odir[600], args[1400];
+    snprintf(odir, sizeof odir, "%s/overflow", test_tmpdir());
+    ExtraTensor big = {"model.layers.1.mlp.down_proj.weight", "F32", rows, cols, w};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), odir, 0, &big, 1) == 0);
+    snprintf(args, sizeof args, "ppl --model %s --tokens %s --window 32 --max-windows 1", odir, test_path(TOKENS_FILE));
+    expect_cli_error(args, "non-finite logits");
+    free(w);
+    /* BitNet: a subnormal BF16 weight_scale (positive, but 1 / ws is inf) */
+    char dir[600];
+    snprintf(dir, sizeof dir, "%s/subnormal", test_tmpdir());
+    const uint16_t sub = 0x0001;
+    ExtraTensor s = {"model.layers.0.mlp.down_proj.weight_scale", "BF16", 1, 0, &sub};
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, &s, 1) == 0);
+    expect_load_error(dir, "reciprocal overflows");
+    /* codes with a NaN scale, and a scale the f16 scale dtype cannot hold */
+    int8_t q[8] = {1, 0, -1, 1, 0, 0, 1, -1};
+    float sc[2] = {0.5f, NAN};
+    TernaryMatrix t;
+    CHECK(tern_from_codes(q, sc, 2, 4, QG_ROW, DT_F32, &t) != 0 && strstr(err_msg(), "finite"));
+    sc[1] = 1e6f;
+    CHECK(tern_from_codes(q, sc, 2, 4, QG_ROW, DT_F16, &t) != 0 && strstr(err_msg(), "overflows"));
+    sc[1] = 0.25f;
+    REQUIRE(tern_from_codes(q, sc, 2, 4, QG_ROW, DT_F16, &t) == 0);
+    tern_free(&t);
 }
 
 /* A bitnet checkpoint with its linears stored as floats (BF16) instead of

@@ -11,6 +11,7 @@
 #include "tp/tp_engine.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -179,6 +180,8 @@ int cmd_ppl(int argc, char **argv) {
     PplResult r;
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
+    if (rc == 0 && !isfinite(r.ppl)) /* (the loader refuses non-finite weights; this is the forward's overflow) */
+        rc = err_set("perplexity is %g: the forward produced non-finite logits", r.ppl);
     if (rc == 0) {
         fprintf(stderr, "ppl: %lld windows in %.2fs, %.2fs of it in the forward (%.0f tokens/s there, BLAS core %s)\n",
                 (long long)r.n_windows, r.seconds, r.forward_seconds, r.tok_per_s, blas_core_report());

@@ -73,7 +73,15 @@ int tern_from_codes(const int8_t *q, const float *scales, int64_t rows, int64_t 
         tern_free(&m);
         return -1;
     }
-    for (int64_t i = 0; i < m.n_scales; i++) m.scales[i] = dtype_round(scale_dtype, scales[i]);
+    for (int64_t i = 0; i < m.n_scales; i++) {
+        m.scales[i] = dtype_round(scale_dtype, scales[i]);
+        if (!isfinite(m.scales[i]) || m.scales[i] < 0.0f) { /* (a NaN had run as ppl nan, exit 0) */
+            const double v = scales[i];
+            tern_free(&m);
+            return err_set("scale %lld of %lld is %g%s: scales must be finite and non-negative", (long long)i,
+                           (long long)m.n_scales, v, isfinite(v) ? " (overflows the scale dtype)" : "");
+        }
+    }
     *out = m;
     return 0;
 }
@@ -118,6 +126,10 @@ int tern_from_bitnet_packed(const uint8_t *packed, int64_t rows, int64_t cols,
             }
         }
     m.scales[0] = autobitlinear ? weight_scale : 1.0f / weight_scale;
+    if (!isfinite(m.scales[0])) { /* a subnormal weight_scale: 1 / ws is inf (it had run as ppl nan) */
+        tern_free(&m);
+        return err_set("BitNet weight_scale %g: its reciprocal overflows a float", weight_scale);
+    }
     *out = m;
     return 0;
 }

@@ -4,6 +4,7 @@
 #include "core/err.h"
 #include "core/mem.h"
 
+#include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -58,6 +59,10 @@ static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64
         return err_set("tensor '%s': dtype %s where a float tensor (F32, BF16, F16) is expected",
                        name, dtype_name(t->dtype));
     }
+    if (model_refuse_nonfinite(w, (size_t)t->numel, name) != 0) {
+        mem_free(w);
+        return -1;
+    }
     *out = w;
     return 0;
 }
@@ -66,6 +71,14 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts);
 int model_load_ternlab_linear(Model *m, Linear *lin);
 int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts);
+
+int model_refuse_nonfinite(const float *w, size_t n, const char *name) {
+    for (size_t i = 0; i < n; i++)
+        if (!isfinite(w[i]))
+            return err_set("tensor '%s': element %zu is %g (a checkpoint's weights must be finite)", name, i,
+                           (double)w[i]);
+    return 0;
+}
 
 int model_refuse_bias(const char *name) {
     const size_t len = strlen(name);

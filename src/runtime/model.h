@@ -66,6 +66,10 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
 /* -1 (err_set, naming it) where a checkpoint tensor's name ends in ".bias": the
  * loaders refuse checkpoints with biases, which this forward does not apply */
 int model_refuse_bias(const char *name);
+/* -1 (err_set naming the tensor and the first bad element) where w[0, n) holds
+ * a NaN or an infinity: such a weight makes every logit NaN and the run had
+ * ended "ppl nan" with exit 0 (or, ternarised, hid it in a scale). */
+int model_refuse_nonfinite(const float *w, size_t n, const char *name);
 /* -1 (err_set naming the tensor) where name is prefix + a layer index that is
  * not one of the n_layers the config declares (past it, or not a plain
  * decimal index); unit / count word the message ("layer", "the config's

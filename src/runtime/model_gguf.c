@@ -54,7 +54,7 @@ static int load_f32(const GgufFile *g, const char *name, int64_t rows, int64_t c
     if (find_shaped(g, name, rows, cols, &t) != 0) return -1;
     float *w = mem_alloc(sizeof(float) * (size_t)t->n_elements, name);
     if (!w) return -1;
-    if (gguf_tensor_to_f32(t, w) != 0) {
+    if (gguf_tensor_to_f32(t, w) != 0 || model_refuse_nonfinite(w, (size_t)t->n_elements, name) != 0) {
         mem_free(w);
         return -1;
     }
