@@ -560,7 +560,8 @@ TEST(gguf_bad_files_are_clear_errors) {
 
 /* A small llama GGUF with random F32 weights: hidden 64 (2 heads of 32), ffn 96,
  * vocab 2048 (the token file's), `layers` blocks stored and llama.block_count
- * `claimed` (0: layers); `extra` names one more tensor of 64 floats (NULL: none).
+ * `claimed` (0: layers); `extra` names one more tensor of 64 floats, or one more
+ * float metadata key (a name starting "llama.") set to 4.0 (NULL: none).
  * No input size is a multiple of 256, so no linear has a TQ form.  Returns 0 or -1. */
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     enum { H = 64, F = 96, V = 2048 };
@@ -573,6 +574,8 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     gguf_writer_u32(w, "llama.feed_forward_length", F);
     gguf_writer_u32(w, "llama.vocab_size", V);
     gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
+    const int extra_kv = extra && strncmp(extra, "llama.", 6) == 0;
+    if (extra_kv) gguf_writer_f32(w, extra, 4.0f);
     float *x = xmalloc(sizeof(float) * V * H);
     uint32_t seed = 12345;
     int rc = 0;
@@ -604,7 +607,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
             ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
         }
     }
-    if (extra) ADD(extra, 1, H, 1, 0.1f, 0.0f);
+    if (extra && !extra_kv) ADD(extra, 1, H, 1, 0.1f, 0.0f);
 #undef ADD
     if (rc == 0) rc = gguf_writer_write(w, path);
     gguf_writer_free(w);
@@ -614,7 +617,9 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
 
 /* Tensors this llama would leave out are refused by name: a linear's bias
  * (they had been dropped silently) and rope_freqs.weight (llama.cpp's RoPE
- * scaling factors for Llama 3.1+); the file without them loads. */
+ * scaling factors for Llama 3.1+); so is a RoPE scaling factor without a
+ * scaling type (linear scaling to llama.cpp; it had been ignored, exit 0); the
+ * file without them loads. */
 TEST(gguf_refuses_biases_and_rope_freqs) {
     char path[512];
     Model m;
@@ -626,7 +631,9 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
         const char *extra, *want;
     } cases[] = {{"blk.0.attn_q.bias", "tensor 'blk.0.attn_q.bias' is a bias"},
                  {"blk.0.ffn_down.bias", "tensor 'blk.0.ffn_down.bias' is a bias"},
-                 {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"}};
+                 {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"},
+                 {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
+                 {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         snprintf(path, sizeof path, "%s/x%zu.gguf", test_tmpdir(), i);
         REQUIRE(tiny_llama_gguf(path, 1, 0, cases[i].extra) == 0);
