@@ -468,6 +468,62 @@ TEST(diag_cli_stdout_write_error) {
               WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
 }
 
+/* An output is never written over an input or over the run's other output
+ * (ppl --dump-layers onto the checkpoint's model.safetensors had destroyed it,
+ * logits --out onto the token file replaced it, --out and --dump-layers of one
+ * name left one of them, all with exit 0); the checks come before any work. */
+TEST(diag_cli_outputs_are_not_inputs) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    const char *d = test_tmpdir();
+    char cmd[8192], *out = NULL, model[600], tok[600];
+    snprintf(model, sizeof model, "%s/cp", d);
+    snprintf(tok, sizeof tok, "%s/t.i32", d);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s %s/d.gguf && cp %s/config.json %s/model.safetensors %s/ && "
+             "head -c 4096 %s > %s", model, d, test_path(LLAMA_DIR), test_path(LLAMA_DIR), model, test_path(TOKENS_FILE),
+             tok);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    struct {
+        const char *args, *want;
+    } cases[] = {
+        {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --dump-layers %1$s/model.safetensors",
+         "file of the --model folder"},
+        {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --dump-layers %1$s/config.json",
+         "file of the --model folder"},
+        {"logits --model %1$s --tokens %2$s --window 32 --windows 0:1 --out %2$s", "is the token file"},
+        {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --out %3$s/x.h5 --dump-layers %3$s/x.h5",
+         "name one file"},
+        {"logits --model %1$s --tokens %2$s --window 32 --windows 0:1 --out %3$s/l.f32 --dump-layers %3$s/l.f32",
+         "name one file"},
+        {"diff --model %1$s --tokens %2$s --window 32 --b quant=loaded --out %1$s/model.safetensors",
+         "file of the --model folder"},
+        {"quantize --model %1$s --quant group=256 --out %3$s/d.gguf", "not a regular file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char args[2048];
+        snprintf(args, sizeof args, cases[i].args, model, tok, d);
+        snprintf(cmd, sizeof cmd, "%s %s", bin, args);
+        if (i == 3 || i == 4) { /* (the shared name exists: a file from an earlier run) */
+            char touch[1024];
+            snprintf(touch, sizeof touch, "touch %s/%s", d, i == 3 ? "x.h5" : "l.f32");
+            REQUIRE(test_run(touch, NULL) == 0);
+        }
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 1 && out && strstr(out, cases[i].want), "%s: rc %d: %s", args, rc, out ? out : "");
+        free(out);
+        out = NULL;
+    }
+    /* the inputs are as they were: the model loads, the token file is whole */
+    Model m;
+    CHECK_MSG(model_load(model, NULL, &m) == 0, "%s", err_msg());
+    model_free(&m);
+    snprintf(cmd, sizeof cmd, "cmp -n 4096 %s %s", tok, test_path(TOKENS_FILE));
+    CHECK(test_run(cmd, NULL) == 0);
+    /* the same outputs under names of their own still work */
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --dump-layers %s/dump.f32",
+             bin, model, tok, d);
+    CHECK(test_run(cmd, NULL) == 0);
+}
+
 /* Every option a command accepts is in the main usage under that command
  * (ppl --kv-blocks, logits --kv/--tp/--block-size/--dump-layers, generate
  * --kv/--kv-blocks had been accepted without a word).  Accepted = not refused

@@ -99,6 +99,18 @@ int cmd_diff(int argc, char **argv) {
     if (!model) return usage_err("--model is required", NULL);
     if (!tokens) return usage_err("--tokens is required", NULL);
     if (!sb == !bdump) return usage_err("give exactly one of --b SETTINGS and --b-dump FILE", NULL);
+    /* an empty value (a sweep's unset variable) is refused as ternlab's other commands do */
+    const struct {
+        const char *name, *v;
+    } given[] = {{"--model", model}, {"--tokens", tokens}, {"--a", sa}, {"--b", sb}, {"--b-dump", bdump}, {"--out", out}};
+    for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
+        if (given[i].v && !*given[i].v) return usage_err("an empty value for ", given[i].name);
+    /* the output written over an input (the model's files, the tokens, the B dump) refused before any work */
+    if (out && (file_out_check(out) != 0 || file_out_not_input(out, "--out", model, tokens) != 0 ||
+                (bdump && file_same(out, bdump) && err_set("--out %s is the --b-dump file", out)))) {
+        fprintf(stderr, "ternlab diff: %s\n", err_msg());
+        return 1;
+    }
 
     DiffSide A, B;
     if (diff_side_parse(sa, &A) != 0) {

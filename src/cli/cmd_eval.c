@@ -19,6 +19,17 @@
 
 #define PPL_TOKENS_PER_CALL 2048 /* windows batched per forward: GEMMs with M = 2048 */
 
+/* The run's outputs (--out, --dump-layers; NULL: not given) are none of its
+ * inputs and not one file (the second writer's temporary had replaced the
+ * first's file, or failed to rename): 0, or -1 with err_set. */
+static int outs_check(const char *out, const char *dump, const char *model, const char *tokens) {
+    if (out && file_out_not_input(out, "--out", model, tokens) != 0) return -1;
+    if (dump && file_out_not_input(dump, "--dump-layers", model, tokens) != 0) return -1;
+    if (out && dump && file_same(out, dump))
+        return err_set("--out and --dump-layers name one file (%s): give each its own", out);
+    return 0;
+}
+
 static int fail(const char *cmd) {
     fprintf(stderr, "ternlab %s: %s\n", cmd, err_msg());
     return 1;
@@ -141,6 +152,7 @@ int cmd_ppl(int argc, char **argv) {
      * run to the end first, or created a missing --out folder) */
     if (o.out && exp_check_out(o.out) != 0) return fail("ppl");
     if (o.dump_layers && file_out_check(o.dump_layers) != 0) return fail("ppl");
+    if (outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0) return fail("ppl");
 
     Model m;
     if (open_model(&o, &m) != 0) return fail("ppl");
@@ -238,7 +250,8 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "ternlab logits: --windows A:B is required\n");
         return 2;
     }
-    if (file_out_check(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0))
+    if (file_out_check(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0) ||
+        outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0)
         return fail("logits");
     Model m;
     if (open_model(&o, &m) != 0) return fail("logits");

@@ -130,6 +130,12 @@ int cmd_quantize_gguf(const char *model, const char *quant, const char *format, 
         fprintf(stderr, "ternlab quantize: --model and --out are required\n");
         return 2;
     }
+    /* what the writer would refuse, refused before the model is loaded and
+     * quantised (a folder at --out had been found only after that) */
+    if (file_out_check(out) != 0 || file_out_not_input(out, "--out", model, NULL) != 0) {
+        fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+        return 1;
+    }
     ModelLoadOpts o = {.quant = quant};
     Model m;
     size_t l = strlen(model);

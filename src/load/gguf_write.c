@@ -162,7 +162,10 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
     static const uint8_t zeros[GGUF_DEFAULT_ALIGNMENT] = {0};
     buf_put(&h, zeros, pad_to(h.n, GGUF_DEFAULT_ALIGNMENT));
 
-    if (file_out_check(path) != 0) return -1;
+    if (file_out_check(path) != 0) {
+        free(h.p); /* (it had leaked: the sanitizer build's leak report) */
+        return -1;
+    }
     size_t tl = strlen(path) + 16;
     char *tmp = xmalloc(tl);
     snprintf(tmp, tl, "%s.tmp", path);
