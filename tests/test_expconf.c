@@ -49,16 +49,14 @@ TEST(expconf_format_rules) {
                        "max_windows = 0\n"
                        "quant = rule={},group=128,scale=f16\n"
                        "kv = none@layers=0-1#not-a-comment\n"
-                       "empty =\n"
                        "   # indented comment\n"
                        "last = no newline at end";
     ExpConf c;
     REQUIRE(expconf_parse(text, "mem.conf", &c) == 0 || (fprintf(stderr, "%s\n", err_msg()), 0));
     CHECK(expconf_check(&c) == 0);
-    CHECK(c.n == 10);
+    CHECK(c.n == 9);
     CHECK(strcmp(expconf_get(&c, "values"), "absmean   twn\tstd") == 0);
     CHECK(strcmp(expconf_get(&c, "kv"), "none@layers=0-1#not-a-comment") == 0);
-    CHECK(strcmp(expconf_get(&c, "empty"), "") == 0);
     CHECK(strcmp(expconf_get(&c, "last"), "no newline at end") == 0);
     CHECK(expconf_get(&c, "nope") == NULL);
     CHECK(strcmp(expconf_get_or(&c, "nope", "dflt"), "dflt") == 0);
@@ -71,9 +69,6 @@ TEST(expconf_format_rules) {
     CHECK(n == 3 && !strcmp(v[0], "absmean") && !strcmp(v[1], "twn") && !strcmp(v[2], "std") &&
           v[3] == NULL);
     expconf_free_list(v);
-    v = expconf_list(&c, "empty", &n);
-    CHECK(n == 0 && v[0] == NULL);
-    expconf_free_list(v);
 
     /* Overrides: known keys only; values may contain '=' and blanks. */
     char *args[] = {"--model", "x", "window=128", "quant = rule={},group=64", "-v", "plain"};
@@ -85,6 +80,8 @@ TEST(expconf_format_rules) {
     CHECK_MSG(strstr(err_msg(), "unknown key 'windw'") && strstr(err_msg(), "window"), "%s",
               err_msg());
     CHECK(expconf_override(&c, "=5") != 0);
+    CHECK(expconf_override(&c, "quant=") != 0 && strstr(err_msg(), "empty value")); /* (not unset) */
+    CHECK(strcmp(expconf_get(&c, "quant"), "rule={},group=64") == 0);
     CHECK(expconf_override(&c, "window") != 0);
     char *bad[] = {"Window=3"};
     CHECK(expconf_apply_args(&c, 1, bad, NULL) != 0);
@@ -116,6 +113,9 @@ TEST(expconf_errors_name_file_and_line) {
         {"a.b = c\n", "bad.conf:1: bad character '.'"},
         {"= v\n", "bad.conf:1: expected a key"},
         {"k = a\x01b\n", "bad.conf:1: control character"},
+        /* an empty value is no setting (quant = had run the empty spec's defaults) */
+        {"factor = a\nvalues =\n", "bad.conf:2: key 'values' has an empty value"},
+        {"quant =   # unset\n", "bad.conf:1: key 'quant' has an empty value"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         ExpConf c;
@@ -125,7 +125,6 @@ TEST(expconf_errors_name_file_and_line) {
     /* Parses, but incomplete or wrong. */
     const char *incomplete[] = {
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4\n",                  /* max_windows */
-        "factor = a\nvalues =\nmodels = m\ntokens = t\nwindow = 4\nmax_windows = 1\n",   /* empty values */
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4k\nmax_windows = 1\n", /* window */
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 1\nmax_windows = 1\n",
     };

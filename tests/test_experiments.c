@@ -295,6 +295,33 @@ TEST(exp_bad_input_is_an_error) {
              bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), test_tmpdir());
     CHECK_MSG(test_run(cmd, &log) == 1 && strstr(log, "no setting takes the value 'all'"), "%s", log ? log : "");
     free(log);
+    /* usage errors before any run (exit 2, nothing written): two models of one folder
+     * name or two values of one file name would write one file, the later over the
+     * earlier (it had, exit 0); an empty path option or setting */
+    const char *dir = test_tmpdir();
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/other && cp -r %s %s/other/", dir, test_path(LLAMA_DIR), dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    struct {
+        const char *fmt, *want;
+    } usage[] = {
+        {"%s --results %s/u1 --value none max_windows=1 'models=%s %s/other/llama-tiny'", "would write one file"},
+        {"%s --results %s/u2 --model %s 'values=none none'", "would write one file"},
+        {"%s --results '' --model %s --value none", "--results has an empty value"},
+        {"%s --results %s/u3 --model '' --value none", "--model has an empty value"},
+        {"%s --results %s/u4 --model %s --value none quant=", "'quant' has an empty value"},
+    };
+    for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
+        if (i == 0) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR), dir);
+        else if (i == 2) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), test_path(LLAMA_DIR));
+        else if (i == 3) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir);
+        else snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
+        const int rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 2 && log && strstr(log, usage[i].want), "%s: rc %d: %s", cmd, rc, log ? log : "");
+        free(log);
+        log = NULL;
+    }
+    snprintf(cmd, sizeof cmd, "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary", dir, dir);
+    CHECK(test_run(cmd, NULL) == 0);
 }
 
 /* Each program's usage names the program as built (it had said build/exp_scale-dtype

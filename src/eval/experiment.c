@@ -971,6 +971,33 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* A point file's model part: the model folder's (or file's) name, file-safe. */
+static void model_file_name(const char *mp, char *mn, size_t n) {
+    char mdir[4096];
+    size_t ml = strlen(mp);
+    while (ml > 1 && mp[ml - 1] == '/') ml--;
+    snprintf(mdir, sizeof mdir, "%.*s", (int)ml, mp);
+    const char *slash = strrchr(mdir, '/');
+    file_safe(slash ? slash + 1 : mdir, mn, n);
+}
+
+/* -1 (err_set) where two entries of list[0, n) give one part of a point's file
+ * name (models: their folders' names; values: themselves, file-safe), so that
+ * their points would write one file, the later over the earlier (two models
+ * called llama-tiny in different folders had, exit 0). */
+static int names_distinct(char *const *list, int n, int models, const char *key) {
+    for (int i = 0; i < n; i++)
+        for (int j = i + 1; j < n; j++) {
+            char a[256], b[256];
+            if (models) model_file_name(list[i], a, sizeof a), model_file_name(list[j], b, sizeof b);
+            else file_safe(list[i], a, sizeof a), file_safe(list[j], b, sizeof b);
+            if (strcmp(a, b) == 0)
+                return err_set("%s: '%s' and '%s' would write one file (%s): give each its own name", key, list[i],
+                               list[j], a);
+        }
+    return 0;
+}
+
 static void usage(const ExpDef *def, FILE *f) {
     char prog[64]; /* the program's file name: exp-kv-ternary -> kv_ternary (build/exp_kv_ternary) */
     snprintf(prog, sizeof prog, "%s", def->name + 4);
@@ -1012,6 +1039,11 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
                 return 2;
             }
             *slot = argv[++i];
+            if (!**slot) { /* ("" had made --results the root folder: /exp-kv-ternary, /cache) */
+                fprintf(stderr, "%s: %s has an empty value\n", def->name, a);
+                free(over);
+                return 2;
+            }
         } else if (a[0] != '-' && strchr(a, '=')) {
             over[n_over++] = argv[i];
         } else {
@@ -1058,6 +1090,14 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
     char **models = model ? NULL : expconf_list(&conf, "models", &nm);
     if (value) nv = 1;
     if (model) nm = 1;
+    if (!out && ((models && names_distinct(models, nm, 1, "models") != 0) ||
+                 (values && names_distinct(values, nv, 0, "values") != 0))) {
+        fprintf(stderr, "%s: %s\n", def->name, err_msg());
+        expconf_free_list(values);
+        expconf_free_list(models);
+        expconf_free(&conf);
+        return 2;
+    }
     if (out && (nv != 1 || nm != 1)) {
         fprintf(stderr, "%s: --out needs a single run (--model and --value)\n", def->name);
         expconf_free_list(values);
@@ -1123,12 +1163,8 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
                      * outside [A-Za-z0-9._+-] made '_', and the device where it is
                      * not the CPU (a CUDA run beside a CPU one of the same point) */
                     const int cpu = strcmp(rc.device, "cpu") == 0;
-                    char mdir[4096], mn[256], vn[256], dn[128];
-                    size_t ml = strlen(mp);
-                    while (ml > 1 && mp[ml - 1] == '/') ml--;
-                    snprintf(mdir, sizeof mdir, "%.*s", (int)ml, mp);
-                    const char *slash = strrchr(mdir, '/');
-                    file_safe(slash ? slash + 1 : mdir, mn, sizeof mn);
+                    char mn[256], vn[256], dn[128];
+                    model_file_name(mp, mn, sizeof mn);
                     file_safe(v, vn, sizeof vn);
                     file_safe(rc.device, dn, sizeof dn);
                     snprintf(outp, sizeof outp, "%s/%s/%s__%s%s%s.h5", results, def->name, mn, vn,

@@ -67,6 +67,9 @@ static int parse_kv(const char *s, const char *e, int allow_comment, const char 
             }
     }
     while (v1 > v0 && is_blank(v1[-1])) v1--;
+    /* an empty value is no setting: `quant =` (or the override quant=, a sweep's unset
+     * variable) had run the model ternarised by the empty spec's defaults, exit 0 */
+    if (v1 == v0) return err_set("key '%.*s' has an empty value", (int)(k1 - k0), k0);
     for (const char *p = v0; p < v1; p++)
         if ((unsigned char)*p < 0x20 && *p != '\t')
             return err_set("control character (0x%02x) in value", (unsigned char)*p);
