@@ -423,6 +423,25 @@ TEST(diag_cli_empty_option_value) {
                   out ? out : "");
         free(out);
     }
+    /* usage errors found at parse time (exit 2), and a bench output checked before the
+     * benchmark runs (exit 1): --tp past the ranks the engines have (it had passed the
+     * parser up to 1024 and failed later with exit 1), bench --out '' or in a missing folder
+     * (found only after minutes of timing) */
+    const struct {
+        const char *args, *want;
+        int rc;
+    } pre[] = {{"ppl --model x --tokens y --tp 65", "expected an integer in [1, 64]", 2},
+               {"bench --out ''", "--out has an empty value", 2},
+               {"bench --out /nonexistent-dir/b.h5", "create it first", 1},
+               {"diff --model '' --tokens y --b quant=loaded", "empty value for --model", 2}};
+    for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
+        char cmd[4096], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s %s", bin, pre[i].args);
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == pre[i].rc && out && strstr(out, pre[i].want), "%s -> %d: %s", pre[i].args, rc,
+                  out ? out : "");
+        free(out);
+    }
 }
 
 /* Output that cannot be written is a failed run: stdout is flushed and

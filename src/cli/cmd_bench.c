@@ -26,10 +26,10 @@
 
 #include "core/blas_setup.h"
 #include "core/err.h"
-#include "eval/experiment.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "cpu/tern_kernels.h"
+#include "eval/experiment.h"
 #include "log/h5log.h"
 #include "quant/quant.h"
 
@@ -271,6 +271,15 @@ int cmd_bench(int argc, char **argv) {
                 return 2;
             }
             out = argv[++i];
+            /* what the HDF5 writer would refuse, refused before the benchmark runs */
+            if (!*out) {
+                fprintf(stderr, "ternlab bench: --out has an empty value\n");
+                return 2;
+            }
+            if (exp_check_out(out) != 0) {
+                fprintf(stderr, "ternlab bench: %s\n", err_msg());
+                return 1;
+            }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
             printf("ternlab bench [--quick] [--fixture] [--out FILE.h5]\n"
                    "Ternary GEMV/GEMM (f32 and int8 activations) vs OpenBLAS sgemv/sgemm on the\n"

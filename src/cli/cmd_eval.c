@@ -330,10 +330,13 @@ int cmd_generate(int argc, char **argv) {
     int64_t max_tok = plen > o.batch ? plen : o.batch;
     if (max_tok > 4096) max_tok = 4096;
     int rc = open_engine(&e, &m, &o, max_tok, o.batch, plen + o.max_new);
-    const int32_t **prompts = xmalloc(sizeof(int32_t *) * (size_t)o.batch);
-    int64_t *lens = xmalloc(sizeof(int64_t) * (size_t)o.batch);
-    int32_t **out = xmalloc(sizeof(int32_t *) * (size_t)o.batch);
-    for (int b = 0; b < o.batch; b++) {
+    /* the ids' buffers (batch x max_new) only once the engine, whose KV cache holds
+     * every token, has opened: a size it refuses had first been allocated here */
+    const int nb = rc == 0 ? o.batch : 0;
+    const int32_t **prompts = xmalloc(sizeof(int32_t *) * (size_t)(nb + 1));
+    int64_t *lens = xmalloc(sizeof(int64_t) * (size_t)(nb + 1));
+    int32_t **out = xmalloc(sizeof(int32_t *) * (size_t)(nb + 1));
+    for (int b = 0; b < nb; b++) {
         prompts[b] = prompt;
         lens[b] = plen;
         out[b] = xmalloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
@@ -347,7 +350,7 @@ int cmd_generate(int argc, char **argv) {
         for (int64_t i = 0; i < o.max_new; i++) printf(i ? ",%d" : "%d", out[b][i]);
         printf("\n");
     }
-    for (int b = 0; b < o.batch; b++) free(out[b]);
+    for (int b = 0; b < nb; b++) free(out[b]);
     free(out);
     free(lens);
     free(prompts);

@@ -6,6 +6,7 @@
 #include "core/strnum.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
+#include "tp/tp_engine.h"
 
 #include <errno.h>
 #include <getopt.h>
@@ -128,7 +129,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'h': o->help = 1; break;
         case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
         case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
-        case 'p': if (parse_i64(name, optarg, 1, 1024, &v)) return -1; o->tp = (int)v; break;
+        case 'p': if (parse_i64(name, optarg, 1, TP_MAX_RANKS, &v)) return -1; o->tp = (int)v; break;
         case 'N': if (parse_i64(name, optarg, 0, 1 << 24, &o->max_new)) return -1; break;
         case 'b': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->block_size = (int)v; break;
         case 'B': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->batch = (int)v; break;
