@@ -185,8 +185,11 @@ TEST(loader_config_refuses_linear_biases) {
 
 /* ---- checkpoints rewritten from the fixtures ----------------------------------- */
 
+/* bytes of one element of the ExtraTensor dtypes used here */
+static uint64_t elem_bytes(const char *dt) { return !strcmp(dt, "I64") ? 8 : !strcmp(dt, "F32") ? 4 : 2; }
+
 typedef struct {
-    const char *name, *dtype; /* dtype "BF16" or "F32" */
+    const char *name, *dtype; /* dtype "BF16", "F32" or "I64" */
     int64_t rows, cols;       /* cols 0: a vector of rows */
     const void *data;         /* its bytes, or NULL: zeros */
 } ExtraTensor;
@@ -218,7 +221,7 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
     uint64_t end = n - 8 - hl, extra = 0;
     for (int i = 0; i < nx; i++) {
         int64_t cnt = x[i].rows * (x[i].cols ? x[i].cols : 1);
-        uint64_t nb = (uint64_t)cnt * (strcmp(x[i].dtype, "F32") == 0 ? 4 : 2);
+        uint64_t nb = (uint64_t)cnt * elem_bytes(x[i].dtype);
         cJSON_DeleteItemFromObjectCaseSensitive(h, x[i].name);
         cJSON *e = cJSON_AddObjectToObject(h, x[i].name);
         cJSON_AddStringToObject(e, "dtype", x[i].dtype);
@@ -243,8 +246,7 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
         for (size_t i = 0; i < pad; i++) fputc(' ', f);
         fwrite(buf + 8 + hl, 1, (size_t)end, f);
         for (int i = 0; i < nx; i++) {
-            const uint64_t nb = (uint64_t)(x[i].rows * (x[i].cols ? x[i].cols : 1)) *
-                                (strcmp(x[i].dtype, "F32") == 0 ? 4 : 2);
+            const uint64_t nb = (uint64_t)(x[i].rows * (x[i].cols ? x[i].cols : 1)) * elem_bytes(x[i].dtype);
             if (x[i].data) fwrite(x[i].data, 1, (size_t)nb, f);
             else
                 for (uint64_t b = 0; b < nb; b++) fputc(0, f);
@@ -316,6 +318,18 @@ TEST(loader_refuses_bias_tensors) {
     ExtraTensor d = {"model.layers.0.mlp.down_proj.bias", "F32", 256, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &d, 1) == 0);
     expect_load_error(dir, "'model.layers.0.mlp.down_proj.bias' is a bias");
+    /* a buffer of another safetensors dtype that the model does not use loads (it had
+     * failed the load: "unknown dtype 'I64'"); as a weight it is refused by dtype */
+    snprintf(dir, sizeof dir, "%s/posids", test_tmpdir());
+    ExtraTensor pid = {"model.position_ids", "I64", 1, 64, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &pid, 1) == 0);
+    Model mp;
+    CHECK_MSG(model_load(dir, NULL, &mp) == 0, "%s", err_msg());
+    model_free(&mp);
+    snprintf(dir, sizeof dir, "%s/i64norm", test_tmpdir());
+    ExtraTensor in64 = {"model.norm.weight", "I64", 256, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &in64, 1) == 0);
+    expect_load_error(dir, "dtype I64 where a float tensor");
     snprintf(dir, sizeof dir, "%s/invfreq", test_tmpdir());
     ExtraTensor f = {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f, 1) == 0);

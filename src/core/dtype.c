@@ -3,14 +3,16 @@
 #include <math.h>
 
 const char *dtype_name(DType t) {
-    static const char *names[DT_COUNT] = {"F32", "F16", "BF16", "U8", "I8", "I32", "F8_E4M3", "E8M0"};
+    static const char *names[DT_COUNT] = {"F32", "F16",  "BF16", "U8",  "I8",  "I32",  "F8_E4M3", "E8M0",
+                                          "I64", "F64",  "BOOL", "I16", "U16", "U32",  "U64",     "F8_E5M2"};
     return (unsigned)t < DT_COUNT ? names[t] : "?";
 }
 
 size_t dtype_size(DType t) {
     switch (t) {
-    case DT_F32: case DT_I32: return 4;
-    case DT_F16: case DT_BF16: return 2;
+    case DT_I64: case DT_F64: case DT_U64: return 8;
+    case DT_F32: case DT_I32: case DT_U32: return 4;
+    case DT_F16: case DT_BF16: case DT_I16: case DT_U16: return 2;
     default: return 1;
     }
 }

@@ -17,6 +17,16 @@ typedef enum {
     DT_I32,
     DT_FP8_E4M3,
     DT_E8M0,
+    /* the rest of safetensors' dtypes: read so that a tensor ternlab does not use
+     * (an I64 position_ids buffer) does not fail the load; never a weight or scale */
+    DT_I64,
+    DT_F64,
+    DT_BOOL,
+    DT_I16,
+    DT_U16,
+    DT_U32,
+    DT_U64,
+    DT_F8_E5M2,
     DT_COUNT
 } DType;
 

@@ -12,7 +12,10 @@ static int dtype_from_st(const char *s, DType *out) {
     static const struct {
         const char *name;
         DType t;
-    } known[] = {{"F32", DT_F32}, {"BF16", DT_BF16}, {"F16", DT_F16}, {"U8", DT_U8}, {"I8", DT_I8}};
+    } known[] = {{"F32", DT_F32},   {"BF16", DT_BF16}, {"F16", DT_F16},         {"U8", DT_U8},
+                 {"I8", DT_I8},     {"I32", DT_I32},   {"F8_E4M3", DT_FP8_E4M3}, {"I64", DT_I64},
+                 {"F64", DT_F64},   {"BOOL", DT_BOOL}, {"I16", DT_I16},         {"U16", DT_U16},
+                 {"U32", DT_U32},   {"U64", DT_U64},   {"F8_E5M2", DT_F8_E5M2}};
     for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
         if (strcmp(s, known[i].name) == 0) {
             *out = known[i].t;
@@ -92,7 +95,8 @@ int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int 
         }
         StTensor t = {0};
         if (dtype_from_st(jd->valuestring, &t.dtype) != 0) {
-            rc = err_set("%s: tensor '%s': unknown dtype '%s' (known: F32, BF16, F16, U8, I8)",
+            rc = err_set("%s: tensor '%s': unknown dtype '%s' (known: safetensors' F64, F32, BF16, F16, "
+                         "F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL)",
                          path, name, jd->valuestring);
             break;
         }
