@@ -505,17 +505,18 @@ TEST(diag_cli_outputs_are_not_inputs) {
         const char *args, *want;
     } cases[] = {
         {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --dump-layers %1$s/model.safetensors",
-         "file of the --model folder"},
+         "file the loader reads from the --model folder"},
         {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --dump-layers %1$s/config.json",
-         "file of the --model folder"},
+         "file the loader reads from the --model folder"},
         {"logits --model %1$s --tokens %2$s --window 32 --windows 0:1 --out %2$s", "is the token file"},
         {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --out %3$s/x.h5 --dump-layers %3$s/x.h5",
          "name one file"},
         {"logits --model %1$s --tokens %2$s --window 32 --windows 0:1 --out %3$s/l.f32 --dump-layers %3$s/l.f32",
          "name one file"},
         {"diff --model %1$s --tokens %2$s --window 32 --b quant=loaded --out %1$s/model.safetensors",
-         "file of the --model folder"},
-        {"quantize --model %1$s --quant group=256 --out %3$s/d.gguf", "not a regular file"},
+         "file the loader reads from the --model folder"},
+        /* (a model that cannot load: the output is checked first, before any loading) */
+        {"quantize --model %3$s/no-such-model --quant group=256 --out %3$s/d.gguf", "not a regular file"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[2048];
@@ -537,10 +538,21 @@ TEST(diag_cli_outputs_are_not_inputs) {
     model_free(&m);
     snprintf(cmd, sizeof cmd, "cmp -n 4096 %s %s", tok, test_path(TOKENS_FILE));
     CHECK(test_run(cmd, NULL) == 0);
-    /* the same outputs under names of their own still work */
+    /* the same outputs under names of their own still work, and so does an output that
+     * an earlier run left in the model folder (run twice: the second finds the first's) */
     snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --dump-layers %s/dump.f32",
              bin, model, tok, d);
     CHECK(test_run(cmd, NULL) == 0);
+    char abs[4096];
+    REQUIRE(realpath(bin, abs) != NULL);
+    for (int run = 0; run < 2; run++) {
+        snprintf(cmd, sizeof cmd, "cd %s && %s ppl --model . --tokens %s --window 32 --max-windows 1 "
+                 "--dump-layers layers.f32", model, abs, tok);
+        char *o2 = NULL;
+        const int rc = test_run(cmd, &o2);
+        CHECK_MSG(rc == 0, "run %d: rc %d: %s", run, rc, o2 ? o2 : "");
+        free(o2);
+    }
 }
 
 /* Every option a command accepts is in the main usage under that command

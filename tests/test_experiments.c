@@ -209,7 +209,7 @@ TEST(cli_bad_values_are_clear) {
         {"%B/exp_throughput --model %L --value ternary --out %D/t.h5 batches=2x", "'2x'", 1},
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 tp=abc", "not an integer", 1},
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 logit_rows=4294967295", "logit_rows", 1},
-        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=", "'factor' is empty", 2},
+        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=", "key 'factor' has an empty value", 2},
         {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --kv all@layers=0-9", "has 4 layers", 1},
         {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --quant rule=twn,layers=4", "past the model", 1},
         {"%B/ternlab generate --model %L --prompt 1,2,3", "--max-new", 2},

@@ -23,8 +23,8 @@
  * inputs and not one file (the second writer's temporary had replaced the
  * first's file, or failed to rename): 0, or -1 with err_set. */
 static int outs_check(const char *out, const char *dump, const char *model, const char *tokens) {
-    if (out && file_out_not_input(out, "--out", model, tokens) != 0) return -1;
-    if (dump && file_out_not_input(dump, "--dump-layers", model, tokens) != 0) return -1;
+    if (out && model_out_not_input(out, "--out", model, tokens) != 0) return -1;
+    if (dump && model_out_not_input(dump, "--dump-layers", model, tokens) != 0) return -1;
     if (out && dump && file_same(out, dump))
         return err_set("--out and --dump-layers name one file (%s): give each its own", out);
     return 0;

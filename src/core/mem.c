@@ -135,27 +135,6 @@ int file_same(const char *a, const char *b) {
     return strcmp(ra, rb) == 0;
 }
 
-int file_out_not_input(const char *out, const char *what, const char *model, const char *tokens) {
-    struct stat so, sm;
-    if (stat(out, &so) != 0) return 0; /* (a new file is nobody's input) */
-    if (tokens && file_same(out, tokens))
-        return err_set("%s %s is the token file: it would be written over", what, out);
-    if (!model || stat(model, &sm) != 0) return 0;
-    if (S_ISDIR(sm.st_mode)) {
-        char dir[4200];
-        const char *slash = strrchr(out, '/');
-        if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash == out ? 1 : slash - out), out);
-        else snprintf(dir, sizeof dir, ".");
-        struct stat sd;
-        if (stat(dir, &sd) == 0 && sd.st_dev == sm.st_dev && sd.st_ino == sm.st_ino)
-            return err_set("%s %s is a file of the --model folder: it would be written over (write elsewhere)",
-                           what, out);
-    } else if (so.st_dev == sm.st_dev && so.st_ino == sm.st_ino) {
-        return err_set("%s %s is the --model file: it would be written over", what, out);
-    }
-    return 0;
-}
-
 int file_write_atomic(const char *path, const void *data, size_t n) {
     if (file_out_check(path) != 0) return -1;
     char tmp[4200];

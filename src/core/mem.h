@@ -50,13 +50,6 @@ int file_out_check(const char *path);
  * resolved (two outputs of one run given one name). */
 int file_same(const char *a, const char *b);
 
-/* -1 (err_set) where the output `out` (what = its option, "--out") would be
- * written over one of the run's inputs: the token file `tokens`, the file
- * `model` or, `model` a folder, any file in it (NULL: not given).  It had
- * been: ppl --dump-layers onto the checkpoint's model.safetensors destroyed
- * it, logits --out onto the token file replaced it, exit 0. */
-int file_out_not_input(const char *out, const char *what, const char *model, const char *tokens);
-
 /* The first line (without its end) of the file `name` in this program's
  * folder or, failing that, in up to `up` folders above it (the Makefile's
  * git_commit: build/ternlab -> build/git_commit, build/gpu/bench_gpu ->

@@ -624,7 +624,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("device cuda with kv %s: ternary KV pages run on the CPU only (device=cpu)",
                        rc->kv);
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
-    if (file_out_not_input(out, "--out", rc->model, rc->tokens_path) != 0) return -1;
+    if (model_out_not_input(out, "--out", rc->model, rc->tokens_path) != 0) return -1;
     int loaded = strcmp(rc->quant, "loaded") == 0;
     /* (the checkpoint's file hashes kept with the reference cache: RESULTS/cache) */
     char hash_cache[4200];

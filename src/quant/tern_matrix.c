@@ -75,11 +75,12 @@ int tern_from_codes(const int8_t *q, const float *scales, int64_t rows, int64_t 
     }
     for (int64_t i = 0; i < m.n_scales; i++) {
         m.scales[i] = dtype_round(scale_dtype, scales[i]);
-        if (!isfinite(m.scales[i]) || m.scales[i] < 0.0f) { /* (a NaN had run as ppl nan, exit 0) */
+        if (!isfinite(m.scales[i])) { /* (a NaN had run as ppl nan, exit 0) */
             const double v = scales[i];
+            const long long ns = (long long)m.n_scales;
             tern_free(&m);
-            return err_set("scale %lld of %lld is %g%s: scales must be finite and non-negative", (long long)i,
-                           (long long)m.n_scales, v, isfinite(v) ? " (overflows the scale dtype)" : "");
+            return err_set("scale %lld of %lld is %g%s: scales must be finite", (long long)i, ns, v,
+                           isfinite(v) ? " (overflows the scale dtype)" : "");
         }
     }
     *out = m;

@@ -9,6 +9,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 /* BF16/F16 values (n) from a safetensors mapping -> f32.  A tensor's data
  * starts wherever the header length and its offsets put it, odd addresses
@@ -77,6 +79,54 @@ int model_refuse_nonfinite(const float *w, size_t n, const char *name) {
         if (!isfinite(w[i]))
             return err_set("tensor '%s': element %zu is %g (a checkpoint's weights must be finite)", name, i,
                            (double)w[i]);
+    return 0;
+}
+
+/* whether out (existing, stat so) is the file dir/name */
+static int same_as(const struct stat *so, const char *dir, const char *name) {
+    char p[4400];
+    struct stat st;
+    snprintf(p, sizeof p, "%s/%s", dir, name);
+    return stat(p, &st) == 0 && st.st_dev == so->st_dev && st.st_ino == so->st_ino;
+}
+
+int model_out_not_input(const char *out, const char *what, const char *model, const char *tokens) {
+    struct stat so, sm;
+    if (stat(out, &so) != 0) return 0; /* (a new file is nobody's input) */
+    if (tokens && file_same(out, tokens))
+        return err_set("%s %s is the token file: it would be written over", what, out);
+    if (!model || stat(model, &sm) != 0) return 0;
+    if (!S_ISDIR(sm.st_mode)) {
+        if (so.st_dev == sm.st_dev && so.st_ino == sm.st_ino)
+            return err_set("%s %s is the --model file: it would be written over", what, out);
+        return 0;
+    }
+    int hit = same_as(&so, model, "config.json") || same_as(&so, model, "model.safetensors.index.json");
+    const size_t ol = strlen(out);
+    if (!hit && ol >= 12 && strcmp(out + ol - 12, ".safetensors") == 0) {
+        char dir[4200]; /* out's folder is the model's */
+        const char *slash = strrchr(out, '/');
+        if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash == out ? 1 : slash - out), out);
+        else snprintf(dir, sizeof dir, ".");
+        struct stat sd;
+        hit = stat(dir, &sd) == 0 && sd.st_dev == sm.st_dev && sd.st_ino == sm.st_ino;
+    }
+    char ip[4400], **shards = NULL;
+    int ns = 0;
+    snprintf(ip, sizeof ip, "%s/model.safetensors.index.json", model);
+    if (!hit && access(ip, R_OK) == 0) { /* the shards the index names (one it cannot read names none) */
+        if (st_index_shards(model, &shards, &ns) == 0) {
+            for (int i = 0; i < ns; i++) {
+                hit = hit || same_as(&so, model, shards[i]);
+                free(shards[i]);
+            }
+            free(shards);
+        }
+        err_clear();
+    }
+    if (hit)
+        return err_set("%s %s is a file the loader reads from the --model folder: it would be written over "
+                       "(write elsewhere)", what, out);
     return 0;
 }
 

@@ -70,6 +70,16 @@ int model_refuse_bias(const char *name);
  * a NaN or an infinity: such a weight makes every logit NaN and the run had
  * ended "ppl nan" with exit 0 (or, ternarised, hid it in a scale). */
 int model_refuse_nonfinite(const float *w, size_t n, const char *name);
+
+/* -1 (err_set) where the output `out` (what: its option, "--out") would be
+ * written over one of the run's inputs: the token file `tokens`, the file
+ * `model` (a GGUF) or, `model` a folder, a file the loader reads there —
+ * config.json, model.safetensors.index.json and every shard it names, any
+ * *.safetensors — compared by device and inode (NULL: not given).  It had
+ * been: ppl --dump-layers onto the checkpoint's model.safetensors destroyed
+ * it, logits --out onto the token file replaced it, exit 0.  Other files of
+ * the folder (an earlier run's output) may be written over. */
+int model_out_not_input(const char *out, const char *what, const char *model, const char *tokens);
 /* -1 (err_set naming the tensor) where name is prefix + a layer index that is
  * not one of the n_layers the config declares (past it, or not a plain
  * decimal index); unit / count word the message ("layer", "the config's

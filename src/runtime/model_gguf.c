@@ -271,15 +271,20 @@ static int load_config(const GgufFile *g, Model *m) {
     if (gguf_find_kv(g, "llama.rope.scaling.type") && !(len == 4 && memcmp(s, "none", 4) == 0))
         return err_set("%s: llama.rope.scaling.type '%.*s' is not supported", g->path,
                        (int)(len > 64 ? 64 : len), s);
-    /* a scaling factor without a type is linear scaling to llama.cpp (freq_scale =
-     * 1 / factor; the legacy key the same): it had been ignored, exit 0 */
-    static const char *const rope_factor_keys[] = {"llama.rope.scaling.factor", "llama.rope.scale_linear"};
-    for (int i = 0; i < 2; i++) {
+    /* without a type llama.cpp scales linearly by llama.rope.scaling.factor (freq_scale
+     * = 1 / factor), or by the legacy llama.rope.scale_linear where the factor is absent
+     * or 0; with type none never (it had been ignored either way, exit 0) */
+    if (!gguf_find_kv(g, "llama.rope.scaling.type")) {
         double f = 0.0;
-        if ((r = gguf_get_float(g, rope_factor_keys[i], &f)) < 0) return -1;
+        const char *key = "llama.rope.scaling.factor";
+        if ((r = gguf_get_float(g, key, &f)) < 0) return -1;
+        if (r == 0 || f == 0.0) {
+            key = "llama.rope.scale_linear";
+            f = 0.0;
+            if ((r = gguf_get_float(g, key, &f)) < 0) return -1;
+        }
         if (r > 0 && f != 0.0 && f != 1.0)
-            return err_set("%s: %s %g asks for linear RoPE scaling, which is not supported", g->path,
-                           rope_factor_keys[i], f);
+            return err_set("%s: %s %g asks for linear RoPE scaling, which is not supported", g->path, key, f);
     }
     int vocab = 0;
     if ((r = req_int(g, "llama.vocab_size", 0, &vocab)) < 0) return -1;
