@@ -298,6 +298,12 @@ TEST(loader_odd_header_length_reads_misaligned_data) {
     }
 }
 
+static void expect_loads(const char *dir) {
+    Model m;
+    CHECK_MSG(model_load(dir, NULL, &m) == 0, "%s: %s", dir, err_msg());
+    model_free(&m);
+}
+
 static void expect_load_error(const char *dir, const char *needle) {
     Model m;
     int rc = model_load(dir, NULL, &m);
@@ -323,9 +329,7 @@ TEST(loader_refuses_bias_tensors) {
     snprintf(dir, sizeof dir, "%s/posids", test_tmpdir());
     ExtraTensor pid = {"model.position_ids", "I64", 1, 64, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &pid, 1) == 0);
-    Model mp;
-    CHECK_MSG(model_load(dir, NULL, &mp) == 0, "%s", err_msg());
-    model_free(&mp);
+    expect_loads(dir);
     snprintf(dir, sizeof dir, "%s/i64norm", test_tmpdir());
     ExtraTensor in64 = {"model.norm.weight", "I64", 256, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &in64, 1) == 0);
@@ -333,9 +337,7 @@ TEST(loader_refuses_bias_tensors) {
     snprintf(dir, sizeof dir, "%s/invfreq", test_tmpdir());
     ExtraTensor f = {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f, 1) == 0);
-    Model m;
-    CHECK_MSG(model_load(dir, NULL, &m) == 0, "%s", err_msg());
-    model_free(&m);
+    expect_loads(dir);
 }
 
 static void expect_cli_error(const char *args, const char *needle);
