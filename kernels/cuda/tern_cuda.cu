@@ -98,7 +98,7 @@ int gemv1_shape(const TernCudaMatrix *W, int v, int *tbm) {
     const int64_t weights = W->rows * W->cols;
     if (W->cols >= 8192 && W->cols <= 4194304) {
         if (v == 0 && W->cols <= 65536 && W->rows >= 4096)
-            *tbm = weights >= ((int64_t)128 << 20) ? 63520 : 65820;
+            *tbm = weights >= ((int64_t)128 << 20) && W->cols >= 32768 ? 63520 : 65820;
         return 6;
     }
     if (weights >= ((int64_t)32 << 20) && W->cols <= 131072) {
@@ -426,8 +426,16 @@ int run(int act, const TernCudaMatrix *W, const void *d_x, const float *d_sx, in
      * warp per row; 4096 x 4096, 16M, stays with it: 3.5 vs 4.0); rows of
      * 8192 .. 65536 columns in >= 4096 rows 65820 (two tiles a unit, four
      * consumer warps per tile, slices to 48 blocks; 4096 x 8192 4.87 vs 6.36
-     * bmma, 4096 x 11008 5.95 vs 7.54), from 128M weights 63520 (two
-     * consumer warps per tile; 4608 x 36864 15.35 vs 15.8).  (48M .. 128M had
+     * bmma, 4096 x 11008 5.95 vs 7.54), from 128M weights in rows of >= 32768
+     * columns 63520 (two consumer warps per tile; 4608 x 36864 15.35 vs 15.8;
+     * thirty-seventh session, alone / behind the norm: 14.4 / 27.7 vs 14.7 /
+     * 27.9, 4096 x 32768 12.2 / 24.3 vs 12.2 / 24.8, 5120 x 32768 14.4 / 26.0
+     * vs 14.3 / 26.3).  In shorter rows 65820 from 128M too: 16384 x 8192
+     * 12.2 / 15.5 -> 11.1 / 13.3, 28672 x 8192 18.3 / 20.9 -> 17.0 / 18.7, 12288
+     * x 12288 13.8 / 17.3 -> 12.4 / 15.1, 5120 x 27648 14.7 / 25.3 -> 12.3 /
+     * 23.6, 6144 x 24576 13.6 / 23.4 -> 13.0 / 23.5, 8192 x 22016 16.1 / 24.4 ->
+     * 15.3 / 24.5, 8192 x 28672 18.3 / 29.2 -> 17.9 / 29.3 (H200, two rounds
+     * within 1.2 %; NOTES.md).  (48M .. 128M had
      * 63530, 3 stages, until the thirty-fifth session: with the K split
      * through tbm_row_add 65820 was faster on 9 of 11 such shapes alone (<= 1 %
      * slower on the other two) and on all 11 behind the engine's norm, e.g.

@@ -726,8 +726,9 @@ static void test_wg_big_tiles(void) {
  * rows of <= 6144 columns (variant 64520; from 40M weights 63520; M = 2^20:
  * 16400 x 4100 is 64.1M, 12300 x 4100 48.1M, 10240 x 4100 40.04M, 10000 x
  * 4100 39.1M; 4700 x 4100 18.4M, 4400 x 4100 17.2M), rows of 8192 .. 65536
- * columns in >= 4096 rows (65820, 4100 x 12300 a K split; from 128M weights
- * 63520: 4100 x 32800 is 128.3M, 4100 x 32500 127.1M), bit-identical to the
+ * columns in >= 4096 rows (65820, 4100 x 12300 a K split; from 128M weights in
+ * rows of >= 32768 columns 63520: 4100 x 32800 is 128.3M, 4100 x 32500 127.1M,
+ * 16400 x 8200 134.5M in shorter rows stays 65820), bit-identical to the
  * reference; the config names the variant.
  * Not taken: 4095 rows, 6160 columns, a forced kernel, a decode variant,
  * TERNLAB_CUDA_GEMV1. */
@@ -751,6 +752,7 @@ static void test_gemv_default(void) {
         {{4400, 4100}, 0, 0, NULL, "gemv_warp"},         {{4100, 32800}, 0, 0, NULL, "gemv_tbm v=63520"},
         {{4100, 32500}, 0, 0, NULL, "gemv_tbm v=65820"}, {{12300, 4100}, 0, 0, NULL, "gemv_tbm v=63520"},
         {{4100, 12200}, 0, 0, NULL, "gemv_tbm v=65820"}, {{10000, 4100}, 0, 0, NULL, "gemv_tbm v=64520"},
+        {{16400, 8200}, 0, 0, NULL, "gemv_tbm v=65820"},
     };
     for (const auto &c : cases) {
         TernaryMatrix W;
