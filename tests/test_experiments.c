@@ -304,17 +304,15 @@ TEST(exp_bad_input_is_an_error) {
     struct {
         const char *fmt, *want;
     } usage[] = {
-        {"%s --results %s/u1 --value none max_windows=1 'models=%s %s/other/llama-tiny'", "would write one file"},
-        {"%s --results %s/u2 --model %s 'values=none none'", "would write one file"},
-        {"%s --results '' --model %s --value none", "--results has an empty value"},
-        {"%s --results %s/u3 --model '' --value none", "--model has an empty value"},
-        {"%s --results %s/u4 --model %s --value none quant=", "'quant' has an empty value"},
+        /* (%1$s the program, %2$s the tmp folder, %3$s llama-tiny) */
+        {"%1$s --results %2$s/u1 --value none max_windows=1 'models=%3$s %2$s/other/llama-tiny'", "would write one file"},
+        {"%1$s --results %2$s/u2 --model %3$s 'values=none none'", "would write one file"},
+        {"%1$s --results '' --model %3$s --value none%2$.0s", "--results has an empty value"},
+        {"%1$s --results %2$s/u3 --model '' --value none%3$.0s", "--model has an empty value"},
+        {"%1$s --results %2$s/u4 --model %3$s --value none quant=", "'quant' has an empty value"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
-        if (i == 0) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR), dir);
-        else if (i == 2) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), test_path(LLAMA_DIR));
-        else if (i == 3) snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir);
-        else snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
+        snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
         const int rc = test_run(cmd, &log);
         CHECK_MSG(rc == 2 && log && strstr(log, usage[i].want), "%s: rc %d: %s", cmd, rc, log ? log : "");
         free(log);

@@ -113,13 +113,20 @@ int file_out_check(const char *path) {
                                                 : S_ISFIFO(st.st_mode) ? "a pipe" : "not a file");
 }
 
+void path_parent(char *p) {
+    char *s = strrchr(p, '/');
+    if (!s) strcpy(p, ".");
+    else if (s == p) p[1] = 0;
+    else *s = 0;
+}
+
 /* path with its folder resolved (the file itself need not exist): 0 or -1 */
 static int resolve_parent(const char *path, char *out, size_t n) {
     char dir[4096], real[4096];
     const char *slash = strrchr(path, '/');
     const char *base = slash ? slash + 1 : path;
-    if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash == path ? 1 : slash - path), path);
-    else snprintf(dir, sizeof dir, ".");
+    snprintf(dir, sizeof dir, "%s", path);
+    path_parent(dir);
     if (!realpath(dir, real)) return -1;
     snprintf(out, n, "%s/%s", real, base);
     return 0;

@@ -45,6 +45,9 @@ int file_write_atomic(const char *path, const void *data, size_t n);
  * as /dev/null, a folder, a pipe: the rename would replace it with a file). */
 int file_out_check(const char *path);
 
+/* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
+void path_parent(char *p);
+
 /* Whether paths a and b name one file: both existing and the same (device,
  * inode), or neither existing and the same path once their folders are
  * resolved (two outputs of one run given one name). */

@@ -211,14 +211,6 @@ static int model_hash(const char *model, const char *cache_dir, char out[65]) {
     return rc;
 }
 
-/* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
-static void parent_dir(char *p) {
-    char *s = strrchr(p, '/');
-    if (!s) strcpy(p, ".");
-    else if (s == p) p[1] = 0;
-    else *s = 0;
-}
-
 /* HEAD of the git checkout whose top folder is dir (it holds .git) into out:
  * 0, or -1 (not a checkout, or git failed) */
 static int git_head(const char *dir, char *out, size_t n) {
@@ -271,7 +263,7 @@ void exp_git_commit(char *out, size_t n) {
         if (len > 0) {
             dir[len] = 0;
             do {
-                parent_dir(dir);
+                path_parent(dir);
                 struct stat st;
                 snprintf(mark, sizeof mark, "%s/src/eval/experiment.h", dir);
                 found = stat(mark, &st) == 0 && git_head(dir, commit, sizeof commit) == 0;
@@ -445,7 +437,7 @@ int exp_check_out(const char *out) {
     char dir[4096];
     struct stat st;
     snprintf(dir, sizeof dir, "%s", out);
-    parent_dir(dir);
+    path_parent(dir);
     if (stat(dir, &st) != 0)
         return err_set("--out %s: folder %s: %s (create it first)", out, dir, strerror(errno));
     if (!S_ISDIR(st.st_mode)) return err_set("--out %s: %s is not a folder", out, dir);
@@ -956,7 +948,7 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     if (expconf_parse(text, "ternlab ppl", &c) != 0) return -1;
     char results[4096];
     snprintf(results, sizeof results, "%s", out);
-    parent_dir(results);
+    path_parent(results);
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
                  .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
                  .kv = kv ? kv : "none", .device = device ? device : "cpu", .results = results,
@@ -1062,9 +1054,9 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
          * other --out keeps it in the file's own folder (two folders up of
          * /tmp/x.h5 had been /cache) */
         snprintf(resbuf, sizeof resbuf, "%s", out);
-        parent_dir(resbuf);
+        path_parent(resbuf);
         const char *base = strrchr(resbuf, '/');
-        if (strcmp(base ? base + 1 : resbuf, def->name) == 0) parent_dir(resbuf); /* RESULTS/<experiment> */
+        if (strcmp(base ? base + 1 : resbuf, def->name) == 0) path_parent(resbuf); /* RESULTS/<experiment> */
         results = resbuf;
     }
     if (!config) {

@@ -322,10 +322,8 @@ int h5log_commit(H5Log *lg) {
     }
     /* The rename is durable once the directory entry is. */
     char *dir = xstrdup(lg->final_path);
-    char *slash = strrchr(dir, '/');
-    if (slash == dir) slash[1] = 0;
-    else if (slash) *slash = 0;
-    rc = fsync_path(slash ? dir : ".", 1);
+    path_parent(dir);
+    rc = fsync_path(dir, 1);
     if (rc) err_prefix("%s is in place but its directory could not be synced: ", lg->final_path);
     free(dir);
     lg_free(lg);

@@ -105,9 +105,8 @@ int model_out_not_input(const char *out, const char *what, const char *model, co
     const size_t ol = strlen(out);
     if (!hit && ol >= 12 && strcmp(out + ol - 12, ".safetensors") == 0) {
         char dir[4200]; /* out's folder is the model's */
-        const char *slash = strrchr(out, '/');
-        if (slash) snprintf(dir, sizeof dir, "%.*s", (int)(slash == out ? 1 : slash - out), out);
-        else snprintf(dir, sizeof dir, ".");
+        snprintf(dir, sizeof dir, "%s", out);
+        path_parent(dir);
         struct stat sd;
         hit = stat(dir, &sd) == 0 && sd.st_dev == sm.st_dev && sd.st_ino == sm.st_ino;
     }
