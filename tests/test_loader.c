@@ -92,6 +92,51 @@ TEST(loader_safetensors_refuses_bad_headers) {
                     "\"data_offsets\":[0,8]}}", 8, "overflow");
 }
 
+/* Every dtype of the format (safetensors' Dtype enum: 22, the sub-byte F4 and
+ * F6_* packed) is read with the byte length the format gives it, and named back
+ * as the format names it; a packed tensor whose bits do not fill whole bytes
+ * is refused, as the format's reader refuses it. */
+TEST(loader_safetensors_reads_every_dtype_of_the_format) {
+    static const struct {
+        const char *name;
+        unsigned bits;
+    } fmt[] = {{"BOOL", 8},     {"F4", 4},       {"F6_E2M3", 6},     {"F6_E3M2", 6},
+               {"U8", 8},       {"I8", 8},       {"F8_E5M2", 8},     {"F8_E4M3", 8},
+               {"F8_E8M0", 8},  {"F8_E4M3FNUZ", 8}, {"F8_E5M2FNUZ", 8}, {"I16", 16},
+               {"U16", 16},     {"F16", 16},     {"BF16", 16},       {"I32", 32},
+               {"U32", 32},     {"F32", 32},     {"C64", 64},        {"F64", 64},
+               {"I64", 64},     {"U64", 64}};
+    char path[600], header[300];
+    snprintf(path, sizeof path, "%s/dt.safetensors", test_tmpdir());
+    for (size_t i = 0; i < sizeof fmt / sizeof fmt[0]; i++) {
+        const size_t nb = 12 * fmt[i].bits / 8; /* shape [3, 4]: whole bytes for every dtype */
+        snprintf(header, sizeof header,
+                 "{\"t\":{\"dtype\":\"%s\",\"shape\":[3,4],\"data_offsets\":[0,%zu]}}", fmt[i].name, nb);
+        write_st(path, header, nb);
+        SafeTensors st;
+        int rc = st_open_file(path, &st);
+        CHECK_MSG(rc == 0, "%s: %s", fmt[i].name, err_msg());
+        if (rc != 0) continue;
+        const StTensor *t = st_find(&st, "t");
+        CHECK_MSG(t && t->nbytes == nb && t->numel == 12 && st_dtype_name(t->dtype) &&
+                      strcmp(st_dtype_name(t->dtype), fmt[i].name) == 0,
+                  "%s", fmt[i].name);
+        st_close(&st);
+        /* a byte more or less than the format's length is refused */
+        snprintf(header, sizeof header,
+                 "{\"t\":{\"dtype\":\"%s\",\"shape\":[3,4],\"data_offsets\":[0,%zu]}}", fmt[i].name, nb + 1);
+        expect_st_error(header, nb + 1, "data_offsets span");
+    }
+    expect_st_error("{\"a\":{\"dtype\":\"F4\",\"shape\":[3],\"data_offsets\":[0,2]}}", 2,
+                    "3 elements of F4 (4 bits each) do not fill whole bytes");
+    expect_st_error("{\"a\":{\"dtype\":\"F6_E3M2\",\"shape\":[2,3],\"data_offsets\":[0,5]}}", 5,
+                    "6 elements of F6_E3M2 (6 bits each) do not fill whole bytes");
+    expect_st_error("{\"a\":{\"dtype\":\"F4\",\"shape\":[4],\"data_offsets\":[0,4]}}", 4,
+                    "F4 need 2 bytes but data_offsets span 4");
+    expect_st_error("{\"a\":{\"dtype\":\"F6_E2M3\",\"shape\":[4294967296,1073741824],"
+                    "\"data_offsets\":[0,8]}}", 8, "overflow");
+}
+
 TEST(loader_safetensors_truncated_and_bad_length) {
     char path[600];
     snprintf(path, sizeof path, "%s/t.safetensors", test_tmpdir());
@@ -185,11 +230,14 @@ TEST(loader_config_refuses_linear_biases) {
 
 /* ---- checkpoints rewritten from the fixtures ----------------------------------- */
 
-/* bytes of one element of the ExtraTensor dtypes used here */
-static uint64_t elem_bytes(const char *dt) { return !strcmp(dt, "I64") ? 8 : !strcmp(dt, "F32") ? 4 : 2; }
+/* bytes of n elements of the ExtraTensor dtypes used here */
+static uint64_t elem_bytes(const char *dt, int64_t n) {
+    return (uint64_t)n * (!strcmp(dt, "I64") ? 64 : !strcmp(dt, "F32") ? 32 : !strcmp(dt, "F4") ? 4
+                          : !strcmp(dt, "F8_E8M0") ? 8 : 16) / 8;
+}
 
 typedef struct {
-    const char *name, *dtype; /* dtype "BF16", "F32" or "I64" */
+    const char *name, *dtype; /* dtype "BF16", "F32", "I64", "F8_E8M0" or "F4" */
     int64_t rows, cols;       /* cols 0: a vector of rows */
     const void *data;         /* its bytes, or NULL: zeros */
 } ExtraTensor;
@@ -221,7 +269,7 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
     uint64_t end = n - 8 - hl, extra = 0;
     for (int i = 0; i < nx; i++) {
         int64_t cnt = x[i].rows * (x[i].cols ? x[i].cols : 1);
-        uint64_t nb = (uint64_t)cnt * elem_bytes(x[i].dtype);
+        uint64_t nb = elem_bytes(x[i].dtype, cnt);
         cJSON_DeleteItemFromObjectCaseSensitive(h, x[i].name);
         cJSON *e = cJSON_AddObjectToObject(h, x[i].name);
         cJSON_AddStringToObject(e, "dtype", x[i].dtype);
@@ -246,7 +294,7 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
         for (size_t i = 0; i < pad; i++) fputc(' ', f);
         fwrite(buf + 8 + hl, 1, (size_t)end, f);
         for (int i = 0; i < nx; i++) {
-            const uint64_t nb = (uint64_t)(x[i].rows * (x[i].cols ? x[i].cols : 1)) * elem_bytes(x[i].dtype);
+            const uint64_t nb = elem_bytes(x[i].dtype, x[i].rows * (x[i].cols ? x[i].cols : 1));
             if (x[i].data) fwrite(x[i].data, 1, (size_t)nb, f);
             else
                 for (uint64_t b = 0; b < nb; b++) fputc(0, f);
@@ -334,6 +382,42 @@ TEST(loader_refuses_bias_tensors) {
     ExtraTensor in64 = {"model.norm.weight", "I64", 256, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &in64, 1) == 0);
     expect_load_error(dir, "dtype I64 where a float tensor");
+    /* the MX formats' packed F4 blocks and F8_E8M0 scales, unused, load too (they had
+     * failed it: "unknown dtype"); as a norm or a BitNet weight_scale they are refused
+     * by the format's name */
+    snprintf(dir, sizeof dir, "%s/mx", test_tmpdir());
+    ExtraTensor mx[2] = {{"model.mx.blocks", "F4", 64, 32, NULL}, {"model.mx.scales", "F8_E8M0", 64, 1, NULL}};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, mx, 2) == 0);
+    expect_loads(dir);
+    { /* quantize copies them as they are (the E8M0 one had been "cannot be copied") */
+        char cmd[2000], path[700];
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row --out %s/q",
+                 bin_path("ternlab"), dir, dir);
+        CHECK(test_run(cmd, NULL) == 0);
+        SafeTensors a, b;
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        REQUIRE(st_open_file(path, &a) == 0);
+        snprintf(path, sizeof path, "%s/q/model.safetensors", dir);
+        int rc = st_open_file(path, &b);
+        CHECK_MSG(rc == 0, "%s", err_msg());
+        for (int i = 0; i < 2 && rc == 0; i++) {
+            const StTensor *x = st_find(&a, mx[i].name), *y = st_find(&b, mx[i].name);
+            CHECK_MSG(x && y && x->dtype == y->dtype && !strcmp(st_dtype_name(y->dtype), mx[i].dtype) &&
+                          x->nbytes == y->nbytes && x->ndim == y->ndim && x->shape[0] == y->shape[0] &&
+                          x->shape[1] == y->shape[1] && !memcmp(x->data, y->data, x->nbytes),
+                      "%s", mx[i].name);
+        }
+        if (rc == 0) st_close(&b);
+        st_close(&a);
+    }
+    snprintf(dir, sizeof dir, "%s/f4norm", test_tmpdir());
+    ExtraTensor f4n = {"model.norm.weight", "F4", 256, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f4n, 1) == 0);
+    expect_load_error(dir, "dtype F4 where a float tensor");
+    snprintf(dir, sizeof dir, "%s/e8ws", test_tmpdir());
+    ExtraTensor e8 = {"model.layers.0.self_attn.q_proj.weight_scale", "F8_E8M0", 1, 0, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, &e8, 1) == 0);
+    expect_load_error(dir, "dtype F8_E8M0, expected a float");
     snprintf(dir, sizeof dir, "%s/invfreq", test_tmpdir());
     ExtraTensor f = {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL};
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f, 1) == 0);

@@ -410,7 +410,7 @@ int cmd_info(int argc, char **argv) {
             size_t l = strlen(shape);
             snprintf(shape + l, sizeof shape - l, d ? ", %lld" : "%lld", (long long)t->shape[d]);
         }
-        printf("  %-52s %-5s [%s] %zu bytes\n", t->name, dtype_name(t->dtype), shape, t->nbytes);
+        printf("  %-52s %-5s [%s] %zu bytes\n", t->name, st_dtype_name(t->dtype), shape, t->nbytes);
         total += t->nbytes;
     }
     printf("checkpoint bytes %zu\n", total);

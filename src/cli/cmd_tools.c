@@ -26,12 +26,6 @@ typedef struct {
     size_t nbytes;
 } OutTensor;
 
-/* the safetensors name of a dtype the reader takes (dtype_name's, but E8M0,
- * which is not one of the format's) */
-static const char *st_dtype_name(DType t) {
-    return t == DT_E8M0 || (unsigned)t >= DT_COUNT ? NULL : dtype_name(t);
-}
-
 /* Writes a safetensors file (header padded to 8 bytes) to path.tmp.<pid>, then renames. */
 static int write_safetensors(const char *path, const OutTensor *t, int n) {
     cJSON *h = cJSON_CreateObject();

@@ -3,19 +3,25 @@
 #include <math.h>
 
 const char *dtype_name(DType t) {
-    static const char *names[DT_COUNT] = {"F32", "F16",  "BF16", "U8",  "I8",  "I32",  "F8_E4M3", "E8M0",
-                                          "I64", "F64",  "BOOL", "I16", "U16", "U32",  "U64",     "F8_E5M2"};
+    static const char *names[DT_COUNT] = {
+        "F32", "F16", "BF16", "U8",  "I8",  "I32", "F8_E4M3", "E8M0",        "I64",         "F64",
+        "BOOL", "I16", "U16", "U32", "U64", "F8_E5M2", "F8_E4M3FNUZ", "F8_E5M2FNUZ", "C64", "F4",
+        "F6_E2M3", "F6_E3M2"};
     return (unsigned)t < DT_COUNT ? names[t] : "?";
 }
 
-size_t dtype_size(DType t) {
+unsigned dtype_bits(DType t) {
     switch (t) {
-    case DT_I64: case DT_F64: case DT_U64: return 8;
-    case DT_F32: case DT_I32: case DT_U32: return 4;
-    case DT_F16: case DT_BF16: case DT_I16: case DT_U16: return 2;
-    default: return 1;
+    case DT_I64: case DT_F64: case DT_U64: case DT_C64: return 64;
+    case DT_F32: case DT_I32: case DT_U32: return 32;
+    case DT_F16: case DT_BF16: case DT_I16: case DT_U16: return 16;
+    case DT_F4: return 4;
+    case DT_F6_E2M3: case DT_F6_E3M2: return 6;
+    default: return 8;
     }
 }
+
+size_t dtype_size(DType t) { return dtype_bits(t) % 8 ? 0 : dtype_bits(t) / 8; }
 
 float f16_to_f32(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000u) << 16;

@@ -27,10 +27,20 @@ typedef enum {
     DT_U32,
     DT_U64,
     DT_F8_E5M2,
+    DT_F8_E4M3FNUZ,
+    DT_F8_E5M2FNUZ,
+    DT_C64,
+    /* sub-byte: packed, an element is not a whole number of bytes (dtype_bits) */
+    DT_F4,
+    DT_F6_E2M3,
+    DT_F6_E3M2,
     DT_COUNT
 } DType;
 
 const char *dtype_name(DType t);
+/* bits of one element (4 for F4, 6 for F6_*); dtype_size: whole bytes of one
+ * element, 0 for the sub-byte formats */
+unsigned dtype_bits(DType t);
 size_t dtype_size(DType t);
 
 static inline float f32_from_bits(uint32_t u) {

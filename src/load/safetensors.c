@@ -8,20 +8,33 @@
 #include <stdlib.h>
 #include <string.h>
 
+/* The format's dtypes (safetensors' Dtype enum, all 22) and ternlab's for them. */
+static const struct {
+    const char *name;
+    DType t;
+} st_dtypes[] = {{"F64", DT_F64},         {"F32", DT_F32},         {"BF16", DT_BF16},
+                 {"F16", DT_F16},         {"F8_E4M3", DT_FP8_E4M3}, {"F8_E5M2", DT_F8_E5M2},
+                 {"F8_E8M0", DT_E8M0},    {"F8_E4M3FNUZ", DT_F8_E4M3FNUZ},
+                 {"F8_E5M2FNUZ", DT_F8_E5M2FNUZ}, {"F6_E2M3", DT_F6_E2M3},
+                 {"F6_E3M2", DT_F6_E3M2}, {"F4", DT_F4},           {"C64", DT_C64},
+                 {"I64", DT_I64},         {"I32", DT_I32},         {"I16", DT_I16},
+                 {"I8", DT_I8},           {"U64", DT_U64},         {"U32", DT_U32},
+                 {"U16", DT_U16},         {"U8", DT_U8},           {"BOOL", DT_BOOL}};
+enum { N_ST_DTYPES = sizeof st_dtypes / sizeof st_dtypes[0] };
+
 static int dtype_from_st(const char *s, DType *out) {
-    static const struct {
-        const char *name;
-        DType t;
-    } known[] = {{"F32", DT_F32},   {"BF16", DT_BF16}, {"F16", DT_F16},         {"U8", DT_U8},
-                 {"I8", DT_I8},     {"I32", DT_I32},   {"F8_E4M3", DT_FP8_E4M3}, {"I64", DT_I64},
-                 {"F64", DT_F64},   {"BOOL", DT_BOOL}, {"I16", DT_I16},         {"U16", DT_U16},
-                 {"U32", DT_U32},   {"U64", DT_U64},   {"F8_E5M2", DT_F8_E5M2}};
-    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-        if (strcmp(s, known[i].name) == 0) {
-            *out = known[i].t;
+    for (int i = 0; i < N_ST_DTYPES; i++)
+        if (strcmp(s, st_dtypes[i].name) == 0) {
+            *out = st_dtypes[i].t;
             return 0;
         }
     return -1;
+}
+
+const char *st_dtype_name(DType t) {
+    for (int i = 0; i < N_ST_DTYPES; i++)
+        if (st_dtypes[i].t == t) return st_dtypes[i].name;
+    return NULL;
 }
 
 static int cmp_tensor_name(const void *a, const void *b) {
@@ -95,9 +108,13 @@ int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int 
         }
         StTensor t = {0};
         if (dtype_from_st(jd->valuestring, &t.dtype) != 0) {
-            rc = err_set("%s: tensor '%s': unknown dtype '%s' (known: safetensors' F64, F32, BF16, F16, "
-                         "F8_E4M3, F8_E5M2, I64, I32, I16, I8, U64, U32, U16, U8, BOOL)",
-                         path, name, jd->valuestring);
+            char known[400];
+            size_t kl = 0;
+            for (int i = 0; i < N_ST_DTYPES && kl < sizeof known; i++)
+                kl += (size_t)snprintf(known + kl, sizeof known - kl, "%s%s", i ? ", " : "",
+                                       st_dtypes[i].name);
+            rc = err_set("%s: tensor '%s': unknown dtype '%s' (the format's: %s)", path, name,
+                         jd->valuestring, known);
             break;
         }
         int nd = cJSON_GetArraySize(js);
@@ -136,11 +153,23 @@ int st_parse_header(const uint8_t *buf, size_t file_size, const char *path, int 
                          (unsigned long long)data_size);
             break;
         }
-        uint64_t want = numel * dtype_size(t.dtype);
-        if (numel && want / numel != dtype_size(t.dtype)) want = UINT64_MAX;
+        /* bits, as the format counts them: a sub-byte dtype (F4, F6_*) packs its
+         * elements, and a tensor whose bits do not fill whole bytes is refused */
+        const uint64_t bits = dtype_bits(t.dtype);
+        if (numel > UINT64_MAX / bits) {
+            rc = err_set("%s: tensor '%s': shape overflows", path, name);
+            break;
+        }
+        if (numel * bits % 8) {
+            rc = err_set("%s: tensor '%s': %llu elements of %s (%u bits each) do not fill whole "
+                         "bytes", path, name, (unsigned long long)numel, st_dtype_name(t.dtype),
+                         (unsigned)bits);
+            break;
+        }
+        uint64_t want = numel * bits / 8;
         if (e - b != want) {
             rc = err_set("%s: tensor '%s': shape and dtype %s need %llu bytes but data_offsets "
-                         "span %llu", path, name, dtype_name(t.dtype),
+                         "span %llu", path, name, st_dtype_name(t.dtype),
                          (unsigned long long)want, (unsigned long long)(e - b));
             break;
         }

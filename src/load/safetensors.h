@@ -44,6 +44,9 @@ int st_open_dir(const char *dir, SafeTensors *st);
 int st_index_shards(const char *dir, char ***names, int *n);
 void st_close(SafeTensors *st);
 const StTensor *st_find(const SafeTensors *st, const char *name);
+/* The format's name of a dtype the reader gives ("F8_E8M0" for DT_E8M0), NULL for
+ * one it never gives. */
+const char *st_dtype_name(DType t);
 
 /* Parses and validates a header held in memory (used by st_open_file and the
  * fuzzing harness).  `file_size` is the size of the whole file; tensors are

@@ -149,7 +149,7 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
     if (s->dtype == DT_BF16) ws = bf16_to_f32(h);
     else if (s->dtype == DT_F16) ws = f16_to_f32(h);
     else if (s->dtype == DT_F32) memcpy(&ws, s->data, 4);
-    else return err_set("tensor '%s': dtype %s, expected a float", name, dtype_name(s->dtype));
+    else return err_set("tensor '%s': dtype %s, expected a float", name, st_dtype_name(s->dtype));
     if (!(ws > 0)) return err_set("tensor '%s': weight_scale %g must be positive", name, (double)ws);
     lin->t = xcalloc(1, sizeof(TernaryMatrix));
     if (tern_from_bitnet_packed(t->data, lin->out, lin->in, ws,

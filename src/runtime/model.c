@@ -59,7 +59,7 @@ static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64
     default:
         mem_free(w);
         return err_set("tensor '%s': dtype %s where a float tensor (F32, BF16, F16) is expected",
-                       name, dtype_name(t->dtype));
+                       name, st_dtype_name(t->dtype));
     }
     if (model_refuse_nonfinite(w, (size_t)t->numel, name) != 0) {
         mem_free(w);
@@ -272,7 +272,7 @@ static int check_checkpoint(const Model *m) {
                     "(U8 + weight_scale); float linears are ternarised only under "
                     "quantization_mode online with linear_class autobitlinear (transformers' "
                     "combination for float weights; it does not load this one either)", name,
-                    dtype_name(t->dtype), c->bitnet_class, c->bitnet_mode);
+                    st_dtype_name(t->dtype), c->bitnet_class, c->bitnet_mode);
             }
     }
     return 0;

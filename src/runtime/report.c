@@ -35,7 +35,7 @@ static void stored_format(const Model *m, const char *base, const Linear *lin, c
             snprintf(buf, n, "native ternary packed (ternlab %.40s)", m->cfg.ternlab_spec);
         else snprintf(buf, n, "native ternary packed (BitNet U8 + weight_scale)");
     } else if (t) {
-        snprintf(buf, n, "dense %s", dtype_name(t->dtype));
+        snprintf(buf, n, "dense %s", st_dtype_name(t->dtype));
     } else if (is_gguf(m)) {
         /* the GGUF loader keeps no per-tensor type; what it turned the tensor into tells it */
         snprintf(buf, n, lin && lin->t && !m->has_quant ? "GGUF TQ1_0/TQ2_0 (native ternary)"

@@ -14,7 +14,7 @@ int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size) {
         for (int i = 0; i < st.n_tensors; i++) {
             const StTensor *t = &st.tensors[i];
             FUZZ_ASSERT(t->name && t->ndim >= 0 && t->ndim <= ST_MAX_DIMS);
-            FUZZ_ASSERT(t->nbytes == (size_t)t->numel * dtype_size(t->dtype));
+            FUZZ_ASSERT((uint64_t)t->nbytes * 8 == (uint64_t)t->numel * dtype_bits(t->dtype));
             const uint8_t *p = t->data;
             FUZZ_ASSERT(p >= data && p + t->nbytes <= data + size);
             if (t->nbytes) sink ^= p[0] ^ p[t->nbytes - 1];
