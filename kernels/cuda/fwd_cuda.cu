@@ -3,6 +3,7 @@
  * so they are written for clarity and one launch each. */
 #include <cooperative_groups.h>
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 #include <math.h>
 #include <stdint.h>
@@ -12,6 +13,9 @@
 #include "cuda/cuda_util.h"
 #include "cuda/fwd_cuda.h"
 #include "cuda/tern_launch.cuh"
+extern "C" {
+#include "kv/kv_ternary.h"
+}
 #include "cuda/tern_mma.cuh"
 
 namespace {
@@ -442,6 +446,36 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
         e -= wq + wk;
         const int h = e / hd, d = e % hd;
         vp[(((int64_t)blk * n_kv + h) * bs + off) * hd + d] = v[i * ldv + e];
+    }
+}
+
+/* The KV policy's ternary rows in place (fwdc_kv_ternarise): token i's K and
+ * V rows of KV head blockIdx.y at slot[i], one thread per scale group — a K
+ * row's groups of KV_K_GROUP channels (thread t < nk), the V row whole
+ * (thread nk) — with kvt_quant_row's operations in its order (the group's
+ * |x| summed one by one, its mean, the clamps, rintf(x / mean), the scale
+ * rounded to f16) and each value replaced by kvt_dequant_row's (code - 1) x
+ * scale: the CPU's bits.  grid (tokens, n_kv), 32 threads (hd <= 256). */
+__global__ void kv_ternarise_kernel(float *kp, float *vp, const int32_t *slot, int n_kv, int hd, int bs) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t i = blockIdx.x;
+    const int h = blockIdx.y, t = threadIdx.x, nk = (hd + KV_K_GROUP - 1) / KV_K_GROUP;
+    if (t > nk) return;
+    const int sl = slot[i];
+    const int64_t off = (((int64_t)(sl / bs) * n_kv + h) * bs + sl % bs) * hd;
+    float *x = t < nk ? kp + off + (int64_t)t * KV_K_GROUP : vp + off;
+    const int cnt = t < nk ? min(KV_K_GROUP, hd - t * KV_K_GROUP) : hd;
+    float sum = 0.0f;
+    for (int j = 0; j < cnt; j++) sum = __fadd_rn(sum, fabsf(x[j]));
+    float gam = __fdiv_rn(sum, (float)cnt);
+    if (gam < 1e-8f) gam = 1e-8f;
+    if (gam > 65504.0f) gam = 65504.0f;
+    const float sc = __half2float(__float2half_rn(gam));
+    for (int j = 0; j < cnt; j++) {
+        float q = rintf(__fdiv_rn(x[j], gam));
+        q = q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q);
+        x[j] = __fmul_rn((float)(int)q, sc);
     }
 }
 
@@ -1300,6 +1334,18 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
     return tern_launch_pdl("rope_kv_kernel", rope_kv_kernel, grid, dim3(256), stream, d_q, ldq, d_k,
                            ldk, d_v, ldv, d_pos, d_slot, n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
                            d_vpages, block_size);
+}
+
+int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, int64_t n, int n_kv, int hd,
+                      int block_size, cudaStream_t stream) {
+    if (hd < 1 || hd > 256 || n_kv < 1 || block_size < 1)
+        return err_set("fwdc_kv_ternarise: head_dim %d (1..256), %d KV heads, block size %d", hd, n_kv,
+                       block_size);
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff || n_kv > 65535)
+        return err_set("fwdc_kv_ternarise: %lld tokens x %d KV heads is too large a grid", (long long)n, n_kv);
+    return tern_launch_pdl("kv_ternarise_kernel", kv_ternarise_kernel, dim3((unsigned)n, (unsigned)n_kv),
+                           dim3(32), stream, d_kpages, d_vpages, d_slot, n_kv, hd, block_size);
 }
 
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,

@@ -6,6 +6,7 @@
  *   fwdc_norm            residual add + rmsnorm_rows (+ act_quant_int8_ref)
  *   fwdc_glu_rows        fwd_glu (+ act_quant_int8_ref)
  *   fwdc_rope_kv_write   fwd_rope_apply + kv_write_token     forward.c, src/kv/kvcache.c
+ *   fwdc_kv_ternarise    kvt_quant_row + kvt_dequant_row     src/kv/kv_ternary.c
  *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
  *   fwdc_attention_rope  the two above in one decode kernel
  *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
@@ -68,6 +69,13 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, int64_t n,
                        int n_heads, int n_kv, int hd, const float *d_cos, const float *d_sin,
                        float *d_kpages, float *d_vpages, int block_size, cudaStream_t stream);
+/* The KV policy's ternary rows (src/kv/kv_ternary.h): token i's K and V
+ * rows at slot[i] of this layer's pages, every KV head, each value replaced
+ * in place by kvt_dequant_row(kvt_quant_row(row)) — the CPU's bits.  The
+ * pages stay f32: the attention reads the ternary format's values, the
+ * memory is not saved.  head_dim 1..256. */
+int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, int64_t n, int n_kv, int hd,
+                      int block_size, cudaStream_t stream);
 /* out (n, n_heads*hd) = softmax(q k^T / sqrt(hd)) v over positions 0..pos[i]
  * of token i's sequence (block table row tab_row[i]); q rows of stride ldq;
  * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256.

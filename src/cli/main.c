@@ -45,7 +45,8 @@ static const char *usage_text =
     "activations and dense weights; f32, the default, is the reference); bench is the\n"
     "CPU benchmark (GPU kernels: make bench-gpu; end to end: bench-e2e).\n"
     "--tp N: N CPU threads (with --device cuda, N GPUs).  --kv POLICY\n"
-    "(none|encoder|decoder|all[@layers=a-b]): ternary KV pages, CPU only; for ppl each\n"
+    "(none|encoder|decoder|all[@layers=a-b]): ternary KV pages (on one GPU the ternary\n"
+    "rows' values are kept in the f32 pages: the same numbers, no memory saved); for ppl each\n"
     "window's first half is prefilled and the second half decoded and scored; logits\n"
     "(full prefills) takes only none.  --block-size: tokens per KV page (default 16);\n"
     "--kv-blocks N: pages in the KV pool (default: enough for every sequence of a call);\n"
@@ -176,9 +177,9 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         }
     }
     if (strcmp(o->device, "cuda") == 0 && o->tp > 1) cuda_prepare_multi_gpu();
-    if (strcmp(o->device, "cuda") == 0 && o->kv && strcmp(o->kv, "none") != 0) {
-        fprintf(stderr, "ternlab: --kv %s with --device cuda: ternary KV pages run on the CPU "
-                        "only (use --device cpu)\n", o->kv);
+    if (strcmp(o->device, "cuda") == 0 && o->tp > 1 && o->kv && strcmp(o->kv, "none") != 0) {
+        fprintf(stderr, "ternlab: --kv %s with --device cuda --tp %d: ternary KV pages run on one "
+                        "GPU or on the CPU\n", o->kv, o->tp);
         return -1;
     }
     /* --tp N > 1 runs on N CPU threads (src/tp); the split itself is checked when

@@ -612,8 +612,8 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("tp %d: expected 1..%d (CPU threads or GPUs)", rc->tp, TP_MAX_RANKS);
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
-    if (dev == ENGINE_CUDA && pol.kind != KVP_NONE)
-        return err_set("device cuda with kv %s: ternary KV pages run on the CPU only (device=cpu)",
+    if (dev == ENGINE_CUDA && pol.kind != KVP_NONE && rc->tp > 1)
+        return err_set("device cuda, tp %d, kv %s: ternary KV pages run on one GPU or on the CPU", rc->tp,
                        rc->kv);
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
     if (model_out_not_input(out, "--out", rc->model, rc->tokens_path) != 0) return -1;

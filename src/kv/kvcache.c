@@ -21,6 +21,7 @@ static int kv_init_pages(KvCache *kv, int n_layers, int n_kv_heads, int head_dim
     kv->head_dim = head_dim;
     kv->block_size = block_size;
     kv->n_blocks = n_blocks;
+    kv->host_pages = pages;
     size_t per_layer = kv_bytes_needed(1, n_kv_heads, head_dim, block_size, n_blocks) / 2;
     kv->k = xcalloc((size_t)n_layers, sizeof(float *));
     kv->v = xcalloc((size_t)n_layers, sizeof(float *));
@@ -187,6 +188,10 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= kv->n_layers || p->layer_lo > p->layer_hi))
         return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
                        kv->n_layers, kv->n_layers - 1);
+    if (!kv->host_pages) { /* (the pools and pages below are the host's) */
+        kv->policy = *p;
+        return 0;
+    }
     /* Everything that can fail first, the policy taken last: a failed call
      * leaves the cache as it was (with at most the ternary pools added). */
     /* 1. the ternary pools (the first policy other than none), all or none */

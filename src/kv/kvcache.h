@@ -36,6 +36,8 @@ typedef struct {
     uint8_t *kq, *vq;   /* (n_layers, n_blocks, n_kv_heads, block_size, code_bytes) */
     uint16_t *ks, *vs;  /* (..., block_size, n_scales) f16 scales */
     int code_bytes, k_scales;
+    /* 0: kv_init_tables (the pages live with a backend, which applies the policy) */
+    int host_pages;
 } KvCache;
 
 /* Bytes kv_init would allocate for this geometry (f32 pages, every layer). */
@@ -67,7 +69,9 @@ float *kv_k_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
 float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
 
 /* Sets which tokens are stored as ternary pages (allocates the ternary pools
- * the first time a policy other than none is set).  Returns 0 or -1. */
+ * the first time a policy other than none is set; on a cache without host
+ * pages, kv_init_tables, only the policy is taken: the backend holding the
+ * pages applies it).  Returns 0 or -1. */
 int kv_set_policy(KvCache *kv, const KvPolicy *p);
 /* Stores one token's K and V rows (n_kv_heads*head_dim each) at (layer, seq, pos),
  * ternary when the policy says so for this layer and phase (decode = generated

@@ -110,6 +110,13 @@ struct CE {
      * hmax: per layer, max|h| of the GLU output, then max|attention output|,
      * then the folded norm's max|x' w| (float bits) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
+    /* the KV policy of the cache (kv_set_policy) and the call's phase
+     * (RunState.decode), as host_prepare found them: a layer whose tokens of
+     * this phase are ternary stores them through fwdc_kv_ternarise, and its
+     * attention is not the fused decode kernel (which scores the token's own
+     * position from the unrounded K / V) */
+    KvPolicy pol = {KVP_NONE, -1, -1};
+    int decode = 0;
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
      * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
     int defer = 1;
@@ -126,6 +133,7 @@ struct CE {
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
     int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
+    int64_t n_kv_tern = 0;          /* layers whose K / V of a call were stored ternary */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, exec_amax = 0, last_eager_n = 0;
@@ -464,15 +472,16 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
                   *row = g->d_in + 3 * n, *lidx = g->d_in + 4 * n, *cnt = g->d_in + 5 * n,
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
-    const bool att_fused = g->att_fuse && distinct;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
     std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
-        nfl((size_t)c.n_layers);
+        nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
+        tkv[(size_t)l] = kv_policy_ternary(&g->pol, l, g->decode) != 0;
+        afl[(size_t)l] = g->att_fuse && distinct && !tkv[(size_t)l];
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
-        ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, att_fused);
-        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, att_fused, ofl[(size_t)l]);
+        ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, afl[(size_t)l]);
+        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l]);
         nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
         fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
     }
@@ -501,7 +510,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             ldq = qd, ldk = ldv = kvd;
         }
         unsigned *omax = g->hmax + c.n_layers + l;
-        const bool of = ofl[(size_t)l], om = oml[(size_t)l];
+        const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l];
         g->n_fused[0] += att_fused, g->n_fused[1] += of;
         if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
@@ -510,6 +519,10 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         } else {
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                    (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
+            if (tkv[(size_t)l]) {
+                g->n_kv_tern++;
+                TRY(fwdc_kv_ternarise(kp, vp, slot, n, c.n_kv_heads, (int)hd, g->bs, g->st));
+            }
             TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
                                c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0,
                                g->att, g->st));
@@ -700,13 +713,18 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     if (n > g->max_tok)
         return err_set("forward: %lld tokens but the CUDA engine holds %lld", (long long)n,
                        (long long)g->max_tok);
-    if (kv->policy.kind != KVP_NONE) {
+    if (kv->policy.kind != KVP_NONE && g->tp > 1) {
         char pol[64];
         kv_policy_format(&kv->policy, pol, sizeof pol);
-        return err_set("--device cuda: ternary KV pages (--kv %s) are not implemented on the GPU; "
-                       "use --device cpu",
-                       pol);
+        return err_set("--device cuda --tp %d: ternary KV pages (--kv %s) run on one GPU or on the CPU",
+                       g->tp, pol);
     }
+    if (memcmp(&kv->policy, &g->pol, sizeof g->pol) != 0) { /* (a graph holds the old policy's kernels) */
+        drop_graph(g);
+        g->last_eager_n = 0;
+        g->pol = kv->policy;
+    }
+    g->decode = s->decode;
     if (s->dump) return err_set("--device cuda: --dump-layers runs on the CPU only");
     p->n = n;
     if (n <= 0) return 0;
@@ -1993,6 +2011,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->chained = g->n_chained;
+    info->kv_ternary = g->n_kv_tern;
     if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
     else snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;

@@ -99,6 +99,9 @@ typedef struct {
     /* layers enqueued (the same way) whose fused MLP's down GEMV leaves its K
      * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
+    /* layers enqueued (the same way) whose K / V of the call were stored
+     * ternary under the cache's KV policy (fwdc_kv_ternarise) */
+    int64_t kv_ternary;
     /* layers enqueued (the same way) whose int8 pass before the o projection
      * takes the fused attention's max|output| (one token, o not fused) */
     int64_t omax_given;
