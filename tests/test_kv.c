@@ -128,6 +128,27 @@ TEST(kv_set_policy_failure_leaves_the_cache) {
     kv_free(&kv);
 }
 
+/* A cache of block tables only (kv_init_tables: the CUDA engine's, whose pages
+ * are on the GPU) takes a policy without host pools or pages (it had gone on
+ * to allocate every layer's f32 pages on the host, the array of them being
+ * there); a layer range past the model is still refused. */
+TEST(kv_set_policy_on_tables_only_cache) {
+    KvCache kv;
+    REQUIRE(kv_init_tables(&kv, 3, 2, 8, 4, 6) == 0);
+    KvPolicy enc, bad;
+    REQUIRE(kv_policy_parse("encoder@layers=1-2", &enc) == 0 && kv_policy_parse("all@layers=2-3", &bad) == 0);
+    CHECK(kv_set_policy(&kv, &bad) == -1 && strstr(err_msg(), "the model has 3 layers"));
+    CHECK(kv.policy.kind == KVP_NONE);
+    REQUIRE(kv_set_policy(&kv, &enc) == 0);
+    CHECK(memcmp(&kv.policy, &enc, sizeof enc) == 0);
+    CHECK(!kv.fmt && !kv.kq && !kv.vq && !kv.ks && !kv.vs);
+    for (int l = 0; l < 3; l++) CHECK(!kv.k[l] && !kv.v[l]);
+    CHECK(kv_alloc_bytes(&kv) == 0);
+    int sq = kv_seq_new(&kv);
+    CHECK(kv_seq_reserve(&kv, sq, 9) == 0 && kv_check(&kv) == 0);
+    kv_free(&kv);
+}
+
 /* A ternary KV row whose group mean |x| is past f16's largest finite value
  * (the scale's storage) dequantises to finite values: the scale saturates at
  * 65504 (it had been inf, and the zero codes inf x 0 = NaN); a K row (one
