@@ -141,6 +141,25 @@ TEST(expconf_errors_name_file_and_line) {
 }
 
 /* the strict integer parser the command lines and configs share (core/strnum.h) */
+/* expconf_check_keys: a key outside the list is refused naming the file, its
+ * line and the known keys; every key known passes. */
+TEST(expconf_unknown_keys_refused) {
+    static const char *const known[] = {"factor", "values", "models", "tokens", "window", "max_windows", "quant",
+                                        NULL};
+    ExpConf c;
+    REQUIRE(expconf_parse("factor = rule\nvalues = a b\nmodels = m\ntokens = t\nwindow = 8\n"
+                          "max_windows = 1\nqaunt = rule={}\n",
+                          "typo.conf", &c) == 0);
+    CHECK(expconf_check(&c) == 0);
+    CHECK(expconf_check_keys(&c, known) != 0);
+    CHECK_MSG(strstr(err_msg(), "typo.conf:7: unknown key 'qaunt'") && strstr(err_msg(), "max_windows quant"),
+              "%s", err_msg());
+    expconf_free(&c);
+    REQUIRE(expconf_parse("factor = rule\nvalues = a\nquant = x\n", "ok.conf", &c) == 0);
+    CHECK_MSG(expconf_check_keys(&c, known) == 0, "%s", err_msg());
+    expconf_free(&c);
+}
+
 TEST(strnum_strict_integers) {
     int64_t v = 7;
     CHECK(str_to_i64("42", 0, 100, &v) == 0 && v == 42);

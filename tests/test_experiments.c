@@ -310,6 +310,13 @@ TEST(exp_bad_input_is_an_error) {
         {"%1$s --results '' --model %3$s --value none%2$.0s", "--results has an empty value"},
         {"%1$s --results %2$s/u3 --model '' --value none%3$.0s", "--model has an empty value"},
         {"%1$s --results %2$s/u4 --model %3$s --value none quant=", "'quant' has an empty value"},
+        /* a config key no program reads (a typo had run every point under the default:
+         * kv_policy = {} evaluated none under the labels of all four policies) */
+        {"sed 's/^kv /kv_policy /' configs/exp-kv-ternary.conf > %2$s/typo.conf && "
+         "%1$s --config %2$s/typo.conf --results %2$s/u5 --model %3$s --value all",
+         "typo.conf:15: unknown key 'kv_policy'"},
+        {"cp configs/exp-kv-ternary.conf %2$s/thr.conf && echo 'prompt_len = 64' >> %2$s/thr.conf && "
+         "%1$s --config %2$s/thr.conf --results %2$s/u6 --model %3$s --value all", "unknown key 'prompt_len'"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
@@ -318,7 +325,8 @@ TEST(exp_bad_input_is_an_error) {
         free(log);
         log = NULL;
     }
-    snprintf(cmd, sizeof cmd, "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary", dir, dir);
+    snprintf(cmd, sizeof cmd, "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary && test ! -e %s/u5 && test ! -e %s/u6",
+             dir, dir, dir, dir);
     CHECK(test_run(cmd, NULL) == 0);
 }
 

@@ -1069,8 +1069,16 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
         free(over);
         return 2;
     }
+    /* the keys the experiment programs read (run_point, exp_run; mem: the KV
+     * experiment's capacity budget); the throughput experiment's besides */
+    static const char *const known[] = {"factor", "values", "models", "tokens", "window", "max_windows",
+                                        "quant", "kv", "device", "tp", "logit_rows", "mem", NULL};
+    static const char *const known_thr[] = {"factor", "values", "models", "tokens", "window", "max_windows",
+                                            "quant", "kv", "device", "tp", "logit_rows", "mem", "batches",
+                                            "prompt_len", "gen_len", "warmup", "repeats", NULL};
     /* (the overrides first: a check before them let values=, factor= or max_windows=-1 through) */
-    if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0) {
+    if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0 ||
+        expconf_check_keys(&conf, def->kind == EXP_THROUGHPUT ? known_thr : known) != 0) {
         fprintf(stderr, "%s: %s\n", def->name, err_msg());
         expconf_free(&conf);
         free(over);

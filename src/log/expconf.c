@@ -155,6 +155,23 @@ int expconf_check(const ExpConf *c) {
     return 0;
 }
 
+int expconf_check_keys(const ExpConf *c, const char *const *known) {
+    for (int i = 0; i < c->n; i++) {
+        int ok = 0;
+        for (int j = 0; known[j] && !ok; j++) ok = strcmp(c->entries[i].key, known[j]) == 0;
+        if (ok) continue;
+        char list[1024] = "";
+        size_t len = 0;
+        for (int j = 0; known[j] && len < sizeof list - 1; j++) {
+            int w = snprintf(list + len, sizeof list - len, "%s%s", j ? " " : "", known[j]);
+            len = w < 0 ? sizeof list : len + (size_t)w;
+        }
+        return err_set("%s:%d: unknown key '%s' (this experiment reads: %s)", c->path, c->entries[i].line,
+                       c->entries[i].key, list);
+    }
+    return 0;
+}
+
 const char *expconf_get(const ExpConf *c, const char *key) {
     int i = find(c, key);
     return i < 0 ? NULL : c->entries[i].value;
