@@ -17,7 +17,12 @@
 # finished file whose root attribute device is not the sweep's (a CUDA run
 # written before the names said so) is moved to its own device's name, or
 # into misplaced/ where that is taken, and the point runs; one of another
-# experiment or factor value goes into misplaced/, and the point runs.
+# experiment or factor value, or of other settings (a sweep's run file
+# records its point's digest of the config after the overrides, the model's
+# path and the value, sweep_point: a window changed, the config edited,
+# another checkpoint of the same folder name), goes into misplaced/, and the
+# point runs.  (A file without sweep_point, a program run by hand, is
+# checked by experiment, value and device only.)
 #
 # options:
 #   --jobs N             jobs at once on each machine (default 1: one
@@ -187,8 +192,17 @@ device=$(conf_get device || true)
 want_dev=${device:-cpu}
 dev_suffix=""
 [ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
-outs=() lines=() bases=() pvals=()
+outs=() lines=() bases=() pvals=() tags=()
 declare -A seen_out=()
+# a point's tag: a digest of its settings — the config after the overrides
+# (but the lists of values and models), the model's absolute path and the
+# value — recorded in its run file (sweep_point.sh --tag), so that a finished
+# file of other settings (window changed, config edited, another checkpoint
+# of the same folder name) is not counted as this point's
+point_tag() {
+  { printf '%s\n' "$pairs" | awk -F '\t' '$1 != "values" && $1 != "models"' | LC_ALL=C sort
+    printf 'model\t%s\nvalue\t%s\n' "$(realpath -m -- "$1")" "$2"; } | sha256sum | cut -c1-16
+}
 for m in "${models[@]}"; do
   mname=$(safe "$(basename "$m")")
   for v in "${values[@]}"; do
@@ -205,7 +219,8 @@ for m in "${models[@]}"; do
     cmd=${cmd//\{config\}/$(q "$(rel "$config")")}
     for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
     outs+=("$out")
-    lines+=("bash scripts/sweep_point.sh $(q "$out") --device $(q "$want_dev") --expect $(q "experiment=$exp") --expect $(q "factor_value=$v") -- $cmd")
+    tags+=("$(point_tag "$m" "$v")")
+    lines+=("bash scripts/sweep_point.sh $(q "$out") --device $(q "$want_dev") --expect $(q "experiment=$exp") --expect $(q "factor_value=$v") --tag ${tags[-1]} -- $cmd")
   done
 done
 n=${#outs[@]}
@@ -223,8 +238,8 @@ dev_name() { # base, device -> the point's file name for that device
   if [ "$2" = cpu ]; then printf '%s.h5' "$1"; else printf '%s__%s.h5' "$1" "$(safe "$2")"; fi
 }
 # point_check I: point I's file, checked once — 0 a finished run file of this
-# point; 3 another device's (its device in $chk_dev); 4 another experiment's
-# or value's; 1 not a finished run file.  One `ternlab verify` with the
+# point; 3 another device's (its device in $chk_dev); 4 another experiment's,
+# value's or settings'; 1 not a finished run file.  One `ternlab verify` with the
 # point's device and attributes; under TERNLAB_VERIFY_CMD (or without the
 # program) scripts/verify_run.sh first, then those checks where they can run.
 point_check() {
@@ -235,7 +250,7 @@ point_check() {
     [ -x "$bin" ] || return 0
   fi
   chk_dev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
-            --expect "factor_value=${pvals[$1]}" "${outs[$1]}" 2>/dev/null) || r=$?
+            --expect "factor_value=${pvals[$1]}" --expect "sweep_point?=${tags[$1]}" "${outs[$1]}" 2>/dev/null) || r=$?
   case $r in
     0) return 0 ;;
     3) [ -n "$chk_dev" ] && return 3 || return 0 ;;
@@ -330,7 +345,8 @@ for i in "${!outs[@]}"; do
     why="a run on ${other_dev[$i]:-}, not $want_dev"
     if [ "${state[$i]}" = other ]; then to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
     else to=${outs[$i]}; why=$("$bin" verify --expect "experiment=$exp" --expect "factor_value=${pvals[$i]}" \
-                               "${outs[$i]}" 2>&1 | sed 's/^ternlab verify: [^:]*: //' | head -1 || true); fi
+                               --expect "sweep_point?=${tags[$i]}" "${outs[$i]}" 2>&1 |
+                               sed 's/^ternlab verify: [^:]*: //' | head -1 || true); fi
     if [ -e "$to" ]; then
       mkdir -p "$dir/misplaced"
       tag=${other_dev[$i]:-point}

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# usage: scripts/sweep_point.sh OUT [--device D] [--expect KEY=VALUE ...] -- COMMAND [ARGS...]
+# usage: scripts/sweep_point.sh OUT [--device D] [--expect KEY=VALUE ...] [--tag T] -- COMMAND [ARGS...]
 # Runs one point of a sweep (one line of a sweep's jobs file):
 #  - OUT already a finished run file (scripts/verify_run.sh) -> skipped, exit 0;
 #    with --device / --expect only if it is also this point's (ternlab verify
@@ -8,6 +8,12 @@
 #  - otherwise OUT and OUT.tmp.* left by an earlier, killed run are removed,
 #    COMMAND runs (it writes OUT through h5log: OUT.tmp.<pid>, renamed when
 #    complete), and OUT must verify afterwards (else it is removed, exit 3).
+#  - --tag T: the sweep's digest of the point's settings (config after the
+#    overrides, the model's path): COMMAND runs with TERNLAB_SWEEP_POINT=T,
+#    which the experiment programs record as the root attribute sweep_point,
+#    and a finished OUT with another sweep_point (a sweep's run of other
+#    settings) is moved into misplaced/ and the point runs; one without it (a
+#    program run by hand) counts as the point's.
 #  - SIGTERM/SIGINT/SIGHUP stop COMMAND and remove its temporary file, so a
 #    killed sweep leaves no half-written file (a SIGKILLed one may leave a
 #    temporary; the next sweep removes it).
@@ -17,12 +23,16 @@
 #    sweep — makes another run of it exit 75 ("being written") instead of
 #    removing its temporary and writing the file twice.
 set -u
-usage() { echo "usage: $0 OUT [--device D] [--expect KEY=VALUE ...] -- COMMAND [ARGS...]" >&2; exit 2; }
+usage() { echo "usage: $0 OUT [--device D] [--expect KEY=VALUE ...] [--tag T] -- COMMAND [ARGS...]" >&2; exit 2; }
 [ $# -ge 3 ] || usage
 out=$1; shift
 vargs=()
 while [ $# -gt 0 ] && [ "$1" != "--" ]; do
-  case $1 in --device|--expect) [ $# -ge 2 ] || usage; vargs+=("$1" "$2"); shift 2 ;; *) usage ;; esac
+  case $1 in
+    --device|--expect) [ $# -ge 2 ] || usage; vargs+=("$1" "$2"); shift 2 ;;
+    --tag) [ $# -ge 2 ] && [ -n "$2" ] || usage; vargs+=(--expect "sweep_point?=$2"); export TERNLAB_SWEEP_POINT=$2; shift 2 ;;
+    *) usage ;;
+  esac
 done
 [ $# -ge 2 ] && [ "$1" = "--" ] || usage
 shift

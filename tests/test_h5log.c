@@ -609,8 +609,8 @@ TEST(outputs_refuse_a_path_that_is_not_a_file) {
 
 /* ternlab verify's checks and exit codes: 0 a finished file of the device
  * and attributes asked for; 4 another experiment or value (--expect, either
- * spelling); 3 another device, printed on stdout; 1 an invalid file (before
- * 4 and 3); 2 a usage error. */
+ * spelling; KEY?=VALUE where the file has KEY); 3 another device, printed on
+ * stdout; 1 an invalid file (before 4 and 3); 2 a usage error. */
 TEST(verify_cli_device_and_expect) {
     char path[512], bad[512], cmd[2048], *out = NULL;
     snprintf(path, sizeof path, "%s/v.h5", test_tmpdir());
@@ -630,6 +630,10 @@ TEST(verify_cli_device_and_expect) {
         {"--device cuda %s", 3, "cpu\n"},
         {"--device cuda --expect factor_value=x %s", 4, "not 'x'"},
         {"--device cuda %s BAD", 1, "cannot open"},
+        /* KEY?=VALUE: only where the file has KEY (sweep_point: a run made by hand has none) */
+        {"--expect factor_value?=twn --expect sweep_point?=abc %s", 0, ""},
+        {"--expect factor_value?=std %s", 4, "factor_value is 'twn', not 'std'"},
+        {"--expect sweep_point=abc %s", 4, "no root attribute sweep_point"},
         {"--expect nokey %s", 2, "ternlab verify [--device D]"},
         {"--device", 2, "ternlab verify [--device D]"},
     };

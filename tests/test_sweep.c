@@ -311,7 +311,8 @@ TEST(sweep_grid_and_overrides) {
     CHECK_MSG(rc == 0, "dry run rc %d:\n%s", rc, out);
     CHECK_MSG(strstr(out, "4 points (0 complete)"), "%s", out);
     CHECK_MSG(strstr(out, "m2__all_layers_0-1.h5 --device cpu --expect experiment=exp-fake --expect "
-                          "factor_value=all@layers=0-1 -- prog --model data/m2 --value all@layers=0-1 --out ") &&
+                          "factor_value=all@layers=0-1 --tag ") &&
+                  strstr(out, " -- prog --model data/m2 --value all@layers=0-1 --out ") &&
                   strstr(out, "--exp exp-fake window=8"),
               "%s", out);
     CHECK(strstr(out, "--joblog") && strstr(out, "--resume-failed"));
@@ -687,7 +688,7 @@ TEST(sweep_device_in_run_file_name) {
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && !strstr(out, "complete, skipped") &&
                   strstr(out, "exp-fake/m2__b__cuda.h5 --device cuda --expect experiment=exp-fake "
-                              "--expect factor_value=b -- "),
+                              "--expect factor_value=b --tag "),
               "rc %d:\n%s", rc, out);
     free(out);
     /* the CUDA sweep (the stand-in records the device a CUDA run would) */
@@ -762,5 +763,58 @@ TEST(sweep_point_moves_another_points_file) {
     }
     snprintf(cmd, sizeof cmd, "ls '%s/misplaced' | wc -l", out_dir);
     CHECK(test_run(cmd, &out) == 0 && atoi(out) == 1);
+    free(out);
+}
+
+/* A finished file of other settings under a point's name is not that point's
+ * (a sweep audit: a second sweep with window=32 over a folder of window=16
+ * runs, an edited config, another checkpoint of the same folder name had each
+ * ended "all points complete" with the old runs, which the tables then mixed
+ * silently): each sweep's run file records the point's digest (sweep_point),
+ * a file of another one goes into misplaced/ (kept) and the point runs; the
+ * same settings again skip every point; a run file without the attribute (a
+ * program run by hand) still counts as the point's. */
+TEST(sweep_reruns_points_of_other_settings) {
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[3000], other[700], *out = NULL;
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(other, sizeof other, "--model %s/other/m1", dir);
+    const char *sweep = test_path("scripts/sweep.sh");
+    const char *base = "bash '%s' exp-fake --config '%s' --results '%s' %s 2>&1";
+    snprintf(cmd, sizeof cmd, base, sweep, conf, res, "--model data/m1");
+    REQUIRE(test_run(cmd, &out) == 0);
+    free(out);
+    struct {
+        const char *args, *want;
+        int moved;
+    } steps[] = {
+        {"--model data/m1 window=32", "all 2 points complete", 2},        /* a setting changed on the command line */
+        {"--model data/m1 window=32", "2 points, 2 already complete", 0}, /* the same again: nothing runs */
+        {"--model data/m1", "all 2 points complete", 2},                  /* back to the config's window */
+        {"--model data/../data/m1", "2 points, 2 already complete", 0},   /* the same checkpoint */
+        {other, "all 2 points complete", 2},                              /* another one, same folder name */
+    };
+    int moved_total = 0;
+    for (size_t i = 0; i < sizeof steps / sizeof steps[0]; i++) {
+        snprintf(cmd, sizeof cmd, base, sweep, conf, res, steps[i].args);
+        const int rc = test_run(cmd, &out);
+        moved_total += steps[i].moved;
+        char cnt[1200], *n = NULL;
+        snprintf(cnt, sizeof cnt, "ls '%s/misplaced' 2>/dev/null | grep -c '\\.point\\.'", out_dir);
+        test_run(cnt, &n);
+        CHECK_MSG(rc == 0 && strstr(out, steps[i].want) && n && atoi(n) == moved_total,
+                  "step %zu (%s): rc %d, %s files in misplaced/, want %d:\n%s", i, steps[i].args, rc, n ? n : "?",
+                  moved_total, out);
+        free(n);
+        free(out);
+    }
+    /* a file without sweep_point (written by the program alone) counts as the point's */
+    unsetenv("TERNLAB_SWEEP_POINT");
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' --model data/m1 --value a --out '%s/m1__a.h5'",
+             test_path("tests/tools/fake_exp.py"), out_dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, base, sweep, conf, res, "--model data/m1 window=32");
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(strstr(out, "1 already complete"), "%s", out);
     free(out);
 }

@@ -309,6 +309,7 @@ int cmd_verify(int argc, char **argv) {
                "whose values can be read.\n"
                "--expect KEY=VALUE (up to 8): also that the string root attribute KEY is VALUE (e.g.\n"
                "experiment=exp-threshold, factor_value=twn); a finished file that is not exits 4.\n"
+               "KEY?=VALUE: the same where the file has KEY (a file without it passes).\n"
                "--device D: also that its root attribute device is D; a finished file of\n"
                "another device prints that device on stdout (one line per such file) and\n"
                "exits 3.  An invalid file (1) comes before 4, 4 before 3.\n");
@@ -325,9 +326,14 @@ int cmd_verify(int argc, char **argv) {
         int mism = 0;
         for (int k = 0; k < n_expect && !mism; k++) {
             const char *eq = strchr(expect[k], '=');
+            const int opt = eq[-1] == '?'; /* KEY?=VALUE: only where the file has KEY */
             char key[64];
-            snprintf(key, sizeof key, "%.*s", (int)(eq - expect[k] < 63 ? eq - expect[k] : 63), expect[k]);
-            if (h5log_root_attr_str(argv[i], key, val, sizeof val) != 0) {
+            const int kl = (int)(eq - expect[k]) - opt;
+            snprintf(key, sizeof key, "%.*s", kl < 63 ? kl : 63, expect[k]);
+            const int ra = h5log_root_attr_str(argv[i], key, val, sizeof val);
+            if (ra == -2 && opt) {
+                continue;
+            } else if (ra != 0) {
                 fprintf(stderr, "ternlab verify: %s\n", err_msg());
                 mism = 1;
             } else if (strcmp(val, eq + 1) != 0) {

@@ -832,6 +832,10 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_i64(lg, "/", "tp", rc->tp);
         e |= h5log_attr_i64(lg, "/", "windows", R.nw);
         e |= h5log_attr_str(lg, "/", "protocol", R.split ? "kv-split-half" : "gptq-windows");
+        /* the sweep's digest of the point's settings (scripts/sweep.sh): a finished file
+         * of other settings under the point's name is not taken as this point's */
+        const char *swp = getenv("TERNLAB_SWEEP_POINT");
+        if (swp && swp[0]) e |= h5log_attr_str(lg, "/", "sweep_point", swp);
         e |= h5log_attr_str(lg, "/", "weights", m.native_ternary && !m.has_quant && !mo.dense
                                                      ? "native ternary" : m.has_quant ? "ternarised" : "dense");
         e |= h5log_scalar_f64(lg, "/metrics/ppl", res.ppl);

@@ -783,7 +783,8 @@ int h5log_root_attr_str(const char *path, const char *name, char *buf, size_t n)
                   : -1;
     hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
     if (a < 0) {
-        rc = err_set("%s: no root attribute %s", path, name);
+        err_set("%s: no root attribute %s", path, name);
+        rc = -2;
     } else if (ft < 0 || H5Tget_class(ft) != H5T_STRING || sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) {
         rc = err_set("%s: root attribute %s is not a string", path, name);
     } else {

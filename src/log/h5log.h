@@ -99,8 +99,8 @@ int h5log_verify(const char *path, const char *const *required_datasets);
  * logits [P, V]). */
 int h5log_verify_schema(const char *path);
 /* The string root attribute `name` of the HDF5 file at path into buf (n
- * bytes, truncated to fit).  Returns 0, or -1 with err_set (no such file or
- * attribute, not a string). */
+ * bytes, truncated to fit).  Returns 0; -2 with err_set where the file has
+ * no such attribute; -1 with err_set otherwise (no such file, not a string). */
 int h5log_root_attr_str(const char *path, const char *name, char *buf, size_t n);
 
 /* The schema of a run file (DESIGN.md, paper/SCHEMA.md); NULL-terminated. */

@@ -49,6 +49,8 @@ def main(argv):
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "overrides": " ".join(overrides)}.items():
         a[k] = v
+    if os.environ.get("TERNLAB_SWEEP_POINT"):  # (as the experiment programs record it)
+        a["sweep_point"] = os.environ["TERNLAB_SWEEP_POINT"]
     a["window"] = np.int64(16)
     a["tp"] = np.int64(1)
     for k in ("ppl", "ppl_ref", "nll_mean", "kl_mean", "top1_agree", "logit_rel_l2"):
