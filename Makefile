@@ -181,9 +181,9 @@ bench-e2e: $(BUILD)/ternlab
 EXPERIMENTS := exp-threshold exp-scale-dtype exp-group-size exp-kv-ternary exp-throughput
 .PHONY: $(EXPERIMENTS) experiments
 $(EXPERIMENTS): all
-	bash scripts/sweep.sh $@ --jobs $(JOBS) --results $(RESULTS) $(foreach m,$(MODEL),--model $(m)) $(ARGS)
-	$(PY) scripts/figures.py --results $(RESULTS) --out paper/figures
-	$(PY) scripts/tables.py --results $(RESULTS) --out paper/tables
+	bash scripts/sweep.sh $@ --jobs $(JOBS) --results '$(RESULTS)' $(foreach m,$(MODEL),--model $(m)) $(ARGS)
+	$(PY) scripts/figures.py --results '$(RESULTS)' --out paper/figures
+	$(PY) scripts/tables.py --results '$(RESULTS)' --out paper/tables
 experiments: $(EXPERIMENTS)
 
 -include $(shell find $(BUILD) build-san -name '*.d' 2>/dev/null)

@@ -17,18 +17,18 @@ EXP_PROG      = $(BUILD)/exp_$(subst -,_,$(patsubst exp-%,%,$(EXP)))
 .PHONY: figures tables paper sweep
 
 figures:
-	$(PY) scripts/figures.py --results $(RESULTS) --out paper/figures
+	$(PY) scripts/figures.py --results '$(RESULTS)' --out paper/figures
 
 tables:
-	$(PY) scripts/tables.py --results $(RESULTS) --out paper/tables
+	$(PY) scripts/tables.py --results '$(RESULTS)' --out paper/tables
 
 paper: figures tables
-	$(PY) scripts/paper.py --results $(RESULTS) --paper paper
+	$(PY) scripts/paper.py --results '$(RESULTS)' --paper paper
 
 sweep:
 	@test -n "$(EXP)" || { echo "usage: make sweep EXP=exp-<name> [JOBS=N] [MODEL=path] [SSHLOGINFILE=file] [RESULTS=dir] [ARGS='key=value ...']"; exit 2; }
 	$(MAKE) $(BUILD)/ternlab $(EXP_PROG)
-	bash scripts/sweep.sh $(EXP) --jobs $(JOBS) --results $(RESULTS) \
+	bash scripts/sweep.sh $(EXP) --jobs $(JOBS) --results '$(RESULTS)' \
 	  $(foreach m,$(MODEL),--model $(m)) $(if $(SSHLOGINFILE),--sshloginfile $(SSHLOGINFILE)) $(ARGS)
 
 # Suggested (the lead's call): `make exp-<name>` = the sweep on both default

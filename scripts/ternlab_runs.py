@@ -276,20 +276,52 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     out_dir, missing) for every experiment that has complete run files
     (missing: missing_points against the config's values)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
-    ap.add_argument("--results", default="results")
+    ap.add_argument("--results", default=None, help="results folder (default results/)")
     ap.add_argument("--out", default=default_out)
     ap.add_argument("--configs", default="configs")
     ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
     a = ap.parse_args()
-    os.makedirs(a.out, exist_ok=True)
+    given, a.results = a.results is not None, a.results or "results"
+    err = check_results_arg(tool, a.results, a.exps, a.configs, given)
+    if err:
+        return err
     exps = a.exps or experiments(a.results)
     if not exps:
         print(f"{tool}: no results under {a.results}/exp-* (run make exp-... first)")
         return 0
-    for exp in exps:
-        runs, missing = load_with_missing(a.results, exp, a.configs)
-        if not runs:
-            print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped")
-            continue
-        per_experiment(exp, runs, a.out, missing)
+    rc = 0
+    try:
+        os.makedirs(a.out, exist_ok=True)
+        for exp in exps:
+            runs, missing = load_with_missing(a.results, exp, a.configs)
+            if not runs:
+                print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped",
+                      file=sys.stderr if a.exps else sys.stdout)
+                rc = 1 if a.exps else rc  # (an experiment asked for by name and not there)
+                continue
+            per_experiment(exp, runs, a.out, missing)
+    except OSError as e:  # (a full disk, a read-only folder: said, not a traceback)
+        print(f"{tool}: cannot write under {a.out}: {e}", file=sys.stderr)
+        return 1
+    return rc
+
+
+def check_results_arg(tool, results, exps, configs, given=True):
+    """0, or 2 with a message on stderr: --results (given) must be a folder,
+    not an experiment's own folder; experiments named must be known (a config
+    in configs/ or a folder in results/).  (The default results/ may be
+    absent: nothing has run yet.)"""
+    if not os.path.isdir(results) and (given or exps):
+        print(f"{tool}: --results {results}: no such folder", file=sys.stderr)
+        return 2
+    if not exps and not experiments(results) and glob.glob(os.path.join(results, "*.h5")):
+        print(f"{tool}: --results {results} holds run files itself: give the folder above it "
+              f"(the one that holds exp-*/)", file=sys.stderr)
+        return 2
+    for e in exps:
+        if not os.path.isfile(os.path.join(configs, e + ".conf")) and \
+                not os.path.isdir(os.path.join(results, e)):
+            known = sorted(set(EXPERIMENTS) | set(experiments(results)))
+            print(f"{tool}: unknown experiment '{e}' (known: {' '.join(known)})", file=sys.stderr)
+            return 2
     return 0

@@ -514,6 +514,37 @@ TEST(sweep_results_to_figures_tables_paper) {
                   strstr(out, "| kept |") && strstr(out, "not regenerated"),
               "rc %d:\n%s", rc, out);
     free(out);
+
+    /* bad input to the scripts is an error, and paper.md is not rewritten from
+     * nothing (they had exited 0 having done nothing, and paper.py had replaced
+     * the Setup section's provenance with "no run files yet") */
+    snprintf(cmd, sizeof cmd, "cd '%s' && cp '%s/paper/paper.md' '%s/paper.before'", test_path(""), dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    const struct {
+        const char *fmt; /* %1$s the tmp folder, %2$s the results folder */
+        int rc;
+        const char *want;
+    } bad[] = {
+        {"figures.py --results '%1$s/typo' --out '%1$s/paper/figures'%2$.0s", 2, "--results"},
+        {"tables.py --results '%2$s' --out '%1$s/paper/tables' exp-thresold", 2, "unknown experiment 'exp-thresold'"},
+        {"tables.py --results '%2$s/exp-fake' --out '%1$s/paper/tables'", 2, "holds run files itself"},
+        {"paper.py --results '%1$s/typo' --paper '%1$s/paper'%2$.0s", 2, "no such folder"},
+        {"paper.py --results '%1$s/empty' --paper '%1$s/paper'%2$.0s", 1, "left as it is"},
+        {"tables.py --results '%2$s' --out '%1$s/paper.before/x'", 1, "cannot write"},
+    };
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/empty'", dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        char args[1600];
+        snprintf(args, sizeof args, bad[i].fmt, dir, res);
+        snprintf(cmd, sizeof cmd, "cd '%s' && /usr/bin/python3 scripts/%s 2>&1", test_path(""), args);
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == bad[i].rc && out && strstr(out, bad[i].want), "%s: rc %d (want %d):\n%s", args, rc,
+                  bad[i].rc, out ? out : "");
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "cmp -s '%s/paper/paper.md' '%s/paper.before'", dir, dir);
+    CHECK_MSG(test_run(cmd, NULL) == 0, "paper.md was rewritten by a failed paper.py");
 }
 
 /* TERM to the sweep script alone (kill PID, Slurm's scancel, a supervisor)
