@@ -330,6 +330,25 @@ TEST(exp_bad_input_is_an_error) {
     CHECK(test_run(cmd, NULL) == 0);
 }
 
+/* A program stopped by TERM (a sweep stopping a point, scancel) while it
+ * writes removes its temporaries: the reference cache's under RESULTS/cache
+ * had stayed for good (71 MB in a sweep audit; sweep_point.sh removes only
+ * the run file's), and ends by the signal (143).  TERM is sent as soon as a
+ * temporary appears. */
+TEST(exp_term_removes_its_temporaries) {
+    char cmd[3000], *out = NULL;
+    const char *dir = test_tmpdir();
+    snprintf(cmd, sizeof cmd,
+             "r='%s/term'; mkdir -p \"$r\"; %s --model %s --value twn --results \"$r\" max_windows=40 >/dev/null 2>&1 & "
+             "p=$!; i=0; while [ $i -lt 600 ] && [ -z \"$(find \"$r\" -name '*.tmp.*' | head -1)\" ]; do "
+             "sleep 0.02; i=$((i+1)); done; seen=$(find \"$r\" -name '*.tmp.*' | wc -l); kill -TERM $p; wait $p; "
+             "rc=$?; echo \"seen $seen rc $rc left $(find \"$r\" -name '*.tmp.*' | wc -l)\"",
+             dir, bin_path("exp_threshold"), test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "seen 1 rc 143 left 0"), "%s", out ? out : "");
+    free(out);
+}
+
 /* Each program's usage names the program as built (it had said build/exp_scale-dtype
  * for build/exp_scale_dtype), and its stdout is checked at exit: output that cannot
  * be written (a full disk) is a failed run, exit 1 with the reason (it had exited 0). */

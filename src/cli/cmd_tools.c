@@ -48,6 +48,7 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
     char tmp[4300];
     snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
     int rc = file_out_check(path);
+    if (rc == 0) tmp_register(tmp);
     FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
     if (rc == 0 && !f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
     if (rc == 0) {
@@ -62,6 +63,7 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
         if (rc == 0 && rename(tmp, path) != 0) rc = err_set("cannot rename %s: %s", tmp, strerror(errno));
         if (rc != 0) remove(tmp);
     }
+    tmp_unregister(tmp);
     free(text);
     return rc;
 }

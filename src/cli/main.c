@@ -3,6 +3,7 @@
 #include "cli/cli.h"
 #include "core/blas_setup.h"
 #include "core/err.h"
+#include "core/mem.h"
 #include "core/strnum.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
@@ -202,6 +203,8 @@ int main(int argc, char **argv) {
      * write with EPIPE, reported (exit 1) as any output that cannot be
      * written, instead of killing the program (exit 141) */
     signal(SIGPIPE, SIG_IGN);
+    /* stopped by TERM, INT or HUP: the temporaries of files being written go */
+    tmp_cleanup_on_signals();
     blas_setup(argc, argv);
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0 ||
         strcmp(argv[1], "help") == 0) {

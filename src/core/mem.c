@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -142,20 +143,68 @@ int file_same(const char *a, const char *b) {
     return strcmp(ra, rb) == 0;
 }
 
+/* the registry: slot i holds a path while live[i] (set after the path is
+ * written, cleared before it is reused: the handler reads only whole paths) */
+enum { TMP_SLOTS = 16, TMP_PATH = 4400 };
+static char tmp_paths[TMP_SLOTS][TMP_PATH];
+static volatile sig_atomic_t tmp_live[TMP_SLOTS];
+
+void tmp_register(const char *path) {
+    if (!path || strlen(path) >= TMP_PATH) return;
+    int free_slot = -1;
+    for (int i = 0; i < TMP_SLOTS; i++) {
+        if (tmp_live[i] && strcmp(tmp_paths[i], path) == 0) return;
+        if (!tmp_live[i] && free_slot < 0) free_slot = i;
+    }
+    if (free_slot < 0) return;
+    memcpy(tmp_paths[free_slot], path, strlen(path) + 1);
+    tmp_live[free_slot] = 1;
+}
+
+void tmp_unregister(const char *path) {
+    for (int i = 0; path && i < TMP_SLOTS; i++)
+        if (tmp_live[i] && strcmp(tmp_paths[i], path) == 0) tmp_live[i] = 0;
+}
+
+static void tmp_on_signal(int sig) {
+    for (int i = 0; i < TMP_SLOTS; i++) /* (unlink is async-signal-safe) */
+        if (tmp_live[i]) unlink(tmp_paths[i]);
+    signal(sig, SIG_DFL);
+    raise(sig);
+}
+
+void tmp_cleanup_on_signals(void) {
+    const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    for (int i = 0; i < 3; i++) {
+        struct sigaction sa;
+        memset(&sa, 0, sizeof sa);
+        sa.sa_handler = tmp_on_signal;
+        sigemptyset(&sa.sa_mask);
+        for (int j = 0; j < 3; j++) sigaddset(&sa.sa_mask, sigs[j]); /* (one handler at a time) */
+        sigaction(sigs[i], &sa, NULL);
+    }
+}
+
 int file_write_atomic(const char *path, const void *data, size_t n) {
     if (file_out_check(path) != 0) return -1;
     char tmp[4200];
     snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    tmp_register(tmp);
     FILE *f = fopen(tmp, "wb");
-    if (!f) return err_set("%s: cannot create: %s", tmp, strerror(errno));
+    if (!f) {
+        tmp_unregister(tmp);
+        return err_set("%s: cannot create: %s", tmp, strerror(errno));
+    }
     int ok = fwrite(data, 1, n, f) == n;
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;
         remove(tmp);
+        tmp_unregister(tmp);
         return err_set("%s: write failed: %s", path, strerror(e));
     }
+    tmp_unregister(tmp);
     return 0;
 }
 

@@ -40,6 +40,17 @@ void file_unmap(MappedFile *mf);
  * -1 with err_set (the temporary is removed). */
 int file_write_atomic(const char *path, const void *data, size_t n);
 
+/* Temporaries in progress (a writer's <final>.tmp.<pid>, renamed when whole):
+ * registered while they exist, so that a TERM, INT or HUP — a sweep stopping
+ * a point — removes them before the process ends (tmp_cleanup_on_signals, in
+ * the programs' main).  Up to 16 at once (more: not registered).  A path
+ * registered twice is one entry. */
+void tmp_register(const char *path);
+void tmp_unregister(const char *path);
+/* Handlers for SIGTERM, SIGINT and SIGHUP that unlink every registered
+ * temporary, then end the process by the same signal (default action). */
+void tmp_cleanup_on_signals(void);
+
 /* For a path that a result will be renamed over: 0 when it does not exist or
  * is a regular file (or a link to one), else -1 with err_set (a device such
  * as /dev/null, a folder, a pipe: the rename would replace it with a file). */

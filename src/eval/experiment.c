@@ -168,10 +168,12 @@ static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) 
         if (cache_dir && mkdirs(cache_dir) == 0) { /* best effort, atomically */
             char tmp[4400];
             snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cp, (long)getpid());
+            tmp_register(tmp);
             FILE *f = fopen(tmp, "w");
             int ok = f && fprintf(f, "%s\n%s\n", key, out) > 0;
             if (f) ok = fclose(f) == 0 && ok;
             if (!ok || rename(tmp, cp) != 0) unlink(tmp);
+            tmp_unregister(tmp);
         }
         err_clear();
     }
@@ -1014,6 +1016,7 @@ static void usage(const ExpDef *def, FILE *f) {
 static int exp_run(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
+    tmp_cleanup_on_signals(); /* (stopped: the run file's and the reference cache's temporaries go) */
     const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
     char cfgpath[4096];
     int n_over = 0;

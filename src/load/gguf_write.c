@@ -169,6 +169,7 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
     size_t tl = strlen(path) + 16;
     char *tmp = xmalloc(tl);
     snprintf(tmp, tl, "%s.tmp", path);
+    tmp_register(tmp);
     FILE *f = fopen(tmp, "wb");
     int rc = 0;
     if (!f) {
@@ -186,6 +187,7 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
             rc = err_set("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         if (rc != 0) remove(tmp);
     }
+    tmp_unregister(tmp);
     free(tmp);
     free(h.p);
     return rc;
