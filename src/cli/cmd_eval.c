@@ -272,6 +272,7 @@ int cmd_logits(int argc, char **argv) {
     if (rc == 0) {
         char tmp[4096];
         snprintf(tmp, sizeof tmp, "%s.tmp.%d", o.out, (int)getpid());
+        tmp_register(tmp); /* (TERM, INT, HUP: removed) */
         LogitsSink sink = {fopen(tmp, "wb"), tmp};
         if (!sink.f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
         PplOpts po = {.window = o.window, .first_window = o.win_a,
@@ -289,6 +290,7 @@ int cmd_logits(int argc, char **argv) {
         if (rc == 0 && rename(tmp, o.out) != 0)
             rc = err_set("%s: cannot rename to %s: %s", tmp, o.out, strerror(errno));
         if (rc != 0) remove(tmp);
+        tmp_unregister(tmp);
         tp_engine_close(&e);
     }
     free(tok);
