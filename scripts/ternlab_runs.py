@@ -166,6 +166,8 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
             print(f"warning: skipping {p}: a run of '{e}', not of {exp}", file=sys.stderr)
             continue
         runs.append(r)
+    runs = drop_duplicates(runs, exp)
+    warn_mixed_settings(runs, exp)
     values = conf_values(configs_dir, exp)
     missing = missing_points(runs, values)
     for m, gone in missing:
@@ -178,6 +180,44 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
                              rank.get(r["value"], len(rank)), r["value"],
                              str(r["attrs"].get("device", ""))))
     return runs, missing
+
+
+def drop_duplicates(runs, exp):
+    """One run per (model, value, device): where several files hold the same
+    point (a file copied or renamed by hand), the newest (created_utc, then
+    the path) is kept and the others named on stderr -- a figure had kept one
+    of them silently and a table had shown both."""
+    newest = {}
+    for r in runs:
+        a = r["attrs"]
+        key = (r["model_name"], r["value"], str(a.get("device", "")))
+        order = (str(a.get("created_utc", "")), r["path"])
+        if key not in newest or order > newest[key][0]:
+            newest[key] = (order, r)
+    keep = {id(v[1]) for v in newest.values()}
+    for r in runs:
+        if id(r) not in keep:
+            a = r["attrs"]
+            k = newest[(r["model_name"], r["value"], str(a.get("device", "")))][1]
+            print(f"warning: {exp}: {r['path']} is the same point as {k['path']} ({r['model_name']}, "
+                  f"{r['value']}): skipping the older", file=sys.stderr)
+    return [r for r in runs if id(r) in keep]
+
+
+def warn_mixed_settings(runs, exp):
+    """A warning on stderr where the runs of one experiment were evaluated
+    differently (window, number of windows, token file): their rows side by
+    side in a table compare unlike things."""
+    for key, show in (("window", str), ("windows", str), ("tokens", lambda t: os.path.basename(str(t)))):
+        seen = {}
+        for r in runs:
+            if key in r["attrs"]:
+                seen.setdefault(show(r["attrs"][key]), []).append(os.path.basename(r["path"]))
+        if len(seen) > 1:
+            parts = "; ".join(f"{v}: {', '.join(files[:3])}{' ...' if len(files) > 3 else ''}"
+                              for v, files in seen.items())
+            print(f"warning: {exp}: the runs differ in {key} ({parts}): they are not comparable "
+                  f"side by side", file=sys.stderr)
 
 
 def missing_points(runs, values):
