@@ -13,7 +13,7 @@
 # Jobs run under GNU Parallel; the sweep is resumable: run it again after a
 # kill, a crash or a failed job and only the points without a finished file
 # run.  Files that exist but do not verify (truncated, incomplete) are
-# deleted and rerun; leftover temporaries (*.h5.tmp.<pid>) are deleted.  A
+# deleted and rerun; leftover temporaries (*.h5.tmp.<host>.<pid>) are deleted.  A
 # finished file whose root attribute device is not the sweep's (a CUDA run
 # written before the names said so) is moved to its own device's name, or
 # into misplaced/ where that is taken, and the point runs; one of another

@@ -6,7 +6,7 @@
 #    with them): one of another device, experiment or value is moved into
 #    misplaced/ beside it and the point runs;
 #  - otherwise OUT and OUT.tmp.* left by an earlier, killed run are removed,
-#    COMMAND runs (it writes OUT through h5log: OUT.tmp.<pid>, renamed when
+#    COMMAND runs (it writes OUT through h5log: OUT.tmp.<host>.<pid>, renamed when
 #    complete), and OUT must verify afterwards (else it is removed, exit 3).
 #  - --tag T: the sweep's digest of the point's settings (config after the
 #    overrides, the model's path): COMMAND runs with TERNLAB_SWEEP_POINT=T,

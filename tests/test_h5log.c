@@ -9,6 +9,7 @@
 #include "core/mem.h"
 #include "log/h5log.h"
 
+#include <ctype.h>
 #include <dirent.h>
 #include <hdf5.h>
 #include <signal.h>
@@ -527,8 +528,11 @@ TEST(h5log_killed_writer_leaves_previous_file) {
     CHECK_MSG(h5log_verify_schema(path) == 0, "%s", err_msg());
     /* The killed writer's temporary is left (nothing can clean up after
      * SIGKILL); it is not a valid run file and sweeps delete it. */
-    char tmp[600];
-    snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)pid);
+    char tmp[700], host[65] = "";
+    gethostname(host, sizeof host - 1);
+    for (char *c = host; *c; c++)
+        if (!isalnum((unsigned char)*c) && *c != '.' && *c != '-' && *c != '_') *c = '_';
+    snprintf(tmp, sizeof tmp, "%s.tmp.%s.%ld", path, host[0] ? host : "host", (long)pid);
     CHECK(access(tmp, F_OK) == 0);
     CHECK(h5log_verify(tmp, NULL) != 0);
 }

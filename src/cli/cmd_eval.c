@@ -270,8 +270,8 @@ int cmd_logits(int argc, char **argv) {
                                                       : o.window;
     if (rc == 0) rc = open_engine(&e, &m, &o, per_call, per_call / o.window, o.window);
     if (rc == 0) {
-        char tmp[4096];
-        snprintf(tmp, sizeof tmp, "%s.tmp.%d", o.out, (int)getpid());
+        char tmp[4300];
+        tmp_name(tmp, sizeof tmp, o.out);
         tmp_register(tmp); /* (TERM, INT, HUP: removed) */
         LogitsSink sink = {fopen(tmp, "wb"), tmp};
         if (!sink.f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));

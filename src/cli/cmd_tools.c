@@ -26,7 +26,7 @@ typedef struct {
     size_t nbytes;
 } OutTensor;
 
-/* Writes a safetensors file (header padded to 8 bytes) to path.tmp.<pid>, then renames. */
+/* Writes a safetensors file (header padded to 8 bytes) to path.tmp.<host>.<pid>, then renames. */
 static int write_safetensors(const char *path, const OutTensor *t, int n) {
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
@@ -46,7 +46,7 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
     cJSON_Delete(h);
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
     char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    tmp_name(tmp, sizeof tmp, path);
     int rc = file_out_check(path);
     if (rc == 0) tmp_register(tmp);
     FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;

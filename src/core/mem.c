@@ -143,6 +143,17 @@ int file_same(const char *a, const char *b) {
     return strcmp(ra, rb) == 0;
 }
 
+void tmp_name(char *buf, size_t n, const char *final) {
+    char host[65] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = 0;
+    for (char *c = host; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '-' || *c == '_'))
+            *c = '_';
+    snprintf(buf, n, "%s.tmp.%s.%ld", final, host, (long)getpid());
+}
+
 /* the registry: slot i holds a path while live[i] (set after the path is
  * written, cleared before it is reused: the handler reads only whole paths) */
 enum { TMP_SLOTS = 16, TMP_PATH = 4400 };
@@ -188,7 +199,8 @@ void tmp_cleanup_on_signals(void) {
 int file_write_atomic(const char *path, const void *data, size_t n) {
     if (file_out_check(path) != 0) return -1;
     char tmp[4200];
-    snprintf(tmp, sizeof tmp, "%.4000s.tmp.%d", path, (int)getpid());
+    if (strlen(path) > 4000) return err_set("%.100s...: path too long", path);
+    tmp_name(tmp, sizeof tmp, path);
     tmp_register(tmp);
     FILE *f = fopen(tmp, "wb");
     if (!f) {

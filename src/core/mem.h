@@ -35,12 +35,20 @@ typedef struct {
 int file_map(const char *path, MappedFile *mf);
 void file_unmap(MappedFile *mf);
 
-/* Writes n bytes to path.tmp.<pid> in the same folder, fsyncs and renames it
+/* Writes n bytes to path.tmp.<host>.<pid> in the same folder, fsyncs and renames it
  * over path, so a reader sees the old file or the whole new one.  Returns 0, or
  * -1 with err_set (the temporary is removed). */
 int file_write_atomic(const char *path, const void *data, size_t n);
 
-/* Temporaries in progress (a writer's <final>.tmp.<pid>, renamed when whole):
+/* The temporary a result is written to before it is renamed over `final`:
+ * "<final>.tmp.<host>.<pid>" — the host too, as a results folder shared over
+ * NFS may see writers on several machines, and processes in containers have
+ * small pids that repeat between machines (two writers of one reference
+ * cache had truncated one temporary).  Non [A-Za-z0-9._-] bytes of the host
+ * name become '_'. */
+void tmp_name(char *buf, size_t n, const char *final);
+
+/* Temporaries in progress (a writer's tmp_name, renamed when whole):
  * registered while they exist, so that a TERM, INT or HUP — a sweep stopping
  * a point — removes them before the process ends (tmp_cleanup_on_signals, in
  * the programs' main).  Up to 16 at once (more: not registered).  A path

@@ -167,7 +167,7 @@ static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) 
         if (sha256_file(path, out) != 0) return -1;
         if (cache_dir && mkdirs(cache_dir) == 0) { /* best effort, atomically */
             char tmp[4400];
-            snprintf(tmp, sizeof tmp, "%s.tmp.%ld", cp, (long)getpid());
+            tmp_name(tmp, sizeof tmp, cp);
             tmp_register(tmp);
             FILE *f = fopen(tmp, "w");
             int ok = f && fprintf(f, "%s\n%s\n", key, out) > 0;

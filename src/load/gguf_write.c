@@ -166,9 +166,9 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
         free(h.p); /* (it had leaked: the sanitizer build's leak report) */
         return -1;
     }
-    size_t tl = strlen(path) + 16;
+    size_t tl = strlen(path) + 128;
     char *tmp = xmalloc(tl);
-    snprintf(tmp, tl, "%s.tmp", path);
+    tmp_name(tmp, tl, path); /* (it had been path.tmp: two writers of one file shared it) */
     tmp_register(tmp);
     FILE *f = fopen(tmp, "wb");
     int rc = 0;

@@ -37,7 +37,7 @@ struct H5Log {
     hid_t file;       /* the file being built, in memory, or H5I_INVALID_HID */
     int fd;           /* the temporary file on disk (empty until commit), or -1 */
     char *final_path; /* where commit renames it to */
-    char *tmp_path;   /* "<final_path>.tmp.<pid>" */
+    char *tmp_path;   /* "<final_path>.tmp.<host>.<pid>" */
 };
 
 const char *const H5LOG_SCHEMA_DATASETS[] = {
@@ -212,9 +212,9 @@ H5Log *h5log_create(const char *final_path) {
     lg->file = H5I_INVALID_HID;
     lg->fd = -1;
     lg->final_path = xstrdup(final_path);
-    size_t n = strlen(final_path) + 32;
+    size_t n = strlen(final_path) + 128;
     lg->tmp_path = xmalloc(n);
-    snprintf(lg->tmp_path, n, "%s.tmp.%ld", final_path, (long)getpid());
+    tmp_name(lg->tmp_path, n, final_path);
 
     /* The temporary is created now, empty, so that a missing or read-only
      * directory is reported before the run rather than after it. */
