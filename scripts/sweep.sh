@@ -324,6 +324,23 @@ while IFS= read -r -d '' tmp; do
     rm -f -- "$tmp" && stale=$((stale + 1))
   fi
 done < <(find "$dir" -maxdepth 1 -name '*.h5.tmp.*' -print0)
+# The caches' temporaries (RESULTS/cache/*.tmp.<host>.<pid>: the reference's
+# and the file hashes') of a process of this machine that is gone — a
+# SIGKILLed point (TERM, INT, HUP remove their own); another machine's are
+# left to it.  (The host as tmp_name writes it: bytes outside [A-Za-z0-9._-]
+# as '_'.)
+myhost=$(hostname 2>/dev/null || echo host); myhost=${myhost:0:64}; myhost=${myhost//[^A-Za-z0-9._-]/_}
+gone() { # pid $1 no longer runs on this machine (unsure: not gone)
+  if [ -d /proc/self ]; then [ ! -e "/proc/$1" ]
+  elif command -v ps >/dev/null 2>&1; then ! ps -p "$1" >/dev/null 2>&1
+  else return 1; fi
+}
+while IFS= read -r -d '' tmp; do
+  rest=${tmp##*.tmp.}; tpid=${rest##*.}; thost=${rest%.*}
+  if [ "$thost" = "$myhost" ] && [[ $tpid =~ ^[0-9]+$ ]] && gone "$tpid"; then
+    rm -f -- "$tmp" && stale=$((stale + 1))
+  fi
+done < <(find "$results/cache" -maxdepth 1 -name '*.tmp.*' -print0 2>/dev/null)
 [ "$stale" -gt 0 ] && log "removed $stale temporary file(s) left by a killed run"
 [ "$live" -gt 0 ] && log "left $live temporary file(s) of points still being written elsewhere"
 # (each removal or move under the point's lock, as sweep_point.sh holds it

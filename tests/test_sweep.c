@@ -864,3 +864,32 @@ TEST(sweep_reruns_points_of_other_settings) {
     CHECK_MSG(strstr(out, "1 already complete"), "%s", out);
     free(out);
 }
+
+/* The caches' temporaries of this machine's processes that are gone (a
+ * SIGKILLed point; TERM removes its own) are removed when a sweep starts;
+ * a live process's and another machine's are left (a sweep audit: a 71 MB
+ * reference-cache temporary had stayed for good). */
+TEST(sweep_removes_dead_cache_temporaries) {
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[3000], *out = NULL;
+    fake_sweep_env(dir, "a", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    /* a pid that has ended (a shell's child, waited for); pid 1 runs */
+    char script[700];
+    snprintf(script, sizeof script, "%s/mk.sh", dir);
+    FILE *f = fopen(script, "w");
+    REQUIRE(f);
+    fprintf(f, "h=$(hostname); h=${h:0:64}; h=${h//[^A-Za-z0-9._-]/_}; sh -c 'exit 0' & p=$!; wait $p\n"
+               "mkdir -p '%s/cache' && cd '%s/cache' && : > ref-x.h5.tmp.$h.$p && : > ref-y.h5.tmp.$h.1 && "
+               ": > ref-z.h5.tmp.elsewhere.$p && : > sha.tmp.$h.$p\n",
+            res, res);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "bash '%s'", script);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --model data/m1 2>&1 && ls '%s/cache'",
+             test_path("scripts/sweep.sh"), conf, res, res);
+    const int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "removed 2 temporary file(s)") && !strstr(out, "ref-x.h5.tmp") &&
+                  !strstr(out, "\nsha.tmp") && strstr(out, "ref-y.h5.tmp") && strstr(out, "ref-z.h5.tmp.elsewhere"),
+              "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+}
