@@ -303,11 +303,13 @@ if [ $dry -eq 1 ]; then
 fi
 
 command -v parallel >/dev/null || die "GNU parallel is missing (scripts/deps.sh installs it)"
-mkdir -p "$dir"
+[ ! -e "$results" ] || [ -d "$results" ] || die "--results $(rel "$results") is not a folder"
+mkdir -p "$dir" 2>/dev/null || die "cannot create $(rel "$dir") (read-only file system, or no permission?)"
+[ -w "$dir" ] || die "cannot write in $(rel "$dir") (read-only file system, or no permission?)"
 # One sweep per results folder at a time (the lock goes with this shell and
 # its jobs: the points of a SIGKILLed sweep, which GNU Parallel leaves running
 # in process groups of their own, keep it until they end).
-exec 9>"$dir/.lock"
+exec 9>"$dir/.lock" 2>/dev/null || die "cannot create the lock $(rel "$dir")/.lock (read-only file system?)"
 flock -n 9 || die "another sweep is running on $(rel "$dir") (lock $(rel "$dir")/.lock)"
 log() { echo "sweep: $*" | tee -a "$dir/sweep.log"; }
 log "---- $(date -u +%Y-%m-%dT%H:%M:%SZ) $exp on $(hostname): $n points, $done_n already complete"

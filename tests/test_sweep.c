@@ -348,6 +348,12 @@ TEST(sweep_grid_and_overrides) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "two points write"), "rc %d:\n%s", rc, out);
     free(out);
+    /* --results a file: a usage error said plainly (it had been a raw mkdir error, exit 1) */
+    snprintf(cmd, sizeof cmd, "touch '%s/afile' && bash '%s' exp-fake --config '%s' --results '%s/afile'", dir,
+             sweep, conf, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "afile is not a folder"), "rc %d:\n%s", rc, out);
+    free(out);
 
     /* The shipped configs expand to models x values with the real programs. */
     unsetenv("TERNLAB_EXP_CMD");
