@@ -360,68 +360,64 @@ static void expect_load_error(const char *dir, const char *needle) {
     else CHECK_MSG(strstr(err_msg(), needle) != NULL, "message '%s' lacks '%s'", err_msg(), needle);
 }
 
+/* dir = TMP/sub: src's checkpoint with the nx extra tensors x (rewrite_checkpoint);
+ * it loads (err NULL) or is refused with err in the message. */
+static void extra_case(char *dir, size_t n, const char *sub, const char *src, const ExtraTensor *x, int nx,
+                       const char *err) {
+    snprintf(dir, n, "%s/%s", test_tmpdir(), sub);
+    REQUIRE(rewrite_checkpoint(test_path(src), dir, 0, x, nx) == 0);
+    if (err) expect_load_error(dir, err);
+    else expect_loads(dir);
+}
+
 /* A bias tensor of a linear (or any other .bias) is refused by name; harmless
  * extras such as rotary_emb.inv_freq are still ignored. */
 TEST(loader_refuses_bias_tensors) {
     char dir[600];
-    snprintf(dir, sizeof dir, "%s/bias", test_tmpdir());
-    ExtraTensor b = {"model.layers.2.self_attn.q_proj.bias", "BF16", 256, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &b, 1) == 0);
-    expect_load_error(dir, "tensor 'model.layers.2.self_attn.q_proj.bias' is a bias");
-    snprintf(dir, sizeof dir, "%s/bias2", test_tmpdir());
-    ExtraTensor d = {"model.layers.0.mlp.down_proj.bias", "F32", 256, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &d, 1) == 0);
-    expect_load_error(dir, "'model.layers.0.mlp.down_proj.bias' is a bias");
-    /* a buffer of another safetensors dtype that the model does not use loads (it had
-     * failed the load: "unknown dtype 'I64'"); as a weight it is refused by dtype */
-    snprintf(dir, sizeof dir, "%s/posids", test_tmpdir());
-    ExtraTensor pid = {"model.position_ids", "I64", 1, 64, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &pid, 1) == 0);
-    expect_loads(dir);
-    snprintf(dir, sizeof dir, "%s/i64norm", test_tmpdir());
-    ExtraTensor in64 = {"model.norm.weight", "I64", 256, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &in64, 1) == 0);
-    expect_load_error(dir, "dtype I64 where a float tensor");
-    /* the MX formats' packed F4 blocks and F8_E8M0 scales, unused, load too (they had
-     * failed it: "unknown dtype"); as a norm or a BitNet weight_scale they are refused
-     * by the format's name */
-    snprintf(dir, sizeof dir, "%s/mx", test_tmpdir());
+    const struct {
+        const char *sub, *src;
+        ExtraTensor x;
+        const char *err;
+    } cases[] = {
+        {"bias", LLAMA_DIR, {"model.layers.2.self_attn.q_proj.bias", "BF16", 256, 0, NULL},
+         "tensor 'model.layers.2.self_attn.q_proj.bias' is a bias"},
+        {"bias2", LLAMA_DIR, {"model.layers.0.mlp.down_proj.bias", "F32", 256, 0, NULL},
+         "'model.layers.0.mlp.down_proj.bias' is a bias"},
+        /* a buffer of another safetensors dtype that the model does not use loads (it had
+         * failed the load: "unknown dtype 'I64'"); as a weight it is refused by dtype */
+        {"posids", LLAMA_DIR, {"model.position_ids", "I64", 1, 64, NULL}, NULL},
+        {"i64norm", LLAMA_DIR, {"model.norm.weight", "I64", 256, 0, NULL}, "dtype I64 where a float tensor"},
+        /* the MX formats' packed F4 and F8_E8M0 likewise, refused by the format's name */
+        {"f4norm", LLAMA_DIR, {"model.norm.weight", "F4", 256, 0, NULL}, "dtype F4 where a float tensor"},
+        {"e8ws", BITNET_DIR, {"model.layers.0.self_attn.q_proj.weight_scale", "F8_E8M0", 1, 0, NULL},
+         "dtype F8_E8M0, expected a float"},
+        {"invfreq", LLAMA_DIR, {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL}, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++)
+        extra_case(dir, sizeof dir, cases[i].sub, cases[i].src, &cases[i].x, 1, cases[i].err);
+    /* unused MX blocks and scales load (they had failed it: "unknown dtype"), and
+     * quantize copies them as they are (the E8M0 one had been "cannot be copied") */
     ExtraTensor mx[2] = {{"model.mx.blocks", "F4", 64, 32, NULL}, {"model.mx.scales", "F8_E8M0", 64, 1, NULL}};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, mx, 2) == 0);
-    expect_loads(dir);
-    { /* quantize copies them as they are (the E8M0 one had been "cannot be copied") */
-        char cmd[2000], path[700];
-        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row --out %s/q",
-                 bin_path("ternlab"), dir, dir);
-        CHECK(test_run(cmd, NULL) == 0);
-        SafeTensors a, b;
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        REQUIRE(st_open_file(path, &a) == 0);
-        snprintf(path, sizeof path, "%s/q/model.safetensors", dir);
-        int rc = st_open_file(path, &b);
-        CHECK_MSG(rc == 0, "%s", err_msg());
-        for (int i = 0; i < 2 && rc == 0; i++) {
-            const StTensor *x = st_find(&a, mx[i].name), *y = st_find(&b, mx[i].name);
-            CHECK_MSG(x && y && x->dtype == y->dtype && !strcmp(st_dtype_name(y->dtype), mx[i].dtype) &&
-                          x->nbytes == y->nbytes && x->ndim == y->ndim && x->shape[0] == y->shape[0] &&
-                          x->shape[1] == y->shape[1] && !memcmp(x->data, y->data, x->nbytes),
-                      "%s", mx[i].name);
-        }
-        if (rc == 0) st_close(&b);
-        st_close(&a);
+    extra_case(dir, sizeof dir, "mx", LLAMA_DIR, mx, 2, NULL);
+    char cmd[2000], path[700];
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row --out %s/q", bin_path("ternlab"),
+             dir, dir);
+    CHECK(test_run(cmd, NULL) == 0);
+    SafeTensors a, b;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    REQUIRE(st_open_file(path, &a) == 0);
+    snprintf(path, sizeof path, "%s/q/model.safetensors", dir);
+    int rc = st_open_file(path, &b);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    for (int i = 0; i < 2 && rc == 0; i++) {
+        const StTensor *x = st_find(&a, mx[i].name), *y = st_find(&b, mx[i].name);
+        CHECK_MSG(x && y && x->dtype == y->dtype && !strcmp(st_dtype_name(y->dtype), mx[i].dtype) &&
+                      x->nbytes == y->nbytes && x->ndim == y->ndim && x->shape[0] == y->shape[0] &&
+                      x->shape[1] == y->shape[1] && !memcmp(x->data, y->data, x->nbytes),
+                  "%s", mx[i].name);
     }
-    snprintf(dir, sizeof dir, "%s/f4norm", test_tmpdir());
-    ExtraTensor f4n = {"model.norm.weight", "F4", 256, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f4n, 1) == 0);
-    expect_load_error(dir, "dtype F4 where a float tensor");
-    snprintf(dir, sizeof dir, "%s/e8ws", test_tmpdir());
-    ExtraTensor e8 = {"model.layers.0.self_attn.q_proj.weight_scale", "F8_E8M0", 1, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, &e8, 1) == 0);
-    expect_load_error(dir, "dtype F8_E8M0, expected a float");
-    snprintf(dir, sizeof dir, "%s/invfreq", test_tmpdir());
-    ExtraTensor f = {"model.layers.0.self_attn.rotary_emb.inv_freq", "F32", 16, 0, NULL};
-    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &f, 1) == 0);
-    expect_loads(dir);
+    if (rc == 0) st_close(&b);
+    st_close(&a);
 }
 
 static void expect_cli_error(const char *args, const char *needle);
