@@ -85,11 +85,15 @@ def setup_section(all_runs):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--results", default="results")
+    ap.add_argument("--results", default=None, help="results folder (default results/)")
     ap.add_argument("--paper", default="paper")
     ap.add_argument("--configs", default="configs")
     a = ap.parse_args()
-    err = tr.check_results_arg("paper.py", a.results, [], a.configs)
+    given, a.results = a.results is not None, a.results or "results"
+    if not given and not os.path.isdir(a.results):  # (nothing to regenerate the paper from)
+        print("paper.py: no results/ folder here (no experiment has run; --results DIR)", file=sys.stderr)
+        return 2
+    err = tr.check_results_arg("paper.py", a.results, [], a.configs, given)
     if err:
         return err
     exps = tr.experiments(a.results)

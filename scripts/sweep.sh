@@ -195,13 +195,14 @@ dev_suffix=""
 outs=() lines=() bases=() pvals=() tags=()
 declare -A seen_out=()
 # a point's tag: a digest of its settings — the config after the overrides
-# (but the lists of values and models), the model's absolute path and the
+# (but the lists of values and models), the model's path (from the repository
+# root where it is inside: a moved or second checkout keeps its points) and the
 # value — recorded in its run file (sweep_point.sh --tag), so that a finished
 # file of other settings (window changed, config edited, another checkpoint
 # of the same folder name) is not counted as this point's
 point_tag() {
   { printf '%s\n' "$pairs" | awk -F '\t' '$1 != "values" && $1 != "models"' | LC_ALL=C sort
-    printf 'model\t%s\nvalue\t%s\n' "$(realpath -m -- "$1")" "$2"; } | sha256sum | cut -c1-16
+    printf 'model\t%s\nvalue\t%s\n' "$(rel "$(realpath -m -- "$1")")" "$2"; } | sha256sum | cut -c1-16
 }
 for m in "${models[@]}"; do
   mname=$(safe "$(basename "$m")")
@@ -390,7 +391,7 @@ done
 printf '%s\n' "${lines[@]}" > "$dir/jobs.new"
 if [ -f "$dir/jobs" ] && ! cmp -s "$dir/jobs" "$dir/jobs.new"; then
   log "note: the job list differs from the previous sweep in $(rel "$dir") (settings, models or values changed);"
-  log "      finished files are kept and not rerun -- use another --results folder to rerun with new settings"
+  log "      finished files of other settings are moved into misplaced/ and their points rerun (files made by hand, without sweep_point, are kept)"
 fi
 mv "$dir/jobs.new" "$dir/jobs"
 

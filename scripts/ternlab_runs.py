@@ -340,8 +340,8 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
                 rc = 1 if a.exps else rc  # (an experiment asked for by name and not there)
                 continue
             per_experiment(exp, runs, a.out, missing)
-    except OSError as e:  # (a full disk, a read-only folder: said, not a traceback)
-        print(f"{tool}: cannot write under {a.out}: {e}", file=sys.stderr)
+    except OSError as e:  # (a full disk, a read-only folder, an unreadable config: said, not a traceback)
+        print(f"{tool}: {e}", file=sys.stderr)
         return 1
     return rc
 
@@ -352,7 +352,9 @@ def check_results_arg(tool, results, exps, configs, given=True):
     in configs/ or a folder in results/).  (The default results/ may be
     absent: nothing has run yet.)"""
     if not os.path.isdir(results) and (given or exps):
-        print(f"{tool}: --results {results}: no such folder", file=sys.stderr)
+        print(f"{tool}: " + (f"--results {results}: no such folder" if given else
+                             f"no {results}/ folder here (no experiment has run; --results DIR)"),
+              file=sys.stderr)
         return 2
     if not exps and not experiments(results) and glob.glob(os.path.join(results, "*.h5")):
         print(f"{tool}: --results {results} holds run files itself: give the folder above it "

@@ -1298,6 +1298,24 @@ TEST(gpu_greedy_equals_cpu_llama_ternary) {
  * (each window's first half prefilled, the rest decoded a step at a time)
  * on the engine of `dev`; NAN where it failed.  info (GPU) receives the
  * engine's counters. */
+/* kv_policy_ppl on an open engine e of model m */
+static double kv_policy_ppl_on(Engine *e, const Model *m, const char *policy, CudaEngineInfo *info) {
+    int32_t *tok = NULL;
+    int64_t n = 0;
+    KvPolicy p;
+    double ppl = NAN;
+    PplOpts po = {.window = 64, .max_windows = 4, .kv_split = 1};
+    PplResult r;
+    if (kv_policy_parse(policy, &p) == 0 && kv_set_policy(&e->kv, &p) == 0 &&
+        tokens_load(test_path(TOKENS_FILE), m->cfg.vocab, &tok, &n) == 0 && eval_ppl(e, tok, n, &po, &r) == 0 &&
+        (!info || cuda_engine_info(e, info) == 0))
+        ppl = r.ppl;
+    else
+        fprintf(stderr, "    %s\n", err_msg());
+    free(tok);
+    return ppl;
+}
+
 static double kv_policy_ppl(const char *dir, const char *quant, EngineDevice dev, const char *policy,
                             CudaEngineInfo *info) {
     fixture_backend.device = dev;
@@ -1305,20 +1323,8 @@ static double kv_policy_ppl(const char *dir, const char *quant, EngineDevice dev
     Model m;
     Engine e;
     ModelLoadOpts lo = {.quant = quant};
-    int32_t *tok = NULL;
-    int64_t n = 0;
-    KvPolicy p;
     if (fixture_engine(dir, &lo, 4 * 64, 16, 4, 64, &m, &e) != 0) return NAN;
-    double ppl = NAN;
-    PplOpts po = {.window = 64, .max_windows = 4, .kv_split = 1};
-    PplResult r;
-    if (kv_policy_parse(policy, &p) == 0 && kv_set_policy(&e.kv, &p) == 0 &&
-        tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0 && eval_ppl(&e, tok, n, &po, &r) == 0 &&
-        (!info || cuda_engine_info(&e, info) == 0))
-        ppl = r.ppl;
-    else
-        fprintf(stderr, "    %s\n", err_msg());
-    free(tok);
+    const double ppl = kv_policy_ppl_on(&e, &m, policy, info);
     engine_free(&e);
     model_free(&m);
     return ppl;
@@ -1331,7 +1337,8 @@ static double kv_policy_ppl(const char *dir, const char *quant, EngineDevice dev
  * from none's.  The pages hold the CPU's dequantised values of the GPU's
  * K / V, which differ from the CPU's in the last bits, so a value at a
  * rounding boundary may code differently: llama-tiny (f32 activations)
- * agrees to ~3e-6 here (H200), checked at 1e-4; BitNet's per-token int8
+ * agrees to ~3e-6 here (H200; 5.7e-4 over 16 windows of 256), checked at
+ * 2e-3; BitNet's per-token int8
  * activations already part the two paths at none (1.7e-3 here, as its
  * logits do against transformers), checked at 1e-2. */
 static void kv_policies_gpu_vs_cpu(const char *dir, const char *quant, double tol) {
@@ -1358,8 +1365,30 @@ static void kv_policies_gpu_vs_cpu(const char *dir, const char *quant, double to
 
 TEST(gpu_kv_policies_ppl_equal_cpu) {
     SKIP_WITHOUT_GPU();
-    kv_policies_gpu_vs_cpu(LLAMA_DIR, NULL, 1e-4);
+    kv_policies_gpu_vs_cpu(LLAMA_DIR, NULL, 2e-3);
     kv_policies_gpu_vs_cpu(BITNET_DIR, NULL, 1e-2);
+}
+
+/* A policy set on an engine whose decode graph was captured under another
+ * drops that graph: the same engine under none, then all, gives a fresh
+ * engine's all (the same kernels: the same bits), not none's again. */
+TEST(gpu_kv_policy_change_drops_the_graph) {
+    SKIP_WITHOUT_GPU();
+    fixture_backend.device = ENGINE_CUDA;
+    fixture_backend.bf16 = 0;
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 4 * 64, 16, 4, 64, &m, &e) == 0);
+    CudaEngineInfo i0, i1;
+    const double none = kv_policy_ppl_on(&e, &m, "none", &i0), all = kv_policy_ppl_on(&e, &m, "all", &i1);
+    engine_free(&e);
+    model_free(&m);
+    const double fresh = kv_policy_ppl(LLAMA_DIR, NULL, ENGINE_CUDA, "all", NULL);
+    printf("    one engine: none %.6f (%lld graphs), then all %.6f (%lld graphs); a fresh engine's all %.6f\n", none,
+           (long long)i0.graphs, all, (long long)i1.graphs, fresh);
+    CHECK_MSG(i0.graphs >= 1 && i1.graphs > i0.graphs, "graphs %lld then %lld", (long long)i0.graphs,
+              (long long)i1.graphs);
+    CHECK_MSG(all == fresh && fabs(all - none) > 1e-2 * none, "none %.9g, all %.9g, fresh all %.9g", none, all, fresh);
 }
 
 /* A replayed decode graph computes what eager launches compute: the same
@@ -1886,7 +1915,7 @@ TEST(cuda_refusals_are_clear) {
         const int rc_cpu = test_run(cmd, &cpu);
         const char *a = rc == 0 ? strstr(out, "\nppl ") : NULL, *b = rc_cpu == 0 ? strstr(cpu, "\nppl ") : NULL;
         const double pa = a ? atof(a + 5) : NAN, pb = b ? atof(b + 5) : NAN;
-        CHECK_MSG(a && b && fabs(pa - pb) <= 1e-4 * pb, "cuda rc %d ppl %g, cpu rc %d ppl %g: %s", rc, pa, rc_cpu,
+        CHECK_MSG(a && b && fabs(pa - pb) <= 2e-3 * pb, "cuda rc %d ppl %g, cpu rc %d ppl %g: %s", rc, pa, rc_cpu,
                   pb, out);
         free(cpu);
     }

@@ -124,7 +124,14 @@ TEST(exp_each_writes_the_full_schema) {
          "batches='1 3' prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1"},
     };
     for (size_t i = 0; i < sizeof runs / sizeof runs[0]; i++) {
+        /* under a sweep (sweep_point.sh --tag) every program records the point's digest */
+        char tag[32], got[32] = "";
+        snprintf(tag, sizeof tag, "digest-%zu", i);
+        setenv("TERNLAB_SWEEP_POINT", tag, 1);
         const char *f = run_exp(runs[i].prog, runs[i].model, runs[i].value, runs[i].extra);
+        unsetenv("TERNLAB_SWEEP_POINT");
+        CHECK_MSG(read_attr_str(f, "sweep_point", got, sizeof got) == 0 && !strcmp(got, tag), "%s: sweep_point '%s'",
+                  f, got);
         CHECK_MSG(h5log_verify_schema(f) == 0, "%s: %s", f, err_msg());
         double ppl = read_scalar(f, "/metrics/ppl"), ref = read_scalar(f, "/metrics/ppl_ref");
         CHECK_MSG(isfinite(ppl) && ppl > 1 && isfinite(ref) && ref > 1, "%s: ppl %g ref %g", f, ppl, ref);
@@ -317,6 +324,10 @@ TEST(exp_bad_input_is_an_error) {
          "typo.conf:15: unknown key 'kv_policy'"},
         {"cp configs/exp-kv-ternary.conf %2$s/thr.conf && echo 'prompt_len = 64' >> %2$s/thr.conf && "
          "%1$s --config %2$s/thr.conf --results %2$s/u6 --model %3$s --value all", "unknown key 'prompt_len'"},
+        /* a capacity budget that does not parse: before any run (it had failed the run
+         * file's write after the whole evaluation) */
+        {"cp configs/exp-kv-ternary.conf %2$s/mem.conf && echo 'mem = 24 lots' >> %2$s/mem.conf && "
+         "%1$s --config %2$s/mem.conf --results %2$s/u7 --model %3$s --value all", "mem: memory size '24 lots'"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
@@ -325,8 +336,9 @@ TEST(exp_bad_input_is_an_error) {
         free(log);
         log = NULL;
     }
-    snprintf(cmd, sizeof cmd, "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary && test ! -e %s/u5 && test ! -e %s/u6",
-             dir, dir, dir, dir);
+    snprintf(cmd, sizeof cmd,
+             "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary && test ! -e %s/u5 && test ! -e %s/u6 && test ! -e %s/u7",
+             dir, dir, dir, dir, dir);
     CHECK(test_run(cmd, NULL) == 0);
 }
 

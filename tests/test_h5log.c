@@ -639,6 +639,9 @@ TEST(verify_cli_device_and_expect) {
         {"--expect factor_value?=std %s", 4, "factor_value is 'twn', not 'std'"},
         {"--expect sweep_point=abc %s", 4, "no root attribute sweep_point"},
         {"--expect nokey %s", 2, "ternlab verify [--device D]"},
+        {"--expect ?=x %s", 2, "ternlab verify [--device D]"},
+        {"--expect ==x %s", 2, "ternlab verify [--device D]"},
+        {"--expect==x %s", 2, "ternlab verify [--device D]"},
         {"--device", 2, "ternlab verify [--device D]"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {

@@ -536,7 +536,7 @@ TEST(sweep_results_to_figures_tables_paper) {
         {"tables.py --results '%2$s/exp-fake' --out '%1$s/paper/tables'", 2, "holds run files itself"},
         {"paper.py --results '%1$s/typo' --paper '%1$s/paper'%2$.0s", 2, "no such folder"},
         {"paper.py --results '%1$s/empty' --paper '%1$s/paper'%2$.0s", 1, "left as it is"},
-        {"tables.py --results '%2$s' --out '%1$s/paper.before/x'", 1, "cannot write"},
+        {"tables.py --results '%2$s' --out '%1$s/paper.before/x'", 1, "Not a directory"},
     };
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/empty'", dir);
     REQUIRE(test_run(cmd, NULL) == 0);

@@ -284,6 +284,13 @@ int cmd_quantize(int argc, char **argv) {
     return 0;
 }
 
+/* KEY=VALUE or KEY?=VALUE with a non-empty KEY (an empty one had checked nothing: "?=x"
+ * passed every file; "==x" read before the string) */
+static int expect_ok(const char *e) {
+    const char *eq = strchr(e, '=');
+    return eq && eq - e >= 1 + (eq[-1] == '?');
+}
+
 int cmd_verify(int argc, char **argv) {
     const char *device = NULL, *expect[8];
     int n_expect = 0, first = 1, usage = argc < 2;
@@ -294,11 +301,11 @@ int cmd_verify(int argc, char **argv) {
         } else if (!strcmp(a, "--device") || !strcmp(a, "--expect")) {
             if (first + 1 >= argc || !argv[first + 1][0]) usage = 1;
             else if (a[2] == 'd') device = argv[++first];
-            else if (n_expect == 8 || !strchr(argv[first + 1] + 1, '=')) usage = 1;
+            else if (n_expect == 8 || !expect_ok(argv[first + 1])) usage = 1;
             else expect[n_expect++] = argv[++first];
         } else if (!strncmp(a, "--device=", 9) && a[9]) {
             device = a + 9;
-        } else if (!strncmp(a, "--expect=", 9) && a[9] && strchr(a + 10, '=') && n_expect < 8) {
+        } else if (!strncmp(a, "--expect=", 9) && expect_ok(a + 9) && n_expect < 8) {
             expect[n_expect++] = a + 9;
         } else {
             usage = 1;

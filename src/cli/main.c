@@ -47,7 +47,7 @@ static const char *usage_text =
     "CPU benchmark (GPU kernels: make bench-gpu; end to end: bench-e2e).\n"
     "--tp N: N CPU threads (with --device cuda, N GPUs).  --kv POLICY\n"
     "(none|encoder|decoder|all[@layers=a-b]): ternary KV pages (on one GPU the ternary\n"
-    "rows' values are kept in the f32 pages: the same numbers, no memory saved); for ppl each\n"
+    "rows' values are kept in the f32 pages: the format's numbers, no memory saved); for ppl each\n"
     "window's first half is prefilled and the second half decoded and scored; logits\n"
     "(full prefills) takes only none.  --block-size: tokens per KV page (default 16);\n"
     "--kv-blocks N: pages in the KV pool (default: enough for every sequence of a call);\n"

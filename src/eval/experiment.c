@@ -1076,16 +1076,25 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
         free(over);
         return 2;
     }
-    /* the keys the experiment programs read (run_point, exp_run; mem: the KV
-     * experiment's capacity budget); the throughput experiment's besides */
+    /* the keys the experiment programs read (run_point, exp_run): the quality
+     * experiments', with mem (the capacity budget) where the factor is kv, and
+     * the throughput experiment's */
     static const char *const known[] = {"factor", "values", "models", "tokens", "window", "max_windows",
-                                        "quant", "kv", "device", "tp", "logit_rows", "mem", NULL};
+                                        "quant", "kv", "device", "tp", "logit_rows", NULL};
+    static const char *const known_kv[] = {"factor", "values", "models", "tokens", "window", "max_windows",
+                                           "quant", "kv", "device", "tp", "logit_rows", "mem", NULL};
     static const char *const known_thr[] = {"factor", "values", "models", "tokens", "window", "max_windows",
-                                            "quant", "kv", "device", "tp", "logit_rows", "mem", "batches",
+                                            "quant", "kv", "device", "tp", "logit_rows", "batches",
                                             "prompt_len", "gen_len", "warmup", "repeats", NULL};
     /* (the overrides first: a check before them let values=, factor= or max_windows=-1 through) */
+    uint64_t mem_budget = 0;
     if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0 ||
-        expconf_check_keys(&conf, def->kind == EXP_THROUGHPUT ? known_thr : known) != 0) {
+        expconf_check_keys(&conf, def->kind == EXP_THROUGHPUT                            ? known_thr
+                                  : !strcmp(expconf_get_or(&conf, "factor", ""), "kv") ? known_kv
+                                                                                      : known) != 0 ||
+        /* (a bad budget had failed the run file's write, after the whole evaluation) */
+        (expconf_get(&conf, "mem") && parse_bytes(expconf_get(&conf, "mem"), &mem_budget) != 0 &&
+         err_prefix("%s: mem: ", conf.path))) {
         fprintf(stderr, "%s: %s\n", def->name, err_msg());
         expconf_free(&conf);
         free(over);

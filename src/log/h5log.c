@@ -780,13 +780,14 @@ int h5log_root_attr_str(const char *path, const char *name, char *buf, size_t n)
     if (n) buf[0] = 0;
     if (verify_open(path, &f)) return -1;
     int rc = 0;
-    hid_t a = H5Aexists_by_name(f, "/", name, H5P_DEFAULT) > 0
-                  ? H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT)
-                  : -1;
+    const htri_t ex = name && name[0] ? H5Aexists_by_name(f, "/", name, H5P_DEFAULT) : -1;
+    hid_t a = ex > 0 ? H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT) : -1;
     hid_t ft = a >= 0 ? H5Aget_type(a) : -1, sp = a >= 0 ? H5Aget_space(a) : -1;
-    if (a < 0) {
+    if (ex == 0) { /* (only a clean "no": -2) */
         err_set("%s: no root attribute %s", path, name);
         rc = -2;
+    } else if (a < 0) {
+        rc = err_set("%s: cannot read root attribute '%s'", path, name ? name : "");
     } else if (ft < 0 || H5Tget_class(ft) != H5T_STRING || sp < 0 || H5Sget_simple_extent_npoints(sp) != 1) {
         rc = err_set("%s: root attribute %s is not a string", path, name);
     } else {
