@@ -132,6 +132,12 @@ TEST(exp_each_writes_the_full_schema) {
         unsetenv("TERNLAB_SWEEP_POINT");
         CHECK_MSG(read_attr_str(f, "sweep_point", got, sizeof got) == 0 && !strcmp(got, tag), "%s: sweep_point '%s'",
                   f, got);
+        /* how the KV pages held the rows: ternary on the CPU under a policy, else f32 */
+        char pages[96] = "";
+        const int tern_kv = !strcmp(runs[i].prog, "exp_kv_ternary");
+        CHECK_MSG(read_group_attr_str(f, "/kv", "pages", pages, sizeof pages) == 0 &&
+                      !strcmp(pages, tern_kv ? "ternary pages (codes + f16 scales)" : "f32"),
+                  "%s: /kv pages '%s'", f, pages);
         CHECK_MSG(h5log_verify_schema(f) == 0, "%s: %s", f, err_msg());
         double ppl = read_scalar(f, "/metrics/ppl"), ref = read_scalar(f, "/metrics/ppl_ref");
         CHECK_MSG(isfinite(ppl) && ppl > 1 && isfinite(ref) && ref > 1, "%s: ppl %g ref %g", f, ppl, ref);
@@ -547,11 +553,12 @@ TEST(exp_device_cuda_runs_or_refuses) {
         CHECK_MSG(rc != 0 && strstr(out, "--device cuda"), "rc %d: %s", rc, out);
         CHECK(access(f, F_OK) != 0);
     } else {
-        char dev[16] = "", pol[32] = "";
+        char dev[16] = "", pol[32] = "", pages[96] = "";
         CHECK_MSG(rc == 0 && h5log_verify_schema(f) == 0 && read_attr_str(f, "device", dev, sizeof dev) == 0 &&
                       !strcmp(dev, "cuda") && read_attr_str(f, "kv_policy", pol, sizeof pol) == 0 &&
-                      !strcmp(pol, "decoder"),
-                  "rc %d, device '%s', kv_policy '%s': %s", rc, dev, pol, out);
+                      !strcmp(pol, "decoder") && read_group_attr_str(f, "/kv", "pages", pages, sizeof pages) == 0 &&
+                      strstr(pages, "memory not saved"),
+                  "rc %d, device '%s', kv_policy '%s', pages '%s': %s", rc, dev, pol, pages, out);
     }
     free(out);
     snprintf(cmd, sizeof cmd,

@@ -901,6 +901,12 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_encoder", enc);
         e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_decoder", dec_b);
         e |= h5log_attr_f64(lg, "/kv", "alloc_bytes_per_token", alloc);
+        /* how the evaluated model's pages held the ternary rows: the bytes above are the
+         * format's; on the GPU its values sit in f32 pages (fwdc_kv_ternarise) */
+        e |= h5log_attr_str(lg, "/kv", "pages",
+                            pol.kind == KVP_NONE ? "f32"
+                            : dev == ENGINE_CUDA ? "f32 pages holding the ternary values (memory not saved)"
+                                                 : "ternary pages (codes + f16 scales)");
         e |= h5log_attr_f64(lg, "/metrics", "eval_tok_s", res.tok_per_s);
         e |= h5log_attr_f64(lg, "/metrics", "decode_tok_s",
                             res.decode_seconds > 0 ? (double)res.decode_tokens / res.decode_seconds : NAN);
