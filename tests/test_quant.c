@@ -121,6 +121,45 @@ static void check_rule(QuantRule r, const float w[6], const int8_t want_q[6], fl
     CHECK_MSG(close_rel(s, want_s), "%s: scale %.9g, want %.9g", quant_rule_name(r), s, want_s);
 }
 
+/* A scale past its dtype's range is refused, naming the dtype and the row and
+ * group (fp8_e4m3 past 448 had become NaN, f16 past 65504 inf: quantize wrote
+ * a checkpoint its own loader refused, and --quant gave a perplexity of nan);
+ * one within range, and e8m0's wide one, still pass. */
+TEST(quant_scale_out_of_range_refused) {
+    const int64_t rows = 4, cols = 64;
+    float w[4 * 64];
+    for (int64_t i = 0; i < rows * cols; i++) w[i] = (i % 3 ? 1.0f : -1.0f) * (i / cols == 2 ? 1e3f : 1.0f);
+    const struct {
+        const char *spec;
+        int ok;
+        const char *want;
+    } cases[] = {
+        {"rule=absmean,group=row,scale=fp8_e4m3", 0, "(row 2, group 0) does not fit in scale=fp8_e4m3"},
+        {"rule=absmean,group=tensor,scale=fp8_e4m3", 1, NULL}, /* (the tensor's mean: 250.75, in range) */
+        {"rule=absmean,group=32,scale=bf16", 1, NULL},
+        {"rule=absmean,group=row,scale=e8m0", 1, NULL},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        QuantSpec sp;
+        REQUIRE(quant_spec_parse(cases[i].spec, &sp) == 0);
+        TernaryMatrix m;
+        const int rc = tern_from_dense(w, rows, cols, &sp, &m);
+        CHECK_MSG((rc == 0) == cases[i].ok, "%s: rc %d: %s", cases[i].spec, rc, rc ? err_msg() : "");
+        if (rc == 0) {
+            for (int64_t k = 0; k < m.n_scales; k++) CHECK(isfinite(m.scales[k]));
+            tern_free(&m);
+        } else {
+            CHECK_MSG(strstr(err_msg(), cases[i].want), "%s: %s", cases[i].spec, err_msg());
+        }
+    }
+    /* f16: past 65504 */
+    for (int64_t i = 0; i < rows * cols; i++) w[i] *= 100.0f;
+    QuantSpec sp;
+    REQUIRE(quant_spec_parse("rule=absmean,group=row,scale=f16", &sp) == 0);
+    TernaryMatrix m;
+    CHECK(tern_from_dense(w, rows, cols, &sp, &m) != 0 && strstr(err_msg(), "does not fit in scale=f16"));
+}
+
 TEST(quant_rule_absmean_hand) {
     /* |w| sum = 1.5+0.25+0.125+2+0.5 = 4.375, g = 4.375/6 = 0.7291667.
      * w/g = 2.057, -0.343, 0.171, -2.743, 0.686, 0 -> round 2,0,0,-3,1,0 -> clamp. */

@@ -126,14 +126,25 @@ int64_t tern_n_scales(QuantGroup g, int64_t rows, int64_t cols) {
     return rows * ((cols + gc - 1) / gc);
 }
 
+/* *sc rounded to the spec's scale dtype; -1 with err_set where it does not fit
+ * (past fp8_e4m3's 448 or f16's 65504 it had become NaN or inf, a checkpoint
+ * that quantize wrote and its own loader refused, or a perplexity of nan) */
+static int round_scale(const QuantSpec *spec, float *sc, int64_t row, int64_t group) {
+    const float s = *sc;
+    *sc = dtype_round(spec->scale, s);
+    if (isfinite(*sc) || !isfinite(s)) return 0; /* (a non-finite weight is the loader's to refuse) */
+    return err_set("a scale of %g (row %lld, group %lld) does not fit in scale=%s (it rounds to %g): "
+                   "the weights are too large for it; use a scale dtype of more range (f16, bf16, f32)",
+                   (double)s, (long long)row, (long long)group, quant_scale_name(spec->scale), (double)*sc);
+}
+
 int quant_matrix_ref(const float *w, int64_t rows, int64_t cols, const QuantSpec *spec,
                      int8_t *q, float *scales) {
     if (rows < 1 || cols < 1)
         return err_set("quantise: empty matrix (%lld x %lld)", (long long)rows, (long long)cols);
     if (spec->group == QG_TENSOR) {
         if (quant_rule_ref(spec->rule, w, rows * cols, q, &scales[0]) < 0) return -1;
-        scales[0] = dtype_round(spec->scale, scales[0]);
-        return 0;
+        return round_scale(spec, &scales[0], 0, 0);
     }
     int64_t gc = quant_group_cols(spec->group, cols), ng = (cols + gc - 1) / gc;
     for (int64_t r = 0; r < rows; r++)
@@ -142,7 +153,7 @@ int quant_matrix_ref(const float *w, int64_t rows, int64_t cols, const QuantSpec
             float *sc = &scales[r * ng + g];
             if (quant_rule_ref(spec->rule, w + r * cols + k0, len, q + r * cols + k0, sc) < 0)
                 return -1;
-            *sc = dtype_round(spec->scale, *sc);
+            if (round_scale(spec, sc, r, g) != 0) return -1;
         }
     return 0;
 }

@@ -19,6 +19,11 @@ static const struct {
 
 const char *quant_rule_name(QuantRule r) { return (unsigned)r < QR_COUNT ? rule_names[r] : "?"; }
 const char *quant_group_name(QuantGroup g) { return (unsigned)g < QG_COUNT ? group_names[g] : "?"; }
+const char *quant_scale_name(DType t) {
+    for (int i = 0; i < N_SCALES; i++)
+        if (scale_names[i].t == t) return scale_names[i].name;
+    return dtype_name(t);
+}
 
 int64_t quant_group_cols(QuantGroup g, int64_t cols) {
     switch (g) {
