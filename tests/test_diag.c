@@ -610,3 +610,33 @@ TEST(diag_cli_usage_lists_accepted_options) {
     }
     free(usage);
 }
+
+/* ppl takes as many windows per call as --kv-blocks holds (it had taken 8 and
+ * failed, with a hint naming --batch, which ppl does not take): the same
+ * perplexity; fewer blocks than one window, or a window longer than the token
+ * file, are said before the memory plan (the latter had been reported as "not
+ * enough memory"). */
+TEST(cli_ppl_fits_windows_to_kv_blocks) {
+    const char *bin = bin_path("ternlab");
+    char cmd[2048], tiny[600], *a = NULL, *b = NULL, *out = NULL;
+    const char *base = "%s ppl --model %s --tokens %s --window 64 --max-windows 5 %s 2>/dev/null | tail -1";
+    snprintf(cmd, sizeof cmd, base, bin, test_path(LLAMA_DIR), test_path(TOKENS_FILE), "");
+    REQUIRE(test_run(cmd, &a) == 0);
+    snprintf(cmd, sizeof cmd, base, bin, test_path(LLAMA_DIR), test_path(TOKENS_FILE), "--kv-blocks 9");
+    CHECK(test_run(cmd, &b) == 0);
+    CHECK_MSG(a && b && !strncmp(a, "ppl ", 4) && !strcmp(a, b), "without: %s with --kv-blocks 9: %s", a, b);
+    free(a), free(b);
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 64 --kv-blocks 3 2>&1", bin,
+             test_path(LLAMA_DIR), test_path(TOKENS_FILE));
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "--kv-blocks 3 of 16 tokens hold less than one window of 64"), "rc %d: %s", rc,
+              out);
+    free(out);
+    snprintf(tiny, sizeof tiny, "%s/ten.i32", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "head -c 40 %s > %s && %s ppl --model %s --tokens %s --window 1000000 2>&1",
+             test_path(TOKENS_FILE), tiny, bin, test_path(LLAMA_DIR), tiny);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "no complete window of 1000000 tokens") && !strstr(out, "memory"), "rc %d: %s",
+              rc, out);
+    free(out);
+}

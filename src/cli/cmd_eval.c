@@ -173,6 +173,24 @@ int cmd_ppl(int argc, char **argv) {
     }
     int64_t per_call = PPL_TOKENS_PER_CALL > o.window ? PPL_TOKENS_PER_CALL / o.window * o.window
                                                       : o.window;
+    /* (before the memory plan: a window past the token file had been reported as memory) */
+    int bad = n < o.window ? err_set("no complete window of %d tokens in %s (%lld tokens)", o.window, o.tokens,
+                                     (long long)n)
+                           : 0;
+    if (!bad && o.kv_blocks) { /* windows per call as many as --kv-blocks holds (it had taken
+                                * 8 regardless and failed, with a hint naming --batch) */
+        const int64_t fit = o.kv_blocks / ((o.window + o.block_size - 1) / o.block_size);
+        if (fit < 1)
+            bad = err_set("--kv-blocks %lld of %d tokens hold less than one window of %d tokens",
+                          (long long)o.kv_blocks, o.block_size, o.window);
+        else if (fit < per_call / o.window)
+            per_call = fit * o.window;
+    }
+    if (bad) {
+        free(tok);
+        model_free(&m);
+        return fail("ppl");
+    }
     Engine e;
     if (open_engine(&e, &m, &o, per_call, per_call / o.window, o.window) != 0) {
         free(tok);
