@@ -90,10 +90,8 @@ def main():
     ap.add_argument("--configs", default="configs")
     a = ap.parse_args()
     given, a.results = a.results is not None, a.results or "results"
-    if not given and not os.path.isdir(a.results):  # (nothing to regenerate the paper from)
-        print("paper.py: no results/ folder here (no experiment has run; --results DIR)", file=sys.stderr)
-        return 2
-    err = tr.check_results_arg("paper.py", a.results, [], a.configs, given)
+    # (required: without runs there is nothing to regenerate the paper from)
+    err = tr.check_results_arg("paper.py", a.results, [], a.configs, given, required=True)
     if err:
         return err
     exps = tr.experiments(a.results)

@@ -330,7 +330,7 @@ done < <(find "$dir" -maxdepth 1 -name '*.h5.tmp.*' -print0)
 # The caches' temporaries (RESULTS/cache/*.tmp.<host>.<pid>: the reference's
 # and the file hashes') of a process of this machine that is gone — a
 # SIGKILLed point (TERM, INT, HUP remove their own); another machine's are
-# left to it.  (The host as tmp_name writes it: bytes outside [A-Za-z0-9._-]
+# left to it.  (The host as tmp_begin writes it: bytes outside [A-Za-z0-9._-]
 # as '_'.)
 myhost=$(hostname 2>/dev/null || echo host); myhost=${myhost:0:64}; myhost=${myhost//[^A-Za-z0-9._-]/_}
 gone() { # pid $1 no longer runs on this machine (unsure: not gone)

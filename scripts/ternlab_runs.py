@@ -187,18 +187,18 @@ def drop_duplicates(runs, exp):
     point (a file copied or renamed by hand), the newest (created_utc, then
     the path) is kept and the others named on stderr -- a figure had kept one
     of them silently and a table had shown both."""
+    def point(r):
+        return r["model_name"], r["value"], str(r["attrs"].get("device", ""))
+
     newest = {}
     for r in runs:
-        a = r["attrs"]
-        key = (r["model_name"], r["value"], str(a.get("device", "")))
-        order = (str(a.get("created_utc", "")), r["path"])
-        if key not in newest or order > newest[key][0]:
-            newest[key] = (order, r)
+        order = (str(r["attrs"].get("created_utc", "")), r["path"])
+        if point(r) not in newest or order > newest[point(r)][0]:
+            newest[point(r)] = (order, r)
     keep = {id(v[1]) for v in newest.values()}
     for r in runs:
         if id(r) not in keep:
-            a = r["attrs"]
-            k = newest[(r["model_name"], r["value"], str(a.get("device", "")))][1]
+            k = newest[point(r)][1]
             print(f"warning: {exp}: {r['path']} is the same point as {k['path']} ({r['model_name']}, "
                   f"{r['value']}): skipping the older", file=sys.stderr)
     return [r for r in runs if id(r) in keep]
@@ -346,12 +346,12 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     return rc
 
 
-def check_results_arg(tool, results, exps, configs, given=True):
+def check_results_arg(tool, results, exps, configs, given=True, required=False):
     """0, or 2 with a message on stderr: --results (given) must be a folder,
     not an experiment's own folder; experiments named must be known (a config
     in configs/ or a folder in results/).  (The default results/ may be
-    absent: nothing has run yet.)"""
-    if not os.path.isdir(results) and (given or exps):
+    absent, nothing has run yet, unless the tool requires runs.)"""
+    if not os.path.isdir(results) and (given or exps or required):
         print(f"{tool}: " + (f"--results {results}: no such folder" if given else
                              f"no {results}/ folder here (no experiment has run; --results DIR)"),
               file=sys.stderr)

@@ -151,12 +151,16 @@ TEST(expconf_unknown_keys_refused) {
                           "max_windows = 1\nqaunt = rule={}\n",
                           "typo.conf", &c) == 0);
     CHECK(expconf_check(&c) == 0);
-    CHECK(expconf_check_keys(&c, known) != 0);
+    CHECK(expconf_check_keys(&c, known, NULL) != 0);
     CHECK_MSG(strstr(err_msg(), "typo.conf:7: unknown key 'qaunt'") && strstr(err_msg(), "max_windows quant"),
               "%s", err_msg());
+    /* an experiment's own keys beside the common ones: listed after them, and taken */
+    static const char *const extra[] = {"mem", NULL}, *const has[] = {"mem", "qaunt", NULL};
+    CHECK(expconf_check_keys(&c, known, extra) != 0 && strstr(err_msg(), "quant mem)"));
+    CHECK_MSG(expconf_check_keys(&c, known, has) == 0, "%s", err_msg());
     expconf_free(&c);
     REQUIRE(expconf_parse("factor = rule\nvalues = a\nquant = x\n", "ok.conf", &c) == 0);
-    CHECK_MSG(expconf_check_keys(&c, known) == 0, "%s", err_msg());
+    CHECK_MSG(expconf_check_keys(&c, known, NULL) == 0, "%s", err_msg());
     expconf_free(&c);
 }
 

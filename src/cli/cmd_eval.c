@@ -289,8 +289,7 @@ int cmd_logits(int argc, char **argv) {
     if (rc == 0) rc = open_engine(&e, &m, &o, per_call, per_call / o.window, o.window);
     if (rc == 0) {
         char tmp[4300];
-        tmp_name(tmp, sizeof tmp, o.out);
-        tmp_register(tmp); /* (TERM, INT, HUP: removed) */
+        tmp_begin(tmp, sizeof tmp, o.out); /* (TERM, INT, HUP: removed) */
         LogitsSink sink = {fopen(tmp, "wb"), tmp};
         if (!sink.f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
         PplOpts po = {.window = o.window, .first_window = o.win_a,
@@ -308,7 +307,7 @@ int cmd_logits(int argc, char **argv) {
         if (rc == 0 && rename(tmp, o.out) != 0)
             rc = err_set("%s: cannot rename to %s: %s", tmp, o.out, strerror(errno));
         if (rc != 0) remove(tmp);
-        tmp_unregister(tmp);
+        tmp_end(tmp);
         tp_engine_close(&e);
     }
     free(tok);

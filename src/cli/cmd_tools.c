@@ -46,9 +46,8 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
     cJSON_Delete(h);
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
     char tmp[4300];
-    tmp_name(tmp, sizeof tmp, path);
+    tmp_begin(tmp, sizeof tmp, path);
     int rc = file_out_check(path);
-    if (rc == 0) tmp_register(tmp);
     FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
     if (rc == 0 && !f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
     if (rc == 0) {
@@ -63,7 +62,7 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
         if (rc == 0 && rename(tmp, path) != 0) rc = err_set("cannot rename %s: %s", tmp, strerror(errno));
         if (rc != 0) remove(tmp);
     }
-    tmp_unregister(tmp);
+    tmp_end(tmp);
     free(text);
     return rc;
 }

@@ -143,24 +143,13 @@ int file_same(const char *a, const char *b) {
     return strcmp(ra, rb) == 0;
 }
 
-void tmp_name(char *buf, size_t n, const char *final) {
-    char host[65] = "";
-    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "host");
-    host[sizeof host - 1] = 0;
-    for (char *c = host; *c; c++)
-        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
-              *c == '-' || *c == '_'))
-            *c = '_';
-    snprintf(buf, n, "%s.tmp.%s.%ld", final, host, (long)getpid());
-}
-
 /* the registry: slot i holds a path while live[i] (set after the path is
  * written, cleared before it is reused: the handler reads only whole paths) */
 enum { TMP_SLOTS = 16, TMP_PATH = 4400 };
 static char tmp_paths[TMP_SLOTS][TMP_PATH];
 static volatile sig_atomic_t tmp_live[TMP_SLOTS];
 
-void tmp_register(const char *path) {
+static void tmp_register(const char *path) {
     if (!path || strlen(path) >= TMP_PATH) return;
     int free_slot = -1;
     for (int i = 0; i < TMP_SLOTS; i++) {
@@ -172,7 +161,19 @@ void tmp_register(const char *path) {
     tmp_live[free_slot] = 1;
 }
 
-void tmp_unregister(const char *path) {
+void tmp_begin(char *buf, size_t n, const char *final) {
+    char host[65] = "";
+    if (gethostname(host, sizeof host - 1) != 0 || !host[0]) snprintf(host, sizeof host, "host");
+    host[sizeof host - 1] = 0;
+    for (char *c = host; *c; c++)
+        if (!((*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') || *c == '.' ||
+              *c == '-' || *c == '_'))
+            *c = '_';
+    snprintf(buf, n, "%s.tmp.%s.%ld", final, host, (long)getpid());
+    tmp_register(buf);
+}
+
+void tmp_end(const char *path) {
     for (int i = 0; path && i < TMP_SLOTS; i++)
         if (tmp_live[i] && strcmp(tmp_paths[i], path) == 0) tmp_live[i] = 0;
 }
@@ -200,11 +201,10 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
     if (file_out_check(path) != 0) return -1;
     char tmp[4200];
     if (strlen(path) > 4000) return err_set("%.100s...: path too long", path);
-    tmp_name(tmp, sizeof tmp, path);
-    tmp_register(tmp);
+    tmp_begin(tmp, sizeof tmp, path);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
-        tmp_unregister(tmp);
+        tmp_end(tmp);
         return err_set("%s: cannot create: %s", tmp, strerror(errno));
     }
     int ok = fwrite(data, 1, n, f) == n;
@@ -213,10 +213,10 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
     if (!ok || rename(tmp, path) != 0) {
         int e = errno;
         remove(tmp);
-        tmp_unregister(tmp);
+        tmp_end(tmp);
         return err_set("%s: write failed: %s", path, strerror(e));
     }
-    tmp_unregister(tmp);
+    tmp_end(tmp);
     return 0;
 }
 

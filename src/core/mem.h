@@ -40,21 +40,19 @@ void file_unmap(MappedFile *mf);
  * -1 with err_set (the temporary is removed). */
 int file_write_atomic(const char *path, const void *data, size_t n);
 
-/* The temporary a result is written to before it is renamed over `final`:
+/* The temporary a result is written to before it is renamed over `final`,
+ * named into buf and registered (below) until tmp_end(buf):
  * "<final>.tmp.<host>.<pid>" — the host too, as a results folder shared over
  * NFS may see writers on several machines, and processes in containers have
  * small pids that repeat between machines (two writers of one reference
  * cache had truncated one temporary).  Non [A-Za-z0-9._-] bytes of the host
  * name become '_'. */
-void tmp_name(char *buf, size_t n, const char *final);
-
-/* Temporaries in progress (a writer's tmp_name, renamed when whole):
- * registered while they exist, so that a TERM, INT or HUP — a sweep stopping
- * a point — removes them before the process ends (tmp_cleanup_on_signals, in
- * the programs' main).  Up to 16 at once (more: not registered).  A path
- * registered twice is one entry. */
-void tmp_register(const char *path);
-void tmp_unregister(const char *path);
+void tmp_begin(char *buf, size_t n, const char *final);
+/* Temporaries in progress (tmp_begin to tmp_end, whether renamed or removed)
+ * are registered, so that a TERM, INT or HUP — a sweep stopping a point —
+ * removes them before the process ends (tmp_cleanup_on_signals, in the
+ * programs' main).  Up to 16 at once (more: not registered). */
+void tmp_end(const char *path);
 /* Handlers for SIGTERM, SIGINT and SIGHUP that unlink every registered
  * temporary, then end the process by the same signal (default action). */
 void tmp_cleanup_on_signals(void);

@@ -167,13 +167,12 @@ static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) 
         if (sha256_file(path, out) != 0) return -1;
         if (cache_dir && mkdirs(cache_dir) == 0) { /* best effort, atomically */
             char tmp[4400];
-            tmp_name(tmp, sizeof tmp, cp);
-            tmp_register(tmp);
+            tmp_begin(tmp, sizeof tmp, cp);
             FILE *f = fopen(tmp, "w");
             int ok = f && fprintf(f, "%s\n%s\n", key, out) > 0;
             if (f) ok = fclose(f) == 0 && ok;
             if (!ok || rename(tmp, cp) != 0) unlink(tmp);
-            tmp_unregister(tmp);
+            tmp_end(tmp);
         }
         err_clear();
     }
@@ -1082,22 +1081,20 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
         free(over);
         return 2;
     }
-    /* the keys the experiment programs read (run_point, exp_run): the quality
-     * experiments', with mem (the capacity budget) where the factor is kv, and
-     * the throughput experiment's */
+    /* the keys the experiment programs read (run_point, exp_run): every
+     * experiment's, then mem (the capacity budget) where the factor is kv, the
+     * throughput experiment's own */
     static const char *const known[] = {"factor", "values", "models", "tokens", "window", "max_windows",
                                         "quant", "kv", "device", "tp", "logit_rows", NULL};
-    static const char *const known_kv[] = {"factor", "values", "models", "tokens", "window", "max_windows",
-                                           "quant", "kv", "device", "tp", "logit_rows", "mem", NULL};
-    static const char *const known_thr[] = {"factor", "values", "models", "tokens", "window", "max_windows",
-                                            "quant", "kv", "device", "tp", "logit_rows", "batches",
-                                            "prompt_len", "gen_len", "warmup", "repeats", NULL};
+    static const char *const kv_keys[] = {"mem", NULL};
+    static const char *const thr_keys[] = {"batches", "prompt_len", "gen_len", "warmup", "repeats", NULL};
     /* (the overrides first: a check before them let values=, factor= or max_windows=-1 through) */
     uint64_t mem_budget = 0;
     if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0 ||
-        expconf_check_keys(&conf, def->kind == EXP_THROUGHPUT                            ? known_thr
-                                  : !strcmp(expconf_get_or(&conf, "factor", ""), "kv") ? known_kv
-                                                                                      : known) != 0 ||
+        expconf_check_keys(&conf, known,
+                           def->kind == EXP_THROUGHPUT                            ? thr_keys
+                           : !strcmp(expconf_get_or(&conf, "factor", ""), "kv") ? kv_keys
+                                                                                : NULL) != 0 ||
         /* (a bad budget had failed the run file's write, after the whole evaluation) */
         (expconf_get(&conf, "mem") && parse_bytes(expconf_get(&conf, "mem"), &mem_budget) != 0 &&
          err_prefix("%s: mem: ", conf.path))) {

@@ -168,8 +168,7 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
     }
     size_t tl = strlen(path) + 128;
     char *tmp = xmalloc(tl);
-    tmp_name(tmp, tl, path); /* (it had been path.tmp: two writers of one file shared it) */
-    tmp_register(tmp);
+    tmp_begin(tmp, tl, path); /* (it had been path.tmp: two writers of one file shared it) */
     FILE *f = fopen(tmp, "wb");
     int rc = 0;
     if (!f) {
@@ -187,7 +186,7 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
             rc = err_set("%s: cannot rename to %s: %s", tmp, path, strerror(errno));
         if (rc != 0) remove(tmp);
     }
-    tmp_unregister(tmp);
+    tmp_end(tmp);
     free(tmp);
     free(h.p);
     return rc;

@@ -155,17 +155,23 @@ int expconf_check(const ExpConf *c) {
     return 0;
 }
 
-int expconf_check_keys(const ExpConf *c, const char *const *known) {
+/* word appended to the blank-separated list buf (n bytes, *len used; cut to fit) */
+static void join_word(char *buf, size_t n, size_t *len, const char *word) {
+    if (*len >= n - 1) return;
+    int w = snprintf(buf + *len, n - *len, "%s%s", *len ? " " : "", word);
+    *len = w < 0 ? n : *len + (size_t)w;
+}
+
+int expconf_check_keys(const ExpConf *c, const char *const *known, const char *const *extra) {
     for (int i = 0; i < c->n; i++) {
         int ok = 0;
         for (int j = 0; known[j] && !ok; j++) ok = strcmp(c->entries[i].key, known[j]) == 0;
+        for (int j = 0; extra && extra[j] && !ok; j++) ok = strcmp(c->entries[i].key, extra[j]) == 0;
         if (ok) continue;
         char list[1024] = "";
         size_t len = 0;
-        for (int j = 0; known[j] && len < sizeof list - 1; j++) {
-            int w = snprintf(list + len, sizeof list - len, "%s%s", j ? " " : "", known[j]);
-            len = w < 0 ? sizeof list : len + (size_t)w;
-        }
+        for (int j = 0; known[j]; j++) join_word(list, sizeof list, &len, known[j]);
+        for (int j = 0; extra && extra[j]; j++) join_word(list, sizeof list, &len, extra[j]);
         return err_set("%s:%d: unknown key '%s' (this experiment reads: %s)", c->path, c->entries[i].line,
                        c->entries[i].key, list);
     }
@@ -209,11 +215,7 @@ int expconf_override(ExpConf *c, const char *arg) {
     /* Unknown key: list the known ones so the typo is easy to see. */
     char known[1024] = "";
     size_t len = 0;
-    for (int i = 0; i < c->n && len < sizeof known - 1; i++) {
-        int w = snprintf(known + len, sizeof known - len, "%s%s", i ? " " : "",
-                         c->entries[i].key);
-        len = w < 0 ? sizeof known : len + (size_t)w;
-    }
+    for (int i = 0; i < c->n; i++) join_word(known, sizeof known, &len, c->entries[i].key);
     return err_set("override '%s': unknown key '%.*s' (%s defines: %s)", arg, (int)kl, k, c->path,
                    known);
 }

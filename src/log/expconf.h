@@ -46,11 +46,12 @@ void expconf_free(ExpConf *c);
  * where it must be (factor, values, models). */
 int expconf_check(const ExpConf *c);
 
-/* Checks that every key c defines is one of `known` (NULL-terminated): a
+/* Checks that every key c defines is one of `known` or `extra` (each
+ * NULL-terminated; extra may be NULL): a
  * misspelt key in a config file had been ignored, its setting taken from the
  * default (qaunt = ... ran the dense model under every label).  Returns 0, or
  * -1 with err_set naming the file, line and key and listing the known keys. */
-int expconf_check_keys(const ExpConf *c, const char *const *known);
+int expconf_check_keys(const ExpConf *c, const char *const *known, const char *const *extra);
 
 /* The value of key, or NULL when absent. */
 const char *expconf_get(const ExpConf *c, const char *key);

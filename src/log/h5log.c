@@ -196,7 +196,7 @@ static int lg_close(H5Log *lg) {
 
 static void lg_free(H5Log *lg) {
     free(lg->final_path);
-    tmp_unregister(lg->tmp_path);
+    tmp_end(lg->tmp_path);
     free(lg->tmp_path);
     free(lg);
 }
@@ -214,11 +214,10 @@ H5Log *h5log_create(const char *final_path) {
     lg->final_path = xstrdup(final_path);
     size_t n = strlen(final_path) + 128;
     lg->tmp_path = xmalloc(n);
-    tmp_name(lg->tmp_path, n, final_path);
+    tmp_begin(lg->tmp_path, n, final_path); /* (lg_free ends it) */
 
     /* The temporary is created now, empty, so that a missing or read-only
      * directory is reported before the run rather than after it. */
-    tmp_register(lg->tmp_path); /* (lg_free unregisters it) */
     lg->fd = open(lg->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (lg->fd < 0) {
         err_set("%s: creating: %s (does the directory exist and is it writable?)", lg->tmp_path,

@@ -30,7 +30,7 @@ typedef struct H5Log H5Log;
 
 typedef enum { H5LOG_F32, H5LOG_F64, H5LOG_I32, H5LOG_I64 } H5LogType;
 
-/* Creates "<final_path>.tmp.<host>.<pid>" (tmp_name) next to final_path (same directory, so the
+/* Creates "<final_path>.tmp.<host>.<pid>" (tmp_begin) next to final_path (same directory, so the
  * final rename is atomic), empty: the file is built in memory and its bytes
  * written there by commit, so disk errors (full disk, file size limit) come
  * out of h5log_commit.  NULL + err_set when it cannot be created. */

@@ -57,7 +57,7 @@ int quant_layer_selected(const QuantSpec *s, int layer, const char *kind);
 
 const char *quant_rule_name(QuantRule r);
 const char *quant_group_name(QuantGroup g); /* "tensor", "row", "32", ... */
-const char *quant_scale_name(DType t);      /* "f32", "bf16", "f16", "fp8_e4m3", "e8m0" */
+const char *quant_scale_name(DType t);      /* "f32", "bf16", "f16", "fp8_e4m3", "e8m0"; "?" */
 /* Columns of a row that share one scale: cols for tensor and row, else g. */
 int64_t quant_group_cols(QuantGroup g, int64_t cols);
 

@@ -22,7 +22,7 @@ const char *quant_group_name(QuantGroup g) { return (unsigned)g < QG_COUNT ? gro
 const char *quant_scale_name(DType t) {
     for (int i = 0; i < N_SCALES; i++)
         if (scale_names[i].t == t) return scale_names[i].name;
-    return dtype_name(t);
+    return "?";
 }
 
 int64_t quant_group_cols(QuantGroup g, int64_t cols) {
@@ -156,9 +156,7 @@ int quant_spec_parse(const char *s, QuantSpec *out) {
 }
 
 int quant_spec_format(const QuantSpec *s, char *buf, size_t n) {
-    const char *scale = "?";
-    for (int i = 0; i < N_SCALES; i++)
-        if (scale_names[i].t == s->scale) scale = scale_names[i].name;
+    const char *scale = quant_scale_name(s->scale);
     char layers[QUANT_MAX_RANGES * 24 + 8];
     if (s->layers == QL_ALL) strcpy(layers, "all");
     else if (s->layers == QL_ATTN) strcpy(layers, "attn");
