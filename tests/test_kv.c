@@ -128,6 +128,35 @@ TEST(kv_set_policy_failure_leaves_the_cache) {
     kv_free(&kv);
 }
 
+/* A policy that would give back a layer's f32 pages while the cache holds
+ * tokens (stored there in full precision) is refused and changes nothing;
+ * once the tokens are gone it is taken. */
+TEST(kv_set_policy_keeps_held_tokens_pages) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 3, 2, 8, 4, 6) == 0);
+    KvPolicy part, enc;
+    REQUIRE(kv_policy_parse("all@layers=1-2", &part) == 0 && kv_policy_parse("encoder", &enc) == 0);
+    int sq = kv_seq_new(&kv);
+    REQUIRE(kv_seq_reserve(&kv, sq, 2) == 0);
+    float kr[16], vr[16], kc[16], vc[16];
+    for (int i = 0; i < 16; i++) kr[i] = 0.25f * (float)i, vr[i] = -0.125f * (float)i;
+    for (int p = 0; p < 2; p++) kv_write_token(&kv, 1, sq, p, kr, vr, 0);
+    kv_seq_set_len(&kv, sq, 2);
+    KvPolicy before = kv.policy;
+    CHECK(kv_set_policy(&kv, &part) == -1);
+    CHECK_MSG(strstr(err_msg(), "layer 1's f32 pages") && strstr(err_msg(), "holds 2 tokens"), "message: %s",
+              err_msg());
+    CHECK(memcmp(&kv.policy, &before, sizeof before) == 0 && kv.k[1] && kv.v[1] && kv.k[2]);
+    kv_gather_head(&kv, 1, sq, 1, 2, kc, vc);
+    for (int i = 0; i < 16; i++) CHECK_MSG(kc[i] == kr[8 + i % 8] && vc[i] == vr[8 + i % 8], "[%d]", i);
+    /* a policy that keeps every f32 page is taken with tokens held */
+    CHECK(kv_set_policy(&kv, &enc) == 0);
+    kv_seq_free(&kv, sq);
+    CHECK(kv_set_policy(&kv, &part) == 0);
+    CHECK(kv.k[0] && !kv.k[1] && !kv.k[2]);
+    kv_free(&kv);
+}
+
 /* A cache of block tables only (kv_init_tables: the CUDA engine's, whose pages
  * are on the GPU) takes a policy without host pools or pages (it had gone on
  * to allocate every layer's f32 pages on the host, the array of them being

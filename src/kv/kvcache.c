@@ -194,6 +194,18 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     }
     /* Everything that can fail first, the policy taken last: a failed call
      * leaves the cache as it was (with at most the ternary pools added). */
+    /* 0. a layer's f32 pages go (step 3) only while no token is held: the rows
+     * in them would be lost, and a later read would find no page */
+    int64_t held = 0;
+    for (int i = 0; i < kv->n_seqs; i++)
+        if (kv->seqs[i].active) held += kv->seqs[i].len;
+    for (int l = 0; l < kv->n_layers && held > 0; l++)
+        if (!layer_needs_f32(p, l) && kv->k[l]) {
+            char pol[64];
+            kv_policy_format(p, pol, sizeof pol);
+            return err_set("--kv %s: layer %d's f32 pages would be given back while the cache holds %lld tokens; "
+                           "set the policy on an empty cache", pol, l, (long long)held);
+        }
     /* 1. the ternary pools (the first policy other than none), all or none */
     if (p->kind != KVP_NONE && !kv->fmt) {
         size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
