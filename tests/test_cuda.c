@@ -59,6 +59,7 @@ static void *dev_new(DevBuf *b, size_t bytes, const void *init) {
     if (init) cudaMemcpy(b->base + GUARD, init, bytes, cudaMemcpyHostToDevice);
     return b->base + GUARD;
 }
+static void *dev_ptr(const DevBuf *b) { return b->base + GUARD; }
 static void dev_get(const DevBuf *b, void *out) {
     cudaMemcpy(out, b->base + GUARD, b->bytes, cudaMemcpyDeviceToHost);
 }
@@ -448,6 +449,92 @@ TEST(gpu_glu_add_bf16_match_cpu) {
     free(g), free(u), free(ref), free(got);
 }
 
+/* The ternary pages on the case check_attention_1 just ran (its q and k
+ * rotated in place, its f32 pages written): fwdc_rope_kv_write without pages
+ * rotates q, k as with them and writes nothing else; fwdc_kv_code_rows codes
+ * each token's rotated K and V rows into its slot as kvt_quant_row does, byte
+ * for byte, leaving the unused blocks' bytes alone; fwdc_attention_tern over
+ * those pages gives the bits fwdc_attention gives over f32 pages holding
+ * their values (fwdc_kv_ternarise in place: the same kernels read the same
+ * numbers).  Under TERNLAB_CUDA_ATTN=block it is refused. */
+static void check_attention_tern(int n_heads, int n_kv, int hd, int bs, int ctx, int one_seq, int start,
+                                 const float *q, const float *k, const float *v, const float *cs, const float *sn,
+                                 int64_t rope_len, int n_blocks, const int32_t *tab, DevBuf *bq, DevBuf *bk,
+                                 DevBuf *bv, DevBuf *bpos, DevBuf *bslot, DevBuf *brow, DevBuf *btab, DevBuf *bkp,
+                                 DevBuf *bvp) {
+    const int qd = n_heads * hd, kvd = n_kv * hd, half = hd / 2, cb = (hd + 3) / 4, nks = (hd + 15) / 16;
+    const int64_t rows = (int64_t)n_blocks * n_kv * bs;
+    float *dq = dev_ptr(bq), *dk = dev_ptr(bk), *dv = dev_ptr(bv), *dkp = dev_ptr(bkp), *dvp = dev_ptr(bvp);
+    int32_t *dpos = dev_ptr(bpos), *dslot = dev_ptr(bslot), *drow = dev_ptr(brow), *dtab = dev_ptr(btab);
+    DevBuf bq2, bk2, bcos, bsin, bkc, bvc, bks, bvs, bo1, bo2;
+    float *dq2 = dev_new(&bq2, sizeof(float) * (size_t)ctx * qd, q), *dk2 = dev_new(&bk2, sizeof(float) * (size_t)ctx * kvd, k);
+    float *dcos = dev_new(&bcos, sizeof(float) * (size_t)rope_len * half, cs);
+    float *dsin = dev_new(&bsin, sizeof(float) * (size_t)rope_len * half, sn);
+    FwdcKvTern pg = {dev_new(&bkc, (size_t)rows * cb, NULL), dev_new(&bvc, (size_t)rows * cb, NULL),
+                     dev_new(&bks, sizeof(uint16_t) * (size_t)rows * nks, NULL),
+                     dev_new(&bvs, sizeof(uint16_t) * (size_t)rows, NULL)};
+    float *o1 = dev_new(&bo1, sizeof(float) * (size_t)ctx * qd, NULL), *o2 = dev_new(&bo2, sizeof(float) * (size_t)ctx * qd, NULL);
+    REQUIRE(fwdc_rope_kv_write(dq2, qd, dk2, kvd, dv, kvd, dpos, dslot, ctx, n_heads, n_kv, hd, dcos, dsin, NULL,
+                               NULL, bs, 0) == 0);
+    REQUIRE(fwdc_kv_code_rows(dk, kvd, dv, kvd, dslot, ctx, n_kv, hd, bs, pg, 0) == 0);
+    REQUIRE(fwdc_kv_ternarise(dkp, dvp, dslot, ctx, n_kv, hd, bs, 0) == 0);
+    const char *kind = getenv("TERNLAB_CUDA_ATTN");
+    const int block = kind && !strcmp(kind, "block");
+    REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks, drow + start,
+                           ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o1 + (size_t)start * qd, 0) == 0);
+    const int rc = fwdc_attention_tern(dq + (size_t)start * qd, qd, pg, dpos + start, dtab, n_blocks, drow + start,
+                                       ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o2 + (size_t)start * qd, 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    if (block) CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_ATTN=block"), "block kernel: rc %d", rc);
+    else CHECK_MSG(rc == 0, "fwdc_attention_tern: %s", err_msg());
+    const size_t nq = (size_t)ctx * qd, nk = (size_t)ctx * kvd;
+    float *a = xmalloc(sizeof(float) * nq), *b = xmalloc(sizeof(float) * nq), *kr = xmalloc(sizeof(float) * nk);
+    float *vr = xmalloc(sizeof(float) * nk);
+    uint8_t *kc = xmalloc((size_t)rows * cb), *vc = xmalloc((size_t)rows * cb);
+    uint16_t *ks = xmalloc(sizeof(uint16_t) * (size_t)rows * nks), *vs = xmalloc(sizeof(uint16_t) * (size_t)rows);
+    /* the rotation without pages: the same q and k */
+    dev_get(bq, a), dev_get(&bq2, b);
+    CHECK_MSG(memcmp(a, b, sizeof(float) * nq) == 0, "hd %d: q rotated without pages differs", hd);
+    dev_get(bk, kr), dev_get(&bk2, b);
+    CHECK_MSG(memcmp(kr, b, sizeof(float) * nk) == 0, "hd %d: k rotated without pages differs", hd);
+    dev_get(bv, vr);
+    /* the codes: kvt_quant_row of each token's rows at its slot; other rows the fill */
+    dev_get(&bkc, kc), dev_get(&bvc, vc), dev_get(&bks, ks), dev_get(&bvs, vs);
+    char *used = xcalloc((size_t)rows, 1);
+    uint8_t c1[64], c2[64];
+    uint16_t s1[16], s2[1];
+    int bad = 0, touched = 0;
+    for (int i = 0; i < ctx; i++)
+        for (int h = 0; h < n_kv; h++) {
+            const size_t r = ((size_t)(tab[i / bs]) * n_kv + (size_t)h) * bs + (size_t)(i % bs);
+            used[r] = 1;
+            kvt_quant_row(kr + (size_t)i * kvd + (size_t)h * hd, hd, 1, c1, s1);
+            kvt_quant_row(vr + (size_t)i * kvd + (size_t)h * hd, hd, 0, c2, s2);
+            bad += memcmp(kc + r * cb, c1, (size_t)cb) != 0 || memcmp(ks + r * nks, s1, 2 * (size_t)nks) != 0 ||
+                   memcmp(vc + r * cb, c2, (size_t)cb) != 0 || vs[r] != s2[0];
+        }
+    for (int64_t r = 0; r < rows; r++) {
+        if (used[r]) continue;
+        for (int j = 0; j < cb; j++) touched += kc[r * cb + j] != GUARD_BYTE || vc[r * cb + j] != GUARD_BYTE;
+        for (int j = 0; j < nks; j++) touched += ks[r * nks + j] != (GUARD_BYTE | GUARD_BYTE << 8);
+        touched += vs[r] != (GUARD_BYTE | GUARD_BYTE << 8);
+    }
+    CHECK_MSG(bad == 0, "heads %d/%d hd %d bs %d: %d rows coded unlike kvt_quant_row", n_heads, n_kv, hd, bs, bad);
+    CHECK_MSG(touched == 0, "hd %d: %d bytes of unused rows written", hd, touched);
+    if (!block) {
+        dev_get(&bo1, a), dev_get(&bo2, b);
+        CHECK_MSG(memcmp(a + (size_t)start * qd, b + (size_t)start * qd, sizeof(float) * (nq - (size_t)start * qd)) == 0,
+                  "heads %d/%d hd %d bs %d ctx %d one_seq %d start %d: ternary pages' attention differs from f32 "
+                  "pages holding their values",
+                  n_heads, n_kv, hd, bs, ctx, one_seq, start);
+    }
+    DevBuf *all[] = {&bq2, &bk2, &bcos, &bsin, &bkc, &bvc, &bks, &bvs, &bo1, &bo2};
+    int guards = 1;
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) guards &= dev_done(all[i]);
+    CHECK_MSG(guards, "a guard region around a ternary-page buffer was written");
+    free(a), free(b), free(kr), free(vr), free(kc), free(vc), free(ks), free(vs), free(used);
+}
+
 /* RoPE + paged K/V write + attention for one sequence of ctx tokens whose
  * blocks are shuffled over a pool with unused blocks, against a float64
  * reference (RoPE tables from forward.c).  The attention call takes tokens
@@ -555,6 +642,8 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
         }
     CHECK_MSG(bad_page == 0, "%d K/V page entries wrong", bad_page);
     CHECK_MSG(touched == 0, "%d entries of unused blocks written", touched);
+    check_attention_tern(n_heads, n_kv, hd, bs, ctx, one_seq, start, q, k, v, m.rope_cos, m.rope_sin, m.rope_len,
+                         n_blocks, tab, &bq, &bk, &bv, &bpos, &bslot, &brow, &btab, &bkp, &bvp);
     DevBuf *all[] = {&bq, &bk, &bv, &bpos, &bslot, &brow, &btab, &bcos, &bsin, &bkp, &bvp, &bout};
     int guards = 1;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) guards &= dev_done(all[i]);
@@ -586,6 +675,7 @@ TEST(gpu_rope_paged_attention_match_reference) {
         check_attention(4, 2, 256, 16, 150); /* the largest head_dim at 4 warps */
         check_attention(8, 2, 64, 1, 9);     /* block size 1 */
         check_attention(2, 2, 6, 4, 23);     /* head_dim not a multiple of 4 */
+        check_attention(2, 1, 34, 4, 45);    /* the same over three K scale groups, the last of 2 channels */
         check_attention(4, 1, 128, 16, 200); /* tiles: 4 query heads per KV head, a partial tile */
         check_attention(2, 2, 64, 3, 97);    /* tiles: head_dim 64, block 3 */
         check_attention(3, 1, 36, 8, 33);    /* tiles: head_dim 36 (dims past 32 only on some lanes) */
@@ -1367,6 +1457,154 @@ TEST(gpu_kv_policies_ppl_equal_cpu) {
     SKIP_WITHOUT_GPU();
     kv_policies_gpu_vs_cpu(LLAMA_DIR, NULL, 2e-3);
     kv_policies_gpu_vs_cpu(BITNET_DIR, NULL, 1e-2);
+}
+
+/* Ternary pages in a layer whose every token the policy stores ternary
+ * (all, all@layers) give the bits of f32 pages holding the same values
+ * (TERNLAB_CUDA_KV_PAGES=f32): the same perplexity to the last bit, with the
+ * layer's f32 pages gone — the pool's bytes as counted below.  Policies that
+ * leave one phase full precision keep f32 pages either way. */
+static void kv_pages_equal(const char *dir, const char *policy, int tern_layers_expected) {
+    CudaEngineInfo it, i32;
+    unsetenv("TERNLAB_CUDA_KV_PAGES");
+    const double t = kv_policy_ppl(dir, NULL, ENGINE_CUDA, policy, &it);
+    setenv("TERNLAB_CUDA_KV_PAGES", "f32", 1);
+    const double f = kv_policy_ppl(dir, NULL, ENGINE_CUDA, policy, &i32);
+    unsetenv("TERNLAB_CUDA_KV_PAGES");
+    Model m;
+    REQUIRE(model_load(test_path(dir), NULL, &m) == 0);
+    const int L = m.cfg.n_layers, hd = m.cfg.head_dim;
+    const int64_t rows = 4 * ((64 + 15) / 16) * 16 * (int64_t)m.cfg.n_kv_heads; /* kv_policy_ppl's pool */
+    model_free(&m);
+    const int lt = tern_layers_expected < 0 ? L : tern_layers_expected;
+    const size_t f32_layer = 2 * sizeof(float) * (size_t)rows * (size_t)hd;
+    const size_t want = (size_t)(L - lt) * f32_layer + (size_t)lt * fwdc_kv_tern_bytes(rows, hd);
+    printf("    %s kv %s: ppl ternary pages %.9g, f32 pages %.9g; %d / %d layers on ternary pages, pool %zu / %zu "
+           "bytes\n",
+           dir, policy, t, f, it.kv_ternary_pages, i32.kv_ternary_pages, it.kv_bytes, i32.kv_bytes);
+    CHECK_MSG(isfinite(t) && t == f, "%s kv %s: ternary pages %.9g, f32 pages %.9g", dir, policy, t, f);
+    CHECK_MSG(it.kv_ternary_pages == lt && i32.kv_ternary_pages == 0, "%d / %d ternary layers", it.kv_ternary_pages,
+              i32.kv_ternary_pages);
+    CHECK_MSG(it.kv_bytes == want && i32.kv_bytes == (size_t)L * f32_layer, "pool %zu (want %zu), f32 %zu (want %zu)",
+              it.kv_bytes, want, i32.kv_bytes, (size_t)L * f32_layer);
+}
+
+TEST(gpu_kv_ternary_pages_equal_f32_pages) {
+    SKIP_WITHOUT_GPU();
+    kv_pages_equal(LLAMA_DIR, "all", -1);
+    kv_pages_equal(LLAMA_DIR, "all@layers=1-2", 2);
+    kv_pages_equal(LLAMA_DIR, "encoder", 0);
+    kv_pages_equal(BITNET_DIR, "all", -1);
+    kv_pages_equal(BITNET_DIR, "all@layers=0", 1);
+    setenv("TERNLAB_CUDA_KV_PAGES", "f16", 1);
+    fixture_backend.device = ENGINE_CUDA;
+    Model m;
+    Engine e;
+    err_clear();
+    const int rc = fixture_engine(LLAMA_DIR, NULL, 64, 16, 1, 64, &m, &e);
+    unsetenv("TERNLAB_CUDA_KV_PAGES");
+    CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_KV_PAGES=\"f16\""), "rc %d: %s", rc, err_msg());
+    if (rc == 0) engine_free(&e), model_free(&m);
+}
+
+/* A pool that fits on the GPU only as ternary pages opens with the policy
+ * given from the start (EngineOpts.kv: no f32 page is allocated in a layer
+ * the policy stores all ternary) and runs; the same pool as f32 pages is
+ * refused at open with the bytes it needs. */
+TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
+    SKIP_WITHOUT_GPU();
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    size_t fr = 0, tot = 0;
+    REQUIRE(cudaMemGetInfo(&fr, &tot) == cudaSuccess);
+    const int bs = 16, L = m.cfg.n_layers, hd = m.cfg.head_dim, nkv = m.cfg.n_kv_heads;
+    const double f32_block = 2.0 * sizeof(float) * L * nkv * hd * bs, tern_block = (double)L * fwdc_kv_tern_bytes((int64_t)nkv * bs, hd);
+    const int64_t n_blocks = (int64_t)(1.3 * (double)fr / f32_block);
+    printf("    %zu MiB free: %lld blocks, as f32 pages %.0f MiB, as ternary pages %.0f MiB\n", fr >> 20,
+           (long long)n_blocks, n_blocks * f32_block / 1048576.0, n_blocks * tern_block / 1048576.0);
+    REQUIRE(n_blocks * tern_block < 0.5 * (double)fr);
+    KvPolicy all, none;
+    REQUIRE(kv_policy_parse("all", &all) == 0 && kv_policy_parse("none", &none) == 0);
+    EngineOpts eo = {.max_tok = 64, .block_size = bs, .n_blocks = n_blocks, .device = ENGINE_CUDA, .kv = &all};
+    Engine e;
+    const int rc = engine_open(&e, &m, &eo);
+    CHECK_MSG(rc == 0, "ternary pool: %s", err_msg());
+    if (rc == 0) {
+        int tok[8], seq[8];
+        int64_t pos[8];
+        const int sid = kv_seq_new(&e.kv);
+        for (int i = 0; i < 8; i++) tok[i] = 200 + i, seq[i] = sid, pos[i] = i;
+        float *lg = xmalloc(sizeof(float) * (size_t)m.cfg.vocab * 8);
+        CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 8, NULL, 0, lg) == 0);
+        CudaEngineInfo info;
+        REQUIRE(cuda_engine_info(&e, &info) == 0);
+        CHECK_MSG(info.kv_ternary_pages == L && info.kv_bytes == (size_t)L * fwdc_kv_tern_bytes(n_blocks * nkv * bs, hd),
+                  "%d ternary layers, %zu bytes", info.kv_ternary_pages, info.kv_bytes);
+        free(lg);
+        engine_free(&e);
+    }
+    eo.kv = &none;
+    err_clear();
+    const int rc2 = engine_open(&e, &m, &eo);
+    CHECK_MSG(rc2 != 0 && strstr(err_msg(), "KV cache") && strstr(err_msg(), "bytes of device memory"), "f32 pool: rc %d, %s",
+              rc2, err_msg());
+    if (rc2 == 0) engine_free(&e);
+    model_free(&m);
+}
+
+/* The pages change between f32 and ternary only on an empty cache: a policy
+ * that would change them while a sequence holds tokens is refused (those
+ * rows would be lost), and taken after kv_reset; back to none, the f32
+ * pages return and give none's logits. */
+TEST(gpu_kv_pages_change_needs_an_empty_cache) {
+    SKIP_WITHOUT_GPU();
+    fixture_backend.device = ENGINE_CUDA;
+    fixture_backend.bf16 = 0;
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 64, 16, 2, 64, &m, &e) == 0);
+    const int V = m.cfg.vocab, n = 8;
+    int tok[8], seq[8];
+    int64_t pos[8];
+    float *l0 = xmalloc(sizeof(float) * (size_t)V * n), *l1 = xmalloc(sizeof(float) * (size_t)V * n);
+    for (int i = 0; i < n; i++) tok[i] = 100 + 7 * i, pos[i] = i;
+    KvPolicy none, all;
+    REQUIRE(kv_policy_parse("none", &none) == 0 && kv_policy_parse("all", &all) == 0);
+    const int sid = kv_seq_new(&e.kv);
+    for (int i = 0; i < n; i++) seq[i] = sid;
+    e.rs.decode = 0;
+    REQUIRE(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l0) == 0);
+    err_clear();
+    CHECK(kv_set_policy(&e.kv, &all) != 0);
+    CHECK_MSG(strstr(err_msg(), "holds 8 tokens"), "message: %s", err_msg());
+    /* set behind kv_set_policy's back, the engine refuses it at the next step */
+    e.kv.policy = all;
+    int next = 5;
+    int64_t p8 = n;
+    e.rs.decode = 1;
+    err_clear();
+    CHECK(forward(&m, &e.kv, &e.rs, &next, &sid, &p8, 1, NULL, 0, l1) != 0);
+    CHECK_MSG(strstr(err_msg(), "holds 8 tokens"), "message: %s", err_msg());
+    kv_reset(&e.kv);
+    const int s2 = kv_seq_new(&e.kv);
+    for (int i = 0; i < n; i++) seq[i] = s2;
+    e.rs.decode = 0;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l1) == 0);
+    CudaEngineInfo info;
+    REQUIRE(cuda_engine_info(&e, &info) == 0);
+    CHECK_MSG(info.kv_ternary_pages == m.cfg.n_layers, "%d layers on ternary pages", info.kv_ternary_pages);
+    CHECK_MSG(memcmp(l0, l1, sizeof(float) * (size_t)V * n) != 0, "all gave none's logits");
+    kv_reset(&e.kv);
+    REQUIRE(kv_set_policy(&e.kv, &none) == 0);
+    const int s3 = kv_seq_new(&e.kv);
+    for (int i = 0; i < n; i++) seq[i] = s3;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l1) == 0);
+    REQUIRE(cuda_engine_info(&e, &info) == 0);
+    CHECK(info.kv_ternary_pages == 0);
+    CHECK_MSG(memcmp(l0, l1, sizeof(float) * (size_t)V * n) == 0, "none after all: the logits differ");
+    free(l0), free(l1);
+    engine_free(&e);
+    model_free(&m);
 }
 
 /* A policy set on an engine whose decode graph was captured under another

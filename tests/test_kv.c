@@ -175,6 +175,17 @@ TEST(kv_set_policy_on_tables_only_cache) {
     CHECK(kv_alloc_bytes(&kv) == 0);
     int sq = kv_seq_new(&kv);
     CHECK(kv_seq_reserve(&kv, sq, 9) == 0 && kv_check(&kv) == 0);
+    /* with tokens held, a policy that would change a layer's pages between f32 and
+     * ternary (the backend's are ternary alone where a layer's every token is) is
+     * refused; one that keeps every layer's kind is taken */
+    kv_seq_set_len(&kv, sq, 9);
+    KvPolicy all1, dec;
+    REQUIRE(kv_policy_parse("all@layers=1", &all1) == 0 && kv_policy_parse("decoder", &dec) == 0);
+    CHECK(kv_set_policy(&kv, &all1) == -1 && strstr(err_msg(), "layer 1's pages") && strstr(err_msg(), "holds 9"));
+    CHECK(memcmp(&kv.policy, &enc, sizeof enc) == 0);
+    CHECK(kv_set_policy(&kv, &dec) == 0);
+    kv_seq_free(&kv, sq);
+    CHECK(kv_set_policy(&kv, &all1) == 0);
     kv_free(&kv);
 }
 

@@ -437,16 +437,32 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
         rope_pair(r[j], r[j + half], c, s, &y1, &y2);
         r[j] = y1;
         r[j + half] = y2;
-        if (!isq) {
+        if (!isq && kp) {
             float *dst = kp + (((int64_t)blk * n_kv + h) * bs + off) * hd;
             dst[j] = y1;
             dst[j + half] = y2;
         }
-    } else {
+    } else if (vp) {
         e -= wq + wk;
         const int h = e / hd, d = e % hd;
         vp[(((int64_t)blk * n_kv + h) * bs + off) * hd + d] = v[i * ldv + e];
     }
+}
+
+/* kvt_quant_row's group scale before its f16 rounding: the mean of |x| over
+ * cnt values summed one by one, clamped to [1e-8, 65504]; and a value's code
+ * q in {-1, 0, 1}: rintf(x / mean) clamped. */
+__device__ __forceinline__ float kvt_group_mean(const float *x, int cnt) {
+    float sum = 0.0f;
+    for (int j = 0; j < cnt; j++) sum = __fadd_rn(sum, fabsf(x[j]));
+    float gam = __fdiv_rn(sum, (float)cnt);
+    if (gam < 1e-8f) gam = 1e-8f;
+    if (gam > 65504.0f) gam = 65504.0f;
+    return gam;
+}
+__device__ __forceinline__ int kvt_code(float x, float gam) {
+    const float q = rintf(__fdiv_rn(x, gam));
+    return (int)(q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q));
 }
 
 /* The KV policy's ternary rows in place (fwdc_kv_ternarise): token i's K and
@@ -466,18 +482,46 @@ __global__ void kv_ternarise_kernel(float *kp, float *vp, const int32_t *slot, i
     const int64_t off = (((int64_t)(sl / bs) * n_kv + h) * bs + sl % bs) * hd;
     float *x = t < nk ? kp + off + (int64_t)t * KV_K_GROUP : vp + off;
     const int cnt = t < nk ? min(KV_K_GROUP, hd - t * KV_K_GROUP) : hd;
-    float sum = 0.0f;
-    for (int j = 0; j < cnt; j++) sum = __fadd_rn(sum, fabsf(x[j]));
-    float gam = __fdiv_rn(sum, (float)cnt);
-    if (gam < 1e-8f) gam = 1e-8f;
-    if (gam > 65504.0f) gam = 65504.0f;
-    const float sc = __half2float(__float2half_rn(gam));
-    for (int j = 0; j < cnt; j++) {
-        float q = rintf(__fdiv_rn(x[j], gam));
-        q = q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q);
-        x[j] = __fmul_rn((float)(int)q, sc);
-    }
+    const float gam = kvt_group_mean(x, cnt), sc = __half2float(__float2half_rn(gam));
+    for (int j = 0; j < cnt; j++) x[j] = __fmul_rn((float)kvt_code(x[j], gam), sc);
 }
+
+/* The ternary pages' coding (fwdc_kv_code_rows): token i's K and V rows of
+ * KV head blockIdx.y from the activations, one thread per scale group as in
+ * kv_ternarise_kernel (the same operations), its codes and f16 scale written
+ * as kvt_quant_row writes them (padding code 1).  A K group of KV_K_GROUP
+ * channels owns KV_K_GROUP / 4 whole bytes. */
+static_assert(KV_K_GROUP % 4 == 0, "a K scale group owns whole code bytes");
+__global__ void kv_code_rows_kernel(const float *k, int64_t ldk, const float *v, int64_t ldv, const int32_t *slot,
+                                    int n_kv, int hd, int bs, FwdcKvTern pg) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t i = blockIdx.x;
+    const int h = blockIdx.y, t = threadIdx.x, nk = (hd + KV_K_GROUP - 1) / KV_K_GROUP, cb = (hd + 3) / 4;
+    if (t > nk) return;
+    const int sl = slot[i];
+    const int64_t r = ((int64_t)(sl / bs) * n_kv + h) * bs + sl % bs;
+    const float *x = t < nk ? k + i * ldk + (int64_t)h * hd + (int64_t)t * KV_K_GROUP : v + i * ldv + (int64_t)h * hd;
+    const int cnt = t < nk ? min(KV_K_GROUP, hd - t * KV_K_GROUP) : hd;
+    const float gam = kvt_group_mean(x, cnt);
+    uint8_t *codes = t < nk ? pg.kc + r * cb + t * (KV_K_GROUP / 4) : pg.vc + r * cb;
+    for (int b = 0; b < (cnt + 3) / 4; b++) {
+        unsigned byte = 0x55u; /* code 1 (zero) where the row ends inside the byte */
+        for (int u = 0; u < 4 && 4 * b + u < cnt; u++)
+            byte = (byte & ~(3u << (2 * u))) | ((unsigned)(kvt_code(x[4 * b + u], gam) + 1) << (2 * u));
+        codes[b] = (uint8_t)byte;
+    }
+    *(t < nk ? pg.ks + r * ((hd + KV_K_GROUP - 1) / KV_K_GROUP) + t : pg.vs + r) =
+        __half_as_ushort(__float2half_rn(gam));
+}
+
+/* kvt_dequant_row's value of the low two bits of c with scale s, and of the
+ * four codes of a byte; the f16 scale at p as f32. */
+__device__ __forceinline__ float kvt_val(unsigned c, float s) { return __fmul_rn((float)((int)(c & 3u) - 1), s); }
+__device__ __forceinline__ float4 kvt_val4(unsigned b, float s) {
+    return make_float4(kvt_val(b, s), kvt_val(b >> 2, s), kvt_val(b >> 4, s), kvt_val(b >> 6, s));
+}
+__device__ __forceinline__ float kvt_scale(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
 
 /* Offset (floats) of position p's row of KV head kvh in a layer's pages,
  * through the sequence's block-table row tb. */
@@ -610,12 +654,15 @@ struct AttnFuse {
  * are merged once at the end.  Lanes hold head dims 4*lane + 128*r (float4,
  * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers.
  * kRope: the fused decode form above (AttnFuse). */
-template <int kThreads, int kMode, bool kRope> /* kMode 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars */
+template <int kThreads, int kMode, bool kRope, bool kTern = false> /* kMode 0: float4, hd <= 128; 1: float4,
+                                                                   * hd <= 256; 2: scalars; kTern: K / V from
+                                                                   * ternary pages tz (kp, vp unused) */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
-                      float *out, AttnFuse fz) {
+                      float *out, AttnFuse fz, FwdcKvTern tz) {
+    static_assert(!(kRope && kTern), "the fused decode form writes f32 pages");
     pdl_trigger();
     /* kRope: what the q|k|v projection (the kernel before) does not write is
      * read before the wait — this token's page offsets of the first chunk, the
@@ -629,8 +676,16 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * step's block-table update among them — have completed.  A row kernel
      * here (they trigger before they wait) would break it: see
      * fwdc_attention_rope's contract (fwd_cuda.h). */
-    if (!kRope) pdl_wait();
     constexpr bool kVec = kMode < 2;
+    /* kTern, float4 lanes: a code byte's four values c - 1 (the scale's factors), one
+     * shared-memory load a byte instead of four conversions (the kernel is bound by
+     * its instructions: ncu, H200, 1.86x the f32 pages' without it) */
+    __shared__ float4 clut[kTern && kVec ? 256 : 1];
+    if constexpr (kTern && kVec)
+        for (int b = threadIdx.x; b < 256; b += kThreads)
+            clut[b] = make_float4((float)((b & 3) - 1), (float)((b >> 2 & 3) - 1), (float)((b >> 4 & 3) - 1),
+                                  (float)((b >> 6 & 3) - 1));
+    if (!kRope) pdl_wait();
     constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */
     static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
     __shared__ int64_t roff[kAttnChunk];
@@ -650,10 +705,40 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * into kr / vr: the pages' rows where glob, the token's own key (kRope:
      * from shared memory, warp-uniform) where own; zeros past the end */
     float kr[kU][kE], vr[kU][kE];
+    /* kTern: roff holds page rows (kv_row of head_dim 1), cb code bytes and nks K scales a row */
+    const int rhd = kTern ? 1 : hd, cb = (hd + 3) / 4, nks = (hd + KV_K_GROUP - 1) / KV_K_GROUP;
     auto load_run = [&](int c0, int j0, int cn, bool glob, bool own_too) {
 #pragma unroll
         for (int u = 0; u < kU; u++) {
             const bool ok = j0 + u < cn;
+            if constexpr (kTern) {
+                const int64_t r = ok ? roff[j0 + u] : 0;
+                const float vs = ok ? kvt_scale(tz.vs + r) : 0.0f;
+#pragma unroll
+                for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
+                    const int d = dim_of(e);
+                    const bool in = ok && d < hd;
+                    if (kVec) {
+                        float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
+                        if (in) {
+                            const float ks = kvt_scale(tz.ks + r * nks + d / KV_K_GROUP);
+                            const float4 kc = clut[tz.kc[r * cb + d / 4]], vc = clut[tz.vc[r * cb + d / 4]];
+                            k4 = make_float4(__fmul_rn(kc.x, ks), __fmul_rn(kc.y, ks), __fmul_rn(kc.z, ks),
+                                             __fmul_rn(kc.w, ks));
+                            v4 = make_float4(__fmul_rn(vc.x, vs), __fmul_rn(vc.y, vs), __fmul_rn(vc.z, vs),
+                                             __fmul_rn(vc.w, vs));
+                        }
+                        kr[u][e] = k4.x, kr[u][e + 1] = k4.y, kr[u][e + 2] = k4.z, kr[u][e + 3] = k4.w;
+                        vr[u][e] = v4.x, vr[u][e + 1] = v4.y, vr[u][e + 2] = v4.z, vr[u][e + 3] = v4.w;
+                    } else {
+                        const int sh = 2 * (d % 4);
+                        kr[u][e] = in ? kvt_val(tz.kc[r * cb + d / 4] >> sh, kvt_scale(tz.ks + r * nks + d / KV_K_GROUP))
+                                      : 0.0f;
+                        vr[u][e] = in ? kvt_val(tz.vc[r * cb + d / 4] >> sh, vs) : 0.0f;
+                    }
+                }
+                continue;
+            }
             const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
             if (own ? !own_too : !glob) continue;
             const float *kb = own ? ck : kp + (ok ? roff[j0 + u] : 0), *vb = own ? cv : vp + (ok ? roff[j0 + u] : 0);
@@ -722,7 +807,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
         const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
         if (!kRope || c0 > 0) /* (kRope: the first chunk's offsets are in place) */
-            for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, hd);
+            for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, rhd);
         __syncthreads(); /* roff; kRope: the rotated q, k and v */
         if (kRope && c0 == 0) load_q();
         for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
@@ -813,11 +898,12 @@ size_t attn_tile_smem(int hd) {
            kTk * sizeof(int64_t) + kTq * sizeof(int);
 }
 
+template <bool kTern> /* K / V from ternary pages tz (kp, vp unused), dequantised into shared memory */
 __global__ void __launch_bounds__(kTileThreads, 2)
 attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int64_t n, int n_heads, int n_kv, int hd, int bs,
-                      float scale, float *out) {
+                      float scale, float *out, FwdcKvTern tz) {
     pdl_trigger();
     pdl_wait();
     extern __shared__ __align__(16) float sm[];
@@ -859,13 +945,25 @@ attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float 
         const int kn = kend - k0 < kTk ? kend - k0 : kTk;
         if (t < kTk) {
             const int p = k0 + t;
-            roff[t] = t < kn ? kv_row(tb, p, bs, n_kv, kvh, hd) : 0;
+            roff[t] = t < kn ? kv_row(tb, p, bs, n_kv, kvh, kTern ? 1 : hd) : 0; /* kTern: page rows */
         }
         __syncthreads();
         for (int idx = t; idx < kTk * h4; idx += kTileThreads) {
             const int kk = idx / h4, d4 = idx - kk * h4;
-            cp_async16_zfill(Ks + kk * LD + 4 * d4, kp + roff[kk] + 4 * d4, kk < kn);
-            cp_async16_zfill(Vs + kk * LD + 4 * d4, vp + roff[kk] + 4 * d4, kk < kn);
+            if constexpr (kTern) {
+                float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
+                if (kk < kn) {
+                    const int64_t r = roff[kk], cb = h4; /* hd % 4 == 0: hd / 4 code bytes a row */
+                    k4 = kvt_val4(tz.kc[r * cb + d4],
+                                  kvt_scale(tz.ks + r * ((hd + KV_K_GROUP - 1) / KV_K_GROUP) + 4 * d4 / KV_K_GROUP));
+                    v4 = kvt_val4(tz.vc[r * cb + d4], kvt_scale(tz.vs + r));
+                }
+                *reinterpret_cast<float4 *>(Ks + kk * LD + 4 * d4) = k4;
+                *reinterpret_cast<float4 *>(Vs + kk * LD + 4 * d4) = v4;
+            } else {
+                cp_async16_zfill(Ks + kk * LD + 4 * d4, kp + roff[kk] + 4 * d4, kk < kn);
+                cp_async16_zfill(Vs + kk * LD + 4 * d4, vp + roff[kk] + 4 * d4, kk < kn);
+            }
         }
         cp_commit_wait_all();
         __syncthreads();
@@ -1163,33 +1261,36 @@ int64_t attn_heads_x_tokens(int64_t n, int n_heads, int model_heads) {
 /* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
  * lanes by head_dim and alignment. */
-template <bool kRope>
+template <bool kRope, bool kTern = false>
 int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
                      const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
-                     int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s) {
+                     int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s,
+                     FwdcKvTern tz = FwdcKvTern{}) {
     const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads);
     const bool small = heads_x_tokens <= 512;
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
-                       AttnFuse);
+                       AttnFuse, FwdcKvTern);
     static const K kern[3][3] = {
-        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope>,
-         attention_warp_kernel<kAttnThreadsLarge, 1, kRope>,
-         attention_warp_kernel<kAttnThreadsLarge, 2, kRope>},
-        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope>,
-         attention_warp_kernel<kAttnThreadsSmall, 1, kRope>,
-         attention_warp_kernel<kAttnThreadsSmall, 2, kRope>},
-        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope>,
-         attention_warp_kernel<kAttnThreadsTiny, 1, kRope>,
-         attention_warp_kernel<kAttnThreadsTiny, 2, kRope>}};
+        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>},
+        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>},
+        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>}};
     const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
     const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
-    const bool vec = hd % 4 == 0 && al16(kp) && al16(vp);
+    /* (ternary pages: the f32 pages' float4 lanes whenever head_dim allows them, so that both read the
+     * same values into the same lanes and sum them alike) */
+    const bool vec = hd % 4 == 0 && (kTern || (al16(kp) && al16(vp)));
     const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
     return tern_launch_pdl("attention_warp_kernel", kern[kind][mode], dim3((unsigned)n, (unsigned)n_heads),
                            dim3(thr), s, q, ldq, kp, vp, pos,
-                           tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz);
+                           tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz);
 }
 
 /* The decode attentions' heads grouped over the KV heads and their grid
@@ -1210,6 +1311,35 @@ int attn_kind(void) {
     if (!e || !*e || !strcmp(e, "warp")) return 0;
     if (!strcmp(e, "block")) return 1;
     return err_set("TERNLAB_CUDA_ATTN=%s: expected warp or block", e);
+}
+
+/* A prompt's queries for the tiled kernel: from 32 tokens, head_dim % 4 == 0
+ * and <= 128, q and out rows 16-byte aligned. */
+bool tile_ok(const float *q, int64_t ldq, int64_t n, int hd, const float *out) {
+    return n >= kTq / 2 && hd % 4 == 0 && hd <= 128 && al16(q) && ldq % 4 == 0 && al16(out);
+}
+
+/* attention_tile_kernel over (query tiles, heads). */
+template <bool kTern>
+int attn_tile_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
+                     const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads, int n_kv,
+                     int hd, int bs, float *out, FwdcKvTern tz, cudaStream_t s) {
+    /* the largest tile (head_dim 128) allowed once per device: no attribute
+     * change while a graph may be capturing */
+    static bool attr_set[64];
+    int dev = 0;
+    CUDA_CHECK(cudaGetDevice(&dev));
+    if (dev < 0 || dev >= 64) return err_set("fwdc_attention: device %d", dev);
+    if (!attr_set[dev]) {
+        CUDA_CHECK(cudaFuncSetAttribute(attention_tile_kernel<kTern>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                        (int)attn_tile_smem(128)));
+        attr_set[dev] = true;
+    }
+    const dim3 tgrid((unsigned)((n + kTq - 1) / kTq), (unsigned)n_heads);
+    const float scale = 1.0f / sqrtf((float)hd);
+    return tern_launch_pdl_smem("attention_tile_kernel", attention_tile_kernel<kTern>, tgrid, dim3(kTileThreads),
+                                attn_tile_smem(hd), s, q, ldq, kp, vp, pos, tab, tab_stride, tab_row, n, n_heads,
+                                n_kv, hd, bs, scale, out, tz);
 }
 
 } // namespace
@@ -1375,29 +1505,51 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
         CUDA_CHECK_LAUNCH("attention_kernel");
         return 0;
     }
-    if (one_seq && n >= kTq / 2 && hd % 4 == 0 && hd <= 128 && al16(d_q) && ldq % 4 == 0 &&
-        al16(d_kpages) && al16(d_vpages) && al16(d_out)) {
-        /* the largest tile (head_dim 128) allowed once per device: no attribute
-         * change while a graph may be capturing */
-        static bool attr_set[64];
-        int dev = 0;
-        CUDA_CHECK(cudaGetDevice(&dev));
-        if (dev < 0 || dev >= 64) return err_set("fwdc_attention: device %d", dev);
-        if (!attr_set[dev]) {
-            CUDA_CHECK(cudaFuncSetAttribute(attention_tile_kernel,
-                                            cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                            (int)attn_tile_smem(128)));
-            attr_set[dev] = true;
-        }
-        const dim3 tgrid((unsigned)((n + kTq - 1) / kTq), (unsigned)n_heads);
-        return tern_launch_pdl_smem("attention_tile_kernel", attention_tile_kernel, tgrid,
-                                    dim3(kTileThreads), attn_tile_smem(hd), stream, d_q, ldq,
-                                    d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
-                                    n_heads, n_kv, hd, block_size, scale, d_out);
-    }
+    if (one_seq && tile_ok(d_q, ldq, n, hd, d_out) && al16(d_kpages) && al16(d_vpages))
+        return attn_tile_launch<false>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
+                                       n_heads, n_kv, hd, block_size, d_out, FwdcKvTern{}, stream);
     return attn_warp_launch<false>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row,
                                    n, n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{},
                                    stream);
+}
+
+size_t fwdc_kv_tern_bytes(int64_t rows, int hd) {
+    return (size_t)rows * (2 * (size_t)((hd + 3) / 4) + sizeof(uint16_t) * (size_t)((hd + KV_K_GROUP - 1) / KV_K_GROUP + 1));
+}
+
+int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t ldv, const int32_t *d_slot,
+                      int64_t n, int n_kv, int hd, int block_size, FwdcKvTern pages, cudaStream_t stream) {
+    if (hd < 1 || hd > 256 || n_kv < 1 || block_size < 1 || ldk < (int64_t)n_kv * hd || ldv < (int64_t)n_kv * hd)
+        return err_set("fwdc_kv_code_rows: head_dim %d (1..256), %d KV heads, block size %d, strides %lld / %lld",
+                       hd, n_kv, block_size, (long long)ldk, (long long)ldv);
+    if (!pages.kc || !pages.vc || !pages.ks || !pages.vs) return err_set("fwdc_kv_code_rows: no ternary pages");
+    if (n <= 0) return 0;
+    if (n > 0x7fffffff || n_kv > 65535)
+        return err_set("fwdc_kv_code_rows: %lld tokens x %d KV heads is too large a grid", (long long)n, n_kv);
+    return tern_launch_pdl("kv_code_rows_kernel", kv_code_rows_kernel, dim3((unsigned)n, (unsigned)n_kv), dim3(32),
+                           stream, d_k, ldk, d_v, ldv, d_slot, n_kv, hd, block_size, pages);
+}
+
+int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const int32_t *d_pos,
+                        const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
+                        int n_heads, int n_kv, int hd, int block_size, int model_heads, int one_seq,
+                        float *d_out, cudaStream_t stream) {
+    if (hd < 1 || hd > 256)
+        return err_set("fwdc_attention_tern: head_dim %d is not supported on CUDA (1..256)", hd);
+    if (!pages.kc || !pages.vc || !pages.ks || !pages.vs) return err_set("fwdc_attention_tern: no ternary pages");
+    if (attn_check("fwdc_attention_tern", n, n_heads, n_kv) < 0) return -1;
+    const int kind = attn_kind();
+    if (kind < 0) return -1;
+    if (kind == 1)
+        return err_set("TERNLAB_CUDA_ATTN=block: the block-softmax attention reads f32 KV pages only, and this "
+                       "layer's pages are ternary (--kv); unset it");
+    if (n <= 0) return 0;
+    if (one_seq && tile_ok(d_q, ldq, n, hd, d_out))
+        return attn_tile_launch<true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n, n_heads,
+                                      n_kv, hd, block_size, d_out, pages, stream);
+    return attn_warp_launch<false, true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n,
+                                         n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{}, stream,
+                                         pages);
 }
 
 int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,

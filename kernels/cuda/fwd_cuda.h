@@ -7,7 +7,9 @@
  *   fwdc_glu_rows        fwd_glu (+ act_quant_int8_ref)
  *   fwdc_rope_kv_write   fwd_rope_apply + kv_write_token     forward.c, src/kv/kvcache.c
  *   fwdc_kv_ternarise    kvt_quant_row + kvt_dequant_row     src/kv/kv_ternary.c
+ *   fwdc_kv_code_rows    kvt_quant_row (ternary pages)       src/kv/kv_ternary.c
  *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
+ *   fwdc_attention_tern  the same over ternary pages (kvt_dequant_row's values)
  *   fwdc_attention_rope  the two above in one decode kernel
  *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
  *   fwdc_act_quant_i8    act_quant_int8_ref (bit-identical)  src/quant/quant.h
@@ -26,6 +28,7 @@
 #ifndef TL_FWD_CUDA_H
 #define TL_FWD_CUDA_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 #include <cuda_runtime_api.h>
@@ -64,7 +67,9 @@ int fwdc_norm_deferred(float *d_x, const TernDeferred *h, const float *d_w, int6
                        float *d_out32, uint16_t *d_out16, int8_t *d_xq, float *d_sx, cudaStream_t stream);
 /* Rotate-half RoPE on q (n rows of stride ldq, n_heads*hd used) and k (stride
  * ldk) in place with the tables cos/sin (positions, hd/2) at pos[i], then K
- * and V (stride ldv) of token i stored at slot[i] of this layer's pages. */
+ * and V (stride ldv) of token i stored at slot[i] of this layer's pages.
+ * d_kpages and d_vpages both NULL: the rotation only (a layer of ternary
+ * pages, which fwdc_kv_code_rows then fills from the rotated k and v). */
 int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const float *d_v,
                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, int64_t n,
                        int n_heads, int n_kv, int hd, const float *d_cos, const float *d_sin,
@@ -76,6 +81,24 @@ int fwdc_rope_kv_write(float *d_q, int64_t ldq, float *d_k, int64_t ldk, const f
  * memory is not saved.  head_dim 1..256. */
 int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, int64_t n, int n_kv, int hd,
                       int block_size, cudaStream_t stream);
+/* A layer's ternary KV pages on the device, in the CPU's format
+ * (src/kv/kv_ternary.h): row r = (block * n_kv + KV head) * block_size +
+ * offset holds the K codes at kc + r * cb (cb = (hd + 3) / 4 bytes; value d
+ * in bits 2 (d % 4) of byte d / 4, code = q + 1, padding code 1), the K
+ * scales (f16 bits, one per KV_K_GROUP channels: nks = (hd + 15) / 16) at
+ * ks + r * nks, the V codes at vc + r * cb and the V scale at vs[r].  About
+ * 1 / 12 of an f32 page's bytes at head_dim 128. */
+typedef struct {
+    uint8_t *kc, *vc;
+    uint16_t *ks, *vs;
+} FwdcKvTern;
+/* Bytes of ternary pages for rows (block, KV head, slot) rows of head_dim hd. */
+size_t fwdc_kv_tern_bytes(int64_t rows, int hd);
+/* Token i's K and V rows (d_k, d_v of strides ldk, ldv: every KV head, k as
+ * fwdc_rope_kv_write rotated it) coded into slot[i] of the ternary pages:
+ * kvt_quant_row's codes and scales, byte for byte.  head_dim 1..256. */
+int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t ldv, const int32_t *d_slot,
+                      int64_t n, int n_kv, int hd, int block_size, FwdcKvTern pages, cudaStream_t stream);
 /* out (n, n_heads*hd) = softmax(q k^T / sqrt(hd)) v over positions 0..pos[i]
  * of token i's sequence (block table row tab_row[i]); q rows of stride ldq;
  * query head h reads KV head h / (n_heads / n_kv).  head_dim <= 256.
@@ -90,6 +113,15 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
                    int block_size, int model_heads, int one_seq, float *d_out,
                    cudaStream_t stream);
+/* fwdc_attention over a layer's ternary pages: each K / V value is
+ * kvt_dequant_row's, formed as it is read, in the same kernels (the warp
+ * kernel, the tiled one for prompts) and so the same bits as fwdc_attention
+ * over f32 pages holding those values.  TERNLAB_CUDA_ATTN=block (the block
+ * kernel reads f32 pages only) is refused. */
+int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const int32_t *d_pos,
+                        const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
+                        int n_heads, int n_kv, int hd, int block_size, int model_heads, int one_seq,
+                        float *d_out, cudaStream_t stream);
 /* The decode step's fwdc_rope_kv_write + fwdc_attention in one kernel, for
  * n tokens of n distinct sequences (no token reads another's new position):
  * q, k, v (strides ldq, ldk, ldv) as the projections left them, not rotated

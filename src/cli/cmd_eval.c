@@ -74,6 +74,10 @@ static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, i
                      .device = engine_device_parse(o->device), .bf16 = o->bf16};
     eo.n_blocks = o->kv_blocks ? o->kv_blocks
                                : seqs * ((seq_len + o->block_size - 1) / o->block_size);
+    /* the policy from the start: the GPU allocates the pages it needs (apply_kv_policy sets it again) */
+    KvPolicy kp;
+    if (kv_policy_parse(o->kv, &kp) != 0) return -1;
+    eo.kv = &kp;
     return tp_engine_open(e, m, &eo, o->tp); /* engine_init when --tp 1 */
 }
 

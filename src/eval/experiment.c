@@ -285,6 +285,10 @@ typedef struct {
     int64_t top1;
     float *logit_test; /* (logit_rows, V) */
     int logit_rows;
+    /* a GPU engine's KV pool after the run (cuda_engine_info): bytes per token
+     * slot and the layers on ternary pages; NAN / -1 on the CPU */
+    double dev_kv_alloc;
+    int dev_kv_tern_layers;
 } EvalCtx;
 
 static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *ids, int T, int V,
@@ -326,6 +330,16 @@ static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *
     return 0;
 }
 
+/* Bytes per token slot of an engine's KV pool (slots of it) as its policy left
+ * it, over all its ranks (each holds its KV heads' share in a pool of the same
+ * shape as rank 0's): the GPU's pages (cuda_engine_info), the CPU cache's. */
+static double engine_kv_alloc(const Engine *e, int64_t slots) {
+    CudaEngineInfo ci;
+    if (cuda_engine_is(e))
+        return cuda_engine_info(e, &ci) == 0 ? (double)ci.kv_bytes * ci.tp / (double)slots : NAN;
+    return e->kv.host_pages ? (double)kv_alloc_bytes(&e->kv) * tp_engine_degree(e) / (double)slots : NAN;
+}
+
 /* Runs the windows through a model; fills the reference (ctx->nll == NULL) or
  * the run's metrics. */
 static int evaluate(Model *m, int tp, EngineDevice dev, const KvPolicy *pol, const int32_t *tok,
@@ -333,13 +347,19 @@ static int evaluate(Model *m, int tp, EngineDevice dev, const KvPolicy *pol, con
     int64_t per_call = EXP_TOKENS_PER_CALL / R->T * R->T;
     if (per_call < R->T) per_call = R->T;
     Engine e;
-    EngineOpts eo = {.max_tok = per_call, .block_size = 16, .device = dev};
+    EngineOpts eo = {.max_tok = per_call, .block_size = 16, .device = dev, .kv = pol};
     eo.n_blocks = per_call / R->T * ((R->T + 15) / 16);
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
     int rc = kv_set_policy(&e.kv, pol);
     PplOpts po = {.window = R->T, .max_windows = R->nw, .on_logits = on_window, .ctx = ctx,
                   .kv_split = R->split, .progress = 1};
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, res);
+    CudaEngineInfo ci;
+    ctx->dev_kv_alloc = NAN, ctx->dev_kv_tern_layers = -1;
+    if (rc == 0 && cuda_engine_is(&e) && cuda_engine_info(&e, &ci) == 0) {
+        ctx->dev_kv_alloc = engine_kv_alloc(&e, eo.n_blocks * eo.block_size);
+        ctx->dev_kv_tern_layers = ci.kv_ternary_pages;
+    }
     if (tps) tp_engine_stats(&e, tps);
     tp_engine_close(&e);
     return rc;
@@ -811,6 +831,7 @@ static int run_point(const RunCfg *rc, const char *out) {
                  * may stay full precision, ternary pages where one may be ternary,
                  * the format flag */
                 alloc = (double)kv_alloc_bytes(&tmp.kv) / (double)(eo.n_blocks * eo.block_size);
+                if (dev == ENGINE_CUDA) alloc = ctx.dev_kv_alloc; /* the GPU's pages: see "pages" below */
             }
             int h = R.T / 2;
             kvb = R.split ? (h * enc + (R.T - 1 - h) * dec_b) / (R.T - 1) : enc;
@@ -901,11 +922,14 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_f64(lg, "/kv", "bytes_per_token_decoder", dec_b);
         e |= h5log_attr_f64(lg, "/kv", "alloc_bytes_per_token", alloc);
         /* how the evaluated model's pages held the ternary rows: the bytes above are the
-         * format's; on the GPU its values sit in f32 pages (fwdc_kv_ternarise) */
+         * format's; on the GPU a layer whose tokens of one phase only are ternary keeps
+         * their values in its f32 pages (fwdc_kv_ternarise), one whose every token is
+         * ternary has ternary pages alone (fwdc_kv_code_rows) */
         e |= h5log_attr_str(lg, "/kv", "pages",
                             pol.kind == KVP_NONE ? "f32"
-                            : dev == ENGINE_CUDA ? "f32 pages holding the ternary values (memory not saved)"
-                                                 : "ternary pages (codes + f16 scales)");
+                            : dev != ENGINE_CUDA || ctx.dev_kv_tern_layers > 0
+                                ? "ternary pages (codes + f16 scales)"
+                                : "f32 pages holding the ternary values (memory not saved)");
         e |= h5log_attr_f64(lg, "/metrics", "eval_tok_s", res.tok_per_s);
         e |= h5log_attr_f64(lg, "/metrics", "decode_tok_s",
                             res.decode_seconds > 0 ? (double)res.decode_tokens / res.decode_seconds : NAN);

@@ -184,11 +184,29 @@ static int layer_needs_f32(const KvPolicy *p, int layer) {
     return !(kv_policy_ternary(p, layer, 0) && kv_policy_ternary(p, layer, 1));
 }
 
+/* Tokens the cache's sequences hold. */
+static int64_t kv_tokens_held(const KvCache *kv) {
+    int64_t held = 0;
+    for (int i = 0; i < kv->n_seqs; i++)
+        if (kv->seqs[i].active) held += kv->seqs[i].len;
+    return held;
+}
+
 int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= kv->n_layers || p->layer_lo > p->layer_hi))
         return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
                        kv->n_layers, kv->n_layers - 1);
     if (!kv->host_pages) { /* (the pools and pages below are the host's) */
+        /* the backend's pages (the CUDA engine's) are ternary alone in the layers a
+         * policy stores all ternary: with tokens held, those layers may not change */
+        const int64_t held = kv_tokens_held(kv);
+        for (int l = 0; l < kv->n_layers && held > 0; l++)
+            if (layer_needs_f32(p, l) != layer_needs_f32(&kv->policy, l)) {
+                char pol[64];
+                kv_policy_format(p, pol, sizeof pol);
+                return err_set("--kv %s: layer %d's pages would change between f32 and ternary while the cache "
+                               "holds %lld tokens; set the policy on an empty cache", pol, l, (long long)held);
+            }
         kv->policy = *p;
         return 0;
     }
@@ -196,9 +214,7 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
      * leaves the cache as it was (with at most the ternary pools added). */
     /* 0. a layer's f32 pages go (step 3) only while no token is held: the rows
      * in them would be lost, and a later read would find no page */
-    int64_t held = 0;
-    for (int i = 0; i < kv->n_seqs; i++)
-        if (kv->seqs[i].active) held += kv->seqs[i].len;
+    const int64_t held = kv_tokens_held(kv);
     for (int l = 0; l < kv->n_layers && held > 0; l++)
         if (!layer_needs_f32(p, l) && kv->k[l]) {
             char pol[64];

@@ -80,9 +80,15 @@ struct CE {
     std::vector<DLayer> L;
     float *embed = nullptr, *final_norm = nullptr;
     DLin lm;
-    /* KV pages: layer l's K at kp + l * layer_elems */
-    float *kp = nullptr, *vp = nullptr;
-    size_t layer_elems = 0;
+    /* KV pages of layer l: f32 K / V pages kp[l], vp[l] (layer_elems floats
+     * each), or, in a layer whose tokens of both phases the KV policy stores
+     * ternary, ternary pages tp_pages[l] (fwdc_kv_code_rows' format) and no
+     * f32 pages (kv_pages_for_policy; TERNLAB_CUDA_KV_PAGES=f32 keeps f32
+     * pages holding the ternary values there too); kv_bytes: all of them */
+    std::vector<float *> kp, vp;
+    std::vector<FwdcKvTern> tpages;
+    size_t layer_elems = 0, kv_bytes = 0;
+    int kv_f32_only = 0;
     int bs = 0, n_blocks = 0;
     /* device block tables (tab_rows, stride) and the host's copy of what they hold */
     int32_t *d_tab = nullptr;
@@ -200,6 +206,17 @@ template <typename T> int dalloc(CE *g, T **p, size_t count, const char *what) {
     if (dmalloc(g, &v, count * sizeof(T), what) != 0) return -1;
     *p = static_cast<T *>(v);
     return 0;
+}
+
+/* Frees one of g's allocations before close (NULL: nothing). */
+void dfree(CE *g, void *p) {
+    if (!p) return;
+    for (size_t i = 0; i < g->allocs.size(); i++)
+        if (g->allocs[i] == p) {
+            g->allocs.erase(g->allocs.begin() + (ptrdiff_t)i);
+            break;
+        }
+    cudaFree(p);
 }
 
 uint16_t f32_to_bf16(float f) {
@@ -490,7 +507,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
-        float *kp = g->kp + (size_t)l * g->layer_elems, *vp = g->vp + (size_t)l * g->layer_elems;
+        float *kp = g->kp[(size_t)l], *vp = g->vp[(size_t)l];
+        const FwdcKvTern tpg = g->tpages[(size_t)l]; /* kc non-NULL: the layer's pages are ternary */
         TernDeferred hdef = {}; /* the down GEMV's output, where it is left in its K split */
         /* attention block (layer 0's norm here; later layers' is fused into
          * the previous layer's last residual add) */
@@ -516,6 +534,13 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
                                     g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
+        } else if (tpg.kc) { /* ternary pages: K rotated in place, both rows coded into the pages */
+            g->n_kv_tern++;
+            TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads, (int)hd,
+                                   g->d_cos, g->d_sin, nullptr, nullptr, g->bs, g->st));
+            TRY(fwdc_kv_code_rows(k, ldk, v, ldv, slot, n, c.n_kv_heads, (int)hd, g->bs, tpg, g->st));
+            TRY(fwdc_attention_tern(q, ldq, tpg, pos, g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads,
+                                    (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0, g->att, g->st));
         } else {
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                    (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
@@ -707,19 +732,82 @@ void unsend_updates(CE *g, const StepPlan *p) {
     if (p->n > 0) unsend_updates(g, g->h_in + 5 * p->n + 1, p->cnt);
 }
 
+/* Ternary KV pages over several GPUs are refused (one GPU or the CPU). */
+int kv_tp_refused(const KvPolicy *p, int tp) {
+    if (p->kind == KVP_NONE || tp <= 1) return 0;
+    char pol[64];
+    kv_policy_format(p, pol, sizeof pol);
+    return err_set("--device cuda --tp %d: ternary KV pages (--kv %s) run on one GPU or on the CPU", tp, pol);
+}
+
+/* The pages the policy of kv needs (at open, from EngineOpts.kv, and in
+ * host_prepare, where the engine first sees a policy set later): ternary
+ * pages in the layers whose tokens of both phases it stores ternary (unless
+ * TERNLAB_CUDA_KV_PAGES=f32), f32 pages in the others.  A layer changes its
+ * pages only while no sequence holds tokens (their rows would be lost); what
+ * can fail comes first, so a refused or failed change leaves the pages as
+ * they were. */
+int kv_pages_for_policy(CE *g, const KvCache *kv) {
+    const int L = g->c.n_layers, hd = g->c.head_dim;
+    std::vector<char> tern((size_t)L), change((size_t)L);
+    bool any = false;
+    for (int l = 0; l < L; l++) {
+        tern[(size_t)l] = !g->kv_f32_only && kv_policy_ternary(&kv->policy, l, 0) && kv_policy_ternary(&kv->policy, l, 1);
+        /* (at open a layer has no pages yet: either kind is a change) */
+        change[(size_t)l] = tern[(size_t)l] ? !g->tpages[(size_t)l].kc : !g->kp[(size_t)l];
+        any = any || change[(size_t)l];
+    }
+    if (!any) return 0;
+    int64_t held = 0;
+    for (int i = 0; i < kv->n_seqs; i++)
+        if (kv->seqs[i].active) held += kv->seqs[i].len;
+    if (held > 0) {
+        char pol[64];
+        kv_policy_format(&kv->policy, pol, sizeof pol);
+        return err_set("--kv %s on the GPU changes layers' KV pages between f32 and ternary while the cache "
+                       "holds %lld tokens; set the policy on an empty cache", pol, (long long)held);
+    }
+    const int64_t rows = (int64_t)g->n_blocks * g->c.n_kv_heads * g->bs;
+    const size_t cb = (size_t)(hd + 3) / 4, nks = (size_t)(hd + KV_K_GROUP - 1) / KV_K_GROUP;
+    std::vector<FwdcKvTern> fresh((size_t)L, FwdcKvTern{});
+    std::vector<float *> fk((size_t)L, nullptr), fv((size_t)L, nullptr);
+    int rc = 0;
+    for (int l = 0; l < L && rc == 0; l++) {
+        if (!change[(size_t)l]) continue;
+        FwdcKvTern &t = fresh[(size_t)l];
+        const bool ok = tern[(size_t)l] ? dalloc(g, &t.kc, (size_t)rows * cb, "ternary KV pages") == 0 &&
+                                              dalloc(g, &t.vc, (size_t)rows * cb, "ternary KV pages") == 0 &&
+                                              dalloc(g, &t.ks, (size_t)rows * nks, "ternary KV scales") == 0 &&
+                                              dalloc(g, &t.vs, (size_t)rows, "ternary KV scales") == 0
+                                        : dalloc(g, &fk[(size_t)l], g->layer_elems, "KV cache keys") == 0 &&
+                                              dalloc(g, &fv[(size_t)l], g->layer_elems, "KV cache values") == 0;
+        rc = ok ? 0 : -1;
+    }
+    /* the old pages of a changed layer go (or, on failure, the new ones) */
+    for (int l = 0; l < L; l++) {
+        if (!change[(size_t)l]) continue;
+        FwdcKvTern &t = rc == 0 ? g->tpages[(size_t)l] : fresh[(size_t)l];
+        dfree(g, t.kc), dfree(g, t.vc), dfree(g, t.ks), dfree(g, t.vs);
+        dfree(g, rc == 0 ? g->kp[(size_t)l] : fk[(size_t)l]);
+        dfree(g, rc == 0 ? g->vp[(size_t)l] : fv[(size_t)l]);
+        if (rc == 0) g->tpages[(size_t)l] = fresh[(size_t)l], g->kp[(size_t)l] = fk[(size_t)l], g->vp[(size_t)l] = fv[(size_t)l];
+    }
+    if (rc != 0) return -1;
+    g->kv_bytes = 0;
+    for (int l = 0; l < L; l++)
+        g->kv_bytes += g->tpages[(size_t)l].kc ? fwdc_kv_tern_bytes(rows, hd) : 2 * g->layer_elems * sizeof(float);
+    return 0;
+}
+
 int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
                  const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits,
                  float *logits, StepPlan *p) {
     if (n > g->max_tok)
         return err_set("forward: %lld tokens but the CUDA engine holds %lld", (long long)n,
                        (long long)g->max_tok);
-    if (kv->policy.kind != KVP_NONE && g->tp > 1) {
-        char pol[64];
-        kv_policy_format(&kv->policy, pol, sizeof pol);
-        return err_set("--device cuda --tp %d: ternary KV pages (--kv %s) run on one GPU or on the CPU",
-                       g->tp, pol);
-    }
+    if (kv_tp_refused(&kv->policy, g->tp) != 0) return -1;
     if (memcmp(&kv->policy, &g->pol, sizeof g->pol) != 0) { /* (a graph holds the old policy's kernels) */
+        if (kv_pages_for_policy(g, kv) != 0) return -1;
         drop_graph(g);
         g->last_eager_n = 0;
         g->pol = kv->policy;
@@ -1226,9 +1314,18 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     g->bs = e->kv.block_size;
     g->n_blocks = e->kv.n_blocks;
     g->layer_elems = (size_t)g->n_blocks * (size_t)c.n_kv_heads * (size_t)g->bs * (size_t)c.head_dim;
-    if (dalloc(g, &g->kp, g->layer_elems * (size_t)c.n_layers, "KV cache keys") != 0 ||
-        dalloc(g, &g->vp, g->layer_elems * (size_t)c.n_layers, "KV cache values") != 0)
-        return -1;
+    const char *kvp = getenv("TERNLAB_CUDA_KV_PAGES");
+    if (kvp && *kvp && strcmp(kvp, "ternary") != 0 && strcmp(kvp, "f32") != 0)
+        return err_set("TERNLAB_CUDA_KV_PAGES=\"%s\": expected ternary (the default: a layer whose every token "
+                       "is stored ternary keeps ternary pages) or f32 (f32 pages holding the ternary values)",
+                       kvp);
+    g->kv_f32_only = kvp && strcmp(kvp, "f32") == 0;
+    g->kp.assign((size_t)c.n_layers, nullptr);
+    g->vp.assign((size_t)c.n_layers, nullptr);
+    g->tpages.assign((size_t)c.n_layers, FwdcKvTern{});
+    /* the pages the policy the cache opened with needs (none: f32 everywhere) */
+    if (kv_tp_refused(&e->kv.policy, g->tp) != 0 || kv_pages_for_policy(g, &e->kv) != 0) return -1;
+    g->pol = e->kv.policy;
     g->stride = g->n_blocks; /* one sequence may own every block */
     if (ensure_rows(g, std::max(e->kv.seq_cap, 16)) != 0) return -1;
     g->u_cap = g->n_blocks;
@@ -1302,8 +1399,14 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
     const int bs = o->block_size > 0 ? o->block_size : 16;
     if (o->n_blocks < 1 || o->n_blocks > (int64_t)1 << 30)
         return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
-    return kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
-                          (int)o->n_blocks);
+    if (kv_init_tables(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs, (int)o->n_blocks) != 0)
+        return -1;
+    /* (the tables-only cache takes the policy alone; ce_common allocates the pages it needs) */
+    if (o->kv && kv_set_policy(&e->kv, o->kv) != 0) {
+        kv_free(&e->kv);
+        return -1;
+    }
+    return 0;
 }
 
 /* An on-by-default switch: false only where `name` is "0" in the environment.
@@ -2004,7 +2107,8 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
         info->weight_bytes += gr->weight_bytes;
     }
     info->step_bytes = g->step_bytes;
-    info->kv_bytes = 2 * g->layer_elems * (size_t)g->c.n_layers * sizeof(float);
+    info->kv_bytes = g->kv_bytes;
+    for (const FwdcKvTern &tp : g->tpages) info->kv_ternary_pages += tp.kc != nullptr;
     info->graphs = g->n_graphs;
     info->graph_launches = g->launches;
     info->argmax_in_graph = g->n_argmax_graph;

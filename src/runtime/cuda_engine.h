@@ -8,7 +8,9 @@
  *     embedding, lm_head and norms in fp32 (EngineOpts.bf16 = 0, the reference)
  *     or bf16 (dense linears; then activations into every linear are bf16 too);
  *   - the paged KV cache lives on the device (f32 pages in the host cache's
- *     layout); the Engine's KvCache keeps the block allocator and block tables
+ *     layout, or, in a layer whose every token the KV policy stores ternary,
+ *     ternary pages in the CPU's format: kv_pages_for_policy in
+ *     cuda_engine.cu); the Engine's KvCache keeps the block allocator and block tables
  *     on the host (no host pages) and the device holds a mirror of the tables,
  *     updated by the changed entries only;
  *   - matmuls: ternary through tern_cuda_matmul_* (int8 activations for
@@ -24,8 +26,8 @@
  * being inside the graph (TERNLAB_CUDA_ARGMAX_GRAPH=0 keeps it after).  No
  * host synchronisation inside a step.
  *
- * Not supported on the GPU (clear errors): ternary KV pages (--kv other than
- * none), --dump-layers.
+ * Not supported on the GPU (clear errors): ternary KV pages with tp > 1,
+ * --dump-layers.
  * Builds without CUDA get the same functions returning an error. */
 #ifndef TL_CUDA_ENGINE_H
 #define TL_CUDA_ENGINE_H
@@ -86,7 +88,8 @@ typedef struct {
     size_t step_bytes;     /* weight bytes one decode step reads whatever its batch: all
                             * linears + lm_head + norms (not the per-token embedding rows and
                             * logits, nor the KV: bench-e2e adds those) */
-    size_t kv_bytes;       /* device K/V pool */
+    size_t kv_bytes;       /* device K/V pool (f32 and ternary pages as the KV policy last taken left them) */
+    int kv_ternary_pages;  /* layers whose KV pages are ternary (codes + f16 scales, not f32) */
     int tp;                /* ranks (GPUs) */
     size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */
     int64_t graphs;        /* decode graphs captured (rank 0) */
@@ -100,7 +103,8 @@ typedef struct {
      * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
     /* layers enqueued (the same way) whose K / V of the call were stored
-     * ternary under the cache's KV policy (fwdc_kv_ternarise) */
+     * ternary under the cache's KV policy (fwdc_kv_code_rows into ternary
+     * pages, or fwdc_kv_ternarise's values into f32 pages) */
     int64_t kv_ternary;
     /* layers enqueued (the same way) whose int8 pass before the o projection
      * takes the fused attention's max|output| (one token, o not fused) */

@@ -21,7 +21,8 @@ int engine_init(Engine *e, Model *m, const EngineOpts *o) {
     if (kv_init(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
                 (int)o->n_blocks) != 0)
         return -1;
-    if (runstate_init(&e->rs, m, o->max_tok > 0 ? o->max_tok : 256) != 0) {
+    if ((o->kv && kv_set_policy(&e->kv, o->kv) != 0) ||
+        runstate_init(&e->rs, m, o->max_tok > 0 ? o->max_tok : 256) != 0) {
         kv_free(&e->kv);
         return -1;
     }

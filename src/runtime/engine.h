@@ -25,6 +25,11 @@ typedef struct {
                        * (0 = fp32, the reference) */
     int no_graphs;    /* cuda: 1 = launch every decode step eagerly (no CUDA graph) */
     int gpu;          /* cuda: device ordinal */
+    /* the KV policy from the start (NULL: none; kv_set_policy may change it
+     * later, on an empty cache where pages change kind): on CUDA the pool is
+     * allocated as the policy needs it — ternary pages alone in the layers it
+     * stores all ternary — so a pool that fits only as ternary pages opens */
+    const KvPolicy *kv;
 } EngineOpts;
 
 /* "cpu" / "cuda" -> ENGINE_*; -1 for anything else. */
