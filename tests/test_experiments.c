@@ -659,6 +659,39 @@ TEST(exp_throughput_native_ternary_as_stored) {
     CHECK(read_attr_str(f, "weights", w, sizeof w) == 0 && strcmp(w, "ternarised") == 0);
 }
 
+/* exp-throughput's timed engines run the run's KV policy (they had run none
+ * whatever kv said, under a file labelled with the policy): kv=all gives a
+ * pool of ternary pages alone, its bytes per token slot recorded beside the
+ * policy, against none's f32 pages. */
+TEST(exp_throughput_times_the_kv_policy) {
+    const char *extra = "batches=1 prompt_len=12 gen_len=3 warmup=0 repeats=1 max_windows=1";
+    char ex[256], kvp[64] = "";
+    double a[2] = {NAN, NAN};
+    const char *pols[] = {"none", "all"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(ex, sizeof ex, "%s kv=%s", extra, pols[i]);
+        const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary", ex);
+        CHECK(read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &a[i], 1) == 0);
+        CHECK_MSG(read_group_attr_str(f, "/throughput", "kv_policy", kvp, sizeof kvp) == 0 && !strcmp(kvp, pols[i]),
+                  "kv_policy '%s'", kvp);
+        CHECK_MSG(h5log_verify_schema(f) == 0, "%s: %s", f, err_msg());
+    }
+    /* llama-tiny: 4 layers x 4 KV heads x head_dim 32; f32 K and V, or per layer the format flag and
+     * per head K and V codes (8 bytes each) and f16 scales (2 of K, 1 of V) */
+    const double f32 = 4 * 4 * 2 * 32 * 4.0, tern = 4 * (1 + 4 * (2 * 8 + 2 * (2 + 1)));
+    CHECK_MSG(a[0] == f32 && a[1] == tern, "bytes per token slot: none %g (want %g), all %g (want %g)", a[0], f32,
+              a[1], tern);
+    /* over two CPU ranks (each holding half the KV heads and its own format flags): the whole
+     * pool's bytes, one's plus a flag per layer (/kv: the model's geometry, one cache) */
+    snprintf(ex, sizeof ex, "%s kv=all tp=2", extra);
+    const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary", ex);
+    double t2 = NAN;
+    CHECK(read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &t2, 1) == 0);
+    const double kv2 = read_attr_f64(f, "/kv", "alloc_bytes_per_token");
+    CHECK_MSG(t2 == tern + 4 && kv2 == tern, "tp 2: %g (want %g) and /kv %g (want %g) bytes per token slot", t2,
+              tern + 4, kv2, tern);
+}
+
 /* `git rev-parse HEAD` of `dir` into out ("unknown" where it fails). */
 static void git_head_of(const char *dir, char *out, size_t n) {
     char cmd[2048], *log = NULL;

@@ -509,20 +509,27 @@ typedef struct {
     /* p50 / p95 / p99: nearest-rank percentiles of the same decode steps */
     double prefill_tok_s, decode_tok_s, p50_ms, p95_ms, p99_ms;
     double allreduce_us_per_tok; /* tp > 1: rank 0's time in collectives per token (measured runs) */
+    double kv_alloc;             /* KV pool bytes per token slot under the run's policy (engine_kv_alloc) */
 } Throughput;
+
 
 /* batch sequences of prompt_len tokens prefilled in one call, then gen_len
  * batched decode steps (greedy); medians over `repeats` after `warmup`. */
-static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, const int32_t *tok, int64_t n,
-                              int batch, int prompt_len, int gen_len, int warmup, int repeats,
+static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, const KvPolicy *pol, const int32_t *tok,
+                              int64_t n, int batch, int prompt_len, int gen_len, int warmup, int repeats,
                               Throughput *out) {
     if ((int64_t)batch * (prompt_len + gen_len) > n)
         return err_set("throughput: batch %d x %d tokens exceeds the token file", batch,
                        prompt_len + gen_len);
     Engine e;
-    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev, .bf16 = bf16};
+    EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev, .bf16 = bf16,
+                     .kv = pol};
     eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
+    if (kv_set_policy(&e.kv, pol) != 0) {
+        tp_engine_close(&e);
+        return -1;
+    }
     int64_t nt = (int64_t)batch * prompt_len;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)nt), *lidx = xmalloc(sizeof(int64_t) * (size_t)batch);
@@ -575,6 +582,7 @@ static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, cons
         TpStats ts;
         tp_engine_stats(&e, &ts);
         out->allreduce_us_per_tok = ts.tokens ? 1e6 * ts.rank[0].comm_seconds / (double)ts.tokens : 0;
+        out->kv_alloc = engine_kv_alloc(&e, eo.n_blocks * eo.block_size);
     }
     free(ids);
     free(seq);
@@ -703,7 +711,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     /* throughput rows */
     int nb = 0;
     int64_t *batches = NULL;
-    double *pre = NULL, *dec = NULL, *p50 = NULL, *p95 = NULL, *p99 = NULL, *arus = NULL;
+    double *pre = NULL, *dec = NULL, *p50 = NULL, *p95 = NULL, *p99 = NULL, *arus = NULL, *kva = NULL;
     /* latency statistics per batch (src/eval/latency.h), columns of /throughput/; the
      * step percentiles latency_ms_p50 / p95 / p99 all come from the throughput loop's
      * steps (p95 had come from the latency simulation's: p95 above p99 in a row) */
@@ -731,6 +739,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         p95 = xcalloc((size_t)nb + 1, sizeof(double));
         p99 = xcalloc((size_t)nb + 1, sizeof(double));
         arus = xcalloc((size_t)nb + 1, sizeof(double));
+        kva = xcalloc((size_t)nb + 1, sizeof(double));
         for (int j = 0; j < LT_N; j++) lt[j] = xcalloc((size_t)nb + 1, sizeof(double));
         /* the dense twin of the packed model, for the unpack/dequant share (none for bf16) */
         Model twin;
@@ -746,7 +755,7 @@ static int run_point(const RunCfg *rc, const char *out) {
                 break;
             }
             Throughput t = {0};
-            st = measure_throughput(&m, rc->tp, dev, thr_bf16, tok, n, (int)batches[i], (int)pl, (int)gl,
+            st = measure_throughput(&m, rc->tp, dev, thr_bf16, &pol, tok, n, (int)batches[i], (int)pl, (int)gl,
                                     (int)wu, (int)rp, &t);
             if (st == 0) {
                 pre[i] = t.prefill_tok_s;
@@ -755,13 +764,14 @@ static int run_point(const RunCfg *rc, const char *out) {
                 p95[i] = t.p95_ms;
                 p99[i] = t.p99_ms;
                 arus[i] = t.allreduce_us_per_tok;
+                kva[i] = t.kv_alloc;
                 fprintf(stderr, "throughput %s batch %lld: prefill %.0f tok/s, decode %.0f tok/s, "
                                 "step p50 %.2f ms p99 %.2f ms\n", rc->value, (long long)batches[i],
                         t.prefill_tok_s, t.decode_tok_s, t.p50_ms, t.p99_ms);
             }
             LatencyOpts lo = {.batch = (int)batches[i], .prompt_len = (int)pl, .gen_len = (int)gl,
                               .n_requests = 4 * (int)batches[i], .warmup = (int)wu,
-                              .repeats = rp < 1 ? 1 : (int)rp, .tp = rc->tp};
+                              .repeats = rp < 1 ? 1 : (int)rp, .tp = rc->tp, .kv = &pol};
             LatencyResult L;
             /* request latencies and the step split time the CPU path's pieces: on
              * cuda these columns are NaN (the GPU numbers are the rows above) */
@@ -901,6 +911,9 @@ static int run_point(const RunCfg *rc, const char *out) {
             e |= h5log_attr_str(lg, "/throughput", "dtype", thr_bf16 ? "bf16" : "f32");
             /* the ranks of the engine the request latencies ran on (0: not measured: cuda) */
             e |= h5log_attr_i64(lg, "/throughput", "latency_tp", lat_tp);
+            /* the timed engines' KV policy (the run's) and pool bytes per token slot */
+            e |= h5log_attr_str(lg, "/throughput", "kv_policy", pol_str);
+            e |= h5log_f64(lg, "/throughput/kv_alloc_bytes_per_token", kva, nb);
         }
         /* what was loaded and which kernels ran (every run file) */
         e |= report_write_h5(lg, &m);
@@ -960,6 +973,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     free(p95);
     free(p99);
     free(arus);
+    free(kva);
     for (int j = 0; j < LT_N; j++) free(lt[j]);
     free(ctx.nll);
     free(ctx.kl);

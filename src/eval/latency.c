@@ -96,10 +96,14 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
     const int64_t V = m->cfg.vocab;
     int64_t n_batches = (NR + B - 1) / B;
     Engine e;
-    EngineOpts eo = {.max_tok = (int64_t)B * P, .block_size = 16};
+    EngineOpts eo = {.max_tok = (int64_t)B * P, .block_size = 16, .kv = o->kv};
     eo.n_blocks = (int64_t)2 * B * ((P + G + 15) / 16 + 1);
     const int tp = o->tp > 1 ? o->tp : 1;
     if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
+    if (o->kv && kv_set_policy(&e.kv, o->kv) != 0) {
+        tp_engine_close(&e);
+        return -1;
+    }
     r->tp = tp_engine_degree(&e);
     int64_t nt = (int64_t)B * P;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);

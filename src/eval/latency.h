@@ -34,6 +34,7 @@
 #ifndef TL_LATENCY_H
 #define TL_LATENCY_H
 
+#include "kv/kv_ternary.h"
 #include "runtime/model.h"
 
 #include <stdint.h>
@@ -48,6 +49,7 @@ typedef struct {
     int tp;          /* ranks of the CPU engine the requests run on (0/1: one; tp_engine_open);
                       * with tp > 1 the linear split of the step (linear, ternary, act_quant,
                       * twin, unpack_*, other) is NaN: it times the unsharded linears */
+    const KvPolicy *kv; /* the KV policy of the requests' cache (NULL: none) */
 } LatencyOpts;
 
 typedef struct {
