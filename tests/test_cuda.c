@@ -1478,7 +1478,7 @@ static void kv_pages_equal(const char *dir, const char *policy, int tern_layers_
     model_free(&m);
     const int lt = tern_layers_expected < 0 ? L : tern_layers_expected;
     const size_t f32_layer = 2 * sizeof(float) * (size_t)rows * (size_t)hd;
-    const size_t want = (size_t)(L - lt) * f32_layer + (size_t)lt * fwdc_kv_tern_bytes(rows, hd);
+    const size_t want = (size_t)(L - lt) * f32_layer + (size_t)lt * (size_t)rows * kvt_bytes_per_token_head(hd, 1);
     printf("    %s kv %s: ppl ternary pages %.9g, f32 pages %.9g; %d / %d layers on ternary pages, pool %zu / %zu "
            "bytes\n",
            dir, policy, t, f, it.kv_ternary_pages, i32.kv_ternary_pages, it.kv_bytes, i32.kv_bytes);
@@ -1513,6 +1513,7 @@ TEST(gpu_kv_ternary_pages_equal_f32_pages) {
  * refused at open with the bytes it needs. */
 TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
     SKIP_WITHOUT_GPU();
+#ifdef TL_HAVE_CUDA /* (cudaMemGetInfo) */
     Model m;
     REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
     size_t fr = 0, tot = 0;
@@ -1550,6 +1551,7 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
               rc2, err_msg());
     if (rc2 == 0) engine_free(&e);
     model_free(&m);
+#endif
 }
 
 /* The pages change between f32 and ternary only on an empty cache: a policy
