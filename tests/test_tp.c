@@ -315,6 +315,26 @@ static float *kv_split_logits(Model *m, int tp, const int32_t *tok, int64_t n) {
     return out;
 }
 
+/* EngineOpts.kv at open, as with one rank: the front cache takes the policy
+ * (its f32 pages of all-ternary layers given back, the ternary pools there)
+ * and a layer range past the model is refused at open (it had been ignored:
+ * the engine opened under none). */
+TEST(tp_engine_open_takes_the_kv_policy) {
+    Model m;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &m) == 0);
+    KvPolicy all, bad;
+    REQUIRE(kv_policy_parse("all", &all) == 0 && kv_policy_parse("all@layers=1-9", &bad) == 0);
+    Engine e;
+    EngineOpts eo = {.max_tok = 64, .block_size = 16, .n_blocks = 8, .kv = &bad};
+    err_clear();
+    CHECK(tp_engine_open(&e, &m, &eo, 2) != 0 && strstr(err_msg(), "the model has 4 layers"));
+    eo.kv = &all;
+    REQUIRE(tp_engine_open(&e, &m, &eo, 2) == 0);
+    CHECK(e.kv.policy.kind == KVP_ALL && !e.kv.k[0] && e.kv.fmt);
+    tp_engine_close(&e);
+    model_free(&m);
+}
+
 TEST(tp_bitnet_ternary_kv_split_window) {
     Model m;
     REQUIRE(model_load(test_path(BITNET_DIR), NULL, &m) == 0);

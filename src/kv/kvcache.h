@@ -71,7 +71,10 @@ float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
 /* Sets which tokens are stored as ternary pages (allocates the ternary pools
  * the first time a policy other than none is set; on a cache without host
  * pages, kv_init_tables, only the policy is taken: the backend holding the
- * pages applies it).  Returns 0 or -1. */
+ * pages applies it).  While the sequences hold any token, a policy that would
+ * give back a layer's f32 pages (host pages), or change which layers are
+ * stored all ternary (no host pages: the backend's pages change kind there),
+ * is refused.  Returns 0 or -1. */
 int kv_set_policy(KvCache *kv, const KvPolicy *p);
 /* Stores one token's K and V rows (n_kv_heads*head_dim each) at (layer, seq, pos),
  * ternary when the policy says so for this layer and phase (decode = generated

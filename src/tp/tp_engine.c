@@ -366,7 +366,9 @@ int tp_engine_open(Engine *e, Model *m, const EngineOpts *o, int tp) {
         free(te);
         return -1;
     }
-    int rc = tp_comm_init(&te->comm, tp, eo.max_tok * (int64_t)m->cfg.hidden);
+    /* the policy from the start (EngineOpts.kv) on the front cache; the ranks take it at their first step */
+    int rc = o->kv ? kv_set_policy(&e->kv, o->kv) : 0;
+    if (rc == 0) rc = tp_comm_init(&te->comm, tp, eo.max_tok * (int64_t)m->cfg.hidden);
     for (int r = 0; r < tp && rc == 0; r++) rc = rank_init(te, r, &eo, bs);
     if (rc == 0) {
         if (pthread_mutex_init(&te->mu, NULL) != 0 || pthread_cond_init(&te->cv_go, NULL) != 0 ||
