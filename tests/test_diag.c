@@ -433,7 +433,12 @@ TEST(diag_cli_empty_option_value) {
     } pre[] = {{"ppl --model x --tokens y --tp 65", "expected an integer in [1, 64]", 2},
                {"bench --out ''", "--out has an empty value", 2},
                {"bench --out /nonexistent-dir/b.h5", "create it first", 1},
-               {"diff --model '' --tokens y --b quant=loaded", "empty value for --model", 2}};
+               {"diff --model '' --tokens y --b quant=loaded", "empty value for --model", 2},
+               /* an option given twice (the last had won: --kv all ... --kv none ran none) */
+               {"ppl --model x --tokens y --kv all --kv none", "--kv is given more than once", 2},
+               {"generate --model x --prompt 1 --max-new 2 --max-new 3", "--max-new is given more than once", 2},
+               {"diff --model x --tokens y --a quant=loaded --a dense=1 --b quant=loaded",
+                "given more than once: --a", 2}};
     for (size_t i = 0; i < sizeof pre / sizeof pre[0]; i++) {
         char cmd[4096], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s %s", bin, pre[i].args);

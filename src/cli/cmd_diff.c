@@ -72,8 +72,11 @@ int cmd_diff(int argc, char **argv) {
     optind = 1;
     opterr = 0;
     int c, idx;
+    unsigned char seen[sizeof opts / sizeof opts[0]] = {0};
     while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
         char *end;
+        if (c != '?' && c != ':' && c != 'h' && seen[idx]++)
+            return usage_err("an option is given more than once: --", opts[idx].name);
         switch (c) {
         case 'm': model = optarg; break;
         case 't': tokens = optarg; break;

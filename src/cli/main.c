@@ -99,6 +99,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
     optind = 1;
     opterr = 0;
     int c, idx = 0;
+    unsigned char seen[sizeof all_opts / sizeof all_opts[0]] = {0};
     while ((c = getopt_long(argc, argv, "", all_opts, &idx)) != -1) {
         if (c == '?' || c == ':') {
             fprintf(stderr, "ternlab %s: unknown option or missing value: %s\n", argv[0],
@@ -108,6 +109,12 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         const char *name = all_opts[idx].name;
         if (c != 'h' && !allowed_opt(allowed, name)) {
             fprintf(stderr, "ternlab %s: option --%s does not apply to this command\n", argv[0], name);
+            return -1;
+        }
+        /* an option given twice is refused (the last had silently won: --kv all ... --kv none
+         * ran none) */
+        if (c != 'h' && seen[idx]++) {
+            fprintf(stderr, "ternlab %s: --%s is given more than once\n", argv[0], name);
             return -1;
         }
         /* a string option given an empty value (a sweep's unset variable, --quant "$SPEC")
