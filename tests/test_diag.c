@@ -343,12 +343,22 @@ TEST(diag_latency_stats) {
     /* without a twin the unpack share is unknown, not made up */
     REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
     CHECK(isnan(r.twin_ms) && isnan(r.unpack_share));
+    const double f32 = r.kv_alloc_bytes;
     LatencyOpts bad = o;
     bad.gen_len = 1;
     CHECK(latency_measure(&m, NULL, tok, n, &bad, &r) != 0);
     bad = o;
     bad.prompt_len = (int)n;
     CHECK(latency_measure(&m, NULL, tok, n, &bad, &r) != 0);
+    /* the requests run the KV policy of the options (its pool: ternary pages alone under all;
+     * bitnet-tiny: 4 layers x 4 KV heads x head_dim 32) */
+    KvPolicy all;
+    REQUIRE(kv_policy_parse("all", &all) == 0);
+    o.kv = &all;
+    REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
+    CHECK_MSG(f32 == 4096 && r.kv_alloc_bytes == 4 * (1 + 4 * (2 * 8 + 2 * (2 + 1))), "kv bytes per token slot: none %g, all %g",
+              f32, r.kv_alloc_bytes);
+    o.kv = NULL;
     double v[5] = {5, 1, 4, 2, 3};
     CHECK(latency_percentile(v, 5, 0.5) == 3 && latency_percentile(v, 5, 0.99) == 5 &&
           latency_percentile(v, 5, 0.0) == 1);

@@ -105,6 +105,7 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
         return -1;
     }
     r->tp = tp_engine_degree(&e);
+    r->kv_alloc_bytes = (double)kv_alloc_bytes(&e.kv) * r->tp / (double)(eo.n_blocks * eo.block_size);
     int64_t nt = (int64_t)B * P;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
     int *sids = xmalloc(sizeof(int) * (size_t)B);

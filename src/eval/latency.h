@@ -64,6 +64,7 @@ typedef struct {
     double step_ms, step_ctx1_ms, attention_ms, linear_ms, ternary_ms, twin_ms, unpack_ms,
         unpack_share, act_quant_ms, other_ms;
     int tp; /* ranks of the engine the requests ran on */
+    double kv_alloc_bytes; /* the requests' KV pool bytes per token slot under o->kv, all ranks together */
 } LatencyResult;
 
 /* tok[0..n) supplies the prompts (request i starts at (i * prompt_len) mod
