@@ -1519,7 +1519,7 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
     size_t fr = 0, tot = 0;
     REQUIRE(cudaMemGetInfo(&fr, &tot) == cudaSuccess);
     const int bs = 16, L = m.cfg.n_layers, hd = m.cfg.head_dim, nkv = m.cfg.n_kv_heads;
-    const double f32_block = 2.0 * sizeof(float) * L * nkv * hd * bs, tern_block = (double)L * fwdc_kv_tern_bytes((int64_t)nkv * bs, hd);
+    const double f32_block = 2.0 * sizeof(float) * L * nkv * hd * bs, tern_block = (double)L * nkv * bs * kvt_bytes_per_token_head(hd, 1);
     const int64_t n_blocks = (int64_t)(1.3 * (double)fr / f32_block);
     printf("    %zu MiB free: %lld blocks, as f32 pages %.0f MiB, as ternary pages %.0f MiB\n", fr >> 20,
            (long long)n_blocks, n_blocks * f32_block / 1048576.0, n_blocks * tern_block / 1048576.0);
@@ -1539,7 +1539,7 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
         CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 8, NULL, 0, lg) == 0);
         CudaEngineInfo info;
         REQUIRE(cuda_engine_info(&e, &info) == 0);
-        CHECK_MSG(info.kv_ternary_pages == L && info.kv_bytes == (size_t)L * fwdc_kv_tern_bytes(n_blocks * nkv * bs, hd),
+        CHECK_MSG(info.kv_ternary_pages == L && info.kv_bytes == (size_t)L * (size_t)(n_blocks * nkv * bs) * kvt_bytes_per_token_head(hd, 1),
                   "%d ternary layers, %zu bytes", info.kv_ternary_pages, info.kv_bytes);
         free(lg);
         engine_free(&e);
@@ -1554,6 +1554,17 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
 #endif
 }
 
+/* A new sequence of tok[0..n) at positions 0..n-1 prefilled through e; its id in *sid. */
+static int prefill_new_seq(Model *m, Engine *e, const int *tok, int n, float *logits, int *sid) {
+    int seq[8];
+    int64_t pos[8];
+    if (n > 8) return -1;
+    *sid = kv_seq_new(&e->kv);
+    for (int i = 0; i < n; i++) seq[i] = *sid, pos[i] = i;
+    e->rs.decode = 0;
+    return forward(m, &e->kv, &e->rs, tok, seq, pos, n, NULL, 0, logits);
+}
+
 /* The pages change between f32 and ternary only on an empty cache: a policy
  * that would change them while a sequence holds tokens is refused (those
  * rows would be lost), and taken after kv_reset; back to none, the f32
@@ -1566,16 +1577,12 @@ TEST(gpu_kv_pages_change_needs_an_empty_cache) {
     Engine e;
     REQUIRE(fixture_engine(LLAMA_DIR, NULL, 64, 16, 2, 64, &m, &e) == 0);
     const int V = m.cfg.vocab, n = 8;
-    int tok[8], seq[8];
-    int64_t pos[8];
+    int tok[8], sid;
     float *l0 = xmalloc(sizeof(float) * (size_t)V * n), *l1 = xmalloc(sizeof(float) * (size_t)V * n);
-    for (int i = 0; i < n; i++) tok[i] = 100 + 7 * i, pos[i] = i;
+    for (int i = 0; i < n; i++) tok[i] = 100 + 7 * i;
     KvPolicy none, all;
     REQUIRE(kv_policy_parse("none", &none) == 0 && kv_policy_parse("all", &all) == 0);
-    const int sid = kv_seq_new(&e.kv);
-    for (int i = 0; i < n; i++) seq[i] = sid;
-    e.rs.decode = 0;
-    REQUIRE(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l0) == 0);
+    REQUIRE(prefill_new_seq(&m, &e, tok, n, l0, &sid) == 0);
     err_clear();
     CHECK(kv_set_policy(&e.kv, &all) != 0);
     CHECK_MSG(strstr(err_msg(), "holds 8 tokens"), "message: %s", err_msg());
@@ -1588,19 +1595,14 @@ TEST(gpu_kv_pages_change_needs_an_empty_cache) {
     CHECK(forward(&m, &e.kv, &e.rs, &next, &sid, &p8, 1, NULL, 0, l1) != 0);
     CHECK_MSG(strstr(err_msg(), "holds 8 tokens"), "message: %s", err_msg());
     kv_reset(&e.kv);
-    const int s2 = kv_seq_new(&e.kv);
-    for (int i = 0; i < n; i++) seq[i] = s2;
-    e.rs.decode = 0;
-    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l1) == 0);
+    CHECK(prefill_new_seq(&m, &e, tok, n, l1, &sid) == 0);
     CudaEngineInfo info;
     REQUIRE(cuda_engine_info(&e, &info) == 0);
     CHECK_MSG(info.kv_ternary_pages == m.cfg.n_layers, "%d layers on ternary pages", info.kv_ternary_pages);
     CHECK_MSG(memcmp(l0, l1, sizeof(float) * (size_t)V * n) != 0, "all gave none's logits");
     kv_reset(&e.kv);
     REQUIRE(kv_set_policy(&e.kv, &none) == 0);
-    const int s3 = kv_seq_new(&e.kv);
-    for (int i = 0; i < n; i++) seq[i] = s3;
-    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, n, NULL, 0, l1) == 0);
+    CHECK(prefill_new_seq(&m, &e, tok, n, l1, &sid) == 0);
     REQUIRE(cuda_engine_info(&e, &info) == 0);
     CHECK(info.kv_ternary_pages == 0);
     CHECK_MSG(memcmp(l0, l1, sizeof(float) * (size_t)V * n) == 0, "none after all: the logits differ");

@@ -1513,10 +1513,6 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                                    stream);
 }
 
-size_t fwdc_kv_tern_bytes(int64_t rows, int hd) {
-    return (size_t)rows * (2 * (size_t)((hd + 3) / 4) + sizeof(uint16_t) * (size_t)((hd + KV_K_GROUP - 1) / KV_K_GROUP + 1));
-}
-
 int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t ldv, const int32_t *d_slot,
                       int64_t n, int n_kv, int hd, int block_size, FwdcKvTern pages, cudaStream_t stream) {
     if (hd < 1 || hd > 256 || n_kv < 1 || block_size < 1 || ldk < (int64_t)n_kv * hd || ldv < (int64_t)n_kv * hd)

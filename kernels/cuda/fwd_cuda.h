@@ -92,8 +92,7 @@ typedef struct {
     uint8_t *kc, *vc;
     uint16_t *ks, *vs;
 } FwdcKvTern;
-/* Bytes of ternary pages for rows (block, KV head, slot) rows of head_dim hd. */
-size_t fwdc_kv_tern_bytes(int64_t rows, int hd);
+/* (bytes a row: kvt_bytes_per_token_head(hd, 1), src/kv/kv_ternary.h) */
 /* Token i's K and V rows (d_k, d_v of strides ldk, ldv: every KV head, k as
  * fwdc_rope_kv_write rotated it) coded into slot[i] of the ternary pages:
  * kvt_quant_row's codes and scales, byte for byte.  head_dim 1..256. */

@@ -56,12 +56,8 @@ static int check_kv_policy(const char *cmd, const CliOpts *o) {
     return 0;
 }
 
-/* Applies --kv to an open engine; 1 when a ternary policy is in force. */
-static int apply_kv_policy(Engine *e, const CliOpts *o) {
-    KvPolicy p;
-    if (kv_policy_parse(o->kv, &p) != 0 || kv_set_policy(&e->kv, &p) != 0) return -1;
-    return p.kind != KVP_NONE;
-}
+/* 1 when the engine's --kv (applied at open: EngineOpts.kv) stores tokens ternary. */
+static int kv_policy_on(const Engine *e) { return e->kv.policy.kind != KVP_NONE; }
 
 static int open_model(const CliOpts *o, Model *m) {
     ModelLoadOpts lo = {.quant = o->quant};
@@ -74,7 +70,7 @@ static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, i
                      .device = engine_device_parse(o->device), .bf16 = o->bf16};
     eo.n_blocks = o->kv_blocks ? o->kv_blocks
                                : seqs * ((seq_len + o->block_size - 1) / o->block_size);
-    /* the policy from the start: the GPU allocates the pages it needs (apply_kv_policy sets it again) */
+    /* the policy from the start: the GPU allocates the pages it needs */
     KvPolicy kp;
     if (kv_policy_parse(o->kv, &kp) != 0) return -1;
     eo.kv = &kp;
@@ -203,14 +199,7 @@ int cmd_ppl(int argc, char **argv) {
     }
     PplOpts po = {.window = o.window, .max_windows = o.max_windows, .progress = 1};
     /* a KV policy: each window's first half prefilled, the rest decoded and scored */
-    int split = apply_kv_policy(&e, &o);
-    if (split < 0) {
-        tp_engine_close(&e);
-        free(tok);
-        model_free(&m);
-        return fail("ppl");
-    }
-    po.kv_split = split;
+    po.kv_split = kv_policy_on(&e);
     PplResult r;
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
@@ -365,8 +354,7 @@ int cmd_generate(int argc, char **argv) {
         out[b] = xmalloc(sizeof(int32_t) * (size_t)(o.max_new + 1));
     }
     if (rc == 0) {
-        rc = apply_kv_policy(&e, &o) < 0 ? -1 : 0;
-        if (rc == 0) rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
+        rc = engine_generate(&e, prompts, lens, o.batch, o.max_new, out);
         tp_engine_close(&e);
     }
     for (int b = 0; b < o.batch && rc == 0; b++) {

@@ -349,17 +349,14 @@ static int evaluate(Model *m, int tp, EngineDevice dev, const KvPolicy *pol, con
     Engine e;
     EngineOpts eo = {.max_tok = per_call, .block_size = 16, .device = dev, .kv = pol};
     eo.n_blocks = per_call / R->T * ((R->T + 15) / 16);
-    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
-    int rc = kv_set_policy(&e.kv, pol);
+    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1; /* (with the policy: EngineOpts.kv) */
     PplOpts po = {.window = R->T, .max_windows = R->nw, .on_logits = on_window, .ctx = ctx,
                   .kv_split = R->split, .progress = 1};
-    if (rc == 0) rc = eval_ppl(&e, tok, n, &po, res);
+    const int rc = eval_ppl(&e, tok, n, &po, res);
     CudaEngineInfo ci;
-    ctx->dev_kv_alloc = NAN, ctx->dev_kv_tern_layers = -1;
-    if (rc == 0 && cuda_engine_is(&e) && cuda_engine_info(&e, &ci) == 0) {
-        ctx->dev_kv_alloc = engine_kv_alloc(&e, eo.n_blocks * eo.block_size);
-        ctx->dev_kv_tern_layers = ci.kv_ternary_pages;
-    }
+    const int gpu = rc == 0 && cuda_engine_is(&e) && cuda_engine_info(&e, &ci) == 0;
+    ctx->dev_kv_alloc = gpu ? engine_kv_alloc(&e, eo.n_blocks * eo.block_size) : NAN;
+    ctx->dev_kv_tern_layers = gpu ? ci.kv_ternary_pages : -1;
     if (tps) tp_engine_stats(&e, tps);
     tp_engine_close(&e);
     return rc;
@@ -512,7 +509,6 @@ typedef struct {
     double kv_alloc;             /* KV pool bytes per token slot under the run's policy (engine_kv_alloc) */
 } Throughput;
 
-
 /* batch sequences of prompt_len tokens prefilled in one call, then gen_len
  * batched decode steps (greedy); medians over `repeats` after `warmup`. */
 static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, const KvPolicy *pol, const int32_t *tok,
@@ -525,11 +521,7 @@ static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, cons
     EngineOpts eo = {.max_tok = (int64_t)batch * prompt_len, .block_size = 16, .device = dev, .bf16 = bf16,
                      .kv = pol};
     eo.n_blocks = (int64_t)batch * ((prompt_len + gen_len + 15) / 16);
-    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1;
-    if (kv_set_policy(&e.kv, pol) != 0) {
-        tp_engine_close(&e);
-        return -1;
-    }
+    if (tp_engine_open(&e, m, &eo, tp) != 0) return -1; /* (with the policy: EngineOpts.kv) */
     int64_t nt = (int64_t)batch * prompt_len;
     int *ids = xmalloc(sizeof(int) * (size_t)nt), *seq = xmalloc(sizeof(int) * (size_t)nt);
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)nt), *lidx = xmalloc(sizeof(int64_t) * (size_t)batch);

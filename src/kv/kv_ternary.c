@@ -57,6 +57,10 @@ int kv_policy_ternary(const KvPolicy *p, int layer, int decode) {
     return decode ? p->kind == KVP_DECODER : p->kind == KVP_ENCODER;
 }
 
+int kv_policy_all_ternary(const KvPolicy *p, int layer) {
+    return kv_policy_ternary(p, layer, 0) && kv_policy_ternary(p, layer, 1);
+}
+
 int kvt_n_scales(int head_dim, int is_key) {
     return is_key ? (head_dim + KV_K_GROUP - 1) / KV_K_GROUP : 1;
 }

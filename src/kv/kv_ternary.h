@@ -36,6 +36,9 @@ int kv_policy_parse(const char *s, KvPolicy *p);
 void kv_policy_format(const KvPolicy *p, char *buf, size_t n);
 /* 1 when a token of this phase (decode = generated token) in `layer` is stored ternary. */
 int kv_policy_ternary(const KvPolicy *p, int layer, int decode);
+/* 1 when every token of `layer` (both phases) is stored ternary: such a layer
+ * needs no f32 pages. */
+int kv_policy_all_ternary(const KvPolicy *p, int layer);
 
 /* Scales per row: K head_dim/KV_K_GROUP (rounded up), V 1. */
 int kvt_n_scales(int head_dim, int is_key);

@@ -180,12 +180,9 @@ int kv_check(const KvCache *kv) {
 }
 
 /* 1 when the policy may store a full-precision token in this layer */
-static int layer_needs_f32(const KvPolicy *p, int layer) {
-    return !(kv_policy_ternary(p, layer, 0) && kv_policy_ternary(p, layer, 1));
-}
+static int layer_needs_f32(const KvPolicy *p, int layer) { return !kv_policy_all_ternary(p, layer); }
 
-/* Tokens the cache's sequences hold. */
-static int64_t kv_tokens_held(const KvCache *kv) {
+int64_t kv_tokens_held(const KvCache *kv) {
     int64_t held = 0;
     for (int i = 0; i < kv->n_seqs; i++)
         if (kv->seqs[i].active) held += kv->seqs[i].len;

@@ -76,6 +76,8 @@ float *kv_v_at(const KvCache *kv, int layer, int seq, int64_t pos, int head);
  * stored all ternary (no host pages: the backend's pages change kind there),
  * is refused.  Returns 0 or -1. */
 int kv_set_policy(KvCache *kv, const KvPolicy *p);
+/* Tokens the cache's active sequences hold (the sum of their lengths). */
+int64_t kv_tokens_held(const KvCache *kv);
 /* Stores one token's K and V rows (n_kv_heads*head_dim each) at (layer, seq, pos),
  * ternary when the policy says so for this layer and phase (decode = generated
  * token), else f32. */

@@ -752,15 +752,13 @@ int kv_pages_for_policy(CE *g, const KvCache *kv) {
     std::vector<char> tern((size_t)L), change((size_t)L);
     bool any = false;
     for (int l = 0; l < L; l++) {
-        tern[(size_t)l] = !g->kv_f32_only && kv_policy_ternary(&kv->policy, l, 0) && kv_policy_ternary(&kv->policy, l, 1);
+        tern[(size_t)l] = !g->kv_f32_only && kv_policy_all_ternary(&kv->policy, l);
         /* (at open a layer has no pages yet: either kind is a change) */
         change[(size_t)l] = tern[(size_t)l] ? !g->tpages[(size_t)l].kc : !g->kp[(size_t)l];
         any = any || change[(size_t)l];
     }
     if (!any) return 0;
-    int64_t held = 0;
-    for (int i = 0; i < kv->n_seqs; i++)
-        if (kv->seqs[i].active) held += kv->seqs[i].len;
+    const int64_t held = kv_tokens_held(kv);
     if (held > 0) {
         char pol[64];
         kv_policy_format(&kv->policy, pol, sizeof pol);
@@ -795,7 +793,8 @@ int kv_pages_for_policy(CE *g, const KvCache *kv) {
     if (rc != 0) return -1;
     g->kv_bytes = 0;
     for (int l = 0; l < L; l++)
-        g->kv_bytes += g->tpages[(size_t)l].kc ? fwdc_kv_tern_bytes(rows, hd) : 2 * g->layer_elems * sizeof(float);
+        g->kv_bytes += g->tpages[(size_t)l].kc ? (size_t)rows * kvt_bytes_per_token_head(hd, 1)
+                                               : 2 * g->layer_elems * sizeof(float);
     return 0;
 }
 
