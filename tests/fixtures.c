@@ -7,6 +7,7 @@
 #include "load/tokens.h"
 
 #include <cJSON.h>
+#include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -161,4 +162,24 @@ int fixture_oracle_logits(const char *dir, const ModelLoadOpts *opts, int T, flo
         return -1;
     }
     return 0;
+}
+
+/* The n values of the dataset at path as doubles into v: 0, or -1 where it is
+ * absent or holds another count (v then all NaN). */
+int h5_read_f64s(const char *file, const char *path, double *v, int64_t n) {
+    int rc = -1;
+    for (int64_t i = 0; i < n; i++) v[i] = NAN;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return rc;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d >= 0) {
+        hid_t s = H5Dget_space(d);
+        if (H5Sget_simple_extent_npoints(s) == n &&
+            H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0)
+            rc = 0;
+        H5Sclose(s);
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    return rc;
 }

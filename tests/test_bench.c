@@ -4,6 +4,7 @@
 #include "test.h"
 #include "fixtures.h"
 #include "core/err.h"
+#include "kv/kv_ternary.h"
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
 
@@ -48,8 +49,9 @@ TEST(bench_e2e_runs_or_refuses) {
         CHECK_MSG(rc == 1 && strstr(out, "ternlab bench-e2e: ") && strstr(out, why), "rc %d: %s (want \"%s\")", rc,
                   out, why);
     } else {
-        const char *need[] = {"/e2e/shape", "/e2e/config", "/e2e/tp", "/e2e/chained", "/e2e/tokens_per_s",
-                              "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", NULL};
+        const char *need[] = {"/e2e/shape",       "/e2e/config",           "/e2e/kv_policy",
+                              "/e2e/tp",          "/e2e/chained",          "/e2e/tokens_per_s",
+                              "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", "/e2e/kv_bytes_per_token", NULL};
         for (int same = 0; same < 2; same++) { /* a process per configuration (chained decode steps),
                                                 * then one process (steps synchronised) */
             if (same) {
@@ -66,14 +68,43 @@ TEST(bench_e2e_runs_or_refuses) {
              * every row has a ratio to it */
             int rows = 0, bad = 0;
             for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
-                char cfg[16] = "";
+                char cfg[16] = "", kv[16] = "";
                 double ratio = 0;
-                if (sscanf(l, "| tiny | %*d | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, &ratio) != 2) bad++;
+                if (sscanf(l, "| tiny | %*d | %15s | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, kv, &ratio) != 3 ||
+                    strcmp(kv, "none") != 0)
+                    bad++;
                 else if (strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) > 1e-9 : !(ratio > 0)) bad++;
                 rows++;
             }
             CHECK_MSG(rows == 9 && bad == 0, "%d rows, %d bad: %s", rows, bad, out);
         }
+        /* --kv none,all: each configuration under each policy, opened with it — the
+         * rows under all report the ternary pool's bytes per token slot (the tiny
+         * shape: 4 layers x 2 KV heads x head_dim 64), none the f32 pages', and a
+         * decode step under all moves fewer bytes than under none */
+        free(out);
+        out = NULL;
+        snprintf(cmd, sizeof cmd, "%s bench-e2e --shapes tiny --configs bf16,tern-i8 --kv none,all --batches 2 "
+                 "--prompt 40 --steps 4 --prefill 64 --out %s", bin_path("ternlab"), path);
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+        CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+        double kvb[8], gb[8];
+        CHECK(h5_read_f64s(path, "/e2e/kv_bytes_per_token", kvb, 8) == 0 &&
+              h5_read_f64s(path, "/e2e/bytes_per_step", gb, 8) == 0);
+        /* rows: (none: bf16 decode, prefill; tern-i8 decode, prefill), then the same under all */
+        const double f32b = 4.0 * 2 * 2 * 64 * 4, ternb = 4.0 * 2 * (double)kvt_bytes_per_token_head(64, 1);
+        for (int i = 0; i < 8; i++) CHECK_MSG(kvb[i] == (i < 4 ? f32b : ternb), "row %d: %g bytes a token", i, kvb[i]);
+        for (int i = 0; i < 4; i += 2) CHECK_MSG(gb[i + 4] < gb[i], "decode row %d: %g >= %g bytes", i, gb[i + 4], gb[i]);
+        int all_rows = 0;
+        for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
+            char cfg[16] = "", kv[16] = "";
+            double ratio = 0;
+            if (sscanf(l, "| tiny | %*d | %15s | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, kv, &ratio) == 3 &&
+                strcmp(kv, "all") == 0 && (strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) < 1e-9 : ratio > 0))
+                all_rows++;
+        }
+        CHECK_MSG(all_rows == 4, "%d rows under all with a ratio to bf16 under all: %s", all_rows, out);
     }
     free(out);
 }
@@ -105,7 +136,8 @@ TEST(bench_e2e_bad_arguments) {
                          /* more values than the lists hold, trailing characters, a list past its buffer */
                          "--batches 1,2,3,4,5,6,7,8,9", "--tp 1,2,3,4,1", "--prompt 32x", "--steps 4.5",
                          "--shapes 7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b",
-                         "--shapes ,", "--configs ''"};
+                         "--shapes ,", "--configs ''", "--kv bogus", "--kv all --tp 1,2", "--kv ,",
+                         "--kv none,all,encoder,decoder,all", "--kv none@layers=1"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s bench-e2e %s", bin_path("ternlab"), bad[i]);

@@ -18,29 +18,9 @@
 #include <string.h>
 #include <unistd.h>
 
-/* The n values of the dataset at path as doubles into v: 0, or -1 where it is
- * absent or holds another count (v then all NaN). */
-static int read_f64s(const char *file, const char *path, double *v, int64_t n) {
-    int rc = -1;
-    for (int64_t i = 0; i < n; i++) v[i] = NAN;
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return rc;
-    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-    if (d >= 0) {
-        hid_t s = H5Dget_space(d);
-        if (H5Sget_simple_extent_npoints(s) == n &&
-            H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0)
-            rc = 0;
-        H5Sclose(s);
-        H5Dclose(d);
-    }
-    H5Fclose(f);
-    return rc;
-}
-
 static double read_scalar(const char *file, const char *path) {
     double v;
-    read_f64s(file, path, &v, 1);
+    h5_read_f64s(file, path, &v, 1);
     return v;
 }
 
@@ -158,9 +138,9 @@ TEST(exp_each_writes_the_full_schema) {
             /* the step percentiles are of the same steps: of gen_len = 3 steps (one
              * repeat) p50 is the middle one and p95 = p99 the slowest, bit for bit */
             double q50[2], q95[2], q99[2];
-            CHECK(read_f64s(f, "/throughput/latency_ms_p50", q50, 2) == 0 &&
-                  read_f64s(f, "/throughput/latency_ms_p95", q95, 2) == 0 &&
-                  read_f64s(f, "/throughput/latency_ms_p99", q99, 2) == 0);
+            CHECK(h5_read_f64s(f, "/throughput/latency_ms_p50", q50, 2) == 0 &&
+                  h5_read_f64s(f, "/throughput/latency_ms_p95", q95, 2) == 0 &&
+                  h5_read_f64s(f, "/throughput/latency_ms_p99", q99, 2) == 0);
             for (int b = 0; b < 2; b++)
                 CHECK_MSG(q50[b] > 0 && q50[b] <= q95[b] && q95[b] == q99[b], "batch row %d: p50 %g p95 %g p99 %g",
                           b, q50[b], q95[b], q99[b]);
@@ -671,7 +651,7 @@ TEST(exp_throughput_times_the_kv_policy) {
     for (int i = 0; i < 2; i++) {
         snprintf(ex, sizeof ex, "%s kv=%s", extra, pols[i]);
         const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary", ex);
-        CHECK(read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &a[i], 1) == 0);
+        CHECK(h5_read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &a[i], 1) == 0);
         CHECK_MSG(read_group_attr_str(f, "/throughput", "kv_policy", kvp, sizeof kvp) == 0 && !strcmp(kvp, pols[i]),
                   "kv_policy '%s'", kvp);
         CHECK_MSG(h5log_verify_schema(f) == 0, "%s: %s", f, err_msg());
@@ -686,7 +666,7 @@ TEST(exp_throughput_times_the_kv_policy) {
     snprintf(ex, sizeof ex, "%s kv=all tp=2", extra);
     const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary", ex);
     double t2 = NAN;
-    CHECK(read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &t2, 1) == 0);
+    CHECK(h5_read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &t2, 1) == 0);
     const double kv2 = read_attr_f64(f, "/kv", "alloc_bytes_per_token");
     CHECK_MSG(t2 == tern + 4 && kv2 == tern, "tp 2: %g (want %g) and /kv %g (want %g) bytes per token slot", t2,
               tern + 4, kv2, tern);

@@ -13,6 +13,10 @@
  *             int8 per-token activations (BitNet b1.58 style)
  *   tern-bf16 the same codes with bf16 activations
  * lm_head stays dense bf16 and the embedding f32 in all three.
+ * KV policies (--kv none,all,...; one GPU): each configuration runs under each
+ * policy, opened with it (EngineOpts.kv), so the layers it stores all
+ * ternary hold 2-bit codes + f16 scales instead of f32 pages; "x bf16"
+ * compares against the bf16 row under the same policy.
  *
  * Decode at batch B: B sequences with a prompt of --prompt tokens, then
  * greedy steps (argmax on the GPU, ids fed back); the first steps warm up
@@ -27,8 +31,9 @@
  * Prefill: one sequence of --prefill tokens in one forward() call; median of
  * 3 after one warm-up.  tokens/s = prefill / median time.
  * Roofline (decode): bytes one step must move — every weight byte of the
- * linears, lm_head and norms (CudaEngineInfo.step_bytes), the K/V of the
- * context, and per token its f32 embedding row read and its f32 logits
+ * linears, lm_head and norms (CudaEngineInfo.step_bytes), the K/V pages of
+ * the context (the pool's bytes per token slot, CudaEngineInfo.kv_bytes, so
+ * f32 or ternary as the policy made them), and per token its f32 embedding row read and its f32 logits
  * written — over the measured device-to-device copy bandwidth;
  * fraction = roofline time / measured step time.  With --tp N (one rank per
  * GPU, NCCL) the bytes are rank 0's (its shards, the replicated lm_head and
@@ -48,6 +53,7 @@
 #include "core/mem.h"
 #include "core/strnum.h"
 #include "core/timer.h"
+#include "kv/kv_ternary.h"
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/forward.h"
@@ -67,9 +73,11 @@
 
 typedef struct {
     char shape[8], config[12], mode[8]; /* mode: decode / prefill */
+    char kv[32];                        /* the KV policy (kv_policy_format) */
     int64_t tp, batch, ctx;             /* ctx: positions at the timed steps (decode) */
     int64_t chained;                    /* decode: 1 when the steps were chained (cuda_engine_decode_chain) */
     double step_ms, tok_s, bytes_per_step, roofline_frac, speedup;
+    double kv_bytes_per_token; /* the KV pool's bytes per token slot (rank 0's under tp) */
 } E2eRow;
 
 static int shape_config(const char *name, ModelConfig *c) {
@@ -221,25 +229,26 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_attr_i64(lg, "/", "prefill", eo->prefill);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "process_per_config", isolate);
     rc = rc ? rc : h5log_attr_str(lg, "/", "decode_loop", loop_text(loop_kind(r, nr)));
-    const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS];
+    const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS], *kvp[MAX_ROWS];
     int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS], chv[MAX_ROWS];
     double v[6][MAX_ROWS];
     for (int i = 0; i < nr; i++) {
-        shape[i] = r[i].shape, config[i] = r[i].config, mode[i] = r[i].mode;
+        shape[i] = r[i].shape, config[i] = r[i].config, mode[i] = r[i].mode, kvp[i] = r[i].kv;
         batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp, chv[i] = r[i].chained;
         v[0][i] = r[i].step_ms, v[1][i] = r[i].tok_s, v[2][i] = r[i].bytes_per_step;
-        v[3][i] = r[i].roofline_frac, v[4][i] = r[i].speedup;
+        v[3][i] = r[i].roofline_frac, v[4][i] = r[i].speedup, v[5][i] = r[i].kv_bytes_per_token;
     }
     rc = rc ? rc : h5log_strings(lg, "/e2e/shape", shape, nr);
     rc = rc ? rc : h5log_strings(lg, "/e2e/config", config, nr);
     rc = rc ? rc : h5log_strings(lg, "/e2e/mode", mode, nr);
+    rc = rc ? rc : h5log_strings(lg, "/e2e/kv_policy", kvp, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/batch", batch, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/ctx", ctx, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/tp", tpv, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/chained", chv, nr);
-    const char *names[] = {"/e2e/step_ms", "/e2e/tokens_per_s", "/e2e/bytes_per_step",
-                           "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16"};
-    for (int k = 0; k < 5 && rc == 0; k++) rc = h5log_f64(lg, names[k], v[k], nr);
+    const char *names[] = {"/e2e/step_ms",           "/e2e/tokens_per_s",    "/e2e/bytes_per_step",
+                           "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", "/e2e/kv_bytes_per_token"};
+    for (int k = 0; k < 6 && rc == 0; k++) rc = h5log_f64(lg, names[k], v[k], nr);
     if (rc) {
         h5log_abort(lg);
         return -1;
@@ -274,6 +283,7 @@ static int parse_int(const char *s, long lo, long hi, int *out) {
  * configuration; what it measures goes back in E2eOut. */
 typedef struct {
     const char *shape, *cfg;
+    const KvPolicy *kv;
     int ternary, act_int8, tp, nb, maxb;
     const int *batches;
     const E2eOpts *eo;
@@ -300,6 +310,7 @@ static E2eRow *job_row(const E2eJob *j, E2eOut *o, const char *mode) {
     snprintf(r->shape, sizeof r->shape, "%s", j->shape);
     snprintf(r->config, sizeof r->config, "%s", j->cfg);
     snprintf(r->mode, sizeof r->mode, "%s", mode);
+    kv_policy_format(j->kv, r->kv, sizeof r->kv);
     r->tp = j->tp;
     return r;
 }
@@ -315,7 +326,7 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
     int64_t ctx_max = eo->prompt + eo->warm + eo->steps + 1;
     int64_t per_seq = (ctx_max + 15) / 16, pre_blocks = (eo->prefill + 15) / 16;
     EngineOpts eopt = {.max_tok = j->maxb * eo->prompt > eo->prefill ? j->maxb * eo->prompt : eo->prefill,
-                       .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1};
+                       .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .kv = j->kv};
     eopt.n_blocks = j->maxb * per_seq > pre_blocks ? j->maxb * per_seq : pre_blocks;
     CudaSynthetic syn = {.ternary = j->ternary, .act_int8 = j->act_int8, .seed = 1, .tp = j->tp};
     Engine e;
@@ -325,8 +336,13 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
         CudaEngineInfo info;
         cuda_engine_info(&e, &info);
         snprintf(o->dev, sizeof o->dev, "%s", info.device_name);
-        fprintf(stderr, "bench-e2e: %s %s tp %d: %.2f GB of weights on the device (%.1f s)\n", j->shape,
-                j->cfg, j->tp, (double)info.weight_bytes / 1e9, time_now() - t0);
+        /* the pool's bytes per token slot: every layer's K and V pages, f32 or ternary */
+        const double kv_tok = (double)info.kv_bytes / ((double)eopt.n_blocks * eopt.block_size);
+        char pol[32];
+        kv_policy_format(j->kv, pol, sizeof pol);
+        fprintf(stderr, "bench-e2e: %s %s kv %s tp %d: %.2f GB of weights, %.0f KV bytes a token on the device "
+                "(%.1f s)\n", j->shape, j->cfg, pol, j->tp, (double)info.weight_bytes / 1e9, kv_tok,
+                time_now() - t0);
         for (int bi = 0; bi < j->nb && rc == 0; bi++) {
             double sec = 0;
             int64_t ctx = 0, chained = 0;
@@ -337,14 +353,14 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
             r->ctx = ctx;
             r->step_ms = 1e3 * sec;
             r->tok_s = j->batches[bi] / sec;
-            double kv = (double)j->batches[bi] * (double)ctx * c->n_layers * 2.0 * c->n_kv_heads / j->tp *
-                        c->head_dim * 4.0;
+            double kv = (double)j->batches[bi] * (double)ctx * kv_tok;
             /* per token: its embedding row read, its logits written (f32; every rank's
              * replicated lm_head writes all of them) */
             double tok = (double)j->batches[bi] * 4.0 * ((double)c->hidden + (double)c->vocab);
             r->bytes_per_step = (double)info.step_bytes + kv + tok;
-            fprintf(stderr, "bench-e2e: %s %s decode B=%d: %.3f ms/step, %.0f tok/s\n", j->shape, j->cfg,
-                    j->batches[bi], r->step_ms, r->tok_s);
+            r->kv_bytes_per_token = kv_tok;
+            fprintf(stderr, "bench-e2e: %s %s kv %s decode B=%d: %.3f ms/step, %.0f tok/s\n", j->shape, j->cfg,
+                    pol, j->batches[bi], r->step_ms, r->tok_s);
         }
         double sec = 0;
         if (rc == 0 && (rc = run_prefill(&e, eo, &sec)) == 0) {
@@ -353,7 +369,8 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
             r->step_ms = 1e3 * sec;
             r->tok_s = eo->prefill / sec;
             r->bytes_per_step = (double)info.step_bytes;
-            fprintf(stderr, "bench-e2e: %s %s prefill %d: %.1f ms, %.0f tok/s\n", j->shape, j->cfg,
+            r->kv_bytes_per_token = kv_tok;
+            fprintf(stderr, "bench-e2e: %s %s kv %s prefill %d: %.1f ms, %.0f tok/s\n", j->shape, j->cfg, pol,
                     eo->prefill, r->step_ms, r->tok_s);
         }
         engine_free(&e);
@@ -421,7 +438,7 @@ static int run_job(int (*fn)(const E2eJob *, E2eOut *), const E2eJob *j, E2eOut 
 
 int cmd_bench_e2e(int argc, char **argv) {
     const char *shapes = "7b,27b", *out = NULL, *md = NULL, *batches_s = "1,8,64", *tps_s = "1";
-    const char *configs = "bf16,tern-i8,tern-bf16";
+    const char *configs = "bf16,tern-i8,tern-bf16", *kvs_s = "none";
     E2eOpts eo = {.prompt = 32, .steps = 32, .warm = 3, .prefill = 2048};
     int isolate = 1;
     for (int i = 1; i < argc; i++) {
@@ -438,19 +455,24 @@ int cmd_bench_e2e(int argc, char **argv) {
             printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
-                   "                  [--md FILE.md] [--same-process] [--sync-steps]\n"
+                   "                  [--kv none,all,...] [--md FILE.md] [--same-process]\n"
+                   "                  [--sync-steps]\n"
                    "Decode tokens/s at each batch and prefill tokens/s of synthetic ternary\n"
                    "models vs the BF16 reference on the same runtime (GPU; see the source).\n"
                    "Each configuration runs in a process of its own; --same-process runs\n"
                    "them one after another in this one.  Decode steps on one GPU are\n"
                    "chained (the next step enqueued before the last one's ids are back);\n"
-                   "--sync-steps waits for each step's ids before the next, as under --tp.\n");
+                   "--sync-steps waits for each step's ids before the next, as under --tp.\n"
+                   "--kv runs each configuration under each KV policy (none, encoder, decoder,\n"
+                   "all, optionally @layers=a-b; one GPU): layers stored all ternary keep\n"
+                   "2-bit codes + f16 scales instead of f32 pages.\n");
             return 0;
         }
         /* the options that take a value; anything else is a usage error of its own
          * (a stray word had been reported as an option missing its value) */
         static const char *const with_value[] = {"--prompt", "--steps", "--prefill", "--shapes", "--batches",
-                                                 "--tp",     "--configs", "--out",   "--md",     "--device"};
+                                                 "--tp",     "--configs", "--out",   "--md",     "--device",
+                                                 "--kv"};
         int known = 0;
         for (size_t k = 0; k < sizeof with_value / sizeof with_value[0]; k++) known |= strcmp(a, with_value[k]) == 0;
         if (!known) {
@@ -475,6 +497,7 @@ int cmd_bench_e2e(int argc, char **argv) {
         else if (strcmp(a, "--configs") == 0) configs = v;
         else if (strcmp(a, "--out") == 0) out = v;
         else if (strcmp(a, "--md") == 0) md = v;
+        else if (strcmp(a, "--kv") == 0) kvs_s = v;
         else if (strcmp(a, "--device") == 0) {
             if (strcmp(v, "cuda") != 0) {
                 fprintf(stderr, "ternlab bench-e2e: runs on --device cuda only\n");
@@ -532,9 +555,41 @@ int cmd_bench_e2e(int argc, char **argv) {
         fprintf(stderr, "ternlab bench-e2e: --shapes and --configs need at least one name each\n");
         return 2;
     }
-    if ((int64_t)nshapes * ntp * ncfg * (nb + 1) > MAX_ROWS) {
-        fprintf(stderr, "ternlab bench-e2e: %d shapes x %d tp x %d configs x %d rows is more than %d rows\n",
-                nshapes, ntp, ncfg, nb + 1, MAX_ROWS);
+    KvPolicy kvs[4];
+    int nkv = 0;
+    { /* --kv: up to 4 policies, each as --kv takes it elsewhere */
+        char chk[128];
+        if (strlen(kvs_s) >= sizeof chk) {
+            fprintf(stderr, "ternlab bench-e2e: --kv too long (%zu characters at most)\n", sizeof chk - 1);
+            return 2;
+        }
+        snprintf(chk, sizeof chk, "%s", kvs_s);
+        for (char *sv = NULL, *kn = strtok_r(chk, ",", &sv); kn; kn = strtok_r(NULL, ",", &sv)) {
+            if (nkv == 4) {
+                fprintf(stderr, "ternlab bench-e2e: --kv takes at most 4 policies\n");
+                return 2;
+            }
+            if (kv_policy_parse(kn, &kvs[nkv]) != 0) {
+                fprintf(stderr, "ternlab bench-e2e: --kv: %s\n", err_msg());
+                return 2;
+            }
+            for (int ti = 0; ti < ntp; ti++)
+                if (kvs[nkv].kind != KVP_NONE && tps[ti] > 1) { /* (as the engine refuses it) */
+                    fprintf(stderr, "ternlab bench-e2e: --kv %s with --tp %d: ternary KV pages run on one GPU\n",
+                            kn, tps[ti]);
+                    return 2;
+                }
+            nkv++;
+        }
+        if (nkv == 0) {
+            fprintf(stderr, "ternlab bench-e2e: --kv needs at least one policy\n");
+            return 2;
+        }
+    }
+    if ((int64_t)nshapes * ntp * ncfg * nkv * (nb + 1) > MAX_ROWS) {
+        fprintf(stderr,
+                "ternlab bench-e2e: %d shapes x %d tp x %d configs x %d KV policies x %d rows is more than %d rows\n",
+                nshapes, ntp, ncfg, nkv, nb + 1, MAX_ROWS);
         return 2;
     }
     for (int i = 0; i < ntp; i++)
@@ -555,24 +610,27 @@ int cmd_bench_e2e(int argc, char **argv) {
     snprintf(list, sizeof list, "%s", shapes);
     for (char *sv = NULL, *sh = strtok_r(list, ",", &sv); sh && rc == 0; sh = strtok_r(NULL, ",", &sv))
         for (int ti = 0; ti < ntp && rc == 0; ti++)
-            for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
-                if (!use_cfg[k]) continue;
-                job.shape = sh, job.cfg = cfgs[k].name, job.tp = tps[ti];
-                job.ternary = cfgs[k].ternary, job.act_int8 = cfgs[k].act_int8;
-                char what[64];
-                snprintf(what, sizeof what, "%s %s tp %d", sh, cfgs[k].name, tps[ti]);
-                if ((rc = run_job(measure_config, &job, &jo, isolate, what)) != 0) break;
-                if (jo.dev[0]) snprintf(dev, sizeof dev, "%s", jo.dev);
-                for (int i = 0; i < jo.n && nr < MAX_ROWS; i++) rows[nr++] = jo.rows[i];
-            }
-    for (int i = 0; i < nr; i++) { /* against the bf16 row of the same shape, tp, mode, batch */
+            for (int ki = 0; ki < nkv && rc == 0; ki++)
+                for (size_t k = 0; k < sizeof cfgs / sizeof cfgs[0] && rc == 0; k++) {
+                    if (!use_cfg[k]) continue;
+                    job.shape = sh, job.cfg = cfgs[k].name, job.tp = tps[ti], job.kv = &kvs[ki];
+                    job.ternary = cfgs[k].ternary, job.act_int8 = cfgs[k].act_int8;
+                    char what[96], pol[32];
+                    kv_policy_format(&kvs[ki], pol, sizeof pol);
+                    snprintf(what, sizeof what, "%s %s kv %s tp %d", sh, cfgs[k].name, pol, tps[ti]);
+                    if ((rc = run_job(measure_config, &job, &jo, isolate, what)) != 0) break;
+                    if (jo.dev[0]) snprintf(dev, sizeof dev, "%s", jo.dev);
+                    for (int i = 0; i < jo.n && nr < MAX_ROWS; i++) rows[nr++] = jo.rows[i];
+                }
+    for (int i = 0; i < nr; i++) { /* against the bf16 row of the same shape, tp, KV policy, mode, batch */
         E2eRow *r = &rows[i];
         r->roofline_frac = strcmp(r->mode, "decode") == 0 ? r->bytes_per_step / bw / (1e-3 * r->step_ms)
                                                            : NAN; /* (prefill: no roofline) */
         r->speedup = NAN; /* (no bf16 row in the run: no ratio) */
         for (int k = 0; k < nr; k++)
             if (strcmp(rows[k].config, "bf16") == 0 && strcmp(rows[k].shape, r->shape) == 0 &&
-                strcmp(rows[k].mode, r->mode) == 0 && rows[k].tp == r->tp && rows[k].batch == r->batch)
+                strcmp(rows[k].mode, r->mode) == 0 && strcmp(rows[k].kv, r->kv) == 0 && rows[k].tp == r->tp &&
+                rows[k].batch == r->batch)
                 r->speedup = r->tok_s / rows[k].tok_s;
     }
     if (rc != 0) {
@@ -589,21 +647,24 @@ int cmd_bench_e2e(int argc, char **argv) {
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
                "synthetic models, prompt %d, %d timed decode steps (%s; tokens/s from the median step), "
                "prefill %d tokens (median of 3), %s. lm_head stays dense bf16 in every configuration; "
-               "GB/step/GPU: the bytes a decode step must move (weights, norms, lm_head, the f32 K/V "
+               "kv: the KV policy (none: f32 pages; in layers a policy stores all ternary, 2-bit codes + "
+               "f16 scales); x bf16: against bf16 under the same policy; "
+               "GB/step/GPU: the bytes a decode step must move (weights, norms, lm_head, the K/V pages "
                "of the context, each token's embedding row and logits; weights only for prefill); "
                "%% of roofline: the time those bytes take "
                "at the copy bandwidth over the step's time.\n\n",
             dev, bw / 1e9, eo.prompt, eo.steps, loop_text(loop_kind(rows, nr)), eo.prefill,
             isolate ? "each configuration in a process of its own" : "all configurations in one process");
-    fprintf(f, "| shape | tp | config | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | %% of roofline |\n");
-    fprintf(f, "| --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+    fprintf(f, "| shape | tp | config | kv | mode | batch | ms/step | tokens/s | x bf16 | GB/step/GPU | %% of "
+               "roofline |\n");
+    fprintf(f, "| --- | ---: | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: |\n");
     for (int i = 0; i < nr; i++) {
         const E2eRow *r = &rows[i];
         char roof[16] = "—", sp[16] = "—";
         if (strcmp(r->mode, "decode") == 0) snprintf(roof, sizeof roof, "%.0f%%", 100 * r->roofline_frac);
         if (!isnan(r->speedup)) snprintf(sp, sizeof sp, "%.2f", r->speedup);
-        fprintf(f, "| %s | %lld | %s | %s | %lld | %.3f | %.0f | %s | %.3f | %s |\n", r->shape,
-                (long long)r->tp, r->config, r->mode, (long long)r->batch, r->step_ms, r->tok_s, sp,
+        fprintf(f, "| %s | %lld | %s | %s | %s | %lld | %.3f | %.0f | %s | %.3f | %s |\n", r->shape,
+                (long long)r->tp, r->config, r->kv, r->mode, (long long)r->batch, r->step_ms, r->tok_s, sp,
                 r->bytes_per_step / 1e9, roof);
     }
     fclose(f);
