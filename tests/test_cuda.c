@@ -701,8 +701,14 @@ TEST(gpu_rope_paged_attention_match_reference) {
  * (fwdc_attention_rope) against the separate calls: n tokens of n distinct
  * sequences at positions `pos` (earlier positions' K / V random in the
  * pages, blocks shuffled over a pool), outputs and every page byte
- * identical, and max |out row| raised into omax. */
-static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep, int prod) {
+ * identical, and max |out row| raised into omax.
+ * code 1: fwdc_attention_rope_coded into f32 pages against rope_kv_write +
+ * kv_ternarise + attention; code 2: into ternary pages (earlier rows random
+ * codes and f16 scales) against rope_kv_write without pages + kv_code_rows
+ * + attention_tern — every code and scale byte identical too (under
+ * TERNLAB_CUDA_ATTN=block refused). */
+static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep, int prod,
+                                      int code) {
     const int qd = n_heads * hd, kvd = n_kv * hd, ld = qd + 2 * kvd, half = hd / 2;
     /* sep: q, k, v as three arrays (n x qd, n x kvd, n x kvd) in one buffer,
      * as separate projections leave them; else rows of q | k | v */
@@ -749,6 +755,19 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
     float *dsin = dev_new(&bsin, sizeof(float) * (size_t)m.rope_len * half, m.rope_sin);
     float *dk1 = dev_new(&bk1, sizeof(float) * page, pk), *dv1 = dev_new(&bv1, sizeof(float) * page, pv);
     float *dk2 = dev_new(&bk2, sizeof(float) * page, pk), *dv2 = dev_new(&bv2, sizeof(float) * page, pv);
+    /* code 2: ternary pages, random codes and scales in every row (the same in both) */
+    const size_t rows = (size_t)n_blocks * n_kv * bs, cb = (size_t)(hd + 3) / 4, nks = (size_t)(hd + 15) / 16;
+    uint8_t *tc = xmalloc(2 * rows * cb);
+    uint16_t *tsc = xmalloc(sizeof(uint16_t) * rows * (nks + 1));
+    for (size_t e = 0; e < 2 * rows * cb; e++) tc[e] = (uint8_t)((frand(&s) * 0.5f + 0.5f) * 255.0f);
+    for (size_t e = 0; e < rows * (nks + 1); e++) tsc[e] = f32_to_f16(0.05f + 0.5f * fabsf(frand(&s)));
+    DevBuf tb[2][4];
+    FwdcKvTern tp[2] = {{0}, {0}};
+    for (int c = 0; c < 2 && code == 2; c++) {
+        tp[c].kc = dev_new(&tb[c][0], rows * cb, tc), tp[c].vc = dev_new(&tb[c][1], rows * cb, tc + rows * cb);
+        tp[c].ks = dev_new(&tb[c][2], sizeof(uint16_t) * rows * nks, tsc);
+        tp[c].vs = dev_new(&tb[c][3], sizeof(uint16_t) * rows, tsc + rows * nks);
+    }
     float *do1 = dev_new(&bo1, sizeof(float) * (size_t)n * qd, NULL);
     float *do2 = dev_new(&bo2, sizeof(float) * (size_t)n * qd, NULL);
     unsigned *dmx = dev_new(&bmx, sizeof(unsigned) * (size_t)n, NULL);
@@ -779,18 +798,45 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
         REQUIRE(cudaMemset(dq2, 0xff, sizeof(float) * (size_t)ld) == cudaSuccess);
         free(xq);
     }
+    const char *kind = getenv("TERNLAB_CUDA_ATTN");
+    const int block = kind && !strcmp(kind, "block");
     REQUIRE(fwdc_rope_kv_write(dq1, ldq, dq1 + ko, ldk, dq1 + vo, ldk, dpos, dslot, n, n_heads, n_kv,
-                               hd, dcos, dsin, dk1, dv1, bs, 0) == 0);
-    REQUIRE(fwdc_attention(dq1, ldq, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
-                           n_heads, 0, do1, 0) == 0);
+                               hd, dcos, dsin, code == 2 ? NULL : dk1, code == 2 ? NULL : dv1, bs, 0) == 0);
+    if (code == 1) REQUIRE(fwdc_kv_ternarise(dk1, dv1, dslot, n, n_kv, hd, bs, 0) == 0);
+    if (code == 2) {
+        REQUIRE(fwdc_kv_code_rows(dq1 + ko, ldk, dq1 + vo, ldk, dslot, n, n_kv, hd, bs, tp[0], 0) == 0);
+        /* (the tiled prompt kernel is not a decode batch's: one_seq 0, as the fused form's warp kernel) */
+        REQUIRE(block || fwdc_attention_tern(dq1, ldq, tp[0], dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
+                                             n_heads, 0, do1, 0) == 0);
+    } else {
+        REQUIRE(fwdc_attention(dq1, ldq, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
+                               n_heads, 0, do1, 0) == 0);
+    }
     if (prod) {
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess); /* the reference done; the GEMV then the fused call */
         REQUIRE(tern_cuda_matmul_i8(&dW, dx, dsx, 1, dq2, 0) == 0);
         unsetenv("TERNLAB_CUDA_GEMV1");
     }
-    REQUIRE(fwdc_attention_rope(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin, dk2,
-                                dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
-                                0) == 0);
+    if (code == 0)
+        REQUIRE(fwdc_attention_rope(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin, dk2,
+                                    dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
+                                    0) == 0);
+    else {
+        const int rc = fwdc_attention_rope_coded(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin,
+                                                 code == 2 ? NULL : dk2, code == 2 ? NULL : dv2, tp[1], dtab, maxb,
+                                                 drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx, 0);
+        if (code == 2 && block) { /* the block kernel reads f32 pages only */
+            CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_ATTN=block"), "block, ternary pages: rc %d", rc);
+            REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+            if (prod) {
+                tern_cuda_free(&dW);
+                tern_free(&W);
+                cudaFree(dx), cudaFree(dsx);
+            }
+            goto done;
+        }
+        REQUIRE(rc == 0);
+    }
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     if (prod) {
         tern_cuda_free(&dW);
@@ -821,15 +867,42 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
               n, bad_o, n * qd);
     CHECK_MSG(memcmp(k1, k2, sizeof(float) * page) == 0 && memcmp(v1, v2, sizeof(float) * page) == 0,
               "heads %d/%d hd %d n %d: the pages differ", n_heads, n_kv, hd, n);
-    CHECK_MSG(new_k == n * n_kv, "%d of %d K rows written", new_k, n * n_kv);
+    CHECK_MSG(code == 2 ? new_k == 0 : new_k == n * n_kv, "code %d: %d of %d K rows written", code, new_k,
+              n * n_kv);
     CHECK_MSG(bad_mx == 0, "heads %d/%d hd %d n %d: %d row maxima wrong", n_heads, n_kv, hd, n, bad_mx);
+    if (code == 2) { /* every code and scale byte as the separate calls left them; the tokens' rows new */
+        uint8_t *c1 = xmalloc(2 * rows * cb), *c2 = xmalloc(2 * rows * cb);
+        uint16_t *s1 = xmalloc(sizeof(uint16_t) * rows * (nks + 1)), *s2 = xmalloc(sizeof(uint16_t) * rows * (nks + 1));
+        dev_get(&tb[0][0], c1), dev_get(&tb[0][1], c1 + rows * cb), dev_get(&tb[0][2], s1);
+        dev_get(&tb[0][3], s1 + rows * nks);
+        dev_get(&tb[1][0], c2), dev_get(&tb[1][1], c2 + rows * cb), dev_get(&tb[1][2], s2);
+        dev_get(&tb[1][3], s2 + rows * nks);
+        CHECK_MSG(memcmp(c1, c2, 2 * rows * cb) == 0 && memcmp(s1, s2, sizeof(uint16_t) * rows * (nks + 1)) == 0,
+                  "heads %d/%d hd %d n %d: the ternary pages differ", n_heads, n_kv, hd, n);
+        int new_rows = 0;
+        for (int i = 0; i < n; i++)
+            for (int h = 0; h < n_kv; h++) {
+                const size_t r = ((size_t)(slot[i] / bs) * n_kv + (size_t)h) * bs + (size_t)(slot[i] % bs);
+                new_rows += memcmp(s2 + r * nks, tsc + r * nks, sizeof(uint16_t) * nks) != 0 &&
+                            s2[rows * nks + r] != tsc[rows * nks + r];
+            }
+        CHECK_MSG(new_rows == n * n_kv, "%d of %d ternary rows written", new_rows, n * n_kv);
+        free(c1), free(c2), free(s1), free(s2);
+    }
+    free(o1), free(o2), free(k1), free(k2), free(v1), free(v2), free(mx);
+done:;
     DevBuf *all[] = {&bq1, &bq2, &bpos, &bslot, &brow, &btab, &bcos, &bsin, &bk1, &bv1, &bk2, &bv2, &bo1, &bo2, &bmx};
     int guards = 1;
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) guards &= dev_done(all[i]);
+    for (int c = 0; c < 2 && code == 2; c++)
+        for (int b = 0; b < 4; b++) guards &= dev_done(&tb[c][b]);
     CHECK_MSG(guards, "a guard region around a device buffer was written");
     mem_free(m.rope_cos), mem_free(m.rope_sin);
-    free(qkv), free(pk), free(pv), free(perm), free(tab), free(row), free(slot);
-    free(o1), free(o2), free(k1), free(k2), free(v1), free(v2), free(mx);
+    free(qkv), free(pk), free(pv), free(perm), free(tab), free(row), free(slot), free(tc), free(tsc);
+}
+
+static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, const int *pos, int sep, int prod) {
+    for (int code = 0; code < 3; code++) check_attention_rope_code(n_heads, n_kv, hd, bs, n, pos, sep, prod, code);
 }
 
 /* Both attention kinds (the block-softmax one runs the separate passes), both
@@ -1465,12 +1538,22 @@ TEST(gpu_kv_policies_ppl_equal_cpu) {
  * layer's f32 pages gone — the pool's bytes as counted below.  Policies that
  * leave one phase full precision keep f32 pages either way. */
 static void kv_pages_equal(const char *dir, const char *policy, int tern_layers_expected) {
-    CudaEngineInfo it, i32;
+    CudaEngineInfo it, i32, iu;
     unsetenv("TERNLAB_CUDA_KV_PAGES");
     const double t = kv_policy_ppl(dir, NULL, ENGINE_CUDA, policy, &it);
     setenv("TERNLAB_CUDA_KV_PAGES", "f32", 1);
     const double f = kv_policy_ppl(dir, NULL, ENGINE_CUDA, policy, &i32);
     unsetenv("TERNLAB_CUDA_KV_PAGES");
+    /* the decode steps' attention unfused (RoPE / KV write, coding, attention apart): the same bits
+     * as the fused form that codes the token's rows (fwdc_attention_rope_coded), which the steps
+     * above took in every layer */
+    setenv("TERNLAB_CUDA_ATT_FUSE", "0", 1);
+    const double u = kv_policy_ppl(dir, NULL, ENGINE_CUDA, policy, &iu);
+    unsetenv("TERNLAB_CUDA_ATT_FUSE");
+    CHECK_MSG(t == u, "%s kv %s: fused decode attention %.9g, unfused %.9g", dir, policy, t, u);
+    CHECK_MSG(it.fused_att > 0 && i32.fused_att > 0 && iu.fused_att == 0 && it.kv_ternary > 0,
+              "fused attentions %lld / %lld / %lld, ternary stores %lld", (long long)it.fused_att,
+              (long long)i32.fused_att, (long long)iu.fused_att, (long long)it.kv_ternary);
     Model m;
     REQUIRE(model_load(test_path(dir), NULL, &m) == 0);
     const int L = m.cfg.n_layers, hd = m.cfg.head_dim;

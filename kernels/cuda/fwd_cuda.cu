@@ -522,6 +522,14 @@ __device__ __forceinline__ float4 kvt_val4(unsigned b, float s) {
     return make_float4(kvt_val(b, s), kvt_val(b >> 2, s), kvt_val(b >> 4, s), kvt_val(b >> 6, s));
 }
 __device__ __forceinline__ float kvt_scale(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
+/* a code byte's four factors c - 1 without a conversion instruction: the
+ * float 2^23 + c (its bits 0x4B000000 | c) less 2^23 + 1, exact */
+__device__ __forceinline__ float kvt_fac(unsigned b, int i) {
+    return __fsub_rn(__uint_as_float(0x4B000000u | (b >> (2 * i) & 3u)), 8388609.0f);
+}
+__device__ __forceinline__ float4 kvt_fac4(unsigned b) {
+    return make_float4(kvt_fac(b, 0), kvt_fac(b, 1), kvt_fac(b, 2), kvt_fac(b, 3));
+}
 
 /* Offset (floats) of position p's row of KV head kvh in a layer's pages,
  * through the sequence's block-table row tb. */
@@ -644,6 +652,11 @@ struct AttnFuse {
     const float *cs = nullptr, *sn = nullptr;
     float *kw = nullptr, *vw = nullptr; /* the layer's pages, written */
     unsigned *omax = nullptr;
+    /* 1: the token's K / V rows coded as the KV policy's ternary rows
+     * (kvt_quant_row) before they are scored and stored — into f32 pages as
+     * kv_ternarise_kernel's values, or (kTern) into ternary pages as
+     * kv_code_rows_kernel's bytes */
+    int code = 0;
 };
 
 /* The same attention with one online softmax per warp: warp w takes keys in
@@ -656,13 +669,13 @@ struct AttnFuse {
  * kRope: the fused decode form above (AttnFuse). */
 template <int kThreads, int kMode, bool kRope, bool kTern = false> /* kMode 0: float4, hd <= 128; 1: float4,
                                                                    * hd <= 256; 2: scalars; kTern: K / V from
-                                                                   * ternary pages tz (kp, vp unused) */
+                                                                   * ternary pages tz (kp, vp unused; with
+                                                                   * kRope the token's rows coded into them) */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
                       float *out, AttnFuse fz, FwdcKvTern tz) {
-    static_assert(!(kRope && kTern), "the fused decode form writes f32 pages");
     pdl_trigger();
     /* kRope: what the q|k|v projection (the kernel before) does not write is
      * read before the wait — this token's page offsets of the first chunk, the
@@ -677,14 +690,6 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * here (they trigger before they wait) would break it: see
      * fwdc_attention_rope's contract (fwd_cuda.h). */
     constexpr bool kVec = kMode < 2;
-    /* kTern, float4 lanes: a code byte's four values c - 1 (the scale's factors), one
-     * shared-memory load a byte instead of four conversions (the kernel is bound by
-     * its instructions: ncu, H200, 1.86x the f32 pages' without it) */
-    __shared__ float4 clut[kTern && kVec ? 256 : 1];
-    if constexpr (kTern && kVec)
-        for (int b = threadIdx.x; b < 256; b += kThreads)
-            clut[b] = make_float4((float)((b & 3) - 1), (float)((b >> 2 & 3) - 1), (float)((b >> 4 & 3) - 1),
-                                  (float)((b >> 6 & 3) - 1));
     if (!kRope) pdl_wait();
     constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */
     static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
@@ -711,7 +716,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
 #pragma unroll
         for (int u = 0; u < kU; u++) {
             const bool ok = j0 + u < cn;
-            if constexpr (kTern) {
+            const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
+            if (own ? !own_too : !glob) continue;
+            if (kTern && !own) { /* (the own key, coded, is in shared memory as f32 values) */
                 const int64_t r = ok ? roff[j0 + u] : 0;
                 const float vs = ok ? kvt_scale(tz.vs + r) : 0.0f;
 #pragma unroll
@@ -722,7 +729,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                         float4 k4 = make_float4(0.f, 0.f, 0.f, 0.f), v4 = k4;
                         if (in) {
                             const float ks = kvt_scale(tz.ks + r * nks + d / KV_K_GROUP);
-                            const float4 kc = clut[tz.kc[r * cb + d / 4]], vc = clut[tz.vc[r * cb + d / 4]];
+                            /* (a code byte's four factors by arithmetic: a shared-memory table of them
+                             * was 8 % slower at head_dim 128, its float4 reads' bank conflicts) */
+                            const float4 kc = kvt_fac4(tz.kc[r * cb + d / 4]), vc = kvt_fac4(tz.vc[r * cb + d / 4]);
                             k4 = make_float4(__fmul_rn(kc.x, ks), __fmul_rn(kc.y, ks), __fmul_rn(kc.z, ks),
                                              __fmul_rn(kc.w, ks));
                             v4 = make_float4(__fmul_rn(vc.x, vs), __fmul_rn(vc.y, vs), __fmul_rn(vc.z, vs),
@@ -739,9 +748,8 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 }
                 continue;
             }
-            const bool own = kRope && ok && c0 + j0 + u == ctx - 1;
-            if (own ? !own_too : !glob) continue;
-            const float *kb = own ? ck : kp + (ok ? roff[j0 + u] : 0), *vb = own ? cv : vp + (ok ? roff[j0 + u] : 0);
+            const float *kb = kTern || own ? ck : kp + (ok ? roff[j0 + u] : 0),
+                        *vb = kTern || own ? cv : vp + (ok ? roff[j0 + u] : 0);
 #pragma unroll
             for (int e = 0; e < kE; e += (kVec ? 4 : 1)) {
                 const int d = dim_of(e);
@@ -762,9 +770,10 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     };
     if constexpr (kRope) {
         const int half = hd / 2, p = ctx - 1, cn0 = ctx < kAttnChunk ? ctx : kAttnChunk;
-        for (int j = t; j < cn0; j += kThreads) roff[j] = kv_row(tb, j, bs, n_kv, kvh, hd);
+        for (int j = t; j < cn0; j += kThreads) roff[j] = kv_row(tb, j, bs, n_kv, kvh, rhd);
         const bool wr = h % (n_heads / n_kv) == 0; /* one CTA per KV head stores the token's K and V */
         const int sl = wr ? fz.slot[i] : 0;
+        const bool code = kTern || fz.code;
         const float c = t < half ? fz.cs[(int64_t)p * half + t] : 0.0f, s = t < half ? fz.sn[(int64_t)p * half + t] : 0.0f;
         __syncthreads(); /* roff */
         load_run(0, kU * warp, cn0, true, false);
@@ -772,23 +781,52 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         const int nl = (hd + 31) / 32;
         for (int j = kU * (warp + kWarps); j < cn0; j += kU * kWarps)
             for (int u = 0; u < kU && j + u < cn0; u++)
-                if (lane < 2 * nl && j + u != p)
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"((lane < nl ? kp : vp) + roff[j + u] + 32 * (lane % nl)));
+                if (j + u != p) {
+                    if constexpr (kTern) { /* (a row's codes: one line each) */
+                        if (lane < 2)
+                            asm volatile("prefetch.global.L2 [%0];" ::"l"((lane ? tz.vc : tz.kc) + roff[j + u] * cb));
+                    } else if (lane < 2 * nl) {
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"((lane < nl ? kp : vp) + roff[j + u] + 32 * (lane % nl)));
+                    }
+                }
         pdl_wait();
         const float *kr0 = fz.k + i * fz.ldk + (int64_t)kvh * hd, *vr0 = fz.v + i * fz.ldv + (int64_t)kvh * hd;
-        float *kw = fz.kw + (((int64_t)(sl / bs) * n_kv + kvh) * bs + sl % bs) * hd,
-              *vw = fz.vw + (kw - fz.kw);
+        const int64_t srow = ((int64_t)(sl / bs) * n_kv + kvh) * bs + sl % bs; /* the slot's page row */
+        float *kw = kTern ? nullptr : fz.kw + srow * hd, *vw = kTern ? nullptr : fz.vw + srow * hd;
+        const bool wf = wr && !code; /* the f32 values stored as they are */
         if (t < half) {
             float y1, y2;
             rope_pair(qr[t], qr[t + half], c, s, &cq[t], &cq[t + half]);
             rope_pair(kr0[t], kr0[t + half], c, s, &y1, &y2);
             ck[t] = y1, ck[t + half] = y2;
-            if (wr) kw[t] = y1, kw[t + half] = y2;
+            if (wf) kw[t] = y1, kw[t + half] = y2;
         }
         for (int d = t; d < hd; d += kThreads) {
             const float x = vr0[d];
             cv[d] = x;
-            if (wr) vw[d] = x;
+            if (wf) vw[d] = x;
+        }
+        if (code) { /* the rows coded: kv_code_rows_kernel's operations, the CTA's threads sharing them */
+            __shared__ float gam[256 / KV_K_GROUP + 1];
+            __syncthreads(); /* the rotated k and v */
+            if (t <= nks) gam[t] = t < nks ? kvt_group_mean(ck + t * KV_K_GROUP, min(KV_K_GROUP, hd - t * KV_K_GROUP))
+                                           : kvt_group_mean(cv, hd);
+            __syncthreads();
+            const float gv = gam[nks], sv = __half2float(__float2half_rn(gv));
+            for (int b = t; b < cb; b += kThreads) {
+                unsigned kbyte = 0x55u, vbyte = 0x55u; /* code 1 (zero) where the row ends inside the byte */
+                for (int u = 0; u < 4 && 4 * b + u < hd; u++) {
+                    const int d = 4 * b + u, qk = kvt_code(ck[d], gam[d / KV_K_GROUP]), qv = kvt_code(cv[d], gv);
+                    ck[d] = __fmul_rn((float)qk, __half2float(__float2half_rn(gam[d / KV_K_GROUP])));
+                    cv[d] = __fmul_rn((float)qv, sv);
+                    kbyte = (kbyte & ~(3u << (2 * u))) | ((unsigned)(qk + 1) << (2 * u));
+                    vbyte = (vbyte & ~(3u << (2 * u))) | ((unsigned)(qv + 1) << (2 * u));
+                    if (!kTern && wr) kw[d] = ck[d], vw[d] = cv[d];
+                }
+                if (kTern && wr) tz.kc[srow * cb + b] = (uint8_t)kbyte, tz.vc[srow * cb + b] = (uint8_t)vbyte;
+            }
+            if (kTern && wr && t <= nks)
+                *(t < nks ? tz.ks + srow * nks + t : tz.vs + srow) = __half_as_ushort(__float2half_rn(gam[t]));
         }
         qr = cq;
     }
@@ -1548,22 +1586,30 @@ int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const i
                                          pages);
 }
 
-int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
-                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
-                        const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
-                        int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
-                        int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
-                        cudaStream_t stream) {
-    if (hd % 2 || hd < 2 || hd > 256)
-        return err_set("fwdc_attention_rope: head_dim %d is not even in 2..256", hd);
-    if (attn_check("fwdc_attention_rope", n, n_heads, n_kv) < 0) return -1;
+/* fwdc_attention_rope (code 0) and fwdc_attention_rope_coded (code 1; pages
+ * tp ternary where tp.kc, else the f32 pages d_kpages, d_vpages) */
+static int attention_rope_run(const char *who, const float *d_q, int64_t ldq, const float *d_k, int64_t ldk,
+                              const float *d_v, int64_t ldv, const int32_t *d_pos, const int32_t *d_slot,
+                              const float *d_cos, const float *d_sin, float *d_kpages, float *d_vpages,
+                              const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads,
+                              int n_kv, int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
+                              int code, FwdcKvTern tp, cudaStream_t stream) {
+    if (hd % 2 || hd < 2 || hd > 256) return err_set("%s: head_dim %d is not even in 2..256", who, hd);
+    if (attn_check(who, n, n_heads, n_kv) < 0) return -1;
+    const bool tern = tp.kc != nullptr;
+    if (tern && (!tp.vc || !tp.ks || !tp.vs)) return err_set("%s: incomplete ternary pages", who);
+    if (!tern && (!d_kpages || !d_vpages)) return err_set("%s: no KV pages", who);
     if (n <= 0) return 0;
     const int kind = attn_kind();
     if (kind < 0) return -1;
     if (kind == 1) { /* the block-softmax kernel: the separate passes (q, k rotated in place) */
+        if (tern)
+            return err_set("TERNLAB_CUDA_ATTN=block: the block-softmax attention reads f32 KV pages only, and "
+                           "this layer's pages are ternary (--kv); unset it");
         if (fwdc_rope_kv_write(const_cast<float *>(d_q), ldq, const_cast<float *>(d_k), ldk, d_v,
                                ldv, d_pos, d_slot, n, n_heads, n_kv, hd, d_cos, d_sin, d_kpages,
                                d_vpages, block_size, stream) != 0 ||
+            (code && fwdc_kv_ternarise(d_kpages, d_vpages, d_slot, n, n_kv, hd, block_size, stream) != 0) ||
             fwdc_attention(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
                            n_heads, n_kv, hd, block_size, model_heads, 0, d_out, stream) != 0)
             return -1;
@@ -1573,9 +1619,34 @@ int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t
     }
     AttnFuse fz;
     fz.k = d_k, fz.v = d_v, fz.ldk = ldk, fz.ldv = ldv, fz.slot = d_slot, fz.cs = d_cos, fz.sn = d_sin;
-    fz.kw = d_kpages, fz.vw = d_vpages, fz.omax = d_omax;
+    fz.kw = d_kpages, fz.vw = d_vpages, fz.omax = d_omax, fz.code = code;
+    if (tern)
+        return attn_warp_launch<true, true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n,
+                                            n_heads, n_kv, hd, block_size, model_heads, d_out, fz, stream, tp);
     return attn_warp_launch<true>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
                                   n_heads, n_kv, hd, block_size, model_heads, d_out, fz, stream);
+}
+
+int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
+                        int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
+                        const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
+                        int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
+                        int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
+                        cudaStream_t stream) {
+    return attention_rope_run("fwdc_attention_rope", d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, d_cos, d_sin,
+                              d_kpages, d_vpages, d_tab, tab_stride, d_tab_row, n, n_heads, n_kv, hd, block_size,
+                              model_heads, d_out, d_omax, 0, FwdcKvTern{}, stream);
+}
+
+int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
+                              int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
+                              const float *d_sin, float *d_kpages, float *d_vpages, FwdcKvTern pages,
+                              const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
+                              int n_heads, int n_kv, int hd, int block_size, int model_heads, float *d_out,
+                              unsigned *d_omax, cudaStream_t stream) {
+    return attention_rope_run("fwdc_attention_rope_coded", d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, d_cos,
+                              d_sin, d_kpages, d_vpages, d_tab, tab_stride, d_tab_row, n, n_heads, n_kv, hd,
+                              block_size, model_heads, d_out, d_omax, 1, pages, stream);
 }
 
 int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream) {

@@ -11,6 +11,7 @@
  *   fwdc_attention       fwd_attention_run (causal, GQA)     forward.c
  *   fwdc_attention_tern  the same over ternary pages (kvt_dequant_row's values)
  *   fwdc_attention_rope  the two above in one decode kernel
+ *   fwdc_attention_rope_coded  the same with the token's rows coded ternary
  *   fwdc_glu             fwd_glu (SiLU or ReLU^2 gate * up)  forward.c
  *   fwdc_act_quant_i8    act_quant_int8_ref (bit-identical)  src/quant/quant.h
  *   fwdc_act_quant_i8_max, fwdc_row_absmax: the same by column slices (tp)
@@ -144,6 +145,21 @@ int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t
                         int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
                         int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
                         cudaStream_t stream);
+/* fwdc_attention_rope for a layer whose decode tokens the KV policy stores
+ * ternary: each token's rotated K and V rows are coded as kvt_quant_row codes
+ * them and scored from those values.  pages.kc non-NULL: the codes and f16
+ * scales go to the ternary pages (d_kpages, d_vpages unused) and d_out is
+ * bit-identical to fwdc_rope_kv_write (no pages) + fwdc_kv_code_rows +
+ * fwdc_attention_tern; else the coded values go to the f32 pages, as
+ * fwdc_rope_kv_write + fwdc_kv_ternarise + fwdc_attention give them (the
+ * separate passes under TERNLAB_CUDA_ATTN=block, which is refused with
+ * ternary pages).  The same contract as fwdc_attention_rope otherwise. */
+int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
+                              int64_t ldv, const int32_t *d_pos, const int32_t *d_slot, const float *d_cos,
+                              const float *d_sin, float *d_kpages, float *d_vpages, FwdcKvTern pages,
+                              const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
+                              int n_heads, int n_kv, int hd, int block_size, int model_heads, float *d_out,
+                              unsigned *d_omax, cudaStream_t stream);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
  * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */

@@ -118,9 +118,9 @@ struct CE {
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
     /* the KV policy of the cache (kv_set_policy) and the call's phase
      * (RunState.decode), as host_prepare found them: a layer whose tokens of
-     * this phase are ternary stores them through fwdc_kv_ternarise, and its
-     * attention is not the fused decode kernel (which scores the token's own
-     * position from the unrounded K / V) */
+     * this phase are ternary codes them (fwdc_kv_code_rows into ternary pages,
+     * fwdc_kv_ternarise into f32 ones; in a decode batch the fused kernel
+     * fwdc_attention_rope_coded does it and scores the coded values) */
     KvPolicy pol = {KVP_NONE, -1, -1};
     int decode = 0;
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
@@ -495,7 +495,9 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
         tkv[(size_t)l] = kv_policy_ternary(&g->pol, l, g->decode) != 0;
-        afl[(size_t)l] = g->att_fuse && distinct && !tkv[(size_t)l];
+        /* (a layer whose tokens of this call the policy stores ternary takes the fused form
+         * that codes them: fwdc_attention_rope_coded) */
+        afl[(size_t)l] = g->att_fuse && distinct;
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
         ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, afl[(size_t)l]);
         oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l]);
@@ -530,7 +532,12 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
         unsigned *omax = g->hmax + c.n_layers + l;
         const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l];
         g->n_fused[0] += att_fused, g->n_fused[1] += of;
-        if (att_fused) {
+        if (att_fused && (tkv[(size_t)l] || tpg.kc)) { /* the token's K / V coded (into ternary pages where tpg.kc) */
+            g->n_kv_tern++;
+            TRY(fwdc_attention_rope_coded(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp, tpg,
+                                          g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd, g->bs,
+                                          c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
+        } else if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
                                     g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
