@@ -29,6 +29,26 @@ TEST(bench_quick_writes_every_column) {
     CHECK_MSG(v == 0, "%s", err_msg());
 }
 
+/* The rows of a tiny bench-e2e table under KV policy kv: each (into *bad
+ * where not) with bf16 its own reference (1.00) and every other row a ratio
+ * to bf16 under the same policy. */
+static int tiny_rows(const char *out, const char *want_kv, int *bad) {
+    int rows = 0;
+    *bad = 0;
+    for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
+        char cfg[16] = "", kv[16] = "";
+        double ratio = 0;
+        if (sscanf(l, "| tiny | %*d | %15s | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, kv, &ratio) != 3) {
+            (*bad)++;
+            continue;
+        }
+        if (strcmp(kv, want_kv) != 0) continue;
+        *bad += strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) > 1e-9 : !(ratio > 0);
+        rows++;
+    }
+    return rows;
+}
+
 /* Without a GPU, bench-e2e says so and fails cleanly; with one, a tiny
  * synthetic run writes its file. */
 TEST(bench_e2e_runs_or_refuses) {
@@ -66,16 +86,8 @@ TEST(bench_e2e_runs_or_refuses) {
             CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
             /* 3 configurations x (2 batches + prefill) rows; bf16 is its own reference (1.00),
              * every row has a ratio to it */
-            int rows = 0, bad = 0;
-            for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
-                char cfg[16] = "", kv[16] = "";
-                double ratio = 0;
-                if (sscanf(l, "| tiny | %*d | %15s | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, kv, &ratio) != 3 ||
-                    strcmp(kv, "none") != 0)
-                    bad++;
-                else if (strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) > 1e-9 : !(ratio > 0)) bad++;
-                rows++;
-            }
+            int bad = 0;
+            const int rows = tiny_rows(out, "none", &bad);
             CHECK_MSG(rows == 9 && bad == 0, "%d rows, %d bad: %s", rows, bad, out);
         }
         /* --kv none,all: each configuration under each policy, opened with it — the
@@ -96,15 +108,11 @@ TEST(bench_e2e_runs_or_refuses) {
         const double f32b = 4.0 * 2 * 2 * 64 * 4, ternb = 4.0 * 2 * (double)kvt_bytes_per_token_head(64, 1);
         for (int i = 0; i < 8; i++) CHECK_MSG(kvb[i] == (i < 4 ? f32b : ternb), "row %d: %g bytes a token", i, kvb[i]);
         for (int i = 0; i < 4; i += 2) CHECK_MSG(gb[i + 4] < gb[i], "decode row %d: %g >= %g bytes", i, gb[i + 4], gb[i]);
-        int all_rows = 0;
-        for (const char *l = strstr(out, "| tiny |"); l; l = strstr(l + 1, "| tiny |")) {
-            char cfg[16] = "", kv[16] = "";
-            double ratio = 0;
-            if (sscanf(l, "| tiny | %*d | %15s | %15s | %*s | %*d | %*f | %*f | %lf |", cfg, kv, &ratio) == 3 &&
-                strcmp(kv, "all") == 0 && (strcmp(cfg, "bf16") == 0 ? fabs(ratio - 1.0) < 1e-9 : ratio > 0))
-                all_rows++;
-        }
-        CHECK_MSG(all_rows == 4, "%d rows under all with a ratio to bf16 under all: %s", all_rows, out);
+        int bad_all = 0, bad_none = 0;
+        const int all_rows = tiny_rows(out, "all", &bad_all), none_rows = tiny_rows(out, "none", &bad_none);
+        CHECK_MSG(all_rows == 4 && none_rows == 4 && bad_all + bad_none == 0,
+                  "%d rows under all, %d under none, %d without their ratio to bf16 under the same policy: %s",
+                  all_rows, none_rows, bad_all + bad_none, out);
     }
     free(out);
 }

@@ -480,10 +480,12 @@ static void check_attention_tern(int n_heads, int n_kv, int hd, int bs, int ctx,
     REQUIRE(fwdc_kv_ternarise(dkp, dvp, dslot, ctx, n_kv, hd, bs, 0) == 0);
     const char *kind = getenv("TERNLAB_CUDA_ATTN");
     const int block = kind && !strcmp(kind, "block");
+    const int sp = fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx); /* (the engine's choice) */
     REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks, drow + start,
-                           ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o1 + (size_t)start * qd, 0) == 0);
+                           ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o1 + (size_t)start * qd, sp, 0) == 0);
     const int rc = fwdc_attention_tern(dq + (size_t)start * qd, qd, pg, dpos + start, dtab, n_blocks, drow + start,
-                                       ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o2 + (size_t)start * qd, 0);
+                                       ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o2 + (size_t)start * qd, sp,
+                                       0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     if (block) CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_ATTN=block"), "block kernel: rc %d", rc);
     else CHECK_MSG(rc == 0, "fwdc_attention_tern: %s", err_msg());
@@ -523,10 +525,17 @@ static void check_attention_tern(int n_heads, int n_kv, int hd, int bs, int ctx,
     CHECK_MSG(touched == 0, "hd %d: %d bytes of unused rows written", hd, touched);
     if (!block) {
         dev_get(&bo1, a), dev_get(&bo2, b);
-        CHECK_MSG(memcmp(a + (size_t)start * qd, b + (size_t)start * qd, sizeof(float) * (nq - (size_t)start * qd)) == 0,
+        /* head_dim of whole K scale groups: the warp kernel's key lanes (a key's products summed in
+         * another order), within 1e-5 of the f32 pages' kernel; else the same kernels, the same bits */
+        const int keys = hd % 16 == 0;
+        double mx = 1.0, err = 0.0;
+        for (size_t e = (size_t)start * qd; e < nq; e++) mx = fmax(mx, fabs(a[e]));
+        for (size_t e = (size_t)start * qd; e < nq; e++) err = fmax(err, fabs((double)a[e] - b[e]));
+        CHECK_MSG(keys ? err <= 1e-5 * mx
+                       : memcmp(a + (size_t)start * qd, b + (size_t)start * qd, sizeof(float) * (nq - (size_t)start * qd)) == 0,
                   "heads %d/%d hd %d bs %d ctx %d one_seq %d start %d: ternary pages' attention differs from f32 "
-                  "pages holding their values",
-                  n_heads, n_kv, hd, bs, ctx, one_seq, start);
+                  "pages holding their values (max %.3g, largest |output| %.3g)",
+                  n_heads, n_kv, hd, bs, ctx, one_seq, start, err, mx);
     }
     DevBuf *all[] = {&bq2, &bk2, &bcos, &bsin, &bkc, &bvc, &bks, &bvs, &bo1, &bo2};
     int guards = 1;
@@ -608,9 +617,10 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
     float *dout = dev_new(&bout, sizeof(float) * (size_t)ctx * qd, NULL);
     REQUIRE(fwdc_rope_kv_write(dq, qd, dk, kvd, dv, kvd, dpos, dslot, ctx, n_heads, n_kv, hd,
                                dcos, dsin, dkp, dvp, bs, 0) == 0);
+    /* (a few tokens over many keys: the key split, as the engine chooses it) */
     REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks,
                            drow + start, ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq,
-                           dout + (size_t)start * qd, 0) == 0);
+                           dout + (size_t)start * qd, fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx), 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     float *got = xmalloc(sizeof(float) * (size_t)ctx * qd), *gq = xmalloc(sizeof(float) * (size_t)ctx * qd);
     float *kp = xmalloc(sizeof(float) * page), *vp = xmalloc(sizeof(float) * page);
@@ -684,6 +694,10 @@ TEST(gpu_rope_paged_attention_match_reference) {
         check_attention_1(2, 1, 128, 16, 300, 1, 200);
         check_attention_1(3, 3, 72, 5, 150, 1, 50);
         check_attention_1(3, 3, 72, 5, 150, 0, 50);
+        /* ternary pages' key lanes: the fixtures' head_dim 32 (a partial last warp of keys), and one
+         * token over 1100 keys (five 256-key chunks; the key split: 8 CTAs a head, merged) */
+        check_attention(4, 4, 32, 16, 70);
+        check_attention_1(2, 2, 128, 16, 1100, 0, 1099);
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     setenv("TERNLAB_CUDA_ATTN", "bogus", 1);
@@ -691,7 +705,7 @@ TEST(gpu_rope_paged_attention_match_reference) {
     REQUIRE(cudaMalloc((void **)&d, 4096) == cudaSuccess);
     int32_t *di = (int32_t *)d;
     err_clear();
-    CHECK(fwdc_attention(d, 8, d, d, di, di, 1, di, 1, 1, 1, 8, 16, 1, 0, d + 512, 0) != 0);
+    CHECK(fwdc_attention(d, 8, d, d, di, di, 1, di, 1, 1, 1, 8, 16, 1, 0, d + 512, 1, 0) != 0);
     CHECK_MSG(strstr(err_msg(), "TERNLAB_CUDA_ATTN"), "message: %s", err_msg());
     unsetenv("TERNLAB_CUDA_ATTN");
     cudaFree(d);
@@ -719,6 +733,7 @@ static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int
     const int n_blocks = n * maxb + 2; /* table rows of maxb entries, 2 blocks spare */
     int maxp = 0;
     for (int i = 0; i < n; i++) maxp = pos[i] > maxp ? pos[i] : maxp;
+    const int sp = fwdc_attention_splits(n, n_heads, n_heads, maxp + 1); /* (the engine's choice) */
     Model m;
     memset(&m, 0, sizeof m);
     m.cfg.head_dim = hd;
@@ -807,10 +822,10 @@ static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int
         REQUIRE(fwdc_kv_code_rows(dq1 + ko, ldk, dq1 + vo, ldk, dslot, n, n_kv, hd, bs, tp[0], 0) == 0);
         /* (the tiled prompt kernel is not a decode batch's: one_seq 0, as the fused form's warp kernel) */
         REQUIRE(block || fwdc_attention_tern(dq1, ldq, tp[0], dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
-                                             n_heads, 0, do1, 0) == 0);
+                                             n_heads, 0, do1, sp, 0) == 0);
     } else {
         REQUIRE(fwdc_attention(dq1, ldq, dk1, dv1, dpos, dtab, maxb, drow, n, n_heads, n_kv, hd, bs,
-                               n_heads, 0, do1, 0) == 0);
+                               n_heads, 0, do1, sp, 0) == 0);
     }
     if (prod) {
         REQUIRE(cudaDeviceSynchronize() == cudaSuccess); /* the reference done; the GEMV then the fused call */
@@ -820,11 +835,11 @@ static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int
     if (code == 0)
         REQUIRE(fwdc_attention_rope(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin, dk2,
                                     dv2, dtab, maxb, drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx,
-                                    0) == 0);
+                                    sp, 0) == 0);
     else {
         const int rc = fwdc_attention_rope_coded(dq2, ldq, dq2 + ko, ldk, dq2 + vo, ldk, dpos, dslot, dcos, dsin,
                                                  code == 2 ? NULL : dk2, code == 2 ? NULL : dv2, tp[1], dtab, maxb,
-                                                 drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx, 0);
+                                                 drow, n, n_heads, n_kv, hd, bs, n_heads, do2, dmx, sp, 0);
         if (code == 2 && block) { /* the block kernel reads f32 pages only */
             CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_ATTN=block"), "block, ternary pages: rc %d", rc);
             REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
@@ -911,7 +926,7 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
 TEST(gpu_attention_rope_matches_separate_calls) {
     SKIP_WITHOUT_GPU();
     const char *kinds[] = {NULL, "block"};
-    const int p1[] = {37}, p3[] = {0, 300, 513}, p4[] = {5, 6, 7, 8};
+    const int p1[] = {37}, p3[] = {0, 300, 513}, p4[] = {5, 6, 7, 8}, p1501[] = {1500};
     int p40[40];
     for (int i = 0; i < 40; i++) p40[i] = (i * 53) % 290;
     unsetenv("TERNLAB_CUDA_ATTN");
@@ -925,15 +940,21 @@ TEST(gpu_attention_rope_matches_separate_calls) {
         check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
         check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
         check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
+        /* one token over 1501 keys: the keys split over 8 CTAs a head (the last one to finish merges),
+         * after a slow q|k|v GEMV */
+        check_attention_rope(32, 8, 128, 16, 1, p1501, 0, 1);
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     float *d = NULL;
     REQUIRE(cudaMalloc((void **)&d, 4096) == cudaSuccess);
     int32_t *di = (int32_t *)d;
     err_clear();
-    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 1, 1, 7, 16, 1, d, NULL, 0) != 0);
+    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 1, 1, 7, 16, 1, d, NULL, 1, 0) != 0);
     CHECK_MSG(strstr(err_msg(), "head_dim 7"), "message: %s", err_msg());
-    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 3, 2, 8, 16, 3, d, NULL, 0) != 0);
+    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 3, 2, 8, 16, 3, d, NULL, 1, 0) != 0);
+    /* a key split outside 1..8 */
+    CHECK(fwdc_attention_rope(d, 8, d, 8, d, 8, di, di, d, d, d, d, di, 1, di, 1, 1, 1, 8, 16, 1, d, NULL, 9, 0) != 0);
+    CHECK_MSG(strstr(err_msg(), "key splits"), "message: %s", err_msg());
     cudaFree(d);
 }
 
@@ -1447,6 +1468,54 @@ static void gpu_vs_cpu(const char *dir, const char *quant) {
     free(prompt);
 }
 
+/* Decode past 2 x 128 positions at batch 1 and 2 (prompts of 200 and 230
+ * test tokens, 90 new ones): from position 256 on the attention splits each
+ * token's keys over several CTAs (fwdc_attention_splits), the decode graph
+ * captured again for it; the greedy tokens are the CPU's, with f32 pages
+ * (none) and with ternary pages (all: key lanes; there the CPU and the GPU
+ * may code a value at a rounding boundary differently, so the first 40). */
+static void long_ctx_vs_cpu(const char *dir, const char *quant, const char *policy, int n_cmp) {
+    int32_t *tok;
+    int64_t nt;
+    Model m0;
+    REQUIRE(model_load(test_path(dir), NULL, &m0) == 0);
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m0.cfg.vocab, &tok, &nt) == 0 && nt > 1000);
+    model_free(&m0);
+    KvPolicy pol;
+    REQUIRE(kv_policy_parse(policy, &pol) == 0);
+    const int64_t n_new = 90;
+    for (int batch = 1; batch <= 2; batch++) {
+        const int32_t *prompts[2] = {tok, tok + 500};
+        const int64_t lens[2] = {200, 230};
+        int32_t *gpu[2], *cpu[2];
+        for (int b = 0; b < batch; b++) gpu[b] = xmalloc(sizeof(int32_t) * n_new), cpu[b] = xmalloc(sizeof(int32_t) * n_new);
+        CudaEngineInfo info;
+        ModelLoadOpts lo = {.quant = quant};
+        fixture_backend.kv = &pol;
+        fixture_backend.device = ENGINE_CUDA;
+        REQUIRE(fixture_greedy_each(dir, &lo, prompts, lens, n_new, batch, gpu, &info) == 0);
+        fixture_backend.device = ENGINE_CPU;
+        REQUIRE(fixture_greedy_each(dir, &lo, prompts, lens, n_new, batch, cpu, NULL) == 0);
+        fixture_backend.kv = NULL;
+        CHECK_MSG(info.attn_split >= 1 && info.graphs >= 2, "%s kv %s batch %d: %lld calls with the keys split, %lld graphs",
+                  dir, policy, batch, (long long)info.attn_split, (long long)info.graphs);
+        for (int b = 0; b < batch; b++) {
+            int same = 0;
+            while (same < n_new && gpu[b][same] == cpu[b][same]) same++;
+            CHECK_MSG(same >= n_cmp, "%s kv %s batch %d seq %d: first difference at %d", dir, policy, batch, b, same);
+            free(gpu[b]), free(cpu[b]);
+        }
+    }
+    free(tok);
+}
+
+TEST(gpu_long_context_key_split_equals_cpu) {
+    SKIP_WITHOUT_GPU();
+    long_ctx_vs_cpu(LLAMA_DIR, "rule=absmean,group=128", "none", 90);
+    long_ctx_vs_cpu(BITNET_DIR, NULL, "none", 90);
+    long_ctx_vs_cpu(LLAMA_DIR, "rule=absmean,group=128", "all", 40);
+}
+
 TEST(gpu_greedy_equals_cpu_bitnet) {
     SKIP_WITHOUT_GPU();
     gpu_vs_cpu(BITNET_DIR, NULL);
@@ -1533,10 +1602,11 @@ TEST(gpu_kv_policies_ppl_equal_cpu) {
 }
 
 /* Ternary pages in a layer whose every token the policy stores ternary
- * (all, all@layers) give the bits of f32 pages holding the same values
- * (TERNLAB_CUDA_KV_PAGES=f32): the same perplexity to the last bit, with the
- * layer's f32 pages gone — the pool's bytes as counted below.  Policies that
- * leave one phase full precision keep f32 pages either way. */
+ * (all, all@layers) give the perplexity of f32 pages holding the same values
+ * (TERNLAB_CUDA_KV_PAGES=f32) within the key lanes' summation order, with
+ * the layer's f32 pages gone — the pool's bytes as counted below; the decode
+ * steps' fused attention gives the bits of the separate kernels.  Policies
+ * that leave one phase full precision keep f32 pages either way. */
 static void kv_pages_equal(const char *dir, const char *policy, int tern_layers_expected) {
     CudaEngineInfo it, i32, iu;
     unsetenv("TERNLAB_CUDA_KV_PAGES");
@@ -1565,7 +1635,12 @@ static void kv_pages_equal(const char *dir, const char *policy, int tern_layers_
     printf("    %s kv %s: ppl ternary pages %.9g, f32 pages %.9g; %d / %d layers on ternary pages, pool %zu / %zu "
            "bytes\n",
            dir, policy, t, f, it.kv_ternary_pages, i32.kv_ternary_pages, it.kv_bytes, i32.kv_bytes);
-    CHECK_MSG(isfinite(t) && t == f, "%s kv %s: ternary pages %.9g, f32 pages %.9g", dir, policy, t, f);
+    /* (head_dim 32: the ternary pages' attention sums a key's products in its own order, key lanes;
+     * BitNet's int8 activations turn a last-bit difference of an attention output into another code
+     * now and then, so there the bound is the GPU-vs-CPU one, kv_policies_gpu_vs_cpu's 1e-2) */
+    const double tol = strcmp(dir, BITNET_DIR) == 0 ? 1e-2 : 1e-5;
+    CHECK_MSG(isfinite(t) && fabs(t - f) <= tol * f, "%s kv %s: ternary pages %.9g, f32 pages %.9g", dir, policy, t,
+              f);
     CHECK_MSG(it.kv_ternary_pages == lt && i32.kv_ternary_pages == 0, "%d / %d ternary layers", it.kv_ternary_pages,
               i32.kv_ternary_pages);
     CHECK_MSG(it.kv_bytes == want && i32.kv_bytes == (size_t)L * f32_layer, "pool %zu (want %zu), f32 %zu (want %zu)",

@@ -35,6 +35,11 @@ constexpr int kAttnThreadsSmall = 256, kAttnThreadsLarge = 128;
  * 4332-4350), so 8 stay there. */
 constexpr int kAttnThreadsTiny = 512, kAttnTinyGrid = 64;
 constexpr int kAttnChunk = 256; /* keys scored per pass of the online softmax */
+/* The per-warp attention's key split (flash decoding): where the tokens x heads
+ * are fewer CTAs than SMs, a token's keys are split over up to kAttnMaxSplit
+ * CTAs of kAttnSplitKeys keys or more each; the last of them to finish merges
+ * their states. */
+constexpr int kAttnMaxSplit = 8, kAttnSplitKeys = 128;
 
 int grid1(int64_t total, int threads) {
     int64_t b = (total + threads - 1) / threads;
@@ -659,6 +664,13 @@ struct AttnFuse {
     int code = 0;
 };
 
+/* The key split's scratch: per (token, head) a counter (zero, and left zero)
+ * and gridDim.z states of (hd sums, max, sum of weights) */
+struct AttnSplit {
+    float *part = nullptr;
+    int *ctr = nullptr;
+};
+
 /* The same attention with one online softmax per warp: warp w takes keys in
  * runs of kU (keys kU*w .., then kU*(w + kWarps) .., ...), loads the K and V
  * rows of a run together (one memory round trip per run, where scoring all
@@ -668,14 +680,16 @@ struct AttnFuse {
  * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers.
  * kRope: the fused decode form above (AttnFuse). */
 template <int kThreads, int kMode, bool kRope, bool kTern = false> /* kMode 0: float4, hd <= 128; 1: float4,
-                                                                   * hd <= 256; 2: scalars; kTern: K / V from
-                                                                   * ternary pages tz (kp, vp unused; with
-                                                                   * kRope the token's rows coded into them) */
+                                                                   * hd <= 256; 2: scalars; 3 / 4 (kTern,
+                                                                   * hd % 16 == 0): key lanes, hd <= 128 / 256;
+                                                                   * kTern: K / V from ternary pages tz (kp, vp
+                                                                   * unused; with kRope the token's rows coded
+                                                                   * into them) */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
-                      float *out, AttnFuse fz, FwdcKvTern tz) {
+                      float *out, AttnFuse fz, FwdcKvTern tz, AttnSplit spw) {
     pdl_trigger();
     /* kRope: what the q|k|v projection (the kernel before) does not write is
      * read before the wait — this token's page offsets of the first chunk, the
@@ -689,18 +703,37 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * step's block-table update among them — have completed.  A row kernel
      * here (they trigger before they wait) would break it: see
      * fwdc_attention_rope's contract (fwd_cuda.h). */
-    constexpr bool kVec = kMode < 2;
+    constexpr bool kVec = kMode != 2;
+    /* key lanes (ternary pages, head_dim % 16 == 0): a warp scores 32 keys at once, lane j
+     * key j, from its code words (one 32-bit word a K scale group) and the query in shared
+     * memory — no shuffles a key, where the dims' lanes sum each key's products across the
+     * warp; the values' lanes then add the 32 keys' weighted rows (ncu, H200, 7B at batch
+     * 64 and 1k keys: the dims' lanes took 128 instructions a key and key, bound by them) */
+    constexpr bool kKeys = kMode >= 3;
+    constexpr int kG = kMode == 4 ? 256 / KV_K_GROUP : 128 / KV_K_GROUP; /* key lanes: K scale groups a row */
+    static_assert(!kKeys || kTern, "key lanes read ternary pages");
     if (!kRope) pdl_wait();
-    constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 ? 4 : 8; /* head dims per lane */
+    constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 || kMode == 3 ? 4 : 8; /* head dims per lane */
     static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
     __shared__ int64_t roff[kAttnChunk];
     __shared__ float wm[kWarps], wl[kWarps];
     __shared__ __align__(16) float wacc[kWarps][256];
-    __shared__ __align__(16) float cur[kRope ? 3 * 256 : 4]; /* rotated q, k; v of the token */
+    __shared__ __align__(16) float cur[kRope || kKeys ? 3 * 256 : 4]; /* rotated q, k; v of the token
+                                                                       * (key lanes: q) */
+    /* key lanes, kRope: the token's own coded rows, scored from here */
+    __shared__ __align__(4) uint8_t okc[kKeys && kRope ? 64 : 4], ovc[kKeys && kRope ? 64 : 4];
+    __shared__ uint16_t oks[kKeys && kRope ? 17 : 1];
     const int64_t i = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int ctx = pos[i] + 1;
+    /* the key split: this CTA's keys [k0, k1) of se splits (se from the token's keys); the
+     * last split holds the token's own position (kRope) */
+    const int S = (int)gridDim.z, spl = (int)blockIdx.z;
+    const int se = S > 1 ? max(1, min(S, ctx / kAttnSplitKeys)) : 1;
+    if (spl >= se) return;
+    const int per = (ctx + se - 1) / se, k0 = spl * per, k1 = min(ctx, k0 + per);
+    const bool last_split = spl == se - 1;
     const int32_t *tb = tab + (int64_t)tab_row[i] * tab_stride;
     const float *qr = q + i * ldq + (int64_t)h * hd;
     float *const cq = cur, *const ck = cur + (kRope ? 256 : 0), *const cv = cur + (kRope ? 512 : 0);
@@ -769,19 +802,28 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         }
     };
     if constexpr (kRope) {
-        const int half = hd / 2, p = ctx - 1, cn0 = ctx < kAttnChunk ? ctx : kAttnChunk;
-        for (int j = t; j < cn0; j += kThreads) roff[j] = kv_row(tb, j, bs, n_kv, kvh, rhd);
-        const bool wr = h % (n_heads / n_kv) == 0; /* one CTA per KV head stores the token's K and V */
+        const int half = hd / 2, p = ctx - 1, cn0 = k1 - k0 < kAttnChunk ? k1 - k0 : kAttnChunk;
+        for (int j = t; j < cn0; j += kThreads) roff[j] = kv_row(tb, k0 + j, bs, n_kv, kvh, rhd);
+        /* one CTA per KV head stores the token's K and V */
+        const bool wr = last_split && h % (n_heads / n_kv) == 0;
         const int sl = wr ? fz.slot[i] : 0;
         const bool code = kTern || fz.code;
         const float c = t < half ? fz.cs[(int64_t)p * half + t] : 0.0f, s = t < half ? fz.sn[(int64_t)p * half + t] : 0.0f;
         __syncthreads(); /* roff */
-        load_run(0, kU * warp, cn0, true, false);
+        if constexpr (kKeys) { /* the code rows of the warp's first 32 keys into L2 */
+            const int j = 32 * warp + lane;
+            if (j < cn0 && k0 + j != p) {
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(tz.kc + roff[j] * cb));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(tz.vc + roff[j] * cb));
+            }
+        } else {
+            load_run(k0, kU * warp, cn0, true, false);
+        }
         /* the warp's later runs of the chunk into L2 (a lane per 128-byte line of a K or V row) */
         const int nl = (hd + 31) / 32;
-        for (int j = kU * (warp + kWarps); j < cn0; j += kU * kWarps)
+        for (int j = kU * (warp + kWarps); j < cn0 && !kKeys; j += kU * kWarps)
             for (int u = 0; u < kU && j + u < cn0; u++)
-                if (j + u != p) {
+                if (k0 + j + u != p) {
                     if constexpr (kTern) { /* (a row's codes: one line each) */
                         if (lane < 2)
                             asm volatile("prefetch.global.L2 [%0];" ::"l"((lane ? tz.vc : tz.kc) + roff[j + u] * cb));
@@ -806,7 +848,8 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
             cv[d] = x;
             if (wf) vw[d] = x;
         }
-        if (code) { /* the rows coded: kv_code_rows_kernel's operations, the CTA's threads sharing them */
+        if (code && last_split) { /* the rows coded: kv_code_rows_kernel's operations, the CTA's threads
+                                   * sharing them */
             __shared__ float gam[256 / KV_K_GROUP + 1];
             __syncthreads(); /* the rotated k and v */
             if (t <= nks) gam[t] = t < nks ? kvt_group_mean(ck + t * KV_K_GROUP, min(KV_K_GROUP, hd - t * KV_K_GROUP))
@@ -824,9 +867,13 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     if (!kTern && wr) kw[d] = ck[d], vw[d] = cv[d];
                 }
                 if (kTern && wr) tz.kc[srow * cb + b] = (uint8_t)kbyte, tz.vc[srow * cb + b] = (uint8_t)vbyte;
+                if (kKeys) okc[b] = (uint8_t)kbyte, ovc[b] = (uint8_t)vbyte;
             }
-            if (kTern && wr && t <= nks)
-                *(t < nks ? tz.ks + srow * nks + t : tz.vs + srow) = __half_as_ushort(__float2half_rn(gam[t]));
+            if (kTern && t <= nks) {
+                const uint16_t h16 = __half_as_ushort(__float2half_rn(gam[t]));
+                if (wr) *(t < nks ? tz.ks + srow * nks + t : tz.vs + srow) = h16;
+                if (kKeys) oks[t] = h16; /* (oks[nks]: the V scale) */
+            }
         }
         qr = cq;
     }
@@ -838,18 +885,107 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
             qv[e] = d < hd ? qr[d] : 0.0f;
         }
     };
-    if (!kRope) load_q();
+    if (!kRope && !kKeys) load_q();
 #pragma unroll
     for (int e = 0; e < kE; e++) acc[e] = 0.0f;
     float m = -INFINITY, l = 0.0f;
-    for (int c0 = 0; c0 < ctx; c0 += kAttnChunk) {
-        const int cn = ctx - c0 < kAttnChunk ? ctx - c0 : kAttnChunk;
-        if (!kRope || c0 > 0) /* (kRope: the first chunk's offsets are in place) */
+    if constexpr (kKeys) {
+        /* key lanes: the query in shared memory (kRope: rotated there already), published by
+         * the chunk's barrier below; l is each lane's part of the warp's sum until the end */
+        float *const qs = cur;
+        if (!kRope)
+            for (int d = t; d < hd; d += kThreads) qs[d] = qr[d];
+        for (int c0 = k0; c0 < k1; c0 += kAttnChunk) {
+            const int cn = k1 - c0 < kAttnChunk ? k1 - c0 : kAttnChunk;
+            if (!kRope || c0 > k0)
+                for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, 1);
+            __syncthreads(); /* roff; q; kRope: the token's coded rows */
+            for (int j0 = 32 * warp; j0 < cn; j0 += 32 * kWarps) {
+                const int j = j0 + lane;
+                const bool ok = j < cn, own = kRope && ok && c0 + j == ctx - 1;
+                float sc = -INFINITY, vsj = 0.0f;
+                if (ok) {
+                    const int64_t r = roff[j];
+                    const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
+                    const uint16_t *ksp = own ? oks : tz.ks + r * nks;
+                    /* the row's code words and scales first (all loads in flight), then the sums */
+                    uint32_t wv[kG];
+                    float sg[kG];
+#pragma unroll
+                    for (int g = 0; g < kG; g++)
+                        if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
+                    float dot = 0.0f;
+#pragma unroll
+                    for (int g = 0; g < kG; g++) {
+                        if (g >= nks) break;
+                        const uint32_t w = wv[g];
+                        const float4 *q4 = reinterpret_cast<const float4 *>(qs + KV_K_GROUP * g);
+                        float part = 0.0f;
+#pragma unroll
+                        for (int i4 = 0; i4 < 4; i4++) {
+                            const float4 qv4 = q4[i4];
+                            part = fmaf(qv4.x, kvt_fac(w, 4 * i4), part);
+                            part = fmaf(qv4.y, kvt_fac(w, 4 * i4 + 1), part);
+                            part = fmaf(qv4.z, kvt_fac(w, 4 * i4 + 2), part);
+                            part = fmaf(qv4.w, kvt_fac(w, 4 * i4 + 3), part);
+                        }
+                        dot = fmaf(part, sg[g], dot);
+                    }
+                    sc = dot * scale;
+                    vsj = kvt_scale(own ? oks + nks : tz.vs + r);
+                }
+                float mx = sc;
+#pragma unroll
+                for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
+                const float mn = fmaxf(m, mx); /* (lane 0's key exists: finite) */
+                const float corr = expf(m - mn); /* 0 on a warp's first keys (m = -inf) */
+                l *= corr;
+#pragma unroll
+                for (int e = 0; e < kE; e++) acc[e] *= corr;
+                const float pj = ok ? expf(sc - mn) : 0.0f;
+                l += pj;
+                const float pv = pj * vsj;
+                const int nk = cn - j0 < 32 ? cn - j0 : 32;
+                for (int jb = 0; jb < nk; jb += 8) { /* eight keys' code bytes in flight, then their sums */
+                    unsigned vb[8][kE / 4];
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const int jj = jb + u;
+                        const bool okj = jj < nk, ownj = kRope && okj && c0 + j0 + jj == ctx - 1;
+                        const uint8_t *vcp = ownj ? ovc : tz.vc + (okj ? roff[j0 + jj] : 0) * cb;
+#pragma unroll
+                        for (int e = 0; e < kE; e += 4) {
+                            const int d = dim_of(e);
+                            vb[u][e / 4] = okj && d < hd ? vcp[d / 4] : 0x55u; /* (past the keys: zeros) */
+                        }
+                    }
+#pragma unroll
+                    for (int u = 0; u < 8; u++) {
+                        const float w = __shfl_sync(0xffffffffu, pv, jb + u); /* (0 past the keys) */
+#pragma unroll
+                        for (int e = 0; e < kE; e += 4) {
+                            const unsigned b = vb[u][e / 4];
+                            acc[e] = fmaf(w, kvt_fac(b, 0), acc[e]);
+                            acc[e + 1] = fmaf(w, kvt_fac(b, 1), acc[e + 1]);
+                            acc[e + 2] = fmaf(w, kvt_fac(b, 2), acc[e + 2]);
+                            acc[e + 3] = fmaf(w, kvt_fac(b, 3), acc[e + 3]);
+                        }
+                    }
+                }
+                m = mn;
+            }
+            __syncthreads(); /* before the next chunk overwrites roff */
+        }
+        l = warp_sum(l);
+    }
+    for (int c0 = k0; c0 < k1 && !kKeys; c0 += kAttnChunk) {
+        const int cn = k1 - c0 < kAttnChunk ? k1 - c0 : kAttnChunk;
+        if (!kRope || c0 > k0) /* (kRope: the first chunk's offsets are in place) */
             for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, rhd);
         __syncthreads(); /* roff; kRope: the rotated q, k and v */
-        if (kRope && c0 == 0) load_q();
+        if (kRope && c0 == k0) load_q();
         for (int j0 = kU * warp; j0 < cn; j0 += kU * kWarps) {
-            if (kRope && c0 == 0 && j0 == kU * warp) load_run(c0, j0, cn, false, true); /* loaded but the own key */
+            if (kRope && c0 == k0 && j0 == kU * warp) load_run(c0, j0, cn, false, true); /* loaded but the own key */
             else load_run(c0, j0, cn, true, true);
             float s[kU], mn = m;
 #pragma unroll
@@ -891,13 +1027,58 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     const float inv = 1.0f / den;
     float *o = out + (i * n_heads + h) * (int64_t)hd;
     float amax = 0.0f;
-    for (int d = t; d < hd; d += kThreads) {
-        float sum = 0.0f;
+    if (se > 1) { /* the split's state into the scratch; the last split to finish merges them */
+        float *pp = spw.part + ((i * n_heads + h) * (int64_t)S + spl) * (hd + 2);
+        for (int d = t; d < hd; d += kThreads) {
+            float sum = 0.0f;
 #pragma unroll
-        for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
-        const float y = sum * inv;
-        o[d] = y;
-        if constexpr (kRope) amax = fmaxf(amax, fabsf(y));
+            for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
+            pp[d] = sum;
+        }
+        if (t == 0) pp[hd] = mx, pp[hd + 1] = den;
+        __shared__ int merge;
+        __threadfence();
+        __syncthreads();
+        if (t == 0) merge = atomicAdd(spw.ctr + i * n_heads + h, 1) == se - 1;
+        __syncthreads();
+        if (!merge) return;
+        __threadfence();
+        const float *p0 = spw.part + (i * n_heads + h) * (int64_t)S * (hd + 2);
+        __shared__ float fsh[kAttnMaxSplit], linv;
+        /* (the scratch is the counters' slot, which every kernel leaves zero: each value
+         * read is zeroed again) */
+        float *pz = const_cast<float *>(p0);
+        if (t == 0) { /* the splits' weights, in split order: the same bits whichever CTA merges */
+            float mall = -INFINITY, lall = 0.0f;
+#pragma unroll 1
+            for (int sp = 0; sp < se; sp++) mall = fmaxf(mall, __ldcg(p0 + sp * (hd + 2) + hd));
+#pragma unroll 1
+            for (int sp = 0; sp < se; sp++) {
+                fsh[sp] = expf(__ldcg(p0 + sp * (hd + 2) + hd) - mall);
+                lall += __ldcg(p0 + sp * (hd + 2) + hd + 1) * fsh[sp];
+                pz[sp * (hd + 2) + hd] = 0.0f, pz[sp * (hd + 2) + hd + 1] = 0.0f;
+            }
+            linv = 1.0f / lall;
+        }
+        __syncthreads();
+        for (int d = t; d < hd; d += kThreads) {
+            float sum = 0.0f;
+#pragma unroll 1
+            for (int sp = 0; sp < se; sp++) sum += __ldcg(p0 + sp * (hd + 2) + d) * fsh[sp], pz[sp * (hd + 2) + d] = 0.0f;
+            const float y = sum * linv;
+            o[d] = y;
+            if constexpr (kRope) amax = fmaxf(amax, fabsf(y));
+        }
+        if (t == 0) spw.ctr[i * n_heads + h] = 0; /* (left zero for the next call) */
+    } else {
+        for (int d = t; d < hd; d += kThreads) {
+            float sum = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kWarps; w++) sum += wacc[w][d] * f[w];
+            const float y = sum * inv;
+            o[d] = y;
+            if constexpr (kRope) amax = fmaxf(amax, fabsf(y));
+        }
     }
     if constexpr (kRope)
         if (fz.omax) tern_raise_absmax(fz.omax + i, amax);
@@ -1296,39 +1477,65 @@ int64_t attn_heads_x_tokens(int64_t n, int n_heads, int model_heads) {
     return n * (int64_t)(model_heads > n_heads ? model_heads : n_heads);
 }
 
+/* The key split's scratch (zeroed counters, then the states) */
+size_t attn_split_ctr_bytes(int64_t n, int n_heads) { return ((size_t)(n * n_heads) * sizeof(int) + 15) & ~(size_t)15; }
+int attn_split_scratch(int64_t n, int n_heads, int hd, int splits, void **ws) {
+    return tern_ws_zeroed(attn_split_ctr_bytes(n, n_heads) + (size_t)(n * n_heads) * splits * (hd + 2) * sizeof(float),
+                          ws);
+}
+
 /* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
  * lanes by head_dim and alignment. */
 template <bool kRope, bool kTern = false>
 int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *vp, const int32_t *pos,
                      const int32_t *tab, int tab_stride, const int32_t *tab_row, int64_t n, int n_heads,
-                     int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, cudaStream_t s,
-                     FwdcKvTern tz = FwdcKvTern{}) {
-    const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads);
+                     int n_kv, int hd, int bs, int model_heads, float *out, AttnFuse fz, int splits,
+                     cudaStream_t s, FwdcKvTern tz = FwdcKvTern{}) {
+    /* the key split (attention_warp_kernel, fwdc_attention_splits); the CTA width by the split grid */
+    if (splits < 1 || splits > kAttnMaxSplit)
+        return err_set("attention: %d key splits (1..%d)", splits, kAttnMaxSplit);
+    AttnSplit spw;
+    if (splits > 1) { /* counters (zero) then the states */
+        void *ws = nullptr;
+        if (attn_split_scratch(n, n_heads, hd, splits, &ws) < 0) return -1;
+        spw.ctr = static_cast<int *>(ws);
+        spw.part = reinterpret_cast<float *>(static_cast<char *>(ws) + attn_split_ctr_bytes(n, n_heads));
+    }
+    const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads) * splits;
     const bool small = heads_x_tokens <= 512;
     using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
-                       AttnFuse, FwdcKvTern);
-    static const K kern[3][3] = {
+                       AttnFuse, FwdcKvTern, AttnSplit);
+    constexpr int k3 = kTern ? 3 : 0, k4 = kTern ? 4 : 1; /* (key lanes: ternary pages only) */
+    static const K kern[3][5] = {
         {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern>,
          attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>},
+         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern>},
         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern>,
          attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>},
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern>},
         {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
          attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>}};
+         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern>,
+         attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern>}};
     const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
     const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
-    /* (ternary pages: the f32 pages' float4 lanes whenever head_dim allows them, so that both read the
-     * same values into the same lanes and sum them alike) */
+    /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
+     * lanes whenever head_dim allows them, so that both read the same values into the same lanes
+     * and sum them alike) */
     const bool vec = hd % 4 == 0 && (kTern || (al16(kp) && al16(vp)));
-    const int mode = !vec ? 2 : hd <= 128 ? 0 : 1;
+    const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0; /* (32-bit code words) */
+    const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    return tern_launch_pdl("attention_warp_kernel", kern[kind][mode], dim3((unsigned)n, (unsigned)n_heads),
-                           dim3(thr), s, q, ldq, kp, vp, pos,
-                           tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz);
+    return tern_launch_pdl("attention_warp_kernel", kern[kind][mode],
+                           dim3((unsigned)n, (unsigned)n_heads, (unsigned)splits), dim3(thr), s, q, ldq, kp, vp,
+                           pos, tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz, spw);
 }
 
 /* The decode attentions' heads grouped over the KV heads and their grid
@@ -1516,10 +1723,29 @@ int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, i
                            dim3(32), stream, d_kpages, d_vpages, d_slot, n_kv, hd, block_size);
 }
 
+int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx) {
+    const int64_t hxt = attn_heads_x_tokens(n, n_heads, model_heads);
+    int dev = 0, n_sm = 0;
+    if (max_ctx < 2 * kAttnSplitKeys || n < 1) return 1;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
+        (void)cudaGetLastError(); /* (no SM count: no split) */
+        return 1;
+    }
+    /* about two CTAs an SM (H200, 7B at batch 1 and 1k keys: 1.91 -> 1.45-1.62 ms a step on f32
+     * pages, 3.34 -> 1.60-1.74 on ternary pages' key lanes) */
+    return hxt >= n_sm ? 1 : (int)std::min<int64_t>(kAttnMaxSplit, (2 * n_sm + hxt - 1) / hxt);
+}
+
+int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits) {
+    void *ws;
+    return splits > 1 && n > 0 ? attn_split_scratch(n, n_heads, hd, splits, &ws) : 0;
+}
+
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, int model_heads, int one_seq, float *d_out,
+                   int block_size, int model_heads, int one_seq, float *d_out, int splits,
                    cudaStream_t stream) {
     if (hd < 1 || hd > 256)
         return err_set("fwdc_attention: head_dim %d is not supported on CUDA (1..256)", hd);
@@ -1548,7 +1774,7 @@ int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const f
                                        n_heads, n_kv, hd, block_size, d_out, FwdcKvTern{}, stream);
     return attn_warp_launch<false>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row,
                                    n, n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{},
-                                   stream);
+                                   splits, stream);
 }
 
 int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t ldv, const int32_t *d_slot,
@@ -1567,7 +1793,7 @@ int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t l
 int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const int32_t *d_pos,
                         const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
                         int n_heads, int n_kv, int hd, int block_size, int model_heads, int one_seq,
-                        float *d_out, cudaStream_t stream) {
+                        float *d_out, int splits, cudaStream_t stream) {
     if (hd < 1 || hd > 256)
         return err_set("fwdc_attention_tern: head_dim %d is not supported on CUDA (1..256)", hd);
     if (!pages.kc || !pages.vc || !pages.ks || !pages.vs) return err_set("fwdc_attention_tern: no ternary pages");
@@ -1582,8 +1808,8 @@ int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const i
         return attn_tile_launch<true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n, n_heads,
                                       n_kv, hd, block_size, d_out, pages, stream);
     return attn_warp_launch<false, true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n,
-                                         n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{}, stream,
-                                         pages);
+                                         n_heads, n_kv, hd, block_size, model_heads, d_out, AttnFuse{}, splits,
+                                         stream, pages);
 }
 
 /* fwdc_attention_rope (code 0) and fwdc_attention_rope_coded (code 1; pages
@@ -1593,7 +1819,7 @@ static int attention_rope_run(const char *who, const float *d_q, int64_t ldq, co
                               const float *d_cos, const float *d_sin, float *d_kpages, float *d_vpages,
                               const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads,
                               int n_kv, int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
-                              int code, FwdcKvTern tp, cudaStream_t stream) {
+                              int code, FwdcKvTern tp, int splits, cudaStream_t stream) {
     if (hd % 2 || hd < 2 || hd > 256) return err_set("%s: head_dim %d is not even in 2..256", who, hd);
     if (attn_check(who, n, n_heads, n_kv) < 0) return -1;
     const bool tern = tp.kc != nullptr;
@@ -1611,7 +1837,7 @@ static int attention_rope_run(const char *who, const float *d_q, int64_t ldq, co
                                d_vpages, block_size, stream) != 0 ||
             (code && fwdc_kv_ternarise(d_kpages, d_vpages, d_slot, n, n_kv, hd, block_size, stream) != 0) ||
             fwdc_attention(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
-                           n_heads, n_kv, hd, block_size, model_heads, 0, d_out, stream) != 0)
+                           n_heads, n_kv, hd, block_size, model_heads, 0, d_out, splits, stream) != 0)
             return -1;
         return d_omax ? fwdc_row_absmax(d_out, n, (int64_t)n_heads * hd, reinterpret_cast<float *>(d_omax),
                                         stream)
@@ -1622,9 +1848,10 @@ static int attention_rope_run(const char *who, const float *d_q, int64_t ldq, co
     fz.kw = d_kpages, fz.vw = d_vpages, fz.omax = d_omax, fz.code = code;
     if (tern)
         return attn_warp_launch<true, true>(d_q, ldq, nullptr, nullptr, d_pos, d_tab, tab_stride, d_tab_row, n,
-                                            n_heads, n_kv, hd, block_size, model_heads, d_out, fz, stream, tp);
+                                            n_heads, n_kv, hd, block_size, model_heads, d_out, fz, splits, stream,
+                                            tp);
     return attn_warp_launch<true>(d_q, ldq, d_kpages, d_vpages, d_pos, d_tab, tab_stride, d_tab_row, n,
-                                  n_heads, n_kv, hd, block_size, model_heads, d_out, fz, stream);
+                                  n_heads, n_kv, hd, block_size, model_heads, d_out, fz, splits, stream);
 }
 
 int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
@@ -1632,10 +1859,10 @@ int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t
                         const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
                         int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
                         int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
-                        cudaStream_t stream) {
+                        int splits, cudaStream_t stream) {
     return attention_rope_run("fwdc_attention_rope", d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, d_cos, d_sin,
                               d_kpages, d_vpages, d_tab, tab_stride, d_tab_row, n, n_heads, n_kv, hd, block_size,
-                              model_heads, d_out, d_omax, 0, FwdcKvTern{}, stream);
+                              model_heads, d_out, d_omax, 0, FwdcKvTern{}, splits, stream);
 }
 
 int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, int64_t ldk, const float *d_v,
@@ -1643,10 +1870,10 @@ int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, i
                               const float *d_sin, float *d_kpages, float *d_vpages, FwdcKvTern pages,
                               const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
                               int n_heads, int n_kv, int hd, int block_size, int model_heads, float *d_out,
-                              unsigned *d_omax, cudaStream_t stream) {
+                              unsigned *d_omax, int splits, cudaStream_t stream) {
     return attention_rope_run("fwdc_attention_rope_coded", d_q, ldq, d_k, ldk, d_v, ldv, d_pos, d_slot, d_cos,
                               d_sin, d_kpages, d_vpages, d_tab, tab_stride, d_tab_row, n, n_heads, n_kv, hd,
-                              block_size, model_heads, d_out, d_omax, 1, pages, stream);
+                              block_size, model_heads, d_out, d_omax, 1, pages, splits, stream);
 }
 
 int fwdc_glu(int act, float *d_g, const float *d_u, int64_t cnt, cudaStream_t stream) {

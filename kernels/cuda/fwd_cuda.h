@@ -111,17 +111,21 @@ int fwdc_kv_code_rows(const float *d_k, int64_t ldk, const float *d_v, int64_t l
 int fwdc_attention(const float *d_q, int64_t ldq, const float *d_kpages, const float *d_vpages,
                    const int32_t *d_pos, const int32_t *d_tab, int tab_stride,
                    const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv, int hd,
-                   int block_size, int model_heads, int one_seq, float *d_out,
+                   int block_size, int model_heads, int one_seq, float *d_out, int splits,
                    cudaStream_t stream);
 /* fwdc_attention over a layer's ternary pages: each K / V value is
- * kvt_dequant_row's, formed as it is read, in the same kernels (the warp
- * kernel, the tiled one for prompts) and so the same bits as fwdc_attention
- * over f32 pages holding those values.  TERNLAB_CUDA_ATTN=block (the block
- * kernel reads f32 pages only) is refused. */
+ * kvt_dequant_row's, formed as it is read.  Where head_dim is whole K scale
+ * groups (% 16) and the codes 4-byte aligned, the per-warp kernel scores a
+ * key a lane from its 32-bit code words (key lanes: each key's products
+ * summed in another order than over f32 pages, within 1e-5 of them); else,
+ * and in the tiled prompt kernel, the f32 pages' kernels form the values and
+ * give the bits fwdc_attention gives over f32 pages holding them.
+ * TERNLAB_CUDA_ATTN=block (the block kernel reads f32 pages only) is
+ * refused. */
 int fwdc_attention_tern(const float *d_q, int64_t ldq, FwdcKvTern pages, const int32_t *d_pos,
                         const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
                         int n_heads, int n_kv, int hd, int block_size, int model_heads, int one_seq,
-                        float *d_out, cudaStream_t stream);
+                        float *d_out, int splits, cudaStream_t stream);
 /* The decode step's fwdc_rope_kv_write + fwdc_attention in one kernel, for
  * n tokens of n distinct sequences (no token reads another's new position):
  * q, k, v (strides ldq, ldk, ldv) as the projections left them, not rotated
@@ -144,7 +148,7 @@ int fwdc_attention_rope(const float *d_q, int64_t ldq, const float *d_k, int64_t
                         const float *d_sin, float *d_kpages, float *d_vpages, const int32_t *d_tab,
                         int tab_stride, const int32_t *d_tab_row, int64_t n, int n_heads, int n_kv,
                         int hd, int block_size, int model_heads, float *d_out, unsigned *d_omax,
-                        cudaStream_t stream);
+                        int splits, cudaStream_t stream);
 /* fwdc_attention_rope for a layer whose decode tokens the KV policy stores
  * ternary: each token's rotated K and V rows are coded as kvt_quant_row codes
  * them and scored from those values.  pages.kc non-NULL: the codes and f16
@@ -159,7 +163,18 @@ int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, i
                               const float *d_sin, float *d_kpages, float *d_vpages, FwdcKvTern pages,
                               const int32_t *d_tab, int tab_stride, const int32_t *d_tab_row, int64_t n,
                               int n_heads, int n_kv, int hd, int block_size, int model_heads, float *d_out,
-                              unsigned *d_omax, cudaStream_t stream);
+                              unsigned *d_omax, int splits, cudaStream_t stream);
+/* The per-warp attention's key split (flash decoding), the `splits` argument
+ * of the calls above: where n tokens x the model's heads fill fewer CTAs than
+ * the GPU has SMs and a token has 2 x 128 keys or more (max_ctx: the largest
+ * position + 1 among them), a token's keys are split over up to 8 CTAs a head
+ * (each at least 128 keys, as many as its own position allows), the last to
+ * finish merging their states; else 1.  The result depends on the splits (the
+ * sums' order): a decode graph is captured for one value.  The calls take any
+ * value 1..8; fwdc_attention_reserve(n, n_heads, hd, splits) grows the
+ * scratch a split launch needs (outside a stream capture). */
+int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx);
+int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
  * and int8 activations of the f32 values (xq, sx) as fwdc_norm. */

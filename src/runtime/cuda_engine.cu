@@ -140,9 +140,11 @@ struct CE {
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
     int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
     int64_t n_kv_tern = 0;          /* layers whose K / V of a call were stored ternary */
+    int64_t n_split = 0;            /* calls enqueued with the attention's keys split (splits > 1) */
     /* one decode graph at a time */
     cudaGraphExec_t exec = nullptr;
     int64_t exec_n = 0, exec_amax = 0, last_eager_n = 0;
+    int exec_splits = 1;
     /* the argmax of a graph-replayed step inside its graph, its ids back
      * through pinned memory (TERNLAB_CUDA_ARGMAX_GRAPH=0 turns it off) */
     int argmax_graph = 0;
@@ -481,7 +483,8 @@ bool norm_folded(const CE *g, const DLayer &L, bool of, bool mf) {
  * tokens of one sequence (a decode batch: RoPE and the KV write go into the
  * attention kernel).  Shapes depend only on (n, nl, one_seq, distinct): this
  * is what a decode graph captures (one_seq false, distinct true). */
-int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
+int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int splits) {
+    g->n_split += splits > 1;
     const ModelConfig &c = g->c;
     const int64_t H = c.hidden, hd = c.head_dim, qd = (int64_t)c.n_heads * hd,
                   kvd = (int64_t)c.n_kv_heads * hd, I = c.inter;
@@ -536,18 +539,18 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             g->n_kv_tern++;
             TRY(fwdc_attention_rope_coded(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp, tpg,
                                           g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd, g->bs,
-                                          c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
+                                          c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
         } else if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
-                                    g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, g->st));
+                                    g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
         } else if (tpg.kc) { /* ternary pages: K rotated in place, both rows coded into the pages */
             g->n_kv_tern++;
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads, (int)hd,
                                    g->d_cos, g->d_sin, nullptr, nullptr, g->bs, g->st));
             TRY(fwdc_kv_code_rows(k, ldk, v, ldv, slot, n, c.n_kv_heads, (int)hd, g->bs, tpg, g->st));
             TRY(fwdc_attention_tern(q, ldq, tpg, pos, g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads,
-                                    (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0, g->att, g->st));
+                                    (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0, g->att, splits, g->st));
         } else {
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads,
                                    (int)hd, g->d_cos, g->d_sin, kp, vp, g->bs, g->st));
@@ -557,7 +560,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct) {
             }
             TRY(fwdc_attention(q, ldq, kp, vp, pos, g->d_tab, g->stride, row, n, c.n_heads,
                                c.n_kv_heads, (int)hd, g->bs, c.n_heads * g->tp, one_seq ? 1 : 0,
-                               g->att, g->st));
+                               g->att, splits, g->st));
         }
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
@@ -728,6 +731,9 @@ struct StepPlan {
     bool tok_rows = false;
     /* the token inputs are on the device already (a chained step): not uploaded */
     bool skip_tok = false;
+    /* the attention's key split (fwdc_attention_splits, from the call's largest position): a
+     * decode graph holds one value */
+    int splits = 1;
 };
 
 /* Table updates recorded in g->shadow (host_prepare) whose step never
@@ -826,6 +832,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     if (fwd_prepare_tokens(m, kv, tok, seq, pos, n, &max_pos) != 0) return -1;
     if (max_pos >= INT32_MAX / 2) return err_set("forward: position %lld too large", (long long)max_pos);
     if (ensure_rope(g, const_cast<Model *>(m), max_pos + 1) != 0) return -1;
+    p->splits = fwdc_attention_splits(n, g->c.n_heads, g->c.n_heads * g->tp, max_pos + 1);
     if (ensure_rows(g, kv->n_seqs) != 0) return -1;
     const int64_t nl = logits || s->argmax_out ? (logit_idx ? n_logits : n) : 0;
     if (nl > n) return err_set("forward: %lld logit rows for %lld tokens", (long long)nl, (long long)n);
@@ -894,8 +901,12 @@ int upload_inputs(CE *g, const StepPlan *p) {
 /* Whether step p, wanting the argmax of amax rows in its graph, replays the
  * graph held: one of its shape, with the argmax where amax > 0 (a graph
  * without it is captured again once, with it: the upgrade in step_enqueue) */
+/* The graph held is one of step p's shape: its tokens and its attention's key split */
+bool graph_fits(const CE *g, const StepPlan *p) {
+    return g->exec && g->exec_n == p->n && g->exec_splits == p->splits;
+}
 bool replays(const CE *g, const StepPlan *p, int64_t amax) {
-    return p->eligible && g->exec && g->exec_n == p->n && !(amax > 0 && g->exec_amax == 0);
+    return p->eligible && graph_fits(g, p) && !(amax > 0 && g->exec_amax == 0);
 }
 
 int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
@@ -903,7 +914,7 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     *in_graph = false;
     TRY(upload_inputs(g, p));
     const bool replay = replays(g, p, amax);
-    const bool upgrade = !replay && p->eligible && g->exec && g->exec_n == n;
+    const bool upgrade = !replay && p->eligible && graph_fits(g, p);
     if (replay) {
         /* (a graph whose argmax the call does not want replays with it unused: callers that
          * alternate logits and ids do not capture per call) */
@@ -915,9 +926,10 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
          * argmax's here (the last eager step may not have taken one) */
         drop_graph(g);
         if (amax > 0 && fwdc_argmax_reserve(amax, g->c.vocab) != 0) return -1;
+        if (fwdc_attention_reserve(n, g->c.n_heads, g->c.head_dim, p->splits) != 0) return -1;
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-        int rc = run_device(g, n, nl, false, true);
+        int rc = run_device(g, n, nl, false, true, p->splits);
         if (rc == 0 && amax > 0) /* (eligible: the logit rows are the tokens') */
             rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
@@ -935,6 +947,7 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
             return err_set("cuda: %s the decode step: %s", stage, cudaGetErrorString(e));
         }
         g->exec_n = n;
+        g->exec_splits = p->splits;
         g->exec_amax = amax;
         g->n_graphs++;
         *in_graph = amax > 0;
@@ -942,7 +955,7 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         g->launches++;
     } else {
         drop_graph(g);
-        if (run_device(g, n, nl, p->one_seq, p->distinct) != 0) return -1;
+        if (run_device(g, n, nl, p->one_seq, p->distinct, p->splits) != 0) return -1;
         g->last_eager_n = p->eligible ? n : 0;
     }
     return 0;
@@ -972,7 +985,7 @@ TraceState g_trace;
 const unsigned kTraceCap = 1u << 20;
 
 bool trace_begin(CE *g, const StepPlan *p) {
-    if (!getenv("TERNLAB_TRACE") || !(p->eligible && g->exec && g->exec_n == p->n)) return false;
+    if (!getenv("TERNLAB_TRACE") || !(p->eligible && graph_fits(g, p))) return false;
     if (g_trace.exec_n != p->n) g_trace.exec_n = p->n, g_trace.replays = 0;
     const char *k = getenv("TERNLAB_TRACE_STEP");
     if (++g_trace.replays != (k ? atoi(k) : 5)) return false;
@@ -1049,7 +1062,7 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     const bool traced = trace_begin(g, p);
 #endif
     const int64_t amax = g->argmax_graph && !launched && nl_out > 0 && argmax_out ? nl_out : 0;
-    const bool timed = g->ev[0] && !launched && p->eligible && g->exec && g->exec_n == p->n; /* (one GPU) */
+    const bool timed = g->ev[0] && !launched && p->eligible && graph_fits(g, p); /* (one GPU) */
     if (timed) cudaEventRecord(g->ev[0], g->st);
     bool amax_done = false;
     const int rc = step_launch(g, p, amax, &amax_done);
@@ -1648,7 +1661,7 @@ struct TpGpu {
     StepPlan plan;
     /* step shapes (n, logits, one sequence, distinct, graph-eligible) run before; a new
      * one gets a warm-up pass on every rank first (tp_rank_step) */
-    std::set<std::tuple<int64_t, int64_t, bool, bool, bool>> shapes;
+    std::set<std::tuple<int64_t, int64_t, bool, bool, bool, int>> shapes;
     bool warm = false;
     std::atomic<bool> warm_failed{false};
     /* a rank failed to enqueue its step (device_step): every rank aborted its
@@ -1678,7 +1691,7 @@ struct TpGpu {
 int tp_warm(CE *g, const StepPlan &p) {
     TRY(upload_inputs(g, &p));
     g->dry = true;
-    const int rc = run_device(g, p.n, p.nl, p.one_seq, p.distinct);
+    const int rc = run_device(g, p.n, p.nl, p.one_seq, p.distinct, p.splits);
     g->dry = false;
     if (rc != 0) return err_prefix("warm-up pass: ");
     CUDA_CHECK(cudaStreamSynchronize(g->st));
@@ -1769,7 +1782,7 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
         unsend_updates(g0, &p);
         return err_set("cuda: cannot select GPU %d", g0->gpu);
     }
-    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.distinct, p.eligible);
+    const auto shape = std::make_tuple(p.n, p.nl, p.one_seq, p.distinct, p.eligible, p.splits);
     t->warm = t->shapes.insert(shape).second;
     t->warm_failed = false;
     pthread_barrier_wait(&t->go);
@@ -2122,6 +2135,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->chained = g->n_chained;
     info->kv_ternary = g->n_kv_tern;
+    info->attn_split = g->n_split;
     if (t) snprintf(info->device_name, sizeof info->device_name, "%d x %.100s", t->tp, g->name);
     else snprintf(info->device_name, sizeof info->device_name, "%s", g->name);
     return 0;

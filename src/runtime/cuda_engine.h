@@ -106,6 +106,9 @@ typedef struct {
      * ternary under the cache's KV policy (fwdc_kv_code_rows into ternary
      * pages, or fwdc_kv_ternarise's values into f32 pages) */
     int64_t kv_ternary;
+    /* calls enqueued (eager, or captured into a graph) whose attention split
+     * each token's keys over several CTAs (fwdc_attention_splits > 1) */
+    int64_t attn_split;
     /* layers enqueued (the same way) whose int8 pass before the o projection
      * takes the fused attention's max|output| (one token, o not fused) */
     int64_t omax_given;
