@@ -86,7 +86,7 @@ endif
 endif
 endif
 
-.PHONY: all deps test test-san check-ppl clean bench bench-e2e trace
+.PHONY: all deps test test-san check-ppl clean bench bench-e2e bench-e2e-kv trace
 all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
 
 deps:
@@ -174,6 +174,13 @@ trace:
 bench-e2e: $(BUILD)/ternlab
 	@mkdir -p results paper/tables
 	$(BUILD)/ternlab bench-e2e --out results/bench_e2e.h5 --md paper/tables/bench_e2e.md $(BENCH_ARGS)
+
+# The same at long context under the KV policies (needs a GPU): the 7B shape, 1024-token prompts,
+# f32 pages (none) against ternary pages (all).
+bench-e2e-kv: $(BUILD)/ternlab
+	@mkdir -p results paper/tables
+	$(BUILD)/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --kv none,all --batches 1,8,64 --prompt 1024 \
+		--prefill 64 --out results/bench_e2e_kv.h5 --md paper/tables/bench_e2e_kv.md $(BENCH_ARGS)
 
 # The experiments: `make exp-kv-ternary` (the main job) runs the sweep of that
 # experiment's config on both embedded models through GNU Parallel (resumable),
