@@ -679,12 +679,13 @@ struct AttnSplit {
  * are merged once at the end.  Lanes hold head dims 4*lane + 128*r (float4,
  * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers.
  * kRope: the fused decode form above (AttnFuse). */
-template <int kThreads, int kMode, bool kRope, bool kTern = false> /* kMode 0: float4, hd <= 128; 1: float4,
-                                                                   * hd <= 256; 2: scalars; 3 / 4 (kTern,
-                                                                   * hd % 16 == 0): key lanes, hd <= 128 / 256;
-                                                                   * kTern: K / V from ternary pages tz (kp, vp
-                                                                   * unused; with kRope the token's rows coded
-                                                                   * into them) */
+template <int kThreads, int kMode, bool kRope, bool kTern = false,
+          bool kSplit = false> /* kMode 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars; 3 / 4 (kTern,
+                                * hd % 16 == 0): key lanes, hd <= 128 / 256; kTern: K / V from ternary pages
+                                * tz (kp, vp unused; with kRope the token's rows coded into them); kSplit:
+                                * the keys split over gridDim.z CTAs (else gridDim.z is 1 and the split's
+                                * code is compiled out: H200, 7B tern-i8 at batch 1 after a 32-token
+                                * prompt, the step 1.079-1.083 ms with it in, 1.060-1.063 without) */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
@@ -729,8 +730,8 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     const int ctx = pos[i] + 1;
     /* the key split: this CTA's keys [k0, k1) of se splits (se from the token's keys); the
      * last split holds the token's own position (kRope) */
-    const int S = (int)gridDim.z, spl = (int)blockIdx.z;
-    const int se = S > 1 ? max(1, min(S, ctx / kAttnSplitKeys)) : 1;
+    const int S = kSplit ? (int)gridDim.z : 1, spl = kSplit ? (int)blockIdx.z : 0;
+    const int se = kSplit && S > 1 ? max(1, min(S, ctx / kAttnSplitKeys)) : 1;
     if (spl >= se) return;
     const int per = (ctx + se - 1) / se, k0 = spl * per, k1 = min(ctx, k0 + per);
     const bool last_split = spl == se - 1;
@@ -1027,7 +1028,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     const float inv = 1.0f / den;
     float *o = out + (i * n_heads + h) * (int64_t)hd;
     float amax = 0.0f;
-    if (se > 1) { /* the split's state into the scratch; the last split to finish merges them */
+    if (kSplit && se > 1) { /* the split's state into the scratch; the last split to finish merges them */
         float *pp = spw.part + ((i * n_heads + h) * (int64_t)S + spl) * (hd + 2);
         for (int d = t; d < hd; d += kThreads) {
             float sum = 0.0f;
@@ -1508,22 +1509,37 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
                        AttnFuse, FwdcKvTern, AttnSplit);
     constexpr int k3 = kTern ? 3 : 0, k4 = kTern ? 4 : 1; /* (key lanes: ternary pages only) */
-    static const K kern[3][5] = {
-        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern>},
-        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern>},
-        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern>,
-         attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern>}};
+    static const K kern[2][3][5] = {
+        {{attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern>},
+         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern>},
+         {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern>,
+          attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern>}},
+        {{attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern, true>},
+         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern, true>},
+         {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern, true>,
+          attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern, true>}}};
     const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
     const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
     /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
@@ -1533,7 +1549,7 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
     const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0; /* (32-bit code words) */
     const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    return tern_launch_pdl("attention_warp_kernel", kern[kind][mode],
+    return tern_launch_pdl("attention_warp_kernel", kern[splits > 1][kind][mode],
                            dim3((unsigned)n, (unsigned)n_heads, (unsigned)splits), dim3(thr), s, q, ldq, kp, vp,
                            pos, tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz, spw);
 }
