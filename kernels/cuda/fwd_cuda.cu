@@ -684,8 +684,7 @@ template <int kThreads, int kMode, bool kRope, bool kTern = false,
                                 * hd % 16 == 0): key lanes, hd <= 128 / 256; kTern: K / V from ternary pages
                                 * tz (kp, vp unused; with kRope the token's rows coded into them); kSplit:
                                 * the keys split over gridDim.z CTAs (else gridDim.z is 1 and the split's
-                                * code is compiled out: H200, 7B tern-i8 at batch 1 after a 32-token
-                                * prompt, the step 1.079-1.083 ms with it in, 1.060-1.063 without) */
+                                * code is compiled out: attn_warp_launch says where each is taken) */
 __global__ void __launch_bounds__(kThreads)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
@@ -1509,37 +1508,31 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
                        const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
                        AttnFuse, FwdcKvTern, AttnSplit);
     constexpr int k3 = kTern ? 3 : 0, k4 = kTern ? 4 : 1; /* (key lanes: ternary pages only) */
-    static const K kern[2][3][5] = {
-        {{attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern>},
-         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern>},
-         {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern>,
-          attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern>}},
-        {{attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern, true>},
-         {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern, true>},
-         {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern, true>,
-          attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern, true>}}};
+    static const K kern[3][5] = {
+        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern, true>},
+        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern, true>},
+        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern, true>}};
+    /* one split over the smallest grids, the dims' lanes: the kernel without the split's code
+     * (H200, 7B tern-i8 at batch 1 after a 32-token prompt: 1.079-1.083 -> 1.060-1.063 ms a step).
+     * Elsewhere the form without it lost (7B tern-i8, 1024-token prompt, same run, three rounds:
+     * f32 pages batch 8 4.016-4.020 -> 4.069-4.090 ms, batch 64 20.95-21.01 -> 22.35-22.40;
+     * ternary pages' key lanes batch 8 3.198-3.216 -> 3.591-3.609, batch 64 9.865-9.876 ->
+     * 9.715-9.728), so those take the split kernel with one split */
+    static const K tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
+                               attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
+                               attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>};
     const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
     const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
     /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
@@ -1549,7 +1542,8 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
     const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0; /* (32-bit code words) */
     const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    return tern_launch_pdl("attention_warp_kernel", kern[splits > 1][kind][mode],
+    const K kernel = splits == 1 && kind == 2 && mode < 3 ? tiny1[mode] : kern[kind][mode];
+    return tern_launch_pdl("attention_warp_kernel", kernel,
                            dim3((unsigned)n, (unsigned)n_heads, (unsigned)splits), dim3(thr), s, q, ldq, kp, vp,
                            pos, tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz, spw);
 }
