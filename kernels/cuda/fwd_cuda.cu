@@ -640,7 +640,7 @@ attention_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
 }
 
 /* The decode step's RoPE and KV write folded into the attention
- * (attention_warp_kernel<.., true>): q, k, v as the q|k|v projection left
+ * (attention_warp_kernel with kRope): q, k, v as the q|k|v projection left
  * them (not rotated); each CTA rotates its query head and its KV head's key
  * of the token at pos[i] (rope_pair, the bits rope_kv_kernel stores), keeps
  * that key and value in shared memory and scores the token's own position
@@ -679,8 +679,8 @@ struct AttnSplit {
  * are merged once at the end.  Lanes hold head dims 4*lane + 128*r (float4,
  * head_dim % 4 == 0) or lane + 32*r (any head_dim); q sits in registers.
  * kRope: the fused decode form above (AttnFuse). */
-template <int kThreads, int kMode, bool kRope, bool kTern = false,
-          bool kSplit = false> /* kMode 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars; 3 / 4 (kTern,
+template <int kThreads, int kMode, bool kRope, bool kTern,
+          bool kSplit> /* kMode 0: float4, hd <= 128; 1: float4, hd <= 256; 2: scalars; 3 / 4 (kTern,
                                 * hd % 16 == 0): key lanes, hd <= 128 / 256; kTern: K / V from ternary pages
                                 * tz (kp, vp unused; with kRope the token's rows coded into them); kSplit:
                                 * the keys split over gridDim.z CTAs (else gridDim.z is 1 and the split's
@@ -1530,9 +1530,9 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
      * f32 pages batch 8 4.016-4.020 -> 4.069-4.090 ms, batch 64 20.95-21.01 -> 22.35-22.40;
      * ternary pages' key lanes batch 8 3.198-3.216 -> 3.591-3.609, batch 64 9.865-9.876 ->
      * 9.715-9.728), so those take the split kernel with one split */
-    static const K tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern>,
-                               attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern>,
-                               attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern>};
+    static const K tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, false>,
+                               attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, false>,
+                               attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, false>};
     const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
     const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
     /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
