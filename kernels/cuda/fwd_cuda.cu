@@ -717,7 +717,14 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
     __shared__ int64_t roff[kAttnChunk];
     __shared__ float wm[kWarps], wl[kWarps];
-    __shared__ __align__(16) float wacc[kWarps][256];
+    /* the warps' states at the end (wacc); key lanes: before that, each warp's staged value code
+     * rows of its 32 keys (a row padded to an odd number of words: a lane's stores fall on
+     * distinct banks). The chunk loop's last barrier separates the two uses. */
+    constexpr int kVW = kMode == 4 ? 256 / 16 : 128 / 16; /* key lanes: value code words a row, at most */
+    constexpr int kVsRow = 4 * kVW + 4;                   /* bytes a staged row */
+    constexpr int kVsBytes = kKeys ? kWarps * 32 * kVsRow : 0, kWaccBytes = kWarps * 256 * (int)sizeof(float);
+    __shared__ __align__(16) unsigned char wbuf[kVsBytes > kWaccBytes ? kVsBytes : kWaccBytes];
+    float(*const wacc)[256] = reinterpret_cast<float(*)[256]>(wbuf);
     __shared__ __align__(16) float cur[kRope || kKeys ? 3 * 256 : 4]; /* rotated q, k; v of the token
                                                                        * (key lanes: q) */
     /* key lanes, kRope: the token's own coded rows, scored from here */
@@ -934,6 +941,23 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     sc = dot * scale;
                     vsj = kvt_scale(own ? oks + nks : tz.vs + r);
                 }
+                /* the key's value code row, loaded with its key row above (one round trip for both,
+                 * where the values' loop below took one per eight keys), staged for the value lanes;
+                 * past the keys: code 1 (zeros) */
+                uint8_t *const vst = wbuf + warp * 32 * kVsRow;
+                {
+                    const uint32_t *vwp = reinterpret_cast<const uint32_t *>(
+                        own ? ovc : tz.vc + (ok ? roff[j] : 0) * cb);
+                    uint32_t vv[kVW];
+#pragma unroll
+                    for (int g = 0; g < kVW; g++)
+                        if (4 * g < cb) vv[g] = ok ? vwp[g] : 0x55555555u;
+                    __syncwarp(); /* the warp's reads of its last staged rows are done */
+#pragma unroll
+                    for (int g = 0; g < kVW; g++)
+                        if (4 * g < cb) reinterpret_cast<uint32_t *>(vst + lane * kVsRow)[g] = vv[g];
+                    __syncwarp();
+                }
                 float mx = sc;
 #pragma unroll
                 for (int o = 16; o > 0; o >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, o));
@@ -946,17 +970,16 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 l += pj;
                 const float pv = pj * vsj;
                 const int nk = cn - j0 < 32 ? cn - j0 : 32;
-                for (int jb = 0; jb < nk; jb += 8) { /* eight keys' code bytes in flight, then their sums */
+                for (int jb = 0; jb < nk; jb += 8) { /* eight keys' staged code bytes, then their sums */
                     unsigned vb[8][kE / 4];
 #pragma unroll
                     for (int u = 0; u < 8; u++) {
                         const int jj = jb + u;
-                        const bool okj = jj < nk, ownj = kRope && okj && c0 + j0 + jj == ctx - 1;
-                        const uint8_t *vcp = ownj ? ovc : tz.vc + (okj ? roff[j0 + jj] : 0) * cb;
+                        const uint8_t *vcp = vst + jj * kVsRow;
 #pragma unroll
                         for (int e = 0; e < kE; e += 4) {
                             const int d = dim_of(e);
-                            vb[u][e / 4] = okj && d < hd ? vcp[d / 4] : 0x55u; /* (past the keys: zeros) */
+                            vb[u][e / 4] = jj < nk && d < hd ? vcp[d / 4] : 0x55u; /* (past the keys: zeros) */
                         }
                     }
 #pragma unroll
@@ -1539,7 +1562,8 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
      * lanes whenever head_dim allows them, so that both read the same values into the same lanes
      * and sum them alike) */
     const bool vec = hd % 4 == 0 && (kTern || (al16(kp) && al16(vp)));
-    const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0; /* (32-bit code words) */
+    const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0 &&
+                      ((uintptr_t)tz.vc & 3) == 0; /* (32-bit code words) */
     const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
     const K kernel = splits == 1 && kind == 2 && mode < 3 ? tiny1[mode] : kern[kind][mode];
