@@ -685,7 +685,9 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
                                 * tz (kp, vp unused; with kRope the token's rows coded into them); kSplit:
                                 * the keys split over gridDim.z CTAs (else gridDim.z is 1 and the split's
                                 * code is compiled out: attn_warp_launch says where each is taken) */
-__global__ void __launch_bounds__(kThreads)
+/* (key lanes: at least one CTA an SM, no more asked — ptxas otherwise held them at 64-80 registers
+ * and spilled 28-36 bytes with the pair table; the other modes' bound as before, the same registers) */
+__global__ void __launch_bounds__(kThreads, kMode >= 3 ? 1 : 0)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
@@ -716,6 +718,14 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     constexpr int kWarps = kThreads / 32, kU = 4, kE = kMode == 0 || kMode == 3 ? 4 : 8; /* head dims per lane */
     static_assert(!kRope || kThreads >= 128, "kRope: a thread per rotated pair (head_dim <= 256)");
     __shared__ int64_t roff[kAttnChunk];
+    /* key lanes: the next chunk's rows (looked up, and their codes fetched into L2, while this
+     * chunk is scored; roff and roff_n alternate) and the query's pair table: entry (p, n) the
+     * products of dims 2p, 2p + 1 with the factors of a code nibble n (a pair's 16 entries on 16
+     * banks: lanes at one pair read without conflicts) */
+    __shared__ int64_t roff_n[kKeys ? kAttnChunk : 1];
+    constexpr bool kQT = kMode == 3; /* (head_dim <= 128: 4 KB; 8 KB more at 256 would pass the 48 KB of
+                                       * static shared memory at 16 warps) */
+    __shared__ __align__(16) float qt[kQT ? 128 / 2 * 16 : 1];
     __shared__ float wm[kWarps], wl[kWarps];
     /* the warps' states at the end (wacc); key lanes: before that, each warp's staged value code
      * rows of its 32 keys (a row padded to an odd number of words: a lane's stores fall on
@@ -902,17 +912,34 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         float *const qs = cur;
         if (!kRope)
             for (int d = t; d < hd; d += kThreads) qs[d] = qr[d];
-        for (int c0 = k0; c0 < k1; c0 += kAttnChunk) {
+        for (int c0 = k0, ci = 0; c0 < k1; c0 += kAttnChunk, ci++) {
             const int cn = k1 - c0 < kAttnChunk ? k1 - c0 : kAttnChunk;
-            if (!kRope || c0 > k0)
-                for (int j = t; j < cn; j += kThreads) roff[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, 1);
-            __syncthreads(); /* roff; q; kRope: the token's coded rows */
+            int64_t *const ro = ci & 1 ? roff_n : roff, *const rn = ci & 1 ? roff : roff_n;
+            if (!kRope && c0 == k0) /* (kRope: the first chunk's rows are in place; later ones in ro) */
+                for (int j = t; j < cn; j += kThreads) ro[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, 1);
+            __syncthreads(); /* ro; q; kRope: the token's coded rows */
+            if (kQT && c0 == k0) {
+                for (int e = t; e < hd / 2 * 16; e += kThreads) {
+                    const int pr = e / 16, nb = e % 16;
+                    qt[e] = fmaf(qs[2 * pr + 1], (float)((nb >> 2) - 1), qs[2 * pr] * (float)((nb & 3) - 1));
+                }
+            }
+            if (c0 + kAttnChunk < k1) { /* the next chunk's rows (rn was last read by the chunk before) */
+                const int c1 = c0 + kAttnChunk, cn1 = k1 - c1 < kAttnChunk ? k1 - c1 : kAttnChunk;
+                for (int j = t; j < cn1; j += kThreads) {
+                    const int64_t r = kv_row(tb, c1 + j, bs, n_kv, kvh, 1);
+                    rn[j] = r;
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(tz.kc + r * cb));
+                    asm volatile("prefetch.global.L2 [%0];" ::"l"(tz.vc + r * cb));
+                }
+            }
+            if (kQT && c0 == k0) __syncthreads(); /* qt */
             for (int j0 = 32 * warp; j0 < cn; j0 += 32 * kWarps) {
                 const int j = j0 + lane;
                 const bool ok = j < cn, own = kRope && ok && c0 + j == ctx - 1;
                 float sc = -INFINITY, vsj = 0.0f;
                 if (ok) {
-                    const int64_t r = roff[j];
+                    const int64_t r = ro[j];
                     const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
                     const uint16_t *ksp = own ? oks : tz.ks + r * nks;
                     /* the row's code words and scales first (all loads in flight), then the sums */
@@ -926,15 +953,21 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     for (int g = 0; g < kG; g++) {
                         if (g >= nks) break;
                         const uint32_t w = wv[g];
-                        const float4 *q4 = reinterpret_cast<const float4 *>(qs + KV_K_GROUP * g);
                         float part = 0.0f;
+                        if constexpr (kQT) { /* a pair of dims a lookup */
+                            const float *tg = qt + 8 * 16 * g;
 #pragma unroll
-                        for (int i4 = 0; i4 < 4; i4++) {
-                            const float4 qv4 = q4[i4];
-                            part = fmaf(qv4.x, kvt_fac(w, 4 * i4), part);
-                            part = fmaf(qv4.y, kvt_fac(w, 4 * i4 + 1), part);
-                            part = fmaf(qv4.z, kvt_fac(w, 4 * i4 + 2), part);
-                            part = fmaf(qv4.w, kvt_fac(w, 4 * i4 + 3), part);
+                            for (int k = 0; k < 8; k++) part += tg[16 * k + (w >> (4 * k) & 15u)];
+                        } else {
+                            const float4 *q4 = reinterpret_cast<const float4 *>(qs + KV_K_GROUP * g);
+#pragma unroll
+                            for (int i4 = 0; i4 < 4; i4++) {
+                                const float4 qv4 = q4[i4];
+                                part = fmaf(qv4.x, kvt_fac(w, 4 * i4), part);
+                                part = fmaf(qv4.y, kvt_fac(w, 4 * i4 + 1), part);
+                                part = fmaf(qv4.z, kvt_fac(w, 4 * i4 + 2), part);
+                                part = fmaf(qv4.w, kvt_fac(w, 4 * i4 + 3), part);
+                            }
                         }
                         dot = fmaf(part, sg[g], dot);
                     }
@@ -947,7 +980,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 uint8_t *const vst = wbuf + warp * 32 * kVsRow;
                 {
                     const uint32_t *vwp = reinterpret_cast<const uint32_t *>(
-                        own ? ovc : tz.vc + (ok ? roff[j] : 0) * cb);
+                        own ? ovc : tz.vc + (ok ? ro[j] : 0) * cb);
                     uint32_t vv[kVW];
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
