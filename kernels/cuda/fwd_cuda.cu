@@ -934,9 +934,13 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 }
             }
             if (kQT && c0 == k0) __syncthreads(); /* qt */
-            for (int j0 = 32 * warp; j0 < cn; j0 += 32 * kWarps) {
+            /* keys a warp takes at once (lanes kb.. idle): the chunk spread over the warps in eights,
+             * at most 32 — a warp's value loop is serial over its keys, the latency where keys are
+             * few (one token's split, short contexts) */
+            const int kb = min(32, (((cn + kWarps - 1) / kWarps) + 7) & ~7);
+            for (int j0 = kb * warp; j0 < cn; j0 += kb * kWarps) {
                 const int j = j0 + lane;
-                const bool ok = j < cn, own = kRope && ok && c0 + j == ctx - 1;
+                const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
                 float sc = -INFINITY, vsj = 0.0f;
                 if (ok) {
                     const int64_t r = ro[j];
@@ -1002,7 +1006,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 const float pj = ok ? expf(sc - mn) : 0.0f;
                 l += pj;
                 const float pv = pj * vsj;
-                const int nk = cn - j0 < 32 ? cn - j0 : 32;
+                const int nk = cn - j0 < kb ? cn - j0 : kb;
                 for (int jb = 0; jb < nk; jb += 8) { /* eight keys' staged code bytes, then their sums */
                     unsigned vb[8][kE / 4];
 #pragma unroll
