@@ -698,6 +698,10 @@ TEST(gpu_rope_paged_attention_match_reference) {
          * token over 1100 keys (five 256-key chunks; the key split: 8 CTAs a head, merged) */
         check_attention(4, 4, 32, 16, 70);
         check_attention_1(2, 2, 128, 16, 1100, 0, 1099);
+        /* tokens over 301-600 / 501-600 keys, 600 / 200 CTAs (no key split): up to three 256-key chunks a
+         * CTA, at head_dim 128 (the pair table) and 256 */
+        check_attention_1(2, 1, 128, 16, 600, 0, 300);
+        check_attention_1(2, 1, 256, 16, 600, 0, 500);
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     setenv("TERNLAB_CUDA_ATTN", "bogus", 1);
@@ -927,8 +931,9 @@ TEST(gpu_attention_rope_matches_separate_calls) {
     SKIP_WITHOUT_GPU();
     const char *kinds[] = {NULL, "block"};
     const int p1[] = {37}, p3[] = {0, 300, 513}, p4[] = {5, 6, 7, 8}, p1501[] = {1500};
-    int p40[40];
+    int p40[40], p10[10];
     for (int i = 0; i < 40; i++) p40[i] = (i * 53) % 290;
+    for (int i = 0; i < 10; i++) p10[i] = 520 + 7 * i;
     unsetenv("TERNLAB_CUDA_ATTN");
     for (int k = 0; k < 2; k++) {
         if (kinds[k]) setenv("TERNLAB_CUDA_ATTN", kinds[k], 1);
@@ -940,6 +945,9 @@ TEST(gpu_attention_rope_matches_separate_calls) {
         check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
         check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
         check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
+        /* 320 CTAs (no key split) over 521-584 keys: three 256-key chunks a CTA (the key lanes'
+         * page rows of the next chunk looked up in the other buffer, back in the first by the third) */
+        check_attention_rope(32, 8, 128, 16, 10, p10, 0, 0);
         /* one token over 1501 keys: the keys split over 8 CTAs a head (the last one to finish merges),
          * after a slow q|k|v GEMV */
         check_attention_rope(32, 8, 128, 16, 1, p1501, 0, 1);

@@ -685,8 +685,9 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
                                 * tz (kp, vp unused; with kRope the token's rows coded into them); kSplit:
                                 * the keys split over gridDim.z CTAs (else gridDim.z is 1 and the split's
                                 * code is compiled out: attn_warp_launch says where each is taken) */
-/* (key lanes: at least one CTA an SM, no more asked — ptxas otherwise held them at 64-80 registers
- * and spilled 28-36 bytes with the pair table; the other modes' bound as before, the same registers) */
+/* (key lanes: at least one CTA an SM, no more asked — with the pair table ptxas otherwise held the
+ * 256-thread head_dim <= 128 forms at 64 / 80 registers and spilled 28 / 36 bytes; now 96-103, no
+ * spills; the other modes' bound as before, the same registers) */
 __global__ void __launch_bounds__(kThreads, kMode >= 3 ? 1 : 0)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
@@ -827,7 +828,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         const bool code = kTern || fz.code;
         const float c = t < half ? fz.cs[(int64_t)p * half + t] : 0.0f, s = t < half ? fz.sn[(int64_t)p * half + t] : 0.0f;
         __syncthreads(); /* roff */
-        if constexpr (kKeys) { /* the code rows of the warp's first 32 keys into L2 */
+        if constexpr (kKeys) { /* the code rows of the chunk's first 32 x kWarps keys into L2 */
             const int j = 32 * warp + lane;
             if (j < cn0 && k0 + j != p) {
                 asm volatile("prefetch.global.L2 [%0];" ::"l"(tz.kc + roff[j] * cb));
@@ -1034,7 +1035,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 }
                 m = mn;
             }
-            __syncthreads(); /* before the next chunk overwrites roff */
+            /* (the last chunk: the stages before wacc; between chunks the next one's first barrier
+             * orders this one's reads of ro before its writes of rn, the same buffer) */
+            if (c0 + kAttnChunk >= k1) __syncthreads();
         }
         l = warp_sum(l);
     }
