@@ -911,13 +911,15 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         /* key lanes: the query in shared memory (kRope: rotated there already), published by
          * the chunk's barrier below; l is each lane's part of the warp's sum until the end */
         float *const qs = cur;
-        if (!kRope)
+        if (!kRope) { /* the query and the first chunk's page rows (kRope: in place already) */
             for (int d = t; d < hd; d += kThreads) qs[d] = qr[d];
+            for (int j = t; j < k1 - k0 && j < kAttnChunk; j += kThreads) roff[j] = kv_row(tb, k0 + j, bs, n_kv, kvh, 1);
+        }
         for (int c0 = k0, ci = 0; c0 < k1; c0 += kAttnChunk, ci++) {
             const int cn = k1 - c0 < kAttnChunk ? k1 - c0 : kAttnChunk;
+            /* ro: this chunk's page rows (the first chunk's from above, the others' looked up during
+             * the chunk before, into rn) */
             int64_t *const ro = ci & 1 ? roff_n : roff, *const rn = ci & 1 ? roff : roff_n;
-            if (!kRope && c0 == k0) /* (kRope: the first chunk's rows are in place; later ones in ro) */
-                for (int j = t; j < cn; j += kThreads) ro[j] = kv_row(tb, c0 + j, bs, n_kv, kvh, 1);
             __syncthreads(); /* ro; q; kRope: the token's coded rows */
             if (kQT && c0 == k0) {
                 for (int e = t; e < hd / 2 * 16; e += kThreads) {
@@ -942,9 +944,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
             for (int j0 = kb * warp; j0 < cn; j0 += kb * kWarps) {
                 const int j = j0 + lane;
                 const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
+                const int64_t r = ok ? ro[j] : 0;
                 float sc = -INFINITY, vsj = 0.0f;
                 if (ok) {
-                    const int64_t r = ro[j];
                     const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
                     const uint16_t *ksp = own ? oks : tz.ks + r * nks;
                     /* the row's code words and scales first (all loads in flight), then the sums */
@@ -984,8 +986,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                  * past the keys: code 1 (zeros) */
                 uint8_t *const vst = wbuf + warp * 32 * kVsRow;
                 {
-                    const uint32_t *vwp = reinterpret_cast<const uint32_t *>(
-                        own ? ovc : tz.vc + (ok ? ro[j] : 0) * cb);
+                    const uint32_t *vwp = reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb);
                     uint32_t vv[kVW];
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
