@@ -1108,27 +1108,36 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         if (!merge) return;
         __threadfence();
         const float *p0 = spw.part + (i * n_heads + h) * (int64_t)S * (hd + 2);
-        __shared__ float fsh[kAttnMaxSplit], linv;
+        __shared__ float fsh[kAttnMaxSplit], lsh[kAttnMaxSplit], linv;
         /* (the scratch is the counters' slot, which every kernel leaves zero: each value
          * read is zeroed again) */
         float *pz = const_cast<float *>(p0);
-        if (t == 0) { /* the splits' weights, in split order: the same bits whichever CTA merges */
-            float mall = -INFINITY, lall = 0.0f;
+        if (t < 32) { /* the splits' weights, one split a lane, summed in split order by lane 0:
+                       * the same bits whichever CTA merges.  Every split's state is loaded at
+                       * once (a loop of dependent loads took one L2 round trip a split) */
+            const bool on = t < se;
+            const float m = on ? __ldcg(p0 + t * (hd + 2) + hd) : -INFINITY;
+            const float l = on ? __ldcg(p0 + t * (hd + 2) + hd + 1) : 0.0f;
+            if (on) pz[t * (hd + 2) + hd] = 0.0f, pz[t * (hd + 2) + hd + 1] = 0.0f;
+            const float mall = warp_max(m);
+            if (on) fsh[t] = expf(m - mall), lsh[t] = l;
+            __syncwarp();
+            if (t == 0) {
+                float lall = 0.0f;
 #pragma unroll 1
-            for (int sp = 0; sp < se; sp++) mall = fmaxf(mall, __ldcg(p0 + sp * (hd + 2) + hd));
-#pragma unroll 1
-            for (int sp = 0; sp < se; sp++) {
-                fsh[sp] = expf(__ldcg(p0 + sp * (hd + 2) + hd) - mall);
-                lall += __ldcg(p0 + sp * (hd + 2) + hd + 1) * fsh[sp];
-                pz[sp * (hd + 2) + hd] = 0.0f, pz[sp * (hd + 2) + hd + 1] = 0.0f;
+                for (int sp = 0; sp < se; sp++) lall += lsh[sp] * fsh[sp];
+                linv = 1.0f / lall;
             }
-            linv = 1.0f / lall;
         }
         __syncthreads();
         for (int d = t; d < hd; d += kThreads) {
-            float sum = 0.0f;
-#pragma unroll 1
-            for (int sp = 0; sp < se; sp++) sum += __ldcg(p0 + sp * (hd + 2) + d) * fsh[sp], pz[sp * (hd + 2) + d] = 0.0f;
+            float v[kAttnMaxSplit], sum = 0.0f;
+#pragma unroll
+            for (int sp = 0; sp < kAttnMaxSplit; sp++)
+                if (sp < se) v[sp] = __ldcg(p0 + sp * (hd + 2) + d), pz[sp * (hd + 2) + d] = 0.0f;
+#pragma unroll
+            for (int sp = 0; sp < kAttnMaxSplit; sp++)
+                if (sp < se) sum += v[sp] * fsh[sp];
             const float y = sum * linv;
             o[d] = y;
             if constexpr (kRope) amax = fmaxf(amax, fabsf(y));
@@ -1808,7 +1817,10 @@ int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_c
         return 1;
     }
     /* about two CTAs an SM (H200, 7B at batch 1 and 1k keys: 1.91 -> 1.45-1.62 ms a step on f32
-     * pages, 3.34 -> 1.60-1.74 on ternary pages' key lanes) */
+     * pages, 3.34 -> 1.60-1.74 on ternary pages' key lanes).  Four an SM, up to 16 splits of
+     * >= 64 keys, lost even with the merge's loads in parallel (7B tern-i8, 1024-token prompt,
+     * batch 1 / 2 / 4, ms a step: f32 pages 1.52 / 2.36 / 2.92 -> 1.60 / 2.64 / 3.62, ternary
+     * pages 1.29 / 2.04 / 2.28 -> 1.47 / 2.04 / 2.24) */
     return hxt >= n_sm ? 1 : (int)std::min<int64_t>(kAttnMaxSplit, (2 * n_sm + hxt - 1) / hxt);
 }
 
