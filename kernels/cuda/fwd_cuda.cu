@@ -687,8 +687,10 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
                                 * code is compiled out: attn_warp_launch says where each is taken) */
 /* (key lanes: at least one CTA an SM, no more asked — with the pair table ptxas otherwise held the
  * 256-thread head_dim <= 128 forms at 64 / 80 registers and spilled 28 / 36 bytes; now 96-103, no
- * spills; the other modes' bound as before, the same registers) */
-__global__ void __launch_bounds__(kThreads, kMode >= 3 ? 1 : 0)
+ * spills; the other modes' bound as before, the same registers.  The 128-thread head_dim <= 128
+ * key lanes (large grids) five CTAs an SM: the split merge's loads at once took them from 94 to
+ * 103 registers, four CTAs; bound, 95, no spills) */
+__global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5 : kMode >= 3 ? 1 : 0)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
