@@ -480,7 +480,7 @@ static void check_attention_tern(int n_heads, int n_kv, int hd, int bs, int ctx,
     REQUIRE(fwdc_kv_ternarise(dkp, dvp, dslot, ctx, n_kv, hd, bs, 0) == 0);
     const char *kind = getenv("TERNLAB_CUDA_ATTN");
     const int block = kind && !strcmp(kind, "block");
-    const int sp = fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx); /* (the engine's choice) */
+    const int sp = fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx, hd, 1); /* (the engine's choice) */
     REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks, drow + start,
                            ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq, o1 + (size_t)start * qd, sp, 0) == 0);
     const int rc = fwdc_attention_tern(dq + (size_t)start * qd, qd, pg, dpos + start, dtab, n_blocks, drow + start,
@@ -620,7 +620,7 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
     /* (a few tokens over many keys: the key split, as the engine chooses it) */
     REQUIRE(fwdc_attention(dq + (size_t)start * qd, qd, dkp, dvp, dpos + start, dtab, n_blocks,
                            drow + start, ctx - start, n_heads, n_kv, hd, bs, n_heads, one_seq,
-                           dout + (size_t)start * qd, fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx), 0) == 0);
+                           dout + (size_t)start * qd, fwdc_attention_splits(ctx - start, n_heads, n_heads, ctx, hd, 0), 0) == 0);
     REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
     float *got = xmalloc(sizeof(float) * (size_t)ctx * qd), *gq = xmalloc(sizeof(float) * (size_t)ctx * qd);
     float *kp = xmalloc(sizeof(float) * page), *vp = xmalloc(sizeof(float) * page);
@@ -702,6 +702,9 @@ TEST(gpu_rope_paged_attention_match_reference) {
          * CTA, at head_dim 128 (the pair table) and 256 */
         check_attention_1(2, 1, 128, 16, 600, 0, 300);
         check_attention_1(2, 1, 256, 16, 600, 0, 500);
+        /* two tokens x 32 heads over ~1k keys: the ternary pages' split count cut to what the SMs
+         * hold at once (H200: 4 splits, against 5 on f32 pages) */
+        check_attention_1(32, 8, 128, 16, 1026, 0, 1024);
         unsetenv("TERNLAB_CUDA_ATTN");
     }
     setenv("TERNLAB_CUDA_ATTN", "bogus", 1);
@@ -737,7 +740,7 @@ static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int
     const int n_blocks = n * maxb + 2; /* table rows of maxb entries, 2 blocks spare */
     int maxp = 0;
     for (int i = 0; i < n; i++) maxp = pos[i] > maxp ? pos[i] : maxp;
-    const int sp = fwdc_attention_splits(n, n_heads, n_heads, maxp + 1); /* (the engine's choice) */
+    const int sp = fwdc_attention_splits(n, n_heads, n_heads, maxp + 1, hd, code == 2); /* (the engine's choice) */
     Model m;
     memset(&m, 0, sizeof m);
     m.cfg.head_dim = hd;
@@ -927,6 +930,39 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
 /* Both attention kinds (the block-softmax one runs the separate passes), both
  * CTA widths, every head-dim path, positions 0, inside and past a 256-key
  * chunk, the token's own key first / mid / last in its warp's run. */
+/* The key split's count: 1 below 256 positions or where the tokens x heads
+ * fill the SMs; else at most the two-CTAs-an-SM count rounded up (and 8), at
+ * least 1, never more on ternary pages than on f32 ones, and below that count
+ * only where one split more would pass one CTA an SM. */
+TEST(gpu_attention_splits_rule) {
+    SKIP_WITHOUT_GPU();
+    int dev = 0, n_sm = 0;
+    REQUIRE(cudaGetDevice(&dev) == cudaSuccess);
+    REQUIRE(cudaDeviceGetAttribute(&n_sm, cudaDevAttrMultiProcessorCount, dev) == cudaSuccess);
+    const int hds[] = {32, 34, 128, 256};
+    for (int a = 0; a < 4; a++)
+        for (int64_t n = 1; n <= 9; n++)
+            for (int tern = 0; tern < 2; tern++) {
+                const int hd = hds[a], heads = 32;
+                const int64_t hxt = n * heads;
+                const int sp = fwdc_attention_splits(n, heads, heads, 1024, hd, tern);
+                const int64_t up = hxt >= n_sm ? 1 : (2 * n_sm + hxt - 1) / hxt;
+                const int64_t top = up < 8 ? up : 8;
+                CHECK_MSG(sp >= 1 && sp <= top, "hd %d n %lld tern %d: %d splits (at most %lld)", hd, (long long)n,
+                          tern, sp, (long long)top);
+                if (sp < top)
+                    CHECK_MSG(hxt * (sp + 1) > n_sm, "hd %d n %lld tern %d: %d splits, %lld CTAs more fit", hd,
+                              (long long)n, tern, sp, (long long)hxt);
+                if (tern) {
+                    const int f = fwdc_attention_splits(n, heads, heads, 1024, hd, 0);
+                    CHECK_MSG(sp <= f, "hd %d n %lld: %d splits on ternary pages, %d on f32", hd, (long long)n, sp, f);
+                }
+                CHECK(fwdc_attention_splits(n, heads, heads, 255, hd, tern) == 1);
+            }
+    /* (one head of one token: 8 CTAs, which any GPU holds) */
+    CHECK(fwdc_attention_splits(1, 1, 1, 1 << 20, 128, 1) == (2 * n_sm < 8 ? 2 * n_sm : 8));
+}
+
 TEST(gpu_attention_rope_matches_separate_calls) {
     SKIP_WITHOUT_GPU();
     const char *kinds[] = {NULL, "block"};

@@ -10,6 +10,9 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <algorithm>
+#include <atomic>
+
 #include "cuda/cuda_util.h"
 #include "cuda/fwd_cuda.h"
 #include "cuda/tern_launch.cuh"
@@ -1559,6 +1562,38 @@ int attn_split_scratch(int64_t n, int n_heads, int hd, int splits, void **ws) {
                           ws);
 }
 
+using AttnWarpK = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
+                           const int32_t *, int, const int32_t *, int, int, int, int, float, float *, AttnFuse,
+                           FwdcKvTern, AttnSplit);
+/* The CTA width's kind by the whole grid (heads x tokens x splits): 0 large, 1 small, 2 tiny */
+int attn_kind(int64_t grid) { return grid > 512 ? 0 : grid <= kAttnTinyGrid ? 2 : 1; }
+/* The split-capable attention_warp_kernel of a kind and lane mode (3 / 4, the key lanes: ternary
+ * pages only) */
+template <bool kRope, bool kTern>
+AttnWarpK attn_split_kernel(int kind, int mode) {
+    constexpr int k3 = kTern ? 3 : 0, k4 = kTern ? 4 : 1;
+    static const AttnWarpK kern[3][5] = {
+        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern, true>},
+        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern, true>},
+        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern, true>,
+         attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern, true>}};
+    return kern[kind][mode];
+}
+int attn_kind_threads(int kind) {
+    return kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
+}
+
 /* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
  * lanes by head_dim and alignment. */
@@ -1578,38 +1613,16 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
         spw.part = reinterpret_cast<float *>(static_cast<char *>(ws) + attn_split_ctr_bytes(n, n_heads));
     }
     const int64_t heads_x_tokens = attn_heads_x_tokens(n, n_heads, model_heads) * splits;
-    const bool small = heads_x_tokens <= 512;
-    using K = void (*)(const float *, int64_t, const float *, const float *, const int32_t *,
-                       const int32_t *, int, const int32_t *, int, int, int, int, float, float *,
-                       AttnFuse, FwdcKvTern, AttnSplit);
-    constexpr int k3 = kTern ? 3 : 0, k4 = kTern ? 4 : 1; /* (key lanes: ternary pages only) */
-    static const K kern[3][5] = {
-        {attention_warp_kernel<kAttnThreadsLarge, 0, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsLarge, 1, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsLarge, 2, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsLarge, k3, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsLarge, k4, kRope, kTern, true>},
-        {attention_warp_kernel<kAttnThreadsSmall, 0, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsSmall, 1, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsSmall, 2, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsSmall, k3, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsSmall, k4, kRope, kTern, true>},
-        {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsTiny, k3, kRope, kTern, true>,
-         attention_warp_kernel<kAttnThreadsTiny, k4, kRope, kTern, true>}};
     /* one split over the smallest grids, the dims' lanes: the kernel without the split's code
      * (H200, 7B tern-i8 at batch 1 after a 32-token prompt: 1.079-1.083 -> 1.060-1.063 ms a step).
      * Elsewhere the form without it lost (7B tern-i8, 1024-token prompt, same run, three rounds:
      * f32 pages batch 8 4.016-4.020 -> 4.069-4.090 ms, batch 64 20.95-21.01 -> 22.35-22.40;
      * ternary pages' key lanes batch 8 3.198-3.216 -> 3.591-3.609, batch 64 9.865-9.876 ->
      * 9.715-9.728), so those take the split kernel with one split */
-    static const K tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, false>,
-                               attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, false>,
-                               attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, false>};
-    const int kind = !small ? 0 : heads_x_tokens <= kAttnTinyGrid ? 2 : 1;
-    const int thr = kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
+    static const AttnWarpK tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, false>,
+                                       attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, false>,
+                                       attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, false>};
+    const int kind = attn_kind(heads_x_tokens), thr = attn_kind_threads(kind);
     /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
      * lanes whenever head_dim allows them, so that both read the same values into the same lanes
      * and sum them alike) */
@@ -1618,7 +1631,8 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
                       ((uintptr_t)tz.vc & 3) == 0; /* (32-bit code words) */
     const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
     const float scale = 1.0f / sqrtf((float)hd);
-    const K kernel = splits == 1 && kind == 2 && mode < 3 ? tiny1[mode] : kern[kind][mode];
+    const AttnWarpK kernel =
+        splits == 1 && kind == 2 && mode < 3 ? tiny1[mode] : attn_split_kernel<kRope, kTern>(kind, mode);
     return tern_launch_pdl("attention_warp_kernel", kernel,
                            dim3((unsigned)n, (unsigned)n_heads, (unsigned)splits), dim3(thr), s, q, ldq, kp, vp,
                            pos, tab, tab_stride, tab_row, n_heads, n_kv, hd, bs, scale, out, fz, tz, spw);
@@ -1809,7 +1823,27 @@ int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, i
                            dim3(32), stream, d_kpages, d_vpages, d_slot, n_kv, hd, block_size);
 }
 
-int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx) {
+/* CTAs of the decode form's split kernel of a grid kind and lane mode that one SM holds at once
+ * (the occupancy API, cached per device); 0 where it cannot be told */
+int attn_resident(int dev, int kind, int mode, bool tern) {
+    static std::atomic<int> memo[16][3][5][2]; /* (0: not asked yet; -1: asked, no answer) */
+    if (dev < 0 || dev >= 16) return 0;
+    std::atomic<int> &m = memo[dev][kind][mode][tern ? 1 : 0];
+    int v = m.load(std::memory_order_relaxed);
+    if (v == 0) {
+        int nb = 0;
+        const AttnWarpK k = tern ? attn_split_kernel<true, true>(kind, mode) : attn_split_kernel<true, false>(kind, mode);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, reinterpret_cast<const void *>(k),
+                                                          attn_kind_threads(kind), 0) != cudaSuccess || nb < 1) {
+            (void)cudaGetLastError();
+            nb = -1;
+        }
+        m.store(v = nb, std::memory_order_relaxed);
+    }
+    return v > 0 ? v : 0;
+}
+
+int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx, int hd, int tern) {
     const int64_t hxt = attn_heads_x_tokens(n, n_heads, model_heads);
     int dev = 0, n_sm = 0;
     if (max_ctx < 2 * kAttnSplitKeys || n < 1) return 1;
@@ -1823,7 +1857,16 @@ int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_c
      * >= 64 keys, lost even with the merge's loads in parallel (7B tern-i8, 1024-token prompt,
      * batch 1 / 2 / 4, ms a step: f32 pages 1.52 / 2.36 / 2.92 -> 1.60 / 2.64 / 3.62, ternary
      * pages 1.29 / 2.04 / 2.28 -> 1.47 / 2.04 / 2.24) */
-    return hxt >= n_sm ? 1 : (int)std::min<int64_t>(kAttnMaxSplit, (2 * n_sm + hxt - 1) / hxt);
+    if (hxt >= n_sm) return 1;
+    int sp = (int)std::min<int64_t>(kAttnMaxSplit, (2 * n_sm + hxt - 1) / hxt);
+    /* but no more CTAs than the SMs hold at once (the key lanes: two an SM at 256 threads, where
+     * rounding up had put a second, partial wave behind the first) */
+    const int mode = tern && hd % KV_K_GROUP == 0 ? (hd <= 128 ? 3 : 4) : hd % 4 ? 2 : hd <= 128 ? 0 : 1;
+    for (; sp > 1; sp--) {
+        const int per = attn_resident(dev, attn_kind(hxt * sp), mode, tern != 0);
+        if (per < 1 || hxt * sp <= (int64_t)n_sm * per) break;
+    }
+    return sp;
 }
 
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits) {

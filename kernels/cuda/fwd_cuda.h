@@ -169,11 +169,13 @@ int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, i
  * the GPU has SMs and a token has 2 x 128 keys or more (max_ctx: the largest
  * position + 1 among them), a token's keys are split over up to 8 CTAs a head
  * (each at least 128 keys, as many as its own position allows), the last to
- * finish merging their states; else 1.  The result depends on the splits (the
+ * finish merging their states — about two CTAs an SM, no more than the SMs
+ * hold at once of the kernel head_dim hd and the pages (tern: ternary pages in
+ * some layer) take; else 1.  The result depends on the splits (the
  * sums' order): a decode graph is captured for one value.  The calls take any
  * value 1..8; fwdc_attention_reserve(n, n_heads, hd, splits) grows the
  * scratch a split launch needs (outside a stream capture). */
-int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx);
+int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx, int hd, int tern);
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)

@@ -832,7 +832,10 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     if (fwd_prepare_tokens(m, kv, tok, seq, pos, n, &max_pos) != 0) return -1;
     if (max_pos >= INT32_MAX / 2) return err_set("forward: position %lld too large", (long long)max_pos);
     if (ensure_rope(g, const_cast<Model *>(m), max_pos + 1) != 0) return -1;
-    p->splits = fwdc_attention_splits(n, g->c.n_heads, g->c.n_heads * g->tp, max_pos + 1);
+    bool tern_pages = false; /* (the key lanes hold fewer CTAs an SM: fewer splits may fit) */
+    for (const FwdcKvTern &tp : g->tpages) tern_pages = tern_pages || tp.kc != nullptr;
+    p->splits = fwdc_attention_splits(n, g->c.n_heads, g->c.n_heads * g->tp, max_pos + 1, (int)g->c.head_dim,
+                                      tern_pages);
     if (ensure_rows(g, kv->n_seqs) != 0) return -1;
     const int64_t nl = logits || s->argmax_out ? (logit_idx ? n_logits : n) : 0;
     if (nl > n) return err_set("forward: %lld logit rows for %lld tokens", (long long)nl, (long long)n);
