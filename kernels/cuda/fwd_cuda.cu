@@ -842,18 +842,17 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         } else {
             load_run(k0, kU * warp, cn0, true, false);
         }
-        /* the warp's later runs of the chunk into L2 (a lane per 128-byte line of a K or V row) */
-        const int nl = (hd + 31) / 32;
-        for (int j = kU * (warp + kWarps); j < cn0 && !kKeys; j += kU * kWarps)
-            for (int u = 0; u < kU && j + u < cn0; u++)
-                if (k0 + j + u != p) {
-                    if constexpr (kTern) { /* (a row's codes: one line each) */
-                        if (lane < 2)
-                            asm volatile("prefetch.global.L2 [%0];" ::"l"((lane ? tz.vc : tz.kc) + roff[j + u] * cb));
-                    } else if (lane < 2 * nl) {
-                        asm volatile("prefetch.global.L2 [%0];" ::"l"((lane < nl ? kp : vp) + roff[j + u] + 32 * (lane % nl)));
-                    }
-                }
+        /* ternary pages off the key lanes: the codes of the warp's later runs of the chunk into L2
+         * (a row's codes, one line each).  Not the f32 pages' K / V lines: their prefetch, a lane a
+         * 128-byte line, cost more than it hid (H200, 7B tern-i8 kv none, same run, two rounds,
+         * ms/step without it: 32-token prompt batch 1 / 8 1.060-1.061 / 1.736-1.740 -> 1.052-1.056
+         * / 1.730-1.731; 1024-token prompt batch 1 / 8 / 64 1.523-1.564 / 4.122-4.131 /
+         * 20.97-21.04 -> 1.464-1.500 / 4.005-4.019 / 18.66-18.70) */
+        if constexpr (kTern && !kKeys)
+            for (int j = kU * (warp + kWarps); j < cn0; j += kU * kWarps)
+                for (int u = 0; u < kU && j + u < cn0; u++)
+                    if (k0 + j + u != p && lane < 2)
+                        asm volatile("prefetch.global.L2 [%0];" ::"l"((lane ? tz.vc : tz.kc) + roff[j + u] * cb));
         pdl_wait();
         const float *kr0 = fz.k + i * fz.ldk + (int64_t)kvh * hd, *vr0 = fz.v + i * fz.ldv + (int64_t)kvh * hd;
         const int64_t srow = ((int64_t)(sl / bs) * n_kv + kvh) * bs + sl % bs; /* the slot's page row */
