@@ -583,7 +583,7 @@ static void check_attention_1(int n_heads, int n_kv, int hd, int bs, int ctx, in
     }
     float *ref = xmalloc(sizeof(float) * (size_t)ctx * qd);
     double *sc = xmalloc(sizeof(double) * (size_t)ctx);
-    for (int i = 0; i < ctx; i++)
+    for (int i = start; i < ctx; i++) /* (only the rows compared) */
         for (int h = 0; h < n_heads; h++) {
             int kh = h / (n_heads / n_kv);
             double mx = -INFINITY, sum = 0;
@@ -927,13 +927,12 @@ static void check_attention_rope(int n_heads, int n_kv, int hd, int bs, int n, c
     for (int code = 0; code < 3; code++) check_attention_rope_code(n_heads, n_kv, hd, bs, n, pos, sep, prod, code);
 }
 
-/* Both attention kinds (the block-softmax one runs the separate passes), both
- * CTA widths, every head-dim path, positions 0, inside and past a 256-key
- * chunk, the token's own key first / mid / last in its warp's run. */
 /* The key split's count: 1 below 256 positions or where the tokens x heads
- * fill the SMs; else at most the two-CTAs-an-SM count rounded up (and 8), at
- * least 1, never more on ternary pages than on f32 ones, and below that count
- * only where one split more would pass one CTA an SM. */
+ * fill the SMs; else the two-CTAs-an-SM count rounded up (at most 8), cut
+ * one at a time while the grid is more CTAs than the SMs hold at once of the
+ * kernel it takes (fwdc_attention_resident) — so the grid fits, and one split
+ * more would not unless no cut was made (the old rule, rounding up only, put
+ * a second, partial wave of key-lane CTAs at 2 .. 4 tokens of 32 heads). */
 TEST(gpu_attention_splits_rule) {
     SKIP_WITHOUT_GPU();
     int dev = 0, n_sm = 0;
@@ -950,19 +949,26 @@ TEST(gpu_attention_splits_rule) {
                 const int64_t top = up < 8 ? up : 8;
                 CHECK_MSG(sp >= 1 && sp <= top, "hd %d n %lld tern %d: %d splits (at most %lld)", hd, (long long)n,
                           tern, sp, (long long)top);
-                if (sp < top)
-                    CHECK_MSG(hxt * (sp + 1) > n_sm, "hd %d n %lld tern %d: %d splits, %lld CTAs more fit", hd,
-                              (long long)n, tern, sp, (long long)hxt);
-                if (tern) {
-                    const int f = fwdc_attention_splits(n, heads, heads, 1024, hd, 0);
-                    CHECK_MSG(sp <= f, "hd %d n %lld: %d splits on ternary pages, %d on f32", hd, (long long)n, sp, f);
+                const int per = fwdc_attention_resident(hxt * sp, hd, tern);
+                CHECK_MSG(per >= 1, "hd %d n %lld tern %d: %d CTAs an SM", hd, (long long)n, tern, per);
+                if (sp > 1)
+                    CHECK_MSG(hxt * sp <= (int64_t)n_sm * per, "hd %d n %lld tern %d: %d splits, %lld CTAs past %d x %d",
+                              hd, (long long)n, tern, sp, (long long)(hxt * sp), n_sm, per);
+                if (sp < top) {
+                    const int per1 = fwdc_attention_resident(hxt * (sp + 1), hd, tern);
+                    CHECK_MSG(hxt * (sp + 1) > (int64_t)n_sm * per1, "hd %d n %lld tern %d: %d splits, one more fits",
+                              hd, (long long)n, tern, sp);
                 }
                 CHECK(fwdc_attention_splits(n, heads, heads, 255, hd, tern) == 1);
             }
     /* (one head of one token: 8 CTAs, which any GPU holds) */
     CHECK(fwdc_attention_splits(1, 1, 1, 1 << 20, 128, 1) == (2 * n_sm < 8 ? 2 * n_sm : 8));
+    CHECK(fwdc_attention_resident(0, 128, 0) == 0);
 }
 
+/* Both attention kinds (the block-softmax one runs the separate passes), both
+ * CTA widths, every head-dim path, positions 0, inside and past a 256-key
+ * chunk, the token's own key first / mid / last in its warp's run. */
 TEST(gpu_attention_rope_matches_separate_calls) {
     SKIP_WITHOUT_GPU();
     const char *kinds[] = {NULL, "block"};

@@ -43,6 +43,7 @@ constexpr int kAttnChunk = 256; /* keys scored per pass of the online softmax */
  * CTAs of kAttnSplitKeys keys or more each; the last of them to finish merges
  * their states. */
 constexpr int kAttnMaxSplit = 8, kAttnSplitKeys = 128;
+static_assert(kAttnMaxSplit <= 32, "the merge takes a split a lane of one warp");
 
 int grid1(int64_t total, int threads) {
     int64_t b = (total + threads - 1) / threads;
@@ -1565,7 +1566,7 @@ using AttnWarpK = void (*)(const float *, int64_t, const float *, const float *,
                            const int32_t *, int, const int32_t *, int, int, int, int, float, float *, AttnFuse,
                            FwdcKvTern, AttnSplit);
 /* The CTA width's kind by the whole grid (heads x tokens x splits): 0 large, 1 small, 2 tiny */
-int attn_kind(int64_t grid) { return grid > 512 ? 0 : grid <= kAttnTinyGrid ? 2 : 1; }
+int attn_width_kind(int64_t grid) { return grid > 512 ? 0 : grid <= kAttnTinyGrid ? 2 : 1; }
 /* The split-capable attention_warp_kernel of a kind and lane mode (3 / 4, the key lanes: ternary
  * pages only) */
 template <bool kRope, bool kTern>
@@ -1621,7 +1622,7 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
     static const AttnWarpK tiny1[3] = {attention_warp_kernel<kAttnThreadsTiny, 0, kRope, kTern, false>,
                                        attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, false>,
                                        attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, false>};
-    const int kind = attn_kind(heads_x_tokens), thr = attn_kind_threads(kind);
+    const int kind = attn_width_kind(heads_x_tokens), thr = attn_kind_threads(kind);
     /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
      * lanes whenever head_dim allows them, so that both read the same values into the same lanes
      * and sum them alike) */
@@ -1684,6 +1685,34 @@ int attn_tile_launch(const float *q, int64_t ldq, const float *kp, const float *
     return tern_launch_pdl_smem("attention_tile_kernel", attention_tile_kernel<kTern>, tgrid, dim3(kTileThreads),
                                 attn_tile_smem(hd), s, q, ldq, kp, vp, pos, tab, tab_stride, tab_row, n, n_heads,
                                 n_kv, hd, bs, scale, out, tz);
+}
+
+/* CTAs of the decode form's split kernel of a grid kind and lane mode that one SM holds at once
+ * (the occupancy API, cached per device: a failed query is not asked again); 0 where it cannot be
+ * told (also on devices past the 16th) */
+int attn_resident(int dev, int kind, int mode, bool tern) {
+    static std::atomic<int> memo[16][3][5][2]; /* (0: not asked yet; -1: asked, no answer) */
+    if (dev < 0 || dev >= 16) return 0;
+    std::atomic<int> &m = memo[dev][kind][mode][tern ? 1 : 0];
+    int v = m.load(std::memory_order_relaxed);
+    if (v == 0) {
+        int nb = 0;
+        const AttnWarpK k = tern ? attn_split_kernel<true, true>(kind, mode) : attn_split_kernel<true, false>(kind, mode);
+        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, reinterpret_cast<const void *>(k),
+                                                          attn_kind_threads(kind), 0) != cudaSuccess || nb < 1) {
+            (void)cudaGetLastError();
+            nb = -1;
+        }
+        m.store(v = nb, std::memory_order_relaxed);
+    }
+    return v > 0 ? v : 0;
+}
+
+/* The lane mode a split attention takes at head_dim hd (tern: ternary pages), the pages taken
+ * as aligned (the engine's are; unaligned f32 pages take the scalar lanes, 2, and unaligned codes
+ * the f32 pages' lanes) */
+int attn_split_mode(int hd, bool tern) {
+    return tern && hd % KV_K_GROUP == 0 ? (hd <= 128 ? 3 : 4) : hd % 4 ? 2 : hd <= 128 ? 0 : 1;
 }
 
 } // namespace
@@ -1822,26 +1851,6 @@ int fwdc_kv_ternarise(float *d_kpages, float *d_vpages, const int32_t *d_slot, i
                            dim3(32), stream, d_kpages, d_vpages, d_slot, n_kv, hd, block_size);
 }
 
-/* CTAs of the decode form's split kernel of a grid kind and lane mode that one SM holds at once
- * (the occupancy API, cached per device); 0 where it cannot be told */
-int attn_resident(int dev, int kind, int mode, bool tern) {
-    static std::atomic<int> memo[16][3][5][2]; /* (0: not asked yet; -1: asked, no answer) */
-    if (dev < 0 || dev >= 16) return 0;
-    std::atomic<int> &m = memo[dev][kind][mode][tern ? 1 : 0];
-    int v = m.load(std::memory_order_relaxed);
-    if (v == 0) {
-        int nb = 0;
-        const AttnWarpK k = tern ? attn_split_kernel<true, true>(kind, mode) : attn_split_kernel<true, false>(kind, mode);
-        if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&nb, reinterpret_cast<const void *>(k),
-                                                          attn_kind_threads(kind), 0) != cudaSuccess || nb < 1) {
-            (void)cudaGetLastError();
-            nb = -1;
-        }
-        m.store(v = nb, std::memory_order_relaxed);
-    }
-    return v > 0 ? v : 0;
-}
-
 int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx, int hd, int tern) {
     const int64_t hxt = attn_heads_x_tokens(n, n_heads, model_heads);
     int dev = 0, n_sm = 0;
@@ -1858,14 +1867,24 @@ int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_c
      * pages 1.29 / 2.04 / 2.28 -> 1.47 / 2.04 / 2.24) */
     if (hxt >= n_sm) return 1;
     int sp = (int)std::min<int64_t>(kAttnMaxSplit, (2 * n_sm + hxt - 1) / hxt);
-    /* but no more CTAs than the SMs hold at once (the key lanes: two an SM at 256 threads, where
-     * rounding up had put a second, partial wave behind the first) */
-    const int mode = tern && hd % KV_K_GROUP == 0 ? (hd <= 128 ? 3 : 4) : hd % 4 ? 2 : hd <= 128 ? 0 : 1;
+    /* but no more CTAs than the SMs hold at once of the kernel that grid takes (the decode form's:
+     * kRope; the key lanes hold two 256-thread CTAs an SM, where rounding up had put a second,
+     * partial wave behind the first) */
+    const int mode = attn_split_mode(hd, tern != 0);
     for (; sp > 1; sp--) {
-        const int per = attn_resident(dev, attn_kind(hxt * sp), mode, tern != 0);
+        const int per = attn_resident(dev, attn_width_kind(hxt * sp), mode, tern != 0);
         if (per < 1 || hxt * sp <= (int64_t)n_sm * per) break;
     }
     return sp;
+}
+
+int fwdc_attention_resident(int64_t grid, int hd, int tern) {
+    int dev = 0;
+    if (grid < 1 || cudaGetDevice(&dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return 0;
+    }
+    return attn_resident(dev, attn_width_kind(grid), attn_split_mode(hd, tern != 0), tern != 0);
 }
 
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits) {

@@ -176,6 +176,10 @@ int fwdc_attention_rope_coded(const float *d_q, int64_t ldq, const float *d_k, i
  * value 1..8; fwdc_attention_reserve(n, n_heads, hd, splits) grows the
  * scratch a split launch needs (outside a stream capture). */
 int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_ctx, int hd, int tern);
+/* CTAs an SM holds at once of the split attention kernel a grid of `grid`
+ * CTAs (tokens x heads x splits) takes at head_dim hd on f32 / ternary (tern)
+ * pages — what fwdc_attention_splits fits the grid to; 0 where unknown */
+int fwdc_attention_resident(int64_t grid, int hd, int tern);
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits);
 /* Row form of the gated activation: out32 (n, cols) = act(g) * u with g, u
  * rows of stride ld (act 0 = SiLU, 1 = ReLU^2); optional bf16 copy (out16)
