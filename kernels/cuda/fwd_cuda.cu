@@ -1593,6 +1593,16 @@ AttnWarpK attn_split_kernel(int kind, int mode) {
 int attn_kind_threads(int kind) {
     return kind == 2 ? kAttnThreadsTiny : kind == 1 ? kAttnThreadsSmall : kAttnThreadsLarge;
 }
+/* The lanes of attention_warp_kernel (kMode) at head_dim hd: on ternary pages (tern) the key lanes
+ * where head_dim is whole K scale groups and the code rows are 32-bit aligned (codes_al), else the
+ * f32 pages' float4 lanes whenever head_dim allows them (ternary pages, or f32 pages 16-byte
+ * aligned: f32_al), so that both read the same values into the same lanes and sum them alike;
+ * else scalar lanes */
+int attn_lane_mode(int hd, bool tern, bool f32_al, bool codes_al) {
+    const bool vec = hd % 4 == 0 && (tern || f32_al);
+    const bool keys = tern && hd % KV_K_GROUP == 0 && codes_al;
+    return keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
+}
 
 /* attention_warp_kernel over (tokens, heads): 16, 8 or 4 warps by the whole
  * model's heads x tokens (kAttnThreadsTiny / Small / Large), float4 or scalar
@@ -1623,13 +1633,8 @@ int attn_warp_launch(const float *q, int64_t ldq, const float *kp, const float *
                                        attention_warp_kernel<kAttnThreadsTiny, 1, kRope, kTern, false>,
                                        attention_warp_kernel<kAttnThreadsTiny, 2, kRope, kTern, false>};
     const int kind = attn_width_kind(heads_x_tokens), thr = attn_kind_threads(kind);
-    /* (ternary pages: key lanes where head_dim is whole K scale groups, else the f32 pages' float4
-     * lanes whenever head_dim allows them, so that both read the same values into the same lanes
-     * and sum them alike) */
-    const bool vec = hd % 4 == 0 && (kTern || (al16(kp) && al16(vp)));
-    const bool keys = kTern && hd % KV_K_GROUP == 0 && ((uintptr_t)tz.kc & 3) == 0 &&
-                      ((uintptr_t)tz.vc & 3) == 0; /* (32-bit code words) */
-    const int mode = keys ? (hd <= 128 ? 3 : 4) : !vec ? 2 : hd <= 128 ? 0 : 1;
+    const int mode = attn_lane_mode(hd, kTern, al16(kp) && al16(vp),
+                                    ((uintptr_t)tz.kc & 3) == 0 && ((uintptr_t)tz.vc & 3) == 0);
     const float scale = 1.0f / sqrtf((float)hd);
     const AttnWarpK kernel =
         splits == 1 && kind == 2 && mode < 3 ? tiny1[mode] : attn_split_kernel<kRope, kTern>(kind, mode);
@@ -1706,13 +1711,6 @@ int attn_resident(int dev, int kind, int mode, bool tern) {
         m.store(v = nb, std::memory_order_relaxed);
     }
     return v > 0 ? v : 0;
-}
-
-/* The lane mode a split attention takes at head_dim hd (tern: ternary pages), the pages taken
- * as aligned (the engine's are; unaligned f32 pages take the scalar lanes, 2, and unaligned codes
- * the f32 pages' lanes) */
-int attn_split_mode(int hd, bool tern) {
-    return tern && hd % KV_K_GROUP == 0 ? (hd <= 128 ? 3 : 4) : hd % 4 ? 2 : hd <= 128 ? 0 : 1;
 }
 
 } // namespace
@@ -1870,7 +1868,7 @@ int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_c
     /* but no more CTAs than the SMs hold at once of the kernel that grid takes (the decode form's:
      * kRope; the key lanes hold two 256-thread CTAs an SM, where rounding up had put a second,
      * partial wave behind the first) */
-    const int mode = attn_split_mode(hd, tern != 0);
+    const int mode = attn_lane_mode(hd, tern != 0, true, true); /* (the engine's pages: aligned) */
     for (; sp > 1; sp--) {
         const int per = attn_resident(dev, attn_width_kind(hxt * sp), mode, tern != 0);
         if (per < 1 || hxt * sp <= (int64_t)n_sm * per) break;
@@ -1884,7 +1882,7 @@ int fwdc_attention_resident(int64_t grid, int hd, int tern) {
         (void)cudaGetLastError();
         return 0;
     }
-    return attn_resident(dev, attn_width_kind(grid), attn_split_mode(hd, tern != 0), tern != 0);
+    return attn_resident(dev, attn_width_kind(grid), attn_lane_mode(hd, tern != 0, true, true), tern != 0);
 }
 
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits) {
