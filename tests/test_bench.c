@@ -165,7 +165,10 @@ TEST(bench_argument_messages) {
                  {"bench --nosuch", "unknown option '--nosuch'", NULL},
                  {"bench-e2e extra", "unexpected argument 'extra'", "needs a value"},
                  {"bench-e2e --out", "--out needs a value", "unknown"},
-                 {"bench-e2e --nosuch", "unknown option --nosuch", "needs a value"}};
+                 {"bench-e2e --nosuch", "unknown option --nosuch", "needs a value"},
+                 /* every shape name is known (the first accepted, the second not) */
+                 {"bench-e2e --shapes 7b-hd256,foo", "unknown --shapes entry 'foo'", "'7b-hd256'"},
+                 {"bench-e2e --shapes 27b,7b-hd25", "unknown --shapes entry '7b-hd25'", "'27b'"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s %s", bin_path("ternlab"), cases[i].args);

@@ -6,6 +6,8 @@
  *               heads, head_dim 128, vocab 32000)
  *          27b  hidden 4608, MLP 36864, 46 layers, 32 heads / 16 KV heads,
  *               head_dim 128, vocab 256000
+ *          7b-hd256  the 7B with 16 heads / 16 KV heads of head_dim 256 (the
+ *               same weights and q width: head_dim the one factor changed)
  *          tiny llama-tiny's shape (a quick check of the program itself)
  * Configurations (same runtime, same kernels for everything but the linears):
  *   bf16      every decoder linear dense bf16 through cuBLAS — the reference
@@ -72,7 +74,7 @@
 #define MAX_ROWS 512
 
 typedef struct {
-    char shape[8], config[12], mode[8]; /* mode: decode / prefill */
+    char shape[12], config[12], mode[8]; /* mode: decode / prefill */
     char kv[32];                        /* the KV policy (kv_policy_format) */
     int64_t tp, batch, ctx;             /* ctx: positions at the timed steps (decode) */
     int64_t chained;                    /* decode: 1 when the steps were chained (cuda_engine_decode_chain) */
@@ -90,6 +92,9 @@ static int shape_config(const char *name, ModelConfig *c) {
     if (strcmp(name, "7b") == 0) {
         c->hidden = 4096, c->inter = 11008, c->n_layers = 32, c->n_heads = 32, c->n_kv_heads = 32;
         c->vocab = 32000;
+    } else if (strcmp(name, "7b-hd256") == 0) {
+        c->hidden = 4096, c->inter = 11008, c->n_layers = 32, c->n_heads = 16, c->n_kv_heads = 16;
+        c->head_dim = 256, c->vocab = 32000;
     } else if (strcmp(name, "27b") == 0) {
         c->hidden = 4608, c->inter = 36864, c->n_layers = 46, c->n_heads = 32, c->n_kv_heads = 16;
         c->vocab = 256000;
@@ -97,7 +102,7 @@ static int shape_config(const char *name, ModelConfig *c) {
         c->hidden = 256, c->inter = 688, c->n_layers = 4, c->n_heads = 4, c->n_kv_heads = 2;
         c->head_dim = 64, c->vocab = 4096;
     } else {
-        return err_set("unknown --shapes entry '%s' (7b, 27b, tiny)", name);
+        return err_set("unknown --shapes entry '%s' (7b, 27b, 7b-hd256, tiny)", name);
     }
     snprintf(c->model_type, sizeof c->model_type, "synthetic-%s", name);
     return 0;
@@ -452,7 +457,7 @@ int cmd_bench_e2e(int argc, char **argv) {
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("ternlab bench-e2e [--shapes 7b,27b|tiny] [--batches 1,8,64] [--prompt 32]\n"
+            printf("ternlab bench-e2e [--shapes 7b,27b|7b-hd256|tiny] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
                    "                  [--kv none,all,...] [--md FILE.md] [--same-process]\n"
