@@ -699,9 +699,12 @@ TEST(gpu_rope_paged_attention_match_reference) {
         check_attention(4, 4, 32, 16, 70);
         check_attention_1(2, 2, 128, 16, 1100, 0, 1099);
         /* tokens over 301-600 / 501-600 keys, 600 / 200 CTAs (no key split): up to three 256-key chunks a
-         * CTA, at head_dim 128 (the pair table) and 256 */
+         * CTA, at head_dim 128 and 256 (the query's pair table) */
         check_attention_1(2, 1, 128, 16, 600, 0, 300);
         check_attention_1(2, 1, 256, 16, 600, 0, 500);
+        /* head_dim 256 over 60 CTAs (30 tokens, < 256 keys: no split): 16 warps, the key lanes
+         * without the pair table */
+        check_attention_1(2, 1, 256, 16, 200, 0, 170);
         /* two tokens x 32 heads over ~1k keys: the ternary pages' split count cut to what the SMs
          * hold at once (H200: 4 splits, against 5 on f32 pages) */
         check_attention_1(32, 8, 128, 16, 1026, 0, 1024);
@@ -901,12 +904,17 @@ static void check_attention_rope_code(int n_heads, int n_kv, int hd, int bs, int
         dev_get(&tb[1][3], s2 + rows * nks);
         CHECK_MSG(memcmp(c1, c2, 2 * rows * cb) == 0 && memcmp(s1, s2, sizeof(uint16_t) * rows * (nks + 1)) == 0,
                   "heads %d/%d hd %d n %d: the ternary pages differ", n_heads, n_kv, hd, n);
+        /* (a K and a V row written: its codes or scales no longer the random ones — a scale alone
+         * can come out equal: the V row's one f16 scale did in 1 of 160 rows at head_dim 256) */
         int new_rows = 0;
         for (int i = 0; i < n; i++)
             for (int h = 0; h < n_kv; h++) {
                 const size_t r = ((size_t)(slot[i] / bs) * n_kv + (size_t)h) * bs + (size_t)(slot[i] % bs);
-                new_rows += memcmp(s2 + r * nks, tsc + r * nks, sizeof(uint16_t) * nks) != 0 &&
-                            s2[rows * nks + r] != tsc[rows * nks + r];
+                const int k_new = memcmp(c2 + r * cb, tc + r * cb, cb) != 0 ||
+                                  memcmp(s2 + r * nks, tsc + r * nks, sizeof(uint16_t) * nks) != 0;
+                const int v_new = memcmp(c2 + (rows + r) * cb, tc + (rows + r) * cb, cb) != 0 ||
+                                  s2[rows * nks + r] != tsc[rows * nks + r];
+                new_rows += k_new && v_new;
             }
         CHECK_MSG(new_rows == n * n_kv, "%d of %d ternary rows written", new_rows, n * n_kv);
         free(c1), free(c2), free(s1), free(s2);
@@ -987,6 +995,9 @@ TEST(gpu_attention_rope_matches_separate_calls) {
         check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
         check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
         check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
+        /* head_dim 256 (the key lanes with the pair table): 640 CTAs of 4 warps, 160 of 8 */
+        check_attention_rope(16, 4, 256, 16, 40, p40, 0, 0);
+        check_attention_rope(16, 4, 256, 16, 10, p10, 0, 0);
         /* 320 CTAs (no key split) over 521-584 keys: three 256-key chunks a CTA (the key lanes'
          * page rows of the next chunk looked up in the other buffer, back in the first by the third) */
         check_attention_rope(32, 8, 128, 16, 10, p10, 0, 0);

@@ -693,8 +693,13 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
  * 256-thread head_dim <= 128 forms at 64 / 80 registers and spilled 28 / 36 bytes; now 96-103, no
  * spills; the other modes' bound as before, the same registers.  The 128-thread head_dim <= 128
  * key lanes (large grids) five CTAs an SM: the split merge's loads at once took them from 94 to
- * 103 registers, four CTAs; bound, 95, no spills) */
-__global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5 : kMode >= 3 ? 1 : 0)
+ * 103 registers, four CTAs; bound, 95, no spills.  The head_dim <= 256 key lanes of 128 / 256
+ * threads (the pair table) 512 threads an SM, as they had without the table: unbound, their
+ * fused forms took 139 registers, one 256-thread CTA an SM where 128 had left two; bound, 119,
+ * no spills) */
+__global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5
+                                            : kMode == 4 && kThreads <= 256 ? 512 / kThreads
+                                            : kMode >= 3 ? 1 : 0)
 attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float *vp,
                       const int32_t *pos, const int32_t *tab, int tab_stride,
                       const int32_t *tab_row, int n_heads, int n_kv, int hd, int bs, float scale,
@@ -730,9 +735,10 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * products of dims 2p, 2p + 1 with the factors of a code nibble n (a pair's 16 entries on 16
      * banks: lanes at one pair read without conflicts) */
     __shared__ int64_t roff_n[kKeys ? kAttnChunk : 1];
-    constexpr bool kQT = kMode == 3; /* (head_dim <= 128: 4 KB; 8 KB more at 256 would pass the 48 KB of
-                                       * static shared memory at 16 warps) */
-    __shared__ __align__(16) float qt[kQT ? 128 / 2 * 16 : 1];
+    /* (head_dim <= 128: 4 KB; at 256, 8 KB, not at 16 warps: their staged value rows and the table
+     * would pass the 48 KB of static shared memory) */
+    constexpr bool kQT = kMode == 3 || (kMode == 4 && kThreads <= 256);
+    __shared__ __align__(16) float qt[kQT ? (kMode == 4 ? 256 : 128) / 2 * 16 : 1];
     __shared__ float wm[kWarps], wl[kWarps];
     /* the warps' states at the end (wacc); key lanes: before that, each warp's staged value code
      * rows of its 32 keys (a row padded to an odd number of words: a lane's stores fall on
