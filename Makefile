@@ -86,7 +86,7 @@ endif
 endif
 endif
 
-.PHONY: all deps test test-san check-ppl clean bench bench-e2e bench-e2e-kv trace
+.PHONY: all deps test test-san check-ppl clean bench bench-e2e bench-e2e-kv bench-e2e-hd trace
 all: $(BUILD)/ternlab $(BUILD)/test_runner $(EXP_BIN)
 
 deps:
@@ -181,6 +181,13 @@ bench-e2e-kv: $(BUILD)/ternlab
 	@mkdir -p results paper/tables
 	$(BUILD)/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --kv none,all --batches 1,8,64 --prompt 1024 \
 		--prefill 64 --out results/bench_e2e_kv.h5 --md paper/tables/bench_e2e_kv.md $(BENCH_ARGS)
+
+# head_dim as the one factor (needs a GPU): the 7B shape against 7b-hd256 (16 heads of 256 dims,
+# the same weights), 1024-token prompts, f32 and ternary pages.
+bench-e2e-hd: $(BUILD)/ternlab
+	@mkdir -p results paper/tables
+	$(BUILD)/ternlab bench-e2e --shapes 7b,7b-hd256 --configs bf16,tern-i8 --kv none,all --batches 1,8,64 \
+		--prompt 1024 --prefill 64 --out results/bench_e2e_hd.h5 --md paper/tables/bench_e2e_hd.md $(BENCH_ARGS)
 
 # The experiments: `make exp-kv-ternary` (the main job) runs the sweep of that
 # experiment's config on both embedded models through GNU Parallel (resumable),
