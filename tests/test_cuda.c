@@ -705,6 +705,12 @@ TEST(gpu_rope_paged_attention_match_reference) {
         /* head_dim 256 over 60 CTAs (30 tokens, < 256 keys: no split): 16 warps, the key lanes
          * without the pair table */
         check_attention_1(2, 1, 256, 16, 200, 0, 170);
+        /* head_dim 256, two tokens x 16 heads over ~1.1k keys: 8 splits, 256 CTAs of 8 warps (the
+         * 7b-hd256 shape's decode at batch 2) */
+        check_attention_1(16, 16, 256, 16, 1100, 0, 1098);
+        /* head_dim 144 / 192 (the pair table's first 72 / 96 pairs): 600 CTAs of 4 warps, 200 of 8 */
+        check_attention(4, 2, 144, 16, 150);
+        check_attention_1(2, 1, 192, 16, 600, 0, 500);
         /* two tokens x 32 heads over ~1k keys: the ternary pages' split count cut to what the SMs
          * hold at once (H200: 4 splits, against 5 on f32 pages) */
         check_attention_1(32, 8, 128, 16, 1026, 0, 1024);
@@ -995,9 +1001,13 @@ TEST(gpu_attention_rope_matches_separate_calls) {
         check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
         check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
         check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
-        /* head_dim 256 (the key lanes with the pair table): 640 CTAs of 4 warps, 160 of 8 */
+        /* head_dim 256 / 160, the fused form against the separate calls (both read the pair table:
+         * gpu_rope_paged_attention_match_reference checks it against f32 pages): 640 CTAs of 4 warps,
+         * 160 of 8, and one token over 1501 keys in 8 splits (128 CTAs of 8 warps) */
         check_attention_rope(16, 4, 256, 16, 40, p40, 0, 0);
         check_attention_rope(16, 4, 256, 16, 10, p10, 0, 0);
+        check_attention_rope(16, 4, 256, 16, 1, p1501, 0, 0);
+        check_attention_rope(16, 4, 160, 16, 10, p10, 0, 0);
         /* 320 CTAs (no key split) over 521-584 keys: three 256-key chunks a CTA (the key lanes'
          * page rows of the next chunk looked up in the other buffer, back in the first by the third) */
         check_attention_rope(32, 8, 128, 16, 10, p10, 0, 0);

@@ -696,7 +696,7 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
  * 103 registers, four CTAs; bound, 95, no spills.  The head_dim <= 256 key lanes of 128 / 256
  * threads (the pair table) 512 threads an SM, as they had without the table: unbound, their
  * fused forms took 139 registers, one 256-thread CTA an SM where 128 had left two; bound, 119,
- * no spills) */
+ * no spills; the unfused ones at the bound's 128, no spills, 127 / 120 before the table) */
 __global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5
                                             : kMode == 4 && kThreads <= 256 ? 512 / kThreads
                                             : kMode >= 3 ? 1 : 0)

@@ -457,7 +457,7 @@ int cmd_bench_e2e(int argc, char **argv) {
             continue;
         }
         if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            printf("ternlab bench-e2e [--shapes 7b,27b|7b-hd256|tiny] [--batches 1,8,64] [--prompt 32]\n"
+            printf("ternlab bench-e2e [--shapes 7b,27b (also 7b-hd256, tiny)] [--batches 1,8,64] [--prompt 32]\n"
                    "                  [--steps 32] [--prefill 2048] [--tp 1,2] [--device cuda]\n"
                    "                  [--configs bf16,tern-i8,tern-bf16] [--out FILE.h5]\n"
                    "                  [--kv none,all,...] [--md FILE.md] [--same-process]\n"
