@@ -1718,6 +1718,11 @@ int attn_resident(int dev, int kind, int mode, bool tern) {
     }
     return v > 0 ? v : 0;
 }
+/* attn_resident of the kernel a split grid of `grid` CTAs takes at head_dim hd on the engine's
+ * pages (aligned: the fused decode form's lanes) */
+int attn_grid_resident(int dev, int64_t grid, int hd, bool tern) {
+    return attn_resident(dev, attn_width_kind(grid), attn_lane_mode(hd, tern, true, true), tern);
+}
 
 } // namespace
 
@@ -1874,9 +1879,8 @@ int fwdc_attention_splits(int64_t n, int n_heads, int model_heads, int64_t max_c
     /* but no more CTAs than the SMs hold at once of the kernel that grid takes (the decode form's:
      * kRope; the key lanes hold two 256-thread CTAs an SM, where rounding up had put a second,
      * partial wave behind the first) */
-    const int mode = attn_lane_mode(hd, tern != 0, true, true); /* (the engine's pages: aligned) */
     for (; sp > 1; sp--) {
-        const int per = attn_resident(dev, attn_width_kind(hxt * sp), mode, tern != 0);
+        const int per = attn_grid_resident(dev, hxt * sp, hd, tern != 0);
         if (per < 1 || hxt * sp <= (int64_t)n_sm * per) break;
     }
     return sp;
@@ -1888,7 +1892,7 @@ int fwdc_attention_resident(int64_t grid, int hd, int tern) {
         (void)cudaGetLastError();
         return 0;
     }
-    return attn_resident(dev, attn_width_kind(grid), attn_lane_mode(hd, tern != 0, true, true), tern != 0);
+    return attn_grid_resident(dev, grid, hd, tern != 0);
 }
 
 int fwdc_attention_reserve(int64_t n, int n_heads, int hd, int splits) {
