@@ -460,10 +460,21 @@ __global__ void rope_kv_kernel(float *q, int64_t ldq, float *k, int64_t ldk, con
 
 /* kvt_quant_row's group scale before its f16 rounding: the mean of |x| over
  * cnt values summed one by one, clamped to [1e-8, 65504]; and a value's code
- * q in {-1, 0, 1}: rintf(x / mean) clamped. */
+ * q in {-1, 0, 1}: rintf(x / mean) clamped.  The sum is one chain of adds in
+ * the CPU's order; its loads go sixteen at a time, ahead of their adds (a
+ * load an iteration put a memory round trip into every fourth add: 32 for a
+ * 128-dim V row). */
 __device__ __forceinline__ float kvt_group_mean(const float *x, int cnt) {
     float sum = 0.0f;
-    for (int j = 0; j < cnt; j++) sum = __fadd_rn(sum, fabsf(x[j]));
+    int j = 0;
+    for (; j + 16 <= cnt; j += 16) {
+        float a[16];
+#pragma unroll
+        for (int u = 0; u < 16; u++) a[u] = x[j + u];
+#pragma unroll
+        for (int u = 0; u < 16; u++) sum = __fadd_rn(sum, fabsf(a[u]));
+    }
+    for (; j < cnt; j++) sum = __fadd_rn(sum, fabsf(x[j]));
     float gam = __fdiv_rn(sum, (float)cnt);
     if (gam < 1e-8f) gam = 1e-8f;
     if (gam > 65504.0f) gam = 65504.0f;
@@ -744,6 +755,11 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * rows of its 32 keys (a row padded to an odd number of words: a lane's stores fall on
      * distinct banks). The chunk loop's last barrier separates the two uses. */
     constexpr int kVW = kMode == 4 ? 256 / 16 : 128 / 16; /* key lanes: value code words a row, at most */
+    /* key lanes: a key's value code words and scale loaded with its key row's words, ahead of the
+     * key's sum (H200, 7B tern-i8 ternary pages, 1024-token prompt, batch 4 / 8: 2.115 / 2.412 ->
+     * 2.085 / 2.362 ms a step); where launch bounds hold the registers (128 threads; head_dim >
+     * 128) after the sum, as before */
+    constexpr bool kVEarly = kMode == 3 && kThreads >= 256;
     constexpr int kVsRow = 4 * kVW + 4;                   /* bytes a staged row */
     constexpr int kVsBytes = kKeys ? kWarps * 32 * kVsRow : 0, kWaccBytes = kWarps * 256 * (int)sizeof(float);
     __shared__ __align__(16) unsigned char wbuf[kVsBytes > kWaccBytes ? kVsBytes : kWaccBytes];
@@ -885,18 +901,28 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                                            : kvt_group_mean(cv, hd);
             __syncthreads();
             const float gv = gam[nks], sv = __half2float(__float2half_rn(gv));
-            for (int b = t; b < cb; b += kThreads) {
-                unsigned kbyte = 0x55u, vbyte = 0x55u; /* code 1 (zero) where the row ends inside the byte */
-                for (int u = 0; u < 4 && 4 * b + u < hd; u++) {
-                    const int d = 4 * b + u, qk = kvt_code(ck[d], gam[d / KV_K_GROUP]), qv = kvt_code(cv[d], gv);
+            /* a dim a thread (its two divisions; a thread coding a byte's four dims had eight in a
+             * chain), a byte's codes gathered from its four lanes (d0: warp-uniform) */
+            for (int d0 = 0; d0 < hd; d0 += kThreads) {
+                const int d = d0 + t, sh = 2 * (d & 3);
+                unsigned kbyte = 1u << sh, vbyte = 1u << sh; /* code 1 (zero) where the row ends inside the byte */
+                if (d < hd) {
+                    const int qk = kvt_code(ck[d], gam[d / KV_K_GROUP]), qv = kvt_code(cv[d], gv);
                     ck[d] = __fmul_rn((float)qk, __half2float(__float2half_rn(gam[d / KV_K_GROUP])));
                     cv[d] = __fmul_rn((float)qv, sv);
-                    kbyte = (kbyte & ~(3u << (2 * u))) | ((unsigned)(qk + 1) << (2 * u));
-                    vbyte = (vbyte & ~(3u << (2 * u))) | ((unsigned)(qv + 1) << (2 * u));
+                    kbyte = (unsigned)(qk + 1) << sh, vbyte = (unsigned)(qv + 1) << sh;
                     if (!kTern && wr) kw[d] = ck[d], vw[d] = cv[d];
                 }
-                if (kTern && wr) tz.kc[srow * cb + b] = (uint8_t)kbyte, tz.vc[srow * cb + b] = (uint8_t)vbyte;
-                if (kKeys) okc[b] = (uint8_t)kbyte, ovc[b] = (uint8_t)vbyte;
+#pragma unroll
+                for (int o = 1; o <= 2; o <<= 1) {
+                    kbyte |= __shfl_xor_sync(0xffffffffu, kbyte, o);
+                    vbyte |= __shfl_xor_sync(0xffffffffu, vbyte, o);
+                }
+                if ((d & 3) == 0 && d < hd) {
+                    const int b = d >> 2;
+                    if (kTern && wr) tz.kc[srow * cb + b] = (uint8_t)kbyte, tz.vc[srow * cb + b] = (uint8_t)vbyte;
+                    if (kKeys) okc[b] = (uint8_t)kbyte, ovc[b] = (uint8_t)vbyte;
+                }
             }
             if (kTern && t <= nks) {
                 const uint16_t h16 = __half_as_ushort(__float2half_rn(gam[t]));
@@ -957,6 +983,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
                 const int64_t r = ok ? ro[j] : 0;
                 float sc = -INFINITY, vsj = 0.0f;
+                uint32_t vv[kVW];
                 if (ok) {
                     const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
                     const uint16_t *ksp = own ? oks : tz.ks + r * nks;
@@ -966,6 +993,13 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
 #pragma unroll
                     for (int g = 0; g < kG; g++)
                         if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
+                    if constexpr (kVEarly) {
+                        const uint32_t *vwp = reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb);
+#pragma unroll
+                        for (int g = 0; g < kVW; g++)
+                            if (4 * g < cb) vv[g] = vwp[g];
+                        vsj = kvt_scale(own ? oks + nks : tz.vs + r);
+                    }
                     float dot = 0.0f;
 #pragma unroll
                     for (int g = 0; g < kG; g++) {
@@ -990,18 +1024,17 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                         dot = fmaf(part, sg[g], dot);
                     }
                     sc = dot * scale;
-                    vsj = kvt_scale(own ? oks + nks : tz.vs + r);
+                    if constexpr (!kVEarly) vsj = kvt_scale(own ? oks + nks : tz.vs + r);
                 }
-                /* the key's value code row, loaded with its key row above (one round trip for both,
-                 * where the values' loop below took one per eight keys), staged for the value lanes;
-                 * past the keys: code 1 (zeros) */
+                /* the key's value code row (kVEarly: loaded above), staged for the value lanes, where
+                 * the values' loop below had taken a round trip per eight keys; past the keys: code 1
+                 * (zeros) */
                 uint8_t *const vst = wbuf + warp * 32 * kVsRow;
                 {
                     const uint32_t *vwp = reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb);
-                    uint32_t vv[kVW];
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
-                        if (4 * g < cb) vv[g] = ok ? vwp[g] : 0x55555555u;
+                        if (4 * g < cb && !(kVEarly && ok)) vv[g] = ok ? vwp[g] : 0x55555555u;
                     __syncwarp(); /* the warp's reads of its last staged rows are done */
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
@@ -1123,6 +1156,16 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         /* (the scratch is the counters' slot, which every kernel leaves zero: each value
          * read is zeroed again) */
         float *pz = const_cast<float *>(p0);
+        /* key lanes: this thread's first dim of every split, loaded with the weights below (one L2
+         * round trip for both, where the dims' loads had waited for the weights' barrier).  Not
+         * on the f32 lanes: ptxas spilled there (8 bytes at 128 / 256 threads; H200, 7B tern-i8
+         * f32 pages batch 8, 4096-token prompt, 10.03-10.05 -> 10.26 ms a step) */
+        float v0[kKeys ? kAttnMaxSplit : 1];
+        if constexpr (kKeys) {
+#pragma unroll
+            for (int sp = 0; sp < kAttnMaxSplit; sp++)
+                if (sp < se && t < hd) v0[sp] = __ldcg(p0 + sp * (hd + 2) + t);
+        }
         if (t < 32) { /* the splits' weights, one split a lane, summed in split order by lane 0:
                        * the same bits whichever CTA merges.  Every split's state is loaded at
                        * once (a loop of dependent loads took one L2 round trip a split) */
@@ -1145,7 +1188,11 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
             float v[kAttnMaxSplit], sum = 0.0f;
 #pragma unroll
             for (int sp = 0; sp < kAttnMaxSplit; sp++)
-                if (sp < se) v[sp] = __ldcg(p0 + sp * (hd + 2) + d), pz[sp * (hd + 2) + d] = 0.0f;
+                if (sp < se) {
+                    if constexpr (kKeys) v[sp] = d == t ? v0[sp] : __ldcg(p0 + sp * (hd + 2) + d);
+                    else v[sp] = __ldcg(p0 + sp * (hd + 2) + d);
+                    pz[sp * (hd + 2) + d] = 0.0f;
+                }
 #pragma unroll
             for (int sp = 0; sp < kAttnMaxSplit; sp++)
                 if (sp < se) sum += v[sp] * fsh[sp];
