@@ -999,6 +999,7 @@ TEST(gpu_attention_rope_matches_separate_calls) {
         check_attention_rope(3, 3, 128, 16, 4, p4, 0, 0);   /* the own key at each place in a run */
         check_attention_rope(3, 3, 128, 16, 4, p4, 1, 0);   /* q, k, v from separate projections */
         check_attention_rope(2, 1, 256, 7, 3, p3, 0, 0);    /* the largest head_dim */
+        check_attention_rope(2, 2, 128, 16, 3, p3, 0, 0);   /* key lanes of 16 warps, 4 / 2 / 1 of 8 splits */
         check_attention_rope(2, 2, 6, 4, 4, p4, 1, 0);      /* head_dim not a multiple of 4 */
         check_attention_rope(16, 4, 64, 16, 40, p40, 0, 0); /* 640 CTAs: 4 warps */
         /* head_dim 256 / 160, the fused form against the separate calls (both read the pair table:

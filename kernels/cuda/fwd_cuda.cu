@@ -707,7 +707,7 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
  * 103 registers, four CTAs; bound, 95, no spills.  The head_dim <= 256 key lanes of 128 / 256
  * threads (the pair table) 512 threads an SM, as they had without the table: unbound, their
  * fused forms took 139 registers, one 256-thread CTA an SM where 128 had left two; bound, 119,
- * no spills; the unfused ones at the bound's 128, no spills, 127 / 120 before the table) */
+ * no spills; the unfused ones 123, no spills, 127 / 120 before the table) */
 __global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5
                                             : kMode == 4 && kThreads <= 256 ? 512 / kThreads
                                             : kMode >= 3 ? 1 : 0)
@@ -1158,8 +1158,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
         float *pz = const_cast<float *>(p0);
         /* key lanes: this thread's first dim of every split, loaded with the weights below (one L2
          * round trip for both, where the dims' loads had waited for the weights' barrier).  Not
-         * on the f32 lanes: ptxas spilled there (8 bytes at 128 / 256 threads; H200, 7B tern-i8
-         * f32 pages batch 8, 4096-token prompt, 10.03-10.05 -> 10.26 ms a step) */
+         * on the dims' lanes (modes 0-2: f32 pages, and ternary pages off the key lanes): ptxas
+         * spilled there (8 bytes at 128 / 256 threads; H200, 7B tern-i8 f32 pages batch 8,
+         * 4096-token prompt, 10.03-10.05 -> 10.26 ms a step) */
         float v0[kKeys ? kAttnMaxSplit : 1];
         if constexpr (kKeys) {
 #pragma unroll

@@ -9,7 +9,10 @@
 For the last traced step: per point, the median over CTAs (p10, p90) of the
 microseconds from the CTA's wait's release to that point.  The points are
 timer reads (not fenced against the memory operations around them: a load's
-latency can show up at the point after it).  Development tool; plain Python."""
+latency can show up at the point after it); points 2-7 are the key lanes'
+(ternary pages).  The 24 bytes of times a thread can push the forms held by
+launch bounds into spills: the traced step is slower than the plain one.
+Development tool; plain Python."""
 import statistics
 import sys
 from collections import defaultdict
@@ -32,7 +35,7 @@ def main():
         sys.exit("attn_phases: no traced step in %s" % sys.argv[1])
     pts = defaultdict(list)
     for _f, line, _g, _c, _sm, t0, t1, kind in steps[-1]:
-        if kind == 1 and 9000 < line < 9020:
+        if kind == 2 and _f == 7 and 9000 < line < 9020:
             pts[line - 9000].append((t1 - t0) / 1000.0)
     for k in sorted(pts):
         v = sorted(pts[k])
