@@ -983,6 +983,9 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
                 const int64_t r = ok ? ro[j] : 0;
                 float sc = -INFINITY, vsj = 0.0f;
+                /* the key's value code row and scale (read only where ok) */
+                auto v_row = [&]() { return reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb); };
+                auto v_scale = [&]() { return kvt_scale(own ? oks + nks : tz.vs + r); };
                 uint32_t vv[kVW];
                 if (ok) {
                     const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
@@ -994,11 +997,11 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     for (int g = 0; g < kG; g++)
                         if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
                     if constexpr (kVEarly) {
-                        const uint32_t *vwp = reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb);
+                        const uint32_t *const vwp = v_row();
 #pragma unroll
                         for (int g = 0; g < kVW; g++)
                             if (4 * g < cb) vv[g] = vwp[g];
-                        vsj = kvt_scale(own ? oks + nks : tz.vs + r);
+                        vsj = v_scale();
                     }
                     float dot = 0.0f;
 #pragma unroll
@@ -1024,14 +1027,14 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                         dot = fmaf(part, sg[g], dot);
                     }
                     sc = dot * scale;
-                    if constexpr (!kVEarly) vsj = kvt_scale(own ? oks + nks : tz.vs + r);
+                    if constexpr (!kVEarly) vsj = v_scale();
                 }
                 /* the key's value code row (kVEarly: loaded above), staged for the value lanes, where
                  * the values' loop below had taken a round trip per eight keys; past the keys: code 1
                  * (zeros) */
                 uint8_t *const vst = wbuf + warp * 32 * kVsRow;
                 {
-                    const uint32_t *vwp = reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb);
+                    const uint32_t *const vwp = v_row();
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
                         if (4 * g < cb && !(kVEarly && ok)) vv[g] = ok ? vwp[g] : 0x55555555u;
