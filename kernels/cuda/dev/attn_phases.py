@@ -10,7 +10,7 @@ For the last traced step: per point, the median over CTAs (p10, p90) of the
 microseconds from the CTA's wait's release to that point.  The points are
 timer reads (not fenced against the memory operations around them: a load's
 latency can show up at the point after it); points 2-7 are the key lanes'
-(ternary pages).  The 24 bytes of times a thread can push the forms held by
+(ternary pages), 11-12 the merging CTA's.  The 24 bytes of times a thread can push the forms held by
 launch bounds into spills: the traced step is slower than the plain one.
 Development tool; plain Python."""
 import statistics
@@ -19,7 +19,8 @@ from collections import defaultdict
 
 NAMES = {1: "rows roped (and coded)", 2: "chunk: page rows", 3: "chunk: pair table",
          4: "key scores (first keys)", 5: "value rows staged", 6: "values summed (first keys)",
-         7: "chunks done", 8: "warps combined", 9: "split counted", 10: "end (merger / unsplit)"}
+         7: "chunks done", 8: "warps combined", 9: "split counted", 10: "end (merger / unsplit)",
+         11: "merger: splits' weights", 12: "merger: weights shared"}
 
 
 def main():
