@@ -767,8 +767,8 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
     __shared__ __align__(16) float cur[kRope || kKeys ? 3 * 256 : 4]; /* rotated q, k; v of the token
                                                                        * (key lanes: q) */
     /* key lanes, kRope: the token's own coded rows, scored from here */
-    __shared__ __align__(4) uint8_t okc[kKeys && kRope ? 64 : 4], ovc[kKeys && kRope ? 64 : 4];
-    __shared__ uint16_t oks[kKeys && kRope ? 17 : 1];
+    __shared__ __align__(16) uint8_t okc[kKeys && kRope ? 64 : 4], ovc[kKeys && kRope ? 64 : 4];
+    __shared__ __align__(16) uint16_t oks[kKeys && kRope ? 24 : 1];
     const int64_t i = blockIdx.x;
     const int h = blockIdx.y, kvh = h / (n_heads / n_kv);
     const int t = threadIdx.x, lane = t & 31, warp = t >> 5;
@@ -978,6 +978,15 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
              * at most 32 — a warp's value loop is serial over its keys, the latency where keys are
              * few (one token's split, short contexts) */
             const int kb = min(32, (((cn + kWarps - 1) / kWarps) + 7) & ~7);
+            /* a key's code words and K scales (kVEarly: its value code words too) in 16-byte loads
+             * where a row is kG whole scale groups and the pages are 16-byte aligned (uniform), not
+             * a 4-byte load a word and 2-byte a scale: a lane a key, each load of the warp touches
+             * as many rows as keys (H200, 7B tern-i8 on ternary pages, ms a step: 1024-token prompt,
+             * batch 1 / 2 / 4 / 8, 1.240-1.241 / 1.919-1.921 / 2.074-2.076 / 2.367-2.373 ->
+             * 1.232-1.233 / 1.898-1.900 / 2.055-2.058 / 2.326-2.330; 4096-token prompt, batch 1 / 2,
+             * 1.449-1.451 / 2.355-2.357 -> 1.421-1.423 / 2.321-2.325; 32-token prompt batch 1 / 8
+             * level, 1.124-1.126 / 1.767-1.770 -> 1.130-1.133 / 1.773-1.774) */
+            const bool v16 = nks == kG && (((uintptr_t)tz.kc | (uintptr_t)tz.vc | (uintptr_t)tz.ks) & 15u) == 0;
             for (int j0 = kb * warp; j0 < cn; j0 += kb * kWarps) {
                 const int j = j0 + lane;
                 const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
@@ -993,14 +1002,38 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     /* the row's code words and scales first (all loads in flight), then the sums */
                     uint32_t wv[kG];
                     float sg[kG];
+                    if (v16) {
 #pragma unroll
-                    for (int g = 0; g < kG; g++)
-                        if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
+                        for (int g = 0; g < kG; g += 4) {
+                            const uint4 a = reinterpret_cast<const uint4 *>(kw)[g / 4];
+                            wv[g] = a.x, wv[g + 1] = a.y, wv[g + 2] = a.z, wv[g + 3] = a.w;
+                        }
+#pragma unroll
+                        for (int g = 0; g < kG; g += 8) {
+                            const uint4 a = reinterpret_cast<const uint4 *>(ksp)[g / 8];
+                            const uint32_t hw[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+                            for (int e = 0; e < 8; e++)
+                                sg[g + e] = __half2float(__ushort_as_half((unsigned short)(hw[e / 2] >> (16 * (e % 2)))));
+                        }
+                    } else {
+#pragma unroll
+                        for (int g = 0; g < kG; g++)
+                            if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
+                    }
                     if constexpr (kVEarly) {
                         const uint32_t *const vwp = v_row();
+                        if (v16) {
 #pragma unroll
-                        for (int g = 0; g < kVW; g++)
-                            if (4 * g < cb) vv[g] = vwp[g];
+                            for (int g = 0; g < kVW; g += 4) {
+                                const uint4 a = reinterpret_cast<const uint4 *>(vwp)[g / 4];
+                                vv[g] = a.x, vv[g + 1] = a.y, vv[g + 2] = a.z, vv[g + 3] = a.w;
+                            }
+                        } else {
+#pragma unroll
+                            for (int g = 0; g < kVW; g++)
+                                if (4 * g < cb) vv[g] = vwp[g];
+                        }
                         vsj = v_scale();
                     }
                     float dot = 0.0f;
