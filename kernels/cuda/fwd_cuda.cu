@@ -707,7 +707,8 @@ template <int kThreads, int kMode, bool kRope, bool kTern,
  * 103 registers, four CTAs; bound, 95, no spills.  The head_dim <= 256 key lanes of 128 / 256
  * threads (the pair table) 512 threads an SM, as they had without the table: unbound, their
  * fused forms took 139 registers, one 256-thread CTA an SM where 128 had left two; bound, 119,
- * no spills; the unfused ones 123, no spills, 127 / 120 before the table) */
+ * no spills; the unfused ones 120-121 since the 16-byte row loads (123 before them, 127 / 120 before
+ * the table), no spills) */
 __global__ void __launch_bounds__(kThreads, kMode == 3 && kThreads == 128 ? 5
                                             : kMode == 4 && kThreads <= 256 ? 512 / kThreads
                                             : kMode >= 3 ? 1 : 0)
@@ -985,7 +986,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
              * batch 1 / 2 / 4 / 8, 1.240-1.241 / 1.919-1.921 / 2.074-2.076 / 2.367-2.373 ->
              * 1.232-1.233 / 1.898-1.900 / 2.055-2.058 / 2.326-2.330; 4096-token prompt, batch 1 / 2,
              * 1.449-1.451 / 2.355-2.357 -> 1.421-1.423 / 2.321-2.325; 32-token prompt batch 1 / 8
-             * level, 1.124-1.126 / 1.767-1.770 -> 1.130-1.133 / 1.773-1.774) */
+             * ~0.5 % slower, 1.124-1.126 / 1.767-1.770 -> 1.130-1.133 / 1.773-1.774) */
             const bool v16 = nks == kG && (((uintptr_t)tz.kc | (uintptr_t)tz.vc | (uintptr_t)tz.ks) & 15u) == 0;
             for (int j0 = kb * warp; j0 < cn; j0 += kb * kWarps) {
                 const int j = j0 + lane;
@@ -996,6 +997,25 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 auto v_row = [&]() { return reinterpret_cast<const uint32_t *>(own ? ovc : tz.vc + r * cb); };
                 auto v_scale = [&]() { return kvt_scale(own ? oks + nks : tz.vs + r); };
                 uint32_t vv[kVW];
+                /* the key's value code words into vv (16-byte loads where v16: for the staging below
+                 * too, where the forms without kVEarly load them — H200, 7B tern-i8 on ternary pages,
+                 * 1024-token prompt, batch 1 / 8 / 64, ms a step: 7b-hd256 1.305-1.306 / 2.429-2.435 /
+                 * 7.377-7.441 -> 1.300 / 2.362-2.371 / 7.022-7.027, 7b 1.240-1.243 / 2.325-2.328 /
+                 * 7.423-7.430 -> 1.238-1.242 / 2.326-2.331 / 7.402-7.408) */
+                auto v_load = [&]() {
+                    const uint32_t *const vwp = v_row();
+                    if (v16) {
+#pragma unroll
+                        for (int g = 0; g < kVW; g += 4) {
+                            const uint4 a = reinterpret_cast<const uint4 *>(vwp)[g / 4];
+                            vv[g] = a.x, vv[g + 1] = a.y, vv[g + 2] = a.z, vv[g + 3] = a.w;
+                        }
+                    } else {
+#pragma unroll
+                        for (int g = 0; g < kVW; g++)
+                            if (4 * g < cb) vv[g] = vwp[g];
+                    }
+                };
                 if (ok) {
                     const uint32_t *kw = reinterpret_cast<const uint32_t *>(own ? okc : tz.kc + r * cb);
                     const uint16_t *ksp = own ? oks : tz.ks + r * nks;
@@ -1022,18 +1042,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                             if (g < nks) wv[g] = kw[g], sg[g] = kvt_scale(ksp + g);
                     }
                     if constexpr (kVEarly) {
-                        const uint32_t *const vwp = v_row();
-                        if (v16) {
-#pragma unroll
-                            for (int g = 0; g < kVW; g += 4) {
-                                const uint4 a = reinterpret_cast<const uint4 *>(vwp)[g / 4];
-                                vv[g] = a.x, vv[g + 1] = a.y, vv[g + 2] = a.z, vv[g + 3] = a.w;
-                            }
-                        } else {
-#pragma unroll
-                            for (int g = 0; g < kVW; g++)
-                                if (4 * g < cb) vv[g] = vwp[g];
-                        }
+                        v_load();
                         vsj = v_scale();
                     }
                     float dot = 0.0f;
@@ -1067,10 +1076,13 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                  * (zeros) */
                 uint8_t *const vst = wbuf + warp * 32 * kVsRow;
                 {
-                    const uint32_t *const vwp = v_row();
+                    if (!ok) {
 #pragma unroll
-                    for (int g = 0; g < kVW; g++)
-                        if (4 * g < cb && !(kVEarly && ok)) vv[g] = ok ? vwp[g] : 0x55555555u;
+                        for (int g = 0; g < kVW; g++)
+                            if (4 * g < cb) vv[g] = 0x55555555u;
+                    } else if (!kVEarly) {
+                        v_load();
+                    }
                     __syncwarp(); /* the warp's reads of its last staged rows are done */
 #pragma unroll
                     for (int g = 0; g < kVW; g++)
