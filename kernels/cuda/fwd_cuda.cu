@@ -542,6 +542,16 @@ __device__ __forceinline__ float4 kvt_val4(unsigned b, float s) {
     return make_float4(kvt_val(b, s), kvt_val(b >> 2, s), kvt_val(b >> 4, s), kvt_val(b >> 6, s));
 }
 __device__ __forceinline__ float kvt_scale(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
+/* N 32-bit words from p (16-byte aligned) in 16-byte loads */
+template <int N>
+__device__ __forceinline__ void kvt_words16(const void *p, uint32_t (&w)[N]) {
+    static_assert(N % 4 == 0, "whole 16-byte loads");
+#pragma unroll
+    for (int g = 0; g < N; g += 4) {
+        const uint4 a = reinterpret_cast<const uint4 *>(p)[g / 4];
+        w[g] = a.x, w[g + 1] = a.y, w[g + 2] = a.z, w[g + 3] = a.w;
+    }
+}
 /* a code byte's four factors c - 1 without a conversion instruction: the
  * float 2^23 + c (its bits 0x4B000000 | c) less 2^23 + 1, exact */
 __device__ __forceinline__ float kvt_fac(unsigned b, int i) {
@@ -953,6 +963,15 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
             for (int d = t; d < hd; d += kThreads) qs[d] = qr[d];
             for (int j = t; j < k1 - k0 && j < kAttnChunk; j += kThreads) roff[j] = kv_row(tb, k0 + j, bs, n_kv, kvh, 1);
         }
+        /* a key's code words and K scales (kVEarly: its value code words too) in 16-byte loads
+         * where a row is kG whole scale groups and the pages are 16-byte aligned (uniform), not
+         * a 4-byte load a word and 2-byte a scale: a lane a key, each load of the warp touches
+         * as many rows as keys (H200, 7B tern-i8 on ternary pages, ms a step: 1024-token prompt,
+         * batch 1 / 2 / 4 / 8, 1.240-1.241 / 1.919-1.921 / 2.074-2.076 / 2.367-2.373 ->
+         * 1.232-1.233 / 1.898-1.900 / 2.055-2.058 / 2.326-2.330; 4096-token prompt, batch 1 / 2,
+         * 1.449-1.451 / 2.355-2.357 -> 1.421-1.423 / 2.321-2.325; 32-token prompt batch 1 / 8
+         * ~0.5 % slower, 1.124-1.126 / 1.767-1.770 -> 1.130-1.133 / 1.773-1.774) */
+        const bool v16 = nks == kG && (((uintptr_t)tz.kc | (uintptr_t)tz.vc | (uintptr_t)tz.ks) & 15u) == 0;
         for (int c0 = k0, ci = 0; c0 < k1; c0 += kAttnChunk, ci++) {
             const int cn = k1 - c0 < kAttnChunk ? k1 - c0 : kAttnChunk;
             /* ro: this chunk's page rows (the first chunk's from above, the others' looked up during
@@ -979,15 +998,6 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
              * at most 32 — a warp's value loop is serial over its keys, the latency where keys are
              * few (one token's split, short contexts) */
             const int kb = min(32, (((cn + kWarps - 1) / kWarps) + 7) & ~7);
-            /* a key's code words and K scales (kVEarly: its value code words too) in 16-byte loads
-             * where a row is kG whole scale groups and the pages are 16-byte aligned (uniform), not
-             * a 4-byte load a word and 2-byte a scale: a lane a key, each load of the warp touches
-             * as many rows as keys (H200, 7B tern-i8 on ternary pages, ms a step: 1024-token prompt,
-             * batch 1 / 2 / 4 / 8, 1.240-1.241 / 1.919-1.921 / 2.074-2.076 / 2.367-2.373 ->
-             * 1.232-1.233 / 1.898-1.900 / 2.055-2.058 / 2.326-2.330; 4096-token prompt, batch 1 / 2,
-             * 1.449-1.451 / 2.355-2.357 -> 1.421-1.423 / 2.321-2.325; 32-token prompt batch 1 / 8
-             * ~0.5 % slower, 1.124-1.126 / 1.767-1.770 -> 1.130-1.133 / 1.773-1.774) */
-            const bool v16 = nks == kG && (((uintptr_t)tz.kc | (uintptr_t)tz.vc | (uintptr_t)tz.ks) & 15u) == 0;
             for (int j0 = kb * warp; j0 < cn; j0 += kb * kWarps) {
                 const int j = j0 + lane;
                 const bool ok = lane < kb && j < cn, own = kRope && ok && c0 + j == ctx - 1;
@@ -1005,11 +1015,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 auto v_load = [&]() {
                     const uint32_t *const vwp = v_row();
                     if (v16) {
-#pragma unroll
-                        for (int g = 0; g < kVW; g += 4) {
-                            const uint4 a = reinterpret_cast<const uint4 *>(vwp)[g / 4];
-                            vv[g] = a.x, vv[g + 1] = a.y, vv[g + 2] = a.z, vv[g + 3] = a.w;
-                        }
+                        kvt_words16(vwp, vv);
                     } else {
 #pragma unroll
                         for (int g = 0; g < kVW; g++)
@@ -1023,19 +1029,12 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                     uint32_t wv[kG];
                     float sg[kG];
                     if (v16) {
+                        uint32_t hw[kG / 2]; /* the scales, two f16 a word (low first) */
+                        kvt_words16(kw, wv);
+                        kvt_words16(ksp, hw);
 #pragma unroll
-                        for (int g = 0; g < kG; g += 4) {
-                            const uint4 a = reinterpret_cast<const uint4 *>(kw)[g / 4];
-                            wv[g] = a.x, wv[g + 1] = a.y, wv[g + 2] = a.z, wv[g + 3] = a.w;
-                        }
-#pragma unroll
-                        for (int g = 0; g < kG; g += 8) {
-                            const uint4 a = reinterpret_cast<const uint4 *>(ksp)[g / 8];
-                            const uint32_t hw[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-                            for (int e = 0; e < 8; e++)
-                                sg[g + e] = __half2float(__ushort_as_half((unsigned short)(hw[e / 2] >> (16 * (e % 2)))));
-                        }
+                        for (int g = 0; g < kG; g++)
+                            sg[g] = __half2float(__ushort_as_half((unsigned short)(hw[g / 2] >> (16 * (g % 2)))));
                     } else {
 #pragma unroll
                         for (int g = 0; g < kG; g++)
