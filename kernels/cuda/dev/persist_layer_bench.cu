@@ -367,6 +367,124 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
     }
 }
 
+/* PLB_WARP_ROWS: a warp owns whole rows, so a unit needs no CTA barrier: the
+ * consumer warps form two groups of 8 that take the CTA's units in turn
+ * (unit k of the CTA's sequence to group k % 2, its stage released by the
+ * group's 8 warps); warp w of a group sums rows w and w + 8 of a 16-row unit
+ * (gate / up: the pair) with its 128 columns of x in registers, or row w of a
+ * down unit with x from shared memory. */
+#ifndef PLB_WARP_ROWS
+#define PLB_WARP_ROWS 0
+#endif
+template <bool DOWN>
+__device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq,
+                         const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
+                         const float *wnext) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / CG, wl = warp % CG;
+    constexpr int KW = DOWN ? KW_I : H / 16, NX = DOWN ? 1 : KW / 32;
+    const uint4 *x4 = reinterpret_cast<const uint4 *>(xq);
+    uint32_t xr[NX][4];
+    int xs = 0;
+    if (!DOWN) {
+#pragma unroll
+        for (int i = 0; i < NX; i++) {
+            const uint4 q = x4[lane + 32 * i];
+            xr[i][0] = q.x, xr[i][1] = q.y, xr[i][2] = q.z, xr[i][3] = q.w;
+#pragma unroll
+            for (int f = 0; f < 4; f++) xs = __dp4a((int)xr[i][f], 0x01010101, xs);
+        }
+    } else {
+        for (int j = lane; j < KW; j += 32) {
+            const uint4 q = x4[j];
+            xs = __dp4a((int)q.x, 0x01010101, xs), xs = __dp4a((int)q.y, 0x01010101, xs);
+            xs = __dp4a((int)q.z, 0x01010101, xs), xs = __dp4a((int)q.w, 0x01010101, xs);
+        }
+    }
+    tr(a, ph, 1);
+    if (a.mode == 2) {
+        ss += (float)xs * 1e-30f;
+        return;
+    }
+    const float inv = 1.f / s;
+    const int rows = mat_unit(m);
+    int ui = 0;
+    for (int u = blockIdx.x; u < n_units(m); u += gridDim.x, ui++, kc++) {
+        if ((kc & 1) != grp) {
+            rg.next();
+            continue;
+        }
+        const long long w0 = a.trace && tid == 0 ? clock64() : 0;
+        mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
+        if (a.trace && tid == 0) wait += clock64() - w0;
+        const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE);
+        int d0 = -xs, d1 = -xs;
+        if (a.mode == 0) {
+            if (!DOWN) {
+#pragma unroll
+                for (int i = 0; i < NX; i++) {
+                    const uint32_t c0 = cw[wl * KW + lane + 32 * i], c1 = cw[(wl + CG) * KW + lane + 32 * i];
+#pragma unroll
+                    for (int f = 0; f < 4; f++) {
+                        d0 = __dp4a((int)((c0 >> (2 * f)) & 0x03030303u), (int)xr[i][f], d0);
+                        d1 = __dp4a((int)((c1 >> (2 * f)) & 0x03030303u), (int)xr[i][f], d1);
+                    }
+                }
+            } else { /* two chains: even and odd words */
+                int e = 0;
+#pragma unroll 4
+                for (int j = lane; j < KW; j += 64) {
+                    const uint32_t c0 = cw[wl * KW + j];
+                    const uint4 q0 = x4[j];
+                    d0 = __dp4a((int)(c0 & 0x03030303u), (int)q0.x, d0);
+                    d0 = __dp4a((int)((c0 >> 2) & 0x03030303u), (int)q0.y, d0);
+                    d0 = __dp4a((int)((c0 >> 4) & 0x03030303u), (int)q0.z, d0);
+                    d0 = __dp4a((int)((c0 >> 6) & 0x03030303u), (int)q0.w, d0);
+                    if (j + 32 < KW) {
+                        const uint32_t c1 = cw[wl * KW + j + 32];
+                        const uint4 q1 = x4[j + 32];
+                        e = __dp4a((int)(c1 & 0x03030303u), (int)q1.x, e);
+                        e = __dp4a((int)((c1 >> 2) & 0x03030303u), (int)q1.y, e);
+                        e = __dp4a((int)((c1 >> 4) & 0x03030303u), (int)q1.z, e);
+                        e = __dp4a((int)((c1 >> 6) & 0x03030303u), (int)q1.w, e);
+                    }
+                }
+                d0 += e;
+            }
+        }
+        __syncwarp();
+        if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
+        rg.next();
+        for (int o = 16; o; o >>= 1) {
+            d0 += __shfl_xor_sync(0xffffffffu, d0, o);
+            if (!DOWN) d1 += __shfl_xor_sync(0xffffffffu, d1, o);
+        }
+        if (lane != 0) continue;
+        const int t0 = wl, t1 = wl + CG;
+        const float y0 = (float)d0 * ep[0][ui][t0] * inv;
+        const int64_t row0 = (int64_t)u * rows + t0;
+        if (m == M_QKV) {
+            a.qkv[row0] = y0, a.qkv[row0 + CG] = (float)d1 * ep[0][ui][t1] * inv;
+        } else if (m == M_GU) {
+            const float up = (float)d1 * ep[0][ui][t1] * inv;
+            const float hv = y0 / (1.f + __expf(-y0)) * up;
+            a.hb[(int64_t)u * CG + wl] = hv;
+            mx = fmaxf(mx, fabsf(hv));
+        } else {
+            for (int r = 0; r < (DOWN ? 1 : 2); r++) {
+                const int t = r ? t1 : t0;
+                const float xn = ep[1][ui][t] + (r ? (float)d1 * ep[0][ui][t1] * inv : y0);
+                a.x[row0 + r * CG] = xn;
+                ss += xn * xn;
+                if (wnext) {
+                    const float xw = xn * ep[2][ui][t];
+                    a.xw[row0 + r * CG] = xw;
+                    mx = fmaxf(mx, fabsf(xw));
+                }
+            }
+        }
+    }
+}
+
 __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *ring = smem;
@@ -385,7 +503,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     rg.full0 = tern_mbar::saddr(mb), rg.empty0 = tern_mbar::saddr(mb + NST), rg.base = tern_mbar::saddr(ring);
     rg.slot = 0, rg.ph = 0;
     if (tid == 0) {
-        for (int s = 0; s < NST; s++) tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, NCW);
+        for (int s = 0; s < NST; s++) tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? NCW / 2 : NCW);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -410,7 +528,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
 
     /* consumers */
     unsigned kb = 0;
-    int rb = 0;
+    int rb = 0, kc = 0;
     for (int l = 0; l < a.layers; l++) {
         const float *nw = a.nw + (int64_t)l * 2 * H;
         for (int m = 0; m < NMAT; m++) {
@@ -508,7 +626,11 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             if (ei < nu) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
             float pss = 0.f, pmx = 0.f;
             long long wait = 0;
-            if (m == M_DOWN)
+            if (PLB_WARP_ROWS && m == M_DOWN)
+                run_rows<true>(a, l, m, rg, ring, kc, xq, ep, sh[1], pss, pmx, kb, wait, wnext);
+            else if (PLB_WARP_ROWS)
+                run_rows<false>(a, l, m, rg, ring, kc, xq, ep, sh[1], pss, pmx, kb, wait, wnext);
+            else if (m == M_DOWN)
                 run_units<3, 4>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
             else
                 run_units<1, 8>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
