@@ -29,9 +29,9 @@
  * field f: column 16 j + 4 f + b; weight = code - 1), so (word >> 2f) &
  * 0x03030303 against x's four int8 of field f through dp4a, minus the lane's
  * sum of x; a warp takes 32 words (x in registers) of 8 rows, the 8 column
- * groups' sums meet in shared memory, and a warp in turn does the unit's
- * epilogue (row scales, residual rows, next norm weights loaded with the
- * phase's input).
+ * groups' sums meet in shared memory (a CTA barrier a unit), and a warp in
+ * turn does the unit's epilogue (row scales, residual rows, next norm
+ * weights loaded with the phase's input).
  * Not in it (the engine's step has them): embedding, RoPE, the final norm,
  * the LM head, sampling, the KV split at long context, batch > 1.
  *
@@ -42,8 +42,10 @@
  * of the final residual, q|k|v, the attention and the GLU of the last layer).
  * --trace 1: one more launch with thread 0's clock at each phase's points.
  *
+ * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit (run_rows).
+ *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
- *   kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
+ *   [-DPLB_WARP_ROWS=1] kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
 #include <cuda_runtime.h>
 
 #include <algorithm>
