@@ -369,6 +369,13 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
     }
 }
 
+/* unsigned bytes of a against signed bytes of b, summed into c */
+__device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
+    int d;
+    asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(c));
+    return d;
+}
+
 /* PLB_WARP_ROWS: a warp owns whole rows, so a unit needs no CTA barrier: the
  * consumer warps form two groups of 8 that take the CTA's units in turn
  * (unit k of the CTA's sequence to group k % 2, its stage released by the
@@ -419,7 +426,9 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
         if (a.trace && tid == 0) wait += clock64() - w0;
         const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE);
-        int d0 = -xs, d1 = -xs;
+        /* field f masked in place (codes times 4^f, unsigned bytes <= 128) against x's
+         * signed bytes: a sum a field, scaled back exactly at the end */
+        int a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
         if (a.mode == 0) {
             if (!DOWN) {
 #pragma unroll
@@ -427,32 +436,34 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
                     const uint32_t c0 = cw[wl * KW + lane + 32 * i], c1 = cw[(wl + CG) * KW + lane + 32 * i];
 #pragma unroll
                     for (int f = 0; f < 4; f++) {
-                        d0 = __dp4a((int)((c0 >> (2 * f)) & 0x03030303u), (int)xr[i][f], d0);
-                        d1 = __dp4a((int)((c1 >> (2 * f)) & 0x03030303u), (int)xr[i][f], d1);
+                        a0[f] = dp4a_us(c0 & (0x03030303u << (2 * f)), xr[i][f], a0[f]);
+                        a1[f] = dp4a_us(c1 & (0x03030303u << (2 * f)), xr[i][f], a1[f]);
                     }
                 }
             } else { /* two chains: even and odd words */
-                int e = 0;
 #pragma unroll 4
                 for (int j = lane; j < KW; j += 64) {
                     const uint32_t c0 = cw[wl * KW + j];
                     const uint4 q0 = x4[j];
-                    d0 = __dp4a((int)(c0 & 0x03030303u), (int)q0.x, d0);
-                    d0 = __dp4a((int)((c0 >> 2) & 0x03030303u), (int)q0.y, d0);
-                    d0 = __dp4a((int)((c0 >> 4) & 0x03030303u), (int)q0.z, d0);
-                    d0 = __dp4a((int)((c0 >> 6) & 0x03030303u), (int)q0.w, d0);
+                    a0[0] = dp4a_us(c0 & 0x03030303u, q0.x, a0[0]);
+                    a0[1] = dp4a_us(c0 & 0x0c0c0c0cu, q0.y, a0[1]);
+                    a0[2] = dp4a_us(c0 & 0x30303030u, q0.z, a0[2]);
+                    a0[3] = dp4a_us(c0 & 0xc0c0c0c0u, q0.w, a0[3]);
                     if (j + 32 < KW) {
                         const uint32_t c1 = cw[wl * KW + j + 32];
                         const uint4 q1 = x4[j + 32];
-                        e = __dp4a((int)(c1 & 0x03030303u), (int)q1.x, e);
-                        e = __dp4a((int)((c1 >> 2) & 0x03030303u), (int)q1.y, e);
-                        e = __dp4a((int)((c1 >> 4) & 0x03030303u), (int)q1.z, e);
-                        e = __dp4a((int)((c1 >> 6) & 0x03030303u), (int)q1.w, e);
+                        a1[0] = dp4a_us(c1 & 0x03030303u, q1.x, a1[0]);
+                        a1[1] = dp4a_us(c1 & 0x0c0c0c0cu, q1.y, a1[1]);
+                        a1[2] = dp4a_us(c1 & 0x30303030u, q1.z, a1[2]);
+                        a1[3] = dp4a_us(c1 & 0xc0c0c0c0u, q1.w, a1[3]);
                     }
                 }
-                d0 += e;
+#pragma unroll
+                for (int f = 0; f < 4; f++) a0[f] += a1[f], a1[f] = 0;
             }
         }
+        int d0 = a0[0] + (a0[1] >> 2) + (a0[2] >> 4) + (a0[3] >> 6) - xs;
+        int d1 = a1[0] + (a1[1] >> 2) + (a1[2] >> 4) + (a1[3] >> 6) - xs;
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
         rg.next();
