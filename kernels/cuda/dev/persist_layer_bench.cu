@@ -219,8 +219,9 @@ __device__ __forceinline__ void slot_stats(const float *sl, int n, bool sum, flo
  * flight), then int8 codes round(v rs s) into xq (shared) for every lane. */
 template <int NV4>
 __device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const float *sl, int nsl, int8_t *xq,
-                                         float *sh) {
+                                         float *sh, int *xsum) {
     const int tid = threadIdx.x;
+    if (tid == 0) *xsum = 0; /* its last reader ran before the grid barrier */
     float4 r[NV4];
 #pragma unroll
     for (int i = 0; i < NV4; i++) {
@@ -235,6 +236,7 @@ __device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const
     }
     cbar();
     const float rs = sh[0], s = sh[1];
+    int cs = 0; /* the codes' sum, for sum (c - 1) x = sum c x - sum x */
 #pragma unroll
     for (int i = 0; i < NV4; i++) {
         const int j = tid + i * NCT;
@@ -245,8 +247,11 @@ __device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const
             const int c3 = max(-127, min(127, __float2int_rn(r[i].w * rs * s)));
             reinterpret_cast<uint32_t *>(xq)[j] = (uint32_t)(c0 & 0xff) | (uint32_t)(c1 & 0xff) << 8 |
                                                   (uint32_t)(c2 & 0xff) << 16 | (uint32_t)(c3 & 0xff) << 24;
+            cs += c0 + c1 + c2 + c3;
         }
     }
+    for (int o = 16; o; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
+    if ((tid & 31) == 0) atomicAdd(xsum, cs);
     cbar();
 }
 
@@ -386,32 +391,23 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 #define PLB_WARP_ROWS 0
 #endif
 template <bool DOWN>
-__device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq,
+__device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq, int xs,
                          const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
                          const float *wnext) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / CG, wl = warp % CG;
     constexpr int KW = DOWN ? KW_I : H / 16, NX = DOWN ? 1 : KW / 32;
     const uint4 *x4 = reinterpret_cast<const uint4 *>(xq);
     uint32_t xr[NX][4];
-    int xs = 0;
     if (!DOWN) {
 #pragma unroll
         for (int i = 0; i < NX; i++) {
             const uint4 q = x4[lane + 32 * i];
             xr[i][0] = q.x, xr[i][1] = q.y, xr[i][2] = q.z, xr[i][3] = q.w;
-#pragma unroll
-            for (int f = 0; f < 4; f++) xs = __dp4a((int)xr[i][f], 0x01010101, xs);
-        }
-    } else {
-        for (int j = lane; j < KW; j += 32) {
-            const uint4 q = x4[j];
-            xs = __dp4a((int)q.x, 0x01010101, xs), xs = __dp4a((int)q.y, 0x01010101, xs);
-            xs = __dp4a((int)q.z, 0x01010101, xs), xs = __dp4a((int)q.w, 0x01010101, xs);
         }
     }
     tr(a, ph, 1);
     if (a.mode == 2) {
-        ss += (float)xs * 1e-30f;
+        ss += (float)(DOWN ? xs : (int)xr[NX - 1][3]) * 1e-30f;
         return;
     }
     const float inv = 1.f / s;
@@ -462,8 +458,8 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
                 for (int f = 0; f < 4; f++) a0[f] += a1[f], a1[f] = 0;
             }
         }
-        int d0 = a0[0] + (a0[1] >> 2) + (a0[2] >> 4) + (a0[3] >> 6) - xs;
-        int d1 = a1[0] + (a1[1] >> 2) + (a1[2] >> 4) + (a1[3] >> 6) - xs;
+        int d0 = a0[0] + (a0[1] >> 2) + (a0[2] >> 4) + (a0[3] >> 6);
+        int d1 = a1[0] + (a1[1] >> 2) + (a1[2] >> 4) + (a1[3] >> 6);
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
         rg.next();
@@ -472,6 +468,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
             if (!DOWN) d1 += __shfl_xor_sync(0xffffffffu, d1, o);
         }
         if (lane != 0) continue;
+        d0 -= xs, d1 -= xs; /* sum x over the row (cta_code's) */
         const int t0 = wl, t1 = wl + CG;
         const float y0 = (float)d0 * ep[0][ui][t0] * inv;
         const int64_t row0 = (int64_t)u * rows + t0;
@@ -505,6 +502,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     uint64_t *mb = reinterpret_cast<uint64_t *>(xq + I);
     __shared__ int red2[2][NCW][8];
     __shared__ float sh[2];
+    __shared__ int xsum;
     __shared__ float ep[3][MAXU][UNIT_H];
     __shared__ float pr[2][NCW];
     __shared__ float sc[MAXKEYS + 1];
@@ -633,16 +631,16 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 if (wnext) e2 = __ldg(wnext + row);
             }
             if (m == M_DOWN)
-                cta_code<(I / 4 + NCT - 1) / NCT>(in, I, false, sl, nsl, xq, sh);
+                cta_code<(I / 4 + NCT - 1) / NCT>(in, I, false, sl, nsl, xq, sh, &xsum);
             else
-                cta_code<H / 4 / NCT>(in, H, normed, sl, nsl, xq, sh);
+                cta_code<H / 4 / NCT>(in, H, normed, sl, nsl, xq, sh, &xsum);
             if (ei < nu) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
             float pss = 0.f, pmx = 0.f;
             long long wait = 0;
             if (PLB_WARP_ROWS && m == M_DOWN)
-                run_rows<true>(a, l, m, rg, ring, kc, xq, ep, sh[1], pss, pmx, kb, wait, wnext);
+                run_rows<true>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext);
             else if (PLB_WARP_ROWS)
-                run_rows<false>(a, l, m, rg, ring, kc, xq, ep, sh[1], pss, pmx, kb, wait, wnext);
+                run_rows<false>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext);
             else if (m == M_DOWN)
                 run_units<3, 4>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
             else
