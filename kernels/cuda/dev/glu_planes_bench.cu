@@ -22,6 +22,7 @@
 #include <string.h>
 #include <vector>
 
+#include "dev_util.cuh"
 #include "cuda/tern_cuda.h"
 extern "C" {
 #include "core/dtype.h"
@@ -29,14 +30,6 @@ extern "C" {
 #include "quant/quant.h"
 }
 
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
 #define TL(x)                                                                  \
     do {                                                                       \
         if ((x) < 0) {                                                         \

@@ -56,16 +56,8 @@
 #include <string.h>
 #include <vector>
 
+#include "dev_util.cuh"
 #include "tern_mbar.cuh"
-
-#define CK(x)                                                                           \
-    do {                                                                                \
-        cudaError_t e_ = (x);                                                           \
-        if (e_ != cudaSuccess) {                                                        \
-            fprintf(stderr, "%s:%d %s\n", __FILE__, __LINE__, cudaGetErrorString(e_)); \
-            exit(1);                                                                    \
-        }                                                                               \
-    } while (0)
 
 namespace {
 
@@ -142,14 +134,6 @@ __device__ __forceinline__ void tr(const Args &a, unsigned ph, int pt) {
 constexpr int NSLOT = 1024;
 
 __device__ __forceinline__ void cbar() { asm volatile("bar.sync 1, %0;" ::"n"(NCT) : "memory"); }
-__device__ __forceinline__ unsigned ld_acquire(const unsigned *p) {
-    unsigned v;
-    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
-    return v;
-}
-__device__ __forceinline__ void red_release(unsigned *p, unsigned v) {
-    asm volatile("red.release.gpu.global.add.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
-}
 __device__ void fail(int *err, int code) {
     atomicExch(err, code);
     __trap();
