@@ -1,7 +1,8 @@
 /* dev_util.cuh — what the standalone development probes of kernels/cuda/dev/
- * share (not part of the build): a checked CUDA call that exits (the probes'
- * main() is the only caller), and the release / acquire pair of a counter in
- * global memory that a grid's CTAs meet at. */
+ * share (not part of the build): a checked CUDA call that exits (host code
+ * of the probes only: nothing calls it where an error should be returned),
+ * and the release / acquire pair of a counter in global memory that a grid's
+ * CTAs meet at. */
 #ifndef TL_DEV_UTIL_CUH
 #define TL_DEV_UTIL_CUH
 

@@ -27,11 +27,11 @@
  * x w for the next norm, so the consumer's only round trip is the vector
  * and the slots.  The dot products: a code word holds 16 columns (byte b,
  * field f: column 16 j + 4 f + b; weight = code - 1), so (word >> 2f) &
- * 0x03030303 against x's four int8 of field f through dp4a, minus the lane's
- * sum of x; a warp takes 32 words (x in registers) of 8 rows, the 8 column
- * groups' sums meet in shared memory (a CTA barrier a unit), and a warp in
- * turn does the unit's epilogue (row scales, residual rows, next norm
- * weights loaded with the phase's input).
+ * 0x03030303 against x's four int8 of field f through dp4a, minus the sum of
+ * x; in the default form a warp takes 32 words (x in registers) of 8 rows
+ * (down: 96 words of 4), the 8 column groups' sums meet in shared memory (a
+ * CTA barrier a unit), and a warp in turn does the unit's epilogue (row
+ * scales, residual rows, next norm weights loaded with the phase's input).
  * Not in it (the engine's step has them): embedding, RoPE, the final norm,
  * the LM head, sampling, the KV split at long context, batch > 1.
  *
@@ -59,6 +59,10 @@
 #include "dev_util.cuh"
 #include "tern_mbar.cuh"
 
+#ifndef PLB_WARP_ROWS
+#define PLB_WARP_ROWS 0
+#endif
+
 namespace {
 
 constexpr int H = 4096, NH = 32, HD = 128, I = 11008;
@@ -67,11 +71,14 @@ constexpr int KW_I = I / 16; /* code words (16 weights) of a down row */
 constexpr int NCW = 16;                     /* consumer warps */
 constexpr int NCT = NCW * 32;
 constexpr int NTHR = NCT + 32;
-constexpr int NST = 9;                          /* ring stages */
+/* ring stages; even in the warp-rows form, so that a stage always serves the same one
+ * of its two warp groups (with an odd count a group's next wait on a stage would skip
+ * the other group's phase of it, and pass on a copy not yet complete) */
+constexpr int NST = PLB_WARP_ROWS ? 8 : 9;
 constexpr int STAGE = 8 * KW_I * 4;             /* 22016 bytes: 8 down rows */
 constexpr int UNIT_H = 16, UNIT_I = 8;          /* rows a unit */
 constexpr int MAXKEYS = 256;
-constexpr int MAXU = 12; /* units of a phase a CTA takes, at most (gate|up: 1376 over >= 126 CTAs) */
+constexpr int MAXU = 12; /* units of a phase a CTA takes, at most (gate|up: 1376 over >= 115 CTAs) */
 constexpr float EPS = 1e-5f;
 
 /* matrices of a layer, in the order of the step */
@@ -138,7 +145,8 @@ __device__ void fail(int *err, int code) {
     atomicExch(err, code);
     __trap();
 }
-/* mbarrier wait with a bound (a stuck ring traps instead of hanging) */
+/* mbarrier wait with a bound: a stuck ring traps instead of hanging (the launch then
+ * fails, and main() exits on it before the error code could be read) */
 __device__ __forceinline__ void mwait(uint32_t bar, uint32_t parity, int *err) {
     for (long it = 0;; it++) {
         uint32_t ok;
@@ -371,9 +379,6 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
  * group's 8 warps); warp w of a group sums rows w and w + 8 of a 16-row unit
  * (gate / up: the pair) with its 128 columns of x in registers, or row w of a
  * down unit with x from shared memory. */
-#ifndef PLB_WARP_ROWS
-#define PLB_WARP_ROWS 0
-#endif
 template <bool DOWN>
 __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq, int xs,
                          const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
@@ -420,7 +425,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
                         a1[f] = dp4a_us(c1 & (0x03030303u << (2 * f)), xr[i][f], a1[f]);
                     }
                 }
-            } else { /* two chains: even and odd words */
+            } else { /* two chains: words j and j + 32 of each 64 */
 #pragma unroll 4
                 for (int j = lane; j < KW; j += 64) {
                     const uint32_t c0 = cw[wl * KW + j];
@@ -498,7 +503,8 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     rg.full0 = tern_mbar::saddr(mb), rg.empty0 = tern_mbar::saddr(mb + NST), rg.base = tern_mbar::saddr(ring);
     rg.slot = 0, rg.ph = 0;
     if (tid == 0) {
-        for (int s = 0; s < NST; s++) tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? NCW / 2 : NCW);
+        for (int s = 0; s < NST; s++) /* a stage is released by the warps that read it */
+            tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? NCW / 2 : NCW);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -603,8 +609,9 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             const bool normed = m == M_QKV || m == M_GU;
             const float *wnext = m == M_O ? nw + H : m == M_DOWN && l + 1 < a.layers ? nw + 2 * H : nullptr;
             /* the epilogues' row scales, residual rows and next norm weights: loaded with the
-             * input (<= MAXU x 16 < NCT values: one a thread), stored after its coding (read
-             * after the first unit's barrier) */
+             * input (<= MAXU x 16 < NCT values: one a thread), stored after its coding; read
+             * after the first unit's barrier, or (warp-rows form, no barrier a unit) after one
+             * of their own */
             const int rows = mat_unit(m), nu = ((int)n_units(m) - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
             const int ei = tid / rows, et = tid % rows;
             float e0 = 0.f, e1 = 0.f, e2 = 0.f;
@@ -619,6 +626,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             else
                 cta_code<H / 4 / NCT>(in, H, normed, sl, nsl, xq, sh, &xsum);
             if (ei < nu) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
+            if (PLB_WARP_ROWS) cbar();
             float pss = 0.f, pmx = 0.f;
             long long wait = 0;
             if (PLB_WARP_ROWS && m == M_DOWN)
@@ -772,6 +780,10 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%d SMs: more than %d units a CTA\n", G, MAXU);
             return 1;
         }
+    if (G < NH || G > 160) { /* a head a CTA; slot_stats reads at most 160 slots */
+        fprintf(stderr, "%d SMs: the probe takes 32 .. 160\n", G);
+        return 1;
+    }
     const size_t smem = (size_t)NST * STAGE + I + 2 * NST * 8;
     CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
@@ -862,10 +874,11 @@ int main(int argc, char **argv) {
             mx = std::max(mx, (double)fabsf(gx[i] - hc.x[i]));
         }
         const double rel = sqrt(num / den);
-        /* one layer: the same int8 codes but where a rounding of the stats' sums
-         * (float partials here, double there) moves one across a tie; over more
-         * layers a moved code changes every output of the next linear by a step
-         * of its scale and the differences compound */
+        /* one layer: the same int8 codes but where a rounding moves one across a
+         * tie (the twin sums the stats in double, not in float partials, and uses
+         * 1 / sqrtf, expf and a division where the kernel has rsqrtf, __expf and a
+         * product by 1 / s); over more layers a moved code changes every output
+         * of the next linear by a step of its scale and the differences compound */
         const double tol = check == 1 ? 1e-4 : 1e-1;
         printf("check %d layers: rel L2 %.3e, max abs %.3e, |x| rms %.3f -> %s (bound %.0e)\n", check, rel, mx,
                sqrt(den / H), rel <= tol ? "ok" : "FAIL", tol);
