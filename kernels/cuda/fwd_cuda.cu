@@ -541,7 +541,9 @@ __device__ __forceinline__ float kvt_val(unsigned c, float s) { return __fmul_rn
 __device__ __forceinline__ float4 kvt_val4(unsigned b, float s) {
     return make_float4(kvt_val(b, s), kvt_val(b >> 2, s), kvt_val(b >> 4, s), kvt_val(b >> 6, s));
 }
-__device__ __forceinline__ float kvt_scale(const uint16_t *p) { return __half2float(__ushort_as_half(*p)); }
+/* a K / V scale: f16 bits */
+__device__ __forceinline__ float kvt_half(unsigned short b) { return __half2float(__ushort_as_half(b)); }
+__device__ __forceinline__ float kvt_scale(const uint16_t *p) { return kvt_half(*p); }
 /* N 32-bit words from p (16-byte aligned) in 16-byte loads */
 template <int N>
 __device__ __forceinline__ void kvt_words16(const void *p, uint32_t (&w)[N]) {
@@ -1034,7 +1036,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
                         kvt_words16(ksp, hw);
 #pragma unroll
                         for (int g = 0; g < kG; g++)
-                            sg[g] = __half2float(__ushort_as_half((unsigned short)(hw[g / 2] >> (16 * (g % 2)))));
+                            sg[g] = kvt_half((unsigned short)(hw[g / 2] >> (16 * (g % 2))));
                     } else {
 #pragma unroll
                         for (int g = 0; g < kG; g++)
