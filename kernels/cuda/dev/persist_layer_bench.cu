@@ -279,6 +279,32 @@ struct Ring {
 
 __host__ __device__ __forceinline__ int n_units(int m) { return (int)(mat_rows(m) / mat_unit(m)); }
 
+/* A row's output y (row t of unit u): q|k|v stored, or (o, down) added to the
+ * residual, with x w for the next norm (where one follows) and this thread's
+ * stats raised */
+__device__ __forceinline__ void row_out(const Args &a, int m, int u, int t, float y, const float (*ep)[MAXU][UNIT_H],
+                                        int ui, bool wnext, float &ss, float &mx) {
+    const int64_t row = (int64_t)u * mat_unit(m) + t;
+    if (m == M_QKV) {
+        a.qkv[row] = y;
+        return;
+    }
+    const float xn = ep[1][ui][t] + y;
+    a.x[row] = xn;
+    ss += xn * xn;
+    if (wnext) {
+        const float xw = xn * ep[2][ui][t];
+        a.xw[row] = xw;
+        mx = fmaxf(mx, fabsf(xw));
+    }
+}
+/* The GLU's output silu(gate) * up of unit u's pair t, and this thread's max raised */
+__device__ __forceinline__ void glu_out(const Args &a, int u, int t, float g, float up, float &mx) {
+    const float hv = g / (1.f + __expf(-g)) * up;
+    a.hb[(int64_t)u * CG + t] = hv;
+    mx = fmaxf(mx, fabsf(hv));
+}
+
 /* One phase's units of matrix m: codes from the ring, the rows' sums, the
  * epilogue by threads < unit rows.  Returns this thread's stats (sum x^2, max). */
 template <int NWL, int RPW>
@@ -340,26 +366,12 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
             int dot = 0;
 #pragma unroll
             for (int g = 0; g < CG; g++) dot += red2[rb][g + CG * hh][r];
-            const int64_t row = (int64_t)u * rows + t;
             const float y = (float)dot * ep[0][ui][t] * inv;
-            if (m == M_QKV) {
-                a.qkv[row] = y;
-            } else if (m == M_GU) { /* rows 0-7 gate, 8-15 up: thread t < 8 pairs t and t + 8 */
+            if (m == M_GU) { /* rows 0-7 gate, 8-15 up: thread t < 8 pairs t and t + 8 */
                 const float up = __shfl_down_sync(0x0000ffffu, y, 8);
-                if (t < 8) {
-                    const float hv = y / (1.f + __expf(-y)) * up;
-                    a.hb[(int64_t)u * 8 + t] = hv;
-                    mx = fmaxf(mx, fabsf(hv));
-                }
+                if (t < 8) glu_out(a, u, t, y, up, mx);
             } else {
-                const float xn = ep[1][ui][t] + y;
-                a.x[row] = xn;
-                ss += xn * xn;
-                if (wnext) {
-                    const float xw = xn * ep[2][ui][t];
-                    a.xw[row] = xw;
-                    mx = fmaxf(mx, fabsf(xw));
-                }
+                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx);
             }
         }
         rb ^= 1, ui++;
@@ -459,27 +471,12 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         if (lane != 0) continue;
         d0 -= xs, d1 -= xs; /* sum x over the row (cta_code's) */
         const int t0 = wl, t1 = wl + CG;
-        const float y0 = (float)d0 * ep[0][ui][t0] * inv;
-        const int64_t row0 = (int64_t)u * rows + t0;
-        if (m == M_QKV) {
-            a.qkv[row0] = y0, a.qkv[row0 + CG] = (float)d1 * ep[0][ui][t1] * inv;
-        } else if (m == M_GU) {
-            const float up = (float)d1 * ep[0][ui][t1] * inv;
-            const float hv = y0 / (1.f + __expf(-y0)) * up;
-            a.hb[(int64_t)u * CG + wl] = hv;
-            mx = fmaxf(mx, fabsf(hv));
+        const float y0 = (float)d0 * ep[0][ui][t0] * inv, y1 = DOWN ? 0.f : (float)d1 * ep[0][ui][t1] * inv;
+        if (m == M_GU) {
+            glu_out(a, u, wl, y0, y1, mx);
         } else {
-            for (int r = 0; r < (DOWN ? 1 : 2); r++) {
-                const int t = r ? t1 : t0;
-                const float xn = ep[1][ui][t] + (r ? (float)d1 * ep[0][ui][t1] * inv : y0);
-                a.x[row0 + r * CG] = xn;
-                ss += xn * xn;
-                if (wnext) {
-                    const float xw = xn * ep[2][ui][t];
-                    a.xw[row0 + r * CG] = xw;
-                    mx = fmaxf(mx, fabsf(xw));
-                }
-            }
+            row_out(a, m, u, t0, y0, ep, ui, wnext != nullptr, ss, mx);
+            if (!DOWN) row_out(a, m, u, t1, y1, ep, ui, wnext != nullptr, ss, mx);
         }
     }
 }
