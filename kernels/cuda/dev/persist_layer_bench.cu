@@ -14,9 +14,10 @@
  * consumers run five phases a layer, a grid barrier (a counter in global
  * memory) after each:
  *   qkv   x w -> RMSNorm -> int8 -> q | k | v (12288 rows)
- *   attn  CTA h < 32: head h over the prompt's keys (f32 pages, fetched into
- *         L2 during qkv) + the new one; the new K / V row written to the
- *         cache.  No RoPE (elementwise).
+ *   attn  the last 32 CTAs, a head each, over the prompt's keys (f32 pages;
+ *         in the warp-rows form the first 32 keys' rows copied into shared
+ *         memory during qkv, the rest fetched into L2) + the new one; the
+ *         new K / V row written to the cache.  No RoPE (elementwise).
  *   o     att -> int8 -> x += o (4096 rows)
  *   gu    x w -> RMSNorm -> int8 -> h = silu(gate) * up (gate / up rows
  *         interleaved in blocks of 8, so one unit holds the pairs)
@@ -37,15 +38,20 @@
  *
  * Modes (--mode): full; nomath (the units waited for and released, no dot
  * products); noweights (no units: barriers, the inputs' coding, the
- * attention); barriers (the five grid barriers a layer and nothing else).
+ * attention); barriers (the five grid barriers a layer and nothing else);
+ * stream (the units waited for and released, nothing else: the loader's pace).
  * --check L: L layers against a CPU twin of the same arithmetic (relative L2
  * of the final residual, q|k|v, the attention and the GLU of the last layer).
- * --trace 1: one more launch with thread 0's clock at each phase's points.
+ * --trace 1 (a build with -DPLB_TRACE=1): one more launch with thread 0's
+ * clock at each phase's points.
  *
- * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit (run_rows).
+ * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
+ * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
+ * attention's keys from L2 only).  The fastest form measured (forty-eighth
+ * session: 30.6 µs a layer).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
- *   [-DPLB_WARP_ROWS=1] kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
+ *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1] kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -62,6 +68,15 @@
 #ifndef PLB_WARP_ROWS
 #define PLB_WARP_ROWS 0
 #endif
+#ifndef PLB_KV_SMEM
+#define PLB_KV_SMEM 1
+#endif
+#ifndef PLB_GROUPS /* warp-rows form: warp groups taking units in turn */
+#define PLB_GROUPS 2
+#endif
+#ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
+#define PLB_TRACE 0
+#endif
 
 namespace {
 
@@ -71,13 +86,18 @@ constexpr int KW_I = I / 16; /* code words (16 weights) of a down row */
 constexpr int NCW = 16;                     /* consumer warps */
 constexpr int NCT = NCW * 32;
 constexpr int NTHR = NCT + 32;
-/* ring stages; even in the warp-rows form, so that a stage always serves the same one
- * of its two warp groups (with an odd count a group's next wait on a stage would skip
- * the other group's phase of it, and pass on a copy not yet complete) */
+/* ring stages; in the warp-rows form a multiple of its groups, so that a stage always
+ * serves the same group (else a group's next wait on a stage could skip another
+ * group's phase of it, and pass on a copy not yet complete) */
 constexpr int NST = PLB_WARP_ROWS ? 8 : 9;
+constexpr int NG = PLB_GROUPS, WPG = NCW / NG; /* warp-rows form: groups, warps a group */
+static_assert(!PLB_WARP_ROWS || NST % NG == 0, "a stage serves one group");
 constexpr int STAGE = 8 * KW_I * 4;             /* 22016 bytes: 8 down rows */
 constexpr int UNIT_H = 16, UNIT_I = 8;          /* rows a unit */
 constexpr int MAXKEYS = 256;
+/* PLB_KV_SMEM: the prompt's first KRES keys' K / V rows of the CTA's head copied into
+ * shared memory during q|k|v (32 KB), the rest from L2 */
+constexpr int KRES = PLB_KV_SMEM && PLB_WARP_ROWS ? 32 : 0; /* the other form's 9 stages leave no room */
 constexpr int MAXU = 12; /* units of a phase a CTA takes, at most (gate|up: 1376 over >= 115 CTAs) */
 constexpr float EPS = 1e-5f;
 
@@ -129,14 +149,20 @@ struct Args {
     int *err;
     Dims d;
     int layers, keys; /* keys before the new token */
-    int mode;         /* 0 full, 1 nomath, 2 noweights, 3 barriers */
-    long long *trace; /* --trace: thread 0's clock at four points of each phase and its
-                       * cycles waiting for units, [CTA][phase][5] */
+    int mode;         /* 0 full, 1 nomath, 2 noweights, 3 barriers, 4 stream */
+    long long *trace; /* --trace: thread 0's clock at the points below and its cycles
+                       * waiting for units, [CTA][phase][NTP] */
 };
-/* trace points: 0 the phase's start (the barrier before it left), 1 its input
- * coded, 2 its units done, 3 the barrier after it left */
+/* trace points: 0 the phase's start (the barrier before it left), 1 its units'
+ * start (input coded, x in registers), 2 its units done, 3 the barrier after it
+ * left, 4 (cycles waiting for units), 5 the input and its stats arrived (cta_code's
+ * first barrier left), 6 the codes stored (cta_code's end), 8 .. 12 (warp-rows form:
+ * cycles in the dot products, the row sums and release, the epilogue, before the first
+ * unit's wait, between a unit's end and the next one's wait); the attention:
+ * 5 the new token's q / k / v arrived, 6 the scores, 7 the softmax's weights */
+constexpr int NTP = 13;
 __device__ __forceinline__ void tr(const Args &a, unsigned ph, int pt) {
-    if (a.trace && threadIdx.x == 0) a.trace[((int64_t)blockIdx.x * 5 * a.layers + ph) * 5 + pt] = clock64();
+    if (PLB_TRACE && a.trace && threadIdx.x == 0) a.trace[((int64_t)blockIdx.x * 5 * a.layers + ph) * NTP + pt] = clock64();
 }
 constexpr int NSLOT = 1024;
 
@@ -210,8 +236,8 @@ __device__ __forceinline__ void slot_stats(const float *sl, int n, bool sum, flo
  * stats from the producers' slots (warp 0, while the others' loads are in
  * flight), then int8 codes round(v rs s) into xq (shared) for every lane. */
 template <int NV4>
-__device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const float *sl, int nsl, int8_t *xq,
-                                         float *sh, int *xsum) {
+__device__ __forceinline__ void cta_code(const Args &a, unsigned ph, const float *v, int n, bool norm, const float *sl,
+                                         int nsl, int8_t *xq, float *sh, int *xsum) {
     const int tid = threadIdx.x;
     if (tid == 0) *xsum = 0; /* its last reader ran before the grid barrier */
     float4 r[NV4];
@@ -227,6 +253,7 @@ __device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const
         if (tid == 0) sh[0] = rs, sh[1] = 127.f / fmaxf(tmx * rs, 1e-5f);
     }
     cbar();
+    tr(a, ph, 5);
     const float rs = sh[0], s = sh[1];
     int cs = 0; /* the codes' sum, for sum (c - 1) x = sum c x - sum x */
 #pragma unroll
@@ -245,6 +272,7 @@ __device__ __forceinline__ void cta_code(const float *v, int n, bool norm, const
     for (int o = 16; o; o >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, o);
     if ((tid & 31) == 0) atomicAdd(xsum, cs);
     cbar();
+    tr(a, ph, 6);
 }
 
 /* N row sums over the warp's lanes, transposed: lane ends with the sum of row
@@ -278,6 +306,27 @@ struct Ring {
 };
 
 __host__ __device__ __forceinline__ int n_units(int m) { return (int)(mat_rows(m) / mat_unit(m)); }
+
+/* the CTA's units in the step's order: layer l, matrix m, unit u */
+struct Cursor {
+    int l, m, u;
+    __device__ void first(int layers) {
+        l = 0, m = 0, u = blockIdx.x;
+        settle(layers);
+    }
+    __device__ void settle(int layers) { /* past the matrix's last unit: the next matrix's first */
+        while (l < layers && u >= n_units(m)) {
+            u = blockIdx.x;
+            if (++m == NMAT) m = 0, l++;
+        }
+    }
+    __device__ void next(int layers) {
+        u += gridDim.x;
+        settle(layers);
+    }
+    __device__ int64_t bytes() const { return mat_unit(m) * mat_rowb(m); }
+    __device__ const uint8_t *src(const Args &a) const { return a.codes + l * a.d.off[NMAT] + a.d.off[m] + u * bytes(); }
+};
 
 /* A row's output y (row t of unit u): q|k|v stored, or (o, down) added to the
  * residual, with x w for the next norm (where one follows) and this thread's
@@ -331,9 +380,9 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
     const float inv = 1.f / s;
     int ui = 0;
     for (int u = blockIdx.x; u < n_units(m); u += gridDim.x) {
-        const long long w0 = a.trace && tid == 0 ? clock64() : 0;
+        const long long w0 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
         mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
-        if (a.trace && tid == 0) wait += clock64() - w0;
+        if (PLB_TRACE && a.trace && tid == 0) wait += clock64() - w0;
         const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE) + (rh * RPW) * kw;
         int acc[RPW];
 #pragma unroll
@@ -386,17 +435,19 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
 }
 
 /* PLB_WARP_ROWS: a warp owns whole rows, so a unit needs no CTA barrier: the
- * consumer warps form two groups of 8 that take the CTA's units in turn
- * (unit k of the CTA's sequence to group k % 2, its stage released by the
- * group's 8 warps); warp w of a group sums rows w and w + 8 of a 16-row unit
- * (gate / up: the pair) with its 128 columns of x in registers, or row w of a
- * down unit with x from shared memory. */
+ * consumer warps form NG groups of WPG that take the CTA's units in turn (unit
+ * k of the CTA's sequence to group k % NG, its stage released by the group's
+ * warps); warp w of a group sums rows w + WPG r (r < RW) of a 16-row unit (the
+ * gate / up pairs t, t + 8 in the same warp) with its 128 columns of x in
+ * registers, or of an 8-row down unit with x from shared memory. */
 template <bool DOWN>
 __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq, int xs,
                          const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
-                         const float *wnext) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / CG, wl = warp % CG;
+                         const float *wnext, long long (&tt)[5]) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / WPG, wl = warp % WPG;
     constexpr int KW = DOWN ? KW_I : H / 16, NX = DOWN ? 1 : KW / 32;
+    constexpr int RW = (DOWN ? UNIT_I : UNIT_H) / WPG; /* rows a warp */
+    static_assert(RW >= 1 && (DOWN || RW % 2 == 0), "a gate / up pair in one warp");
     const uint4 *x4 = reinterpret_cast<const uint4 *>(xq);
     uint32_t xr[NX][4];
     if (!DOWN) {
@@ -412,72 +463,82 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         return;
     }
     const float inv = 1.f / s;
-    const int rows = mat_unit(m);
     int ui = 0;
+    long long we = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0; /* the last unit's end (the entry at first) */
     for (int u = blockIdx.x; u < n_units(m); u += gridDim.x, ui++, kc++) {
-        if ((kc & 1) != grp) {
+        if (kc % NG != grp) {
             rg.next();
             continue;
         }
-        const long long w0 = a.trace && tid == 0 ? clock64() : 0;
+        const long long w0 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
+        if (PLB_TRACE && a.trace && tid == 0) { /* the entry (before the group's first unit), the gaps */
+            if (ui < NG) tt[3] += w0 - we;
+            else tt[4] += w0 - we;
+        }
         mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
-        if (a.trace && tid == 0) wait += clock64() - w0;
-        const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE);
+        long long w1 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
+        if (PLB_TRACE && a.trace && tid == 0) wait += w1 - w0;
+        const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE) + wl * KW;
         /* field f masked in place (codes times 4^f, unsigned bytes <= 128) against x's
-         * signed bytes: a sum a field, scaled back exactly at the end */
-        int a0[4] = {0, 0, 0, 0}, a1[4] = {0, 0, 0, 0};
+         * signed bytes: a sum a field and row, scaled back exactly at the end */
+        int acc[RW][4];
+#pragma unroll
+        for (int r = 0; r < RW; r++) acc[r][0] = acc[r][1] = acc[r][2] = acc[r][3] = 0;
         if (a.mode == 0) {
             if (!DOWN) {
 #pragma unroll
-                for (int i = 0; i < NX; i++) {
-                    const uint32_t c0 = cw[wl * KW + lane + 32 * i], c1 = cw[(wl + CG) * KW + lane + 32 * i];
+                for (int i = 0; i < NX; i++)
 #pragma unroll
-                    for (int f = 0; f < 4; f++) {
-                        a0[f] = dp4a_us(c0 & (0x03030303u << (2 * f)), xr[i][f], a0[f]);
-                        a1[f] = dp4a_us(c1 & (0x03030303u << (2 * f)), xr[i][f], a1[f]);
+                    for (int r = 0; r < RW; r++) {
+                        const uint32_t c = cw[r * WPG * KW + lane + 32 * i];
+#pragma unroll
+                        for (int f = 0; f < 4; f++) acc[r][f] = dp4a_us(c & (0x03030303u << (2 * f)), xr[i][f], acc[r][f]);
                     }
-                }
-            } else { /* two chains: words j and j + 32 of each 64 */
+            } else {
 #pragma unroll 4
-                for (int j = lane; j < KW; j += 64) {
-                    const uint32_t c0 = cw[wl * KW + j];
-                    const uint4 q0 = x4[j];
-                    a0[0] = dp4a_us(c0 & 0x03030303u, q0.x, a0[0]);
-                    a0[1] = dp4a_us(c0 & 0x0c0c0c0cu, q0.y, a0[1]);
-                    a0[2] = dp4a_us(c0 & 0x30303030u, q0.z, a0[2]);
-                    a0[3] = dp4a_us(c0 & 0xc0c0c0c0u, q0.w, a0[3]);
-                    if (j + 32 < KW) {
-                        const uint32_t c1 = cw[wl * KW + j + 32];
-                        const uint4 q1 = x4[j + 32];
-                        a1[0] = dp4a_us(c1 & 0x03030303u, q1.x, a1[0]);
-                        a1[1] = dp4a_us(c1 & 0x0c0c0c0cu, q1.y, a1[1]);
-                        a1[2] = dp4a_us(c1 & 0x30303030u, q1.z, a1[2]);
-                        a1[3] = dp4a_us(c1 & 0xc0c0c0c0u, q1.w, a1[3]);
+                for (int j = lane; j < KW; j += 32) {
+                    const uint4 q = x4[j];
+#pragma unroll
+                    for (int r = 0; r < RW; r++) {
+                        const uint32_t c = cw[r * WPG * KW + j];
+                        acc[r][0] = dp4a_us(c & 0x03030303u, q.x, acc[r][0]);
+                        acc[r][1] = dp4a_us(c & 0x0c0c0c0cu, q.y, acc[r][1]);
+                        acc[r][2] = dp4a_us(c & 0x30303030u, q.z, acc[r][2]);
+                        acc[r][3] = dp4a_us(c & 0xc0c0c0c0u, q.w, acc[r][3]);
                     }
                 }
-#pragma unroll
-                for (int f = 0; f < 4; f++) a0[f] += a1[f], a1[f] = 0;
             }
         }
-        int d0 = a0[0] + (a0[1] >> 2) + (a0[2] >> 4) + (a0[3] >> 6);
-        int d1 = a1[0] + (a1[1] >> 2) + (a1[2] >> 4) + (a1[3] >> 6);
+        int d[RW];
+#pragma unroll
+        for (int r = 0; r < RW; r++) d[r] = acc[r][0] + (acc[r][1] >> 2) + (acc[r][2] >> 4) + (acc[r][3] >> 6);
+        if (PLB_TRACE && a.trace && tid == 0) { /* the dot products' cycles (their sums in hand) */
+            asm volatile("" ::"r"(d[0]), "r"(d[RW - 1]));
+            const long long w2 = clock64();
+            tt[0] += w2 - w1, w1 = w2;
+        }
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
         rg.next();
-        for (int o = 16; o; o >>= 1) {
-            d0 += __shfl_xor_sync(0xffffffffu, d0, o);
-            if (!DOWN) d1 += __shfl_xor_sync(0xffffffffu, d1, o);
+        int r; /* lane (r-th of the lanes 32 / RW apart) ends with row wl + WPG r's sum */
+        int v = warp_rows<RW>(d, lane, &r);
+        /* gate|up: rows < 8 gate, >= 8 up; gate row t's up (t + 8: r + RW / 2) is 16 lanes on */
+        const int up = DOWN ? 0 : __shfl_down_sync(0xffffffffu, v, 16);
+        if (PLB_TRACE && a.trace && tid == 0) {
+            asm volatile("" ::"r"(v));
+            const long long w2 = clock64();
+            tt[1] += w2 - w1, w1 = w2;
         }
-        if (lane != 0) continue;
-        d0 -= xs, d1 -= xs; /* sum x over the row (cta_code's) */
-        const int t0 = wl, t1 = wl + CG;
-        const float y0 = (float)d0 * ep[0][ui][t0] * inv, y1 = DOWN ? 0.f : (float)d1 * ep[0][ui][t1] * inv;
-        if (m == M_GU) {
-            glu_out(a, u, wl, y0, y1, mx);
-        } else {
-            row_out(a, m, u, t0, y0, ep, ui, wnext != nullptr, ss, mx);
-            if (!DOWN) row_out(a, m, u, t1, y1, ep, ui, wnext != nullptr, ss, mx);
+        if ((lane & (32 / RW - 1)) == 0) {
+            const int t = wl + WPG * r;
+            const float y = (float)(v - xs) * ep[0][ui][t] * inv; /* sum x over the row (cta_code's) */
+            if (!DOWN && m == M_GU) {
+                if (t < CG) glu_out(a, u, t, y, (float)(up - xs) * ep[0][ui][t + CG] * inv, mx);
+            } else {
+                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx);
+            }
         }
+        if (PLB_TRACE && a.trace && tid == 0) we = clock64(), tt[2] += we - w1;
     }
 }
 
@@ -486,6 +547,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     uint8_t *ring = smem;
     int8_t *xq = reinterpret_cast<int8_t *>(smem + NST * STAGE);
     uint64_t *mb = reinterpret_cast<uint64_t *>(xq + I);
+    float *kvs = reinterpret_cast<float *>(mb + 2 * NST); /* [2: K, V][KRES][HD] */
     __shared__ int red2[2][NCW][8];
     __shared__ float sh[2];
     __shared__ int xsum;
@@ -501,58 +563,73 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     rg.slot = 0, rg.ph = 0;
     if (tid == 0) {
         for (int s = 0; s < NST; s++) /* a stage is released by the warps that read it */
-            tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? NCW / 2 : NCW);
+            tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? WPG : NCW);
         tern_mbar::init_fence();
     }
     __syncthreads();
 
     if (warp == NCW) { /* the loader: every unit of the step, in order */
-        if (lane != 0 || a.mode >= 2) return;
+        if (lane != 0 || a.mode == 2 || a.mode == 3) return;
         rg.ph = 1; /* the empty barriers' first wait passes */
-        for (int l = 0; l < a.layers; l++)
-            for (int m = 0; m < NMAT; m++) {
-                const int64_t ub = mat_unit(m) * mat_rowb(m);
-                const uint8_t *src = a.codes + l * a.d.off[NMAT] + a.d.off[m];
-                for (int u = blockIdx.x; u < n_units(m); u += gridDim.x) {
-                    mwait(rg.empty0 + 8 * rg.slot, rg.ph, a.err);
-                    tern_mbar::expect_tx(rg.full0 + 8 * rg.slot, (int)ub);
-                    tern_mbar::bulk_load(rg.base + rg.slot * STAGE, src + u * ub, (uint32_t)ub,
-                                         rg.full0 + 8 * rg.slot);
-                    rg.next();
-                }
-            }
+        Cursor ld;
+        for (ld.first(a.layers); ld.l < a.layers; ld.next(a.layers)) {
+            mwait(rg.empty0 + 8 * rg.slot, rg.ph, a.err);
+            tern_mbar::expect_tx(rg.full0 + 8 * rg.slot, (int)ld.bytes());
+            tern_mbar::bulk_load(rg.base + rg.slot * STAGE, ld.src(a), (uint32_t)ld.bytes(), rg.full0 + 8 * rg.slot);
+            rg.next();
+        }
         return;
     }
 
-    /* consumers */
-    unsigned kb = 0;
+    /* consumers; the attention's heads on the last NH CTAs (the q|k|v units fall to
+     * the first ones first, so these have the fewest) */
+    const int hcta = (int)blockIdx.x - ((int)gridDim.x - NH);
+    unsigned kb = 0; /* phases (and grid barriers) of the launch */
     int rb = 0, kc = 0;
+    if (a.mode == 4) { /* the stream alone: every unit waited for and released, nothing else */
+        Cursor c;
+        c.first(a.layers);
+        for (int k = 0; c.l < a.layers; c.next(a.layers), k++) {
+            if (!PLB_WARP_ROWS || k % NG == warp / WPG) {
+                mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
+                __syncwarp();
+                if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
+            }
+            rg.next();
+        }
+        return;
+    }
     for (int l = 0; l < a.layers; l++) {
         const float *nw = a.nw + (int64_t)l * 2 * H;
         for (int m = 0; m < NMAT; m++) {
             if (m == M_O) { /* the attention, then o */
                 tr(a, kb, 0);
                 tr(a, kb, 1);
-                if (blockIdx.x < NH && a.mode != 3) {
-                    const int h = blockIdx.x, T = a.keys + 1;
+                if (hcta >= 0 && a.mode != 3) {
+                    const int h = hcta, T = a.keys + 1;
                     const float *qn = a.qkv + h * HD, *kn = a.qkv + H + h * HD, *vn = a.qkv + H + NH * HD + h * HD;
                     float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
+                    const int nres = min(a.keys, KRES);
                     if (tid < HD) {
                         qh[tid] = __ldcg(qn + tid) * rsqrtf((float)HD);
                         kl[((int64_t)a.keys * NH + h) * HD + tid] = __ldcg(kn + tid);
                     } else if (tid < 2 * HD) {
                         vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = __ldcg(vn + tid - HD);
                     }
+                    if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
                     cbar();
+                    tr(a, kb, 5);
                     const float4 q4 = reinterpret_cast<const float4 *>(qh)[lane];
 #pragma unroll 4
                     for (int j = warp; j < T; j += NCW) {
                         const float *kr = j < a.keys ? kl + ((int64_t)j * NH + h) * HD : kn;
-                        const float4 k4 = __ldcg(reinterpret_cast<const float4 *>(kr) + lane);
+                        const float4 k4 = j < nres ? reinterpret_cast<const float4 *>(kvs + j * HD)[lane]
+                                                   : __ldcg(reinterpret_cast<const float4 *>(kr) + lane);
                         const float sj = warp_sum(q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w);
                         if (lane == 0) sc[j] = sj;
                     }
                     cbar();
+                    tr(a, kb, 6);
                     if (warp == 0) { /* the softmax's weights, once a key */
                         float smax = -INFINITY, den = 0.f;
                         for (int j = lane; j < T; j += 32) smax = fmaxf(smax, sc[j]);
@@ -565,13 +642,14 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                         if (lane == 0) sh[0] = den;
                     }
                     cbar();
+                    tr(a, kb, 7);
                     const float den = sh[0];
                     const int d = tid % HD, part_i = tid / HD; /* NCT / HD key parts */
                     float o = 0.f;
 #pragma unroll 8
                     for (int j = part_i; j < T; j += NCT / HD) {
                         const float *vr = j < a.keys ? vl + ((int64_t)j * NH + h) * HD : vn;
-                        o += sc[j] * __ldcg(vr + d);
+                        o += sc[j] * (j < nres ? kvs[(KRES + j) * HD + d] : __ldcg(vr + d));
                     }
                     if (part_i) part[(part_i - 1) * HD + d] = o;
                     cbar();
@@ -592,11 +670,23 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 continue;
             }
             tr(a, kb, 0);
-            if (m == M_QKV && blockIdx.x < NH) { /* the head's K / V pages into L2 for the attention */
+            if (m == M_QKV && hcta >= 0) { /* the head's K / V pages for the attention */
                 const float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
-                for (int e = tid; e < 2 * a.keys * (HD / 32); e += NCT) { /* 128-byte lines */
+                const int nres = min(a.keys, KRES);
+                if (KRES && a.mode != 3) { /* the first nres keys into shared memory, 16 bytes a copy */
+                    for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
+                        const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
+                        const float *src = (kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c;
+                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                         tern_mbar::saddr(kvs + (kv * KRES + j) * HD + 4 * c)),
+                                     "l"(src)
+                                     : "memory");
+                    }
+                    asm volatile("cp.async.commit_group;" ::: "memory");
+                }
+                for (int e = tid + 2 * nres * (HD / 32); e < 2 * a.keys * (HD / 32); e += NCT) { /* the rest into L2 */
                     const int j = e / (2 * (HD / 32)), c = e % (2 * (HD / 32));
-                    const float *p = (c < HD / 32 ? kl : vl) + ((int64_t)j * NH + blockIdx.x) * HD + 32 * (c % (HD / 32));
+                    const float *p = (c < HD / 32 ? kl : vl) + ((int64_t)j * NH + hcta) * HD + 32 * (c % (HD / 32));
                     asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
                 }
             }
@@ -619,22 +709,25 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 if (wnext) e2 = __ldg(wnext + row);
             }
             if (m == M_DOWN)
-                cta_code<(I / 4 + NCT - 1) / NCT>(in, I, false, sl, nsl, xq, sh, &xsum);
+                cta_code<(I / 4 + NCT - 1) / NCT>(a, kb, in, I, false, sl, nsl, xq, sh, &xsum);
             else
-                cta_code<H / 4 / NCT>(in, H, normed, sl, nsl, xq, sh, &xsum);
+                cta_code<H / 4 / NCT>(a, kb, in, H, normed, sl, nsl, xq, sh, &xsum);
             if (ei < nu) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
             if (PLB_WARP_ROWS) cbar();
             float pss = 0.f, pmx = 0.f;
-            long long wait = 0;
+            long long wait = 0, tt[5] = {0, 0, 0, 0, 0};
             if (PLB_WARP_ROWS && m == M_DOWN)
-                run_rows<true>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext);
+                run_rows<true>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt);
             else if (PLB_WARP_ROWS)
-                run_rows<false>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext);
+                run_rows<false>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt);
             else if (m == M_DOWN)
                 run_units<3, 4>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
             else
                 run_units<1, 8>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
-            if (a.trace && tid == 0) a.trace[((int64_t)blockIdx.x * 5 * a.layers + kb) * 5 + 4] = wait;
+            if (PLB_TRACE && a.trace && tid == 0) {
+                long long *q = a.trace + ((int64_t)blockIdx.x * 5 * a.layers + kb) * NTP;
+                q[4] = wait, q[8] = tt[0], q[9] = tt[1], q[10] = tt[2], q[11] = tt[3], q[12] = tt[4];
+            }
             if (m != M_QKV) { /* this CTA's stats for the next phase's input (the epilogue warps') */
                 pss = warp_sum(pss), pmx = warp_max(pmx);
                 if (lane == 0) pr[0][warp] = pss, pr[1][warp] = pmx;
@@ -751,15 +844,19 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--layers L] [--keys K] [--reps R] [--check L]\n"
-                    "       [--mode full|nomath|noweights|barriers] [--trace 0|1]\n",
+                    "       [--mode full|nomath|noweights|barriers|stream] [--trace 0|1]\n",
                     argv[0]);
             return 2;
         }
     }
-    const char *names[4] = {"full", "nomath", "noweights", "barriers"};
+    const char *names[5] = {"full", "nomath", "noweights", "barriers", "stream"};
     int imode = -1;
-    for (int i = 0; i < 4; i++)
+    for (int i = 0; i < 5; i++)
         if (!strcmp(mode, names[i])) imode = i;
+    if (trace && !PLB_TRACE) {
+        fprintf(stderr, "--trace needs a build with -DPLB_TRACE=1\n");
+        return 2;
+    }
     if (imode < 0 || layers < 1 || keys < 0 || keys >= MAXKEYS || reps < 1 || check < 0 || check > layers) {
         fprintf(stderr, "bad arguments\n");
         return 2;
@@ -781,7 +878,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%d SMs: the probe takes 32 .. 160\n", G);
         return 1;
     }
-    const size_t smem = (size_t)NST * STAGE + I + 2 * NST * 8;
+    const size_t smem = (size_t)NST * STAGE + I + 2 * NST * 8 + (size_t)2 * KRES * HD * 4;
     CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
     Host hs;
@@ -832,13 +929,12 @@ int main(int argc, char **argv) {
     a.codes = codes, a.ws = ws, a.nw = nw, a.x = x, a.xw = xw, a.qkv = qkv, a.att = att, a.hb = hb, a.kc = kc, a.vc = vc;
     a.trace = nullptr;
     a.ctr = ctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
-    const unsigned per_launch_barriers = 5u * layers;
     unsigned base = 0;
     auto launch = [&](int nl, int md) {
         a.layers = nl, a.mode = md, a.base = base;
         void *args[] = {&a};
         CK(cudaLaunchCooperativeKernel((void *)step_kernel, G, NTHR, args, smem, 0));
-        base += 5u * nl * G;
+        if (md != 4) base += 5u * nl * G; /* the grid barriers (none streaming) */
     };
     auto reset = [&] { /* the step's input: x, x w and their stats */
         CK(cudaMemcpy(x, hs.x.data(), H * 4, cudaMemcpyHostToDevice));
@@ -881,11 +977,11 @@ int main(int argc, char **argv) {
                sqrt(den / H), rel <= tol ? "ok" : "FAIL", tol);
         if (rel > tol) rc = 1;
     }
-    const int modes[4] = {imode, imode == 0 ? 1 : -1, imode == 0 ? 2 : -1, imode == 0 ? 3 : -1};
+    const int modes[5] = {imode, imode == 0 ? 1 : -1, imode == 0 ? 2 : -1, imode == 0 ? 3 : -1, imode == 0 ? 4 : -1};
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    for (int mi = 0; mi < 4; mi++) {
+    for (int mi = 0; mi < 5; mi++) {
         if (modes[mi] < 0) continue;
         std::vector<float> t;
         for (int r = 0; r < reps + 2; r++) {
@@ -906,18 +1002,17 @@ int main(int argc, char **argv) {
                names[modes[mi]], layers, keys, G, med, t.front(), t.back(), med / layers, bytes / 1e6,
                bytes / med * 1e-3);
     }
-    (void)per_launch_barriers;
     if (trace) { /* one more launch of the first mode, traced */
         const int nph = 5 * layers;
         long long *dtr;
-        CK(cudaMalloc(&dtr, (size_t)G * nph * 5 * 8));
-        CK(cudaMemset(dtr, 0, (size_t)G * nph * 5 * 8));
+        CK(cudaMalloc(&dtr, (size_t)G * nph * NTP * 8));
+        CK(cudaMemset(dtr, 0, (size_t)G * nph * NTP * 8));
         reset();
         a.trace = dtr;
         launch(layers, imode);
         CK(cudaDeviceSynchronize());
         a.trace = nullptr;
-        std::vector<long long> t((size_t)G * nph * 5);
+        std::vector<long long> t((size_t)G * nph * NTP);
         CK(cudaMemcpy(t.data(), dtr, t.size() * 8, cudaMemcpyDeviceToHost));
         int khz = 0;
         CK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
@@ -927,22 +1022,28 @@ int main(int argc, char **argv) {
             return v.empty() ? 0.0 : v[v.size() / 2];
         };
         const char *pn[5] = {"qkv", "attn", "o", "gu", "down"};
-        printf("trace (µs; medians over CTAs and layers 1..%d; clock %.0f MHz): phase: start->coded, "
-               "coded->units done (p90), of it waiting for units, done->barrier left\n",
+        /* the median over CTAs (the attention: its CTAs) and layers 1.. of q[j] - q[i] */
+        auto span = [&](int p, int i, int j) {
+            std::vector<double> v;
+            for (int l = 1; l < layers; l++)
+                for (int c = p == 1 ? G - NH : 0; c < G; c++) {
+                    const long long *q = &t[((size_t)c * nph + 5 * l + p) * NTP];
+                    v.push_back(j >= 8 || j == 4 ? q[j] / cyc_us : (q[j] - q[i]) / cyc_us);
+                }
+            return med(v);
+        };
+        printf("trace (µs; medians over CTAs and layers 1..%d; clock %.0f MHz)\n"
+               "  phase  input+stats  coding  ->units  units (entry / waiting / dots / sums / epilogue / gaps)  "
+               "barrier\n",
                layers - 1, cyc_us);
         for (int p = 0; p < 5; p++) {
-            std::vector<double> d01, d12, d23, dw;
-            for (int l = 1; l < layers; l++)
-                for (int c = 0; c < G; c++) {
-                    const long long *q = &t[((size_t)c * nph + 5 * l + p) * 5];
-                    d01.push_back((q[1] - q[0]) / cyc_us), d12.push_back((q[2] - q[1]) / cyc_us),
-                        d23.push_back((q[3] - q[2]) / cyc_us), dw.push_back(p == 1 ? 0.0 : q[4] / cyc_us);
-                }
-            std::vector<double> s12 = d12;
-            std::sort(s12.begin(), s12.end());
-            printf("  %-5s %6.2f  %6.2f (%6.2f)  %6.2f  %6.2f\n", pn[p], med(d01), med(d12), s12[s12.size() * 9 / 10],
-                   med(dw), med(d23));
+            if (p == 1) continue;
+            printf("  %-5s  %6.2f      %6.2f  %6.2f   %6.2f (%5.2f / %5.2f / %5.2f / %5.2f / %5.2f / %5.2f)  %6.2f\n",
+                   pn[p], span(p, 0, 5), span(p, 5, 6), span(p, 6, 1), span(p, 1, 2), span(p, 0, 11), span(p, 0, 4),
+                   span(p, 0, 8), span(p, 0, 9), span(p, 0, 10), span(p, 0, 12), span(p, 2, 3));
         }
+        printf("  attention (its %d CTAs): new q/k/v %.2f, scores %.2f, softmax %.2f, values+store %.2f; barrier %.2f\n",
+               NH, span(1, 0, 5), span(1, 5, 6), span(1, 6, 7), span(1, 7, 2), span(1, 2, 3));
         CK(cudaFree(dtr));
     }
     int herr = 0;
