@@ -3,7 +3,7 @@
  * probe, not part of the build): whether a step whose weight stream never
  * stops at a kernel boundary beats the engine's kernel-per-op step (7B
  * tern-i8, batch 1: ~31 µs a layer).  Results: kernels/cuda/dev/NOTES.md
- * (forty-seventh session).
+ * (forty-seventh and forty-eighth sessions).
  *
  * One CTA per SM (cooperative launch), 16 consumer warps and one loader warp.
  * The loader streams every unit (16 rows of a 4096-column matrix, 8 rows of
@@ -47,8 +47,8 @@
  *
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
- * attention's keys from L2 only).  The fastest form measured (forty-eighth
- * session: 30.6 µs a layer).
+ * attention's keys from L2 only; 2 and 4 groups are the usable counts, 8
+ * spills).  The fastest form measured (forty-eighth session: 30.2 µs a layer).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
  *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1] kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
@@ -92,12 +92,18 @@ constexpr int NTHR = NCT + 32;
 constexpr int NST = PLB_WARP_ROWS ? 8 : 9;
 constexpr int NG = PLB_GROUPS, WPG = NCW / NG; /* warp-rows form: groups, warps a group */
 static_assert(!PLB_WARP_ROWS || NST % NG == 0, "a stage serves one group");
+static_assert(!PLB_WARP_ROWS || (NG >= 2 && NCW % NG == 0 && 8 % (NCW / NG) == 0),
+              "warp groups: a whole number of rows a warp in 16- and 8-row units, gate / up pairs in one warp");
 constexpr int STAGE = 8 * KW_I * 4;             /* 22016 bytes: 8 down rows */
 constexpr int UNIT_H = 16, UNIT_I = 8;          /* rows a unit */
 constexpr int MAXKEYS = 256;
 /* PLB_KV_SMEM: the prompt's first KRES keys' K / V rows of the CTA's head copied into
  * shared memory during q|k|v (32 KB), the rest from L2 */
 constexpr int KRES = PLB_KV_SMEM && PLB_WARP_ROWS ? 32 : 0; /* the other form's 9 stages leave no room */
+/* dynamic shared memory: the ring, the coded input, the ring's mbarriers, the attention's keys */
+constexpr int OFF_XQ = NST * STAGE, OFF_MB = OFF_XQ + I, OFF_KVS = OFF_MB + 2 * NST * 8;
+constexpr int SMEM_DYN = OFF_KVS + 2 * KRES * HD * 4;
+static_assert(OFF_MB % 8 == 0 && OFF_KVS % 16 == 0, "mbarriers 8-byte, the keys' cp.async 16-byte aligned");
 constexpr int MAXU = 12; /* units of a phase a CTA takes, at most (gate|up: 1376 over >= 115 CTAs) */
 constexpr float EPS = 1e-5f;
 
@@ -159,7 +165,9 @@ struct Args {
  * first barrier left), 6 the codes stored (cta_code's end), 8 .. 12 (warp-rows form:
  * cycles in the dot products, the row sums and release, the epilogue, before the first
  * unit's wait, between a unit's end and the next one's wait); the attention:
- * 5 the new token's q / k / v arrived, 6 the scores, 7 the softmax's weights */
+ * 5 the new token's q / k / v arrived (and the keys' copies into shared memory),
+ * 6 the scores, 7 the softmax's weights.  A traced build spills a little at the
+ * 96-register cap: its times run above the untraced build's */
 constexpr int NTP = 13;
 __device__ __forceinline__ void tr(const Args &a, unsigned ph, int pt) {
     if (PLB_TRACE && a.trace && threadIdx.x == 0) a.trace[((int64_t)blockIdx.x * 5 * a.layers + ph) * NTP + pt] = clock64();
@@ -361,6 +369,7 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
                           const int8_t *xq, const float (*ep)[MAXU][UNIT_H], const float *wnext, float s,
                           float &ss, float &mx, unsigned ph, long long &wait) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+    const bool trc = PLB_TRACE && a.trace && tid == 0; /* the thread whose clocks are kept */
     const int kw = (int)(mat_rowb(m) / 4), rows = mat_unit(m);
     const int j0 = 32 * (warp % CG) + lane, rh = warp / CG;
     uint32_t xr[NWL][4];
@@ -380,9 +389,9 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
     const float inv = 1.f / s;
     int ui = 0;
     for (int u = blockIdx.x; u < n_units(m); u += gridDim.x) {
-        const long long w0 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
+        const long long w0 = trc ? clock64() : 0;
         mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
-        if (PLB_TRACE && a.trace && tid == 0) wait += clock64() - w0;
+        if (trc) wait += clock64() - w0;
         const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE) + (rh * RPW) * kw;
         int acc[RPW];
 #pragma unroll
@@ -445,6 +454,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
                          const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
                          const float *wnext, long long (&tt)[5]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / WPG, wl = warp % WPG;
+    const bool trc = PLB_TRACE && a.trace && tid == 0; /* the thread whose clocks are kept */
     constexpr int KW = DOWN ? KW_I : H / 16, NX = DOWN ? 1 : KW / 32;
     constexpr int RW = (DOWN ? UNIT_I : UNIT_H) / WPG; /* rows a warp */
     static_assert(RW >= 1 && (DOWN || RW % 2 == 0), "a gate / up pair in one warp");
@@ -464,20 +474,20 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
     }
     const float inv = 1.f / s;
     int ui = 0;
-    long long we = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0; /* the last unit's end (the entry at first) */
+    long long we = trc ? clock64() : 0; /* the last unit's end (the entry at first) */
     for (int u = blockIdx.x; u < n_units(m); u += gridDim.x, ui++, kc++) {
         if (kc % NG != grp) {
             rg.next();
             continue;
         }
-        const long long w0 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
-        if (PLB_TRACE && a.trace && tid == 0) { /* the entry (before the group's first unit), the gaps */
+        const long long w0 = trc ? clock64() : 0;
+        if (trc) { /* the entry (before the group's first unit), the gaps */
             if (ui < NG) tt[3] += w0 - we;
             else tt[4] += w0 - we;
         }
         mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
-        long long w1 = PLB_TRACE && a.trace && tid == 0 ? clock64() : 0;
-        if (PLB_TRACE && a.trace && tid == 0) wait += w1 - w0;
+        long long w1 = trc ? clock64() : 0;
+        if (trc) wait += w1 - w0;
         const uint32_t *cw = reinterpret_cast<const uint32_t *>(ring + rg.slot * STAGE) + wl * KW;
         /* field f masked in place (codes times 4^f, unsigned bytes <= 128) against x's
          * signed bytes: a sum a field and row, scaled back exactly at the end */
@@ -512,7 +522,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         int d[RW];
 #pragma unroll
         for (int r = 0; r < RW; r++) d[r] = acc[r][0] + (acc[r][1] >> 2) + (acc[r][2] >> 4) + (acc[r][3] >> 6);
-        if (PLB_TRACE && a.trace && tid == 0) { /* the dot products' cycles (their sums in hand) */
+        if (trc) { /* the dot products' cycles (their sums in hand) */
             asm volatile("" ::"r"(d[0]), "r"(d[RW - 1]));
             const long long w2 = clock64();
             tt[0] += w2 - w1, w1 = w2;
@@ -523,8 +533,8 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         int r; /* lane (r-th of the lanes 32 / RW apart) ends with row wl + WPG r's sum */
         int v = warp_rows<RW>(d, lane, &r);
         /* gate|up: rows < 8 gate, >= 8 up; gate row t's up (t + 8: r + RW / 2) is 16 lanes on */
-        const int up = DOWN ? 0 : __shfl_down_sync(0xffffffffu, v, 16);
-        if (PLB_TRACE && a.trace && tid == 0) {
+        const int up = !DOWN && m == M_GU ? __shfl_down_sync(0xffffffffu, v, 16) : 0; /* m: the warp's */
+        if (trc) {
             asm volatile("" ::"r"(v));
             const long long w2 = clock64();
             tt[1] += w2 - w1, w1 = w2;
@@ -538,16 +548,16 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
                 row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx);
             }
         }
-        if (PLB_TRACE && a.trace && tid == 0) we = clock64(), tt[2] += we - w1;
+        if (trc) we = clock64(), tt[2] += we - w1;
     }
 }
 
 __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *ring = smem;
-    int8_t *xq = reinterpret_cast<int8_t *>(smem + NST * STAGE);
-    uint64_t *mb = reinterpret_cast<uint64_t *>(xq + I);
-    float *kvs = reinterpret_cast<float *>(mb + 2 * NST); /* [2: K, V][KRES][HD] */
+    int8_t *xq = reinterpret_cast<int8_t *>(smem + OFF_XQ);
+    uint64_t *mb = reinterpret_cast<uint64_t *>(smem + OFF_MB);
+    float *kvs = reinterpret_cast<float *>(smem + OFF_KVS); /* [2: K, V][KRES][HD] */
     __shared__ int red2[2][NCW][8];
     __shared__ float sh[2];
     __shared__ int xsum;
@@ -601,6 +611,8 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     }
     for (int l = 0; l < a.layers; l++) {
         const float *nw = a.nw + (int64_t)l * 2 * H;
+        float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
+        const int nres = min(a.keys, KRES); /* the keys whose rows are copied into shared memory */
         for (int m = 0; m < NMAT; m++) {
             if (m == M_O) { /* the attention, then o */
                 tr(a, kb, 0);
@@ -608,8 +620,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 if (hcta >= 0 && a.mode != 3) {
                     const int h = hcta, T = a.keys + 1;
                     const float *qn = a.qkv + h * HD, *kn = a.qkv + H + h * HD, *vn = a.qkv + H + NH * HD + h * HD;
-                    float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
-                    const int nres = min(a.keys, KRES);
                     if (tid < HD) {
                         qh[tid] = __ldcg(qn + tid) * rsqrtf((float)HD);
                         kl[((int64_t)a.keys * NH + h) * HD + tid] = __ldcg(kn + tid);
@@ -671,9 +681,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             }
             tr(a, kb, 0);
             if (m == M_QKV && hcta >= 0) { /* the head's K / V pages for the attention */
-                const float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
-                const int nres = min(a.keys, KRES);
-                if (KRES && a.mode != 3) { /* the first nres keys into shared memory, 16 bytes a copy */
+                if (KRES) { /* the first nres keys into shared memory, 16 bytes a copy */
                     for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
                         const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
                         const float *src = (kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c;
@@ -857,6 +865,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--trace needs a build with -DPLB_TRACE=1\n");
         return 2;
     }
+    if (trace && (!strcmp(mode, "barriers") || !strcmp(mode, "stream"))) {
+        fprintf(stderr, "--trace: barriers and stream record no phase points\n");
+        return 2;
+    }
     if (imode < 0 || layers < 1 || keys < 0 || keys >= MAXKEYS || reps < 1 || check < 0 || check > layers) {
         fprintf(stderr, "bad arguments\n");
         return 2;
@@ -878,7 +890,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "%d SMs: the probe takes 32 .. 160\n", G);
         return 1;
     }
-    const size_t smem = (size_t)NST * STAGE + I + 2 * NST * 8 + (size_t)2 * KRES * HD * 4;
+    const size_t smem = SMEM_DYN;
     CK(cudaFuncSetAttribute(step_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
 
     Host hs;
@@ -1042,7 +1054,7 @@ int main(int argc, char **argv) {
                    pn[p], span(p, 0, 5), span(p, 5, 6), span(p, 6, 1), span(p, 1, 2), span(p, 0, 11), span(p, 0, 4),
                    span(p, 0, 8), span(p, 0, 9), span(p, 0, 10), span(p, 0, 12), span(p, 2, 3));
         }
-        printf("  attention (its %d CTAs): new q/k/v %.2f, scores %.2f, softmax %.2f, values+store %.2f; barrier %.2f\n",
+        printf("  attention (its %d CTAs): new q/k/v (+ the keys' copies) %.2f, scores %.2f, softmax %.2f, values+store %.2f; barrier %.2f\n",
                NH, span(1, 0, 5), span(1, 5, 6), span(1, 6, 7), span(1, 7, 2), span(1, 2, 3));
         CK(cudaFree(dtr));
     }
