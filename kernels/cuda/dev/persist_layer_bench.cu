@@ -16,8 +16,9 @@
  *   qkv   x w -> RMSNorm -> int8 -> q | k | v (12288 rows)
  *   attn  the last 32 CTAs, a head each, over the prompt's keys (f32 pages;
  *         in the warp-rows form the first 32 keys' rows copied into shared
- *         memory during qkv, the rest fetched into L2) + the new one; the
- *         new K / V row written to the cache.  No RoPE (elementwise).
+ *         memory during qkv, the rest fetched into L2) + the new one (its
+ *         rows kept in shared memory too); the new K / V row written to the
+ *         cache.  No RoPE (elementwise).
  *   o     att -> int8 -> x += o (4096 rows)
  *   gu    x w -> RMSNorm -> int8 -> h = silu(gate) * up (gate / up rows
  *         interleaved in blocks of 8, so one unit holds the pairs)
@@ -166,7 +167,7 @@ struct Args {
  * cycles in the dot products, the row sums and release, the epilogue, before the first
  * unit's wait, between a unit's end and the next one's wait); the attention:
  * 5 the new token's q / k / v arrived (and the keys' copies into shared memory),
- * 6 the scores, 7 the softmax's weights.  A traced build spills a little at the
+ * 6 the scores, 7 the softmax's max and sum.  A traced build spills a little at the
  * 96-register cap: its times run above the untraced build's */
 constexpr int NTP = 13;
 __device__ __forceinline__ void tr(const Args &a, unsigned ph, int pt) {
@@ -565,6 +566,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     __shared__ float pr[2][NCW];
     __shared__ float sc[MAXKEYS + 1];
     __shared__ __align__(16) float qh[HD];
+    __shared__ __align__(16) float kvn[2][HD]; /* the new token's K, V rows */
     __shared__ float part[(NCT / HD - 1) * HD];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
@@ -622,9 +624,13 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     const float *qn = a.qkv + h * HD, *kn = a.qkv + H + h * HD, *vn = a.qkv + H + NH * HD + h * HD;
                     if (tid < HD) {
                         qh[tid] = __ldcg(qn + tid) * rsqrtf((float)HD);
-                        kl[((int64_t)a.keys * NH + h) * HD + tid] = __ldcg(kn + tid);
+                        const float kv = __ldcg(kn + tid);
+                        kl[((int64_t)a.keys * NH + h) * HD + tid] = kv;
+                        kvn[0][tid] = kv;
                     } else if (tid < 2 * HD) {
-                        vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = __ldcg(vn + tid - HD);
+                        const float vv = __ldcg(vn + tid - HD);
+                        vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = vv;
+                        kvn[1][tid - HD] = vv;
                     }
                     if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
                     cbar();
@@ -632,34 +638,30 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     const float4 q4 = reinterpret_cast<const float4 *>(qh)[lane];
 #pragma unroll 4
                     for (int j = warp; j < T; j += NCW) {
-                        const float *kr = j < a.keys ? kl + ((int64_t)j * NH + h) * HD : kn;
-                        const float4 k4 = j < nres ? reinterpret_cast<const float4 *>(kvs + j * HD)[lane]
-                                                   : __ldcg(reinterpret_cast<const float4 *>(kr) + lane);
+                        const float *kr = kl + ((int64_t)j * NH + h) * HD; /* read for nres <= j < keys */
+                        const float4 k4 = j < nres                  ? reinterpret_cast<const float4 *>(kvs + j * HD)[lane]
+                                          : j == a.keys             ? reinterpret_cast<const float4 *>(kvn[0])[lane]
+                                                                    : __ldcg(reinterpret_cast<const float4 *>(kr) + lane);
                         const float sj = warp_sum(q4.x * k4.x + q4.y * k4.y + q4.z * k4.z + q4.w * k4.w);
                         if (lane == 0) sc[j] = sj;
                     }
                     cbar();
                     tr(a, kb, 6);
-                    if (warp == 0) { /* the softmax's weights, once a key */
-                        float smax = -INFINITY, den = 0.f;
-                        for (int j = lane; j < T; j += 32) smax = fmaxf(smax, sc[j]);
-                        smax = warp_max(smax);
-                        for (int j = lane; j < T; j += 32) {
-                            const float e = __expf(sc[j] - smax);
-                            sc[j] = e, den += e;
-                        }
-                        den = warp_sum(den);
-                        if (lane == 0) sh[0] = den;
-                    }
-                    cbar();
+                    /* the softmax's max and sum, the same in every warp (no barrier after them) */
+                    float smax = -INFINITY, den = 0.f;
+                    for (int j = lane; j < T; j += 32) smax = fmaxf(smax, sc[j]);
+                    smax = warp_max(smax);
+                    for (int j = lane; j < T; j += 32) den += __expf(sc[j] - smax);
+                    den = warp_sum(den);
                     tr(a, kb, 7);
-                    const float den = sh[0];
                     const int d = tid % HD, part_i = tid / HD; /* NCT / HD key parts */
                     float o = 0.f;
 #pragma unroll 8
                     for (int j = part_i; j < T; j += NCT / HD) {
-                        const float *vr = j < a.keys ? vl + ((int64_t)j * NH + h) * HD : vn;
-                        o += sc[j] * (j < nres ? kvs[(KRES + j) * HD + d] : __ldcg(vr + d));
+                        const float *vr = vl + ((int64_t)j * NH + h) * HD;
+                        o += __expf(sc[j] - smax) * (j < nres       ? kvs[(KRES + j) * HD + d]
+                                                     : j == a.keys ? kvn[1][d]
+                                                                   : __ldcg(vr + d));
                     }
                     if (part_i) part[(part_i - 1) * HD + d] = o;
                     cbar();
