@@ -40,7 +40,9 @@
  * Modes (--mode): full; nomath (the units waited for and released, no dot
  * products); noweights (no units: barriers, the inputs' coding, the
  * attention); barriers (the five grid barriers a layer and nothing else);
- * stream (the units waited for and released, nothing else: the loader's pace).
+ * stream (the units waited for and released, nothing else: the loader's pace);
+ * release (a warp-rows build with -DPLB_RELEASE=1: the phases as in nomath, but
+ * a unit released with no row sums or epilogue, so its outputs are stale).
  * --check L: L layers against a CPU twin of the same arithmetic (relative L2
  * of the final residual, q|k|v, the attention and the GLU of the last layer).
  * --trace 1 (a build with -DPLB_TRACE=1): one more launch with thread 0's
@@ -74,6 +76,12 @@
 #endif
 #ifndef PLB_GROUPS /* warp-rows form: warp groups taking units in turn */
 #define PLB_GROUPS 2
+#endif
+#ifndef PLB_RELEASE /* --mode release compiled in (a branch a unit: 2 registers more) */
+#define PLB_RELEASE 0
+#endif
+#ifndef PLB_INFLIGHT /* the loader's copies in flight at most (0: as many as free stages) */
+#define PLB_INFLIGHT 0
 #endif
 #ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
 #define PLB_TRACE 0
@@ -156,7 +164,7 @@ struct Args {
     int *err;
     Dims d;
     int layers, keys; /* keys before the new token */
-    int mode;         /* 0 full, 1 nomath, 2 noweights, 3 barriers, 4 stream */
+    int mode;         /* 0 full, 1 nomath, 2 noweights, 3 barriers, 4 stream, 5 release */
     long long *trace; /* --trace: thread 0's clock at the points below and its cycles
                        * waiting for units, [CTA][phase][NTP] */
 };
@@ -531,6 +539,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
         __syncwarp();
         if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
         rg.next();
+        if (PLB_RELEASE && a.mode == 5) continue; /* release: no row sums, no epilogue */
         int r; /* lane (r-th of the lanes 32 / RW apart) ends with row wl + WPG r's sum */
         int v = warp_rows<RW>(d, lane, &r);
         /* gate|up: rows < 8 gate, >= 8 up; gate row t's up (t + 8: r + RW / 2) is 16 lanes on */
@@ -584,7 +593,18 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         if (lane != 0 || a.mode == 2 || a.mode == 3) return;
         rg.ph = 1; /* the empty barriers' first wait passes */
         Cursor ld;
+        /* PLB_INFLIGHT: the copies in flight, oldest first (stage, its full barrier's parity),
+         * so that a unit needed next is not left to share HBM with every later one */
+        int fs[PLB_INFLIGHT + 1], fp[PLB_INFLIGHT + 1], f0 = 0, fn = 0;
         for (ld.first(a.layers); ld.l < a.layers; ld.next(a.layers)) {
+            if (PLB_INFLIGHT && fn == PLB_INFLIGHT) { /* the oldest copy landed */
+                mwait(rg.full0 + 8 * fs[f0], fp[f0], a.err);
+                f0 = f0 == PLB_INFLIGHT ? 0 : f0 + 1, fn--;
+            }
+            if (PLB_INFLIGHT) {
+                const int e = (f0 + fn) % (PLB_INFLIGHT + 1);
+                fs[e] = rg.slot, fp[e] = rg.ph ^ 1u, fn++;
+            }
             mwait(rg.empty0 + 8 * rg.slot, rg.ph, a.err);
             tern_mbar::expect_tx(rg.full0 + 8 * rg.slot, (int)ld.bytes());
             tern_mbar::bulk_load(rg.base + rg.slot * STAGE, ld.src(a), (uint32_t)ld.bytes(), rg.full0 + 8 * rg.slot);
@@ -854,14 +874,14 @@ int main(int argc, char **argv) {
         else {
             fprintf(stderr,
                     "usage: %s [--layers L] [--keys K] [--reps R] [--check L]\n"
-                    "       [--mode full|nomath|noweights|barriers|stream] [--trace 0|1]\n",
+                    "       [--mode full|nomath|noweights|barriers|stream|release] [--trace 0|1]\n",
                     argv[0]);
             return 2;
         }
     }
-    const char *names[5] = {"full", "nomath", "noweights", "barriers", "stream"};
+    const char *names[6] = {"full", "nomath", "noweights", "barriers", "stream", "release"};
     int imode = -1;
-    for (int i = 0; i < 5; i++)
+    for (int i = 0; i < 6; i++)
         if (!strcmp(mode, names[i])) imode = i;
     if (trace && !PLB_TRACE) {
         fprintf(stderr, "--trace needs a build with -DPLB_TRACE=1\n");
@@ -871,7 +891,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "--trace: barriers and stream record no phase points\n");
         return 2;
     }
-    if (imode < 0 || layers < 1 || keys < 0 || keys >= MAXKEYS || reps < 1 || check < 0 || check > layers) {
+    if (imode < 0 || (imode == 5 && !(PLB_WARP_ROWS && PLB_RELEASE)) || layers < 1 || keys < 0 || keys >= MAXKEYS || reps < 1 || check < 0 || check > layers) {
         fprintf(stderr, "bad arguments\n");
         return 2;
     }
