@@ -276,8 +276,11 @@ for i in "${!outs[@]}"; do
   fi
 done
 
+# --termseq: a stopped sweep's points get 2 s to stop and remove their
+# temporaries (Parallel's default, 375 ms in all before KILL, is short for a
+# loaded machine), then TERM again, then KILL.
 parallel_cmd=(parallel --will-cite --jobs "$jobs" --joblog "$dir/joblog" --resume-failed --halt never
-              --line-buffer --tagstring '{#}')
+              --line-buffer --tagstring '{#}' --termseq TERM,2000,TERM,1000,KILL,200)
 if [ -n "$sshlogin" ]; then
   [ -f "$sshlogin" ] || die "no ssh login file $sshlogin"
   parallel_cmd+=(--sshloginfile "$sshlogin" --workdir .)
@@ -310,7 +313,10 @@ mkdir -p "$dir" 2>/dev/null || die "cannot create $(rel "$dir") (read-only file 
 # One sweep per results folder at a time (the lock goes with this shell and
 # its jobs: the points of a SIGKILLed sweep, which GNU Parallel leaves running
 # in process groups of their own, keep it until they end).
-exec 9>"$dir/.lock" 2>/dev/null || die "cannot create the lock $(rel "$dir")/.lock (read-only file system?)"
+# (the braces keep 2>/dev/null to the exec: on a bare exec it would stay, and
+# every later message of this script, "another sweep is running" first, would
+# go to /dev/null)
+{ exec 9>"$dir/.lock"; } 2>/dev/null || die "cannot create the lock $(rel "$dir")/.lock (read-only file system?)"
 flock -n 9 || die "another sweep is running on $(rel "$dir") (lock $(rel "$dir")/.lock)"
 log() { echo "sweep: $*" | tee -a "$dir/sweep.log"; }
 log "---- $(date -u +%Y-%m-%dT%H:%M:%SZ) $exp on $(hostname): $n points, $done_n already complete"
@@ -423,8 +429,8 @@ if [ "$done_n" -lt "$n" ]; then
   # A signal to this script is forwarded to GNU Parallel.  (Without it the
   # shell died alone and Parallel ran the rest of the grid headless, holding
   # the folder's lock.)  GNU Parallel 20221122 (man parallel, --term-seq): TERM
-  # kills the running jobs' process groups (TERM, TERM, TERM, KILL over 375 ms;
-  # sweep_point.sh's trap removes the point's temporary) and starts no more;
+  # kills the running jobs' process groups (--termseq above: TERM, TERM, KILL
+  # over 3.2 s; sweep_point.sh's trap removes the point's temporary) and starts no more;
   # HUP would wait for the running jobs to finish.  TERM is sent again every
   # second while Parallel lives: it ignores TERM until its jobs start.
   stop_sig="" par_pid=""
@@ -462,6 +468,12 @@ if [ "$done_n" -lt "$n" ]; then
   trap - TERM INT HUP
   set -e
   if [ -n "$stop_sig" ]; then
+    # The points inherited the lock (fd 9): once ours is closed it is free when
+    # the last of them has gone, which Parallel need not have waited for (a
+    # KILLed process can outlive its parent by a moment).  Exit then, so that
+    # the same command run again right away is not refused.
+    exec 9>&-
+    flock -w 10 "$dir/.lock" true 2>/dev/null || log "the lock $(rel "$dir")/.lock is still held 10 s on: a point may still be running" || true
     log "stopped by SIG$stop_sig: the running point(s) were killed and no new one started; run the same command again to resume" || true
     case $stop_sig in HUP) exit 129 ;; INT) exit 130 ;; *) exit 143 ;; esac
   fi

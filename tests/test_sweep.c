@@ -400,6 +400,27 @@ TEST(sweep_point_held_elsewhere) {
     CHECK_MSG(h5 == 4 && tmp == 0, "%d run files, %d temporaries after the point ended (want 4, 0)", h5, tmp);
 }
 
+/* A second sweep on a results folder whose sweep lock is held is refused with
+ * exit 2 and says why (its messages once went to /dev/null: the lock's exec
+ * kept a 2>/dev/null for the rest of the script), and runs nothing. */
+TEST(sweep_refuses_a_locked_folder_and_says_so) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[6000], *out = NULL;
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && (flock '%s/.lock' sleep 3 >/dev/null 2>&1 &) && sleep 0.5 && "
+             "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
+             out_dir, out_dir, test_path("scripts/sweep.sh"), conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && out && strstr(out, "another sweep is running on") && strstr(out, ".lock"), "rc %d:\n%s",
+              rc, out ? out : "");
+    free(out);
+    int h5 = 0, tmp = 0;
+    count_files(out_dir, &h5, &tmp);
+    CHECK_MSG(h5 == 0 && tmp == 0, "%d run files, %d temporaries from a refused sweep (want 0, 0)", h5, tmp);
+}
+
 /* A finished file under a CPU point's name that ran on CUDA (as files were
  * named before CUDA runs had __cuda in their names) is not that point: the
  * dry run says so and moves nothing; the sweep moves it to its CUDA name —
