@@ -66,10 +66,10 @@
 #   PARALLEL_EXTRA    more GNU Parallel options (e.g. "--retries 2")
 #
 # Signals: TERM, INT or HUP to this script stop the sweep: GNU Parallel is
-# sent TERM, which kills the running points (each removes its temporary
-# file) and starts no new one; the script exits 128 + the signal's number
-# once Parallel is gone (and with it the folder's lock).  Run the same
-# command again to resume.
+# sent TERM, which sends the running points TERM (each removes its temporary
+# file; TERM again after 2 s, KILL after 3) and starts no new one; the script
+# exits 128 + the signal's number once Parallel is gone and the folder's lock
+# is free of the points (10 s at most).  Run the same command again to resume.
 #
 # Exit status: 0 when every point has a verified file, 1 otherwise (the
 # failed points are listed), 2 for a usage error, 129/130/143 when stopped by
@@ -277,8 +277,9 @@ for i in "${!outs[@]}"; do
 done
 
 # --termseq: a stopped sweep's points get 2 s to stop and remove their
-# temporaries (Parallel's default, 375 ms in all before KILL, is short for a
-# loaded machine), then TERM again, then KILL.
+# temporaries (Parallel's default sends KILL after 350 ms, short for a loaded
+# machine), then TERM again, and KILL after 3 s (each step ends early once the
+# points' process groups are gone).
 parallel_cmd=(parallel --will-cite --jobs "$jobs" --joblog "$dir/joblog" --resume-failed --halt never
               --line-buffer --tagstring '{#}' --termseq TERM,2000,TERM,1000,KILL,200)
 if [ -n "$sshlogin" ]; then
@@ -468,13 +469,19 @@ if [ "$done_n" -lt "$n" ]; then
   trap - TERM INT HUP
   set -e
   if [ -n "$stop_sig" ]; then
-    # The points inherited the lock (fd 9): once ours is closed it is free when
-    # the last of them has gone, which Parallel need not have waited for (a
-    # KILLed process can outlive its parent by a moment).  Exit then, so that
-    # the same command run again right away is not refused.
-    exec 9>&-
-    flock -w 10 "$dir/.lock" true 2>/dev/null || log "the lock $(rel "$dir")/.lock is still held 10 s on: a point may still be running" || true
     log "stopped by SIG$stop_sig: the running point(s) were killed and no new one started; run the same command again to resume" || true
+    # The points inherited the lock (fd 9), as did the tee and this shell's
+    # sleeps: once ours is closed it is free when the last of them has gone,
+    # which Parallel need not have waited for (a KILLed process can outlive its
+    # parent by a moment).  Exit then, so that the same command run again right
+    # away is not refused.
+    exec 9>&-
+    if ! flock -n "$dir/.lock" true 2>/dev/null; then
+      log "waiting (10 s at most) for the stopped points to let go of $(rel "$dir")/.lock" || true
+      r=0
+      flock -w 10 -E 75 "$dir/.lock" true 2>/dev/null || r=$?
+      [ $r -ne 75 ] || log "$(rel "$dir")/.lock is still held: a point may still be running, or another sweep started" || true
+    fi
     case $stop_sig in HUP) exit 129 ;; INT) exit 130 ;; *) exit 143 ;; esac
   fi
 fi

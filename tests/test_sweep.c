@@ -20,6 +20,7 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -408,11 +409,16 @@ TEST(sweep_refuses_a_locked_folder_and_says_so) {
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], cmd[6000], *out = NULL;
     fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
-    snprintf(cmd, sizeof cmd,
-             "mkdir -p '%s' && (flock '%s/.lock' sleep 3 >/dev/null 2>&1 &) && sleep 0.5 && "
-             "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
-             out_dir, out_dir, test_path("scripts/sweep.sh"), conf, res);
+    char lock[800];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s'", out_dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(lock, sizeof lock, "%s/.lock", out_dir);
+    const int fd = open(lock, O_WRONLY | O_CREAT | O_CLOEXEC, 0644); /* held here: as a running sweep holds it */
+    REQUIRE(fd >= 0 && flock(fd, LOCK_EX) == 0);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
+             test_path("scripts/sweep.sh"), conf, res);
     int rc = test_run(cmd, &out);
+    close(fd);
     CHECK_MSG(rc == 2 && out && strstr(out, "another sweep is running on") && strstr(out, ".lock"), "rc %d:\n%s",
               rc, out ? out : "");
     free(out);
@@ -604,8 +610,9 @@ TEST(sweep_term_to_the_script_stops_it) {
     char lock[800];
     snprintf(lock, sizeof lock, "%s/.lock", out_dir);
     unsetenv("FAKE_FAIL");
-    setenv("FAKE_SLEEP", "2.0", 1); /* the rest of the grid takes ~10 s: longer than the 5 s allowed */
+    setenv("FAKE_SLEEP", "4.0", 1); /* the rest of the grid takes ~20 s: longer than the 12 s allowed */
 
+    const int stop_s = 12; /* TERM, 2 s, TERM, 1 s, KILL: the points' stop takes 3.2 s at most, more when loaded */
     const pid_t pid = sweep_running(script, conf, res, logp, out_dir, 1);
     REQUIRE(pid > 0);
     int h5 = 0, tmp = 0;
@@ -618,29 +625,29 @@ TEST(sweep_term_to_the_script_stops_it) {
     /* the script ends, non-zero, and with it Parallel (same process group) */
     int st = 0, reaped = 0;
     t0 = now_s();
-    while (now_s() - t0 < 5 && !reaped) {
+    while (now_s() - t0 < stop_s && !reaped) {
         if (waitpid(pid, &st, WNOHANG) == pid) reaped = 1;
         else usleep(50 * 1000);
     }
-    CHECK_MSG(reaped, "the sweep script did not exit within 5 s of SIGTERM");
+    CHECK_MSG(reaped, "the sweep script did not exit within %d s of SIGTERM", stop_s);
     if (!reaped) {
         kill(-pid, SIGKILL);
         waitpid(pid, &st, 0);
     }
     CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 143, "status %s %d (want exit 143)",
               WIFEXITED(st) ? "exit" : "signal", WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
-    while (kill(-pid, 0) == 0 && now_s() - t0 < 5) usleep(50 * 1000);
+    while (kill(-pid, 0) == 0 && now_s() - t0 < stop_s) usleep(50 * 1000);
     const int group_alive = kill(-pid, 0) == 0;
-    CHECK_MSG(!group_alive, "GNU Parallel (or tee) still runs 5 s after SIGTERM to the sweep script");
+    CHECK_MSG(!group_alive, "GNU Parallel (or tee) still runs %d s after SIGTERM to the sweep script", stop_s);
     /* nothing holds the folder's lock: no job of Parallel's own process groups is left either */
     char cmd[2400], *out = NULL;
     snprintf(cmd, sizeof cmd, "flock -n '%s' true", lock);
     int lock_free = 0;
-    while (!lock_free && now_s() - t0 < 5) {
+    while (!lock_free && now_s() - t0 < stop_s) {
         lock_free = test_run(cmd, NULL) == 0;
         if (!lock_free) usleep(100 * 1000);
     }
-    CHECK_MSG(lock_free, "the sweep lock %s is still held 5 s after SIGTERM (points still running)", lock);
+    CHECK_MSG(lock_free, "the sweep lock %s is still held %d s after SIGTERM (points still running)", lock, stop_s);
     if (group_alive || !lock_free) { /* (the old behaviour: stop it, then wait out the running point) */
         kill(-pid, SIGKILL);
         snprintf(cmd, sizeof cmd, "flock '%s' true", lock);
