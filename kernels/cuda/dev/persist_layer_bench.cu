@@ -46,15 +46,26 @@
  * --check L: L layers against a CPU twin of the same arithmetic (relative L2
  * of the final residual, q|k|v, the attention and the GLU of the last layer).
  * --trace 1 (a build with -DPLB_TRACE=1): one more launch with thread 0's
- * clock at each phase's points.
+ * clock at each phase's points; with -DPLB_LTRACE=1 too (warp-rows form), each
+ * unit's timeline (the loader's wait for its stage, the copy issued, the
+ * group's wait, the codes there) for three CTAs and two layers, and each warp's
+ * end of units.
+ *
+ * The loader keeps at most PLB_INFLIGHT copies in flight (3; 0: as many as
+ * free stages) and, with PLB_HOLD (1), issues none from a phase's last unit
+ * to the next phase's input: the copies in flight otherwise slow the stores,
+ * the grid barrier and the input's loads of those round trips (forty-ninth
+ * session: 1-3.7 µs from the warps' last unit to the phase's end in release
+ * mode).
  *
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
  * attention's keys from L2 only; 2 and 4 groups are the usable counts, 8
- * spills).  The fastest form measured (forty-eighth session: 30.2 µs a layer).
+ * spills).  The fastest form measured (forty-ninth session: 29.2 µs a layer).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
- *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1] kernels/cuda/dev/persist_layer_bench.cu -o build/persist_layer_bench */
+ *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]] kernels/cuda/dev/persist_layer_bench.cu
+ *   -o build/persist_layer_bench */
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -81,16 +92,10 @@
 #define PLB_RELEASE 0
 #endif
 #ifndef PLB_INFLIGHT /* the loader's copies in flight at most (0: as many as free stages) */
-#define PLB_INFLIGHT 0
+#define PLB_INFLIGHT 3
 #endif
 #ifndef PLB_HOLD /* the loader issues no copy from a phase's units' end to the next input's arrival */
-#define PLB_HOLD 0
-#endif
-#ifndef PLB_STAGE /* warp-rows form: the units' outputs kept in shared memory, stored once a phase */
-#define PLB_STAGE 0
-#endif
-#ifndef PLB_MMA /* warp-rows form: the 4096-column units through int8 MMAs (codes in the MMA's order) */
-#define PLB_MMA 0
+#define PLB_HOLD 1
 #endif
 #ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
 #define PLB_TRACE 0
@@ -114,7 +119,6 @@ constexpr int NTHR = NCT + 32;
 constexpr int NST = PLB_WARP_ROWS ? 8 : 9;
 constexpr int NG = PLB_GROUPS, WPG = NCW / NG; /* warp-rows form: groups, warps a group */
 static_assert(!PLB_WARP_ROWS || NST % NG == 0, "a stage serves one group");
-static_assert(!PLB_MMA || (PLB_WARP_ROWS && NG <= 4), "the MMA units: warp-rows form, a named barrier a group");
 static_assert(!PLB_WARP_ROWS || (NG >= 2 && NCW % NG == 0 && 8 % (NCW / NG) == 0),
               "warp groups: a whole number of rows a warp in 16- and 8-row units, gate / up pairs in one warp");
 constexpr int STAGE = 8 * KW_I * 4;             /* 22016 bytes: 8 down rows */
@@ -158,16 +162,6 @@ __host__ __device__ inline uint8_t code_byte(uint64_t i) {
     return b;
 }
 __host__ __device__ inline int code_val(int c) { return c - 1; } /* codes 0, 1, 2 */
-/* PLB_MMA: the words of a 16-row unit of a 4096-column matrix in the MMA's order.
- * Chunk c (words 8c .. 8c + 7 of every row) is 128 words; lane L = 4 g + t of a
- * warp reads its four at 4 L .. 4 L + 3 (one 16-byte load): rows g, g + 8 of word
- * 8c + t, then rows g, g + 8 of word 8c + 4 + t — the A fragment of
- * mma.m16n8k32 (k 4t + b: byte b of word 8c + t; k 16 + 4t + b: of 8c + 4 + t).
- * The word's position in its unit for row r (< 16), word j: */
-__host__ __device__ inline int mma_pos(int r, int j) {
-    const int c = j >> 3, t = j & 3, hi = (j >> 2) & 1, g = r & 7, rh = r >> 3;
-    return c * 128 + 4 * (4 * g + t) + rh + 2 * hi;
-}
 
 __global__ void fill_codes(uint8_t *c, int64_t n) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < n; i += (int64_t)gridDim.x * blockDim.x)
@@ -382,46 +376,26 @@ struct Cursor {
  * residual, with x w for the next norm (where one follows) and this thread's
  * stats raised */
 __device__ __forceinline__ void row_out(const Args &a, int m, int u, int t, float y, const float (*ep)[MAXU][UNIT_H],
-                                        int ui, bool wnext, float &ss, float &mx, float (*ob)[MAXU][UNIT_H]) {
+                                        int ui, bool wnext, float &ss, float &mx) {
     const int64_t row = (int64_t)u * mat_unit(m) + t;
     if (m == M_QKV) {
-        if (ob) ob[0][ui][t] = y;
-        else a.qkv[row] = y;
+        a.qkv[row] = y;
         return;
     }
     const float xn = ep[1][ui][t] + y;
-    if (ob) ob[0][ui][t] = xn;
-    else a.x[row] = xn;
+    a.x[row] = xn;
     ss += xn * xn;
     if (wnext) {
         const float xw = xn * ep[2][ui][t];
-        if (ob) ob[1][ui][t] = xw;
-        else a.xw[row] = xw;
+        a.xw[row] = xw;
         mx = fmaxf(mx, fabsf(xw));
     }
 }
 /* The GLU's output silu(gate) * up of unit u's pair t, and this thread's max raised */
-__device__ __forceinline__ void glu_out(const Args &a, int u, int ui, int t, float g, float up, float &mx,
-                                        float (*ob)[MAXU][UNIT_H]) {
-    const float hv = g / (1.f + __expf(-g)) * up;
-    if (ob) ob[0][ui][t] = hv;
-    else a.hb[(int64_t)u * CG + t] = hv;
+__device__ __forceinline__ void glu_out(const Args &a, int u, int t, float g, float up, float &mx) {
+    const float hv = __fdividef(g, 1.f + __expf(-g)) * up; /* (an IEEE division: 0.05 µs a layer more) */
+    a.hb[(int64_t)u * CG + t] = hv;
     mx = fmaxf(mx, fabsf(hv));
-}
-/* PLB_STAGE: the CTA's outputs of matrix m (its nu units) from shared memory to
- * their vectors, after a CTA barrier */
-__device__ __forceinline__ void flush_out(const Args &a, int m, int nu, bool wnext, const float (*ob)[MAXU][UNIT_H]) {
-    const int R = m == M_GU ? CG : mat_unit(m); /* outputs a unit */
-    for (int i = threadIdx.x; i < nu * R; i += NCT) {
-        const int ui = i / R, t = i % R;
-        const int64_t row = (int64_t)(blockIdx.x + ui * gridDim.x) * R + t;
-        if (m == M_QKV) a.qkv[row] = ob[0][ui][t];
-        else if (m == M_GU) a.hb[row] = ob[0][ui][t];
-        else {
-            a.x[row] = ob[0][ui][t];
-            if (wnext) a.xw[row] = ob[1][ui][t];
-        }
-    }
 }
 
 /* One phase's units of matrix m: codes from the ring, the rows' sums, the
@@ -489,9 +463,9 @@ __device__ void run_units(const Args &a, int l, int m, Ring &rg, uint8_t *ring, 
             const float y = (float)dot * ep[0][ui][t] * inv;
             if (m == M_GU) { /* rows 0-7 gate, 8-15 up: thread t < 8 pairs t and t + 8 */
                 const float up = __shfl_down_sync(0x0000ffffu, y, 8);
-                if (t < 8) glu_out(a, u, ui, t, y, up, mx, nullptr);
+                if (t < 8) glu_out(a, u, t, y, up, mx);
             } else {
-                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx, nullptr);
+                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx);
             }
         }
         rb ^= 1, ui++;
@@ -505,112 +479,6 @@ __device__ __forceinline__ int dp4a_us(uint32_t a, uint32_t b, int c) {
     return d;
 }
 
-/* d += a (16 x 32 unsigned bytes) b (32 x 8 signed bytes) */
-__device__ __forceinline__ void mma_us(int (&d)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3, uint32_t b0,
-                                       uint32_t b1) {
-    asm("mma.sync.aligned.m16n8k32.row.col.s32.u8.s8.s32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, "
-        "{%0, %1, %2, %3};"
-        : "+r"(d[0]), "+r"(d[1]), "+r"(d[2]), "+r"(d[3])
-        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
-}
-
-/* PLB_MMA: a 16-row unit of a 4096-column matrix, warp wl of its group over
- * chunks CPW wl .. + CPW - 1 of every row (x of those columns in registers, the
- * same in all 8 MMA columns): field f of the words masked in place (codes times
- * 4^f, unsigned) against x's bytes of field f, one accumulator a field; the
- * group's 8 partial sums a row meet in shared memory behind the group's named
- * barrier, and a warp in turn (by the group's unit count) does the epilogue. */
-__device__ void run_rows_mma(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq, int xs,
-                             const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph,
-                             long long &wait, const float *wnext, long long (&tt)[5], int (*part)[2][WPG][UNIT_H]) {
-    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / WPG, wl = warp % WPG;
-    const int g = lane >> 2, t = lane & 3;
-    const bool trc = PLB_TRACE && a.trace && tid == 0;
-    constexpr int CPW = H / 16 / 8 / WPG; /* chunks a warp */
-    static_assert(CPW * WPG * 8 * 16 == H, "a unit's chunks over the group's warps");
-    const uint4 *x4 = reinterpret_cast<const uint4 *>(xq);
-    uint32_t xa[CPW][4], xb[CPW][4];
-#pragma unroll
-    for (int c = 0; c < CPW; c++) {
-        const int j0 = 8 * (wl * CPW + c);
-        const uint4 qa = x4[j0 + t], qb = x4[j0 + 4 + t];
-        xa[c][0] = qa.x, xa[c][1] = qa.y, xa[c][2] = qa.z, xa[c][3] = qa.w;
-        xb[c][0] = qb.x, xb[c][1] = qb.y, xb[c][2] = qb.z, xb[c][3] = qb.w;
-    }
-    tr(a, ph, 1);
-    if (a.mode == 2) {
-        ss += (float)(int)(xa[CPW - 1][3] ^ xb[CPW - 1][3]) * 1e-30f;
-        return;
-    }
-    const float inv = 1.f / s;
-    int ui = 0, nb = 0; /* nb: the group's units so far */
-    long long we = trc ? clock64() : 0;
-    for (int u = blockIdx.x; u < n_units(m); u += gridDim.x, ui++, kc++) {
-        if (kc % NG != grp) {
-            rg.next();
-            continue;
-        }
-        const long long w0 = trc ? clock64() : 0;
-        if (trc) {
-            if (ui < NG) tt[3] += w0 - we;
-            else tt[4] += w0 - we;
-        }
-        const bool ltc = PLB_LTRACE && wl == 0 && lane == 0;
-        if (ltc) ltr(a, kc, 2, clock64());
-        mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
-        if (ltc) ltr(a, kc, 3, clock64());
-        long long w1 = trc ? clock64() : 0;
-        if (trc) wait += w1 - w0;
-        const uint4 *cw = reinterpret_cast<const uint4 *>(ring + rg.slot * STAGE) + wl * CPW * 32 + lane;
-        int acc[4][4];
-#pragma unroll
-        for (int f = 0; f < 4; f++) acc[f][0] = acc[f][1] = acc[f][2] = acc[f][3] = 0;
-        if (a.mode == 0) {
-#pragma unroll
-            for (int c = 0; c < CPW; c++) {
-                const uint4 w = cw[c * 32];
-#pragma unroll
-                for (int f = 0; f < 4; f++) {
-                    const uint32_t k = 0x03030303u << (2 * f);
-                    mma_us(acc[f], w.x & k, w.y & k, w.z & k, w.w & k, xa[c][f], xb[c][f]);
-                }
-            }
-        }
-        __syncwarp();
-        if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
-        rg.next();
-        if (PLB_RELEASE && a.mode == 5) continue;
-        /* rows g and g + 8 (column 2t of the product; every column is the same) */
-        const int s0 = acc[0][0] + (acc[1][0] >> 2) + (acc[2][0] >> 4) + (acc[3][0] >> 6);
-        const int s1 = acc[0][2] + (acc[1][2] >> 2) + (acc[2][2] >> 4) + (acc[3][2] >> 6);
-        if (trc) {
-            asm volatile("" ::"r"(s0), "r"(s1));
-            const long long w2 = clock64();
-            tt[0] += w2 - w1, w1 = w2;
-        }
-        int(*pp)[UNIT_H] = part[grp][nb & 1];
-        if (t == 0) pp[wl][g] = s0, pp[wl][g + 8] = s1;
-        asm volatile("bar.sync %0, %1;" ::"r"(2 + grp), "n"(WPG * 32) : "memory");
-        if (wl == nb % WPG && lane < UNIT_H) { /* the epilogue, a warp in turn */
-            int v = 0;
-#pragma unroll
-            for (int q = 0; q < WPG; q++) v += pp[q][lane];
-            const float y = (float)(v - xs) * ep[0][ui][lane] * inv; /* sum x over the row (cta_code's) */
-            if (m == M_GU) { /* rows 0-7 gate, 8-15 up */
-                const float up = __shfl_down_sync(0x0000ffffu, y, 8);
-                if (lane < CG) glu_out(a, u, ui, lane, y, up, mx, nullptr);
-            } else {
-                row_out(a, m, u, lane, y, ep, ui, wnext != nullptr, ss, mx, nullptr);
-            }
-        }
-        nb++;
-        if (trc) {
-            const long long w2 = clock64();
-            tt[1] += w2 - w1, we = w2;
-        }
-    }
-}
-
 /* PLB_WARP_ROWS: a warp owns whole rows, so a unit needs no CTA barrier: the
  * consumer warps form NG groups of WPG that take the CTA's units in turn (unit
  * k of the CTA's sequence to group k % NG, its stage released by the group's
@@ -620,7 +488,7 @@ __device__ void run_rows_mma(const Args &a, int l, int m, Ring &rg, uint8_t *rin
 template <bool DOWN>
 __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, int &kc, const int8_t *xq, int xs,
                          const float (*ep)[MAXU][UNIT_H], float s, float &ss, float &mx, unsigned ph, long long &wait,
-                         const float *wnext, long long (&tt)[5], float (*ob)[MAXU][UNIT_H]) {
+                         const float *wnext, long long (&tt)[5]) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, grp = warp / WPG, wl = warp % WPG;
     const bool trc = PLB_TRACE && a.trace && tid == 0; /* the thread whose clocks are kept */
     constexpr int KW = DOWN ? KW_I : H / 16, NX = DOWN ? 1 : KW / 32;
@@ -715,9 +583,9 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
             const int t = wl + WPG * r;
             const float y = (float)(v - xs) * ep[0][ui][t] * inv; /* sum x over the row (cta_code's) */
             if (!DOWN && m == M_GU) {
-                if (t < CG) glu_out(a, u, ui, t, y, (float)(up - xs) * ep[0][ui][t + CG] * inv, mx, PLB_STAGE ? ob : nullptr);
+                if (t < CG) glu_out(a, u, t, y, (float)(up - xs) * ep[0][ui][t + CG] * inv, mx);
             } else {
-                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx, PLB_STAGE ? ob : nullptr);
+                row_out(a, m, u, t, y, ep, ui, wnext != nullptr, ss, mx);
             }
         }
         if (trc) we = clock64(), tt[2] += we - w1;
@@ -734,8 +602,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     __shared__ float sh[2];
     __shared__ int xsum;
     __shared__ float ep[3][MAXU][UNIT_H];
-    __shared__ float ob[PLB_STAGE ? 2 : 1][MAXU][UNIT_H]; /* PLB_STAGE: the units' outputs */
-    __shared__ int mpart[PLB_MMA ? NG : 1][2][WPG][UNIT_H]; /* PLB_MMA: a group's partial row sums */
     __shared__ float pr[2][NCW];
     __shared__ float sc[MAXKEYS + 1];
     __shared__ __align__(16) float qh[HD];
@@ -917,11 +783,9 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             float pss = 0.f, pmx = 0.f;
             long long wait = 0, tt[5] = {0, 0, 0, 0, 0};
             if (PLB_WARP_ROWS && m == M_DOWN)
-                run_rows<true>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt, ob);
-            else if (PLB_MMA)
-                run_rows_mma(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt, mpart);
+                run_rows<true>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt);
             else if (PLB_WARP_ROWS)
-                run_rows<false>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt, ob);
+                run_rows<false>(a, l, m, rg, ring, kc, xq, xsum, ep, sh[1], pss, pmx, kb, wait, wnext, tt);
             else if (m == M_DOWN)
                 run_units<3, 4>(a, l, m, rg, ring, red2, rb, xq, ep, wnext, sh[1], pss, pmx, kb, wait);
             else
@@ -942,11 +806,10 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     a.slot[(kb & 1) * 2 * NSLOT + blockIdx.x] = t0;
                     a.slot[(kb & 1) * 2 * NSLOT + NSLOT + blockIdx.x] = t1;
                 }
-            } else if (PLB_HOLD || PLB_STAGE) {
+            } else if (PLB_HOLD) {
                 cbar();
-                if (PLB_HOLD && tid == 0) hold = 1;
+                if (tid == 0) hold = 1;
             }
-            if (PLB_STAGE && PLB_WARP_ROWS) flush_out(a, m, nu, wnext != nullptr, ob);
             tr(a, kb, 2);
             grid_barrier(a, kb);
             tr(a, kb++, 3);
@@ -980,26 +843,11 @@ static float h_prep(const float *v, int n, const float *w, std::vector<int8_t> &
     for (int i = 0; i < n; i++) xq[i] = (int8_t)std::max(-127, std::min(127, (int)lrintf(r[i] * s)));
     return s;
 }
-/* row r of a 4096-column matrix at byte mb: its words where the kernel's form has them */
-static int64_t h_dot_h(int64_t mb, int64_t r, const std::vector<int8_t> &xq);
 static int64_t h_dot(int64_t byte0, int k, const std::vector<int8_t> &xq) {
     int64_t acc = 0;
     for (int i = 0; i < k / 4; i++) { /* byte b of word j, field f: column 16 j + 4 f + b */
         const uint8_t b = code_byte(byte0 + i);
         for (int f = 0; f < 4; f++) acc += code_val((b >> (2 * f)) & 3) * xq[16 * (i / 4) + 4 * f + i % 4];
-    }
-    return acc;
-}
-static int64_t h_dot_h(int64_t mb, int64_t r, const std::vector<int8_t> &xq) {
-    if (!PLB_MMA) return h_dot(mb + r * (H / 4), H, xq);
-    const int64_t ub = mb + (r / UNIT_H) * UNIT_H * (H / 4); /* the unit's first byte */
-    int64_t acc = 0;
-    for (int j = 0; j < H / 16; j++) {
-        const int64_t w0 = ub + 4 * (int64_t)mma_pos((int)(r % UNIT_H), j);
-        for (int b = 0; b < 4; b++) {
-            const uint8_t c = code_byte(w0 + b);
-            for (int f = 0; f < 4; f++) acc += code_val((c >> (2 * f)) & 3) * xq[16 * j + 4 * f + b];
-        }
     }
     return acc;
 }
@@ -1012,7 +860,7 @@ static void h_step(Host &hs, const Dims &d, int layers, int keys) {
         float s = h_prep(hs.x.data(), H, nw, xq);
 #pragma omp parallel for
         for (int r = 0; r < QKV; r++)
-            qkv[r] = (float)h_dot_h(cb + d.off[M_QKV], r, xq) * hs.ws[sb + d.soff[M_QKV] + r] / s;
+            qkv[r] = (float)h_dot(cb + d.off[M_QKV] + (int64_t)r * H / 4, H, xq) * hs.ws[sb + d.soff[M_QKV] + r] / s;
         for (int h = 0; h < NH; h++) {
             float *kl = hs.kc.data() + (int64_t)l * MAXKEYS * NH * HD, *vl = hs.vc.data() + (int64_t)l * MAXKEYS * NH * HD;
             for (int t = 0; t < HD; t++)
@@ -1035,13 +883,13 @@ static void h_step(Host &hs, const Dims &d, int layers, int keys) {
         }
         s = h_prep(att.data(), H, nullptr, xq);
         for (int r = 0; r < H; r++)
-            hs.x[r] += (float)h_dot_h(cb + d.off[M_O], r, xq) * hs.ws[sb + d.soff[M_O] + r] / s;
+            hs.x[r] += (float)h_dot(cb + d.off[M_O] + (int64_t)r * H / 4, H, xq) * hs.ws[sb + d.soff[M_O] + r] / s;
         s = h_prep(hs.x.data(), H, nw + H, xq);
 #pragma omp parallel for
         for (int i = 0; i < I; i++) { /* unit u = i / 8: gate rows 16u + (i % 8), up rows 16u + 8 + (i % 8) */
             const int64_t rg = 16 * (i / 8) + i % 8, ru = rg + 8;
-            const float g = (float)h_dot_h(cb + d.off[M_GU], rg, xq) * hs.ws[sb + d.soff[M_GU] + rg] / s;
-            const float u = (float)h_dot_h(cb + d.off[M_GU], ru, xq) * hs.ws[sb + d.soff[M_GU] + ru] / s;
+            const float g = (float)h_dot(cb + d.off[M_GU] + rg * H / 4, H, xq) * hs.ws[sb + d.soff[M_GU] + rg] / s;
+            const float u = (float)h_dot(cb + d.off[M_GU] + ru * H / 4, H, xq) * hs.ws[sb + d.soff[M_GU] + ru] / s;
             hb[i] = g / (1.f + expf(-g)) * u;
         }
         hs.qkv = qkv, hs.att = att, hs.hb = hb;
