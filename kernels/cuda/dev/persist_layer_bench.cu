@@ -3,14 +3,15 @@
  * probe, not part of the build): whether a step whose weight stream never
  * stops at a kernel boundary beats the engine's kernel-per-op step (7B
  * tern-i8, batch 1: ~31 µs a layer).  Results: kernels/cuda/dev/NOTES.md
- * (forty-seventh and forty-eighth sessions).
+ * (forty-seventh to forty-ninth sessions).
  *
  * One CTA per SM (cooperative launch), 16 consumer warps and one loader warp.
  * The loader streams every unit (16 rows of a 4096-column matrix, 8 rows of
  * the 11008-column down projection; 2-bit codes, 4 a byte) of every layer in
  * the step's order through a ring of shared-memory stages with 1-D bulk
- * copies; it waits only for free stages, never for the step's data, so the
- * codes of the next phases arrive while the current one computes.  The
+ * copies; it waits for free stages (and, below, for its oldest copies and
+ * through the round trips), never for the step's data, so the codes of the
+ * next phases arrive while the current one computes.  The
  * consumers run five phases a layer, a grid barrier (a counter in global
  * memory) after each:
  *   qkv   x w -> RMSNorm -> int8 -> q | k | v (12288 rows)
@@ -55,7 +56,7 @@
  * free stages) and, with PLB_HOLD (1), issues none from a phase's last unit
  * to the next phase's input: the copies in flight otherwise slow the stores,
  * the grid barrier and the input's loads of those round trips (forty-ninth
- * session: 1-3.7 µs from the warps' last unit to the phase's end in release
+ * session: 0.5-3.7 µs from the warps' last unit to the phase's end in release
  * mode).
  *
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
@@ -119,6 +120,7 @@ constexpr int NTHR = NCT + 32;
 constexpr int NST = PLB_WARP_ROWS ? 8 : 9;
 constexpr int NG = PLB_GROUPS, WPG = NCW / NG; /* warp-rows form: groups, warps a group */
 static_assert(!PLB_WARP_ROWS || NST % NG == 0, "a stage serves one group");
+static_assert(PLB_INFLIGHT >= 0 && PLB_INFLIGHT <= NST, "the oldest copy waited for before its stage's parity flips twice");
 static_assert(!PLB_WARP_ROWS || (NG >= 2 && NCW % NG == 0 && 8 % (NCW / NG) == 0),
               "warp groups: a whole number of rows a warp in 16- and 8-row units, gate / up pairs in one warp");
 constexpr int STAGE = 8 * KW_I * 4;             /* 22016 bytes: 8 down rows */
@@ -185,9 +187,11 @@ struct Args {
     int mode;         /* 0 full, 1 nomath, 2 noweights, 3 barriers, 4 stream, 5 release */
     long long *trace; /* --trace: thread 0's clock at the points below and its cycles
                        * waiting for units, [CTA][phase][NTP] */
-    long long *wtr;   /* PLB_LTRACE: the warps' ends of units (above) */
+    long long *wtr;   /* PLB_LTRACE: [CTA][phase][NCW] each consumer warp's clock as its units end */
     long long *ltr;   /* PLB_LTRACE: [CTA][unit of the step][LTP]: the loader's wait for the
-                       * stage began, the copy issued, the group's wait began, the codes there */
+                       * stage (and the hold) began, the copy issued, the group's wait began,
+                       * the codes there; ltu units a CTA and layer at most */
+    int ltu;
 };
 /* trace points: 0 the phase's start (the barrier before it left), 1 its units'
  * start (input coded, x in registers), 2 its units done, 3 the barrier after it
@@ -199,10 +203,9 @@ struct Args {
  * 6 the scores, 7 the softmax's max and sum.  A traced build spills a little at the
  * 96-register cap: its times run above the untraced build's */
 constexpr int NTP = 13;
-constexpr int LTP = 4, LTU = 24; /* timeline fields; units a CTA and layer, at most */
-/* PLB_LTRACE also: [CTA][phase][NCW] each consumer warp's clock as its units end */
+constexpr int LTP = 4; /* timeline fields */
 __device__ __forceinline__ void ltr(const Args &a, int k, int f, long long c) {
-    if (PLB_LTRACE && a.ltr) a.ltr[((int64_t)blockIdx.x * LTU * a.layers + k) * LTP + f] = c;
+    if (PLB_LTRACE && a.ltr && k < a.ltu * a.layers) a.ltr[((int64_t)blockIdx.x * a.ltu * a.layers + k) * LTP + f] = c;
 }
 __device__ __forceinline__ void tr(const Args &a, unsigned ph, int pt) {
     if (PLB_TRACE && a.trace && threadIdx.x == 0) a.trace[((int64_t)blockIdx.x * 5 * a.layers + ph) * NTP + pt] = clock64();
@@ -228,9 +231,10 @@ __device__ __forceinline__ void mwait(uint32_t bar, uint32_t parity, int *err) {
     }
 }
 /* every consumer thread of every CTA meets here; k-th barrier of the launch */
-__device__ void grid_barrier(const Args &a, unsigned k) {
+__device__ void grid_barrier(const Args &a, unsigned k, volatile int *hold = nullptr) {
     cbar();
     if (threadIdx.x == 0) {
+        if (PLB_HOLD && hold) *hold = 1; /* every unit of the phase consumed (PLB_HOLD) */
         red_release(a.ctr, 1);
         const unsigned target = a.base + (k + 1) * gridDim.x;
         const long long t0 = clock64();
@@ -393,7 +397,7 @@ __device__ __forceinline__ void row_out(const Args &a, int m, int u, int t, floa
 }
 /* The GLU's output silu(gate) * up of unit u's pair t, and this thread's max raised */
 __device__ __forceinline__ void glu_out(const Args &a, int u, int t, float g, float up, float &mx) {
-    const float hv = __fdividef(g, 1.f + __expf(-g)) * up; /* (an IEEE division: 0.05 µs a layer more) */
+    const float hv = __fdividef(g, 1.f + __expf(-g)) * up; /* (the IEEE division cost 0.05 µs a layer more) */
     a.hb[(int64_t)u * CG + t] = hv;
     mx = fmaxf(mx, fabsf(hv));
 }
@@ -800,18 +804,16 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 if (lane == 0) pr[0][warp] = pss, pr[1][warp] = pmx;
                 cbar();
                 if (tid == 0) {
-                    if (PLB_HOLD) hold = 1; /* every unit consumed: no copies in the round trips to the next input */
+                    if (PLB_HOLD) hold = 1; /* every unit consumed: no copies in the round trips to the next input
+                                             * (the slots' stores below among them) */
                     float t0 = 0.f, t1 = 0.f;
                     for (int w = 0; w < NCW; w++) t0 += pr[0][w], t1 = fmaxf(t1, pr[1][w]);
                     a.slot[(kb & 1) * 2 * NSLOT + blockIdx.x] = t0;
                     a.slot[(kb & 1) * 2 * NSLOT + NSLOT + blockIdx.x] = t1;
                 }
-            } else if (PLB_HOLD) {
-                cbar();
-                if (tid == 0) hold = 1;
             }
             tr(a, kb, 2);
-            grid_barrier(a, kb);
+            grid_barrier(a, kb, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
             tr(a, kb++, 3);
         }
     }
@@ -1003,6 +1005,8 @@ int main(int argc, char **argv) {
     CK(cudaMemcpy(vc, hs.vc.data(), ncache * 4, cudaMemcpyHostToDevice));
     a.codes = codes, a.ws = ws, a.nw = nw, a.x = x, a.xw = xw, a.qkv = qkv, a.att = att, a.hb = hb, a.kc = kc, a.vc = vc;
     a.trace = nullptr, a.ltr = nullptr, a.wtr = nullptr;
+    a.ltu = 0; /* the most units a CTA takes in a layer (the timeline's rows) */
+    for (int m = 0; m < NMAT; m++) a.ltu += (n_units(m) + G - 1) / G;
     a.ctr = ctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
     unsigned base = 0;
     auto launch = [&](int nl, int md) {
@@ -1044,9 +1048,10 @@ int main(int argc, char **argv) {
         const double rel = sqrt(num / den);
         /* one layer: the same int8 codes but where a rounding moves one across a
          * tie (the twin sums the stats in double, not in float partials, and uses
-         * 1 / sqrtf, expf and a division where the kernel has rsqrtf, __expf and a
-         * product by 1 / s); over more layers a moved code changes every output
-         * of the next linear by a step of its scale and the differences compound */
+         * 1 / sqrtf, expf and divisions where the kernel has rsqrtf, __expf, a
+         * product by 1 / s and the GLU's __fdividef); over more layers a moved
+         * code changes every output of the next linear by a step of its scale and
+         * the differences compound */
         const double tol = check == 1 ? 1e-4 : 1e-1;
         printf("check %d layers: rel L2 %.3e, max abs %.3e, |x| rms %.3f -> %s (bound %.0e)\n", check, rel, mx,
                sqrt(den / H), rel <= tol ? "ok" : "FAIL", tol);
@@ -1083,7 +1088,10 @@ int main(int argc, char **argv) {
         CK(cudaMalloc(&dtr, (size_t)G * nph * NTP * 8));
         CK(cudaMemset(dtr, 0, (size_t)G * nph * NTP * 8));
         long long *dlt = nullptr, *dwt = nullptr;
-        const size_t nlt = PLB_LTRACE ? (size_t)G * LTU * layers * LTP : 0, nwt = PLB_LTRACE ? (size_t)G * nph * NCW : 0;
+        const int LTU = a.ltu;
+        /* (noweights: the loader issues nothing, no timeline) */
+        const size_t nlt = PLB_LTRACE && imode != 2 ? (size_t)G * LTU * layers * LTP : 0,
+                     nwt = nlt ? (size_t)G * nph * NCW : 0;
         if (nlt) {
             CK(cudaMalloc(&dlt, nlt * 8));
             CK(cudaMemset(dlt, 0, nlt * 8));
@@ -1151,8 +1159,10 @@ int main(int argc, char **argv) {
                 printf("timeline CTA %d layer %d (µs from its q|k|v phase's start):\n  phases (start / input / units / done / left):", c, lshow);
                 for (int p = 0; p < 10 && 5 * lshow + p < nph; p++) {
                     const long long *q = &t[((size_t)c * nph + 5 * lshow + p) * NTP];
-                    printf(" %s%s %.2f/%.2f/%.2f/%.2f/%.2f", p >= 5 ? "+" : "", pn[p % 5], (q[0] - t0) / cyc_us,
-                           (q[5] - t0) / cyc_us, (q[1] - t0) / cyc_us, (q[2] - t0) / cyc_us, (q[3] - t0) / cyc_us);
+                    char in[16] = "-"; /* the attention's point 5: on its CTAs only */
+                    if (p % 5 != 1 || c >= G - NH) snprintf(in, sizeof in, "%.2f", (q[5] - t0) / cyc_us);
+                    printf(" %s%s %.2f/%s/%.2f/%.2f/%.2f", p >= 5 ? "+" : "", pn[p % 5], (q[0] - t0) / cyc_us, in,
+                           (q[1] - t0) / cyc_us, (q[2] - t0) / cyc_us, (q[3] - t0) / cyc_us);
                 }
                 printf("\n  the warps' ends of units:\n");
                 for (int p = 0; p < 5; p++) {
@@ -1161,7 +1171,7 @@ int main(int argc, char **argv) {
                     for (int w = 0; w < NCW; w++) printf(" %.2f", (wt[((size_t)c * nph + 5 * lshow + p) * NCW + w] - t0) / cyc_us);
                     printf("\n");
                 }
-                printf("  unit (layer matrix u): loader waits / issues / group waits / codes there\n");
+                printf("  unit (layer matrix u): loader waits (stage, hold) / issues / group waits / codes there\n");
                 for (int k = 0; k < LTU * layers; k++) {
                     int l, m, u;
                     if (!unit_ph(c, k, &l, &m, &u) || l < lshow || l > lshow + 1) continue;
@@ -1172,7 +1182,8 @@ int main(int argc, char **argv) {
             }
             /* medians over CTAs and layers 1..: the copy's issue from its phase's start, the group's
              * wait, the loader's wait for the stage */
-            printf("units (medians over CTAs and layers 1..; µs): issue - its phase's start / group wait / loader wait\n");
+            printf("units (medians over CTAs and layers 1..; µs): issue - its phase's start / group wait / loader wait "
+                   "(stage, hold)\n");
             for (int m = 0; m < NMAT; m++) {
                 std::vector<double> vi, vw, vl;
                 for (int c = 0; c < G; c++) {
