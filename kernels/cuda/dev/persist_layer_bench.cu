@@ -62,7 +62,7 @@
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
  * attention's keys from L2 only; 2 and 4 groups are the usable counts, 8
- * spills).  The fastest form measured (forty-ninth session: 29.2 µs a layer).
+ * spills).  The fastest form measured (forty-ninth session: 29.1 µs a layer).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
  *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]] kernels/cuda/dev/persist_layer_bench.cu
