@@ -48,8 +48,8 @@
  * of the final residual, q|k|v, the attention and the GLU of the last layer).
  * --trace 1 (a build with -DPLB_TRACE=1): one more launch with thread 0's
  * clock at each phase's points; with -DPLB_LTRACE=1 too (warp-rows form), each
- * unit's timeline (the loader's wait for its stage, the copy issued, the
- * group's wait, the codes there) for three CTAs and two layers, and each warp's
+ * unit's timeline (the loader's wait for its stage and the hold, the copy
+ * issued, the group's wait, the codes there) for three CTAs and two layers, and each warp's
  * end of units.
  *
  * The loader keeps at most PLB_INFLIGHT copies in flight (3; 0: as many as
@@ -629,8 +629,8 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         if (lane != 0 || a.mode == 2 || a.mode == 3) return;
         rg.ph = 1; /* the empty barriers' first wait passes */
         Cursor ld;
-        /* PLB_INFLIGHT: the copies in flight, oldest first (stage, its full barrier's parity),
-         * so that a unit needed next is not left to share HBM with every later one */
+        /* PLB_INFLIGHT: the copies in flight, oldest first (stage, its full barrier's parity):
+         * with the hold, few are left to slow a round trip that begins */
         int fs[PLB_INFLIGHT + 1], fp[PLB_INFLIGHT + 1], f0 = 0, fn = 0, k = 0;
         for (ld.first(a.layers); ld.l < a.layers; ld.next(a.layers), k++) {
             if (PLB_INFLIGHT && fn == PLB_INFLIGHT) { /* the oldest copy landed */
