@@ -98,6 +98,18 @@
 #ifndef PLB_HOLD /* the loader issues no copy from a phase's units' end to the next input's arrival */
 #define PLB_HOLD 1
 #endif
+#ifndef PLB_OFUSE /* o split by head into the attention's phase (warp-rows form): four phases a layer */
+#define PLB_OFUSE 0
+#endif
+#ifndef PLB_NQ /* PLB_OFUSE: CTAs a head (1, 2 or 4) */
+#define PLB_NQ 4
+#endif
+#ifndef PLB_QFUSE /* with PLB_OFUSE: a head's q|k|v rows on its NQ CTAs, met by a barrier of their own */
+#define PLB_QFUSE 0
+#endif
+#ifndef PLB_KVLOAD /* the attention's keys copied into shared memory by the loader warp's other lanes */
+#define PLB_KVLOAD 0
+#endif
 #ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
 #define PLB_TRACE 0
 #endif
@@ -105,6 +117,8 @@
 #define PLB_LTRACE 0
 #endif
 static_assert(!PLB_LTRACE || (PLB_TRACE && PLB_WARP_ROWS), "the unit timeline: a traced warp-rows build");
+static_assert(!PLB_OFUSE || (PLB_WARP_ROWS && PLB_GROUPS == 2), "o fused into the attention: the warp-rows form, two groups");
+static_assert(!PLB_QFUSE || PLB_OFUSE, "q|k|v by head: with o fused into the attention");
 
 namespace {
 
@@ -138,9 +152,20 @@ constexpr float EPS = 1e-5f;
 
 /* matrices of a layer, in the order of the step */
 enum { M_QKV, M_O, M_GU, M_DOWN, NMAT };
-__host__ __device__ constexpr int64_t mat_rows(int m) { return m == M_QKV ? QKV : m == M_GU ? 2 * I : H; }
-__host__ __device__ constexpr int64_t mat_rowb(int m) { return m == M_DOWN ? I / 4 : H / 4; }
-__host__ __device__ constexpr int mat_unit(int m) { return m == M_DOWN ? UNIT_I : UNIT_H; }
+/* PLB_OFUSE: o's codes by head, [head][row][HD / 4 bytes] (a code row is a head's 128
+ * columns of a row), in units of OU rows.  The heads on the last NQ NH CTAs: head CTA hc
+ * (c - (G - NQ NH)) takes UPC units from UPC hc (head hc / NQ, rows RQ (hc % NQ) ..), the
+ * head's attention computed by all NQ of them */
+constexpr int NQ = PLB_NQ, OU = 512, RQ = H / NQ, UPC = RQ / OU;
+static_assert((NQ == 1 || NQ == 2 || NQ == 4) && (!PLB_QFUSE || NQ == 4), "NQ: 1, 2 or 4 (q|k|v by head: 4)");
+static_assert(RQ * 4 <= (KRES ? 2 * KRES * HD * 4 : I), "o's partial sums in the keys' (or the coded input's) space");
+/* code rows, their bytes, rows a unit; row scales a matrix */
+__host__ __device__ constexpr int64_t mat_rows(int m) {
+    return m == M_QKV ? QKV : m == M_GU ? 2 * I : PLB_OFUSE && m == M_O ? (int64_t)NH * H : H;
+}
+__host__ __device__ constexpr int64_t mat_rowb(int m) { return m == M_DOWN ? I / 4 : PLB_OFUSE && m == M_O ? HD / 4 : H / 4; }
+__host__ __device__ constexpr int mat_unit(int m) { return m == M_DOWN ? UNIT_I : PLB_OFUSE && m == M_O ? OU : UNIT_H; }
+__host__ __device__ constexpr int64_t mat_srows(int m) { return m == M_QKV ? QKV : m == M_GU ? 2 * I : H; }
 
 struct Dims {
     int64_t off[NMAT + 1]; /* byte offsets of the matrices in a layer's codes; off[NMAT] = layer bytes */
@@ -181,6 +206,8 @@ struct Args {
     float *slot;     /* [2 buffers][2: sum x^2, max|x w| or max|v|][NSLOT] */
     unsigned *ctr;
     unsigned base; /* the counter's value at this launch's start */
+    unsigned *hctr; /* PLB_QFUSE: a counter a head */
+    unsigned hbase;
     int *err;
     Dims d;
     int layers, keys; /* keys before the new token */
@@ -244,6 +271,21 @@ __device__ void grid_barrier(const Args &a, unsigned k, volatile int *hold = nul
     cbar();
 }
 
+/* PLB_QFUSE: the head's NQ CTAs meet here after q|k|v (a counter a head, as the grid
+ * barrier's; k-th of the launch) */
+__device__ void head_barrier(const Args &a, int h, unsigned k, volatile int *hold) {
+    cbar();
+    if (threadIdx.x == 0) {
+        if (PLB_HOLD) *hold = 1;
+        red_release(a.hctr + h, 1);
+        const unsigned target = a.hbase + (k + 1) * NQ;
+        const long long t0 = clock64();
+        while ((int)(ld_acquire(a.hctr + h) - target) < 0)
+            if (clock64() - t0 > 4000000000ll) fail(a.err, 3);
+    }
+    cbar();
+}
+
 __device__ __forceinline__ float warp_sum(float v) {
     for (int o = 16; o; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
     return v;
@@ -281,10 +323,14 @@ __device__ __forceinline__ void slot_stats(const float *sl, int n, bool sum, flo
 /* The phase's input coded once a CTA: v (global, written by other CTAs:
  * x w where a norm follows, else the attention's or the GLU's output), its
  * stats from the producers' slots (warp 0, while the others' loads are in
- * flight), then int8 codes round(v rs s) into xq (shared) for every lane. */
+ * flight), then int8 codes round(v rs s) into xq (shared) for every lane.
+ * With selfw (PLB_OFUSE's gate|up: x summed by atomics, no producer's slots)
+ * v is x, times selfw here, and the stats are the CTA's own over all of it
+ * (pr: a warp's partials). */
 template <int NV4>
 __device__ __forceinline__ void cta_code(const Args &a, unsigned ph, const float *v, int n, bool norm, const float *sl,
-                                         int nsl, int8_t *xq, float *sh, int *xsum, volatile int *hold) {
+                                         int nsl, int8_t *xq, float *sh, int *xsum, volatile int *hold,
+                                         const float *selfw = nullptr, float (*pr)[NCW] = nullptr) {
     const int tid = threadIdx.x;
     if (tid == 0) *xsum = 0; /* its last reader ran before the grid barrier */
     float4 r[NV4];
@@ -293,7 +339,23 @@ __device__ __forceinline__ void cta_code(const Args &a, unsigned ph, const float
         const int j = tid + i * NCT;
         r[i] = j < n / 4 ? __ldcg(reinterpret_cast<const float4 *>(v) + j) : make_float4(0.f, 0.f, 0.f, 0.f);
     }
-    if (tid < 32) {
+    if (selfw) {
+        float4 w[NV4];
+#pragma unroll
+        for (int i = 0; i < NV4; i++) {
+            const int j = tid + i * NCT;
+            w[i] = j < n / 4 ? __ldg(reinterpret_cast<const float4 *>(selfw) + j) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        float pss = 0.f, pmx = 0.f;
+#pragma unroll
+        for (int i = 0; i < NV4; i++) {
+            pss += r[i].x * r[i].x + r[i].y * r[i].y + r[i].z * r[i].z + r[i].w * r[i].w;
+            r[i].x *= w[i].x, r[i].y *= w[i].y, r[i].z *= w[i].z, r[i].w *= w[i].w;
+            pmx = fmaxf(fmaxf(pmx, fmaxf(fabsf(r[i].x), fabsf(r[i].y))), fmaxf(fabsf(r[i].z), fabsf(r[i].w)));
+        }
+        pss = warp_sum(pss), pmx = warp_max(pmx);
+        if ((tid & 31) == 0) pr[0][tid >> 5] = pss, pr[1][tid >> 5] = pmx;
+    } else if (tid < 32) {
         float tss, tmx;
         slot_stats(sl, nsl, norm, &tss, &tmx);
         const float rs = norm ? rsqrtf(tss / n + EPS) : 1.f;
@@ -302,7 +364,13 @@ __device__ __forceinline__ void cta_code(const Args &a, unsigned ph, const float
     cbar();
     if (PLB_HOLD && tid == 0) *hold = 0; /* the input is here: the loader goes on */
     tr(a, ph, 5);
-    const float rs = sh[0], s = sh[1];
+    float rs = sh[0], s = sh[1];
+    if (selfw) {
+        const int lane = tid & 31; /* the warps' partials a lane each */
+        const float tss = warp_sum(lane < NCW ? pr[0][lane] : 0.f), tmx = warp_max(lane < NCW ? pr[1][lane] : 0.f);
+        rs = rsqrtf(tss / n + EPS), s = 127.f / fmaxf(tmx * rs, 1e-5f);
+        if (tid == 0) sh[0] = rs, sh[1] = s; /* the units' scale (read after the last barrier below) */
+    }
     int cs = 0; /* the codes' sum, for sum (c - 1) x = sum c x - sum x */
 #pragma unroll
     for (int i = 0; i < NV4; i++) {
@@ -355,21 +423,40 @@ struct Ring {
 
 __host__ __device__ __forceinline__ int n_units(int m) { return (int)(mat_rows(m) / mat_unit(m)); }
 
+/* PLB_OFUSE: CTA c's place among the heads' of a grid of G (negative: none) */
+__host__ __device__ __forceinline__ int head_cta_c(int c, int G) { return c - (G - NQ * NH); }
+__device__ __forceinline__ int head_cta() { return head_cta_c(blockIdx.x, gridDim.x); }
+/* the CTA's k-th unit of matrix m (n_units(m): none).  By default units c, c + G, ..;
+ * PLB_OFUSE's o: UPC hc + k on head CTA hc; PLB_QFUSE's q|k|v: of head hc / NQ's 24
+ * units (q, k, v: 8 of 16 rows each), i = hc % NQ + NQ k */
+__host__ __device__ inline int unit_of_c(int m, int k, int c, int G) {
+    const int hc = head_cta_c(c, G);
+    if (PLB_OFUSE && m == M_O) return hc >= 0 && k < UPC ? UPC * hc + k : n_units(m);
+    if (PLB_QFUSE && m == M_QKV) {
+        constexpr int UH = HD / UNIT_H; /* units of a head in each of q, k, v */
+        const int i = hc % NQ + NQ * k;
+        return hc >= 0 && i < 3 * UH ? (i / UH) * (H / UNIT_H) + UH * (hc / NQ) + i % UH : n_units(m);
+    }
+    const int u = c + k * G;
+    return u < n_units(m) ? u : n_units(m);
+}
+__device__ __forceinline__ int unit_of(int m, int k) { return unit_of_c(m, k, blockIdx.x, gridDim.x); }
+
 /* the CTA's units in the step's order: layer l, matrix m, unit u */
 struct Cursor {
-    int l, m, u;
+    int l, m, k, u; /* layer, matrix, the CTA's unit k of it, its index */
     __device__ void first(int layers) {
-        l = 0, m = 0, u = blockIdx.x;
+        l = 0, m = 0, k = 0, u = unit_of(m, 0);
         settle(layers);
     }
     __device__ void settle(int layers) { /* past the matrix's last unit: the next matrix's first */
         while (l < layers && u >= n_units(m)) {
-            u = blockIdx.x;
             if (++m == NMAT) m = 0, l++;
+            k = 0, u = unit_of(m, 0);
         }
     }
     __device__ void next(int layers) {
-        u += gridDim.x;
+        u = unit_of(m, ++k);
         settle(layers);
     }
     __device__ int64_t bytes() const { return mat_unit(m) * mat_rowb(m); }
@@ -515,7 +602,7 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
     const float inv = 1.f / s;
     int ui = 0;
     long long we = trc ? clock64() : 0; /* the last unit's end (the entry at first) */
-    for (int u = blockIdx.x; u < n_units(m); u += gridDim.x, ui++, kc++) {
+    for (int u = unit_of(m, 0); u < n_units(m); u = unit_of(m, ui + 1), ui++, kc++) {
         if (kc % NG != grp) {
             rg.next();
             continue;
@@ -596,6 +683,74 @@ __device__ void run_rows(const Args &a, int l, int m, Ring &rg, uint8_t *ring, i
     }
 }
 
+/* PLB_OFUSE: o's partial sums over head h's 128 columns for the CTA's rows
+ * hq RQ .. + RQ - 1 (its units kc .. kc + UPC - 1: group (kc + j) % 2 takes unit j,
+ * so j = jm + 2 jj; this thread's rows j OU + t, t = 32 wl + lane and t + 256, their
+ * scales osc[jj]), added to x by atomics.  o: the attention's output of column tid
+ * (threads part_i == 0), its warps' max |o| in pr[1]; coded here with the head's
+ * own scale.  ys: shared, RQ floats (free in this phase). */
+__device__ void o_units(const Args &a, int hq, int part_i, float o, const float (&osc)[UPC / 2][2], int jm, Ring &rg,
+                        uint8_t *ring, int &kc, float *ys, float (*pr)[NCW], int8_t *oq, int *osum, volatile int *hold) {
+    const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wl = warp % WPG;
+    cbar(); /* pr[1][0 .. 3] */
+    const float s = 127.f / fmaxf(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3])), 1e-5f);
+    if (!part_i) {
+        const int c = max(-127, min(127, __float2int_rn(o * s)));
+        oq[tid] = (int8_t)c;
+        int cs = c;
+        for (int k = 16; k; k >>= 1) cs += __shfl_xor_sync(0xffffffffu, cs, k);
+        if (lane == 0) osum[warp] = cs;
+    }
+    cbar();
+    const int xs = osum[0] + osum[1] + osum[2] + osum[3];
+    uint32_t xr[HD / 4]; /* word 4 w + f: columns 16 w + 4 f .. + 3, field f of code word w */
+#pragma unroll
+    for (int i = 0; i < HD / 16; i++) {
+        const uint4 q = reinterpret_cast<const uint4 *>(oq)[i];
+        xr[4 * i] = q.x, xr[4 * i + 1] = q.y, xr[4 * i + 2] = q.z, xr[4 * i + 3] = q.w;
+    }
+    const float inv = 1.f / s;
+    float y[UPC / 2][2] = {};
+    if (a.mode != 2) { /* (noweights: no units) */
+#pragma unroll
+        for (int j = 0; j < UPC; j++) {
+            if ((j & 1) == jm) {
+                const bool ltc = PLB_LTRACE && wl == 0 && lane == 0; /* the group's clocks */
+                if (ltc) ltr(a, kc + j, 2, clock64());
+                mwait(rg.full0 + 8 * rg.slot, rg.ph, a.err);
+                if (ltc) ltr(a, kc + j, 3, clock64());
+                const uint4 *cw = reinterpret_cast<const uint4 *>(ring + rg.slot * STAGE);
+                if (a.mode == 0) {
+#pragma unroll
+                    for (int i = 0; i < 2; i++) {
+                        const int t = wl * 32 + lane + (OU / 2) * i; /* the row in the unit */
+                        const uint4 c0 = cw[2 * t], c1 = cw[2 * t + 1];
+                        const uint32_t cc[8] = {c0.x, c0.y, c0.z, c0.w, c1.x, c1.y, c1.z, c1.w};
+                        int acc[4] = {0, 0, 0, 0};
+#pragma unroll
+                        for (int w = 0; w < 8; w++)
+#pragma unroll
+                            for (int f = 0; f < 4; f++) acc[f] = dp4a_us(cc[w] & (0x03030303u << (2 * f)), xr[4 * w + f], acc[f]);
+                        const int dd = acc[0] + (acc[1] >> 2) + (acc[2] >> 4) + (acc[3] >> 6);
+                        y[j >> 1][i] = (float)(dd - xs) * osc[j >> 1][i] * inv;
+                    }
+                }
+                __syncwarp();
+                if (lane == 0) tern_mbar::arrive(rg.empty0 + 8 * rg.slot);
+            }
+            rg.next();
+        }
+        kc += UPC;
+    }
+#pragma unroll
+    for (int jj = 0; jj < UPC / 2; jj++)
+        ys[(jm + 2 * jj) * OU + wl * 32 + lane] = y[jj][0], ys[(jm + 2 * jj) * OU + wl * 32 + lane + OU / 2] = y[jj][1];
+    cbar();
+    if (PLB_HOLD && tid == 0) *hold = 1; /* every unit consumed: none in the round trip to the next input */
+    for (int i = tid; i < RQ / 4; i += NCT)
+        atomicAdd(reinterpret_cast<float4 *>(a.x + hq * RQ) + i, reinterpret_cast<const float4 *>(ys)[i]);
+}
+
 __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *ring = smem;
@@ -612,6 +767,10 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     __shared__ __align__(16) float kvn[2][HD]; /* the new token's K, V rows */
     __shared__ float part[(NCT / HD - 1) * HD];
     __shared__ volatile int hold; /* PLB_HOLD: set while the CTA's round trips run */
+    __shared__ volatile int kvgo; /* PLB_KVLOAD: the layers whose keys may be copied (their space free) */
+    __shared__ __align__(8) uint64_t kvmb; /* PLB_KVLOAD: a layer's keys there (phase l) */
+    __shared__ __align__(16) int8_t oq[HD]; /* PLB_OFUSE: the head's attention output coded */
+    __shared__ int osum[HD / 32];
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     Ring rg;
@@ -621,9 +780,36 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         hold = 0;
         for (int s = 0; s < NST; s++) /* a stage is released by the warps that read it */
             tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? WPG : NCW);
+        kvgo = 1;
+        tern_mbar::init(tern_mbar::saddr(&kvmb), 31);
         tern_mbar::init_fence();
     }
     __syncthreads();
+    /* consumers below; the attention's heads on the last NH CTAs (the q|k|v units fall to
+     * the first ones first, so these have the fewest); PLB_OFUSE: NQ a head, the
+     * CTA's part hq of o's rows */
+    const int hcta = PLB_OFUSE ? (head_cta() >= 0 ? head_cta() / NQ : -1) : (int)blockIdx.x - ((int)gridDim.x - NH);
+    const int hq = PLB_OFUSE && head_cta() >= 0 ? head_cta() % NQ : 0;
+    const int nres = min(a.keys, KRES); /* the keys whose rows are copied into shared memory */
+    /* PLB_KVLOAD: lanes 1 .. 31 of the loader warp copy a layer's first nres keys' K / V rows of
+     * the head, 16 bytes a copy, as soon as the last layer's attention is done with the space
+     * (kvgo), and complete phase l of kvmb (the attention waits for it) */
+    const bool kvload = PLB_KVLOAD && KRES && nres && hcta >= 0 && a.mode != 3 && a.mode != 4;
+    if (warp == NCW && lane && kvload) {
+        for (int l = 0; l < a.layers; l++) {
+            while (kvgo <= l) __nanosleep(64);
+            const float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
+            for (int e = lane - 1; e < 2 * nres * (HD / 4); e += 31) {
+                const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
+                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                 tern_mbar::saddr(kvs + (kv * KRES + j) * HD + 4 * c)),
+                             "l"((kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c)
+                             : "memory");
+            }
+            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(tern_mbar::saddr(&kvmb)) : "memory");
+        }
+        return;
+    }
 
     if (warp == NCW) { /* the loader: every unit of the step, in order */
         if (lane != 0 || a.mode == 2 || a.mode == 3) return;
@@ -653,10 +839,8 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         return;
     }
 
-    /* consumers; the attention's heads on the last NH CTAs (the q|k|v units fall to
-     * the first ones first, so these have the fewest) */
-    const int hcta = (int)blockIdx.x - ((int)gridDim.x - NH);
-    unsigned kb = 0; /* phases (and grid barriers) of the launch */
+    unsigned kb = 0; /* phases of the launch (the trace's index: five a layer) */
+    unsigned kg = 0; /* grid barriers of the launch (PLB_OFUSE: four a layer) */
     int rb = 0, kc = 0;
     if (a.mode == 4) { /* the stream alone: every unit waited for and released, nothing else */
         Cursor c;
@@ -674,7 +858,36 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     for (int l = 0; l < a.layers; l++) {
         const float *nw = a.nw + (int64_t)l * 2 * H;
         float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
-        const int nres = min(a.keys, KRES); /* the keys whose rows are copied into shared memory */
+        /* the head's K / V pages for the attention, during q|k|v (PLB_OFUSE: after its input,
+         * which the 128 CTAs' copies would delay) */
+        auto head_barrier_or_hold = [&] { /* PLB_QFUSE, after q|k|v: the CTAs without a head go on */
+            if (hcta >= 0) {
+                head_barrier(a, hcta, l, &hold);
+            } else {
+                cbar();
+                if (PLB_HOLD && tid == 0) hold = 1;
+            }
+        };
+        auto stage_kv = [&](int m) {
+            if (m != M_QKV || hcta < 0) return;
+            if (KRES && !kvload) { /* the first nres keys into shared memory, 16 bytes a copy (a bulk copy a
+                         * row from warp 0 ran 1.1 µs a layer slower: behind the ring's copies) */
+                for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
+                    const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
+                    const float *src = (kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c;
+                    asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
+                                     tern_mbar::saddr(kvs + (kv * KRES + j) * HD + 4 * c)),
+                                 "l"(src)
+                                 : "memory");
+                }
+                asm volatile("cp.async.commit_group;" ::: "memory");
+            }
+            for (int e = tid + 2 * nres * (HD / 32); e < 2 * a.keys * (HD / 32); e += NCT) { /* the rest into L2 */
+                const int j = e / (2 * (HD / 32)), c = e % (2 * (HD / 32));
+                const float *p = (c < HD / 32 ? kl : vl) + ((int64_t)j * NH + hcta) * HD + 32 * (c % (HD / 32));
+                asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+            }
+        };
         for (int m = 0; m < NMAT; m++) {
             if (m == M_O) { /* the attention, then o */
                 tr(a, kb, 0);
@@ -682,18 +895,30 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 if (hcta >= 0 && a.mode != 3) {
                     const int h = hcta, T = a.keys + 1;
                     const float *qn = a.qkv + h * HD, *kn = a.qkv + H + h * HD, *vn = a.qkv + H + NH * HD + h * HD;
+                    /* PLB_OFUSE: this thread's o rows' scales (its group's unit of the CTA's two, kc
+                     * and kc + 1 of its sequence: group (kc + j) % 2 takes unit j), loaded early */
+                    const int jm = (warp / WPG + kc) & 1;
+                    float osc[UPC / 2][2] = {};
+                    if (PLB_OFUSE) {
+                        const float *wso = a.ws + l * a.d.soff[NMAT] + a.d.soff[M_O] + hq * RQ + (warp % WPG) * 32 + lane;
+#pragma unroll
+                        for (int jj = 0; jj < UPC / 2; jj++)
+                            osc[jj][0] = __ldg(wso + (jm + 2 * jj) * OU), osc[jj][1] = __ldg(wso + (jm + 2 * jj) * OU + OU / 2);
+                    }
                     if (tid < HD) {
                         qh[tid] = __ldcg(qn + tid) * rsqrtf((float)HD);
                         const float kv = __ldcg(kn + tid);
-                        kl[((int64_t)a.keys * NH + h) * HD + tid] = kv;
+                        if (hq == 0) kl[((int64_t)a.keys * NH + h) * HD + tid] = kv;
                         kvn[0][tid] = kv;
                     } else if (tid < 2 * HD) {
                         const float vv = __ldcg(vn + tid - HD);
-                        vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = vv;
+                        if (hq == 0) vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = vv;
                         kvn[1][tid - HD] = vv;
                     }
-                    if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
+                    if (kvload) mwait(tern_mbar::saddr(&kvmb), l & 1, a.err);
+                    else if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
                     cbar();
+                    if (PLB_OFUSE && PLB_HOLD && tid == 0) hold = 0; /* the input is here; o's units follow */
                     tr(a, kb, 5);
                     const float4 q4 = reinterpret_cast<const float4 *>(qh)[lane];
 #pragma unroll 4
@@ -728,52 +953,50 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     if (!part_i) {
                         for (int p = 1; p < NCT / HD; p++) o += part[(p - 1) * HD + d];
                         o /= den;
-                        a.att[h * HD + d] = o;
+                        if (hq == 0) a.att[h * HD + d] = o;
                         const float om = warp_max(fabsf(o));
-                        if (lane == 0) a.slot[(kb & 1) * 2 * NSLOT + NSLOT + h * (HD / 32) + warp] = om;
+                        if (PLB_OFUSE) {
+                            if (lane == 0) pr[1][warp] = om;
+                        } else if (lane == 0) {
+                            a.slot[(kb & 1) * 2 * NSLOT + NSLOT + h * (HD / 32) + warp] = om;
+                        }
                     }
+                    if (PLB_OFUSE)
+                        o_units(a, hq, part_i, o, osc, jm, rg, ring, kc, KRES ? kvs : reinterpret_cast<float *>(xq), pr, oq,
+                                osum, &hold);
                 }
                 tr(a, kb, 2);
-                grid_barrier(a, kb);
+                grid_barrier(a, kg++);
+                if (PLB_KVLOAD && tid == 0) kvgo = l + 2; /* the keys' space free for the next layer's */
                 tr(a, kb++, 3);
+                if (PLB_OFUSE) { /* o done: its phase's trace points stay empty */
+                    kb++;
+                    continue;
+                }
             }
             if (a.mode == 3) {
-                grid_barrier(a, kb++);
+                if (PLB_QFUSE && m == M_QKV)
+                    head_barrier_or_hold();
+                else
+                    grid_barrier(a, kg++);
+                kb++;
                 continue;
             }
             tr(a, kb, 0);
-            if (m == M_QKV && hcta >= 0) { /* the head's K / V pages for the attention */
-                if (KRES) { /* the first nres keys into shared memory, 16 bytes a copy */
-                    for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
-                        const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
-                        const float *src = (kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c;
-                        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                                         tern_mbar::saddr(kvs + (kv * KRES + j) * HD + 4 * c)),
-                                     "l"(src)
-                                     : "memory");
-                    }
-                    asm volatile("cp.async.commit_group;" ::: "memory");
-                }
-                for (int e = tid + 2 * nres * (HD / 32); e < 2 * a.keys * (HD / 32); e += NCT) { /* the rest into L2 */
-                    const int j = e / (2 * (HD / 32)), c = e % (2 * (HD / 32));
-                    const float *p = (c < HD / 32 ? kl : vl) + ((int64_t)j * NH + hcta) * HD + 32 * (c % (HD / 32));
-                    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
-                }
-            }
+            if (!PLB_OFUSE) stage_kv(m);
             const float *sl = a.slot + ((kb - 1) & 1) * 2 * NSLOT;
             const int nsl = m == M_O ? NH * (HD / 32) : (int)gridDim.x;
-            const float *in = m == M_QKV || m == M_GU ? a.xw : m == M_O ? a.att : a.hb;
+            const float *in = m == M_QKV || (m == M_GU && !PLB_OFUSE) ? a.xw : m == M_GU ? a.x : m == M_O ? a.att : a.hb;
             const bool normed = m == M_QKV || m == M_GU;
             const float *wnext = m == M_O ? nw + H : m == M_DOWN && l + 1 < a.layers ? nw + 2 * H : nullptr;
             /* the epilogues' row scales, residual rows and next norm weights: loaded with the
              * input (<= MAXU x 16 < NCT values: one a thread), stored after its coding; read
              * after the first unit's barrier, or (warp-rows form, no barrier a unit) after one
              * of their own */
-            const int rows = mat_unit(m), nu = ((int)n_units(m) - (int)blockIdx.x + (int)gridDim.x - 1) / (int)gridDim.x;
-            const int ei = tid / rows, et = tid % rows;
+            const int rows = mat_unit(m), ei = tid / rows, et = tid % rows, ue = unit_of(m, ei);
             float e0 = 0.f, e1 = 0.f, e2 = 0.f;
-            if (ei < nu) {
-                const int64_t row = (int64_t)(blockIdx.x + ei * gridDim.x) * rows + et;
+            if (ue < n_units(m)) {
+                const int64_t row = (int64_t)ue * rows + et;
                 e0 = __ldg(a.ws + l * a.d.soff[NMAT] + a.d.soff[m] + row);
                 if (m == M_O || m == M_DOWN) e1 = __ldcg(a.x + row);
                 if (wnext) e2 = __ldg(wnext + row);
@@ -781,9 +1004,11 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             if (m == M_DOWN)
                 cta_code<(I / 4 + NCT - 1) / NCT>(a, kb, in, I, false, sl, nsl, xq, sh, &xsum, &hold);
             else
-                cta_code<H / 4 / NCT>(a, kb, in, H, normed, sl, nsl, xq, sh, &xsum, &hold);
-            if (ei < nu) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
+                cta_code<H / 4 / NCT>(a, kb, in, H, normed, sl, nsl, xq, sh, &xsum, &hold,
+                                      PLB_OFUSE && m == M_GU ? nw + H : nullptr, pr);
+            if (ue < n_units(m)) ep[0][ei][et] = e0, ep[1][ei][et] = e1, ep[2][ei][et] = e2;
             if (PLB_WARP_ROWS) cbar();
+            if (PLB_OFUSE) stage_kv(m);
             float pss = 0.f, pmx = 0.f;
             long long wait = 0, tt[5] = {0, 0, 0, 0, 0};
             if (PLB_WARP_ROWS && m == M_DOWN)
@@ -813,7 +1038,10 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 }
             }
             tr(a, kb, 2);
-            grid_barrier(a, kb, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
+            if (PLB_QFUSE && m == M_QKV)
+                head_barrier_or_hold();
+            else
+                grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
             tr(a, kb++, 3);
         }
     }
@@ -883,9 +1111,21 @@ static void h_step(Host &hs, const Dims &d, int layers, int keys) {
                 att[h * HD + t] = o / den;
             }
         }
-        s = h_prep(att.data(), H, nullptr, xq);
-        for (int r = 0; r < H; r++)
-            hs.x[r] += (float)h_dot(cb + d.off[M_O] + (int64_t)r * H / 4, H, xq) * hs.ws[sb + d.soff[M_O] + r] / s;
+        if (PLB_OFUSE) { /* a head's 128 columns at a time, coded with the head's own scale */
+            std::vector<float> ysum(H, 0.f);
+            for (int h = 0; h < NH; h++) {
+                s = h_prep(att.data() + h * HD, HD, nullptr, xq);
+#pragma omp parallel for
+                for (int r = 0; r < H; r++)
+                    ysum[r] += (float)h_dot(cb + d.off[M_O] + ((int64_t)h * H + r) * (HD / 4), HD, xq) *
+                               hs.ws[sb + d.soff[M_O] + r] / s;
+            }
+            for (int r = 0; r < H; r++) hs.x[r] += ysum[r];
+        } else {
+            s = h_prep(att.data(), H, nullptr, xq);
+            for (int r = 0; r < H; r++)
+                hs.x[r] += (float)h_dot(cb + d.off[M_O] + (int64_t)r * H / 4, H, xq) * hs.ws[sb + d.soff[M_O] + r] / s;
+        }
         s = h_prep(hs.x.data(), H, nw + H, xq);
 #pragma omp parallel for
         for (int i = 0; i < I; i++) { /* unit u = i / 8: gate rows 16u + (i % 8), up rows 16u + 8 + (i % 8) */
@@ -941,7 +1181,7 @@ int main(int argc, char **argv) {
     Dims d;
     d.off[0] = d.soff[0] = 0;
     for (int m = 0; m < NMAT; m++)
-        d.off[m + 1] = d.off[m] + mat_rows(m) * mat_rowb(m), d.soff[m + 1] = d.soff[m] + mat_rows(m);
+        d.off[m + 1] = d.off[m] + mat_rows(m) * mat_rowb(m), d.soff[m + 1] = d.soff[m] + mat_srows(m);
 
     cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -951,7 +1191,7 @@ int main(int argc, char **argv) {
             fprintf(stderr, "%d SMs: more than %d units a CTA\n", G, MAXU);
             return 1;
         }
-    if (G < NH || G > 160) { /* a head a CTA; slot_stats reads at most 160 slots */
+    if (G < (PLB_OFUSE ? NQ : 1) * NH || G > 160) { /* a head a CTA (NQ with PLB_OFUSE); slot_stats reads at most 160 slots */
         fprintf(stderr, "%d SMs: the probe takes 32 .. 160\n", G);
         return 1;
     }
@@ -990,6 +1230,9 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&kc, ncache * 4));
     CK(cudaMalloc(&vc, ncache * 4));
     CK(cudaMalloc(&ctr, 4));
+    unsigned *hctr;
+    CK(cudaMalloc(&hctr, NH * 4));
+    CK(cudaMemset(hctr, 0, NH * 4));
     CK(cudaMalloc(&slot, 2 * 2 * NSLOT * 4));
     /* the first phase's stats (buffer 1: the one before barrier 0), as one producer's */
     std::vector<float> slot0(2 * 2 * NSLOT, 0.f);
@@ -1006,14 +1249,24 @@ int main(int argc, char **argv) {
     a.codes = codes, a.ws = ws, a.nw = nw, a.x = x, a.xw = xw, a.qkv = qkv, a.att = att, a.hb = hb, a.kc = kc, a.vc = vc;
     a.trace = nullptr, a.ltr = nullptr, a.wtr = nullptr;
     a.ltu = 0; /* the most units a CTA takes in a layer (the timeline's rows) */
-    for (int m = 0; m < NMAT; m++) a.ltu += (n_units(m) + G - 1) / G;
-    a.ctr = ctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
-    unsigned base = 0;
+    for (int m = 0; m < NMAT; m++) { /* the most any CTA takes */
+        int most = 0;
+        for (int c = 0; c < G; c++) {
+            int k = 0;
+            while (unit_of_c(m, k, c, G) < n_units(m)) k++;
+            most = std::max(most, k);
+        }
+        a.ltu += most;
+    }
+    a.ctr = ctr, a.hctr = hctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
+    unsigned base = 0, hbase = 0;
     auto launch = [&](int nl, int md) {
         a.layers = nl, a.mode = md, a.base = base;
+        a.hbase = hbase;
         void *args[] = {&a};
         CK(cudaLaunchCooperativeKernel((void *)step_kernel, G, NTHR, args, smem, 0));
-        if (md != 4) base += 5u * nl * G; /* the grid barriers (none streaming) */
+        if (md != 4) base += (PLB_QFUSE ? 3u : PLB_OFUSE ? 4u : 5u) * nl * G; /* the grid barriers (none streaming) */
+        if (md != 4 && PLB_QFUSE) hbase += NQ * nl;                         /* the heads' */
     };
     auto reset = [&] { /* the step's input: x, x w and their stats */
         CK(cudaMemcpy(x, hs.x.data(), H * 4, cudaMemcpyHostToDevice));
@@ -1117,7 +1370,7 @@ int main(int argc, char **argv) {
         auto span = [&](int p, int i, int j) {
             std::vector<double> v;
             for (int l = 1; l < layers; l++)
-                for (int c = p == 1 ? G - NH : 0; c < G; c++) {
+                for (int c = p == 1 ? G - (PLB_OFUSE ? NQ : 1) * NH : 0; c < G; c++) {
                     const long long *q = &t[((size_t)c * nph + 5 * l + p) * NTP];
                     v.push_back(j >= 8 || j == 4 ? q[j] / cyc_us : (q[j] - q[i]) / cyc_us);
                 }
@@ -1147,11 +1400,11 @@ int main(int argc, char **argv) {
                 int kk = 0;
                 for (int ll = 0; ll < layers; ll++)
                     for (int mm = 0; mm < NMAT; mm++)
-                        for (int uu = c; uu < n_units(mm); uu += G, kk++)
+                        for (int ku = 0, uu; (uu = unit_of_c(mm, ku, c, G)) < n_units(mm); ku++, kk++)
                             if (kk == k) return *l = ll, *m = mm, *u = uu, true;
                 return false;
             };
-            const int pofm[NMAT] = {0, 2, 3, 4}; /* the phase a matrix's units run in */
+            const int pofm[NMAT] = {0, PLB_OFUSE ? 1 : 2, 3, 4}; /* the phase a matrix's units run in */
             const int lshow = layers / 2, cshow[3] = {0, G / 2, G - 1};
             for (int ci = 0; ci < 3; ci++) {
                 const int c = cshow[ci];
@@ -1160,7 +1413,7 @@ int main(int argc, char **argv) {
                 for (int p = 0; p < 10 && 5 * lshow + p < nph; p++) {
                     const long long *q = &t[((size_t)c * nph + 5 * lshow + p) * NTP];
                     char in[16] = "-"; /* the attention's point 5: on its CTAs only */
-                    if (p % 5 != 1 || c >= G - NH) snprintf(in, sizeof in, "%.2f", (q[5] - t0) / cyc_us);
+                    if (p % 5 != 1 || c >= G - (PLB_OFUSE ? NQ : 1) * NH) snprintf(in, sizeof in, "%.2f", (q[5] - t0) / cyc_us);
                     printf(" %s%s %.2f/%s/%.2f/%.2f/%.2f", p >= 5 ? "+" : "", pn[p % 5], (q[0] - t0) / cyc_us, in,
                            (q[1] - t0) / cyc_us, (q[2] - t0) / cyc_us, (q[3] - t0) / cyc_us);
                 }
@@ -1190,7 +1443,7 @@ int main(int argc, char **argv) {
                     int k = 0;
                     for (int l = 0; l < layers; l++)
                         for (int mm = 0; mm < NMAT; mm++)
-                            for (int uu = c; uu < n_units(mm); uu += G, k++) {
+                            for (int ku = 0; unit_of_c(mm, ku, c, G) < n_units(mm); ku++, k++) {
                                 if (mm != m || l < 1) continue;
                                 const long long *q = &lt[((size_t)c * LTU * layers + k) * LTP];
                                 const long long ps = t[((size_t)c * nph + 5 * l + pofm[m]) * NTP + 0];
