@@ -3,7 +3,7 @@
  * probe, not part of the build): whether a step whose weight stream never
  * stops at a kernel boundary beats the engine's kernel-per-op step (7B
  * tern-i8, batch 1: ~31 µs a layer).  Results: kernels/cuda/dev/NOTES.md
- * (forty-seventh to forty-ninth sessions).
+ * (forty-seventh to fiftieth sessions).
  *
  * One CTA per SM (cooperative launch), 16 consumer warps and one loader warp.
  * The loader streams every unit (16 rows of a 4096-column matrix, 8 rows of
@@ -11,9 +11,9 @@
  * the step's order through a ring of shared-memory stages with 1-D bulk
  * copies; it waits for free stages (and, below, for its oldest copies and
  * through the round trips), never for the step's data, so the codes of the
- * next phases arrive while the current one computes.  The
- * consumers run five phases a layer, a grid barrier (a counter in global
- * memory) after each:
+ * next phases arrive while the current one computes.  The consumers run
+ * five phases a layer (four with PLB_OFUSE, below), a grid barrier (a
+ * counter in global memory) after each:
  *   qkv   x w -> RMSNorm -> int8 -> q | k | v (12288 rows)
  *   attn  the last 32 CTAs, a head each, over the prompt's keys (f32 pages;
  *         in the warp-rows form the first 32 keys' rows copied into shared
@@ -21,6 +21,12 @@
  *         rows kept in shared memory too); the new K / V row written to the
  *         cache.  No RoPE (elementwise).
  *   o     att -> int8 -> x += o (4096 rows)
+ *         PLB_OFUSE (the warp-rows form's default): no o phase; the
+ *         attention on the last 128 CTAs, four a head (PLB_NQ), each then
+ *         codes the head's output with its own scale and adds its o rows'
+ *         partial sums over the head's 128 columns (1024 rows; o's codes
+ *         stored by head) to x with float4 atomics; gu's norm stats come
+ *         from x itself in every CTA.  Four phases a layer.
  *   gu    x w -> RMSNorm -> int8 -> h = silu(gate) * up (gate / up rows
  *         interleaved in blocks of 8, so one unit holds the pairs)
  *   down  h -> int8 -> x += down (4096 rows of 11008)
@@ -40,7 +46,7 @@
  *
  * Modes (--mode): full; nomath (the units waited for and released, no dot
  * products); noweights (no units: barriers, the inputs' coding, the
- * attention); barriers (the five grid barriers a layer and nothing else);
+ * attention); barriers (the grid barriers, five or four a layer, and nothing else);
  * stream (the units waited for and released, nothing else: the loader's pace);
  * release (a warp-rows build with -DPLB_RELEASE=1: the phases as in nomath, but
  * a unit released with no row sums or epilogue, so its outputs are stale).
@@ -62,10 +68,12 @@
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
  * attention's keys from L2 only; 2 and 4 groups are the usable counts, 8
- * spills).  The fastest form measured (forty-ninth session: 29.1 µs a layer).
+ * spills).  The fastest form measured (fiftieth session, with PLB_OFUSE:
+ * 27.6-27.8 µs a layer; -DPLB_OFUSE=0, five phases: 29.1-29.3).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
- *   [-DPLB_WARP_ROWS=1] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]] kernels/cuda/dev/persist_layer_bench.cu
+ *   [-DPLB_WARP_ROWS=1 [-DPLB_OFUSE=0 | -DPLB_NQ=2]] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]]
+ *   kernels/cuda/dev/persist_layer_bench.cu
  *   -o build/persist_layer_bench */
 #include <cuda_runtime.h>
 
@@ -98,17 +106,11 @@
 #ifndef PLB_HOLD /* the loader issues no copy from a phase's units' end to the next input's arrival */
 #define PLB_HOLD 1
 #endif
-#ifndef PLB_OFUSE /* o split by head into the attention's phase (warp-rows form): four phases a layer */
-#define PLB_OFUSE 0
+#ifndef PLB_OFUSE /* o split by head into the attention's phase: four phases a layer (the warp-rows form's default) */
+#define PLB_OFUSE PLB_WARP_ROWS
 #endif
 #ifndef PLB_NQ /* PLB_OFUSE: CTAs a head (1, 2 or 4) */
 #define PLB_NQ 4
-#endif
-#ifndef PLB_QFUSE /* with PLB_OFUSE: a head's q|k|v rows on its NQ CTAs, met by a barrier of their own */
-#define PLB_QFUSE 0
-#endif
-#ifndef PLB_KVLOAD /* the attention's keys copied into shared memory by the loader warp's other lanes */
-#define PLB_KVLOAD 0
 #endif
 #ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
 #define PLB_TRACE 0
@@ -118,7 +120,6 @@
 #endif
 static_assert(!PLB_LTRACE || (PLB_TRACE && PLB_WARP_ROWS), "the unit timeline: a traced warp-rows build");
 static_assert(!PLB_OFUSE || (PLB_WARP_ROWS && PLB_GROUPS == 2), "o fused into the attention: the warp-rows form, two groups");
-static_assert(!PLB_QFUSE || PLB_OFUSE, "q|k|v by head: with o fused into the attention");
 
 namespace {
 
@@ -157,7 +158,7 @@ enum { M_QKV, M_O, M_GU, M_DOWN, NMAT };
  * (c - (G - NQ NH)) takes UPC units from UPC hc (head hc / NQ, rows RQ (hc % NQ) ..), the
  * head's attention computed by all NQ of them */
 constexpr int NQ = PLB_NQ, OU = 512, RQ = H / NQ, UPC = RQ / OU;
-static_assert((NQ == 1 || NQ == 2 || NQ == 4) && (!PLB_QFUSE || NQ == 4), "NQ: 1, 2 or 4 (q|k|v by head: 4)");
+static_assert(NQ == 1 || NQ == 2 || NQ == 4, "NQ: 1, 2 or 4");
 static_assert(RQ * 4 <= (KRES ? 2 * KRES * HD * 4 : I), "o's partial sums in the keys' (or the coded input's) space");
 /* code rows, their bytes, rows a unit; row scales a matrix */
 __host__ __device__ constexpr int64_t mat_rows(int m) {
@@ -206,8 +207,6 @@ struct Args {
     float *slot;     /* [2 buffers][2: sum x^2, max|x w| or max|v|][NSLOT] */
     unsigned *ctr;
     unsigned base; /* the counter's value at this launch's start */
-    unsigned *hctr; /* PLB_QFUSE: a counter a head */
-    unsigned hbase;
     int *err;
     Dims d;
     int layers, keys; /* keys before the new token */
@@ -267,21 +266,6 @@ __device__ void grid_barrier(const Args &a, unsigned k, volatile int *hold = nul
         const long long t0 = clock64();
         while ((int)(ld_acquire(a.ctr) - target) < 0)
             if (clock64() - t0 > 4000000000ll) fail(a.err, 1);
-    }
-    cbar();
-}
-
-/* PLB_QFUSE: the head's NQ CTAs meet here after q|k|v (a counter a head, as the grid
- * barrier's; k-th of the launch) */
-__device__ void head_barrier(const Args &a, int h, unsigned k, volatile int *hold) {
-    cbar();
-    if (threadIdx.x == 0) {
-        if (PLB_HOLD) *hold = 1;
-        red_release(a.hctr + h, 1);
-        const unsigned target = a.hbase + (k + 1) * NQ;
-        const long long t0 = clock64();
-        while ((int)(ld_acquire(a.hctr + h) - target) < 0)
-            if (clock64() - t0 > 4000000000ll) fail(a.err, 3);
     }
     cbar();
 }
@@ -426,17 +410,11 @@ __host__ __device__ __forceinline__ int n_units(int m) { return (int)(mat_rows(m
 /* PLB_OFUSE: CTA c's place among the heads' of a grid of G (negative: none) */
 __host__ __device__ __forceinline__ int head_cta_c(int c, int G) { return c - (G - NQ * NH); }
 __device__ __forceinline__ int head_cta() { return head_cta_c(blockIdx.x, gridDim.x); }
-/* the CTA's k-th unit of matrix m (n_units(m): none).  By default units c, c + G, ..;
- * PLB_OFUSE's o: UPC hc + k on head CTA hc; PLB_QFUSE's q|k|v: of head hc / NQ's 24
- * units (q, k, v: 8 of 16 rows each), i = hc % NQ + NQ k */
+/* CTA c's k-th unit of matrix m in a grid of G (n_units(m): none): units c, c + G, ..;
+ * PLB_OFUSE's o: UPC hc + k on head CTA hc */
 __host__ __device__ inline int unit_of_c(int m, int k, int c, int G) {
     const int hc = head_cta_c(c, G);
     if (PLB_OFUSE && m == M_O) return hc >= 0 && k < UPC ? UPC * hc + k : n_units(m);
-    if (PLB_QFUSE && m == M_QKV) {
-        constexpr int UH = HD / UNIT_H; /* units of a head in each of q, k, v */
-        const int i = hc % NQ + NQ * k;
-        return hc >= 0 && i < 3 * UH ? (i / UH) * (H / UNIT_H) + UH * (hc / NQ) + i % UH : n_units(m);
-    }
     const int u = c + k * G;
     return u < n_units(m) ? u : n_units(m);
 }
@@ -767,8 +745,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     __shared__ __align__(16) float kvn[2][HD]; /* the new token's K, V rows */
     __shared__ float part[(NCT / HD - 1) * HD];
     __shared__ volatile int hold; /* PLB_HOLD: set while the CTA's round trips run */
-    __shared__ volatile int kvgo; /* PLB_KVLOAD: the layers whose keys may be copied (their space free) */
-    __shared__ __align__(8) uint64_t kvmb; /* PLB_KVLOAD: a layer's keys there (phase l) */
     __shared__ __align__(16) int8_t oq[HD]; /* PLB_OFUSE: the head's attention output coded */
     __shared__ int osum[HD / 32];
 
@@ -780,8 +756,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         hold = 0;
         for (int s = 0; s < NST; s++) /* a stage is released by the warps that read it */
             tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? WPG : NCW);
-        kvgo = 1;
-        tern_mbar::init(tern_mbar::saddr(&kvmb), 31);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -791,25 +765,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     const int hcta = PLB_OFUSE ? (head_cta() >= 0 ? head_cta() / NQ : -1) : (int)blockIdx.x - ((int)gridDim.x - NH);
     const int hq = PLB_OFUSE && head_cta() >= 0 ? head_cta() % NQ : 0;
     const int nres = min(a.keys, KRES); /* the keys whose rows are copied into shared memory */
-    /* PLB_KVLOAD: lanes 1 .. 31 of the loader warp copy a layer's first nres keys' K / V rows of
-     * the head, 16 bytes a copy, as soon as the last layer's attention is done with the space
-     * (kvgo), and complete phase l of kvmb (the attention waits for it) */
-    const bool kvload = PLB_KVLOAD && KRES && nres && hcta >= 0 && a.mode != 3 && a.mode != 4;
-    if (warp == NCW && lane && kvload) {
-        for (int l = 0; l < a.layers; l++) {
-            while (kvgo <= l) __nanosleep(64);
-            const float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
-            for (int e = lane - 1; e < 2 * nres * (HD / 4); e += 31) {
-                const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
-                asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" ::"r"(
-                                 tern_mbar::saddr(kvs + (kv * KRES + j) * HD + 4 * c)),
-                             "l"((kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD + 4 * c)
-                             : "memory");
-            }
-            asm volatile("cp.async.mbarrier.arrive.noinc.shared::cta.b64 [%0];" ::"r"(tern_mbar::saddr(&kvmb)) : "memory");
-        }
-        return;
-    }
 
     if (warp == NCW) { /* the loader: every unit of the step, in order */
         if (lane != 0 || a.mode == 2 || a.mode == 3) return;
@@ -860,17 +815,9 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
         float *kl = a.kc + (int64_t)l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)l * MAXKEYS * NH * HD;
         /* the head's K / V pages for the attention, during q|k|v (PLB_OFUSE: after its input,
          * which the 128 CTAs' copies would delay) */
-        auto head_barrier_or_hold = [&] { /* PLB_QFUSE, after q|k|v: the CTAs without a head go on */
-            if (hcta >= 0) {
-                head_barrier(a, hcta, l, &hold);
-            } else {
-                cbar();
-                if (PLB_HOLD && tid == 0) hold = 1;
-            }
-        };
         auto stage_kv = [&](int m) {
             if (m != M_QKV || hcta < 0) return;
-            if (KRES && !kvload) { /* the first nres keys into shared memory, 16 bytes a copy (a bulk copy a
+            if (KRES) { /* the first nres keys into shared memory, 16 bytes a copy (a bulk copy a
                          * row from warp 0 ran 1.1 µs a layer slower: behind the ring's copies) */
                 for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
                     const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
@@ -915,8 +862,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                         if (hq == 0) vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = vv;
                         kvn[1][tid - HD] = vv;
                     }
-                    if (kvload) mwait(tern_mbar::saddr(&kvmb), l & 1, a.err);
-                    else if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
+                    if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
                     cbar();
                     if (PLB_OFUSE && PLB_HOLD && tid == 0) hold = 0; /* the input is here; o's units follow */
                     tr(a, kb, 5);
@@ -967,7 +913,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 }
                 tr(a, kb, 2);
                 grid_barrier(a, kg++);
-                if (PLB_KVLOAD && tid == 0) kvgo = l + 2; /* the keys' space free for the next layer's */
                 tr(a, kb++, 3);
                 if (PLB_OFUSE) { /* o done: its phase's trace points stay empty */
                     kb++;
@@ -975,10 +920,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 }
             }
             if (a.mode == 3) {
-                if (PLB_QFUSE && m == M_QKV)
-                    head_barrier_or_hold();
-                else
-                    grid_barrier(a, kg++);
+                grid_barrier(a, kg++);
                 kb++;
                 continue;
             }
@@ -1038,10 +980,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                 }
             }
             tr(a, kb, 2);
-            if (PLB_QFUSE && m == M_QKV)
-                head_barrier_or_hold();
-            else
-                grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
+            grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
             tr(a, kb++, 3);
         }
     }
@@ -1230,9 +1169,6 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&kc, ncache * 4));
     CK(cudaMalloc(&vc, ncache * 4));
     CK(cudaMalloc(&ctr, 4));
-    unsigned *hctr;
-    CK(cudaMalloc(&hctr, NH * 4));
-    CK(cudaMemset(hctr, 0, NH * 4));
     CK(cudaMalloc(&slot, 2 * 2 * NSLOT * 4));
     /* the first phase's stats (buffer 1: the one before barrier 0), as one producer's */
     std::vector<float> slot0(2 * 2 * NSLOT, 0.f);
@@ -1258,15 +1194,13 @@ int main(int argc, char **argv) {
         }
         a.ltu += most;
     }
-    a.ctr = ctr, a.hctr = hctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
-    unsigned base = 0, hbase = 0;
+    a.ctr = ctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
+    unsigned base = 0;
     auto launch = [&](int nl, int md) {
         a.layers = nl, a.mode = md, a.base = base;
-        a.hbase = hbase;
         void *args[] = {&a};
         CK(cudaLaunchCooperativeKernel((void *)step_kernel, G, NTHR, args, smem, 0));
-        if (md != 4) base += (PLB_QFUSE ? 3u : PLB_OFUSE ? 4u : 5u) * nl * G; /* the grid barriers (none streaming) */
-        if (md != 4 && PLB_QFUSE) hbase += NQ * nl;                         /* the heads' */
+        if (md != 4) base += (PLB_OFUSE ? 4u : 5u) * nl * G; /* the grid barriers (none streaming) */
     };
     auto reset = [&] { /* the step's input: x, x w and their stats */
         CK(cudaMemcpy(x, hs.x.data(), H * 4, cudaMemcpyHostToDevice));
@@ -1381,13 +1315,14 @@ int main(int argc, char **argv) {
                "barrier\n",
                layers - 1, cyc_us);
         for (int p = 0; p < 5; p++) {
-            if (p == 1) continue;
+            if (p == 1 || (PLB_OFUSE && p == 2)) continue; /* (PLB_OFUSE: o in the attention's phase) */
             printf("  %-5s  %6.2f      %6.2f  %6.2f   %6.2f (%5.2f / %5.2f / %5.2f / %5.2f / %5.2f / %5.2f)  %6.2f\n",
                    pn[p], span(p, 0, 5), span(p, 5, 6), span(p, 6, 1), span(p, 1, 2), span(p, 0, 11), span(p, 0, 4),
                    span(p, 0, 8), span(p, 0, 9), span(p, 0, 10), span(p, 0, 12), span(p, 2, 3));
         }
-        printf("  attention (its %d CTAs): new q/k/v (+ the keys' copies) %.2f, scores %.2f, softmax %.2f, values+store %.2f; barrier %.2f\n",
-               NH, span(1, 0, 5), span(1, 5, 6), span(1, 6, 7), span(1, 7, 2), span(1, 2, 3));
+        printf("  attention (its %d CTAs): new q/k/v (+ the keys' copies) %.2f, scores %.2f, softmax %.2f, values+store%s %.2f; "
+               "barrier %.2f\n",
+               (PLB_OFUSE ? NQ : 1) * NH, PLB_OFUSE ? " + o" : "", span(1, 0, 5), span(1, 5, 6), span(1, 6, 7), span(1, 7, 2), span(1, 2, 3));
         if (nlt) { /* the units' timeline */
             std::vector<long long> lt(nlt);
             CK(cudaMemcpy(lt.data(), dlt, nlt * 8, cudaMemcpyDeviceToHost));
@@ -1412,6 +1347,7 @@ int main(int argc, char **argv) {
                 printf("timeline CTA %d layer %d (µs from its q|k|v phase's start):\n  phases (start / input / units / done / left):", c, lshow);
                 for (int p = 0; p < 10 && 5 * lshow + p < nph; p++) {
                     const long long *q = &t[((size_t)c * nph + 5 * lshow + p) * NTP];
+                    if (PLB_OFUSE && p % 5 == 2) continue; /* no o phase */
                     char in[16] = "-"; /* the attention's point 5: on its CTAs only */
                     if (p % 5 != 1 || c >= G - (PLB_OFUSE ? NQ : 1) * NH) snprintf(in, sizeof in, "%.2f", (q[5] - t0) / cyc_us);
                     printf(" %s%s %.2f/%s/%.2f/%.2f/%.2f", p >= 5 ? "+" : "", pn[p % 5], (q[0] - t0) / cyc_us, in,
@@ -1419,7 +1355,7 @@ int main(int argc, char **argv) {
                 }
                 printf("\n  the warps' ends of units:\n");
                 for (int p = 0; p < 5; p++) {
-                    if (p == 1) continue;
+                    if (p == 1 || (PLB_OFUSE && p == 2)) continue;
                     printf("    %-5s", pn[p]);
                     for (int w = 0; w < NCW; w++) printf(" %.2f", (wt[((size_t)c * nph + 5 * lshow + p) * NCW + w] - t0) / cyc_us);
                     printf("\n");
