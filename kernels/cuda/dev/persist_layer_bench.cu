@@ -75,8 +75,6 @@
  *   [-DPLB_WARP_ROWS=1 [-DPLB_OFUSE=0 | -DPLB_NQ=2]] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]]
  *   kernels/cuda/dev/persist_layer_bench.cu
  *   -o build/persist_layer_bench */
-#include <cuda.h>
-#include <cudaTypedefs.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -114,9 +112,6 @@
 #ifndef PLB_NQ /* PLB_OFUSE: CTAs a head (1, 2 or 4) */
 #define PLB_NQ 4
 #endif
-#ifndef PLB_KVBULK /* the attention's keys copied into shared memory by the loader, in the stream */
-#define PLB_KVBULK 0
-#endif
 #ifndef PLB_TRACE /* --trace's clocks compiled in (they cost registers: time without them) */
 #define PLB_TRACE 0
 #endif
@@ -152,7 +147,7 @@ constexpr int KRES = PLB_KV_SMEM && PLB_WARP_ROWS ? 32 : 0; /* the other form's 
 /* dynamic shared memory: the ring, the coded input, the ring's mbarriers, the attention's keys */
 constexpr int OFF_XQ = NST * STAGE, OFF_MB = OFF_XQ + I, OFF_KVS = OFF_MB + 2 * NST * 8;
 constexpr int SMEM_DYN = OFF_KVS + 2 * KRES * HD * 4;
-static_assert(OFF_MB % 8 == 0 && OFF_KVS % (KRES ? 128 : 16) == 0, "mbarriers 8-byte, the keys 128-byte aligned (cp.async, tensor copies)");
+static_assert(OFF_MB % 8 == 0 && OFF_KVS % 16 == 0, "mbarriers 8-byte, the keys' cp.async 16-byte aligned");
 constexpr int MAXU = 12; /* units of a phase a CTA takes, at most (gate|up: 1376 over >= 115 CTAs) */
 constexpr float EPS = 1e-5f;
 
@@ -164,7 +159,7 @@ enum { M_QKV, M_O, M_GU, M_DOWN, NMAT };
  * head's attention computed by all NQ of them */
 constexpr int NQ = PLB_NQ, OU = 512, RQ = H / NQ, UPC = RQ / OU;
 static_assert(NQ == 1 || NQ == 2 || NQ == 4, "NQ: 1, 2 or 4");
-static_assert(RQ * 4 <= (KRES && !PLB_KVBULK ? 2 * KRES * HD * 4 : I), "o's partial sums in the keys' (or the coded input's) space");
+static_assert(RQ * 4 <= (KRES ? 2 * KRES * HD * 4 : I), "o's partial sums in the keys' (or the coded input's) space");
 /* code rows, their bytes, rows a unit; row scales a matrix */
 __host__ __device__ constexpr int64_t mat_rows(int m) {
     return m == M_QKV ? QKV : m == M_GU ? 2 * I : PLB_OFUSE && m == M_O ? (int64_t)NH * H : H;
@@ -734,8 +729,7 @@ __device__ void o_units(const Args &a, int hq, int part_i, float o, const float 
         atomicAdd(reinterpret_cast<float4 *>(a.x + hq * RQ) + i, reinterpret_cast<const float4 *>(ys)[i]);
 }
 
-__global__ void __launch_bounds__(NTHR, 1)
-    step_kernel(const Args a, const __grid_constant__ CUtensorMap kmap, const __grid_constant__ CUtensorMap vmap) {
+__global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
     extern __shared__ __align__(128) uint8_t smem[];
     uint8_t *ring = smem;
     int8_t *xq = reinterpret_cast<int8_t *>(smem + OFF_XQ);
@@ -753,7 +747,6 @@ __global__ void __launch_bounds__(NTHR, 1)
     __shared__ volatile int hold; /* PLB_HOLD: set while the CTA's round trips run */
     __shared__ __align__(16) int8_t oq[HD]; /* PLB_OFUSE: the head's attention output coded */
     __shared__ int osum[HD / 32];
-    __shared__ __align__(8) uint64_t kvmb; /* PLB_KVBULK: a layer's keys there (phase l) */
 
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
     Ring rg;
@@ -763,7 +756,6 @@ __global__ void __launch_bounds__(NTHR, 1)
         hold = 0;
         for (int s = 0; s < NST; s++) /* a stage is released by the warps that read it */
             tern_mbar::init(rg.full0 + 8 * s, 1), tern_mbar::init(rg.empty0 + 8 * s, PLB_WARP_ROWS ? WPG : NCW);
-        tern_mbar::init(tern_mbar::saddr(&kvmb), 1);
         tern_mbar::init_fence();
     }
     __syncthreads();
@@ -773,11 +765,6 @@ __global__ void __launch_bounds__(NTHR, 1)
     const int hcta = PLB_OFUSE ? (head_cta() >= 0 ? head_cta() / NQ : -1) : (int)blockIdx.x - ((int)gridDim.x - NH);
     const int hq = PLB_OFUSE && head_cta() >= 0 ? head_cta() % NQ : 0;
     const int nres = min(a.keys, KRES); /* the keys whose rows are copied into shared memory */
-    /* PLB_KVBULK: the loader copies them (1: a bulk copy a row; 2: a tensor copy each of K and
-     * V, all KRES keys), after the CTA's q|k|v units of the
-     * layer (then the last layer's attention is done with the space: the ring is 8 units deep);
-     * noweights mode (no loader): by the consumers as without it */
-    const bool kvbulk = PLB_KVBULK && KRES && nres && hcta >= 0 && a.mode != 2;
 
     if (warp == NCW) { /* the loader: every unit of the step, in order */
         if (lane != 0 || a.mode == 2 || a.mode == 3) return;
@@ -794,24 +781,6 @@ __global__ void __launch_bounds__(NTHR, 1)
             if (PLB_INFLIGHT) {
                 const int e = (f0 + fn) % (PLB_INFLIGHT + 1);
                 fs[e] = rg.slot, fp[e] = rg.ph ^ 1u, fn++;
-            }
-            if (kvbulk && ld.m == M_O && ld.k == 0) { /* the layer's keys for the attention */
-                const float *kl = a.kc + (int64_t)ld.l * MAXKEYS * NH * HD, *vl = a.vc + (int64_t)ld.l * MAXKEYS * NH * HD;
-                tern_mbar::expect_tx(tern_mbar::saddr(&kvmb), 2 * (PLB_KVBULK == 2 ? KRES : nres) * HD * 4);
-                if (PLB_KVBULK == 2) { /* one tensor copy each of K and V: keys 0 .. nres - 1 of the head */
-                    for (int kv = 0; kv < 2; kv++)
-                        asm volatile("cp.async.bulk.tensor.3d.shared::cluster.global.mbarrier::complete_tx::bytes "
-                                     "[%0], [%1, {%2, %3, %4}], [%5];\n" ::"r"(tern_mbar::saddr(kvs + kv * KRES * HD)),
-                                     "l"(reinterpret_cast<uint64_t>(kv ? &vmap : &kmap)), "r"(0), "r"(hcta),
-                                     "r"(ld.l * MAXKEYS), "r"(tern_mbar::saddr(&kvmb))
-                                     : "memory");
-                } else {
-                    for (int j = 0; j < nres; j++)
-                        for (int kv = 0; kv < 2; kv++)
-                            tern_mbar::bulk_load(tern_mbar::saddr(kvs + (kv * KRES + j) * HD),
-                                                 (kv ? vl : kl) + ((int64_t)j * NH + hcta) * HD, HD * 4,
-                                                 tern_mbar::saddr(&kvmb));
-                }
             }
             if (PLB_LTRACE) ltr(a, k, 0, clock64());
             mwait(rg.empty0 + 8 * rg.slot, rg.ph, a.err);
@@ -848,7 +817,7 @@ __global__ void __launch_bounds__(NTHR, 1)
          * which the 128 CTAs' copies would delay) */
         auto stage_kv = [&](int m) {
             if (m != M_QKV || hcta < 0) return;
-            if (KRES && !kvbulk) { /* the first nres keys into shared memory, 16 bytes a copy (a bulk copy a
+            if (KRES) { /* the first nres keys into shared memory, 16 bytes a copy (a bulk copy a
                          * row from warp 0 ran 1.1 µs a layer slower: behind the ring's copies) */
                 for (int e = tid; e < 2 * nres * (HD / 4); e += NCT) {
                     const int kv = e / (nres * (HD / 4)), r = e % (nres * (HD / 4)), j = r / (HD / 4), c = r % (HD / 4);
@@ -893,8 +862,7 @@ __global__ void __launch_bounds__(NTHR, 1)
                         if (hq == 0) vl[((int64_t)a.keys * NH + h) * HD + tid - HD] = vv;
                         kvn[1][tid - HD] = vv;
                     }
-                    if (kvbulk) mwait(tern_mbar::saddr(&kvmb), l & 1, a.err);
-                    else if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
+                    if (KRES) asm volatile("cp.async.wait_all;" ::: "memory");
                     cbar();
                     if (PLB_OFUSE && PLB_HOLD && tid == 0) hold = 0; /* the input is here; o's units follow */
                     tr(a, kb, 5);
@@ -940,7 +908,7 @@ __global__ void __launch_bounds__(NTHR, 1)
                         }
                     }
                     if (PLB_OFUSE)
-                        o_units(a, hq, part_i, o, osc, jm, rg, ring, kc, KRES && !PLB_KVBULK ? kvs : reinterpret_cast<float *>(xq), pr, oq,
+                        o_units(a, hq, part_i, o, osc, jm, rg, ring, kc, KRES ? kvs : reinterpret_cast<float *>(xq), pr, oq,
                                 osum, &hold);
                 }
                 tr(a, kb, 2);
@@ -1227,35 +1195,10 @@ int main(int argc, char **argv) {
         a.ltu += most;
     }
     a.ctr = ctr, a.slot = slot, a.err = err, a.d = d, a.keys = keys, a.mode = imode;
-    /* PLB_KVBULK 2: the K and V caches as 3-D tensors (head_dim, heads, layer x key) for the
-     * loader's one copy each of a head's first KRES keys (their maps unused otherwise) */
-    CUtensorMap kmap, vmap;
-    memset(&kmap, 0, sizeof kmap), memset(&vmap, 0, sizeof vmap);
-    if (PLB_KVBULK == 2) {
-        cudaDriverEntryPointQueryResult q;
-        void *fn = nullptr;
-        if (cudaGetDriverEntryPointByVersion("cuTensorMapEncodeTiled", &fn, 12000, cudaEnableDefault, &q) != cudaSuccess ||
-            q != cudaDriverEntryPointSuccess || !fn) {
-            fprintf(stderr, "cuTensorMapEncodeTiled is not available from the driver\n");
-            return 1;
-        }
-        auto encode = reinterpret_cast<PFN_cuTensorMapEncodeTiled_v12000>(fn);
-        const cuuint64_t dims[3] = {HD, NH, (cuuint64_t)layers * MAXKEYS}, strides[2] = {HD * 4, NH * HD * 4};
-        const cuuint32_t box[3] = {HD, 1, KRES}, estr[3] = {1, 1, 1};
-        for (int kv = 0; kv < 2; kv++) {
-            const CUresult r = encode(kv ? &vmap : &kmap, CU_TENSOR_MAP_DATA_TYPE_FLOAT32, 3, kv ? (void *)vc : (void *)kc,
-                                      dims, strides, box, estr, CU_TENSOR_MAP_INTERLEAVE_NONE, CU_TENSOR_MAP_SWIZZLE_NONE,
-                                      CU_TENSOR_MAP_L2_PROMOTION_L2_256B, CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE);
-            if (r != CUDA_SUCCESS) {
-                fprintf(stderr, "cuTensorMapEncodeTiled failed (%d)\n", (int)r);
-                return 1;
-            }
-        }
-    }
     unsigned base = 0;
     auto launch = [&](int nl, int md) {
         a.layers = nl, a.mode = md, a.base = base;
-        void *args[] = {&a, &kmap, &vmap};
+        void *args[] = {&a};
         CK(cudaLaunchCooperativeKernel((void *)step_kernel, G, NTHR, args, smem, 0));
         if (md != 4) base += (PLB_OFUSE ? 4u : 5u) * nl * G; /* the grid barriers (none streaming) */
     };
