@@ -67,9 +67,10 @@
  *
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
- * attention's keys from L2 only; 2 and 4 groups are the usable counts, 8
- * spills).  The fastest form measured (fiftieth session, with PLB_OFUSE:
- * 27.6-27.8 µs a layer; -DPLB_OFUSE=0, five phases: 29.1-29.3).
+ * attention's keys from L2 only; 2 and 4 groups are the usable counts, 4
+ * with -DPLB_OFUSE=0 only, 8 spills).  The fastest form measured (fiftieth
+ * session, with PLB_OFUSE: 27.6-27.8 µs a layer; -DPLB_OFUSE=0, five
+ * phases: 29.1-29.3).
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
  *   [-DPLB_WARP_ROWS=1 [-DPLB_OFUSE=0 | -DPLB_NQ=2]] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]]
@@ -1131,7 +1132,7 @@ int main(int argc, char **argv) {
             return 1;
         }
     if (G < (PLB_OFUSE ? NQ : 1) * NH || G > 160) { /* a head a CTA (NQ with PLB_OFUSE); slot_stats reads at most 160 slots */
-        fprintf(stderr, "%d SMs: the probe takes 32 .. 160\n", G);
+        fprintf(stderr, "%d SMs: the probe takes %d .. 160\n", G, (PLB_OFUSE ? NQ : 1) * NH);
         return 1;
     }
     const size_t smem = SMEM_DYN;
