@@ -1,6 +1,6 @@
 # ternlab: one Makefile for the runtime, the CLI, tests, experiments, sweeps, figures.
 #   make            build everything this machine can (CUDA objects too when nvcc exists)
-#   make test       build and run the test suite (prints "N passed, N failed")
+#   make test       build and run the test suite (prints "N passed, N failed[, N skipped]")
 #   DEBUG=1         -g -O0        SANITIZE=1   AddressSanitizer + UBSan (leak checking on)
 #   NO_DEPS=1       do not call scripts/deps.sh when a dependency is missing
 

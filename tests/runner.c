@@ -1,5 +1,5 @@
 /* Test runner: runs every registered test (or those whose name contains one
- * of the arguments) in a child process each; prints "N passed, N failed". */
+ * of the arguments) in a child process each; prints "N passed, N failed[, N skipped]". */
 #include "test.h"
 #include "core/blas_setup.h"
 
