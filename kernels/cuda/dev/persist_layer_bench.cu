@@ -3,7 +3,7 @@
  * probe, not part of the build): whether a step whose weight stream never
  * stops at a kernel boundary beats the engine's kernel-per-op step (7B
  * tern-i8, batch 1: ~31 µs a layer).  Results: kernels/cuda/dev/NOTES.md
- * (forty-seventh to fiftieth sessions).
+ * (forty-seventh to fifty-first sessions).
  *
  * One CTA per SM (cooperative launch), 16 consumer warps and one loader warp.
  * The loader streams every unit (16 rows of a 4096-column matrix, 8 rows of
@@ -23,10 +23,13 @@
  *   o     att -> int8 -> x += o (4096 rows)
  *         PLB_OFUSE (the warp-rows form's default): no o phase; the
  *         attention on the last 128 CTAs, four a head (PLB_NQ), each then
- *         codes the head's output with its own scale and adds its o rows'
- *         partial sums over the head's 128 columns (1024 rows; o's codes
- *         stored by head) to x with float4 atomics; gu's norm stats come
- *         from x itself in every CTA.  Four phases a layer.
+ *         codes the head's output — with the token's max|att| over all
+ *         heads (PLB_OEXACT, the default: each head's max in a word of its
+ *         own, polled until all 32 are there), or with the head's own max
+ *         (-DPLB_OEXACT=0: not act=int8's per-token scale) — and adds its
+ *         o rows' partial sums over the head's 128 columns (1024 rows; o's
+ *         codes stored by head) to x with float4 atomics; gu's norm stats
+ *         come from x itself in every CTA.  Four phases a layer.
  *   gu    x w -> RMSNorm -> int8 -> h = silu(gate) * up (gate / up rows
  *         interleaved in blocks of 8, so one unit holds the pairs)
  *   down  h -> int8 -> x += down (4096 rows of 11008)
@@ -68,12 +71,13 @@
  * -DPLB_WARP_ROWS=1: the units' rows a warp each, no CTA barrier a unit
  * (run_rows; -DPLB_GROUPS=G warp groups, 2 by default; -DPLB_KV_SMEM=0 the
  * attention's keys from L2 only; 2 and 4 groups are the usable counts, 4
- * with -DPLB_OFUSE=0 only, 8 spills).  The fastest form measured (fiftieth
- * session, with PLB_OFUSE: 27.6-27.8 µs a layer; -DPLB_OFUSE=0, five
- * phases: 29.1-29.3).
+ * with -DPLB_OFUSE=0 only, 8 spills).  Measured (H200, 32 keys): the default
+ * (o by head, coded per token) 28.8-29.0 µs a layer (fifty-first session);
+ * -DPLB_OEXACT=0 (a scale a head) 27.6-28.0; -DPLB_OFUSE=0 (five phases, o
+ * coded per token) 29.1-29.6.
  *
  * Build: nvcc -O3 -arch=sm_90a -std=c++17 -Ikernels/cuda -Xcompiler -fopenmp
- *   [-DPLB_WARP_ROWS=1 [-DPLB_OFUSE=0 | -DPLB_NQ=2]] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]]
+ *   [-DPLB_WARP_ROWS=1 [-DPLB_OFUSE=0 | -DPLB_OEXACT=0 | -DPLB_NQ=2]] [-DPLB_TRACE=1 [-DPLB_LTRACE=1]]
  *   kernels/cuda/dev/persist_layer_bench.cu
  *   -o build/persist_layer_bench */
 #include <cuda_runtime.h>
@@ -110,15 +114,12 @@
 #ifndef PLB_OFUSE /* o split by head into the attention's phase: four phases a layer (the warp-rows form's default) */
 #define PLB_OFUSE PLB_WARP_ROWS
 #endif
-#ifndef PLB_OEXACT /* PLB_OFUSE with o's input coded per token (one scale, the QuantSpec's act=int8), not per
-                    * head. 1: the heads' max|o| raised into one word, a grid barrier, then each CTA codes its
-                    * head; 2: each head's max stored into a word of its own (the layer's 32 words set to a
-                    * sentinel during q|k|v), which a warp of every head CTA reads until none is the sentinel —
-                    * no grid barrier, the maxima arrive with the poll */
-#define PLB_OEXACT 0
-#endif
-#ifndef PLB_OPOLL_NS /* PLB_OEXACT 2: a pause between the polls of the heads' words (ns) */
-#define PLB_OPOLL_NS 0
+#ifndef PLB_OEXACT /* PLB_OFUSE with o's input coded per token (one scale: the QuantSpec's act=int8) — the
+                    * warp-rows form's default; 0: a scale a head (faster, but not that definition).  Each
+                    * head's max|att| is stored into a word of its own (the layer's NH words set to a
+                    * sentinel during q|k|v), and a warp of every head CTA reads the words until none is
+                    * the sentinel: the maxima arrive with the poll, no grid barrier */
+#define PLB_OEXACT PLB_OFUSE
 #endif
 #ifndef PLB_NQ /* PLB_OFUSE: CTAs a head (1, 2 or 4) */
 #define PLB_NQ 4
@@ -132,8 +133,8 @@
 static_assert(!PLB_LTRACE || (PLB_TRACE && PLB_WARP_ROWS), "the unit timeline: a traced warp-rows build");
 static_assert(!PLB_OFUSE || (PLB_WARP_ROWS && PLB_GROUPS == 2), "o fused into the attention: the warp-rows form, two groups");
 static_assert(!PLB_OEXACT || PLB_OFUSE, "PLB_OEXACT: o in the attention's phase");
-constexpr unsigned NGB = PLB_OFUSE && PLB_OEXACT != 1 ? 4u : 5u; /* grid barriers a layer */
-constexpr unsigned OSENT = 0xffffffffu; /* PLB_OEXACT 2: a head's word not yet written (a NaN's bits) */
+constexpr unsigned NGB = PLB_OFUSE ? 4u : 5u; /* grid barriers a layer */
+constexpr unsigned OSENT = 0xffffffffu; /* PLB_OEXACT: a head's word not yet written (a NaN's bits) */
 
 namespace {
 
@@ -220,7 +221,7 @@ struct Args {
     float *kc, *vc;  /* [layer][MAXKEYS][NH][HD] */
     float *slot;     /* [2 buffers][2: sum x^2, max|x w| or max|v|][NSLOT] */
     unsigned *ctr;
-    unsigned *omax; /* PLB_OEXACT: [layer parity] max|att| as float bits (2: [layer parity][head]) */
+    unsigned *omax; /* PLB_OEXACT: [layer parity][head] max|att| as float bits */
     unsigned base; /* the counter's value at this launch's start */
     int *err;
     Dims d;
@@ -929,8 +930,8 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                             a.slot[(kb & 1) * 2 * NSLOT + NSLOT + h * (HD / 32) + warp] = om;
                         }
                     }
-                    if (PLB_OEXACT == 2) { /* the token's max|att|: the heads' words, then o_units codes with it */
-                        static_assert(PLB_OEXACT != 2 || NH == 32, "a lane a head");
+                    if (PLB_OEXACT) { /* the token's max|att|: the heads' words, then o_units codes with it */
+                        static_assert(!PLB_OEXACT || NH == 32, "a lane a head");
                         cbar(); /* pr[1] */
                         unsigned *ow = a.omax + (l & 1) * NH;
                         if (tid == 0 && hq == 0) /* (one CTA a head: all NQ storing ran 0.5 µs a layer slower) */
@@ -941,24 +942,15 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                             for (;;) {
                                 v = *reinterpret_cast<volatile unsigned *>(ow + lane);
                                 if (__all_sync(0xffffffffu, v != OSENT)) break;
-                                if (PLB_OPOLL_NS) __nanosleep(PLB_OPOLL_NS);
                                 if (clock64() - t0 > 4000000000ll) fail(a.err, 3);
                             }
                             const float mxa = warp_max(__uint_as_float(v));
                             if (lane < 4) pr[1][lane] = mxa;
                         }
-                    } else if (PLB_OEXACT) { /* the token's max|att| over every head, then o_units codes with it */
-                        cbar(); /* pr[1] */
-                        if (tid == 0 && hq == 0)
-                            atomicMax(a.omax + (l & 1), __float_as_uint(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3]))));
-                        grid_barrier(a, kg++);
-                        if (tid < 4) pr[1][tid] = __uint_as_float(__ldcg(a.omax + (l & 1)));
                     }
                     if (PLB_OFUSE)
                         o_units(a, hq, part_i, o, osc, jm, rg, ring, kc, KRES ? kvs : reinterpret_cast<float *>(xq), pr, oq,
                                 osum, &hold);
-                } else if (PLB_OEXACT == 1) {
-                    grid_barrier(a, kg++); /* (the heads' max) */
                 }
                 tr(a, kb, 2);
                 grid_barrier(a, kg++);
@@ -1028,10 +1020,9 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     a.slot[(kb & 1) * 2 * NSLOT + NSLOT + blockIdx.x] = t1;
                 }
             }
-            if (PLB_OEXACT == 1 && m == M_QKV && blockIdx.x == 0 && tid == 0)
-                a.omax[l & 1] = 0; /* (last read in layer l - 2's attention; raised after this barrier) */
-            if (PLB_OEXACT == 2 && m == M_QKV && blockIdx.x == 0 && tid == 0) /* (likewise; thread 0, whose
-                                                                               * release the barrier's is) */
+            if (PLB_OEXACT && m == M_QKV && blockIdx.x == 0 && tid == 0) /* (last read in layer l - 2's attention,
+                                                                          * written after this barrier; thread 0,
+                                                                          * whose release the barrier's is) */
                 for (int i = 0; i < NH; i++) __stcg(a.omax + (l & 1) * NH + i, OSENT);
             tr(a, kb, 2);
             grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
@@ -1245,7 +1236,7 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&ctr, 4));
     unsigned *omax;
     CK(cudaMalloc(&omax, 2 * NH * 4));
-    CK(cudaMemset(omax, 0xff, 2 * NH * 4)); /* (PLB_OEXACT 2's sentinel) */
+    CK(cudaMemset(omax, 0xff, 2 * NH * 4)); /* (the sentinel) */
     CK(cudaMalloc(&slot, 2 * 2 * NSLOT * 4));
     /* the first phase's stats (buffer 1: the one before barrier 0), as one producer's */
     std::vector<float> slot0(2 * 2 * NSLOT, 0.f);
