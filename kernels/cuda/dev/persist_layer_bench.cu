@@ -935,12 +935,12 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                         cbar(); /* pr[1] */
                         unsigned *ow = a.omax + (l & 1) * NH;
                         if (tid == 0 && hq == 0) /* (one CTA a head: all NQ storing ran 0.5 µs a layer slower) */
-                            __stcg(ow + h, __float_as_uint(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3]))));
+                            st_relaxed(ow + h, __float_as_uint(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3]))));
                         if (warp == 0) {
                             unsigned v;
                             const long long t0 = clock64();
                             for (;;) {
-                                v = *reinterpret_cast<volatile unsigned *>(ow + lane);
+                                v = ld_relaxed(ow + lane);
                                 if (__all_sync(0xffffffffu, v != OSENT)) break;
                                 if (clock64() - t0 > 4000000000ll) fail(a.err, 3);
                             }
@@ -1023,7 +1023,7 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
             if (PLB_OEXACT && m == M_QKV && blockIdx.x == 0 && tid == 0) /* (last read in layer l - 2's attention,
                                                                           * written after this barrier; thread 0,
                                                                           * whose release the barrier's is) */
-                for (int i = 0; i < NH; i++) __stcg(a.omax + (l & 1) * NH + i, OSENT);
+                for (int i = 0; i < NH; i++) st_relaxed(a.omax + (l & 1) * NH + i, OSENT);
             tr(a, kb, 2);
             grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
             tr(a, kb++, 3);
