@@ -3,8 +3,9 @@
 # Exit 0 when every FILE is a finished ternlab run file; otherwise print the
 # reason for the first that is not and exit 1.  The checker is, in order:
 #   $TERNLAB_VERIFY_CMD FILE            (a command prefix, e.g. for tests)
-#   ${TERNLAB_BIN:-build/ternlab} verify FILE   (h5log_verify: opens, complete == 1,
-#                                        every schema dataset present and readable)
+#   ${TERNLAB_BIN:-build/ternlab} verify FILE   (h5log_verify_schema: opens, complete == 1,
+#                                        every schema dataset present and readable, the
+#                                        root attributes' kinds, the datasets' shapes)
 #   h5dump -a /complete FILE            (fallback while `ternlab verify` is missing:
 #                                        opens, and the root attribute complete is 1)
 set -u
