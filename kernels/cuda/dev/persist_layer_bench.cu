@@ -221,7 +221,7 @@ struct Args {
     float *kc, *vc;  /* [layer][MAXKEYS][NH][HD] */
     float *slot;     /* [2 buffers][2: sum x^2, max|x w| or max|v|][NSLOT] */
     unsigned *ctr;
-    unsigned *omax; /* PLB_OEXACT: [layer parity][head] max|att| as float bits */
+    unsigned *omax; /* PLB_OEXACT: [head] max|att| of the layer as float bits */
     unsigned base; /* the counter's value at this launch's start */
     int *err;
     Dims d;
@@ -300,6 +300,8 @@ __device__ __forceinline__ int warp_isum(int v) {
 }
 /* v as an int8 code, round to nearest even, |c| <= 127 (the CPU twin: h_prep) */
 __device__ __forceinline__ int code8(float v) { return max(-127, min(127, __float2int_rn(v))); }
+/* a head's max over its four attention warps' maxima (pr[1][0 .. 3]) */
+__device__ __forceinline__ float max4(const float *m) { return fmaxf(fmaxf(m[0], m[1]), fmaxf(m[2], m[3])); }
 
 /* The consumers' tiling of a unit: warp w takes the code words j = 32 (w % 8)
  * + lane + 256 i (i < NWL) of the unit's rows RPW (w / 8) .. + RPW - 1.  A
@@ -698,7 +700,7 @@ __device__ void o_units(const Args &a, int hq, int part_i, float o, const float 
                         uint8_t *ring, int &kc, float *ys, float (*pr)[NCW], int8_t *oq, int *osum, volatile int *hold) {
     const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, wl = warp % WPG;
     cbar(); /* pr[1][0 .. 3] */
-    const float s = 127.f / fmaxf(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3])), 1e-5f);
+    const float s = 127.f / fmaxf(max4(pr[1]), 1e-5f);
     if (!part_i) {
         const int c = code8(o * s);
         oq[tid] = (int8_t)c;
@@ -934,9 +936,9 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     if (PLB_OEXACT) { /* the token's max|att|: the heads' words, then o_units codes with it */
                         static_assert(!PLB_OEXACT || NH == 32, "a lane a head");
                         cbar(); /* pr[1] */
-                        unsigned *ow = a.omax + (l & 1) * NH;
+                        unsigned *ow = a.omax;
                         if (tid == 0 && hq == 0) /* (one CTA a head: all NQ storing ran 0.5 µs a layer slower) */
-                            st_relaxed(ow + h, __float_as_uint(fmaxf(fmaxf(pr[1][0], pr[1][1]), fmaxf(pr[1][2], pr[1][3]))));
+                            st_relaxed(ow + h, __float_as_uint(max4(pr[1])));
                         if (warp == 0) {
                             unsigned v;
                             const long long t0 = clock64();
@@ -1022,10 +1024,10 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                     a.slot[(kb & 1) * 2 * NSLOT + NSLOT + blockIdx.x] = t1;
                 }
             }
-            if (PLB_OEXACT && m == M_QKV && blockIdx.x == 0 && tid == 0) /* (last read in layer l - 2's attention,
-                                                                          * written after this barrier; thread 0,
+            if (PLB_OEXACT && m == M_QKV && blockIdx.x == 0 && tid == 0) /* (last read before layer l - 1's attention
+                                                                          * barrier, written after this one; thread 0,
                                                                           * whose release the barrier's is) */
-                for (int i = 0; i < NH; i++) st_relaxed(a.omax + (l & 1) * NH + i, OSENT);
+                for (int i = 0; i < NH; i++) st_relaxed(a.omax + i, OSENT);
             tr(a, kb, 2);
             grid_barrier(a, kg++, &hold); /* (q|k|v's hold set there, after its CTA barrier) */
             tr(a, kb++, 3);
@@ -1071,11 +1073,12 @@ static float h_prep(const float *v, int n, const float *w, std::vector<int8_t> &
     g_codings++;
     return s;
 }
-static int64_t h_dot(int64_t byte0, int k, const std::vector<int8_t> &xq) {
+/* a code row of k columns against xq[x0 ..] */
+static int64_t h_dot(int64_t byte0, int k, const std::vector<int8_t> &xq, int x0 = 0) {
     int64_t acc = 0;
     for (int i = 0; i < k / 4; i++) { /* byte b of word j, field f: column 16 j + 4 f + b */
         const uint8_t b = code_byte(byte0 + i);
-        for (int f = 0; f < 4; f++) acc += code_val((b >> (2 * f)) & 3) * xq[16 * (i / 4) + 4 * f + i % 4];
+        for (int f = 0; f < 4; f++) acc += code_val((b >> (2 * f)) & 3) * xq[x0 + 16 * (i / 4) + 4 * f + i % 4];
     }
     return acc;
 }
@@ -1111,12 +1114,10 @@ static void h_step(Host &hs, const Dims &d, int layers, int keys) {
         }
         if (PLB_OEXACT) { /* o's codes by head, the input coded per token */
             s = h_prep(att.data(), H, nullptr, xq);
-            std::vector<int8_t> xh(HD);
             std::vector<int64_t> dsum(H, 0);
             for (int h = 0; h < NH; h++) {
-                std::copy(xq.begin() + h * HD, xq.begin() + (h + 1) * HD, xh.begin());
 #pragma omp parallel for
-                for (int r = 0; r < H; r++) dsum[r] += h_dot(cb + d.off[M_O] + ((int64_t)h * H + r) * (HD / 4), HD, xh);
+                for (int r = 0; r < H; r++) dsum[r] += h_dot(cb + d.off[M_O] + ((int64_t)h * H + r) * (HD / 4), HD, xq, h * HD);
             }
             for (int r = 0; r < H; r++) hs.x[r] += (float)dsum[r] * hs.ws[sb + d.soff[M_O] + r] / s;
         } else if (PLB_OFUSE) { /* a head's 128 columns at a time, coded with the head's own scale */
@@ -1239,8 +1240,8 @@ int main(int argc, char **argv) {
     CK(cudaMalloc(&vc, ncache * 4));
     CK(cudaMalloc(&ctr, 4));
     unsigned *omax;
-    CK(cudaMalloc(&omax, 2 * NH * 4));
-    CK(cudaMemset(omax, 0xff, 2 * NH * 4)); /* (the sentinel) */
+    CK(cudaMalloc(&omax, NH * 4));
+    CK(cudaMemset(omax, 0xff, NH * 4)); /* (the sentinel) */
     CK(cudaMalloc(&slot, 2 * 2 * NSLOT * 4));
     /* the first phase's stats (buffer 1: the one before barrier 0), as one producer's */
     std::vector<float> slot0(2 * 2 * NSLOT, 0.f);
