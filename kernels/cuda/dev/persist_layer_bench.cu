@@ -139,6 +139,7 @@ constexpr unsigned OSENT = 0xffffffffu; /* PLB_OEXACT: a head's word not yet wri
 namespace {
 
 constexpr int H = 4096, NH = 32, HD = 128, I = 11008;
+static_assert(!PLB_OEXACT || NH == 32, "PLB_OEXACT: the heads' maxima polled a lane a head");
 constexpr int QKV = H + 2 * NH * HD; /* 12288 (32 KV heads) */
 constexpr int KW_I = I / 16; /* code words (16 weights) of a down row */
 constexpr int NCW = 16;                     /* consumer warps */
@@ -934,7 +935,6 @@ __global__ void __launch_bounds__(NTHR, 1) step_kernel(Args a) {
                         }
                     }
                     if (PLB_OEXACT) { /* the token's max|att|: the heads' words, then o_units codes with it */
-                        static_assert(!PLB_OEXACT || NH == 32, "a lane a head");
                         cbar(); /* pr[1] */
                         unsigned *ow = a.omax;
                         if (tid == 0 && hq == 0) /* (one CTA a head: all NQ storing ran 0.5 µs a layer slower) */
