@@ -611,6 +611,26 @@ TEST(ppl_out_refused_before_evaluating) {
     snprintf(f, sizeof f, "%s/nonexist", d);
     CHECK_MSG(access(f, F_OK) != 0, "%s was created", f);
     free(log);
+    /* the experiment programs likewise: a missing --out folder, and an @layers range past
+     * the model, refused before the reference is made (both had been found only after the
+     * evaluation: the folder when the run file was written, the range by the engine after
+     * the reference was computed and cached) */
+    struct {
+        const char *prog, *value, *out, *want;
+    } early[] = {
+        {"exp_threshold", "twn", "nonexist/x.h5", "create it first"},
+        {"exp_kv_ternary", "all@layers=0-9", "k.h5", "@layers=0-9: the model has 4 layers"},
+    };
+    for (size_t i = 0; i < sizeof early / sizeof early[0]; i++) {
+        snprintf(cmd, sizeof cmd, "%s --model %s --value %s --results %s/early%zu --out %s/%s window=32 "
+                 "max_windows=1 2>&1", bin_path(early[i].prog), test_path(LLAMA_DIR), early[i].value, d, i, d,
+                 early[i].out);
+        rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 1 && strstr(log, early[i].want), "%s: rc %d: %s", cmd, rc, log);
+        free(log);
+        snprintf(cmd, sizeof cmd, "test -z \"$(find %s/early%zu -name 'ref-*' 2>/dev/null)\"", d, i);
+        CHECK_MSG(test_run(cmd, NULL) == 0, "%s: the reference was made first", early[i].prog);
+    }
     /* bf16: refused as usage before anything runs (with or without a GPU) */
     snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --device cuda "
              "--dtype bf16 --out %s/b.h5 2>&1", bin_path("ternlab"), test_path(LLAMA_DIR),

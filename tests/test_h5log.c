@@ -425,6 +425,90 @@ TEST(h5log_api_errors) {
     CHECK(count_tmp(test_tmpdir()) == 0);
 }
 
+/* h5log.h: after a writer's error the caller may still call h5log_commit,
+ * which then fails: no file at the final name (the previous one kept), no
+ * temporary left, whichever writer failed. */
+TEST(h5log_commit_refuses_after_a_failed_write) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/failed.h5", test_tmpdir());
+    {   /* a previous file at the final name */
+        H5Log *lg = h5log_create(path);
+        REQUIRE(lg);
+        REQUIRE(h5log_scalar_f64(lg, "/metrics/ppl", 7.0) == 0);
+        REQUIRE(h5log_commit(lg) == 0);
+    }
+    const char *null_str[] = {"a", NULL};
+    const char *wide[] = {"abcdef"};
+    int64_t d3[3] = {1, 1, 1};
+    double v = 1;
+    for (int kind = 0; kind < 6; kind++) {
+        H5Log *lg = h5log_create(path);
+        REQUIRE(lg);
+        REQUIRE(h5log_scalar_f64(lg, "/metrics/ppl", 1.0) == 0);
+        int rc = 0;
+        switch (kind) {
+        case 0: rc = h5log_scalar_f64(lg, "/metrics/ppl", 2.0); break; /* written twice */
+        case 1: rc = h5log_attr_i64(lg, "/", "", 1); break;            /* empty name */
+        case 2: rc = h5log_strings(lg, "/weights/name", null_str, 2); break;
+        case 3: rc = h5log_strings_fixed(lg, "/weights/name", wide, 1, 3); break;
+        case 4: rc = h5log_dataset(lg, "/r3", H5LOG_F64, 3, d3, &v); break;
+        case 5: rc = h5log_scalar_str(lg, "bad path", "x"); break;
+        }
+        CHECK_MSG(rc != 0, "kind %d: the bad write succeeded", kind);
+        /* later writes succeed; the log stays marked */
+        CHECK(h5log_scalar_f64(lg, "/metrics/kl_mean", 0.5) == 0);
+        char tmp[600];
+        snprintf(tmp, sizeof tmp, "%s", h5log_tmp_path(lg));
+        err_clear();
+        CHECK_MSG(h5log_commit(lg) != 0, "kind %d: committed after a failed write", kind);
+        CHECK_MSG(strstr(err_msg(), "earlier write") != NULL, "kind %d: %s", kind, err_msg());
+        CHECK(access(tmp, F_OK) != 0);
+        /* the previous file is still there, whole */
+        const char *just_ppl[] = {"/metrics/ppl", NULL};
+        CHECK_MSG(h5log_verify(path, just_ppl) == 0, "%s", err_msg());
+        hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+        REQUIRE(f >= 0);
+        double got = 0;
+        hid_t ds = H5Dopen2(f, "/metrics/ppl", H5P_DEFAULT);
+        CHECK(ds >= 0 && H5Dread(ds, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, &got) >= 0);
+        CHECK(got == 7.0);
+        if (ds >= 0) H5Dclose(ds);
+        H5Fclose(f);
+    }
+    CHECK(count_tmp(test_tmpdir()) == 0);
+}
+
+/* A file whose dataset claims more elements than a size_t can count (a
+ * chunked extent of 2^62, nothing stored): verify refuses it by name, no crash. */
+TEST(h5log_verify_refuses_an_impossible_extent) {
+    char path[512];
+    snprintf(path, sizeof path, "%s/huge.h5", test_tmpdir());
+    for (int str = 0; str < 3; str++) {
+        hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+        REQUIRE(f >= 0);
+        hsize_t dim = (hsize_t)1 << 62, chunk = 1024;
+        hid_t sp = H5Screate_simple(1, &dim, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
+        REQUIRE(sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0);
+        hid_t t = str == 0 ? H5Tcopy(H5T_IEEE_F32LE) : H5Tcopy(H5T_C_S1);
+        if (str == 1) H5Tset_size(t, H5T_VARIABLE);
+        if (str == 2) H5Tset_size(t, 8);
+        hid_t g = H5Gcreate2(f, "/per_token", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+        hid_t ds = H5Dcreate2(f, "/per_token/kl", t, sp, H5P_DEFAULT, dcpl, H5P_DEFAULT);
+        REQUIRE(g >= 0 && ds >= 0);
+        hid_t asp = H5Screate(H5S_SCALAR);
+        hid_t a = H5Acreate2(f, "complete", H5T_STD_I64LE, asp, H5P_DEFAULT, H5P_DEFAULT);
+        int64_t one = 1;
+        REQUIRE(a >= 0 && H5Awrite(a, H5T_NATIVE_INT64, &one) >= 0);
+        H5Aclose(a), H5Sclose(asp), H5Dclose(ds), H5Gclose(g), H5Tclose(t), H5Pclose(dcpl), H5Sclose(sp);
+        H5Fclose(f);
+        const char *kl[] = {"/per_token/kl", NULL};
+        err_clear();
+        CHECK_MSG(h5log_verify(path, kl) != 0, "kind %d: verified", str);
+        CHECK_MSG(strstr(err_msg(), "/per_token/kl") && strstr(err_msg(), path), "kind %d: %s", str,
+                  err_msg());
+    }
+}
+
 /* In a child with RLIMIT_FSIZE = limit (SIGXFSZ ignored, so write() fails
  * with EFBIG as on a full disk), tries to replace `path` with a larger run
  * file.  metadata_only writes many small scalars, which HDF5 keeps in its

@@ -573,7 +573,7 @@ static int measure_throughput(Model *m, int tp, EngineDevice dev, int bf16, cons
         out->p99_ms = latency_percentile(steps, (int64_t)repeats * gen_len, 0.99);
         TpStats ts;
         tp_engine_stats(&e, &ts);
-        out->allreduce_us_per_tok = ts.tokens ? 1e6 * ts.rank[0].comm_seconds / (double)ts.tokens : 0;
+        out->allreduce_us_per_tok = ts.gpu_ranks ? NAN : ts.tokens ? 1e6 * ts.rank[0].comm_seconds / (double)ts.tokens : 0;
         out->kv_alloc = engine_kv_alloc(&e, eo.n_blocks * eo.block_size);
     }
     free(ids);
@@ -626,6 +626,9 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
 
 static int run_point(const RunCfg *rc, const char *out) {
     char model_sha[65], spec_str[256], pol_str[96], commit[64];
+    /* --out's folder before any work (a missing one had been created, with cache/ in
+     * it, by the reference cache, or found missing only when the file was written) */
+    if (exp_check_out(out) != 0) return -1;
     const int dev_i = engine_device_parse(rc->device);
     if (dev_i < 0) return err_set("device '%s': expected cpu or cuda", rc->device);
     const EngineDevice dev = (EngineDevice)dev_i;
@@ -673,7 +676,9 @@ static int run_point(const RunCfg *rc, const char *out) {
     }
     int32_t *tok = NULL;
     int64_t n = 0;
-    int st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
+    /* the policy's layers against the model before the reference is made (the engine checks too) */
+    int st = kv_policy_check_layers(&pol, m.cfg.n_layers);
+    if (st == 0) st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
     RefData R = {.T = rc->T, .V = m.cfg.vocab};
     R.split = pol.kind != KVP_NONE || strcmp(rc->factor, "kv") == 0;
     R.per_w = ppl_scored_per_window(R.T, R.split);
@@ -886,12 +891,14 @@ static int run_point(const RunCfg *rc, const char *out) {
             int ntp = tps.tp > 0 ? tps.tp : 1;
             for (int r = 0; r < ntp; r++) {
                 rb[r] = (int64_t)tps.rank[r].layer_bytes;
-                rpb[r] = tps.rank[r].layer_payload_bits / 8;
+                rpb[r] = tps.rank[r].layer_payload_bits < 0 ? -1 : tps.rank[r].layer_payload_bits / 8;
             }
             e |= h5log_i64(lg, "/tp/rank_weight_bytes", rb, ntp);
             e |= h5log_i64(lg, "/tp/rank_weight_payload_bytes", rpb, ntp);
             e |= h5log_scalar_f64(lg, "/tp/allreduce_us_per_token_eval",
-                                  tps.tokens ? 1e6 * tps.rank[0].comm_seconds / (double)tps.tokens : 0);
+                                  tps.gpu_ranks ? NAN
+                                  : tps.tokens  ? 1e6 * tps.rank[0].comm_seconds / (double)tps.tokens
+                                                : 0);
         }
         if (rc->kind == EXP_THROUGHPUT) {
             for (int j = 0; j < LT_N; j++) {
@@ -980,8 +987,6 @@ static int run_point(const RunCfg *rc, const char *out) {
 
 int exp_run_single(const char *model, const char *tokens, int window, int64_t max_windows,
                    const char *quant, const char *kv, int tp, const char *device, const char *out) {
-    /* (a missing folder had been created, with cache/ in it, by get_reference) */
-    if (exp_check_out(out) != 0) return -1;
     ExpConf c;
     char text[256];
     snprintf(text, sizeof text, "factor = quant\nvalues = x\nmodels = x\ntokens = x\nwindow = 1\n"

@@ -39,11 +39,11 @@ int eval_ppl(Engine *e, const int32_t *tok, int64_t n_tok, const PplOpts *o, Ppl
     if (B < 1) return err_set("window %d is longer than the run state (%lld tokens)", T,
                               (long long)e->rs.max_tok);
     float *logits = mem_alloc(sizeof(float) * (size_t)(B * T) * (size_t)V, "logits");
+    if (!logits) return -1;
     int *seq = xmalloc(sizeof(int) * (size_t)(B * T));
     int *ids = xmalloc(sizeof(int) * (size_t)(B * T));
     int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(B * T));
     double *wnll = xmalloc(sizeof(double) * (size_t)(B * T));
-    if (!logits) return -1;
     int rc = 0;
     Progress pr;
     progress_init(&pr, "ppl windows", nw);

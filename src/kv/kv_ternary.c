@@ -7,6 +7,13 @@
 #include <stdlib.h>
 #include <string.h>
 
+int kv_policy_check_layers(const KvPolicy *p, int n_layers) {
+    if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= n_layers || p->layer_lo > p->layer_hi))
+        return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
+                       n_layers, n_layers - 1);
+    return 0;
+}
+
 int kv_policy_parse(const char *s, KvPolicy *p) {
     static const char *names[] = {"none", "encoder", "decoder", "all"};
     memset(p, 0, sizeof *p);

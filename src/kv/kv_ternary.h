@@ -34,6 +34,9 @@ typedef struct {
  * Returns 0, or -1 with err_set listing the valid forms. */
 int kv_policy_parse(const char *s, KvPolicy *p);
 void kv_policy_format(const KvPolicy *p, char *buf, size_t n);
+/* 0 when the policy's @layers range lies in a model of n_layers layers, else
+ * -1 with err_set naming the range and the model's layers. */
+int kv_policy_check_layers(const KvPolicy *p, int n_layers);
 /* 1 when a token of this phase (decode = generated token) in `layer` is stored ternary. */
 int kv_policy_ternary(const KvPolicy *p, int layer, int decode);
 /* 1 when every token of `layer` (both phases) is stored ternary: such a layer

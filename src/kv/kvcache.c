@@ -190,9 +190,7 @@ int64_t kv_tokens_held(const KvCache *kv) {
 }
 
 int kv_set_policy(KvCache *kv, const KvPolicy *p) {
-    if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= kv->n_layers || p->layer_lo > p->layer_hi))
-        return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
-                       kv->n_layers, kv->n_layers - 1);
+    if (kv_policy_check_layers(p, kv->n_layers) != 0) return -1;
     if (!kv->host_pages) { /* (the pools and pages below are the host's) */
         /* the backend's pages (the CUDA engine's) are ternary alone in the layers a
          * policy stores all ternary: with tokens held, those layers may not change */

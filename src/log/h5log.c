@@ -38,7 +38,15 @@ struct H5Log {
     int fd;           /* the temporary file on disk (empty until commit), or -1 */
     char *final_path; /* where commit renames it to */
     char *tmp_path;   /* "<final_path>.tmp.<host>.<pid>" */
+    int failed;       /* a writer returned an error: commit refuses the file */
 };
+
+/* rc of a writer; a failure marks the log, so that h5log_commit refuses it
+ * (h5log.h: "or still h5log_commit, which then fails") */
+static int lg_mark(H5Log *lg, int rc) {
+    if (rc != 0 && lg) lg->failed = 1;
+    return rc;
+}
 
 const char *const H5LOG_SCHEMA_DATASETS[] = {
     "/metrics/ppl",           "/metrics/ppl_ref",          "/metrics/nll_mean",
@@ -308,6 +316,11 @@ static int lg_write_image(H5Log *lg) {
 int h5log_commit(H5Log *lg) {
     if (!lg) return err_set("h5log_commit: NULL handle");
     int rc = 0;
+    if (lg->failed) {
+        rc = err_set("%s: not committed: an earlier write to it failed", lg->tmp_path);
+        h5log_abort(lg);
+        return rc;
+    }
     /* `complete` last: a reader that finds it knows every other object was
      * written before (and, after the fsync, reached the disk). */
     if (h5log_attr_i64(lg, "/", "complete", 1) != 0) rc = -1;
@@ -345,8 +358,8 @@ int64_t h5log_vlen_str_type(void) {
 }
 
 /* Writes one scalar attribute of file type ftype from memory type mtype. */
-static int attr_write(H5Log *lg, const char *obj_path, const char *name, hid_t ftype, hid_t mtype,
-                      const void *buf) {
+static int attr_write_(H5Log *lg, const char *obj_path, const char *name, hid_t ftype, hid_t mtype,
+                       const void *buf) {
     if (!lg || lg->file < 0) return err_set("h5log: attribute %s on a closed log", name);
     if (!name || !name[0]) return err_set("%s: empty attribute name on %s", lg->tmp_path, obj_path);
     hid_t obj = open_or_create_object(lg, obj_path);
@@ -370,10 +383,15 @@ static int attr_write(H5Log *lg, const char *obj_path, const char *name, hid_t f
     return rc;
 }
 
+static int attr_write(H5Log *lg, const char *obj_path, const char *name, hid_t ftype, hid_t mtype,
+                      const void *buf) {
+    return lg_mark(lg, attr_write_(lg, obj_path, name, ftype, mtype, buf));
+}
+
 int h5log_attr_str(H5Log *lg, const char *obj_path, const char *name, const char *value) {
     if (!value) value = "";
     hid_t t = h5log_vlen_str_type();
-    if (t < 0) return h5_fail(lg->tmp_path, "string type for attribute", name);
+    if (t < 0) return lg_mark(lg, h5_fail(lg->tmp_path, "string type for attribute", name));
     int rc = attr_write(lg, obj_path, name, t, t, &value);
     H5Tclose(t);
     return rc;
@@ -404,8 +422,8 @@ int h5log_write_provenance(H5Log *lg, const char *version, const char *git_commi
 
 /* Creates dataset `path` (parents too) with file type ftype and the given
  * shape, and writes buf (memory type mtype) unless it has no elements. */
-static int dset_write(H5Log *lg, const char *path, hid_t ftype, hid_t mtype, int rank,
-                      const int64_t *dims, const void *buf) {
+static int dset_write_(H5Log *lg, const char *path, hid_t ftype, hid_t mtype, int rank,
+                       const int64_t *dims, const void *buf) {
     if (!lg || lg->file < 0) return err_set("h5log: dataset %s on a closed log", path);
     if (!path_ok(path) || strcmp(path, "/") == 0)
         return err_set("%s: bad dataset path '%s'", lg->tmp_path, path ? path : "");
@@ -441,6 +459,11 @@ static int dset_write(H5Log *lg, const char *path, hid_t ftype, hid_t mtype, int
     return rc;
 }
 
+static int dset_write(H5Log *lg, const char *path, hid_t ftype, hid_t mtype, int rank,
+                      const int64_t *dims, const void *buf) {
+    return lg_mark(lg, dset_write_(lg, path, ftype, mtype, rank, dims, buf));
+}
+
 int h5log_dataset(H5Log *lg, const char *path, H5LogType type, int rank, const int64_t *dims,
                   const void *data) {
     hid_t ft, mt;
@@ -449,7 +472,7 @@ int h5log_dataset(H5Log *lg, const char *path, H5LogType type, int rank, const i
     case H5LOG_F64: ft = H5T_IEEE_F64LE, mt = H5T_NATIVE_DOUBLE; break;
     case H5LOG_I32: ft = H5T_STD_I32LE, mt = H5T_NATIVE_INT32; break;
     case H5LOG_I64: ft = H5T_STD_I64LE, mt = H5T_NATIVE_INT64; break;
-    default: return err_set("h5log: dataset %s: unknown element type %d", path, (int)type);
+    default: return lg_mark(lg, err_set("h5log: dataset %s: unknown element type %d", path, (int)type));
     }
     return dset_write(lg, path, ft, mt, rank, dims, data);
 }
@@ -480,13 +503,13 @@ int h5log_f32_2d(H5Log *lg, const char *path, const float *v, int64_t rows, int6
 int h5log_scalar_str(H5Log *lg, const char *path, const char *s) {
     if (!s) s = "";
     hid_t t = h5log_vlen_str_type();
-    if (t < 0) return h5_fail(lg->tmp_path, "string type for", path);
+    if (t < 0) return lg_mark(lg, h5_fail(lg->tmp_path, "string type for", path));
     int rc = dset_write(lg, path, t, t, 0, NULL, &s);
     H5Tclose(t);
     return rc;
 }
 
-int h5log_strings(H5Log *lg, const char *path, const char *const *strs, int64_t n) {
+static int strings_(H5Log *lg, const char *path, const char *const *strs, int64_t n) {
     if (n < 0) return err_set("%s: dataset %s: negative count", lg->tmp_path, path);
     for (int64_t i = 0; i < n; i++)
         if (!strs[i]) return err_set("%s: dataset %s: string %lld is NULL", lg->tmp_path, path,
@@ -498,8 +521,12 @@ int h5log_strings(H5Log *lg, const char *path, const char *const *strs, int64_t 
     return rc;
 }
 
-int h5log_strings_fixed(H5Log *lg, const char *path, const char *const *strs, int64_t n,
-                        size_t width) {
+int h5log_strings(H5Log *lg, const char *path, const char *const *strs, int64_t n) {
+    return lg_mark(lg, strings_(lg, path, strs, n));
+}
+
+static int strings_fixed_(H5Log *lg, const char *path, const char *const *strs, int64_t n,
+                          size_t width) {
     if (n < 0) return err_set("%s: dataset %s: negative count", lg->tmp_path, path);
     size_t longest = 0;
     for (int64_t i = 0; i < n; i++) {
@@ -525,7 +552,27 @@ int h5log_strings_fixed(H5Log *lg, const char *path, const char *const *strs, in
     return rc;
 }
 
+int h5log_strings_fixed(H5Log *lg, const char *path, const char *const *strs, int64_t n,
+                        size_t width) {
+    return lg_mark(lg, strings_fixed_(lg, path, strs, n, width));
+}
+
 /* ---- verification --------------------------------------------------------- */
+
+static int too_large(const char *fname, const char *path, hssize_t n, size_t sz) {
+    return err_set("%s: dataset %s claims %lld elements of %zu bytes: more than this machine can "
+                   "read (not a run file, or a damaged one)", fname, path, (long long)n, sz);
+}
+
+/* A buffer for n elements of sz bytes (+1: never zero), or NULL + err_set:
+ * the extent comes from the file, so its product may not fit a size_t. */
+static void *read_buf(const char *fname, const char *path, hssize_t n, size_t sz) {
+    if (sz == 0 || (uint64_t)n > (SIZE_MAX - 1) / sz) {
+        too_large(fname, path, n, sz);
+        return NULL;
+    }
+    return mem_alloc((size_t)n * sz + 1, path);
+}
 
 /* Reads a whole dataset (any numeric or string type) to prove its data are
  * there; a file cut short or overwritten fails here. */
@@ -542,8 +589,9 @@ static int dset_readable(hid_t file, const char *fname, const char *path) {
         if (vl < 0) rc = h5_fail(fname, "string type of", path);
         else if (vl) {
             mt = h5log_vlen_str_type();
-            char **s = xcalloc(n ? (size_t)n : 1, sizeof *s);
-            if (mt < 0) rc = h5_fail(fname, "string type for", path);
+            char **s = (uint64_t)n <= SIZE_MAX / sizeof *s ? calloc(n ? (size_t)n : 1, sizeof *s) : NULL;
+            if (!s) rc = too_large(fname, path, n, sizeof *s);
+            else if (mt < 0) rc = h5_fail(fname, "string type for", path);
             else if (n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, s) < 0)
                 rc = h5_fail(fname, "reading", path);
             else if (n > 0) H5Dvlen_reclaim(mt, sp, H5P_DEFAULT, s);
@@ -551,7 +599,7 @@ static int dset_readable(hid_t file, const char *fname, const char *path) {
         } else {
             mt = H5Tcopy(ft);
             size_t sz = H5Tget_size(ft);
-            void *b = mem_alloc((size_t)n * sz + 1, path);
+            void *b = read_buf(fname, path, n, sz);
             if (!b) rc = -1;
             else if (n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) < 0)
                 rc = h5_fail(fname, "reading", path);
@@ -560,7 +608,7 @@ static int dset_readable(hid_t file, const char *fname, const char *path) {
     } else if (rc == 0 && (cls == H5T_INTEGER || cls == H5T_FLOAT)) {
         mt = H5Tget_native_type(ft, H5T_DIR_ASCEND);
         size_t sz = mt >= 0 ? H5Tget_size(mt) : 0;
-        void *b = mt >= 0 ? mem_alloc((size_t)n * sz + 1, path) : NULL;
+        void *b = mt >= 0 ? read_buf(fname, path, n, sz) : NULL;
         if (mt < 0) rc = h5_fail(fname, "native type of", path);
         else if (!b) rc = -1;
         else if (n > 0 && H5Dread(ds, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, b) < 0)

@@ -437,6 +437,18 @@ int tp_engine_stats(const Engine *e, TpStats *st) {
     const KvCache *kv = &e->kv;
     size_t kvb = kv_bytes_needed(kv->n_layers, kv->n_kv_heads, kv->head_dim, kv->block_size,
                                  kv->n_blocks);
+    CudaEngineInfo ci;
+    if (e->rs.hook != tp_forward && cuda_engine_is(e) && cuda_engine_info(e, &ci) == 0 && ci.tp > 1) {
+        const int n = (int)(sizeof ci.rank_layer_bytes / sizeof ci.rank_layer_bytes[0]);
+        st->tp = ci.tp < n ? ci.tp : n;
+        st->gpu_ranks = 1;
+        for (int r = 0; r < st->tp; r++) {
+            st->rank[r].layer_bytes = ci.rank_layer_bytes[r];
+            st->rank[r].layer_weights = st->rank[r].layer_payload_bits = -1;
+            st->rank[r].kv_bytes = ci.kv_bytes; /* (rank 0's pool: every rank's has its shape) */
+        }
+        return 0;
+    }
     if (e->rs.hook != tp_forward) {
         st->tp = 1;
         st->rank[0].layer_bytes = st->full_layer_bytes;

@@ -43,6 +43,10 @@ typedef struct {
     int64_t tokens, forwards;        /* forward() calls and tokens through them */
     double forward_seconds;
     TpRankStats rank[TP_MAX_RANKS];
+    int gpu_ranks; /* 1: a CUDA engine over tp > 1 GPUs: of the per-rank fields only
+                    * layer_bytes and kv_bytes are known (layer_weights and
+                    * layer_payload_bits -1); its NCCL all-reduces run inside the
+                    * step's graphs and are not timed apart (comm_* 0) */
 } TpStats;
 
 /* Opens e over tp ranks for model m (which must outlive e).  tp == 1 is exactly
@@ -57,7 +61,7 @@ void tp_engine_close(Engine *e);
 /* The TP degree of an engine (1 for one opened by engine_init). */
 int tp_engine_degree(const Engine *e);
 /* Counters since open or the last reset; for tp == 1 only the byte fields and
- * tp are filled.  Returns 0. */
+ * tp are filled; for a CUDA engine over several GPUs see gpu_ranks.  Returns 0. */
 int tp_engine_stats(const Engine *e, TpStats *st);
 void tp_engine_reset_stats(Engine *e);
 
