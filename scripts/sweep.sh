@@ -86,7 +86,18 @@ case $exp in exp-*) ;; *) die "experiment names start with exp- (got '$exp'); se
 
 jobs=1 results=results config="" sshlogin="" ret=0 dry=0 prepare=0
 models=() overrides=()
+declare -A given=() set_keys=()
 while [ $# -gt 0 ]; do
+  # a single-valued option or a setting given twice is refused (the last had been taken)
+  case $1 in
+    --jobs|--jobs=*|--results|--config|--sshloginfile)
+      o=${1%%=*}; [ -z "${given[$o]:-}" ] || die "$o is given more than once"; given[$o]=1 ;;
+    -*) ;;
+    *=*)
+      k=${1%%=*}; k=${k%"${k##*[![:space:]]}"}; k=${k#"${k%%[![:space:]]*}"}
+      [ -z "${set_keys[$k]:-}" ] || die "setting '$k' is given more than once ('${set_keys[$k]}' and '$1')"
+      set_keys[$k]=$1 ;;
+  esac
   case $1 in
     --jobs) [ $# -ge 2 ] || die "--jobs needs a number"; jobs=$2; shift 2 ;;
     --jobs=*) jobs=${1#*=}; shift ;;

@@ -84,8 +84,12 @@ static const char *run_exp(const char *prog, const char *model, const char *valu
     static char out[1024];
     char cmd[4096], *log = NULL;
     snprintf(out, sizeof out, "%s/%s-%s.h5", test_tmpdir(), prog, value);
-    snprintf(cmd, sizeof cmd, "%s --model %s --value %s --out %s window=32 max_windows=3 %s",
-             bin_path(prog), test_path(model), value, out, extra ? extra : "");
+    /* the defaults window=32 max_windows=3 where extra does not set them (a setting
+     * given twice is refused) */
+    const char *ex = extra ? extra : "";
+    snprintf(cmd, sizeof cmd, "%s --model %s --value %s --out %s %s %s %s", bin_path(prog), test_path(model),
+             value, out, strstr(ex, "window=") == ex || strstr(ex, " window=") ? "" : "window=32",
+             strstr(ex, "max_windows=") ? "" : "max_windows=3", ex);
     int rc = test_run(cmd, &log);
     CHECK_MSG(rc == 0, "%s exited %d: %s", cmd, rc, log);
     free(log);
@@ -210,6 +214,22 @@ TEST(cli_bad_values_are_clear) {
          "given twice", 2},
         {"cp -r %L %D/lt && %B/ternlab quantize --model %D/lt --quant rule=twn --out %D/lt/", "itself", 2},
         {"%B/ternlab info --model %Q --quant rule=twn", "safetensors", 2},
+        /* a malformed --quant or --prompt is a usage error, as a malformed --kv (they had exited 1) */
+        {"%B/ternlab ppl --model %L --tokens %T --quant rule=foo", "--quant", 2},
+        {"%B/ternlab generate --model %L --prompt 1,,2 --max-new 2", "comma-separated integers", 2},
+        {"%B/ternlab generate --model %L --prompt 2048 --max-new 2", "outside the vocabulary", 1},
+        /* a FIFO is refused, not waited on (open had blocked for a writer) */
+        {"rm -f %D/fifo && mkfifo %D/fifo && timeout 60 %B/ternlab ppl --model %L --tokens %D/fifo",
+         "not a regular file", 1},
+        {"rm -rf %D/ff && mkdir %D/ff && cp %L/config.json %D/ff/ && mkfifo %D/ff/model.safetensors && "
+         "timeout 60 %B/ternlab info --model %D/ff", "not a regular file", 1},
+        /* a file that is no model folder, and a config.json that is a folder, said so */
+        {"cp %Q %D/gguf.txt && %B/ternlab info --model %D/gguf.txt", "not a model folder", 1},
+        {"mkdir -p %D/cj/config.json && %B/ternlab info --model %D/cj", "config.json: not a regular file (a directory)", 1},
+        /* the experiment programs refuse an option or a setting given twice (the last had won) */
+        {"%B/exp_threshold --model %L --value twn --value std --out %D/t.h5", "--value is given more than once", 2},
+        {"%B/exp_threshold --model %L --value twn --out %D/t.h5 max_windows=1 ' max_windows = 2'",
+         "set one key twice", 2},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         /* %B build dir, %L llama-tiny, %T tokens, %Q a GGUF, %D tmp dir, %F / %G run files */

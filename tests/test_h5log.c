@@ -727,6 +727,21 @@ TEST(verify_cli_device_and_expect) {
         {"--expect ==x %s", 2, "ternlab verify [--device D]"},
         {"--expect==x %s", 2, "ternlab verify [--device D]"},
         {"--device", 2, "ternlab verify [--device D]"},
+        /* each usage error says what was wrong (it had printed the usage alone), and the
+         * options come first ("F --device cuda" had looked for files "--device", "cuda") */
+        {"--expect nokey %s", 2, "--expect 'nokey': expected KEY=VALUE"},
+        {"--bogus %s", 2, "unknown option '--bogus'"},
+        {"--device cpu --device cuda %s", 2, "--device is given more than once"},
+        {"--device=cpu --device cuda %s", 2, "--device is given more than once"},
+        {"%s --device cuda", 2, "'--device' after the files: options come first"},
+        {"--device", 2, "--device needs a value"},
+        {"--expect=", 2, "--expect needs a value"},
+        {"", 2, "no file"},
+        {"-e a=1 -e b=2 -e c=3 %s", 2, "unknown option '-e'"},
+        {"--expect a?=1 --expect b?=2 --expect c?=3 --expect d?=4 --expect e?=5 --expect f?=6 --expect g?=7 "
+         "--expect h?=8 --expect i?=9 %s", 2, "more than 8 --expect"},
+        {"--expect a?=1 --expect b?=2 --expect c?=3 --expect d?=4 --expect e?=5 --expect f?=6 --expect g?=7 "
+         "--expect h?=8 %s", 0, ""},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1400];

@@ -68,7 +68,14 @@ TEST(preflight_workspace_advice) {
     c.n_layers = 1;
     /* a million tokens per forward call: activations and logits dominate */
     CHECK(preflight_check(&c, 0, 1024, (int64_t)1 << 20, 16, NULL, 0) == -1);
-    CHECK(strstr(err_msg(), "--batch") != NULL);
+    const char *msg = err_msg();
+    fprintf(stderr, "    %s\n", msg);
+    CHECK(strstr(msg, "--batch") != NULL);
+    CHECK(strstr(msg, "--window for ppl") != NULL); /* (ppl has no --batch) */
+    /* no block fits beside the workspaces: not advised as --kv-blocks 0 */
+    CHECK_MSG(!strstr(msg, "--kv-blocks 0") && strstr(msg, "not one block of 16 tokens"), "%s", msg);
+    /* the engine's check (weights 0: loaded already) does not list "weights 0 B" */
+    CHECK_MSG(!strstr(msg, "weights 0 B") && strstr(msg, "with the model loaded"), "%s", msg);
 }
 
 TEST(preflight_accepts_tiny_model) {

@@ -330,6 +330,15 @@ int cmd_generate(int argc, char **argv) {
         fprintf(stderr, "ternlab generate: --max-new N (>= 1) is required\n");
         return 2;
     }
+    {   /* the list's form before the model (a usage error); its ids against the vocabulary after */
+        int32_t *ids;
+        int64_t n;
+        if (tokens_parse_list(o.prompt, INT32_MAX, &ids, &n) != 0) {
+            fprintf(stderr, "ternlab generate: --prompt: %s\n", err_msg());
+            return 2;
+        }
+        free(ids);
+    }
     Model m;
     if (open_model(&o, &m) != 0) return fail("generate");
     int32_t *prompt;

@@ -292,25 +292,44 @@ static int expect_ok(const char *e) {
 
 int cmd_verify(int argc, char **argv) {
     const char *device = NULL, *expect[8];
-    int n_expect = 0, first = 1, usage = argc < 2;
+    char why[256] = ""; /* a usage error's reason, printed before the usage */
+    int n_expect = 0, first = 1, usage = 0;
     for (; first < argc && !usage && argv[first][0] == '-'; first++) {
         const char *a = argv[first];
+        const int dev = !strcmp(a, "--device") || !strncmp(a, "--device=", 9);
+        const int exp = !strcmp(a, "--expect") || !strncmp(a, "--expect=", 9);
+        const char *v = !strchr(a, '=') ? (first + 1 < argc ? argv[first + 1] : NULL) : strchr(a, '=') + 1;
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             usage = -1;
-        } else if (!strcmp(a, "--device") || !strcmp(a, "--expect")) {
-            if (first + 1 >= argc || !argv[first + 1][0]) usage = 1;
-            else if (a[2] == 'd') device = argv[++first];
-            else if (n_expect == 8 || !expect_ok(argv[first + 1])) usage = 1;
-            else expect[n_expect++] = argv[++first];
-        } else if (!strncmp(a, "--device=", 9) && a[9]) {
-            device = a + 9;
-        } else if (!strncmp(a, "--expect=", 9) && expect_ok(a + 9) && n_expect < 8) {
-            expect[n_expect++] = a + 9;
+        } else if (!dev && !exp) {
+            snprintf(why, sizeof why, "unknown option '%s'", a);
+        } else if (!v || !v[0]) {
+            snprintf(why, sizeof why, "%.*s needs a value", (int)strcspn(a, "="), a);
+        } else if (dev && device) {
+            snprintf(why, sizeof why, "--device is given more than once");
+        } else if (dev) {
+            device = v;
+        } else if (!expect_ok(v)) {
+            snprintf(why, sizeof why, "--expect '%.200s': expected KEY=VALUE or KEY?=VALUE", v);
+        } else if (n_expect == 8) {
+            snprintf(why, sizeof why, "more than 8 --expect");
         } else {
+            expect[n_expect++] = v;
+        }
+        if (why[0]) usage = 1;
+        else if (!strchr(a, '=') && usage == 0) first++; /* (its value) */
+    }
+    for (int i = first; i < argc && !usage; i++) /* ("verify F --device cuda" had looked for a file "--device") */
+        if (argv[i][0] == '-' && argv[i][1] == '-') {
+            snprintf(why, sizeof why, "'%.100s' after the files: options come first", argv[i]);
             usage = 1;
         }
+    if (!usage && first >= argc) {
+        snprintf(why, sizeof why, "no file");
+        usage = 1;
     }
-    if (usage || first >= argc) {
+    if (usage) {
+        if (why[0]) fprintf(stderr, "ternlab verify: %s\n\n", why);
         fprintf(usage < 0 ? stdout : stderr, "ternlab verify [--device D] [--expect KEY=VALUE ...] FILE.h5 [FILE.h5 ...]\n"
                "Exit 0 when every file is a finished run file: it opens (not truncated),\n"
                "has complete = 1 and every dataset and root attribute of paper/SCHEMA.md,\n"

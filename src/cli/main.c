@@ -5,6 +5,7 @@
 #include "core/err.h"
 #include "core/mem.h"
 #include "core/strnum.h"
+#include "quant/quant.h"
 #include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
 #include "tp/tp_engine.h"
@@ -171,6 +172,11 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
     }
     if (!o->help && engine_device_parse(o->device) < 0) {
         fprintf(stderr, "ternlab: --device '%s': expected cpu or cuda\n", o->device);
+        return -1;
+    }
+    QuantSpec qs; /* a malformed spec is a usage error, as a malformed --kv (it had exited 1 at the load) */
+    if (!o->help && o->quant && quant_spec_parse(o->quant, &qs) != 0) {
+        fprintf(stderr, "ternlab %s: --quant: %s\n", argv[0], err_msg());
         return -1;
     }
     if (o->dtype) {

@@ -72,20 +72,31 @@ void *mem_alloc(size_t n, const char *what) {
 
 void mem_free(void *p) { free(p); }
 
-int file_map(const char *path, MappedFile *mf) {
-    memset(mf, 0, sizeof *mf);
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+/* A read-only descriptor of a regular file, its size into *size; -1 with
+ * err_set otherwise.  Opened without blocking, so that a FIFO (or a device)
+ * is refused instead of waiting for a writer; a regular file's reads never
+ * block, so the flag is harmless after. */
+static int open_regular(const char *path, size_t *size) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return err_set("%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
+        const int e = errno;
         close(fd);
-        return err_set("%s: cannot stat: %s", path, strerror(errno));
+        return err_set("%s: cannot stat: %s", path, strerror(e));
     }
     if (!S_ISREG(st.st_mode)) {
         close(fd);
-        return err_set("%s: not a regular file", path);
+        return err_set("%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
     }
-    mf->size = (size_t)st.st_size;
+    *size = (size_t)st.st_size;
+    return fd;
+}
+
+int file_map(const char *path, MappedFile *mf) {
+    memset(mf, 0, sizeof *mf);
+    int fd = open_regular(path, &mf->size);
+    if (fd < 0) return -1;
     if (mf->size > 0) {
         void *p = mmap(NULL, mf->size, PROT_READ, MAP_PRIVATE, fd, 0);
         if (p == MAP_FAILED) {
@@ -241,8 +252,15 @@ void exe_side_line(const char *name, int up, char *out, size_t n) {
 }
 
 int file_read_all(const char *path, char **out, size_t *size) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return err_set("%s: cannot open: %s", path, strerror(errno));
+    size_t sz;
+    int fd = open_regular(path, &sz);
+    if (fd < 0) return -1;
+    FILE *f = fdopen(fd, "rb");
+    if (!f) {
+        const int e = errno;
+        close(fd);
+        return err_set("%s: cannot open: %s", path, strerror(e));
+    }
     char *buf = NULL;
     size_t n = 0, cap = 0;
     for (;;) {

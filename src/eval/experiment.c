@@ -1053,6 +1053,16 @@ static void usage(const ExpDef *def, FILE *f) {
             def->name, def->summary, prog, def->name, def->name, def->name);
 }
 
+/* whether two overrides "key=value" (blanks around the key allowed) name one key */
+static int override_key_eq(const char *a, const char *b) {
+    while (*a == ' ' || *a == '\t') a++;
+    while (*b == ' ' || *b == '\t') b++;
+    size_t la = strcspn(a, "="), lb = strcspn(b, "=");
+    while (la && (a[la - 1] == ' ' || a[la - 1] == '\t')) la--;
+    while (lb && (b[lb - 1] == ' ' || b[lb - 1] == '\t')) lb--;
+    return la == lb && !strncmp(a, b, la);
+}
+
 static int exp_run(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
@@ -1077,6 +1087,12 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
                 free(over);
                 return 2;
             }
+            for (int j = 1; j < i; j++) /* (the last had been taken: --value twn --value std ran std) */
+                if (!strcmp(argv[j], a)) {
+                    fprintf(stderr, "%s: %s is given more than once\n", def->name, a);
+                    free(over);
+                    return 2;
+                }
             *slot = argv[++i];
             if (!**slot) { /* ("" had made --results the root folder: /exp-kv-ternary, /cache) */
                 fprintf(stderr, "%s: %s has an empty value\n", def->name, a);
@@ -1084,6 +1100,12 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
                 return 2;
             }
         } else if (a[0] != '-' && strchr(a, '=')) {
+            for (int j = 0; j < n_over; j++)
+                if (override_key_eq(over[j], a)) {
+                    fprintf(stderr, "%s: '%s' and '%s' set one key twice\n", def->name, over[j], a);
+                    free(over);
+                    return 2;
+                }
             over[n_over++] = argv[i];
         } else {
             fprintf(stderr, "%s: unknown argument '%s'\n\n", def->name, a);

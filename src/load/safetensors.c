@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 /* The format's dtypes (safetensors' Dtype enum, all 22) and ternlab's for them. */
 static const struct {
@@ -284,12 +285,11 @@ int st_open_dir(const char *dir, SafeTensors *st) {
     char path[4096];
     memset(st, 0, sizeof *st);
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    FILE *f = fopen(path, "rb");
-    if (!f) {
+    struct stat sb; /* (index_read refuses one that is not a regular file, or unreadable) */
+    if (stat(path, &sb) != 0) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
         return st_open_file(path, st);
     }
-    fclose(f);
     cJSON *root;
     const cJSON *wm;
     if (index_read(path, &root, &wm) != 0) return -1;

@@ -284,6 +284,10 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
     size_t pl = strlen(path);
     if (pl >= 5 && strcmp(path + pl - 5, ".gguf") == 0) return model_load_gguf(path, opts, m);
     memset(m, 0, sizeof *m);
+    struct stat sp;
+    if (stat(path, &sp) == 0 && !S_ISDIR(sp.st_mode))
+        return err_set("%s: not a model folder (config.json + model.safetensors) nor a GGUF file (told by "
+                       "its .gguf name)", path);
     m->path = xstrdup(path);
     if (config_load(path, &m->cfg) != 0 || st_open_dir(path, &m->st) != 0) {
         model_free(m);

@@ -279,8 +279,9 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
         size_t ws_fixed = max_tok > 0 ? preflight_workspace_bytes(c, max_tok, 0) : 0;
         if (ws_fixed > left / 2)
             o += (size_t)snprintf(advice + o, sizeof advice - o,
-                                  " Workspaces for %lld tokens per forward call need %s: lower "
-                                  "--batch (or --window).", (long long)max_tok,
+                                  " Workspaces for %lld tokens per forward call need %s: fewer "
+                                  "tokens per call (--window for ppl and logits, --batch for "
+                                  "generate).", (long long)max_tok,
                                   preflight_fmt_bytes(ws_fixed, ws, sizeof ws));
         /* KV tokens that fit beside weights and fixed workspaces (each cached
          * token also costs attention scratch and RoPE table rows) */
@@ -288,23 +289,38 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
                                             2 * pos_sz(c->head_dim)) * sizeof(float));
         size_t fit = left > ws_fixed ? (left - ws_fixed) / (tok_cost ? tok_cost : 1) : 0;
         int64_t fit_blocks = (int64_t)(fit / (size_t)bs);
-        if (p->kv_tokens > 0)
+        if (p->kv_tokens > 0 && fit_blocks < 1)
+            o += (size_t)snprintf(advice + o, sizeof advice - o,
+                                  " The KV cache needs %s for %lld tokens (%s per token), and not "
+                                  "one block of %d tokens fits beside the rest: lower the tokens "
+                                  "per call first, or spread the KV heads with --tp.",
+                                  preflight_fmt_bytes(p->kv, kv, sizeof kv), (long long)p->kv_tokens,
+                                  preflight_fmt_bytes(per_tok, ex, sizeof ex), bs);
+        else if (p->kv_tokens > 0)
             o += (size_t)snprintf(advice + o, sizeof advice - o,
                                   " The KV cache needs %s for %lld tokens (%s per token): lower "
-                                  "the sequence length (--window, or the prompt + --max-new) or --batch so that at "
-                                  "most %lld tokens are cached "
+                                  "the sequence length (--window for ppl and logits; the prompt + "
+                                  "--max-new, or --batch, for generate) so that at most %lld tokens "
+                                  "are cached "
                                   "(--kv-blocks %lld at block size %d), or spread the KV heads "
                                   "with --tp.", preflight_fmt_bytes(p->kv, kv, sizeof kv),
                                   (long long)p->kv_tokens,
                                   preflight_fmt_bytes(per_tok, ex, sizeof ex),
                                   (long long)(fit_blocks * bs), (long long)fit_blocks, bs);
     }
-    return err_set("not enough memory: need %s, %s available (%s): weights %s + load peak %s + "
-                   "KV cache %s (%lld tokens) + workspaces %s + margin %s.%s",
+    /* (weights 0: the engine's check, after the load — they are not in either figure) */
+    char wpart[96] = "";
+    if (p->weights || p->load_extra) {
+        char w2[32], ex2[32];
+        snprintf(wpart, sizeof wpart, "weights %s + load peak %s + ",
+                 preflight_fmt_bytes(p->weights, w2, sizeof w2),
+                 preflight_fmt_bytes(p->load_extra, ex2, sizeof ex2));
+    }
+    return err_set("not enough memory: need %s, %s available (%s%s): %sKV cache %s (%lld tokens) + "
+                   "workspaces %s + margin %s.%s",
                    preflight_fmt_bytes(p->needed, need, sizeof need),
                    preflight_fmt_bytes(p->available, avail, sizeof avail), p->source,
-                   preflight_fmt_bytes(p->weights, w, sizeof w),
-                   preflight_fmt_bytes(p->load_extra, ex, sizeof ex),
+                   wpart[0] ? "" : ", with the model loaded", wpart,
                    preflight_fmt_bytes(p->kv, kv, sizeof kv), (long long)p->kv_tokens,
                    preflight_fmt_bytes(p->workspace, ws, sizeof ws),
                    preflight_fmt_bytes(p->margin, mg, sizeof mg), advice);
