@@ -95,6 +95,7 @@ while [ $# -gt 0 ]; do
     -*) ;;
     *=*)
       k=${1%%=*}; k=${k%"${k##*[![:space:]]}"}; k=${k#"${k%%[![:space:]]*}"}
+      [ -n "$k" ] || die "setting '$1' has no key"
       [ -z "${set_keys[$k]:-}" ] || die "setting '$k' is given more than once ('${set_keys[$k]}' and '$1')"
       set_keys[$k]=$1 ;;
   esac

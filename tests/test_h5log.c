@@ -478,18 +478,30 @@ TEST(h5log_commit_refuses_after_a_failed_write) {
     CHECK(count_tmp(test_tmpdir()) == 0);
 }
 
+/* mem_alloc of a size whose rounding up to 64 bytes wraps: refused (it had
+ * returned a 64-byte block) */
+TEST(mem_alloc_refuses_a_size_that_wraps) {
+    err_clear();
+    void *p = mem_alloc(SIZE_MAX - 10, "wrapping size");
+    CHECK(p == NULL);
+    CHECK_MSG(strstr(err_msg(), "cannot allocate") && strstr(err_msg(), "wrapping size"), "%s", err_msg());
+    mem_free(p);
+}
+
 /* A file whose dataset claims more elements than a size_t can count (a
- * chunked extent of 2^62, nothing stored): verify refuses it by name, no crash. */
+ * chunked extent of 2^62, nothing stored; and 2^62 - 1 f32, whose bytes fit a
+ * size_t until the allocator rounds them up): verify refuses it by name, no crash. */
 TEST(h5log_verify_refuses_an_impossible_extent) {
     char path[512];
     snprintf(path, sizeof path, "%s/huge.h5", test_tmpdir());
-    for (int str = 0; str < 3; str++) {
+    for (int str = 0; str < 4; str++) {
         hid_t f = H5Fcreate(path, H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
         REQUIRE(f >= 0);
-        hsize_t dim = (hsize_t)1 << 62, chunk = 1024;
+        /* (2^62 - 1 f32: n x 4 + 1 fits a size_t, but not once rounded up for alignment) */
+        hsize_t dim = str == 3 ? ((hsize_t)1 << 62) - 1 : (hsize_t)1 << 62, chunk = 1024;
         hid_t sp = H5Screate_simple(1, &dim, NULL), dcpl = H5Pcreate(H5P_DATASET_CREATE);
         REQUIRE(sp >= 0 && dcpl >= 0 && H5Pset_chunk(dcpl, 1, &chunk) >= 0);
-        hid_t t = str == 0 ? H5Tcopy(H5T_IEEE_F32LE) : H5Tcopy(H5T_C_S1);
+        hid_t t = str == 0 || str == 3 ? H5Tcopy(H5T_IEEE_F32LE) : H5Tcopy(H5T_C_S1);
         if (str == 1) H5Tset_size(t, H5T_VARIABLE);
         if (str == 2) H5Tset_size(t, 8);
         hid_t g = H5Gcreate2(f, "/per_token", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);

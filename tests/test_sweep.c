@@ -349,6 +349,23 @@ TEST(sweep_grid_and_overrides) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "two points write"), "rc %d:\n%s", rc, out);
     free(out);
+    /* an option or a setting given twice, or a setting without a key: usage errors (the
+     * last had won) */
+    const struct {
+        const char *args, *want;
+    } twice[] = {
+        {"--jobs 1 --jobs 2", "--jobs is given more than once"},
+        {"--jobs=1 --jobs 2", "--jobs is given more than once"},
+        {"--results a --results b", "--results is given more than once"},
+        {"window=8 ' window = 9'", "setting 'window' is given more than once"},
+        {"' =8'", "has no key"},
+    };
+    for (size_t i = 0; i < sizeof twice / sizeof twice[0]; i++) {
+        snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --dry-run %s", sweep, conf, twice[i].args);
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 2 && strstr(out, twice[i].want), "%s: rc %d:\n%s", twice[i].args, rc, out);
+        free(out);
+    }
     /* --results a file: a usage error said plainly (it had been a raw mkdir error, exit 1) */
     snprintf(cmd, sizeof cmd, "touch '%s/afile' && bash '%s' exp-fake --config '%s' --results '%s/afile'", dir,
              sweep, conf, dir);

@@ -333,7 +333,7 @@ int cmd_generate(int argc, char **argv) {
     {   /* the list's form before the model (a usage error); its ids against the vocabulary after */
         int32_t *ids;
         int64_t n;
-        if (tokens_parse_list(o.prompt, INT32_MAX, &ids, &n) != 0) {
+        if (tokens_parse_list(o.prompt, 0, &ids, &n) != 0) {
             fprintf(stderr, "ternlab generate: --prompt: %s\n", err_msg());
             return 2;
         }

@@ -62,6 +62,10 @@ static int injected_failure(const char *what) {
 
 void *mem_alloc(size_t n, const char *what) {
     void *p = NULL;
+    if (n > SIZE_MAX - 63) { /* (rounding it up would wrap to 0: a 64-byte block) */
+        err_set("cannot allocate %zu bytes for %s", n, what);
+        return NULL;
+    }
     size_t rounded = (n + 63) & ~(size_t)63;
     if (injected_failure(what) || posix_memalign(&p, 64, rounded ? rounded : 64) != 0) {
         err_set("cannot allocate %zu bytes for %s", n, what);
@@ -74,8 +78,7 @@ void mem_free(void *p) { free(p); }
 
 /* A read-only descriptor of a regular file, its size into *size; -1 with
  * err_set otherwise.  Opened without blocking, so that a FIFO (or a device)
- * is refused instead of waiting for a writer; a regular file's reads never
- * block, so the flag is harmless after. */
+ * is refused instead of waiting for a writer; the flag is cleared after. */
 static int open_regular(const char *path, size_t *size) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return err_set("%s: cannot open: %s", path, strerror(errno));
@@ -88,6 +91,13 @@ static int open_regular(const char *path, size_t *size) {
     if (!S_ISREG(st.st_mode)) {
         close(fd);
         return err_set("%s: not a regular file%s", path, S_ISDIR(st.st_mode) ? " (a directory)" : "");
+    }
+    /* blocking again for the reads (a FUSE file system may pass the flag on to them) */
+    const int fl = fcntl(fd, F_GETFL);
+    if (fl < 0 || fcntl(fd, F_SETFL, fl & ~O_NONBLOCK) != 0) {
+        const int e = errno;
+        close(fd);
+        return err_set("%s: cannot open: %s", path, strerror(e));
     }
     *size = (size_t)st.st_size;
     return fd;

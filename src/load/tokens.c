@@ -46,7 +46,7 @@ int tokens_parse_list(const char *s, int vocab, int32_t **out, int64_t *n) {
             free(t);
             return err_set("token list '%s': expected comma-separated integers", s);
         }
-        if (v < 0 || v >= vocab) {
+        if (vocab > 0 && (v < 0 || v >= vocab)) {
             free(t);
             return err_set("token list: id %ld outside the vocabulary [0, %d)", v, vocab);
         }

@@ -567,11 +567,13 @@ static int too_large(const char *fname, const char *path, hssize_t n, size_t sz)
 /* A buffer for n elements of sz bytes (+1: never zero), or NULL + err_set:
  * the extent comes from the file, so its product may not fit a size_t. */
 static void *read_buf(const char *fname, const char *path, hssize_t n, size_t sz) {
-    if (sz == 0 || (uint64_t)n > (SIZE_MAX - 1) / sz) {
+    if (sz == 0 || (uint64_t)n > (SIZE_MAX - 64) / sz) { /* (mem_alloc rounds up to 64 bytes) */
         too_large(fname, path, n, sz);
         return NULL;
     }
-    return mem_alloc((size_t)n * sz + 1, path);
+    void *b = mem_alloc((size_t)n * sz + 1, path);
+    if (!b) err_prefix("%s: ", fname);
+    return b;
 }
 
 /* Reads a whole dataset (any numeric or string type) to prove its data are
