@@ -60,7 +60,8 @@ def quality_figure(exp, runs, out):
         kl = [by_value.get(v, {}).get("kl_mean", NAN) for v in values]
         all_kl += [k for k in kl if k == k]
         ax_ppl.plot(x, ppl, "o-", color=c, label=f"{model}")
-        ax_ppl.plot(x, ref, "--", color=c, alpha=0.7, label=f"{model} dense reference")
+        # (a marker: a point whose neighbours are missing has no line to show it)
+        ax_ppl.plot(x, ref, "x--", color=c, alpha=0.7, markersize=4, label=f"{model} dense reference")
         ax_kl.plot(x, kl, "o-", color=c, label=model)
     ax_ppl.set_yscale("log")
     # (a range inside one decade, e.g. 38 .. 420, had a single tick label: label 1-2-3-5 steps)
@@ -87,15 +88,18 @@ def quality_figure(exp, runs, out):
 def setup_line(runs):
     """What the runs measured over, from their attributes (window, windows,
     protocol, token file): the figure's second title line."""
-    window, windows, protocol, tokens = (sorted(tr.uniq(runs, k)) for k in ("window", "windows", "protocol",
-                                                                            "tokens"))
+    def key(s):  # numbers as numbers (window 32 before 128)
+        return (0, float(s), s) if s.replace(".", "", 1).isdigit() else (1, 0.0, s)
+
+    window, windows, protocol, tokens = (sorted(tr.uniq(runs, k), key=key)
+                                         for k in ("window", "windows", "protocol", "tokens"))
     parts = []
     if window:
         parts.append(f"window {'/'.join(window)} tokens" + (f" x {'/'.join(windows)} windows" if windows else ""))
     if protocol:
         parts.append(f"protocol {'/'.join(protocol)}")
     if tokens:
-        parts.append(os.path.basename("/".join(tokens)))
+        parts.append("/".join(os.path.basename(t) for t in tokens))
     return ", ".join(parts)
 
 
@@ -104,6 +108,7 @@ def throughput_figure(exp, runs, out):
     for r in runs:
         t = r["throughput"]
         if not t.get("batch"):
+            print(f"warning: {r['path']}: no batch in /throughput: not in the figure", file=sys.stderr)
             continue
         label = f"{r['model_name']} {tr.weights_label(r)} ({r['attrs'].get('device', '?')})"
         ax_p.plot(t["batch"], t.get("prefill_tok_s", [NAN] * len(t["batch"])), "o-", label=label)

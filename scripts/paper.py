@@ -43,6 +43,7 @@ def setup_section(all_runs):
     if not all_runs:
         return lines + ["No run files yet: run `make exp-threshold` (and the other "
                         "experiments), then `make paper`.", ""]
+    swept = sum(1 for r in all_runs if r["attrs"].get("sweep_point") is not None)
     models = {}
     for r in all_runs:
         a = r["attrs"]
@@ -78,7 +79,9 @@ def setup_section(all_runs):
               f"**Software.** ternlab {', '.join(tr.uniq(all_runs, 'ternlab_version'))}, commit(s) "
               f"{', '.join(f'`{c}`' for c in tr.uniq(all_runs, 'git_commit'))}; runs made "
               f"{min(tr.uniq(all_runs, 'created_utc'))} to {max(tr.uniq(all_runs, 'created_utc'))} "
-              f"(UTC). Sweeps ran under GNU Parallel [1].",
+              f"(UTC)." + (" Sweeps ran under GNU Parallel [1]." if swept else
+                           " The runs were made one by one (none records a sweep point).")
+              + (f" {swept} of {len(all_runs)} runs made by sweeps." if 0 < swept < len(all_runs) else ""),
               ""]
     return lines
 

@@ -56,6 +56,8 @@ def throughput_rows(runs):
     rows = []
     for r in runs:
         t = r["throughput"]
+        if not t.get("batch"):
+            print(f"warning: {r['path']}: no batch in /throughput: no row", file=sys.stderr)
         for i, b in enumerate(t.get("batch", [])):
             def col(k, spec):
                 v = t.get(k, [])

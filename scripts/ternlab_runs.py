@@ -174,6 +174,8 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
         print(f"warning: {exp}: {m} has no run for {', '.join(gone)} "
               f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
     rank = {v: i for i, v in enumerate(values)}
+    for r in runs:
+        r["value_rank"] = rank.get(r["value"], len(rank))
     mrank = {os.path.basename(m.rstrip("/")): i
              for i, m in enumerate(conf_list(configs_dir, exp, "models"))}
     runs.sort(key=lambda r: (mrank.get(r["model_name"], len(mrank)), r["model_name"],
@@ -290,11 +292,15 @@ def weights_label(run):
 
 
 def values_in_order(runs):
+    """The runs' values, in the config's order (load_with_missing's value_rank;
+    first seen after them): taken in the runs' order, a model that lacked a
+    value had put the values after it out of order on the figure's axis."""
     seen = []
     for r in runs:
         if r["value"] not in seen:
             seen.append(r["value"])
-    return seen
+    rank = {r["value"]: r.get("value_rank", len(seen)) for r in runs}
+    return sorted(seen, key=lambda v: (rank[v], seen.index(v)))
 
 
 def models_in_order(runs):
@@ -356,7 +362,8 @@ def check_results_arg(tool, results, exps, configs, given=True, required=False):
                              f"no {results}/ folder here (no experiment has run; --results DIR)"),
               file=sys.stderr)
         return 2
-    if not exps and not experiments(results) and glob.glob(os.path.join(results, "*.h5")):
+    # (run files are named <model>__<value>[__<device>].h5; bench_cpu.h5 / bench_e2e.h5 live here too)
+    if not exps and not experiments(results) and glob.glob(os.path.join(results, "*__*.h5")):
         print(f"{tool}: --results {results} holds run files itself: give the folder above it "
               f"(the one that holds exp-*/)", file=sys.stderr)
         return 2

@@ -942,3 +942,52 @@ TEST(sweep_removes_dead_cache_temporaries) {
               "rc %d:\n%s", rc, out ? out : "");
     free(out);
 }
+
+/* The scripts on a folder of hand-made and swept runs: the figure's axis in the
+ * config's order when each model has other points (it had taken the values in
+ * the runs' order: m1's a c, then m2's b), the paper's provenance from what the
+ * files record (it had said "Sweeps ran under GNU Parallel" of hand-made runs),
+ * and a results folder holding only bench files is "no results", not "holds run
+ * files itself" (make bench writes results/bench_cpu.h5). */
+TEST(scripts_value_order_provenance_and_bench_files) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], cmd[8000], *out = NULL;
+    write_conf(dir, "a b c", conf, sizeof conf);
+    snprintf(res, sizeof res, "%s/results", dir);
+    unsetenv("TERNLAB_SWEEP_POINT");
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mkdir -p '%s/exp-fake' '%s/configs' && cp '%s' '%s/configs/exp-fake.conf' && "
+             "for p in m1:a m1:c m2:b; do /usr/bin/python3 tests/tools/fake_exp.py --model data/${p%%:*} "
+             "--value ${p#*:} --out '%s/exp-fake/'${p%%:*}__${p#*:}.h5 || exit 1; done && "
+             "/usr/bin/python3 -c \"import sys; sys.path.insert(0, 'scripts'); import ternlab_runs as tr; "
+             "print('order', ' '.join(tr.values_in_order(tr.load('%s', 'exp-fake', '%s/configs'))))\" 2>/dev/null && "
+             "/usr/bin/python3 scripts/paper.py --results '%s' --paper '%s/paper' --configs '%s/configs' >/dev/null 2>&1 && "
+             "cat '%s/paper/paper.md'",
+             test_path(""), res, dir, conf, dir, res, res, dir, res, dir, dir, dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "order a b c\n") && strstr(out, "made one by one") &&
+                  !strstr(out, "Sweeps ran under"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+    /* the sweep adds the other three points: now 3 of the 6 runs by sweeps */
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+    setenv("FAKE_SLEEP", "0", 1);
+    unsetenv("FAKE_FAIL");
+    snprintf(cmd, sizeof cmd,
+             "bash '%s' exp-fake --config '%s' --results '%s' >/dev/null 2>&1 && cd '%s' && "
+             "/usr/bin/python3 scripts/paper.py --results '%s' --paper '%s/paper' --configs '%s/configs' >/dev/null 2>&1 && "
+             "cat '%s/paper/paper.md'",
+             test_path("scripts/sweep.sh"), conf, res, test_path(""), res, dir, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "Sweeps ran under GNU Parallel") && strstr(out, "3 of 6 runs made by sweeps"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s/benchonly' && cp '%s/exp-fake/m1__a.h5' '%s/benchonly/bench_cpu.h5' && cd '%s' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s/benchonly' --out '%s/t' 2>&1",
+             dir, res, dir, test_path(""), dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "no results under"), "rc %d:\n%s", rc, out);
+    free(out);
+}
