@@ -532,6 +532,26 @@ TEST(ppl_cli_kv_policy_and_run_file) {
     CHECK_MSG(h5log_verify_schema(out) == 0, "%s", err_msg());
     CHECK(fabs(read_scalar(out, "/metrics/ppl") - ppl) <= 1e-5 * ppl);
     CHECK(read_scalar(out, "/kv/bytes_per_token") == 352.0);
+    const double ref_all = read_scalar(out, "/metrics/ppl_ref");
+    /* --kv none: the same protocol, the reference of --kv all's numbers (it had scored whole
+     * windows, 3 x 63 positions, a ppl no policy's run compares with); no --kv: whole windows */
+    char out2[600];
+    snprintf(out2, sizeof out2, "%s/ppl/none.h5", test_tmpdir());
+    for (int given = 1; given >= 0; given--) {
+        snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 64 --max-windows 3 %s --out %s "
+                 "2>/dev/null | tail -n 1", bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE),
+                 given ? "--kv none" : "", out2);
+        remove(out2);
+        REQUIRE(test_run(cmd, &log) == 0);
+        CHECK_MSG(sscanf(log, "ppl %lf windows %lld predicted %lld", &ppl, &w, &p) == 3, "%s", log);
+        CHECK_MSG(w == 3 && p == (given ? 3 * 32 : 3 * 63), "--kv none given %d: %s", given, log);
+        free(log);
+        if (given) {
+            CHECK_MSG(fabs(ppl - ref_all) <= 1e-5 * ref_all, "--kv none %.6f, --kv all's reference %.6f", ppl,
+                      ref_all);
+            CHECK(fabs(read_scalar(out2, "/metrics/ppl") - ref_all) <= 1e-5 * ref_all);
+        }
+    }
     snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window 64 --windows 0:1 --kv all "
              "--out %s/l.f32", bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE),
              test_tmpdir());

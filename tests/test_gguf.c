@@ -214,6 +214,32 @@ TEST(gguf_parse_small_file) {
     free(img);
 }
 
+/* A tensor of 0 dimensions is a scalar (llama.cpp reads it so; ternlab had
+ * refused the file): a hand-made file of one such F32 tensor. */
+TEST(gguf_zero_dimension_tensor_is_a_scalar) {
+    uint8_t img[96] = {'G', 'G', 'U', 'F', 3};
+    size_t p = 8;
+    put64(img + p, 1), p += 8; /* tensors */
+    put64(img + p, 0), p += 8; /* key/values */
+    put64(img + p, 1), p += 8; /* name length */
+    img[p++] = 's';
+    p += 4;                    /* n_dims 0 */
+    p += 4;                    /* type 0: F32 */
+    put64(img + p, 0), p += 8; /* offset */
+    p = (p + 31) / 32 * 32;    /* the data section, aligned to 32 */
+    const float v = 2.5f;
+    memcpy(img + p, &v, 4);
+    GgufFile g;
+    const int rc = gguf_parse(img, p + 4, "scalar.gguf", &g);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    REQUIRE(rc == 0);
+    const GgufTensor *t = gguf_find_tensor(&g, "s");
+    CHECK(t && t->n_dims == 0 && t->n_elements == 1);
+    float got = 0;
+    CHECK(t && gguf_tensor_to_f32(t, &got) == 0 && got == 2.5f);
+    gguf_close(&g);
+}
+
 TEST(gguf_corrupt_files_refused) {
     size_t size;
     uint8_t *img = small_file(&size);
@@ -976,4 +1002,44 @@ TEST(gguf_write_tokenizer_matches_converter) {
     gguf_close(&x);
     gguf_close(&y);
     model_free(&m);
+}
+
+/* Keys llama.cpp requires are always written: llama.context_length without
+ * max_position_embeddings (transformers' default, 2048), tokenizer.ggml.model
+ * "none" without a byte-level BPE tokenizer.json (no tokenizer.json, or a
+ * SentencePiece-style BPE with byte fallback, which "gpt2" would tokenise
+ * wrongly: it had been written as gpt2). */
+TEST(gguf_write_required_keys_without_their_sources) {
+    const char *d = test_tmpdir();
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "rm -rf %1$s/noctx %1$s/bytefb && cp -r %2$s %1$s/noctx && cp -r %2$s %1$s/bytefb && "
+             "rm %1$s/noctx/tokenizer.json && /usr/bin/python3 -c \"import json; p = '%1$s/noctx/config.json'; "
+             "c = json.load(open(p)); del c['max_position_embeddings']; json.dump(c, open(p, 'w'))\" && "
+             "/usr/bin/python3 -c \"import json; p = '%1$s/bytefb/tokenizer.json'; t = json.load(open(p)); "
+             "t['model']['byte_fallback'] = True; t['pre_tokenizer'] = {'type': 'Metaspace', 'replacement': '_'}; "
+             "json.dump(t, open(p, 'w'))\"",
+             d, test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, NULL) == 0);
+    const char *dirs[] = {"noctx", "bytefb"};
+    for (int i = 0; i < 2; i++) {
+        char src[600], path[700];
+        snprintf(src, sizeof src, "%s/%s", d, dirs[i]);
+        snprintf(path, sizeof path, "%s/%s.gguf", d, dirs[i]);
+        Model m;
+        REQUIRE(model_load(src, NULL, &m) == 0);
+        REQUIRE(gguf_write_model(&m, path, 0) == 0);
+        model_free(&m);
+        GgufFile g;
+        REQUIRE(gguf_open(path, &g) == 0);
+        int64_t ctx = 0;
+        const char *s = NULL;
+        size_t sl = 0;
+        CHECK_MSG(gguf_get_int(&g, "llama.context_length", &ctx) == 1 && ctx == (i == 0 ? 2048 : 1024),
+                  "%s: context_length %lld", dirs[i], (long long)ctx);
+        CHECK_MSG(gguf_get_str(&g, "tokenizer.ggml.model", &s, &sl) == 1 && sl == 4 && !memcmp(s, "none", 4),
+                  "%s: tokenizer.ggml.model '%.*s'", dirs[i], (int)sl, s ? s : "");
+        CHECK(gguf_find_kv(&g, "tokenizer.ggml.tokens") == NULL);
+        gguf_close(&g);
+    }
 }

@@ -12,6 +12,7 @@ typedef struct {
     int window, tp, block_size, batch, have_windows;
     int64_t max_windows, max_new, win_a, win_b, kv_blocks;
     int help;
+    int kv_given; /* --kv was given (ppl: the split-window protocol, also for none) */
 } CliOpts;
 
 /* Parses argv[1..] (argv[0] is the command name).  `allowed` is a string of the

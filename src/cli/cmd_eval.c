@@ -56,8 +56,6 @@ static int check_kv_policy(const char *cmd, const CliOpts *o) {
     return 0;
 }
 
-/* 1 when the engine's --kv (applied at open: EngineOpts.kv) stores tokens ternary. */
-static int kv_policy_on(const Engine *e) { return e->kv.policy.kind != KVP_NONE; }
 
 static int open_model(const CliOpts *o, Model *m) {
     ModelLoadOpts lo = {.quant = o->quant};
@@ -132,8 +130,9 @@ int cmd_ppl(int argc, char **argv) {
                "Perplexity over non-overlapping windows of --window tokens (GPTQ protocol:\n"
                "positions 0..T-2 predict 1..T-1, no BOS, partial tail dropped).\n"
                "--kv none|encoder|decoder|all[@layers=a-b]: ternary KV pages for prompt\n"
-               "(encoder) or generated (decoder) tokens; then each window's first half is\n"
-               "prefilled and the second half decoded token by token and scored.\n"
+               "(encoder) or generated (decoder) tokens; with --kv (none too: the reference of\n"
+               "that protocol) each window's first half is prefilled and the second half\n"
+               "decoded token by token and scored.\n"
                "--out FILE.h5: also write a run file (paper/SCHEMA.md) against the dense reference\n"
                "(evaluated in f32, so not with --dtype bf16; FILE's folder must exist).\n"
                "Last stdout line: ppl <value> windows <n> predicted <n>\n");
@@ -163,9 +162,7 @@ int cmd_ppl(int argc, char **argv) {
         return fail("ppl");
     }
     if (o.out) {
-        KvPolicy kp;
-        int kv_split = kv_policy_parse(o.kv, &kp) == 0 && kp.kind != KVP_NONE;
-        if (exp_check_windows(o.window, m.cfg.vocab, n, o.max_windows, kv_split) != 0) {
+        if (exp_check_windows(o.window, m.cfg.vocab, n, o.max_windows, o.kv_given) != 0) {
             free(tok);
             model_free(&m);
             return fail("ppl");
@@ -198,8 +195,10 @@ int cmd_ppl(int argc, char **argv) {
         return fail("ppl");
     }
     PplOpts po = {.window = o.window, .max_windows = o.max_windows, .progress = 1};
-    /* a KV policy: each window's first half prefilled, the rest decoded and scored */
-    po.kv_split = kv_policy_on(&e);
+    /* --kv (none too: that protocol's reference): each window's first half prefilled, the
+     * rest decoded and scored (--kv none had scored whole windows, not the reference of
+     * --kv encoder's numbers) */
+    po.kv_split = o.kv_given;
     PplResult r;
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
@@ -216,7 +215,7 @@ int cmd_ppl(int argc, char **argv) {
     if (rc == 0 && o.out) {
         /* the run file: the same windows against the dense reference (paper/SCHEMA.md) */
         rc = exp_run_single(o.model, o.tokens, o.window, o.max_windows, o.quant,
-                            strcmp(o.kv, "none") ? o.kv : NULL, o.tp, o.device, o.out);
+                            o.kv_given ? o.kv : NULL, o.tp, o.device, o.out);
         if (rc == 0) fprintf(stderr, "ppl: run file %s\n", o.out);
     }
     if (rc == 0) /* the contract: this is the last line on stdout */

@@ -129,7 +129,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'm': o->model = optarg; break;
         case 't': o->tokens = optarg; break;
         case 'q': o->quant = optarg; break;
-        case 'k': o->kv = optarg; break;
+        case 'k': o->kv = optarg, o->kv_given = 1; break;
         case 'd': o->device = optarg; break;
         case 'o': o->out = optarg; break;
         case 'P': o->prompt = optarg; break;

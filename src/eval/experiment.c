@@ -49,6 +49,7 @@ typedef struct {
     const char *windows_opt; /* the window-count option as the user types it, for hints
                               * ("max_windows=" in configs, "--max-windows " on the CLI) */
     int T, tp, logit_rows;
+    int split; /* the split-window protocol also under policy none (ppl --kv none --out) */
     int64_t max_windows;
     ExpKind kind;
     const ExpConf *conf;
@@ -680,7 +681,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     int st = kv_policy_check_layers(&pol, m.cfg.n_layers);
     if (st == 0) st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
     RefData R = {.T = rc->T, .V = m.cfg.vocab};
-    R.split = pol.kind != KVP_NONE || strcmp(rc->factor, "kv") == 0;
+    R.split = pol.kind != KVP_NONE || strcmp(rc->factor, "kv") == 0 || rc->split;
     R.per_w = ppl_scored_per_window(R.T, R.split);
     PplOpts cnt = {.window = R.T, .max_windows = rc->max_windows};
     R.nw = st == 0 ? ppl_window_count(n, &cnt) : 0;
@@ -997,7 +998,7 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     path_parent(results);
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
                  .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
-                 .kv = kv ? kv : "none", .device = device ? device : "cpu", .results = results,
+                 .kv = kv ? kv : "none", .split = kv != NULL, .device = device ? device : "cpu", .results = results,
                  .windows_opt = "--max-windows ",
                  .T = window,
                  .tp = tp, .logit_rows = 8, .max_windows = max_windows, .kind = EXP_QUALITY,

@@ -37,7 +37,8 @@ typedef struct {
 int exp_main(const ExpDef *def, int argc, char **argv);
 
 /* One run written to `out` (the run-file schema), as `ternlab ppl --out`: the
- * model under quant (NULL = as loaded) and KV policy kv (NULL = none) on
+ * model under quant (NULL = as loaded) and KV policy kv (NULL: none, whole
+ * windows; given, "none" too: the split-window protocol, as the KV experiment) on
  * device ("cpu", "cuda"; NULL = cpu) against its reference (always fp32 on the
  * CPU); the reference cache goes beside out (dirname(out)/cache, created; out's
  * folder itself must exist).  The evaluation is f32: it carries no --dtype.

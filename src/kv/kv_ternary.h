@@ -2,8 +2,8 @@
  * with f16 scales, dequantised inside attention when a block is gathered.
  *
  * Format of one (token, head) row of head_dim values:
- *   codes: head_dim/4 bytes, value i in bits 2*(i%4) of byte i/4, code = q+1
- *          (the same 2-bit code as kernels/ternary_format.h);
+ *   codes: ceil(head_dim/4) bytes, value i in bits 2*(i%4) of byte i/4, code = q+1
+ *          (the same 2-bit code as kernels/ternary_format.h; unused codes 1, value 0);
  *   V: one scale per (token, head)            — values are per-token quantities;
  *   K: one scale per KV_K_GROUP channels      — keys carry outlier channels
  *      (KIVI, arXiv 2402.02750; KVQuant, arXiv 2401.18079), so they get finer
@@ -11,10 +11,12 @@
  *      needs a full block (a full-precision residual until then); we quantise
  *      each token on arrival instead, so that the encoder/decoder policy holds
  *      exactly at token granularity, and give K channel groups within the token.
- * Rule: absmean (BitNet b1.58) per group: g = max(mean|x|, 1e-8); q =
- * clamp(round(x/g), -1, 1); the scale is rounded to f16 and that stored value
- * is what dequantisation uses.
- * Bytes per (token, head): 2*head_dim/4 + 2*(head_dim/KV_K_GROUP + 1). */
+ * Rule: absmean (BitNet b1.58) per group (a short last K group: the mean over its
+ * own channels): g = min(max(mean|x|, 1e-8), 65504) (f16's largest finite); q =
+ * clamp(round(x/g), -1, 1), round half to even, with g in f32; the scale is then
+ * rounded to f16 (nearest even; a g below f16's smallest subnormal stores 0) and
+ * that stored value is what dequantisation uses.
+ * Bytes per (token, head): 2*ceil(head_dim/4) + 2*(ceil(head_dim/KV_K_GROUP) + 1). */
 #ifndef TL_KV_TERNARY_H
 #define TL_KV_TERNARY_H
 

@@ -339,7 +339,7 @@ static int parse(Cur *c, GgufFile *g) {
             g->alignment = a;
         }
     }
-    if (n_tensors > (c->size - c->pos) / 32)
+    if (n_tensors > (c->size - c->pos) / 24) /* (the smallest info: empty name, 0 dimensions) */
         return err_set("%s: tensor count %llu cannot fit in the file (%zu bytes)", c->path,
                        (unsigned long long)n_tensors, c->size);
     g->tensors = xcalloc(n_tensors ? (size_t)n_tensors : 1, sizeof(GgufTensor));
@@ -351,8 +351,8 @@ static int parse(Cur *c, GgufFile *g) {
         g->n_tensors = (int64_t)i + 1;
         uint32_t nd;
         if (get_u32(c, &nd, "n_dims") != 0) return err_prefix("tensor '%s': ", t->name);
-        if (nd < 1 || nd > GGUF_MAX_DIMS)
-            return err_set("%s: tensor '%s': %u dimensions (1..%d supported)", c->path, t->name,
+        if (nd > GGUF_MAX_DIMS) /* (0: a scalar, as llama.cpp reads it) */
+            return err_set("%s: tensor '%s': %u dimensions (at most %d supported)", c->path, t->name,
                            nd, GGUF_MAX_DIMS);
         t->n_dims = (int)nd;
         int64_t numel = 1;

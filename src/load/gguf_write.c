@@ -299,12 +299,25 @@ static cJSON *read_json(const char *dir, const char *file) {
     return j;
 }
 
+/* 1 when tokenizer.json's pre-tokenizer is byte-level (GPT-2's), alone or in a
+ * Sequence: the one kind of BPE llama.cpp's "gpt2" tokenizer reproduces (a
+ * SentencePiece-style BPE, Metaspace and byte fallback, is another). */
+static int byte_level_pre(const cJSON *pre) {
+    const cJSON *t = pre ? cJSON_GetObjectItemCaseSensitive(pre, "type") : NULL;
+    if (!cJSON_IsString(t)) return 0;
+    if (strcmp(t->valuestring, "ByteLevel") == 0) return 1;
+    if (strcmp(t->valuestring, "Sequence") != 0) return 0;
+    const cJSON *e;
+    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers")) if (byte_level_pre(e)) return 1;
+    return 0;
+}
+
 /* A byte-level BPE tokenizer.json (GPT-2 style) as llama.cpp's "gpt2"
  * tokenizer, as the converter writes it: tokens by id (holes as [PADn]),
  * token types (1 normal, 3 control = special added token, 4 user-defined),
  * merges "a b", bos/eos from config.json.  Other tokenizers are skipped
  * (*written stays 0): the weights are still complete, llama.cpp then needs a
- * tokenizer from elsewhere. */
+ * tokenizer from elsewhere (gguf_write_model says "none"). */
 static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
     cJSON *tj = read_json(m->path, "tokenizer.json");
     const cJSON *model = tj ? cJSON_GetObjectItemCaseSensitive(tj, "model") : NULL;
@@ -312,7 +325,8 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
     const cJSON *vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
     const cJSON *merges = model ? cJSON_GetObjectItemCaseSensitive(model, "merges") : NULL;
     if (!cJSON_IsString(type) || strcmp(type->valuestring, "BPE") != 0 || !cJSON_IsObject(vocab) ||
-        !cJSON_IsArray(merges)) {
+        !cJSON_IsArray(merges) || cJSON_IsTrue(cJSON_GetObjectItemCaseSensitive(model, "byte_fallback")) ||
+        !byte_level_pre(cJSON_GetObjectItemCaseSensitive(tj, "pre_tokenizer"))) {
         cJSON_Delete(tj);
         return 0;
     }
@@ -418,7 +432,8 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     gguf_writer_u32(w, "general.file_type", any_ternary ? (tq1 ? 36 : 37) : 1);
     gguf_writer_u32(w, "general.quantization_version", 2);
     gguf_writer_u32(w, "llama.block_count", (uint32_t)c->n_layers);
-    if (c->max_pos > 0) gguf_writer_u32(w, "llama.context_length", (uint32_t)c->max_pos);
+    /* (llama.cpp requires it; without max_position_embeddings, transformers' LlamaConfig default) */
+    gguf_writer_u32(w, "llama.context_length", (uint32_t)(c->max_pos > 0 ? c->max_pos : 2048));
     gguf_writer_u32(w, "llama.embedding_length", (uint32_t)c->hidden);
     gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)c->inter);
     gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
@@ -440,6 +455,8 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
         gguf_writer_str(w, "ternlab.quant_spec", m->cfg.ternlab_spec);
     }
     int copied, rc = copy_tokenizer(w, m, &copied);
+    /* no tokenizer written: llama.cpp requires the key, and "none" loads without a vocabulary */
+    if (rc == 0 && !copied) gguf_writer_str(w, "tokenizer.ggml.model", "none");
 
     int64_t H = c->hidden, hd = c->head_dim;
     if (rc == 0) rc = add_float(w, "token_embd.weight", m->embed, c->vocab, H, 0, 0);
