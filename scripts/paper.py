@@ -79,7 +79,7 @@ def setup_section(all_runs):
               f"**Software.** ternlab {', '.join(tr.uniq(all_runs, 'ternlab_version'))}, commit(s) "
               f"{', '.join(f'`{c}`' for c in tr.uniq(all_runs, 'git_commit'))}; runs made "
               f"{min(tr.uniq(all_runs, 'created_utc'))} to {max(tr.uniq(all_runs, 'created_utc'))} "
-              f"(UTC)." + (" Sweeps ran under GNU Parallel [1]." if swept else
+              f"(UTC)." + (" Sweeps ran under scripts/sweep.sh (GNU Parallel [1], or a Slurm array)." if swept else
                            " The runs were made one by one (none records a sweep point).")
               + (f" {swept} of {len(all_runs)} runs made by sweeps." if 0 < swept < len(all_runs) else ""),
               ""]
@@ -155,13 +155,14 @@ def main():
             lines += [f"![{exp}](figures/{exp}.png)", ""]
         else:
             lines += [f"*Figure missing: run `make figures`.*", ""]
+    swept = any(r["attrs"].get("sweep_point") is not None for r in all_runs)  # (cites [1])
     lines += ["## Reproducing", "",
               "```", "make exp-threshold exp-scale-dtype exp-group-size exp-kv-ternary "
               "exp-throughput   # or scripts/sweep.sh EXP --jobs N",
               "make paper                  # figures, tables and this file", "```", "",
-              "## References", "",
-              "[1] O. Tange, *GNU Parallel 20221122 ('Херсо́н')*, Zenodo, 2022. "
-              "doi:10.5281/zenodo.7347980.", ""]
+              ] + (["## References", "",
+                    "[1] O. Tange, *GNU Parallel 20221122 ('Херсо́н')*, Zenodo, 2022. "
+                    "doi:10.5281/zenodo.7347980.", ""] if swept else [])
     os.makedirs(a.paper, exist_ok=True)
     out = os.path.join(a.paper, "paper.md")
     tr.write_atomic(out, "\n".join(lines))

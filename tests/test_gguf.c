@@ -217,26 +217,37 @@ TEST(gguf_parse_small_file) {
 /* A tensor of 0 dimensions is a scalar (llama.cpp reads it so; ternlab had
  * refused the file): a hand-made file of one such F32 tensor. */
 TEST(gguf_zero_dimension_tensor_is_a_scalar) {
-    uint8_t img[96] = {'G', 'G', 'U', 'F', 3};
+    /* four such tensors (names "a".."d", 25 bytes of info each: more than a 32-byte
+     * bound per info would let the file hold) */
+    uint8_t img[256] = {'G', 'G', 'U', 'F', 3};
     size_t p = 8;
-    put64(img + p, 1), p += 8; /* tensors */
+    put64(img + p, 4), p += 8; /* tensors */
     put64(img + p, 0), p += 8; /* key/values */
-    put64(img + p, 1), p += 8; /* name length */
-    img[p++] = 's';
-    p += 4;                    /* n_dims 0 */
-    p += 4;                    /* type 0: F32 */
-    put64(img + p, 0), p += 8; /* offset */
-    p = (p + 31) / 32 * 32;    /* the data section, aligned to 32 */
-    const float v = 2.5f;
-    memcpy(img + p, &v, 4);
+    for (int i = 0; i < 4; i++) {
+        put64(img + p, 1), p += 8; /* name length */
+        img[p++] = (uint8_t)('a' + i);
+        p += 4;                            /* n_dims 0 */
+        p += 4;                            /* type 0: F32 */
+        put64(img + p, (uint64_t)(32 * i)), p += 8; /* offset (each padded to 32) */
+    }
+    p = (p + 31) / 32 * 32; /* the data section, aligned to 32 */
+    for (int i = 0; i < 4; i++) {
+        const float v = 2.5f + (float)i;
+        memcpy(img + p + 32 * i, &v, 4);
+    }
     GgufFile g;
-    const int rc = gguf_parse(img, p + 4, "scalar.gguf", &g);
+    const size_t size = p + 3 * 32 + 4;
+    REQUIRE(size <= sizeof img);
+    const int rc = gguf_parse(img, size, "scalar.gguf", &g);
     CHECK_MSG(rc == 0, "%s", err_msg());
     REQUIRE(rc == 0);
-    const GgufTensor *t = gguf_find_tensor(&g, "s");
-    CHECK(t && t->n_dims == 0 && t->n_elements == 1);
-    float got = 0;
-    CHECK(t && gguf_tensor_to_f32(t, &got) == 0 && got == 2.5f);
+    for (int i = 0; i < 4; i++) {
+        const char name[2] = {(char)('a' + i), 0};
+        const GgufTensor *t = gguf_find_tensor(&g, name);
+        CHECK(t && t->n_dims == 0 && t->n_elements == 1);
+        float got = 0;
+        CHECK(t && gguf_tensor_to_f32(t, &got) == 0 && got == 2.5f + (float)i);
+    }
     gguf_close(&g);
 }
 
@@ -1021,8 +1032,21 @@ TEST(gguf_write_required_keys_without_their_sources) {
              "json.dump(t, open(p, 'w'))\"",
              d, test_path(LLAMA_DIR));
     REQUIRE(test_run(cmd, NULL) == 0);
-    const char *dirs[] = {"noctx", "bytefb"};
-    for (int i = 0; i < 2; i++) {
+    /* each condition alone: byte fallback with GPT-2's pre-tokenizer, Metaspace without it, a
+     * Sequence with its own Split before ByteLevel (Llama 3 / Qwen2 style) */
+    const char *edits[] = {"t['model']['byte_fallback'] = True",
+                           "t['pre_tokenizer'] = {'type': 'Metaspace', 'replacement': '_'}",
+                           "t['pre_tokenizer'] = {'type': 'Sequence', 'pretokenizers': [{'type': 'Split', "
+                           "'pattern': {'Regex': 'x'}}, t['pre_tokenizer']]}"};
+    for (int i = 0; i < 3; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %1$s/tk%2$d && cp -r %3$s %1$s/tk%2$d && /usr/bin/python3 -c \"import json; "
+                 "p = '%1$s/tk%2$d/tokenizer.json'; t = json.load(open(p)); %4$s; json.dump(t, open(p, 'w'))\"",
+                 d, i, test_path(LLAMA_DIR), edits[i]);
+        REQUIRE(test_run(cmd, NULL) == 0);
+    }
+    const char *dirs[] = {"noctx", "bytefb", "tk0", "tk1", "tk2"};
+    for (int i = 0; i < 5; i++) {
         char src[600], path[700];
         snprintf(src, sizeof src, "%s/%s", d, dirs[i]);
         snprintf(path, sizeof path, "%s/%s.gguf", d, dirs[i]);

@@ -967,7 +967,7 @@ TEST(scripts_value_order_provenance_and_bench_files) {
              test_path(""), res, dir, conf, dir, res, res, dir, res, dir, dir, dir);
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "order a b c\n") && strstr(out, "made one by one") &&
-                  !strstr(out, "Sweeps ran under"),
+                  !strstr(out, "Sweeps ran under") && !strstr(out, "[1] O. Tange"),
               "rc %d:\n%s", rc, out);
     free(out);
     /* the sweep adds the other three points: now 3 of the 6 runs by sweeps */
@@ -980,7 +980,8 @@ TEST(scripts_value_order_provenance_and_bench_files) {
              "cat '%s/paper/paper.md'",
              test_path("scripts/sweep.sh"), conf, res, test_path(""), res, dir, dir, dir);
     rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "Sweeps ran under GNU Parallel") && strstr(out, "3 of 6 runs made by sweeps"),
+    CHECK_MSG(rc == 0 && strstr(out, "Sweeps ran under scripts/sweep.sh (GNU Parallel [1]") &&
+                  strstr(out, "3 of 6 runs made by sweeps") && strstr(out, "[1] O. Tange"),
               "rc %d:\n%s", rc, out);
     free(out);
     snprintf(cmd, sizeof cmd,

@@ -302,7 +302,8 @@ static int parse(Cur *c, GgufFile *g) {
                        g->version, (g->version & 0xffff) == 0 ? "; a big-endian file?" : "");
     if (get_u64(c, &n_tensors, "tensor count") != 0 || get_u64(c, &n_kv, "metadata count") != 0)
         return -1;
-    /* a key is at least 8 (length) + 4 (type) + 1 bytes, a tensor info 8 + 4 + 8 + 4 + 8 */
+    /* a key is at least 8 (length) + 4 (type) + 1 bytes, a tensor info 8 (name length) + 4
+     * (n_dims) + 4 (type) + 8 (offset) = 24 with an empty name and 0 dimensions */
     if (n_kv > (c->size - c->pos) / 13)
         return err_set("%s: metadata count %llu cannot fit in the file (%zu bytes)", c->path,
                        (unsigned long long)n_kv, c->size);

@@ -299,17 +299,20 @@ static cJSON *read_json(const char *dir, const char *file) {
     return j;
 }
 
-/* 1 when tokenizer.json's pre-tokenizer is byte-level (GPT-2's), alone or in a
- * Sequence: the one kind of BPE llama.cpp's "gpt2" tokenizer reproduces (a
- * SentencePiece-style BPE, Metaspace and byte fallback, is another). */
+/* 1 when tokenizer.json's pre-tokenizer is GPT-2's byte-level one alone (or a
+ * Sequence of nothing else): the one kind of BPE llama.cpp's "gpt2" tokenizer
+ * with pre "gpt-2" reproduces.  A SentencePiece-style BPE (Metaspace, byte
+ * fallback) is another, and so is a Sequence with its own Split regex before
+ * ByteLevel (Llama 3, Qwen2: llama.cpp splits those by other rules). */
 static int byte_level_pre(const cJSON *pre) {
     const cJSON *t = pre ? cJSON_GetObjectItemCaseSensitive(pre, "type") : NULL;
     if (!cJSON_IsString(t)) return 0;
     if (strcmp(t->valuestring, "ByteLevel") == 0) return 1;
     if (strcmp(t->valuestring, "Sequence") != 0) return 0;
-    const cJSON *e;
-    cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers")) if (byte_level_pre(e)) return 1;
-    return 0;
+    const cJSON *seq = cJSON_GetObjectItemCaseSensitive(pre, "pretokenizers"), *e;
+    if (!cJSON_IsArray(seq) || cJSON_GetArraySize(seq) == 0) return 0;
+    cJSON_ArrayForEach(e, seq) if (!byte_level_pre(e)) return 0;
+    return 1;
 }
 
 /* A byte-level BPE tokenizer.json (GPT-2 style) as llama.cpp's "gpt2"
@@ -395,7 +398,8 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
 }
 
 /* Tokenizer metadata (llama.cpp needs it to load the file): copied from the
- * source GGUF when the model came from one, else from an HF tokenizer.json. */
+ * source GGUF when the model came from one, else from an HF tokenizer.json;
+ * *copied: 1 when tokenizer.ggml.model was written. */
 static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
     *copied = 0;
     size_t l = m->path ? strlen(m->path) : 0;
@@ -404,10 +408,9 @@ static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
     GgufFile g;
     if (gguf_open(m->path, &g) != 0) return -1;
     for (int64_t i = 0; i < g.n_kv; i++)
-        if (strncmp(g.kv[i].key, "tokenizer.", 10) == 0) {
-            writer_raw(w, &g.kv[i]);
-            (*copied)++;
-        }
+        if (strncmp(g.kv[i].key, "tokenizer.", 10) == 0) writer_raw(w, &g.kv[i]);
+    /* (other tokenizer.* keys without the model's: the caller still writes "none") */
+    *copied = gguf_find_kv(&g, "tokenizer.ggml.model") != NULL;
     gguf_close(&g);
     return 0;
 }
