@@ -699,6 +699,37 @@ TEST(exp_throughput_native_ternary_as_stored) {
     f = run_exp("exp_throughput", LLAMA_DIR, "ternary", extra);
     CHECK(read_attr_str(f, "quant_spec", spec, sizeof spec) == 0 && strstr(spec, "rule=absmean,group=128"));
     CHECK(read_attr_str(f, "weights", w, sizeof w) == 0 && strcmp(w, "ternarised") == 0);
+    /* the native checkpoint's dense baseline: its linears run as dense twins, so /weights
+     * says dense (sparsity 0, no scales; it had given the ternary codes' statistics) */
+    f = run_exp("exp_throughput", BITNET_DIR, "bf16", extra);
+    const int64_t L = dataset_len(f, "/weights/sparsity");
+    double sp[64], smin[64];
+    REQUIRE(L > 0 && L <= 64);
+    CHECK(h5_read_f64s(f, "/weights/sparsity", sp, L) == 0 && h5_read_f64s(f, "/weights/scale_min", smin, L) == 0);
+    for (int64_t i = 0; i < L; i++)
+        CHECK_MSG(sp[i] == 0.0 && isnan(smin[i]), "linear %lld: sparsity %g, scale_min %g", (long long)i, sp[i],
+                  smin[i]);
+}
+
+/* kl_mean and logit_rel_l2 are the same bits from run to run with many threads (an
+ * OpenMP reduction had added the threads' partial sums in the order they finished:
+ * the last bits moved between runs with 3 or more threads) */
+TEST(exp_metrics_same_bits_with_many_threads) {
+    double kl[3], rel[3];
+    for (int i = 0; i < 3; i++) {
+        char cmd[4096], out[700], *log = NULL;
+        snprintf(out, sizeof out, "%s/many%d.h5", test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "OMP_NUM_THREADS=16 %s --model %s --value e8m0 --out %s window=256 max_windows=2",
+                 bin_path("exp_scale_dtype"), test_path(LLAMA_DIR), out);
+        const int rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, log);
+        free(log);
+        kl[i] = read_scalar(out, "/metrics/kl_mean");
+        rel[i] = read_scalar(out, "/metrics/logit_rel_l2");
+    }
+    for (int i = 1; i < 3; i++)
+        CHECK_MSG(memcmp(&kl[i], &kl[0], sizeof kl[0]) == 0 && memcmp(&rel[i], &rel[0], sizeof rel[0]) == 0,
+                  "run %d: kl %.17g rel %.17g, run 0: %.17g %.17g", i, kl[i], rel[i], kl[0], rel[0]);
 }
 
 /* exp-throughput's timed engines run the run's KV policy (they had run none

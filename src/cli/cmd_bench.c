@@ -5,17 +5,23 @@
  *   tern_f32  tern_matmul_f32 (dispatched variant), f32 activations
  *   tern_i8   tern_matmul_i8, int8 per-token activations (BitNet), without
  *             the activation quantisation itself
- *   blas_f32  cblas_sgemv (n = 1) / cblas_sgemm (n > 1) on the dequantised W.
- *             The BF16 dense reference path upcasts BF16 weights to f32 once
- *             at load and then runs exactly this sgemm, so this column is
- *             also the BF16 dense baseline.
+ *   blas_f32  cblas_sgemv (n = 1) / cblas_sgemm (n > 1) on the dequantised W:
+ *             OpenBLAS's best form for each n.  (The dense reference path
+ *             upcasts BF16 weights to f32 at load and calls sgemm, at n = 1
+ *             too, where sgemm is ~2.4x slower than sgemv on the 2-core
+ *             machine: against the dense path as it runs, the n = 1 ratios
+ *             are larger.)
  * Each timing: one warm-up call (weights then L3-resident where they fit),
  * then rounds of one call of each of the three, interleaved, until ~0.3 s
  * per call (at least 3, at most 200); the medians are reported.  The
  * "x blas" columns are the ratios OpenBLAS time / ternary time.  GFLOP/s counts 2*n*rows*cols; GB/s counts the weight bytes
  * read once (2-bit codes + scales, or 4-byte floats) plus activations and
- * outputs.  Correctness is the tests' job: a benchmark only prints a max
- * relative difference to the dense result as a sanity line.
+ * outputs; each is also given as a fraction of the memory read bandwidth
+ * measured in the same run (a parallel read of a 512 MiB buffer; above 1
+ * where the weights stayed cache-resident between calls).  Each timed kernel
+ * is then checked against its *_ref twin on the first tokens and the last:
+ * int8 bit-identical, f32 within 1e-5 of sum |s q x| an output; a mismatch
+ * fails the run (no file).
  * Decode rows (n = 1) also time the int8 GEMV alone, 101 calls back to back after
  * three warm-ups (codes L3-resident and its threads awake, as in a decode loop
  * — the condition the CPU target is stated for): "int8 alone" line,
@@ -49,7 +55,75 @@ typedef struct {
     double ms[3], gflops[3], gbs[3]; /* tern_f32, tern_i8, blas_f32 */
     double ms_i8_warm;               /* n = 1: tern_i8 alone, back to back (0 otherwise) */
     double max_rel_diff;             /* tern_f32 vs blas, max |d| / max |y| */
+    double ref_err_f32;              /* tern_f32 vs tern_matmul_f32_ref, max |d| / sum|s q x| */
+    int reps;                        /* timed rounds of each call */
 } BenchRow;
+
+#define BENCH_F32_TOL 1e-5
+#define BENCH_CHECK_TOKENS 4 /* the first tokens checked against the twins (and the last) */
+
+/* The memory read bandwidth (GB/s) here, now: every thread sums its part of a
+ * 512 MiB buffer (256 MiB with quick), median of 5 passes after one; 0 when
+ * the buffer cannot be had. */
+static double read_bandwidth_gbs(int quick) {
+    const size_t n = (quick ? (size_t)256 : (size_t)512) << 20 >> 3;
+    uint64_t *b = mem_alloc(n * sizeof *b, "bandwidth buffer");
+    if (!b) return 0;
+#pragma omp parallel for schedule(static)
+    for (size_t i = 0; i < n; i++) b[i] = i;
+    double ts[6];
+    volatile uint64_t sink = 0;
+    for (int p = 0; p < 6; p++) {
+        uint64_t s = 0;
+        const double a = time_now();
+#pragma omp parallel for schedule(static) reduction(^ : s)
+        for (size_t i = 0; i < n; i += 8) /* (a line of 8 words a step: the loads, not the adds) */
+            s ^= b[i] ^ b[i + 1] ^ b[i + 2] ^ b[i + 3] ^ b[i + 4] ^ b[i + 5] ^ b[i + 6] ^ b[i + 7];
+        ts[p] = time_now() - a;
+        sink ^= s;
+    }
+    (void)sink;
+    mem_free(b);
+    double *t = ts + 1; /* (the first pass warms the pages) */
+    for (int i = 0; i < 5; i++)
+        for (int j = i + 1; j < 5; j++)
+            if (t[j] < t[i]) {
+                double x = t[i];
+                t[i] = t[j], t[j] = x;
+            }
+    return t[2] > 0 ? (double)(n * sizeof *b) / t[2] * 1e-9 : 0;
+}
+
+/* The timed kernels' outputs on tokens [t0, t0 + k) against their *_ref twins:
+ * int8 bit-identical, f32 within BENCH_F32_TOL of sum_j |w_ij x_tj| (w the
+ * dequantised matrix); the worst f32 error into *err.  0, or -1 with err_set. */
+static int check_twins(const TernaryMatrix *tm, const float *w, const float *x, const int8_t *xq,
+                       const float *sx, const float *yf, const float *yi, int64_t t0, int64_t k,
+                       double *err) {
+    const int64_t rows = tm->rows, cols = tm->cols;
+    float *r = mem_alloc((size_t)(k * rows) * sizeof *r, "bench reference output");
+    if (!r) return -1;
+    int rc = tern_matmul_i8_ref(tm, xq + t0 * cols, sx + t0, k, r);
+    if (rc == 0 && memcmp(r, yi + t0 * rows, (size_t)(k * rows) * sizeof *r) != 0)
+        rc = err_set("%lldx%lld n=%lld: tern_matmul_i8 (%s) is not bit-identical to tern_matmul_i8_ref on "
+                     "tokens %lld..%lld", (long long)rows, (long long)cols, (long long)(t0 + k), tern_kernel_name(),
+                     (long long)t0, (long long)(t0 + k - 1));
+    if (rc == 0) rc = tern_matmul_f32_ref(tm, x + t0 * cols, k, r);
+    for (int64_t t = 0; t < k && rc == 0; t++)
+        for (int64_t i = 0; i < rows; i++) {
+            double mag = 0;
+            const float *wr = w + i * cols, *xt = x + (t0 + t) * cols;
+            for (int64_t j = 0; j < cols; j++) mag += fabs((double)wr[j] * xt[j]);
+            const double e = fabs((double)yf[(t0 + t) * rows + i] - r[t * rows + i]) / (mag > 1e-30 ? mag : 1e-30);
+            if (!(e <= BENCH_F32_TOL))
+                rc = err_set("%lldx%lld: tern_matmul_f32 (%s) token %lld row %lld is %g off its *_ref twin "
+                             "(relative to sum|s q x|; bound %g)", (long long)rows, (long long)cols,
+                             tern_kernel_name(), (long long)(t0 + t), (long long)i, e, BENCH_F32_TOL);
+            if (e > *err) *err = e;
+        }
+    mem_free(r);
+    return rc;
+}
 
 typedef enum { B_TF32, B_TI8, B_BLAS } BenchWhat;
 
@@ -90,7 +164,7 @@ static int cmp_d(const void *a, const void *b) {
  * from other processes on a shared machine hits all of them alike and the
  * ratios stay meaningful even when the absolute times move. */
 #define BENCH_MAX_CALLS 3
-static int time_calls(const BenchCall *c, int nc, int quick, double *median) {
+static int time_calls(const BenchCall *c, int nc, int quick, double *median, int *reps_out) {
     double first = 0;
     for (int k = 0; k < nc; k++) {
         if (call(&c[k]) < 0) return -1; /* warm-up */
@@ -113,6 +187,7 @@ static int time_calls(const BenchCall *c, int nc, int quick, double *median) {
         qsort(ts[k], (size_t)reps, sizeof ts[k][0], cmp_d);
         median[k] = reps % 2 ? ts[k][reps / 2] : 0.5 * (ts[k][reps / 2 - 1] + ts[k][reps / 2]);
     }
+    *reps_out = reps;
     return 0;
 }
 
@@ -124,7 +199,7 @@ static uint32_t rnd(void) {
     return (uint32_t)(rng >> 16);
 }
 
-static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, int quick,
+static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, int quick, double bw,
                        BenchRow *out) {
     int rc = -1;
     int64_t nmax = 0;
@@ -136,8 +211,9 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
     float *sx = mem_alloc((size_t)nmax * sizeof(float), "bench activation scales");
     float *y = mem_alloc((size_t)(nmax * rows) * sizeof(float), "bench output");
     float *yb = mem_alloc((size_t)(nmax * rows) * sizeof(float), "bench output");
+    float *yi = mem_alloc((size_t)(nmax * rows) * sizeof(float), "bench output");
     TernaryMatrix tm = {0};
-    if (!q || !w || !x || !xq || !sx || !y || !yb) goto done;
+    if (!q || !w || !x || !xq || !sx || !y || !yb || !yi) goto done;
     /* codes with about a third zeros, like absmean on Gaussian weights */
     for (int64_t i = 0; i < rows * cols; i++) q[i] = (int8_t)((int)(rnd() % 3) - 1);
     float scale = 0.02f;
@@ -159,7 +235,8 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
         double med[3];
         for (int what = 0; what < 3; what++)
             c[what] = (BenchCall){(BenchWhat)what, &tm, w, x, sx, xq, what == B_BLAS ? yb : y, n};
-        if (time_calls(c, 3, quick, med) < 0) goto done;
+        c[B_TI8].y = yi;
+        if (time_calls(c, 3, quick, med, &r->reps) < 0) goto done;
         for (int what = 0; what < 3; what++) {
             r->ms[what] = med[what] * 1e3;
             r->gflops[what] = flops / med[what] * 1e-9;
@@ -172,6 +249,12 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
             ymax = fmax(ymax, fabs((double)yb[k]));
         }
         r->max_rel_diff = ymax > 0 ? dmax / ymax : dmax;
+        /* the timed outputs (y: tern_f32 just now; yi: tern_i8's last timed call) against the
+         * twins, on the first tokens and the last (a wrong kernel had been timed and reported) */
+        const int64_t k0 = n < BENCH_CHECK_TOKENS ? n : BENCH_CHECK_TOKENS;
+        if (check_twins(&tm, w, x, xq, sx, y, yi, 0, k0, &r->ref_err_f32) != 0 ||
+            (n > k0 && check_twins(&tm, w, x, xq, sx, y, yi, n - 1, 1, &r->ref_err_f32) != 0))
+            goto done;
         if (n == 1) { /* decode: the int8 GEMV alone, calls back to back (codes L3-resident,
                        * its threads awake, as in a decode loop), after a warm-up */
             double ts[BENCH_MAX_REPS];
@@ -185,10 +268,10 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
             r->ms_i8_warm = ts[reps / 2] * 1e3;
         }
         printf("%6lld x %-6lld n=%-5lld| %9.4f %8.1f %7.1f | %9.4f %8.1f %7.1f | %9.4f %8.1f "
-               "%7.1f | %6.2fx %6.2fx | %.1e\n",
+               "%7.1f | %6.2fx %6.2fx | %5.0f%% | %.1e\n",
                (long long)rows, (long long)cols, (long long)n, r->ms[0], r->gflops[0], r->gbs[0],
                r->ms[1], r->gflops[1], r->gbs[1], r->ms[2], r->gflops[2], r->gbs[2],
-               r->ms[2] / r->ms[0], r->ms[2] / r->ms[1], r->max_rel_diff);
+               r->ms[2] / r->ms[0], r->ms[2] / r->ms[1], bw > 0 ? 100 * r->gbs[1] / bw : NAN, r->max_rel_diff);
         if (n == 1)
             printf("%25s int8 alone, back to back: %.4f ms (%.1f GB/s)\n", "", r->ms_i8_warm,
                    bytes[1] / (r->ms_i8_warm * 1e-3) * 1e-9);
@@ -197,13 +280,13 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
     rc = 0;
 done:
     tern_free(&tm);
-    mem_free(q), mem_free(w), mem_free(x), mem_free(xq), mem_free(sx), mem_free(y), mem_free(yb);
+    mem_free(q), mem_free(w), mem_free(x), mem_free(xq), mem_free(sx), mem_free(y), mem_free(yb), mem_free(yi);
     return rc;
 }
 
-static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
-    H5Log *lg = h5log_create(path);
-    if (!lg) return -1;
+/* Writes the rows into lg (created before the benchmark ran, so that an
+ * unwritable place fails first) and commits it; aborts it on an error. */
+static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double bw) {
     int64_t *iv = xmalloc((size_t)nr * sizeof *iv);
     double *dv = xmalloc((size_t)nr * sizeof *dv);
     static const char *names[3] = {"tern_f32", "tern_i8", "blas_f32"};
@@ -215,10 +298,18 @@ static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
     rc = rc ? rc : h5log_attr_str(lg, "/", "blas_core", blas_core_report());
     rc = rc ? rc : h5log_attr_i64(lg, "/", "threads", omp_get_max_threads());
     rc = rc ? rc : h5log_attr_i64(lg, "/", "quick", quick);
+    rc = rc ? rc : h5log_attr_str(lg, "/", "cpu", cpu_model_report());
+    rc = rc ? rc : h5log_attr_f64(lg, "/", "mem_read_gbs", bw);
     rc = rc ? rc : h5log_attr_str(lg, "/", "note",
-                                  "blas_f32 = cblas_sgemv (n=1) / cblas_sgemm on the dequantised "
-                                  "f32 matrix; the BF16 dense path upcasts to f32 at load and "
-                                  "runs the same sgemm. Times are medians after warm-up.");
+                                  "blas_f32 = cblas_sgemv (n=1) / cblas_sgemm (n>1) on the dequantised "
+                                  "f32 matrix (the dense reference path calls sgemm at n=1 too, ~2.4x "
+                                  "slower than sgemv on the 2-core machine). Times are medians of reps "
+                                  "interleaved rounds after a warm-up. *_frac_mem_bw = GB/s over "
+                                  "mem_read_gbs, the read bandwidth measured in the same run (above 1: "
+                                  "the weights stayed cache-resident). tern_f32_ref_err: the worst "
+                                  "|tern_f32 - tern_matmul_f32_ref| / sum|s q x| on the first 4 tokens "
+                                  "and the last; tern_i8 was bit-identical to tern_matmul_i8_ref there "
+                                  "(a mismatch fails the run).");
     for (int f = 0; f < 3 && !rc; f++) {
         int64_t v;
         for (int i = 0; i < nr; i++) {
@@ -236,9 +327,27 @@ static int write_h5(const char *path, const BenchRow *rows, int nr, int quick) {
             rc = h5log_f64(lg, p, dv, nr);
         }
     }
+    for (int k = 0; k < 3 && !rc; k++) {
+        char p[96];
+        for (int i = 0; i < nr; i++) dv[i] = bw > 0 ? rows[i].gbs[k] / bw : NAN;
+        snprintf(p, sizeof p, "/bench/%s_frac_mem_bw", names[k]);
+        rc = h5log_f64(lg, p, dv, nr);
+    }
     if (!rc) {
         for (int i = 0; i < nr; i++) dv[i] = rows[i].ms_i8_warm;
         rc = h5log_f64(lg, "/bench/tern_i8_warm_ms", dv, nr);
+    }
+    if (!rc) {
+        for (int i = 0; i < nr; i++) dv[i] = rows[i].ref_err_f32;
+        rc = h5log_f64(lg, "/bench/tern_f32_ref_err", dv, nr);
+    }
+    if (!rc) {
+        for (int i = 0; i < nr; i++) dv[i] = rows[i].max_rel_diff;
+        rc = h5log_f64(lg, "/bench/tern_f32_vs_blas_max_rel_diff", dv, nr);
+    }
+    if (!rc) {
+        for (int i = 0; i < nr; i++) iv[i] = rows[i].reps;
+        rc = h5log_i64(lg, "/bench/reps", iv, nr);
     }
     for (int k = 0; k < 2 && !rc; k++) {
         for (int i = 0; i < nr; i++) dv[i] = rows[i].ms[2] / rows[i].ms[k];
@@ -262,21 +371,35 @@ static const int64_t ns_fix[] = {1, 8, 512, 2048}, ns_fix_quick[] = {1, 8, 2048}
 int cmd_bench(int argc, char **argv) {
     int quick = 0, fixture_only = 0;
     const char *out = NULL;
+    H5Log *lg = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--fixture") == 0) fixture_only = 1;
         else if (strcmp(argv[i], "--out") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ternlab bench: --out needs a value (a FILE.h5)\n");
+                h5log_abort(lg);
                 return 2;
             }
             out = argv[++i];
             /* what the HDF5 writer would refuse, refused before the benchmark runs */
             if (!*out) {
                 fprintf(stderr, "ternlab bench: --out has an empty value\n");
+                h5log_abort(lg);
                 return 2;
             }
             if (exp_check_out(out) != 0) {
+                fprintf(stderr, "ternlab bench: %s\n", err_msg());
+                h5log_abort(lg);
+                return 1;
+            }
+            if (lg) {
+                fprintf(stderr, "ternlab bench: --out is given more than once\n");
+                h5log_abort(lg);
+                return 2;
+            }
+            /* the temporary made now: a place it cannot be written fails before the run */
+            if (!(lg = h5log_create(out))) {
                 fprintf(stderr, "ternlab bench: %s\n", err_msg());
                 return 1;
             }
@@ -291,18 +414,22 @@ int cmd_bench(int argc, char **argv) {
                    "shorter timing. --fixture: the fixture shapes only. Kernel variant:\n"
                    "TERNLAB_KERNEL.  CPU only: the GPU kernels are make bench-gpu, the GPU end\n"
                    "to end ternlab bench-e2e.\n");
+            h5log_abort(lg);
             return 0;
         } else if (strcmp(argv[i], "--device") == 0) {
             /* (the GPU kernels have their own benchmark; the main usage had listed bench
              * among the commands --device cuda runs) */
             fprintf(stderr, "ternlab bench: the CPU kernel benchmark takes no --device; GPU kernels: "
                             "make bench-gpu, end to end: ternlab bench-e2e\n");
+            h5log_abort(lg);
             return 2;
         } else if (argv[i][0] != '-') {
             fprintf(stderr, "ternlab bench: unexpected argument '%s' (see ternlab bench --help)\n", argv[i]);
+            h5log_abort(lg);
             return 2;
         } else {
             fprintf(stderr, "ternlab bench: unknown option '%s' (see ternlab bench --help)\n", argv[i]);
+            h5log_abort(lg);
             return 2;
         }
     }
@@ -313,9 +440,12 @@ int cmd_bench(int argc, char **argv) {
     BenchRow *res = xcalloc((size_t)(n_shapes * max_ns), sizeof *res);
     printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d\n", tern_kernel_name(),
            blas_core_report(), omp_get_max_threads());
-    printf("%-22s | %-27s | %-27s | %-27s | %-15s | %s\n", "shape (rows x cols)",
+    const double bw = read_bandwidth_gbs(quick);
+    printf("memory read bandwidth (same run, %d MiB, median of 5): %.1f GB/s; %%bw: the i8 kernel's GB/s over it\n",
+           quick ? 256 : 512, bw);
+    printf("%-22s | %-27s | %-27s | %-27s | %-15s | %-6s | %s\n", "shape (rows x cols)",
            "tern f32: ms GFLOP/s GB/s", "tern i8: ms GFLOP/s GB/s", "OpenBLAS f32: ms GFLOP/s GB/s",
-           "x blas: f32 i8", "f32 vs blas");
+           "x blas: f32 i8", "i8 %bw", "f32 vs blas");
     int nr = 0;
     for (int s = 0; s < n_shapes; s++) {
         const int big = s < n_big;
@@ -323,15 +453,16 @@ int cmd_bench(int argc, char **argv) {
         if (quick && s == 1) continue;
         const int64_t *ns = big ? (quick ? ns_big_quick : ns_big) : (quick ? ns_fix_quick : ns_fix);
         int n_ns = big ? (quick ? 2 : 3) : (quick ? 3 : 4);
-        if (bench_shape(shapes[s][0], shapes[s][1], ns, n_ns, quick, res + nr) < 0) {
+        if (bench_shape(shapes[s][0], shapes[s][1], ns, n_ns, quick, bw, res + nr) < 0) {
             fprintf(stderr, "ternlab bench: %s\n", err_msg());
             free(res);
+            h5log_abort(lg);
             return 1;
         }
         nr += n_ns;
     }
     int rc = 0;
-    if (out && write_h5(out, res, nr, quick) < 0) {
+    if (lg && write_h5(lg, res, nr, quick, bw) < 0) {
         fprintf(stderr, "ternlab bench: %s\n", err_msg());
         rc = 1;
     } else if (out) {

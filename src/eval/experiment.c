@@ -307,9 +307,13 @@ static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *
         }
         return 0;
     }
-    double kl_sum = 0, rel_sum = 0;
+    /* each row's KL and relative L2 kept, then added in row order: an OpenMP reduction
+     * adds the threads' partial sums in the order they finish, and kl_mean / logit_rel_l2
+     * had moved in the last bits from run to run with 3 or more threads */
+    const int nrow = T - 1 - r0;
+    double *kr = xmalloc(sizeof(double) * (size_t)(2 * (nrow > 0 ? nrow : 1))), *rr = kr + (nrow > 0 ? nrow : 1);
     int64_t top1 = 0;
-#pragma omp parallel for reduction(+ : kl_sum, rel_sum, top1) schedule(static)
+#pragma omp parallel for reduction(+ : top1) schedule(static)
     for (int r = r0; r < T - 1; r++) {
         int64_t i = base + (r - r0);
         const float *z = logits + (int64_t)r * V, *zr = R->logits + i * V;
@@ -317,12 +321,15 @@ static int on_window(void *vctx, int64_t w, const float *logits, const int32_t *
         c->nll[i] = (float)(lse - (double)z[ids[r + 1]]);
         double kl = kl_ref_run(zr, R->lse[i], z, lse, V);
         c->kl[i] = (float)kl;
-        kl_sum += kl;
-        rel_sum += rel_l2_row(z, zr, V);
+        kr[r - r0] = kl;
+        rr[r - r0] = rel_l2_row(z, zr, V);
         top1 += argmax_f32(z, V) == argmax_f32(zr, V);
     }
-    c->kl_sum += kl_sum;
-    c->rel_sum += rel_sum;
+    for (int j = 0; j < nrow; j++) {
+        c->kl_sum += kr[j];
+        c->rel_sum += rr[j];
+    }
+    free(kr);
     c->top1 += top1;
     for (int r = r0; r < T - 1; r++) {
         int64_t i = base + (r - r0);
@@ -604,7 +611,7 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
     int i = ws->n++;
     ws->names[i] = lin->name;
     ws->bytes[i] = (int64_t)linear_bytes(lin);
-    if (lin->t) {
+    if (lin->t && !lin->twin) { /* (a dense twin of a ternary layer runs dense: a dense row) */
         float a, b;
         tern_scale_range(lin->t, &a, &b);
         ws->sparsity[i] = tern_sparsity(lin->t);
