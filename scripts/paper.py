@@ -38,12 +38,17 @@ INTRO = {
 }
 
 
+def sweep_count(all_runs):
+    """How many runs record a sweep point (made by scripts/sweep.sh)."""
+    return sum(1 for r in all_runs if r["attrs"].get("sweep_point") is not None)
+
+
 def setup_section(all_runs):
     lines = ["## Setup", ""]
     if not all_runs:
         return lines + ["No run files yet: run `make exp-threshold` (and the other "
                         "experiments), then `make paper`.", ""]
-    swept = sum(1 for r in all_runs if r["attrs"].get("sweep_point") is not None)
+    swept = sweep_count(all_runs)
     models = {}
     for r in all_runs:
         a = r["attrs"]
@@ -155,7 +160,7 @@ def main():
             lines += [f"![{exp}](figures/{exp}.png)", ""]
         else:
             lines += [f"*Figure missing: run `make figures`.*", ""]
-    swept = any(r["attrs"].get("sweep_point") is not None for r in all_runs)  # (cites [1])
+    swept = sweep_count(all_runs)  # (the sweep sentence cites [1])
     lines += ["## Reproducing", "",
               "```", "make exp-threshold exp-scale-dtype exp-group-size exp-kv-ternary "
               "exp-throughput   # or scripts/sweep.sh EXP --jobs N",

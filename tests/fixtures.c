@@ -183,3 +183,33 @@ int h5_read_f64s(const char *file, const char *path, double *v, int64_t n) {
     H5Fclose(f);
     return rc;
 }
+
+int64_t h5_dataset_len(const char *file, const char *path) {
+    int64_t n = -1;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return n;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d >= 0) {
+        hid_t s = H5Dget_space(d);
+        n = H5Sget_simple_extent_npoints(s);
+        H5Sclose(s);
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    return n;
+}
+
+double h5_attr_f64(const char *file, const char *obj, const char *name) {
+    double v = NAN;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return v;
+    if (H5Aexists_by_name(f, obj, name, H5P_DEFAULT) > 0) {
+        hid_t a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
+        if (a >= 0) {
+            H5Aread(a, H5T_NATIVE_DOUBLE, &v);
+            H5Aclose(a);
+        }
+    }
+    H5Fclose(f);
+    return v;
+}

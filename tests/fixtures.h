@@ -50,5 +50,9 @@ float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b);
 /* The n values of the HDF5 dataset at path in file as doubles into v: 0, or
  * -1 where it is absent or holds another count (v then all NaN). */
 int h5_read_f64s(const char *file, const char *path, double *v, int64_t n);
+/* The element count of the HDF5 dataset at path in file, or -1 where absent. */
+int64_t h5_dataset_len(const char *file, const char *path);
+/* The float64 attribute `name` of object obj in file (NaN where absent). */
+double h5_attr_f64(const char *file, const char *obj, const char *name);
 
 #endif

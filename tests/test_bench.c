@@ -8,43 +8,10 @@
 #include "log/h5log.h"
 #include "runtime/cuda_engine.h"
 
-#include <hdf5.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-
-/* Every value of dataset ds (any numeric type, as doubles) into v[cap]: the count, or -1. */
-static int64_t read_doubles(const char *file, const char *ds, double *v, int64_t cap) {
-    int64_t n = -1;
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return -1;
-    hid_t d = H5Dopen2(f, ds, H5P_DEFAULT);
-    if (d >= 0) {
-        hid_t s = H5Dget_space(d);
-        const hssize_t k = H5Sget_simple_extent_npoints(s);
-        if (k >= 0 && k <= cap && H5Dread(d, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, v) >= 0) n = k;
-        H5Sclose(s);
-        H5Dclose(d);
-    }
-    H5Fclose(f);
-    return n;
-}
-
-/* The float root attribute name of file (NaN where absent). */
-static double root_attr_f64(const char *file, const char *name) {
-    double v = NAN;
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return v;
-    hid_t a = H5Aexists_by_name(f, "/", name, H5P_DEFAULT) > 0 ? H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT)
-                                                                : -1;
-    if (a >= 0) {
-        H5Aread(a, H5T_NATIVE_DOUBLE, &v);
-        H5Aclose(a);
-    }
-    H5Fclose(f);
-    return v;
-}
 
 TEST(bench_quick_writes_every_column) {
     char path[512], cmd[1024], *out = NULL;
@@ -64,14 +31,16 @@ TEST(bench_quick_writes_every_column) {
     CHECK_MSG(v == 0, "%s", err_msg());
     /* the fraction of the memory read bandwidth measured in the same run (the contract's
      * "fraction of the hardware limit": it had none), the twins' check, the rounds, the CPU */
-    const double bw = root_attr_f64(path, "mem_read_gbs");
+    const double bw = h5_attr_f64(path, "/", "mem_read_gbs");
     CHECK_MSG(bw > 0.1, "mem_read_gbs %g", bw);
     char cpu[256] = "";
     CHECK(h5log_root_attr_str(path, "cpu", cpu, sizeof cpu) == 0 && cpu[0]);
     double gbs[64], frac[64], err[64], reps[64];
-    const int64_t nr = read_doubles(path, "/bench/tern_i8_gbs", gbs, 64);
-    CHECK(nr > 0 && read_doubles(path, "/bench/tern_i8_frac_mem_bw", frac, 64) == nr &&
-          read_doubles(path, "/bench/tern_f32_ref_err", err, 64) == nr && read_doubles(path, "/bench/reps", reps, 64) == nr);
+    const int64_t nr = h5_dataset_len(path, "/bench/tern_i8_gbs");
+    REQUIRE(nr > 0 && nr <= 64);
+    CHECK(h5_read_f64s(path, "/bench/tern_i8_gbs", gbs, nr) == 0 &&
+          h5_read_f64s(path, "/bench/tern_i8_frac_mem_bw", frac, nr) == 0 &&
+          h5_read_f64s(path, "/bench/tern_f32_ref_err", err, nr) == 0 && h5_read_f64s(path, "/bench/reps", reps, nr) == 0);
     for (int64_t i = 0; i < nr; i++) {
         CHECK_MSG(fabs(frac[i] - gbs[i] / bw) <= 1e-12 * frac[i], "row %lld: frac %g, gbs / bw %g", (long long)i,
                   frac[i], gbs[i] / bw);

@@ -24,21 +24,6 @@ static double read_scalar(const char *file, const char *path) {
     return v;
 }
 
-static int64_t dataset_len(const char *file, const char *path) {
-    int64_t n = -1;
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return n;
-    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
-    if (d >= 0) {
-        hid_t s = H5Dget_space(d);
-        n = H5Sget_simple_extent_npoints(s);
-        H5Sclose(s);
-        H5Dclose(d);
-    }
-    H5Fclose(f);
-    return n;
-}
-
 /* String attribute `name` of the group (or "/") at `group` of file (as h5log
  * writes strings) into buf: 0, or -1 where absent. */
 static int read_group_attr_str(const char *file, const char *group, const char *name, char *buf, size_t n) {
@@ -56,22 +41,6 @@ static int read_group_attr_str(const char *file, const char *group, const char *
     }
     H5Fclose(f);
     return rc;
-}
-
-/* The float64 attribute `name` of object obj (NaN where absent). */
-static double read_attr_f64(const char *file, const char *obj, const char *name) {
-    double v = NAN;
-    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
-    if (f < 0) return v;
-    if (H5Aexists_by_name(f, obj, name, H5P_DEFAULT) > 0) {
-        hid_t a = H5Aopen_by_name(f, obj, name, H5P_DEFAULT, H5P_DEFAULT);
-        if (a >= 0) {
-            H5Aread(a, H5T_NATIVE_DOUBLE, &v);
-            H5Aclose(a);
-        }
-    }
-    H5Fclose(f);
-    return v;
 }
 
 /* Root string attribute `name` of file into buf: 0, or -1 where absent. */
@@ -128,16 +97,16 @@ TEST(exp_each_writes_the_full_schema) {
         /* scored tokens: 3 windows of 32 -> 31 each, or 16 each under the split protocol */
         int64_t want = !strcmp(runs[i].prog, "exp_kv_ternary") ? 3 * 16
                      : !strcmp(runs[i].prog, "exp_throughput") ? 31 : 3 * 31;
-        CHECK_MSG(dataset_len(f, "/per_token/kl") == want, "%s: %lld scored", f,
-                  (long long)dataset_len(f, "/per_token/kl"));
-        CHECK(dataset_len(f, "/weights/name") == 28);
+        CHECK_MSG(h5_dataset_len(f, "/per_token/kl") == want, "%s: %lld scored", f,
+                  (long long)h5_dataset_len(f, "/per_token/kl"));
+        CHECK(h5_dataset_len(f, "/weights/name") == 28);
         /* the machine's CPU and BLAS kernels (dense results round differently between them) */
         char cpu[256], core[256];
         CHECK_MSG(read_attr_str(f, "cpu", cpu, sizeof cpu) == 0 && strcmp(cpu, cpu_model_report()) == 0,
                   "%s: cpu '%s', want '%s'", f, cpu, cpu_model_report());
         CHECK_MSG(read_attr_str(f, "blas_core", core, sizeof core) == 0 && core[0], "%s: blas_core '%s'", f, core);
         if (!strcmp(runs[i].prog, "exp_throughput")) {
-            CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
+            CHECK(h5_dataset_len(f, "/throughput/decode_tok_s") == 2);
             CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
             /* the step percentiles are of the same steps: of gen_len = 3 steps (one
              * repeat) p50 is the middle one and p95 = p99 the slowest, bit for bit */
@@ -273,20 +242,20 @@ TEST(exp_control_points_equal_reference) {
     /* 4 layers x 4 KV heads x 32 dims x (K, V) x 4 bytes; the cache allocates
      * just that per token slot */
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);
-    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0);
+    CHECK(h5_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0);
     f = run_exp("exp_kv_ternary", LLAMA_DIR, "all", NULL);
     CHECK(read_scalar(f, "/metrics/kl_mean") > 1e-3);
     /* per layer and head: 2 x 8 code bytes + (2 + 1) f16 scales x 2 bytes = 22;
      * allocated: no f32 page, and a format byte per layer */
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 4 * 4 * 22.0);
-    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4 * 4 * 22.0 + 4);
+    CHECK(h5_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4 * 4 * 22.0 + 4);
     f = run_exp("exp_kv_ternary", LLAMA_DIR, "all@layers=1-2", NULL);
     CHECK(read_scalar(f, "/kv/bytes_per_token") == 2 * 4 * 256.0 + 2 * 4 * 22.0);
     /* allocated: f32 pages in layers 0 and 3, the ternary pools span every layer */
-    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 2 * 4 * 256.0 + 4 * 4 * 22.0 + 4);
+    CHECK(h5_attr_f64(f, "/kv", "alloc_bytes_per_token") == 2 * 4 * 256.0 + 4 * 4 * 22.0 + 4);
     f = run_exp("exp_kv_ternary", LLAMA_DIR, "encoder", NULL);
     /* a slot may hold either kind: both pages in every layer */
-    CHECK(read_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0 + 4 * 4 * 22.0 + 4);
+    CHECK(h5_attr_f64(f, "/kv", "alloc_bytes_per_token") == 4096.0 + 4 * 4 * 22.0 + 4);
 }
 
 TEST(exp_bad_input_is_an_error) {
@@ -595,7 +564,7 @@ TEST(exp_device_cuda_runs_or_refuses) {
     } else {
         CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
         CHECK_MSG(h5log_verify_schema(f) == 0, "%s", err_msg());
-        CHECK(dataset_len(f, "/throughput/decode_tok_s") == 2);
+        CHECK(h5_dataset_len(f, "/throughput/decode_tok_s") == 2);
     }
     free(out);
     /* every value's timed runs: the engine's bf16 form on CUDA, f32 on the CPU; the file says which */
@@ -702,7 +671,7 @@ TEST(exp_throughput_native_ternary_as_stored) {
     /* the native checkpoint's dense baseline: its linears run as dense twins, so /weights
      * says dense (sparsity 0, no scales; it had given the ternary codes' statistics) */
     f = run_exp("exp_throughput", BITNET_DIR, "bf16", extra);
-    const int64_t L = dataset_len(f, "/weights/sparsity");
+    const int64_t L = h5_dataset_len(f, "/weights/sparsity");
     double sp[64], smin[64];
     REQUIRE(L > 0 && L <= 64);
     CHECK(h5_read_f64s(f, "/weights/sparsity", sp, L) == 0 && h5_read_f64s(f, "/weights/scale_min", smin, L) == 0);
@@ -760,7 +729,7 @@ TEST(exp_throughput_times_the_kv_policy) {
     const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary", ex);
     double t2 = NAN;
     CHECK(h5_read_f64s(f, "/throughput/kv_alloc_bytes_per_token", &t2, 1) == 0);
-    const double kv2 = read_attr_f64(f, "/kv", "alloc_bytes_per_token");
+    const double kv2 = h5_attr_f64(f, "/kv", "alloc_bytes_per_token");
     CHECK_MSG(t2 == tern + 4 && kv2 == tern, "tp 2: %g (want %g) and /kv %g (want %g) bytes per token slot", t2,
               tern + 4, kv2, tern);
 }
@@ -1130,7 +1099,7 @@ TEST(exp_throughput_latency_on_the_tp_engine) {
     int rc = test_run(cmd, &log);
     CHECK_MSG(rc == 0, "%s: %s", cmd, log);
     free(log);
-    CHECK(read_attr_f64(out, "/throughput", "latency_tp") == 2.0);
+    CHECK(h5_attr_f64(out, "/throughput", "latency_tp") == 2.0);
     CHECK(isfinite(read_scalar(out, "/throughput/ttft_ms_p50")) && read_scalar(out, "/throughput/ttft_ms_p50") > 0);
     CHECK(isfinite(read_scalar(out, "/throughput/step_ms")));
     CHECK(isnan(read_scalar(out, "/throughput/step_linear_ms")));

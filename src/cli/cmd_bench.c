@@ -42,6 +42,7 @@
 #include <cblas.h>
 #include <math.h>
 #include <omp.h>
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -61,6 +62,11 @@ typedef struct {
 
 #define BENCH_F32_TOL 1e-5
 #define BENCH_CHECK_TOKENS 4 /* the first tokens checked against the twins (and the last) */
+
+static int cmp_d(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
 
 /* The memory read bandwidth (GB/s) here, now: every thread sums its part of a
  * 512 MiB buffer (256 MiB with quick), median of 5 passes after one; 0 when
@@ -85,12 +91,7 @@ static double read_bandwidth_gbs(int quick) {
     (void)sink;
     mem_free(b);
     double *t = ts + 1; /* (the first pass warms the pages) */
-    for (int i = 0; i < 5; i++)
-        for (int j = i + 1; j < 5; j++)
-            if (t[j] < t[i]) {
-                double x = t[i];
-                t[i] = t[j], t[j] = x;
-            }
+    qsort(t, 5, sizeof *t, cmp_d);
     return t[2] > 0 ? (double)(n * sizeof *b) / t[2] * 1e-9 : 0;
 }
 
@@ -152,11 +153,6 @@ static int call(const BenchCall *c) {
         return 0;
     }
     return -1;
-}
-
-static int cmp_d(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
 }
 
 /* Median seconds of each of nc calls, after a warm-up of each.  The calls
@@ -285,6 +281,13 @@ done:
     return rc;
 }
 
+/* The double field at byte offset off of every row, as dataset path of lg
+ * (dv: room for nr values). */
+static int put_column(H5Log *lg, const char *path, const BenchRow *rows, int nr, size_t off, double *dv) {
+    for (int i = 0; i < nr; i++) dv[i] = *(const double *)((const char *)&rows[i] + off);
+    return h5log_f64(lg, path, dv, nr);
+}
+
 /* Writes the rows into lg (created before the benchmark ran, so that an
  * unwritable place fails first) and commits it; aborts it on an error. */
 static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double bw) {
@@ -334,18 +337,10 @@ static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double b
         snprintf(p, sizeof p, "/bench/%s_frac_mem_bw", names[k]);
         rc = h5log_f64(lg, p, dv, nr);
     }
-    if (!rc) {
-        for (int i = 0; i < nr; i++) dv[i] = rows[i].ms_i8_warm;
-        rc = h5log_f64(lg, "/bench/tern_i8_warm_ms", dv, nr);
-    }
-    if (!rc) {
-        for (int i = 0; i < nr; i++) dv[i] = rows[i].ref_err_f32;
-        rc = h5log_f64(lg, "/bench/tern_f32_ref_err", dv, nr);
-    }
-    if (!rc) {
-        for (int i = 0; i < nr; i++) dv[i] = rows[i].max_rel_diff;
-        rc = h5log_f64(lg, "/bench/tern_f32_vs_blas_max_rel_diff", dv, nr);
-    }
+    rc = rc ? rc : put_column(lg, "/bench/tern_i8_warm_ms", rows, nr, offsetof(BenchRow, ms_i8_warm), dv);
+    rc = rc ? rc : put_column(lg, "/bench/tern_f32_ref_err", rows, nr, offsetof(BenchRow, ref_err_f32), dv);
+    rc = rc ? rc
+            : put_column(lg, "/bench/tern_f32_vs_blas_max_rel_diff", rows, nr, offsetof(BenchRow, max_rel_diff), dv);
     if (!rc) {
         for (int i = 0; i < nr; i++) iv[i] = rows[i].reps;
         rc = h5log_i64(lg, "/bench/reps", iv, nr);
