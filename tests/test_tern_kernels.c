@@ -32,7 +32,7 @@ static float rndf(void) { return (float)(rnd() % 2000001) / 1000000.0f - 1.0f; }
 
 static const int64_t shapes[][3] = { /* rows, cols, n */
     {1, 1, 1}, {3, 5, 2}, {5, 256, 1}, {37, 300, 3}, {8, 512, 4}, {130, 523, 5},
-    {67, 1000, 9}, {4, 63, 7}, {33, 129, 1}, {300, 1000, 5}, /* > TERN_PAR_MIN_WORK: threads */
+    {67, 1000, 9}, {4, 63, 7}, {33, 129, 1}, {300, 1000, 5},
     {9, 4500, 5}, {70, 8300, 1}, /* several column chunks of the blocked kernels */
     {17, 523, 61}, {5, 70, 48}, {40, 300, 50}, /* n >= 4: the f32 GEMM path (panels) */
     /* n >= 16: the int8 GEMM path (32-row panels x 12-token tiles): rows and
@@ -99,9 +99,15 @@ TEST(tern_kernels_match_ref) {
             magnitude(&m, x, n, mag);
             REQUIRE(tern_matmul_f32_ref(&m, x, n, yr) == 0);
             REQUIRE(tern_matmul_i8_ref(&m, xq, sx, n, yri) == 0);
-            for (int k = TK_GENERIC; k < TK_COUNT; k++) {
+            /* each kernel as it chooses, then with every region forking its
+             * team (the shapes are below the thresholds: threads checked) */
+            for (int kf = 2 * TK_GENERIC; kf < 2 * TK_COUNT; kf++) {
+                const int k = kf / 2, forced = kf % 2;
                 if (!tern_kernel_supported((TernKernel)k)) continue;
-                const char *kn = tern_kernel_short_name((TernKernel)k);
+                tern_par_scale(forced ? 0.0 : 1.0);
+                char kn[32];
+                snprintf(kn, sizeof kn, "%s%s", tern_kernel_short_name((TernKernel)k),
+                         forced ? " (threads)" : "");
                 memset(yf, 0xff, (size_t)(n * rows) * sizeof *yf); /* NaN: unwritten shows */
                 REQUIRE(f32_fns[k](&m, x, n, yf) == 0);
                 int bad = 0;
@@ -122,6 +128,7 @@ TEST(tern_kernels_match_ref) {
                           quant_group_name((QuantGroup)g));
                 tested++;
             }
+            tern_par_scale(1.0);
             free(x), free(xq), free(sx), free(yr), free(yf), free(yri), free(mag);
             tern_free(&m);
         }
@@ -320,4 +327,45 @@ TEST(tern_kernels_dispatch) {
     unsetenv("TERNLAB_KERNEL");
     CHECK(tern_matmul_f32(&m, x, 1, y) == 0 && y[0] == 1.0f);
     tern_free(&m);
+}
+
+/* When the kernels fork their OpenMP team (tern_par): not for the fixture
+ * shapes at a few tokens, where waking the sleeping threads cost ~10x the
+ * work (768x256 at n = 8: 13 us on one thread, 113 us on two); yes above the
+ * thresholds; every region when the scale is 0.  Counted through
+ * tern_par_forks, on every kernel this machine has. */
+TEST(tern_kernels_fork_rule) {
+    CHECK(!tern_par(TERN_PAR_WORK, TERN_PAR_WORK) && tern_par(TERN_PAR_WORK + 1, TERN_PAR_WORK));
+    CHECK(TERN_PAR_WORK_I8_GEMM > TERN_PAR_WORK);
+    static const int64_t cases[][4] = { /* rows, cols, n, fork expected at scale 1 */
+        {768, 256, 8, 0}, {256, 768, 8, 0}, {768, 256, 16, 0}, {2048, 2048, 1, 0},
+        {4096, 4096, 1, 1}, {1100, 1000, 48, 1}};
+    for (int k = TK_GENERIC; k < TK_COUNT; k++) {
+        if (!tern_kernel_supported((TernKernel)k)) continue;
+        for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
+            const int64_t rows = cases[c][0], cols = cases[c][1], n = cases[c][2];
+            TernaryMatrix m;
+            random_matrix(rows, cols, QG_TENSOR, &m);
+            float *x = xmalloc((size_t)(n * cols) * sizeof *x), *sx = xmalloc((size_t)n * sizeof *sx);
+            float *y = xmalloc((size_t)(n * rows) * sizeof *y);
+            int8_t *xq = xmalloc((size_t)(n * cols));
+            for (int64_t i = 0; i < n * cols; i++) x[i] = rndf();
+            act_quant_int8_ref(x, n, cols, xq, sx);
+            for (int scale = 1; scale >= 0; scale--) {
+                tern_par_scale(scale);
+                for (int f = 0; f < 2; f++) {
+                    long before = tern_par_forks();
+                    REQUIRE((f ? i8_fns[k](&m, xq, sx, n, y) : f32_fns[k](&m, x, n, y)) == 0);
+                    int forked = tern_par_forks() > before;
+                    CHECK_MSG(forked == (scale ? (int)cases[c][3] : 1),
+                              "%s %s %lldx%lld n=%lld scale %d: %s", tern_kernel_short_name((TernKernel)k),
+                              f ? "int8" : "f32", (long long)rows, (long long)cols, (long long)n, scale,
+                              forked ? "forked" : "did not fork");
+                }
+            }
+            tern_par_scale(1.0);
+            free(x), free(sx), free(y), free(xq);
+            tern_free(&m);
+        }
+    }
 }

@@ -121,7 +121,7 @@ int tern_matmul_i8_avx2(const TernaryMatrix *W, const int8_t *xq, const float *s
     }
     for (int64_t t0 = 0; t0 < n; t0 += TILE_T) {
         int64_t nt = n - t0 < TILE_T ? n - t0 : TILE_T;
-#pragma omp parallel for schedule(static) if ((double)nt * rows * W->cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (tern_par((double)nt * rows * W->cols, TERN_PAR_WORK))
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t t = t0; t < t0 + nt; t += 2) {
                 const int64_t u = t + 1 < t0 + nt ? t + 1 : t;
@@ -152,7 +152,7 @@ int tern_matmul_f32_avx2(const TernaryMatrix *W, const float *x, int64_t n, floa
     if (!xp) return -1;
     for (int64_t t0 = 0; t0 < n; t0 += TILE_T) {
         int64_t nt = n - t0 < TILE_T ? n - t0 : TILE_T;
-#pragma omp parallel for schedule(static) if ((double)nt * rows * cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (tern_par((double)nt * rows * cols, TERN_PAR_WORK))
         for (int64_t r = 0; r < rows; r++) {
             const uint8_t *row = W->codes + r * W->row_bytes;
             const float *sc = W->scales + r * W->scale_stride;

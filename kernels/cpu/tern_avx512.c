@@ -382,7 +382,7 @@ static int i8_gemm(const TernaryMatrix *W, const int8_t *xq, const float *sx, in
     int32_t *xk = tern_scratch(TERN_SCRATCH_ACT, (size_t)(ntiles * nq4 * IG_T) * 4,
                                "int8 GEMM activations");
     if (!xk) return -1;
-    const int par = (double)n * rows * cols > TERN_PAR_MIN_WORK;
+    const int par = tern_par((double)n * rows * cols, TERN_PAR_WORK_I8_GEMM);
     const int nth = par ? omp_get_max_threads() : 1;
     /* enough work items for dynamic balance on few panels (rows 128: 4 panels) */
     int64_t ntc = nrp >= 4 * nth ? 1 : (4 * nth + nrp - 1) / nrp;
@@ -547,7 +547,7 @@ static int i8_gemv(const TernaryMatrix *W, const int8_t *xq, const float *sx, fl
     if (cq < 1) cq = 1;
     const int64_t nchunks = (r4 + cq - 1) / cq;
     int64_t next = 0;
-    if ((double)rows * cols > TERN_PAR_MIN_WORK && nchunks > 1) {
+    if (nchunks > 1 && tern_par((double)rows * cols, TERN_PAR_WORK)) {
 #pragma omp parallel
         for (;;) {
             int64_t c;
@@ -596,7 +596,7 @@ int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float 
         memset(dstate, 0, (size_t)(nt * rows) * sizeof(int32_t));
         memset(astate, 0, (size_t)(nt * rows) * sizeof(float));
         /* n = 1 decode: one row block per thread share keeps both cores busy */
-#pragma omp parallel for schedule(static) if ((double)nt * rows * W->cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (tern_par((double)nt * rows * W->cols, TERN_PAR_WORK))
         for (int64_t rb = 0; rb < nrb; rb++) {
             int64_t r1 = (rb + 1) * I8_ROWS < rows ? (rb + 1) * I8_ROWS : rows;
             for (int64_t b0 = 0; b0 < nb; b0 += I8_KB) {
@@ -891,7 +891,7 @@ static int f32_gemm(const TernaryMatrix *W, const float *x, int64_t n, float *y)
     float *xk = tern_scratch(TERN_SCRATCH_ACT, (size_t)(nch * ntg * tstride) * sizeof(float),
                              "f32 GEMM packed activations");
     if (!xk) return -1;
-    const int par = (double)n * rows * cols > TERN_PAR_MIN_WORK;
+    const int par = tern_par((double)n * rows * cols, TERN_PAR_WORK);
     const int nth = par ? omp_get_max_threads() : 1;
     int64_t ntc = ngp >= 4 * nth ? 1 : (4 * nth + ngp - 1) / ngp;
     if (ntc > ntg) ntc = ntg;
@@ -954,7 +954,7 @@ int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, fl
     const int whole = W->group_cols % TERN_BLOCK == 0 || W->n_groups == 1;
     if (n == 1 && whole && rows >= 4) {
         const int64_t r4 = rows / 4;
-#pragma omp parallel for schedule(static) if ((double)rows * W->cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (tern_par((double)rows * W->cols, TERN_PAR_WORK))
         for (int64_t i = 0; i < r4; i++) f32_rows4(W, 4 * i, xp, y + 4 * i);
         for (int64_t r = 4 * r4; r < rows; r++) { /* the last rows % 4 */
             const float *xv[1] = {xp};
@@ -966,7 +966,7 @@ int tern_matmul_f32_avx512(const TernaryMatrix *W, const float *x, int64_t n, fl
     }
     for (int64_t t0 = 0; t0 < n; t0 += TILE_T) {
         int64_t nt = n - t0 < TILE_T ? n - t0 : TILE_T;
-#pragma omp parallel for schedule(static) if ((double)nt * rows * W->cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel for schedule(static) if (tern_par((double)nt * rows * W->cols, TERN_PAR_WORK))
         for (int64_t r = 0; r < rows; r++) {
             for (int64_t t = t0; t < t0 + nt; t += 2) {
                 const int two = t + 1 < t0 + nt;

@@ -151,6 +151,23 @@ int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n)
     return s;
 }
 
+static double par_scale = 1.0;
+static long par_forks;
+
+int tern_par(double work, double threshold) {
+    if (!(work > threshold * par_scale)) return 0;
+    __atomic_fetch_add(&par_forks, 1, __ATOMIC_RELAXED);
+    return 1;
+}
+
+double tern_par_scale(double scale) {
+    double old = par_scale;
+    par_scale = scale;
+    return old;
+}
+
+long tern_par_forks(void) { return __atomic_load_n(&par_forks, __ATOMIC_RELAXED); }
+
 /* Grow-only per-thread buffers (tern_kernels.h).  Grown by a quarter more
  * than asked so slowly growing n does not reallocate on every call.  The
  * buffers hang off a pthread key whose destructor frees them when the thread

@@ -28,7 +28,7 @@ int tern_matmul_f32_generic(const TernaryMatrix *W, const float *x, int64_t n, f
     if (tern_check_args(W, x, n, y, "tern_matmul_f32_generic") < 0) return -1;
     const int64_t rows = W->rows, cols = W->cols, gc = W->group_cols;
     int failed = 0;
-#pragma omp parallel if ((double)n * rows * cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel if (tern_par((double)n * rows * cols, TERN_PAR_WORK))
     {
         int8_t *q = malloc((size_t)cols); /* this thread's unpacked row */
         if (!q) {
@@ -63,7 +63,7 @@ int tern_matmul_i8_generic(const TernaryMatrix *W, const int8_t *xq, const float
     if (tern_check_args(W, xq, n, y, "tern_matmul_i8_generic") < 0) return -1;
     const int64_t rows = W->rows, cols = W->cols, gc = W->group_cols;
     int failed = 0;
-#pragma omp parallel if ((double)n * rows * cols > TERN_PAR_MIN_WORK)
+#pragma omp parallel if (tern_par((double)n * rows * cols, TERN_PAR_WORK))
     {
         int8_t *q = malloc((size_t)cols);
         if (!q) {

@@ -79,8 +79,27 @@ void tern_act_quant_i8_avx512(const float *x, int64_t n, int64_t cols, int8_t *x
 /* Checks shapes/pointers; returns 0 or -1 (err_set). */
 int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
                     const char *who);
-/* Work (n*rows*cols) above which the variants use OpenMP threads. */
-#define TERN_PAR_MIN_WORK (1 << 20)
+/* Whether a parallel region of `work` multiply-adds (n * rows * cols) forks
+ * its OpenMP team: work > threshold * the scale below.  A fork and its join
+ * wait for threads that sleep between calls (OMP_WAIT_POLICY=passive, set by
+ * blas_setup so that they do not steal OpenBLAS's cores): 50-120 us a region
+ * on the 2-vCPU machine, so threads pay only for work that takes ~150 us or
+ * more on one.  Measured there, one thread against two, calls 50 us apart:
+ * f32 768x256 n=64 (12.6M) 276 / 301 us, n=128 463 / 358; int8 GEMM 2048x2048
+ * n=8 (33.6M) 266 / 294 us, n=16 361 / 300, 768x256 n=8 (1.6M, above the old
+ * single threshold of 2^20) 13 / 113; int8 GEMV 2048x2048 (4.2M) 34 / 56,
+ * 4096x4096 (16.8M) 182 / 158.  TERN_PAR_WORK is for the kernels that do
+ * ~40-100 multiply-adds a ns (f32, the generic and AVX2 int8 ones, the int8
+ * GEMV); the AVX-512 VNNI int8 GEMM does 2-3x that. */
+#define TERN_PAR_WORK (3.0 * (1 << 22))
+#define TERN_PAR_WORK_I8_GEMM ((double)(1 << 25))
+int tern_par(double work, double threshold);
+/* Scales every threshold (1 by default; 0: every region with work forks, as
+ * the tests use to check the threaded paths on small shapes).  Returns the
+ * old scale.  Not for use while kernels run. */
+double tern_par_scale(double scale);
+/* How many times tern_par has said fork (tests). */
+long tern_par_forks(void);
 /* A zero-padded copy of activations: n rows of `cols` elements of `esize`
  * bytes each -> n rows of row_blocks*256 elements.  Returns x itself (and
  * *owned = NULL) when cols is already a multiple of 256, else a mem_alloc'd

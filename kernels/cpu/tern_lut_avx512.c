@@ -248,7 +248,7 @@ int tern_matmul_f32_lut_avx512(const TernaryMatrix *W, const float *x, int64_t n
     const int64_t nch = (nb + 2) / 3, ntiles = (n + LUT_TB - 1) / LUT_TB;
     const int64_t rb = rows < LUT_RB ? (rows + 31) / 32 * 32 : LUT_RB; /* rows per item */
     const int64_t nrb = (rows + rb - 1) / rb;
-    const int par = (double)n * rows * cols > TERN_PAR_MIN_WORK;
+    const int par = tern_par((double)n * rows * cols, TERN_PAR_WORK);
     const int nth = par ? omp_get_max_threads() : 1;
     int64_t ntc = nrb >= 4 * nth ? 1 : (4 * nth + nrb - 1) / nrb; /* token chunks */
     if (ntc > ntiles) ntc = ntiles;

@@ -76,7 +76,7 @@ static int piece_group_dots(const TernaryMatrix *P, const int8_t *xq, int64_t n,
         return 0;
     }
     int fail = 0;
-#pragma omp parallel if (n * R * C > (1 << 20))
+#pragma omp parallel if (tern_par((double)n * R * C, TERN_PAR_WORK))
     {
         int8_t *q = malloc((size_t)C);
         if (!q) fail = 1;
