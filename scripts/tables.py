@@ -84,7 +84,9 @@ def markdown(header, rows):
 
 LATEX_SPECIAL = {"\\": r"\textbackslash{}", "_": r"\_", "%": r"\%", "&": r"\&", "#": r"\#",
                  "{": r"\{", "}": r"\}", "$": r"\$", "^": r"\textasciicircum{}",
-                 "~": r"\textasciitilde{}", "–": "--"}
+                 "~": r"\textasciitilde{}", "–": "--",
+                 # OT1, LaTeX's default font encoding, prints these as other glyphs
+                 "<": r"\textless{}", ">": r"\textgreater{}", "|": r"\textbar{}"}
 
 
 def latex_escape(s):

@@ -813,17 +813,19 @@ TEST(sweep_device_in_run_file_name) {
 }
 
 /* The tables' escaping: LaTeX specials once each (a backslash had become
- * \textbackslash\{\}, ^ and ~ were left raw) and '|' inside a Markdown cell. */
+ * \textbackslash\{\}, ^ and ~ were left raw; < > | printed as other glyphs in
+ * OT1) and '|' inside a Markdown cell. */
 TEST(tables_escape_cells) {
     if (!deps_ok()) return;
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd,
              "cd '%s' && /usr/bin/python3 -c \"import sys; sys.path.insert(0, 'scripts'); import tables; "
              "print(tables.latex_escape(sys.argv[1])); print(tables.markdown(['m', 'v'], [['a|b', '1']]), end='')\" "
-             "'a\\b_c^d~e{f}%%&#$'", test_path(""));
+             "'a\\b_c^d~e{f}%%&#$<>|'", test_path(""));
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && out &&
-                  strstr(out, "a\\textbackslash{}b\\_c\\textasciicircum{}d\\textasciitilde{}e\\{f\\}\\%\\&\\#\\$\n") &&
+                  strstr(out, "a\\textbackslash{}b\\_c\\textasciicircum{}d\\textasciitilde{}e\\{f\\}\\%\\&\\#\\$"
+                         "\\textless{}\\textgreater{}\\textbar{}\n") &&
                   strstr(out, "| a\\|b | 1 |"),
               "rc %d: %s", rc, out ? out : "");
     free(out);
