@@ -369,3 +369,43 @@ TEST(tern_kernels_fork_rule) {
         }
     }
 }
+
+/* The check ternlab bench runs on every timed kernel (tern_check_twins):
+ * quiet on the dispatched kernels' own outputs, and a wrong output in the
+ * checked tokens — one int8 result one ulp off, one f32 result twice the
+ * bound off — is an error naming it; tokens outside the range are not read. */
+TEST(tern_check_twins_catches_wrong_outputs) {
+    const int64_t rows = 37, cols = 300, n = 5;
+    TernaryMatrix m;
+    random_matrix(rows, cols, QG_ROW, &m);
+    float *w = xmalloc((size_t)(rows * cols) * sizeof *w), *x = xmalloc((size_t)(n * cols) * sizeof *x);
+    float *sx = xmalloc((size_t)n * sizeof *sx), *yf = xmalloc((size_t)(n * rows) * sizeof *yf);
+    float *yi = xmalloc((size_t)(n * rows) * sizeof *yi);
+    int8_t *xq = xmalloc((size_t)(n * cols));
+    double *mag = xmalloc((size_t)(n * rows) * sizeof *mag);
+    tern_dequant(&m, w);
+    for (int64_t i = 0; i < n * cols; i++) x[i] = rndf();
+    act_quant_int8_ref(x, n, cols, xq, sx);
+    magnitude(&m, x, n, mag);
+    REQUIRE(tern_matmul_f32(&m, x, n, yf) == 0 && tern_matmul_i8(&m, xq, sx, n, yi) == 0);
+    double err = NAN;
+    CHECK_MSG(tern_check_twins(&m, w, x, xq, sx, yf, yi, 0, n, 1e-5, &err) == 0, "%s", err_msg());
+    CHECK(err >= 0 && err <= 1e-5);
+    const int64_t at = 3 * rows + 17; /* token 3, row 17 */
+    const float keep_i = yi[at], keep_f = yf[at];
+    yi[at] = nextafterf(yi[at], INFINITY);
+    err = NAN;
+    CHECK(tern_check_twins(&m, w, x, xq, sx, yf, yi, 0, n, 1e-5, &err) < 0 &&
+          strstr(err_msg(), "not bit-identical") && strstr(err_msg(), "tokens 0..4"));
+    CHECK(tern_check_twins(&m, w, x, xq, sx, yf, yi, 4, 1, 1e-5, &err) == 0); /* token 4 only */
+    yi[at] = keep_i;
+    yf[at] = (float)(yf[at] + 2e-5 * mag[at]);
+    err = NAN;
+    CHECK(tern_check_twins(&m, w, x, xq, sx, yf, yi, 0, n, 1e-5, &err) < 0 &&
+          strstr(err_msg(), "token 3 row 17") && strstr(err_msg(), "off its *_ref twin"));
+    CHECK(err > 1e-5);
+    yf[at] = keep_f;
+    CHECK(tern_check_twins(&m, w, x, xq, sx, yf, yi, 0, n, 1e-5, &err) == 0);
+    free(w), free(x), free(sx), free(yf), free(yi), free(xq), free(mag);
+    tern_free(&m);
+}

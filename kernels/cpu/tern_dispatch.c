@@ -7,6 +7,7 @@
 #include "core/mem.h"
 #include "ternary_format.h"
 
+#include <math.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -219,4 +220,32 @@ void tern_scratch_release(void) {
         scratch[i].p = NULL;
         scratch[i].cap = 0;
     }
+}
+
+int tern_check_twins(const TernaryMatrix *W, const float *w, const float *x, const int8_t *xq,
+                     const float *sx, const float *yf, const float *yi, int64_t t0, int64_t k,
+                     double f32_tol, double *err) {
+    const int64_t rows = W->rows, cols = W->cols;
+    float *r = mem_alloc((size_t)(k * rows) * sizeof *r, "reference output");
+    if (!r) return -1;
+    int rc = tern_matmul_i8_ref(W, xq + t0 * cols, sx + t0, k, r);
+    if (rc == 0 && memcmp(r, yi + t0 * rows, (size_t)(k * rows) * sizeof *r) != 0)
+        rc = err_set("%lldx%lld: tern_matmul_i8 (%s) is not bit-identical to tern_matmul_i8_ref on "
+                     "tokens %lld..%lld", (long long)rows, (long long)cols, tern_kernel_name(),
+                     (long long)t0, (long long)(t0 + k - 1));
+    if (rc == 0) rc = tern_matmul_f32_ref(W, x + t0 * cols, k, r);
+    for (int64_t t = 0; t < k && rc == 0; t++)
+        for (int64_t i = 0; i < rows && rc == 0; i++) {
+            double mag = 0;
+            const float *wr = w + i * cols, *xt = x + (t0 + t) * cols;
+            for (int64_t j = 0; j < cols; j++) mag += fabs((double)wr[j] * xt[j]);
+            const double e = fabs((double)yf[(t0 + t) * rows + i] - r[t * rows + i]) / (mag > 1e-30 ? mag : 1e-30);
+            if (!(e <= f32_tol))
+                rc = err_set("%lldx%lld: tern_matmul_f32 (%s) token %lld row %lld is %g off its *_ref twin "
+                             "(relative to sum|s q x|; bound %g)", (long long)rows, (long long)cols,
+                             tern_kernel_name(), (long long)(t0 + t), (long long)i, e, f32_tol);
+            if (isnan(*err) || e > *err) *err = e;
+        }
+    mem_free(r);
+    return rc;
 }

@@ -75,7 +75,7 @@ int tern_rows_one_scale(const TernaryMatrix *W);
 void tern_act_quant_i8(const float *x, int64_t n, int64_t cols, int8_t *xq, float *sx);
 void tern_act_quant_i8_avx512(const float *x, int64_t n, int64_t cols, int8_t *xq, float *sx);
 
-/* Shared helpers for the variants (tern_common.c). */
+/* Shared helpers for the variants (tern_dispatch.c). */
 /* Checks shapes/pointers; returns 0 or -1 (err_set). */
 int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const float *y,
                     const char *who);
@@ -105,6 +105,15 @@ long tern_par_forks(void);
  * *owned = NULL) when cols is already a multiple of 256, else a mem_alloc'd
  * buffer in *owned (caller mem_frees).  NULL + err_set on failure. */
 const void *tern_pad_act(const void *x, int64_t n, int64_t cols, size_t esize, void **owned);
+/* Outputs of the dispatched kernels on tokens [t0, t0 + k) (yf of
+ * tern_matmul_f32, yi of tern_matmul_i8, both n x rows) against their *_ref
+ * twins: int8 bit-identical, f32 within f32_tol of sum_j |w_ij x_tj| (w the
+ * dequantised rows x cols matrix); the worst f32 error raised into *err (NaN:
+ * none yet).  0, or -1 with err_set naming the first mismatch (ternlab bench
+ * checks every timed kernel this way). */
+int tern_check_twins(const TernaryMatrix *W, const float *w, const float *x, const int8_t *xq,
+                     const float *sx, const float *yf, const float *yi, int64_t t0, int64_t k,
+                     double f32_tol, double *err);
 /* Per-thread scratch buffers that grow and are kept between calls, so a
  * GEMM called 28 times per forward pass does not malloc/free (and page-fault
  * in) megabytes each time.  Slot s of the calling thread: at least `bytes`

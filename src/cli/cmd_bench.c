@@ -95,37 +95,6 @@ static double read_bandwidth_gbs(int quick) {
     return t[2] > 0 ? (double)(n * sizeof *b) / t[2] * 1e-9 : 0;
 }
 
-/* The timed kernels' outputs on tokens [t0, t0 + k) against their *_ref twins:
- * int8 bit-identical, f32 within BENCH_F32_TOL of sum_j |w_ij x_tj| (w the
- * dequantised matrix); the worst f32 error into *err.  0, or -1 with err_set. */
-static int check_twins(const TernaryMatrix *tm, const float *w, const float *x, const int8_t *xq,
-                       const float *sx, const float *yf, const float *yi, int64_t n, int64_t t0, int64_t k,
-                       double *err) {
-    const int64_t rows = tm->rows, cols = tm->cols;
-    float *r = mem_alloc((size_t)(k * rows) * sizeof *r, "bench reference output");
-    if (!r) return -1;
-    int rc = tern_matmul_i8_ref(tm, xq + t0 * cols, sx + t0, k, r);
-    if (rc == 0 && memcmp(r, yi + t0 * rows, (size_t)(k * rows) * sizeof *r) != 0)
-        rc = err_set("%lldx%lld n=%lld: tern_matmul_i8 (%s) is not bit-identical to tern_matmul_i8_ref on "
-                     "tokens %lld..%lld", (long long)rows, (long long)cols, (long long)n, tern_kernel_name(),
-                     (long long)t0, (long long)(t0 + k - 1));
-    if (rc == 0) rc = tern_matmul_f32_ref(tm, x + t0 * cols, k, r);
-    for (int64_t t = 0; t < k && rc == 0; t++)
-        for (int64_t i = 0; i < rows && rc == 0; i++) {
-            double mag = 0;
-            const float *wr = w + i * cols, *xt = x + (t0 + t) * cols;
-            for (int64_t j = 0; j < cols; j++) mag += fabs((double)wr[j] * xt[j]);
-            const double e = fabs((double)yf[(t0 + t) * rows + i] - r[t * rows + i]) / (mag > 1e-30 ? mag : 1e-30);
-            if (!(e <= BENCH_F32_TOL))
-                rc = err_set("%lldx%lld: tern_matmul_f32 (%s) token %lld row %lld is %g off its *_ref twin "
-                             "(relative to sum|s q x|; bound %g)", (long long)rows, (long long)cols,
-                             tern_kernel_name(), (long long)(t0 + t), (long long)i, e, BENCH_F32_TOL);
-            if (isnan(*err) || e > *err) *err = e;
-        }
-    mem_free(r);
-    return rc;
-}
-
 typedef enum { B_TF32, B_TI8, B_BLAS } BenchWhat;
 
 typedef struct {
@@ -249,8 +218,8 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
          * twins, on the first tokens and the last (a wrong kernel had been timed and reported) */
         const int64_t k0 = n < BENCH_CHECK_TOKENS ? n : BENCH_CHECK_TOKENS;
         r->ref_err_f32 = NAN; /* (a row never checked stays NaN) */
-        if (check_twins(&tm, w, x, xq, sx, y, yi, n, 0, k0, &r->ref_err_f32) != 0 ||
-            (n > k0 && check_twins(&tm, w, x, xq, sx, y, yi, n, n - 1, 1, &r->ref_err_f32) != 0))
+        if (tern_check_twins(&tm, w, x, xq, sx, y, yi, 0, k0, BENCH_F32_TOL, &r->ref_err_f32) != 0 ||
+            (n > k0 && tern_check_twins(&tm, w, x, xq, sx, y, yi, n - 1, 1, BENCH_F32_TOL, &r->ref_err_f32) != 0))
             goto done;
         if (n == 1) { /* decode: the int8 GEMV alone, calls back to back (codes L3-resident,
                        * its threads awake, as in a decode loop), after a warm-up */
