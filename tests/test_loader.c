@@ -228,16 +228,79 @@ TEST(loader_config_refuses_linear_biases) {
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg()); /* false is the plain llama */
 }
 
+/* What transformers reads that a Llama or BitNet config may leave out or
+ * spell another way: num_key_value_heads absent (LlamaConfig: the attention
+ * heads; it had been refused), rope_parameters' legacy "type" key (a linear
+ * scaling under it had run unscaled), quantization_config (bitnet on a llama
+ * model, Falcon3-*-1.58bit's form, without linear_class: BitNetQuantConfig's
+ * default bitlinear; other methods refused, not loaded as a plain model;
+ * modules_to_not_convert naming a layer linear refused), and an escaped NUL
+ * in a string (cJSON's C string ended there: "a\u0000b" was read as "a"). */
+TEST(loader_config_transformers_defaults) {
+    char buf[2048];
+    ModelConfig c;
+    const char *p = strstr(good_config, ",\"num_key_value_heads\":4");
+    REQUIRE(p);
+    snprintf(buf, sizeof buf, "%.*s%s", (int)(p - good_config), good_config, p + strlen(",\"num_key_value_heads\":4"));
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.n_kv_heads == 8 && c.n_heads == 8, "%s", err_msg());
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"linear\",\"factor\":2.0}",
+                        "rope type 'linear' is not supported");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}", "rope_scaling is not supported");
+    snprintf(buf, sizeof buf, "%.*s,\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"default\"}}",
+             (int)strlen(good_config) - 1, good_config);
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg());
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"gptq\",\"bits\":4}",
+                        "quant_method 'gptq' is not supported");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"bits\":4}", "quant_method missing is not supported");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":[1]", "must be an object");
+    snprintf(buf, sizeof buf, "%.*s,\"quantization_config\":{\"quant_method\":\"bitnet\","
+             "\"modules_to_not_convert\":[\"lm_head\"]}}", (int)strlen(good_config) - 1, good_config);
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.arch == ARCH_LLAMA && c.bitnet_linears &&
+                  c.bitnet_scale == BITNET_BITLINEAR && strcmp(c.bitnet_mode, "offline") == 0,
+              "%s", err_msg());
+    CHECK(config_parse(good_config, "c.json", &c) == 0 && !c.bitnet_linears);
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":"
+                        "[\"lm_head\",\"down_proj\"]}",
+                        "entry 'down_proj' keeps model.layers.0.mlp.down_proj dense");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":\"lm_head\"}",
+                        "must be a list of names");
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"linear_class\":\"ternlinear\"}",
+                        "linear_class 'ternlinear' is not supported");
+    /* a bitnet model: linear_class absent is bitlinear; no quantization_config at all is refused */
+    const char *ll = strstr(good_config, "\"llama\"");
+    REQUIRE(ll);
+    snprintf(buf, sizeof buf, "%.*s\"bitnet\"%s", (int)(ll - good_config), good_config, ll + 7);
+    CHECK(config_parse(buf, "c.json", &c) != 0 && strstr(err_msg(), "without a quantization_config"));
+    REQUIRE(buf[strlen(buf) - 1] == '}');
+    buf[strlen(buf) - 1] = 0;
+    strcat(buf, ",\"quantization_config\":{\"quant_method\":\"bitnet\"}}");
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.arch == ARCH_BITNET && c.bitnet_linears &&
+                  c.bitnet_scale == BITNET_BITLINEAR, "%s", err_msg());
+    /* escaped NUL: in a value and in a key; an escaped backslash before "u0000" is not one */
+    expect_config_error("\"model_type\":\"llama\"", "\"model_type\":\"llama\\u0000x\"", "escaped NUL");
+    expect_config_error("\"hidden_act\":\"silu\"", "\"hidden_act\":\"silu\",\"x\\u0000\":1", "escaped NUL");
+    snprintf(buf, sizeof buf, "%.*s,\"note\":\"a\\\\u0000\"}", (int)strlen(good_config) - 1, good_config);
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s: %s", buf, err_msg());
+}
+
 /* ---- checkpoints rewritten from the fixtures ----------------------------------- */
 
 /* bytes of n elements of the ExtraTensor dtypes used here */
 static uint64_t elem_bytes(const char *dt, int64_t n) {
     return (uint64_t)n * (!strcmp(dt, "I64") ? 64 : !strcmp(dt, "F32") ? 32 : !strcmp(dt, "F4") ? 4
-                          : !strcmp(dt, "F8_E8M0") ? 8 : 16) / 8;
+                          : !strcmp(dt, "F8_E8M0") || !strcmp(dt, "U8") ? 8 : 16) / 8;
 }
 
 typedef struct {
-    const char *name, *dtype; /* dtype "BF16", "F32", "I64", "F8_E8M0" or "F4" */
+    const char *name, *dtype; /* dtype "BF16", "F32", "I64", "F8_E8M0", "U8" or "F4" */
     int64_t rows, cols;       /* cols 0: a vector of rows */
     const void *data;         /* its bytes, or NULL: zeros */
 } ExtraTensor;
@@ -817,4 +880,195 @@ TEST(loader_tied_lm_head_names_the_unused_tensor) {
     REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &o) == 0);
     CHECK(!o.lm_head_tied && !strstr(o.load_notes, "lm_head"));
     model_free(&o);
+}
+
+/* Linear j of a layer in the checkpoint's order: q k v o gate up down. */
+static const Linear *layer_linear(const Layer *L, int j) {
+    const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    return lins[j];
+}
+
+/* The logits of windows 0..1 of 64 tokens of model m (a CPU engine), or NULL. */
+static float *model_logits(Model *m) {
+    Engine e;
+    EngineOpts eo = fixture_backend;
+    eo.max_tok = 128, eo.block_size = 16, eo.n_blocks = 8;
+    if (engine_open(&e, m, &eo) != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        return NULL;
+    }
+    float *l = fixture_window_logits(&e, 64, 0, 2);
+    engine_free(&e);
+    return l;
+}
+
+/* Sets config.json of dir to SRC's with quantization_config qc (JSON text; NULL: none). */
+static int set_quant_config(const char *dir, const char *src, const char *qc) {
+    char path[700], *text = NULL;
+    snprintf(path, sizeof path, "%s/config.json", src);
+    if (file_read_all(path, &text, NULL) != 0) return -1;
+    cJSON *j = cJSON_Parse(text), *q = qc ? cJSON_Parse(qc) : NULL;
+    free(text);
+    if (!j || (qc && !q)) return -1;
+    cJSON_DeleteItemFromObjectCaseSensitive(j, "quantization_config");
+    if (q) cJSON_AddItemToObject(j, "quantization_config", q);
+    char *out = cJSON_Print(j);
+    cJSON_Delete(j);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    int rc = file_write_atomic(path, out, strlen(out));
+    free(out);
+    return rc;
+}
+
+/* A llama model whose linears are BitNet's BitLinear (model_type llama with
+ * quantization_config quant_method bitnet: Falcon3-*-1.58bit's form, no
+ * linear_class, lm_head kept dense): llama-tiny ternarised by ternlab
+ * (absmean per tensor, int8 activations), its codes written in BitNet's
+ * packed U8 layout with weight_scale.  It had been refused ("shape expected
+ * from config.json"), and the same config over float weights had run them
+ * dense, int8 activations and ternary weights both lost.  Loaded, it is the
+ * ternarised model: the same codes, int8 activations, the scale (1 / the
+ * bitlinear weight_scale) within an ulp, logits within 1e-5; with
+ * autobitlinear (weight_scale multiplies) the same logits bit for bit; online
+ * over the dequantised float weights the same model too; offline float
+ * linears refused as for a bitnet model.  And a folder holding
+ * model.safetensors beside an index reads the single file, as transformers. */
+TEST(loader_llama_bitnet_linears) {
+    const char *spec = "rule=absmean,group=tensor,scale=f32,act=int8";
+    Model pt;
+    ModelLoadOpts qo = {.quant = spec};
+    REQUIRE(model_load(test_path(LLAMA_DIR), &qo, &pt) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    float *want = model_logits(&pt);
+    REQUIRE(want);
+    const int64_t nlog = 2 * 64 * (int64_t)pt.cfg.vocab;
+    const int nl = 7 * pt.cfg.n_layers;
+    ExtraTensor *x = xcalloc((size_t)(3 * nl), sizeof *x);
+    uint8_t **pk = xcalloc((size_t)nl, sizeof *pk);
+    uint16_t **bf = xcalloc((size_t)nl, sizeof *bf);
+    float *ws = xcalloc((size_t)(2 * nl), sizeof *ws); /* bitlinear 1/s, then autobitlinear s */
+    char (*names)[160] = xcalloc((size_t)(3 * nl), sizeof *names);
+    for (int l = 0, i = 0; l < pt.cfg.n_layers; l++) {
+        for (int j = 0; j < 7; j++, i++) {
+            const Linear *lin = layer_linear(&pt.layers[l], j);
+            REQUIRE(lin->t && lin->act_int8 && lin->t->n_scales == 1);
+            const int64_t pr = (lin->out + 3) / 4;
+            pk[i] = xcalloc((size_t)(pr * lin->in), 1);
+            bf[i] = xmalloc(sizeof(uint16_t) * (size_t)(lin->out * lin->in));
+            for (int64_t r = 0; r < lin->out; r++)
+                for (int64_t k = 0; k < lin->in; k++) {
+                    const int v = tern_get(lin->t->codes + r * lin->t->row_bytes, k);
+                    pk[i][(r % pr) * lin->in + k] |= (uint8_t)((v + 1) << (2 * (r / pr)));
+                    bf[i][r * lin->in + k] = f32_to_bf16((float)v * lin->t->scales[0]);
+                }
+            ws[i] = 1.0f / lin->t->scales[0];
+            ws[nl + i] = lin->t->scales[0];
+            snprintf(names[i], sizeof names[i], "%s.weight", lin->name);
+            snprintf(names[nl + i], sizeof names[0], "%s.weight_scale", lin->name);
+            x[i] = (ExtraTensor){names[i], "U8", pr, lin->in, pk[i]};
+            x[nl + i] = (ExtraTensor){names[nl + i], "F32", 1, 0, &ws[i]};
+        }
+    }
+    char dir[600], d2[700];
+    snprintf(dir, sizeof dir, "%s/llama_bitnet", test_tmpdir());
+    const char *forms[][2] = {
+        {"{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":[\"lm_head\"]}", "bitlinear"},
+        {"{\"quant_method\":\"bitnet\",\"linear_class\":\"autobitlinear\"}", "autobitlinear"}};
+    for (int f = 0; f < 2; f++) {
+        if (f == 1)
+            for (int i = 0; i < nl; i++) x[nl + i].data = &ws[nl + i];
+        REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, x, 2 * nl) == 0);
+        REQUIRE(set_quant_config(dir, test_path(LLAMA_DIR), forms[f][0]) == 0);
+        Model m;
+        int rc = model_load(dir, NULL, &m);
+        CHECK_MSG(rc == 0, "%s: %s", forms[f][1], err_msg());
+        if (rc != 0) continue;
+        CHECK(m.cfg.arch == ARCH_LLAMA && m.cfg.bitnet_linears && m.native_ternary &&
+              strcmp(m.cfg.bitnet_class, forms[f][1]) == 0);
+        for (int l = 0, i = 0; l < m.cfg.n_layers; l++)
+            for (int j = 0; j < 7; j++, i++) {
+                const Linear *a = layer_linear(&m.layers[l], j), *b = layer_linear(&pt.layers[l], j);
+                if (!a->t || !a->act_int8) {
+                    CHECK_MSG(0, "%s %s: ternary %d, int8 activations %d", forms[f][1], a->name, a->t != NULL,
+                              a->act_int8);
+                    continue;
+                }
+                int64_t diff = 0;
+                for (int64_t r = 0; r < a->out; r++)
+                    for (int64_t k = 0; k < a->in; k++)
+                        diff += tern_get(a->t->codes + r * a->t->row_bytes, k) !=
+                                tern_get(b->t->codes + r * b->t->row_bytes, k);
+                const float sa = a->t->scales[0], sb = b->t->scales[0];
+                CHECK_MSG(diff == 0 && (f == 1 ? sa == sb : fabsf(sa - sb) <= 2 * (nextafterf(sb, INFINITY) - sb)),
+                          "%s %s: %lld codes differ, scale %.9g against %.9g", forms[f][1], a->name,
+                          (long long)diff, (double)sa, (double)sb);
+            }
+        float *got = model_logits(&m);
+        if (got) {
+            const double e = rel_l2(got, want, nlog);
+            if (f == 1) CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)nlog) == 0, "autobitlinear: rel L2 %g", e);
+            else CHECK_MSG(e <= 1e-5, "bitlinear: logits rel L2 %g against the ternarised llama", e);
+            free(got);
+        }
+        model_free(&m);
+    }
+    /* float (BF16) linears: offline refused; online with autobitlinear ternarised on load */
+    for (int i = 0; i < nl; i++) x[i] = (ExtraTensor){names[i], "BF16", 0, x[i].cols, bf[i]};
+    for (int l = 0, i = 0; l < pt.cfg.n_layers; l++)
+        for (int j = 0; j < 7; j++, i++) x[i].rows = layer_linear(&pt.layers[l], j)->out;
+    snprintf(d2, sizeof d2, "%s/llama_bitnet_bf16", test_tmpdir());
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), d2, 0, x, nl) == 0);
+    REQUIRE(set_quant_config(d2, test_path(LLAMA_DIR), forms[0][0]) == 0);
+    expect_load_error(d2, "tensor 'model.layers.0.self_attn.q_proj.weight' is BF16, but this is a bitnet checkpoint");
+    REQUIRE(set_quant_config(d2, test_path(LLAMA_DIR), "{\"quant_method\":\"bitnet\",\"linear_class\":"
+                                                       "\"autobitlinear\",\"quantization_mode\":\"online\"}") == 0);
+    {
+        /* transformers' online rule (absmean per tensor, int8 activations) is ternlab's
+         * --quant of that spec on the same float weights, as a plain llama */
+        Model m, p;
+        float *got = NULL, *ref = NULL;
+        int rc = model_load(d2, NULL, &m);
+        CHECK_MSG(rc == 0, "online: %s", err_msg());
+        if (rc == 0) {
+            CHECK(m.native_ternary && m.layers[0].q.t && m.layers[0].q.act_int8);
+            got = model_logits(&m);
+            model_free(&m);
+        }
+        REQUIRE(set_quant_config(d2, test_path(LLAMA_DIR), NULL) == 0);
+        REQUIRE(model_load(d2, &qo, &p) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        ref = model_logits(&p);
+        model_free(&p);
+        CHECK(got && ref && memcmp(got, ref, sizeof(float) * (size_t)nlog) == 0);
+        free(got), free(ref);
+    }
+    free(want);
+    for (int i = 0; i < nl; i++) free(pk[i]), free(bf[i]);
+    free(pk), free(bf), free(ws), free(names), free(x);
+    model_free(&pt);
+}
+
+/* A folder with model.safetensors and an index beside it: transformers reads
+ * the single file (it looks for it first); the shards had been read here.  The
+ * load report notes the index left unread. */
+TEST(loader_single_file_before_index) {
+    char dir[600], cmd[5000], path[700];
+    snprintf(dir, sizeof dir, "%s/single_and_index", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && cp %s/config.json %s/ && cp %s/model.safetensors "
+             "%s/model-00001-of-00002.safetensors && printf '{\"metadata\": {}, \"weight_map\": "
+             "{\"model.embed_tokens.weight\": \"model-00001-of-00002.safetensors\", \"extra.inv_freq\": "
+             "\"model-00002-of-00002.safetensors\"}}' > %s/model.safetensors.index.json", dir,
+             test_path(LLAMA_DIR), dir, test_path(LLAMA_DIR), dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(path, sizeof path, "%s/model-00002-of-00002.safetensors", dir);
+    write_st(path, "{\"extra.inv_freq\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]}}", 8);
+    Model m;
+    REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK(m.st.n_files == 2 && !m.st.index_ignored && st_find(&m.st, "extra.inv_freq"));
+    model_free(&m);
+    snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/", test_path(LLAMA_DIR), dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK_MSG(m.st.n_files == 1 && m.st.index_ignored && !st_find(&m.st, "extra.inv_freq") &&
+                  strstr(m.load_notes, "model.safetensors.index.json beside it is not"),
+              "files %d, index_ignored %d, notes '%s'", m.st.n_files, m.st.index_ignored, m.load_notes);
+    model_free(&m);
 }

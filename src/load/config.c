@@ -31,6 +31,37 @@ static int get_num(const cJSON *j, const char *key, double *out, const char *pat
     return 0;
 }
 
+/* quantization_config.modules_to_not_convert (BitNet): transformers keeps a
+ * module dense when an entry is a substring of its name.  Only modules outside
+ * the decoder layers (lm_head, the default) may be kept: a layer linear kept
+ * dense among ternary ones is not supported, and refused rather than read as
+ * ternary.  0, or -1 with err_set. */
+static int not_converted(const cJSON *qcfg, int n_layers, const char *path) {
+    static const char *const lins[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
+                                       "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
+                                       "mlp.down_proj"};
+    const cJSON *mods = cJSON_GetObjectItemCaseSensitive(qcfg, "modules_to_not_convert");
+    if (!mods || cJSON_IsNull(mods)) return 0;
+    if (!cJSON_IsArray(mods))
+        return err_set("%s: quantization_config.modules_to_not_convert must be a list of names", path);
+    const cJSON *e;
+    cJSON_ArrayForEach(e, mods) {
+        if (!cJSON_IsString(e))
+            return err_set("%s: quantization_config.modules_to_not_convert must be a list of names", path);
+        char name[96];
+        for (int l = 0; l < n_layers; l++)
+            for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) {
+                snprintf(name, sizeof name, "model.layers.%d.%s", l, lins[i]);
+                if (strstr(name, e->valuestring))
+                    return err_set("%s: quantization_config.modules_to_not_convert entry '%s' keeps %s "
+                                   "dense: dense linears among ternary ones are not supported (only "
+                                   "modules outside the layers, such as lm_head)", path,
+                                   e->valuestring, name);
+            }
+    }
+    return 0;
+}
+
 int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     memset(cfg, 0, sizeof *cfg);
     cJSON *root = json_parse_strict(json, strlen(json), path);
@@ -56,10 +87,13 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     if (get_int(root, "hidden_size", &cfg->hidden, 1, path) < 0 ||
         get_int(root, "num_hidden_layers", &cfg->n_layers, 1, path) < 0 ||
         get_int(root, "num_attention_heads", &cfg->n_heads, 1, path) < 0 ||
-        get_int(root, "num_key_value_heads", &cfg->n_kv_heads, 1, path) < 0 ||
         get_int(root, "intermediate_size", &cfg->inter, 1, path) < 0 ||
         get_int(root, "vocab_size", &cfg->vocab, 1, path) < 0)
         goto done;
+    /* absent in older Llama checkpoints (multi-head attention): transformers'
+     * LlamaConfig then takes num_attention_heads */
+    cfg->n_kv_heads = cfg->n_heads;
+    if (get_int(root, "num_key_value_heads", &cfg->n_kv_heads, 0, path) < 0) goto done;
     int r = get_int(root, "head_dim", &cfg->head_dim, 0, path);
     if (r < 0) goto done;
     if (r == 1) {
@@ -101,15 +135,20 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     const cJSON *nested = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "rope_theta")
                                              : NULL;
     if (cJSON_IsObject(rp)) {
+        /* transformers reads rope_type, else the legacy key type (a linear
+         * scaling written as "type" had run unscaled) */
         const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (cJSON_IsString(rt) && strcmp(rt->valuestring, "default") != 0) {
-            err_set("%s: rope_type '%s' is not supported (only 'default')", path, rt->valuestring);
+        if (!rt || cJSON_IsNull(rt)) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
+        if (rt && !cJSON_IsNull(rt) && (!cJSON_IsString(rt) || strcmp(rt->valuestring, "default") != 0)) {
+            err_set("%s: rope_parameters' rope type '%s' is not supported (only 'default')", path,
+                    cJSON_IsString(rt) ? rt->valuestring : "(not a string)");
             goto done;
         }
     }
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
     if (rs && !cJSON_IsNull(rs)) {
         const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
+        if (!rt || cJSON_IsNull(rt)) rt = cJSON_GetObjectItemCaseSensitive(rs, "type");
         if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "default") != 0) {
             err_set("%s: rope_scaling is not supported", path);
             goto done;
@@ -169,8 +208,18 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
 
+    /* quantization_config: "ternlab" (written by ternlab quantize) or "bitnet"
+     * (transformers' BitNet quantizer: on a bitnet model, and on a llama one
+     * such as Falcon3-*-1.58bit, whose linears are then BitLinear with the
+     * llama's own norms and activation).  Any other method (its weights are in
+     * a layout this loader does not read) is refused rather than loaded as a
+     * plain model. */
     const cJSON *qcfg = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-    const cJSON *qm = cJSON_IsObject(qcfg) ? cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method") : NULL;
+    if (qcfg && !cJSON_IsNull(qcfg) && !cJSON_IsObject(qcfg)) {
+        err_set("%s: quantization_config must be an object", path);
+        goto done;
+    }
+    const cJSON *qm = qcfg ? cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method") : NULL;
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "ternlab") == 0) {
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(qcfg, "spec");
         if (!cJSON_IsString(sp) || strlen(sp->valuestring) >= sizeof cfg->ternlab_spec) {
@@ -179,41 +228,49 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         }
         cfg->ternlab_packed = 1;
         snprintf(cfg->ternlab_spec, sizeof cfg->ternlab_spec, "%s", sp->valuestring);
-    }
-    if (cfg->arch == ARCH_BITNET && !cfg->ternlab_packed) {
-        const cJSON *qc = cJSON_GetObjectItemCaseSensitive(root, "quantization_config");
-        const cJSON *lc = cJSON_IsObject(qc) ? cJSON_GetObjectItemCaseSensitive(qc, "linear_class")
-                                             : NULL;
-        if (!cJSON_IsString(lc)) {
-            err_set("%s: bitnet model without quantization_config.linear_class (bitlinear or "
-                    "autobitlinear): cannot tell whether weight_scale divides or multiplies",
-                    path);
+    } else if (cJSON_IsObject(qcfg)) {
+        if (cJSON_IsString(qm) ? strcmp(qm->valuestring, "bitnet") != 0 : cfg->arch != ARCH_BITNET) {
+            err_set("%s: quantization_config.quant_method %s%s%s is not supported (bitnet, ternlab)", path,
+                    cJSON_IsString(qm) ? "'" : "", cJSON_IsString(qm) ? qm->valuestring : "missing",
+                    cJSON_IsString(qm) ? "'" : "");
             goto done;
         }
+        cfg->bitnet_linears = 1;
+    } else if (cfg->arch == ARCH_BITNET) {
+        err_set("%s: bitnet model without a quantization_config (quant_method bitnet, linear_class "
+                "bitlinear or autobitlinear): cannot tell whether its linears are ternary, nor whether "
+                "weight_scale divides or multiplies", path);
+        goto done;
+    }
+    if (cfg->bitnet_linears) {
+        /* linear_class: transformers' BitNetQuantConfig defaults to bitlinear
+         * (Falcon3-*-1.58bit gives none) */
+        const cJSON *lc = cJSON_GetObjectItemCaseSensitive(qcfg, "linear_class");
+        const char *cls = !lc || cJSON_IsNull(lc) ? "bitlinear" : cJSON_IsString(lc) ? lc->valuestring : "";
         /* quantization_mode: "offline" (transformers' default: the linears are
          * stored ternary) or "online" (stored in float, ternarised in every
          * forward); kept for the loader's messages */
         /* use_rms_norm: transformers' AutoBitLinear then normalises each linear's input
          * with a norm of its own (`..._proj.rms_norm.weight`), which this forward does
          * not apply: refused, not run without it */
-        const cJSON *urn = cJSON_GetObjectItemCaseSensitive(qc, "use_rms_norm");
+        const cJSON *urn = cJSON_GetObjectItemCaseSensitive(qcfg, "use_rms_norm");
         if (cJSON_IsTrue(urn)) {
             err_set("%s: quantization_config.use_rms_norm true (a norm inside every linear) is not "
                     "supported", path);
             goto done;
         }
-        const cJSON *qmode = cJSON_GetObjectItemCaseSensitive(qc, "quantization_mode");
+        const cJSON *qmode = cJSON_GetObjectItemCaseSensitive(qcfg, "quantization_mode");
         snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "%s",
                  cJSON_IsString(qmode) ? qmode->valuestring : "offline");
-        snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "%s", lc->valuestring);
-        if (strcmp(lc->valuestring, "bitlinear") == 0) cfg->bitnet_scale = BITNET_BITLINEAR;
-        else if (strcmp(lc->valuestring, "autobitlinear") == 0)
-            cfg->bitnet_scale = BITNET_AUTOBITLINEAR;
+        snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "%s", cls);
+        if (strcmp(cls, "bitlinear") == 0) cfg->bitnet_scale = BITNET_BITLINEAR;
+        else if (strcmp(cls, "autobitlinear") == 0) cfg->bitnet_scale = BITNET_AUTOBITLINEAR;
         else {
             err_set("%s: linear_class '%s' is not supported (bitlinear, autobitlinear)", path,
-                    lc->valuestring);
+                    cJSON_IsString(lc) ? lc->valuestring : "(not a string)");
             goto done;
         }
+        if (not_converted(qcfg, cfg->n_layers, path) != 0) goto done;
     }
     rc = 0;
 done:

@@ -29,9 +29,13 @@ typedef struct {
     double rope_theta;
     HiddenAct act;
     Tie tie;
-    BitnetScale bitnet_scale; /* BitNet only */
-    char bitnet_class[16];    /* BitNet only: quantization_config.linear_class */
-    char bitnet_mode[16];     /* BitNet only: quantization_config.quantization_mode
+    /* The linears are BitNet's BitLinear (quantization_config.quant_method
+     * "bitnet", on a bitnet model or a llama one): packed U8 + weight_scale,
+     * or float ternarised on load when online; int8 activations per token. */
+    int bitnet_linears;
+    BitnetScale bitnet_scale; /* BitNet linears only */
+    char bitnet_class[16];    /* BitNet linears only: quantization_config.linear_class */
+    char bitnet_mode[16];     /* BitNet linears only: quantization_config.quantization_mode
                                * ("offline" when absent, transformers' default) */
     /* A checkpoint written by `ternlab quantize`: quantization_config.quant_method
      * "ternlab" with the QuantSpec it was made with; its ternary linears are

@@ -32,6 +32,23 @@ static const char *dup_key(const cJSON *j) {
     return NULL;
 }
 
+/* The offset of the first \u0000 escape inside a string of text[0, len), or -1:
+ * cJSON's C strings end there, so "a\u0000b" had been read as "a". */
+static long nul_escape(const char *text, size_t len) {
+    int in_str = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (!in_str) {
+            in_str = text[i] == '"';
+        } else if (text[i] == '"') {
+            in_str = 0;
+        } else if (text[i] == '\\' && i + 1 < len) {
+            if (text[i + 1] == 'u' && i + 5 < len && memcmp(text + i + 2, "0000", 4) == 0) return (long)i;
+            i++; /* the escaped character (\" and \\ included) */
+        }
+    }
+    return -1;
+}
+
 cJSON *json_parse_strict(const char *text, size_t len, const char *path) {
     const char *end = NULL;
     cJSON *root = cJSON_ParseWithLengthOpts(text, len, &end, 0);
@@ -45,6 +62,12 @@ cJSON *json_parse_strict(const char *text, size_t len, const char *path) {
             err_set("%s: data after the JSON value (at byte %zu)", path, (size_t)(p - text));
             return NULL;
         }
+    const long z = nul_escape(text, (size_t)(end && end <= text + len ? end - text : (long)len));
+    if (z >= 0) {
+        cJSON_Delete(root);
+        err_set("%s: a string holds an escaped NUL (\\u0000, at byte %ld), which would cut it short", path, z);
+        return NULL;
+    }
     const char *d = dup_key(root);
     if (d) {
         err_set("%s: key '%s' appears twice in one object (readers disagree on which value counts)", path, d);

@@ -284,11 +284,20 @@ int st_index_shards(const char *dir, char ***names, int *n) {
 int st_open_dir(const char *dir, SafeTensors *st) {
     char path[4096];
     memset(st, 0, sizeof *st);
-    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     struct stat sb; /* (index_read refuses one that is not a regular file, or unreadable) */
+    /* the single file first, as transformers looks for it first (a stale one
+     * beside shards had been ignored here and used there) */
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    if (stat(path, &sb) == 0) {
+        int rc = st_open_file(path, st);
+        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+        st->index_ignored = rc == 0 && stat(path, &sb) == 0;
+        return rc;
+    }
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
     if (stat(path, &sb) != 0) {
         snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        return st_open_file(path, st);
+        return st_open_file(path, st); /* (names the missing file) */
     }
     cJSON *root;
     const cJSON *wm;

@@ -29,14 +29,16 @@ typedef struct {
     int n_files;
     StTensor *tensors; /* sorted by name */
     int n_tensors;
+    int index_ignored; /* st_open_dir read model.safetensors with an index beside it */
 } SafeTensors;
 
 /* Opens one .safetensors file.  Returns 0, or -1 with err_set naming the file
  * (and the tensor, when one is at fault). */
 int st_open_file(const char *path, SafeTensors *st);
-/* Opens a checkpoint folder: model.safetensors.index.json when present (every
- * shard it names, every tensor in the file the index says), else
- * model.safetensors. */
+/* Opens a checkpoint folder: model.safetensors when present (transformers'
+ * order: an index beside it is not read, and index_ignored says so), else
+ * model.safetensors.index.json (every shard it names, every tensor in the file
+ * the index says). */
 int st_open_dir(const char *dir, SafeTensors *st);
 /* The distinct shard file names (in `dir`) that dir's model.safetensors.index.json
  * names, in order of first mention, checked as st_open_dir checks them: *names

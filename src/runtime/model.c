@@ -184,11 +184,11 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
     const StTensor *t = st_find(&m->st, wname);
     if (m->cfg.ternlab_packed && t && t->dtype == DT_U8) {
         if (model_load_ternlab_linear(m, lin) != 0) return -1;
-    } else if (m->cfg.arch == ARCH_BITNET && t && t->dtype == DT_U8) {
+    } else if (m->cfg.bitnet_linears && t && t->dtype == DT_U8) {
         if (model_load_bitnet_linear(m, lin, opts) != 0) return -1;
     } else if (load_dense(&m->st, wname, out, in, &lin->w) != 0) {
         return -1;
-    } else if (m->cfg.arch == ARCH_BITNET && !m->cfg.ternlab_packed && bitnet_online(&m->cfg)) {
+    } else if (m->cfg.bitnet_linears && bitnet_online(&m->cfg)) {
         /* float weights of an online BitNet (check_checkpoint): transformers
          * ternarises them in every forward (per-tensor absmean, round, clamp to
          * +-1) with int8 activations per token; the weights do not change, so
@@ -260,7 +260,7 @@ static int check_checkpoint(const Model *m) {
             model_refuse_layer_past(st->tensors[i].name, "model.layers.", c->n_layers, "layer",
                                     "the config's num_hidden_layers") != 0)
             return -1;
-    if (c->arch == ARCH_BITNET && !c->ternlab_packed && !bitnet_online(c)) {
+    if (c->bitnet_linears && !bitnet_online(c)) {
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
                 snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, layer_linears[i]);
@@ -278,6 +278,13 @@ static int check_checkpoint(const Model *m) {
     return 0;
 }
 
+void model_note(Model *m, const char *fmt, const char *arg) {
+    size_t l = strlen(m->load_notes);
+    if (l + 3 >= sizeof m->load_notes) return;
+    if (l) l += (size_t)snprintf(m->load_notes + l, sizeof m->load_notes - l, "; ");
+    snprintf(m->load_notes + l, sizeof m->load_notes - l, fmt, arg);
+}
+
 int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
     static const ModelLoadOpts none = {0};
     if (!opts) opts = &none;
@@ -293,6 +300,9 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
         model_free(m);
         return -1;
     }
+    if (m->st.index_ignored)
+        model_note(m, "%s", "model.safetensors read; the model.safetensors.index.json beside it is not "
+                            "(transformers reads the single file first too)");
     if (check_checkpoint(m) != 0) {
         err_prefix("loading %s: ", path);
         model_free(m);
@@ -348,10 +358,10 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
         if (c->tie == TIE_TRUE || (c->tie == TIE_ABSENT && !lh)) {
             m->lm_head.w = m->embed;
             m->lm_head_tied = 1;
-            snprintf(m->load_notes, sizeof m->load_notes, "lm_head tied to the embedding (%s)%s",
-                     c->tie == TIE_TRUE ? "tie_word_embeddings true"
-                                        : "tie_word_embeddings absent and no lm_head.weight",
-                     lh ? "; the stored lm_head.weight is not used (transformers ties over it too)" : "");
+            model_note(m, "lm_head tied to the embedding (%s)",
+                       c->tie == TIE_TRUE ? "tie_word_embeddings true"
+                                          : "tie_word_embeddings absent and no lm_head.weight");
+            if (lh) model_note(m, "%s", "the stored lm_head.weight is not used (transformers ties over it too)");
 
         } else if (!lh) {
             rc = err_set("%s: tie_word_embeddings is false but the checkpoint has no "

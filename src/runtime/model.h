@@ -61,6 +61,8 @@ typedef struct {
                         * reference twin of the packed-kernel path */
 } ModelLoadOpts;
 
+/* Adds fmt (with one %s, arg) to m->load_notes, "; "-separated. */
+void model_note(Model *m, const char *fmt, const char *arg);
 /* Loads config.json + safetensors from a folder.  Returns 0 or -1 (err_set). */
 int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
 /* -1 (err_set, naming it) where a checkpoint tensor's name ends in ".bias": the

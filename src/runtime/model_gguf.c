@@ -18,13 +18,6 @@ int64_t gguf_hf_row_of(int64_t r, int64_t hd) {
     return h * hd + (j % 2) * (hd / 2) + j / 2;
 }
 
-static void note(Model *m, const char *fmt, const char *arg) {
-    size_t l = strlen(m->load_notes);
-    if (l + 3 >= sizeof m->load_notes) return;
-    if (l) l += (size_t)snprintf(m->load_notes + l, sizeof m->load_notes - l, "; ");
-    snprintf(m->load_notes + l, sizeof m->load_notes - l, fmt, arg);
-}
-
 /* The tensor `name` with shape (rows, cols) (rows 0: a vector of cols). */
 static int find_shaped(const GgufFile *g, const char *name, int64_t rows, int64_t cols,
                        const GgufTensor **out) {
@@ -266,7 +259,7 @@ static int load_config(const GgufFile *g, Model *m) {
     if ((r = gguf_get_float(g, "llama.rope.freq_base", &c->rope_theta)) < 0) return -1;
     if (!(c->rope_theta >= 1.0 && c->rope_theta <= 1e30))
         return err_set("%s: rope.freq_base %g is outside [1, 1e30]", g->path, c->rope_theta);
-    if (r == 0) note(m, "%s", "llama.rope.freq_base absent: 10000 (llama.cpp's default)");
+    if (r == 0) model_note(m, "%s", "llama.rope.freq_base absent: 10000 (llama.cpp's default)");
     if (gguf_get_str(g, "llama.rope.scaling.type", &s, &len) < 0) return -1;
     if (gguf_find_kv(g, "llama.rope.scaling.type") && !(len == 4 && memcmp(s, "none", 4) == 0))
         return err_set("%s: llama.rope.scaling.type '%.*s' is not supported", g->path,
@@ -375,7 +368,7 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
             rec = &rec_spec;
             /* kept, so that writing this model out again records the spec (gguf_write.c) */
             snprintf(m->cfg.ternlab_spec, sizeof m->cfg.ternlab_spec, "%s", buf);
-            note(m, "written by ternlab from a model quantised with %s", buf);
+            model_note(m, "written by ternlab from a model quantised with %s", buf);
         }
     }
     const ModelConfig *c = &m->cfg;
@@ -407,14 +400,14 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
         if (c->tie == TIE_TRUE) {
             m->lm_head.w = m->embed;
             m->lm_head_tied = 1;
-            note(m, "%s", "lm_head tied to the embedding (no output.weight in the GGUF)");
+            model_note(m, "%s", "lm_head tied to the embedding (no output.weight in the GGUF)");
         } else {
             rc = load_f32(&g, "output.weight", c->vocab, H, 0, &m->lm_head.w);
         }
     }
     for (int64_t i = 0; i < g.n_tensors && rc == 0; i++)
         if (g.tensors[i].type == GGML_TYPE_TQ1_0 || g.tensors[i].type == GGML_TYPE_TQ2_0) {
-            note(m, "%s", "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
+            model_note(m, "%s", "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
             break;
         }
     gguf_close(&g);

@@ -73,9 +73,9 @@ size_t preflight_weight_bytes(const ModelConfig *c, const SafeTensors *st, const
     size_t extra = 0;
     static const char *kinds[] = {"q", "k", "v", "o", "gate", "up", "down"};
     const int64_t rows[] = {qd, kvd, kvd, H, I, I, H}, cols[] = {H, H, H, qd, H, H, I};
-    const int native = c->arch == ARCH_BITNET;
+    const int native = c->bitnet_linears || c->arch == ARCH_BITNET;
     for (int l = 0; l < c->n_layers; l++) {
-        size_t norms = 2 * (size_t)H + (native ? pos_sz(qd) + pos_sz(I) : 0);
+        size_t norms = 2 * (size_t)H + (c->arch == ARCH_BITNET ? pos_sz(qd) + pos_sz(I) : 0); /* sub-norms */
         total = sat_add(total, sat_mul(norms, F));
         for (int k = 0; k < 7; k++) {
             size_t f32 = sat_mul3(pos_sz(rows[k]), pos_sz(cols[k]), F);
