@@ -84,6 +84,62 @@ TEST(kv_reserve_failure_leaves_state) {
     kv_free(&kv);
 }
 
+/* Sequence ids that are not live (freed, never made, negative): reserving or
+ * running a forward on them is an error and changes nothing.  A freed id had
+ * taken blocks into its slot, lost for good once the slot was made again
+ * (kv_reset left 6 of 8 free); -1 read and wrote outside the table.  And a
+ * forward out of blocks gives back what its earlier tokens reserved (it had
+ * left them held at length 0, the pool empty). */
+TEST(kv_dead_sequences_and_forward_all_or_nothing) {
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 1, 1, 2, 4, 8) == 0);
+    int a = kv_seq_new(&kv), b = kv_seq_new(&kv);
+    REQUIRE(kv_seq_reserve(&kv, a, 5) == 0);
+    kv_seq_free(&kv, a);
+    const int bad[] = {a, -1, 2, 1000};
+    for (int i = 0; i < 4; i++) {
+        CHECK_MSG(kv_seq_reserve(&kv, bad[i], 8) != 0 && strstr(err_msg(), "not a live sequence"),
+                  "seq %d: %s", bad[i], err_msg());
+        CHECK(kv.n_free == 8 && kv_check(&kv) == 0);
+    }
+    CHECK(kv_seq_reserve(&kv, b, 8) == 0 && kv.n_free == 6);
+    kv_reset(&kv);
+    CHECK(kv.n_free == 8 && kv_check(&kv) == 0);
+    kv_free(&kv);
+
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    Engine e;
+    EngineOpts eo = {.max_tok = 64, .block_size = 4, .n_blocks = 8};
+    REQUIRE(engine_open(&e, &m, &eo) == 0);
+    float *logits = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
+    int x = kv_seq_new(&e.kv), y = kv_seq_new(&e.kv), dead = kv_seq_new(&e.kv);
+    kv_seq_free(&e.kv, dead);
+    enum { N = 40 }; /* x 10 tokens (3 blocks), y 30 (8): 11 of 8 */
+    int tok[N], seq[N];
+    int64_t pos[N], last = N - 1;
+    for (int i = 0; i < N; i++) tok[i] = 3 + i, seq[i] = i < 10 ? x : y, pos[i] = i < 10 ? i : i - 10;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, N, &last, 1, logits) != 0 && strstr(err_msg(), "out of blocks"));
+    CHECK_MSG(e.kv.n_free == 8 && e.kv.seqs[x].n_blocks == 0 && e.kv.seqs[y].n_blocks == 0 && kv_check(&e.kv) == 0,
+              "after the failed forward: %d free, x holds %d, y %d", e.kv.n_free, e.kv.seqs[x].n_blocks,
+              e.kv.seqs[y].n_blocks);
+    for (int i = 0; i < 5; i++) seq[i] = i < 4 ? x : dead;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 5, &last, 0, logits) != 0 &&
+          strstr(err_msg(), "token 4") && strstr(err_msg(), "not a live sequence"));
+    CHECK(e.kv.n_free == 8 && e.kv.seqs[x].n_blocks == 0 && e.kv.seqs[dead].n_blocks == 0 && kv_check(&e.kv) == 0);
+    int64_t neg = -1;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, &x, &neg, 1, NULL, 0, logits) != 0 && strstr(err_msg(), "position -1"));
+    /* the same tokens within the pool run */
+    int64_t l9 = 9;
+    CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 10, &l9, 1, logits) != 0); /* (seq[4] is dead) */
+    for (int i = 0; i < 10; i++) seq[i] = x;
+    CHECK_MSG(forward(&m, &e.kv, &e.rs, tok, seq, pos, 10, &l9, 1, logits) == 0, "%s", err_msg());
+    CHECK(e.kv.seqs[x].n_blocks == 3 && e.kv.n_free == 5 && kv_check(&e.kv) == 0);
+    free(logits);
+    engine_free(&e);
+    model_free(&m);
+}
+
 /* kv_set_policy when an allocation fails (mem_fail_next): -1 with a message,
  * the policy and pages as they were (no half-built ternary pools, no f32
  * page taken or lost), and the same call succeeds once memory is there. */

@@ -86,7 +86,14 @@ int kv_seq_new(KvCache *kv) {
     return kv->n_seqs++;
 }
 
+int kv_seq_live(const KvCache *kv, int seq) {
+    if (seq < 0 || seq >= kv->n_seqs || !kv->seqs[seq].active)
+        return err_set("KV cache: sequence %d is not a live sequence (never made, or freed)", seq);
+    return 0;
+}
+
 int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len) {
+    if (kv_seq_live(kv, seq) != 0) return -1;
     KvSeq *s = &kv->seqs[seq];
     int64_t need = (new_len + kv->block_size - 1) / kv->block_size;
     if (need <= s->n_blocks) return 0;
@@ -105,6 +112,11 @@ int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len) {
 }
 
 void kv_seq_set_len(KvCache *kv, int seq, int64_t len) { kv->seqs[seq].len = len; }
+
+void kv_seq_shrink(KvCache *kv, int seq, int n_blocks) {
+    KvSeq *s = &kv->seqs[seq];
+    while (s->n_blocks > n_blocks) kv->free_list[kv->n_free++] = s->blocks[--s->n_blocks];
+}
 
 void kv_seq_free(KvCache *kv, int seq) {
     KvSeq *s = &kv->seqs[seq];

@@ -52,10 +52,18 @@ void kv_free(KvCache *kv);
 
 /* A new empty sequence; returns its id (>= 0). */
 int kv_seq_new(KvCache *kv);
+/* 0 where `seq` is a live sequence of kv, else -1 with err_set (an id never
+ * made, or freed: its slot's blocks would otherwise be taken, and lost when
+ * the slot is made again). */
+int kv_seq_live(const KvCache *kv, int seq);
 /* Makes room for positions [0, new_len) of sequence `seq`.  On failure (out of
- * blocks) returns -1 with err_set and leaves the sequence and the free list as
- * they were: nothing is overwritten, nothing leaks. */
+ * blocks, or a sequence not live) returns -1 with err_set and leaves the
+ * sequence and the free list as they were: nothing is overwritten, nothing
+ * leaks. */
 int kv_seq_reserve(KvCache *kv, int seq, int64_t new_len);
+/* Gives back the sequence's blocks past its first n_blocks (an undone
+ * reservation: the caller knows none of them holds a token). */
+void kv_seq_shrink(KvCache *kv, int seq, int n_blocks);
 /* Marks positions [0, len) as written (len <= reserved capacity). */
 void kv_seq_set_len(KvCache *kv, int seq, int64_t len);
 /* Returns the sequence's blocks to the free list; the id becomes invalid. */

@@ -6,6 +6,7 @@
 
 #include <cblas.h>
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
 #define ATT_Q_CHUNK 128 /* query rows per attention tile: bounds the scores buffer */
@@ -72,11 +73,21 @@ int fwd_prepare_tokens(const Model *m, KvCache *kv, const int *tok, const int *s
         if (tok[i] < 0 || tok[i] >= m->cfg.vocab)
             return err_set("forward: token id %d outside the vocabulary (0..%d)", tok[i],
                            m->cfg.vocab - 1);
-        if (kv_seq_reserve(kv, seq[i], pos[i] + 1) != 0) return -1;
+        if (kv_seq_live(kv, seq[i]) != 0) return err_prefix("forward: token %lld: ", (long long)i);
+        if (pos[i] < 0) return err_set("forward: token %lld at position %lld", (long long)i, (long long)pos[i]);
         mp = max64(mp, pos[i]);
     }
+    /* all or nothing: out of blocks, the sequences give back what this call took
+     * (a scheduler that preempts and retries had found the pool emptied) */
+    int *held = xmalloc(sizeof(int) * (size_t)(kv->n_seqs > 0 ? kv->n_seqs : 1));
+    for (int s = 0; s < kv->n_seqs; s++) held[s] = kv->seqs[s].n_blocks;
+    int rc = 0;
+    for (int64_t i = 0; i < n && rc == 0; i++) rc = kv_seq_reserve(kv, seq[i], pos[i] + 1);
+    if (rc != 0)
+        for (int s = 0; s < kv->n_seqs; s++) kv_seq_shrink(kv, s, held[s]);
+    free(held);
     *max_pos = mp;
-    return 0;
+    return rc;
 }
 
 void fwd_glu(HiddenAct act, float *g, const float *u, int64_t cnt) {
