@@ -22,7 +22,11 @@
 # path and the value, sweep_point: a window changed, the config edited,
 # another checkpoint of the same folder name), goes into misplaced/, and the
 # point runs.  (A file without sweep_point, a program run by hand, is
-# checked by experiment, value and device only.)
+# checked by experiment, value, device and the model folder's name only.)
+# The points read the settings as the sweep planned them: a snapshot of the
+# config after the overrides, RESULTS/EXP/config/<digest>.conf (a config
+# edited while the sweep, or a prepared Slurm array, runs does not reach
+# them: it had given points settings other than their recorded digest).
 #
 # options:
 #   --jobs N             jobs at once on each machine (default 1: one
@@ -55,17 +59,20 @@
 # scripts/slurm/sweep.sbatch runs), joblog (GNU Parallel's --joblog: one line
 # per finished job; entries whose file is gone or invalid are dropped before
 # a resume so that they run again; the previous log is kept as joblog.prev),
-# sweep.log (this script's messages).
+# sweep.log (this script's messages), config/ (the settings' snapshots).
 #
 # environment:
-#   TERNLAB_EXP_CMD   command template for one point instead of
-#                     "build/exp_<name> --model {model} --value {value} --out {out}"
-#                     (+ " --config {config}" when --config is given);
-#                     {exp} {model} {value} {out} {config} are replaced (shell-quoted)
+#   TERNLAB_EXP_CMD   command template for one point instead of "build/exp_<name>
+#                     --model {model} --value {value} --out {out} --config {config}";
+#                     {exp} {model} {value} {out} {config} are replaced (shell-quoted;
+#                     {config} is the snapshot), and a template without {config}
+#                     gets the overrides appended
 #   TERNLAB_VERIFY_CMD, TERNLAB_BIN   see scripts/verify_run.sh
 #   PARALLEL_EXTRA    more GNU Parallel options (e.g. "--retries 2")
 #
-# Signals: TERM, INT or HUP to this script stop the sweep: GNU Parallel is
+# Signals: TERM, INT or HUP to this script stop the sweep (a sweep started in
+# the background by a script, `&` without job control, has INT ignored by the
+# shell from its start, which bash cannot trap: stop it with TERM): GNU Parallel is
 # sent TERM, which sends the running points TERM (each removes its temporary
 # file; TERM again after 2 s, KILL after 3) and starts no new one; the script
 # exits 128 + the signal's number once Parallel is gone and the folder's lock
@@ -188,15 +195,18 @@ fi
 
 # ---- the grid ---------------------------------------------------------------
 name=${exp#exp-}; name=${name//-/_}
-# A config given with --config goes to every point (the programs read
-# configs/EXP.conf otherwise).
-default_cmd="build/exp_$name --model {model} --value {value} --out {out}"
-[ "$config" = "$root/configs/$exp.conf" ] || default_cmd+=" --config {config}"
+# Every point reads the snapshot of the settings (written once the folder's
+# lock is held; content-addressed: the same settings, the same file), so that
+# a config edited while the sweep or a prepared Slurm array runs does not give
+# points settings other than their tag says.
+snap_digest=$(printf '%s\n' "$pairs" | sha256sum | cut -c1-16)
+default_cmd="build/exp_$name --model {model} --value {value} --out {out} --config {config}"
 template=${TERNLAB_EXP_CMD:-$default_cmd}
 if [ -z "${TERNLAB_EXP_CMD:-}" ] && [ ! -x "build/exp_$name" ] && [ $dry -eq 0 ] && [ $prepare -eq 0 ]; then
   die "build/exp_$name is missing: build it first (make build/exp_$name)"
 fi
 dir=$results/$exp
+snap=$(rel "$dir")/config/$snap_digest.conf
 safe() { printf '%s' "$1" | tr -c 'A-Za-z0-9._+-' '_'; }
 q() { printf '%q' "$1"; }
 
@@ -204,7 +214,7 @@ device=$(conf_get device || true)
 want_dev=${device:-cpu}
 dev_suffix=""
 [ -z "$device" ] || [ "$device" = cpu ] || dev_suffix=__$(safe "$device")
-outs=() lines=() bases=() pvals=() tags=()
+outs=() lines=() bases=() pvals=() tags=() pmods=()
 declare -A seen_out=()
 # a point's tag: a digest of its settings — the config after the overrides
 # (but the lists of values and models), the model's path (from the repository
@@ -229,11 +239,14 @@ for m in "${models[@]}"; do
     cmd=${cmd//\{model\}/$(q "$m")}
     cmd=${cmd//\{value\}/$(q "$v")}
     cmd=${cmd//\{out\}/$(q "$out")}
-    cmd=${cmd//\{config\}/$(q "$(rel "$config")")}
-    for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
+    cmd=${cmd//\{config\}/$(q "$snap")}
+    if [[ $template != *'{config}'* ]]; then
+      for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
+    fi
     outs+=("$out")
+    pmods+=("$(basename "$m")")
     tags+=("$(point_tag "$m" "$v")")
-    lines+=("bash scripts/sweep_point.sh $(q "$out") --device $(q "$want_dev") --expect $(q "experiment=$exp") --expect $(q "factor_value=$v") --tag ${tags[-1]} -- $cmd")
+    lines+=("bash scripts/sweep_point.sh $(q "$out") --device $(q "$want_dev") --expect $(q "experiment=$exp") --expect $(q "factor_value=$v") --expect $(q "model/=${pmods[-1]}") --tag ${tags[-1]} -- $cmd")
   done
 done
 n=${#outs[@]}
@@ -263,7 +276,8 @@ point_check() {
     [ -x "$bin" ] || return 0
   fi
   chk_dev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
-            --expect "factor_value=${pvals[$1]}" --expect "sweep_point?=${tags[$1]}" "${outs[$1]}" 2>/dev/null) || r=$?
+            --expect "factor_value=${pvals[$1]}" --expect "model/=${pmods[$1]}" \
+            --expect "sweep_point?=${tags[$1]}" "${outs[$1]}" 2>/dev/null) || r=$?
   case $r in
     0) return 0 ;;
     3) [ -n "$chk_dev" ] && return 3 || return 0 ;;
@@ -300,6 +314,8 @@ if [ -n "$sshlogin" ]; then
   # The output path is the first argument of every jobs line (printf %q's
   # form: backslash escapes undone, so a folder with spaces comes back too).
   [ $ret -eq 1 ] && parallel_cmd+=(--return '{= s/^\S+\s+\S+\s+((?:\\.|\S)+)\s.*$/$1/; s/\\(.)/$1/g =}')
+  # (no shared folder: the settings' snapshot goes to each machine first)
+  [ $ret -eq 1 ] && parallel_cmd+=(--basefile "$snap")
 fi
 # shellcheck disable=SC2206
 [ -n "${PARALLEL_EXTRA:-}" ] && parallel_cmd+=($PARALLEL_EXTRA)
@@ -331,7 +347,17 @@ mkdir -p "$dir" 2>/dev/null || die "cannot create $(rel "$dir") (read-only file 
 # go to /dev/null)
 { exec 9>"$dir/.lock"; } 2>/dev/null || die "cannot create the lock $(rel "$dir")/.lock (read-only file system?)"
 flock -n 9 || die "another sweep is running on $(rel "$dir") (lock $(rel "$dir")/.lock)"
-log() { echo "sweep: $*" | tee -a "$dir/sweep.log"; }
+# (tee -p: a closed standard output — `sweep.sh ... | head` — no longer ends the
+# sweep, with SIGPIPE through the tee and GNU Parallel, leaving a point running
+# alone: the messages go on into sweep.log)
+log() { echo "sweep: $*" | tee -p -a "$dir/sweep.log"; }
+# the settings' snapshot the points read (atomically: a point may start reading it)
+if [ ! -f "$snap" ]; then
+  mkdir -p "$dir/config"
+  { printf '# %s after the overrides: the settings scripts/sweep.sh gave the points of %s\n' "$(rel "$config")" "$exp"
+    printf '%s\n' "$pairs" | awk -F '\t' '{ k = $1; sub(/^[^\t]*\t/, ""); printf "%s = %s\n", k, $0 }'
+  } > "$snap.tmp.$$" && mv -f -- "$snap.tmp.$$" "$snap" || die "cannot write the settings' snapshot $snap"
+fi
 log "---- $(date -u +%Y-%m-%dT%H:%M:%SZ) $exp on $(hostname): $n points, $done_n already complete"
 
 # Leftovers of killed runs, and files that do not verify: remove (rerun).
@@ -384,7 +410,7 @@ for i in "${!outs[@]}"; do
     why="a run on ${other_dev[$i]:-}, not $want_dev"
     if [ "${state[$i]}" = other ]; then to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")
     else to=${outs[$i]}; why=$("$bin" verify --expect "experiment=$exp" --expect "factor_value=${pvals[$i]}" \
-                               --expect "sweep_point?=${tags[$i]}" "${outs[$i]}" 2>&1 |
+                               --expect "model/=${pmods[$i]}" --expect "sweep_point?=${tags[$i]}" "${outs[$i]}" 2>&1 |
                                sed 's/^ternlab verify: [^:]*: //' | head -1 || true); fi
     if [ -e "$to" ]; then
       mkdir -p "$dir/misplaced"
@@ -455,7 +481,7 @@ if [ "$done_n" -lt "$n" ]; then
   # Parallel's output to the terminal and the log; tee ignores the signals (a
   # Ctrl-C reaches the whole foreground group) and ends when Parallel's and
   # its jobs' copies of the pipe are closed.
-  exec 7> >(trap '' TERM INT HUP; exec tee -a "$dir/sweep.log")
+  exec 7> >(trap '' TERM INT HUP; exec tee -p -a "$dir/sweep.log")
   tee_pid=$!
   "${parallel_cmd[@]}" >&7 2>&1 7>&- &
   par_pid=$!

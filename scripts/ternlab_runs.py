@@ -8,6 +8,7 @@ import argparse
 import glob
 import os
 import re
+import subprocess
 import sys
 
 try:
@@ -94,6 +95,55 @@ def conf_values(configs_dir, exp):
     return conf_list(configs_dir, exp, "values")
 
 
+# Reads every attribute and dataset of the files named on stdin (one a line),
+# printing each name once done: run in a child by crash_free.
+_PROBE = r"""
+import sys, h5py
+def walk(g):
+    for v in g.attrs.values():
+        pass
+    for k in g:
+        o = g[k]
+        if isinstance(o, h5py.Dataset):
+            o[()]
+            for v in o.attrs.values():
+                pass
+        else:
+            walk(o)
+for line in sys.stdin:
+    p = line.rstrip("\n")
+    try:
+        with h5py.File(p, "r") as f:
+            walk(f)
+    except Exception:
+        pass
+    print(p, flush=True)
+"""
+
+
+def crash_free(paths):
+    """The paths whose reading does not crash the HDF5 library.  A damaged
+    file can make libhdf5 itself segfault (a flipped byte in a global heap,
+    read with the attributes): one such file had killed make tables, and no
+    table of any experiment was written.  The files are read first in a child
+    process; where it dies, the file it was reading is skipped with a warning
+    and a new child goes on from the next one."""
+    left, ok = list(paths), []
+    while left:
+        proc = subprocess.run([sys.executable, "-c", _PROBE], input="".join(p + "\n" for p in left),
+                              capture_output=True, text=True, check=False)
+        done = proc.stdout.splitlines()
+        ok += done
+        if proc.returncode == 0 or len(done) >= len(left):
+            break
+        bad = left[len(done)]
+        why = f"signal {-proc.returncode}" if proc.returncode < 0 else f"exit {proc.returncode}"
+        print(f"warning: skipping {bad}: damaged: reading it crashed the HDF5 library ({why})",
+              file=sys.stderr)
+        left = left[len(done) + 1:]
+    return ok
+
+
 def read_run(path):
     """One run file as a dict, or None (with a warning) when it cannot be
     read or is not complete -- scripts/sweep.sh reruns such files.  A file
@@ -157,7 +207,7 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
     skipped with a warning; a model that lacks some of the config's values
     is named with them on stderr."""
     runs = []
-    for p in sorted(glob.glob(os.path.join(results_dir, exp, "*.h5"))):
+    for p in crash_free(sorted(glob.glob(os.path.join(results_dir, exp, "*.h5")))):
         r = read_run(p)
         if r is None:
             continue

@@ -10,6 +10,7 @@
  * Debian's /usr/bin/python3 with h5py (scripts/deps.sh installs it): without
  * it these tests fail rather than skip. */
 #include "test.h"
+#include "fixtures.h"
 #include "core/err.h"
 #include "log/h5log.h"
 
@@ -312,7 +313,7 @@ TEST(sweep_grid_and_overrides) {
     CHECK_MSG(rc == 0, "dry run rc %d:\n%s", rc, out);
     CHECK_MSG(strstr(out, "4 points (0 complete)"), "%s", out);
     CHECK_MSG(strstr(out, "m2__all_layers_0-1.h5 --device cpu --expect experiment=exp-fake --expect "
-                          "factor_value=all@layers=0-1 --tag ") &&
+                          "factor_value=all@layers=0-1 --expect model/=m2 --tag ") &&
                   strstr(out, " -- prog --model data/m2 --value all@layers=0-1 --out ") &&
                   strstr(out, "--exp exp-fake window=8"),
               "%s", out);
@@ -732,14 +733,24 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     CHECK_MSG(rc == 0 && strstr(out, " tokens=data/wikitext2-test.tokens.i32"), "rc %d:\n%s", rc, out);
     free(out);
 
-    /* --config reaches the programs (they read configs/EXP.conf otherwise) */
+    /* --config reaches the programs (they read configs/EXP.conf otherwise), through the
+     * snapshot of its settings after the overrides in RESULTS/EXP/config/, which the
+     * points read (the dry run names it; the run writes it) */
     unsetenv("TERNLAB_EXP_CMD");
-    snprintf(cmd, sizeof cmd, "cp '%s' '%s/thr.conf' && cd '%s' && bash '%s' exp-threshold --config thr.conf --dry-run",
-             repo_abs("configs/exp-threshold.conf", p), dir, dir, sweep);
+    snprintf(cmd, sizeof cmd, "cp '%s' '%s/thr.conf' && echo 'window = 99' >> '%s/thr.conf' && sed -i '0,/^window/{/^window/d}' "
+             "'%s/thr.conf' && cd '%s' && bash '%s' exp-threshold --config thr.conf --results res --dry-run max_windows=3",
+             repo_abs("configs/exp-threshold.conf", p), dir, dir, dir, dir, sweep);
     rc = test_run(cmd, &out);
-    snprintf(want, sizeof want, "--config %s/thr.conf", dir);
+    snprintf(want, sizeof want, "--config %s/res/exp-threshold/config/", dir);
     CHECK_MSG(rc == 0 && strstr(out, "build/exp_threshold --model data/llama-tiny --value absmean") &&
-                  strstr(out, want), "rc %d:\n%s", rc, out);
+                  strstr(out, want) && !strstr(out, "max_windows=3"), "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-threshold --config thr.conf --results res --prepare max_windows=3 "
+             ">/dev/null 2>&1; cat res/exp-threshold/config/*.conf", dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "\nwindow = 99\n") && strstr(out, "\nmax_windows = 3\n") &&
+                  strstr(out, "\nvalues = absmean twn std l2opt absmax\n") && strstr(out, "thr.conf after the overrides"),
+              "rc %d:\n%s", rc, out);
     free(out);
 
     /* one real point, run from the caller's directory with its own token file */
@@ -783,7 +794,7 @@ TEST(sweep_device_in_run_file_name) {
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "4 points (0 complete)") && !strstr(out, "complete, skipped") &&
                   strstr(out, "exp-fake/m2__b__cuda.h5 --device cuda --expect experiment=exp-fake "
-                              "--expect factor_value=b --tag "),
+                              "--expect factor_value=b --expect model/=m2 --tag "),
               "rc %d:\n%s", rc, out);
     free(out);
     /* the CUDA sweep (the stand-in records the device a CUDA run would) */
@@ -993,4 +1004,113 @@ TEST(scripts_value_order_provenance_and_bench_files) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "no results under"), "rc %d:\n%s", rc, out);
     free(out);
+}
+
+/* The points read the settings the sweep planned: a config edited after
+ * `--prepare` (a Slurm array waiting in the queue), or while a sweep runs,
+ * had reached the points still to run, whose files then recorded the old
+ * settings' digest (sweep_point) over the new settings, and a later sweep of
+ * the original config took them as complete.  They read the snapshot in
+ * RESULTS/EXP/config/ instead.  And a file written by hand for another model
+ * under a point's name (no sweep_point: not checked by digest) had counted as
+ * that point's for good: the model folder's name is checked too. */
+TEST(sweep_points_read_the_planned_settings) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD " --config {config}", 1);
+    const char *sweep = test_path("scripts/sweep.sh");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --prepare 2>&1", sweep, conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "prepared"), "prepare (rc %d):\n%s", rc, out);
+    free(out);
+    /* the config edited, then the prepared lines run (as the Slurm array would) */
+    snprintf(cmd, sizeof cmd, "sed -i 's/^window = 16/window = 99/' '%s' && grep -q 'window = 99' '%s' && cd '%s' && "
+             "while IFS= read -r l; do bash -c \"$l\" || exit 1; done < '%s/jobs'", conf, conf, test_path(""), out_dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "the jobs (rc %d):\n%s", rc, out);
+    free(out);
+    static const char *const points[] = {"m1__a.h5", "m1__b.h5", "m2__a.h5", "m2__b.h5"};
+    for (int i = 0; i < 4; i++) {
+        char p[900];
+        snprintf(p, sizeof p, "%s/%s", out_dir, points[i]);
+        const double w = h5_attr_f64(p, "/", "window");
+        CHECK_MSG(w == 16, "%s: window %g, the planned 16", points[i], w);
+    }
+    snprintf(cmd, sizeof cmd, "grep -h '^window' '%s'/config/*.conf", out_dir);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "window = 16"));
+    free(out);
+    /* the edited config is other settings: nothing of it is complete; the original, all */
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --dry-run 2>&1", sweep, conf, res);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "4 points (0 complete)"));
+    free(out);
+    snprintf(cmd, sizeof cmd, "sed -i 's/^window = 99/window = 16/' '%s' && bash '%s' exp-fake --config '%s' "
+             "--results '%s' --dry-run 2>&1", conf, sweep, conf, res);
+    CHECK(test_run(cmd, &out) == 0 && strstr(out, "4 points (4 complete)"));
+    free(out);
+    /* another model's run written by hand under m1__a's name */
+    unsetenv("TERNLAB_SWEEP_POINT");
+    snprintf(cmd, sizeof cmd, "cd '%s' && /usr/bin/python3 tests/tools/fake_exp.py --model data/m2 --value a --out "
+             "'%s/m1__a.h5' && bash '%s' exp-fake --config '%s' --results '%s' 2>&1", test_path(""), out_dir, sweep,
+             conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "model's last component is 'm2', not 'm1'") && strstr(out, "all 4 points complete"),
+              "sweep (rc %d):\n%s", rc, out);
+    free(out);
+    char a[900], model[64];
+    snprintf(a, sizeof a, "%s/m1__a.h5", out_dir);
+    CHECK(h5log_root_attr_str(a, "model", model, sizeof model) == 0 && strcmp(model, "data/m1") == 0);
+    setenv("TERNLAB_EXP_CMD", FAKE_CMD, 1);
+}
+
+/* A run file damaged so that reading it crashes libhdf5 itself (a byte of
+ * the global heap of its string attributes changed; tests/data/): ternlab
+ * verify had died with SIGSEGV (a sweep's check with it), and make tables on a
+ * folder holding it had ended in a segfault, no table written.  verify says
+ * the file is damaged (exit 1); the tables skip it with a warning. */
+TEST(verify_and_tables_survive_a_file_that_crashes_hdf5) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[6000], *out = NULL;
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    const char *bad = test_path("tests/data/run-damaged-global-heap.h5");
+    snprintf(cmd, sizeof cmd, "'%s' verify '%s' 2>&1", bin_path("ternlab"), bad);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && out && strstr(out, "ternlab verify: "), "verify (rc %d):\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "mkdir -p '%s' && cd '%s' && /usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value a --out "
+             "'%s/m1__a.h5' && cp '%s' '%s/m1__b.h5' && mkdir -p '%s/configs' && cp '%s' '%s/configs/exp-fake.conf' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/tables' --configs '%s/configs' exp-fake 2>&1 && "
+             "cat '%s/tables/exp-fake.md'",
+             out_dir, test_path(""), out_dir, bad, out_dir, dir, conf, dir, res, dir, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "m1__b.h5") && strstr(out, "| m1 | a | 1.500"), "tables (rc %d):\n%s", rc, out);
+    free(out);
+}
+
+/* A sweep whose standard output closes (`sweep.sh ... | head -1`) goes on into
+ * sweep.log and completes: it had died with SIGPIPE through its tee and GNU
+ * Parallel after one point (exit 141), leaving the point being run alone. */
+TEST(sweep_survives_a_closed_stdout) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[4000], script[700], *out = NULL;
+    fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    setenv("FAKE_SLEEP", "0.2", 1);
+    snprintf(script, sizeof script, "%s/closed.sh", dir);
+    FILE *f = fopen(script, "w");
+    REQUIRE(f);
+    fprintf(f, "bash '%s' exp-fake --config '%s' --results '%s' 2>/dev/null | head -1 >/dev/null\n"
+               "for i in $(seq 50); do [ \"$(ls '%s'/*.h5 2>/dev/null | wc -l)\" = 6 ] && break; sleep 0.2; done\n"
+               "sleep 0.5; ls '%s'/*.h5 | wc -l; tail -1 '%s/sweep.log'\n",
+            test_path("scripts/sweep.sh"), conf, res, out_dir, out_dir, out_dir);
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "bash '%s'", script);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "6\n") && strstr(out, "all 6 points complete"), "rc %d:\n%s", rc,
+              out ? out : "");
+    free(out);
+    setenv("FAKE_SLEEP", "0", 1);
 }

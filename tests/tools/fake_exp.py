@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 """Stand-in for an experiment program (build/exp_*) in the sweep tests.
 
-Same command line as the real ones (--model M --value V --out F [key=value...])
+Same command line as the real ones (--model M --value V --out F [--config C]
+[key=value...]; the window recorded is C's `window`, else 16)
 and the same way of writing: every dataset and root attribute of the run-file
 schema (paper/SCHEMA.md) into F.tmp.<pid>, the root attribute complete = 1
 last, fsync, rename to F.  It sleeps FAKE_SLEEP seconds (default 0.3) half way
@@ -22,7 +23,7 @@ def main(argv):
     i = 0
     while i < len(argv):
         a = argv[i]
-        if a in ("--model", "--value", "--out"):
+        if a in ("--model", "--value", "--out", "--config"):
             args[a[2:]] = argv[i + 1]
             i += 2
         elif "=" in a and not a.startswith("-"):
@@ -51,7 +52,14 @@ def main(argv):
         a[k] = v
     if os.environ.get("TERNLAB_SWEEP_POINT"):  # (as the experiment programs record it)
         a["sweep_point"] = os.environ["TERNLAB_SWEEP_POINT"]
-    a["window"] = np.int64(16)
+    window = 16
+    if "config" in args:
+        with open(args["config"], encoding="utf-8") as c:
+            for line in c:
+                k, _, v = line.partition("=")
+                if k.strip() == "window":
+                    window = int(v.split("#")[0])
+    a["window"] = np.int64(window)
     a["tp"] = np.int64(1)
     for k in ("ppl", "ppl_ref", "nll_mean", "kl_mean", "top1_agree", "logit_rel_l2"):
         f[f"/metrics/{k}"] = np.float64(1.5)
