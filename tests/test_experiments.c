@@ -1104,3 +1104,40 @@ TEST(exp_throughput_latency_on_the_tp_engine) {
     CHECK(isfinite(read_scalar(out, "/throughput/step_ms")));
     CHECK(isnan(read_scalar(out, "/throughput/step_linear_ms")));
 }
+
+/* The run file's model_sha256 (and the reference cache's key) hash the files
+ * the loader reads: with model.safetensors and an index beside it, the single
+ * file (st_open_dir reads it first, as transformers); the index and its shards
+ * had been hashed, so a cached reference of the shards could serve a model
+ * that ran from the single file. */
+TEST(exp_model_hash_follows_the_files_read) {
+    const char *dir = test_tmpdir();
+    char cmd[6000], *log = NULL, a[800], b[800], c[800];
+    snprintf(cmd, sizeof cmd,
+             "set -e; mkdir -p '%s/one' && cp '%s/config.json' '%s/model.safetensors' '%s/one/' && cd '%s' && "
+             "mkdir -p both shards && cp one/* both/ && cp one/config.json shards/ && "
+             "cp one/model.safetensors shards/model-00001-of-00001.safetensors && "
+             "printf '{\"metadata\": {}, \"weight_map\": {\"model.embed_tokens.weight\": "
+             "\"model-00001-of-00001.safetensors\"}}' > shards/model.safetensors.index.json && "
+             "cp shards/model.safetensors.index.json shards/model-00001-of-00001.safetensors both/",
+             dir, test_path(LLAMA_DIR), test_path(LLAMA_DIR), dir, dir);
+    int rc0 = test_run(cmd, &log);
+    CHECK_MSG(rc0 == 0, "%s: %s", cmd, log);
+    free(log);
+    if (rc0 != 0) return;
+    const char *names[3] = {"one", "both", "shards"};
+    char *outs[3] = {a, b, c};
+    for (int i = 0; i < 3; i++) {
+        snprintf(outs[i], 800, "%s/r/exp-threshold/%s.h5", dir, names[i]);
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s/r/exp-threshold' && %s --model %s/%s --value twn --out %s window=32 "
+                 "max_windows=1 logit_rows=2 2>&1", dir, bin_path("exp_threshold"), dir, names[i], outs[i]);
+        const int rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0, "%s: %s", cmd, log);
+        free(log);
+    }
+    char sa[80] = "", sb[80] = "", sc[80] = "";
+    CHECK(h5log_root_attr_str(a, "model_sha256", sa, sizeof sa) == 0 &&
+          h5log_root_attr_str(b, "model_sha256", sb, sizeof sb) == 0 &&
+          h5log_root_attr_str(c, "model_sha256", sc, sizeof sc) == 0);
+    CHECK_MSG(strcmp(sa, sb) == 0 && strcmp(sa, sc) != 0, "one %s, both %s, shards %s", sa, sb, sc);
+}

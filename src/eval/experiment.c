@@ -102,15 +102,17 @@ static void file_safe(const char *s, char *out, size_t n) {
 static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 
 /* The files model_load reads from the HF folder dir, in the order they are
- * hashed: config.json, then model.safetensors.index.json and every shard it
- * names (each once, sorted by name), or model.safetensors.  *names (heap, n
- * strings, file names without the folder; free each and the array) on 0; -1
- * (err_set) where the index cannot be read. */
+ * hashed: config.json, then model.safetensors, or (without it, as st_open_dir
+ * chooses) model.safetensors.index.json and every shard it names (each once,
+ * sorted by name).  *names (heap, n strings, file names without the folder;
+ * free each and the array) on 0; -1 (err_set) where the index cannot be read. */
 static int model_files(const char *dir, char ***names, int *n) {
     char p[4096];
     struct stat st;
+    snprintf(p, sizeof p, "%s/model.safetensors", dir);
+    const int single = stat(p, &st) == 0;
     snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    const int sharded = stat(p, &st) == 0;
+    const int sharded = !single && stat(p, &st) == 0;
     char **shards = NULL;
     int ns = 0;
     if (sharded && st_index_shards(dir, &shards, &ns) != 0) return -1;
