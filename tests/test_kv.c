@@ -89,7 +89,8 @@ TEST(kv_reserve_failure_leaves_state) {
  * taken blocks into its slot, lost for good once the slot was made again
  * (kv_reset left 6 of 8 free); -1 read and wrote outside the table.  And a
  * forward out of blocks gives back what its earlier tokens reserved (it had
- * left them held at length 0, the pool empty). */
+ * left them held at length 0, the pool empty).  A logit row past the call's
+ * tokens is refused before anything is reserved. */
 TEST(kv_dead_sequences_and_forward_all_or_nothing) {
     KvCache kv;
     REQUIRE(kv_init(&kv, 1, 1, 2, 4, 8) == 0);
@@ -129,6 +130,10 @@ TEST(kv_dead_sequences_and_forward_all_or_nothing) {
     CHECK(e.kv.n_free == 8 && e.kv.seqs[x].n_blocks == 0 && e.kv.seqs[dead].n_blocks == 0 && kv_check(&e.kv) == 0);
     int64_t neg = -1;
     CHECK(forward(&m, &e.kv, &e.rs, tok, &x, &neg, 1, NULL, 0, logits) != 0 && strstr(err_msg(), "position -1"));
+    int64_t p0 = 0, row3 = 3; /* a logit row past the call's tokens (it had been read past the activations) */
+    CHECK(forward(&m, &e.kv, &e.rs, tok, &x, &p0, 1, &row3, 1, logits) != 0 &&
+          strstr(err_msg(), "logit row 0 is token 3 of 1"));
+    CHECK(e.kv.n_free == 8 && e.kv.seqs[x].n_blocks == 0);
     /* the same tokens within the pool run */
     int64_t l9 = 9;
     CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 10, &l9, 1, logits) != 0); /* (seq[4] is dead) */

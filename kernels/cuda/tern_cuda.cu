@@ -582,6 +582,7 @@ int tern_cuda_upload(const TernaryMatrix *W, TernCudaMatrix *out) {
     if ((e = cudaMemcpy(m.d_codes, W->codes, code_bytes, cudaMemcpyHostToDevice)) != cudaSuccess ||
         (e = cudaMemcpy(m.d_scales, W->scales, scale_bytes, cudaMemcpyHostToDevice)) !=
             cudaSuccess) {
+        (void)cudaGetLastError(); /* (not left for the next launch check) */
         tern_cuda_free(&m);
         return err_set("tern_cuda_upload: copy to device: %s", cudaGetErrorString(e));
     }

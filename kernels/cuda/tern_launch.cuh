@@ -64,9 +64,11 @@ int tern_launch_cl(const char *what, void (*kernel)(P...), dim3 grid, dim3 block
     cfg.attrs = attr;
     cfg.numAttrs = na;
     const cudaError_t e = cudaLaunchKernelEx(&cfg, kernel, static_cast<P>(args)...);
-    if (e != cudaSuccess)
+    if (e != cudaSuccess) {
+        (void)cudaGetLastError(); /* (not left for the next launch check to report) */
         return err_set("launching %s failed: %s (%s)", what, cudaGetErrorString(e),
                        cudaGetErrorName(e));
+    }
     return 0;
 }
 /* the same without clusters */

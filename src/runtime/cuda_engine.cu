@@ -137,6 +137,7 @@ struct CE {
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
+    int scratch_dirty = 0;          /* a K split's sums could not be cleared after an error */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
     int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
     int64_t n_kv_tern = 0;          /* layers whose K / V of a call were stored ternary */
@@ -642,7 +643,10 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
             if (norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1) != 0) {
                 /* the deferred K split's sums would stay in the split-K scratch, which
                  * every split GEMV takes as zero: cleared behind the GEMV */
-                if (hdef.part) (void)cudaMemsetAsync(hdef.part, 0, sizeof(int) * (size_t)hdef.rows, g->st);
+                if (hdef.part && cudaMemsetAsync(hdef.part, 0, sizeof(int) * (size_t)hdef.rows, g->st) != cudaSuccess) {
+                    (void)cudaGetLastError();
+                    g->scratch_dirty = 1; /* (every later forward refuses: its split GEMVs would add them) */
+                }
                 return -1;
             }
         } else {
@@ -677,8 +681,11 @@ int ensure_rope(CE *g, Model *m, int64_t len) {
     g->rope_len = 0; /* (until the new tables are whole) */
     CUDA_CHECK(cudaMalloc(&g->d_cos, cnt * 4));
     CUDA_CHECK(cudaMalloc(&g->d_sin, cnt * 4));
-    CUDA_CHECK(cudaMemcpy(g->d_cos, m->rope_cos, cnt * 4, cudaMemcpyHostToDevice));
-    CUDA_CHECK(cudaMemcpy(g->d_sin, m->rope_sin, cnt * 4, cudaMemcpyHostToDevice));
+    /* (on the engine's stream: a blocking cudaMemcpy runs on the legacy stream, which
+     * the non-blocking g->st is not ordered after, and from pageable memory it may
+     * return before the last chunk lands) */
+    CUDA_CHECK(cudaMemcpyAsync(g->d_cos, m->rope_cos, cnt * 4, cudaMemcpyHostToDevice, g->st));
+    CUDA_CHECK(cudaMemcpyAsync(g->d_sin, m->rope_sin, cnt * 4, cudaMemcpyHostToDevice, g->st));
     g->rope_len = m->rope_len;
     return 0;
 }
@@ -817,6 +824,9 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     if (n > g->max_tok)
         return err_set("forward: %lld tokens but the CUDA engine holds %lld", (long long)n,
                        (long long)g->max_tok);
+    if (g->scratch_dirty)
+        return err_set("forward: the CUDA engine's split-K scratch could not be cleared after an earlier "
+                       "error (its sums would be added to the next results): open the engine again");
     if (kv_tp_refused(&kv->policy, g->tp) != 0) return -1;
     if (memcmp(&kv->policy, &g->pol, sizeof g->pol) != 0) { /* (a graph holds the old policy's kernels) */
         if (kv_pages_for_policy(g, kv) != 0) return -1;
@@ -1058,6 +1068,12 @@ int tp_abort_rank(CE *g, int own_rc) {
  * copy while another is still capturing or instantiating the graph that holds
  * the matching collectives can stall both (NCCL's notes on several GPUs per
  * process with CUDA graphs). */
+/* A timing event that failed: its error cleared (false, for `timed`). */
+bool untimed() {
+    (void)cudaGetLastError();
+    return false;
+}
+
 int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits,
                 pthread_barrier_t *launched = nullptr, std::atomic<bool> *launch_failed = nullptr) {
     if (p->n <= 0) return 0;
@@ -1065,11 +1081,13 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     const bool traced = trace_begin(g, p);
 #endif
     const int64_t amax = g->argmax_graph && !launched && nl_out > 0 && argmax_out ? nl_out : 0;
-    const bool timed = g->ev[0] && !launched && p->eligible && graph_fits(g, p); /* (one GPU) */
-    if (timed) cudaEventRecord(g->ev[0], g->st);
+    /* (the timing events checked: a failure, cleared, drops the timing, not the step —
+     * unchecked, it had been left for the next launch check to report) */
+    bool timed = g->ev[0] && !launched && p->eligible && graph_fits(g, p); /* (one GPU) */
+    if (timed && cudaEventRecord(g->ev[0], g->st) != cudaSuccess) timed = untimed();
     bool amax_done = false;
     const int rc = step_launch(g, p, amax, &amax_done);
-    if (timed) cudaEventRecord(g->ev[1], g->st);
+    if (timed && cudaEventRecord(g->ev[1], g->st) != cudaSuccess) timed = untimed();
     if (launched) {
         if (rc != 0) launch_failed->store(true);
         pthread_barrier_wait(launched);
@@ -1088,13 +1106,15 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     if (nl_out > 0 && logits)
         CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
                                    cudaMemcpyDeviceToHost, g->st));
-    if (timed) cudaEventRecord(g->ev[2], g->st);
+    if (timed && cudaEventRecord(g->ev[2], g->st) != cudaSuccess) timed = untimed();
     CUDA_CHECK(cudaStreamSynchronize(g->st));
     if (timed) {
         float a = 0, b = 0;
-        cudaEventElapsedTime(&a, g->ev[0], g->ev[2]);
-        cudaEventElapsedTime(&b, g->ev[0], g->ev[1]);
-        g->t_dev.push_back(a), g->t_graph.push_back(b);
+        if (cudaEventElapsedTime(&a, g->ev[0], g->ev[2]) == cudaSuccess &&
+            cudaEventElapsedTime(&b, g->ev[0], g->ev[1]) == cudaSuccess)
+            g->t_dev.push_back(a), g->t_graph.push_back(b);
+        else
+            (void)untimed();
     }
     if (ids_to != argmax_out) memcpy(argmax_out, ids_to, sizeof(int32_t) * (size_t)nl_out);
 #ifdef TERN_TRACE
@@ -1318,6 +1338,13 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     cudaDeviceProp prop;
     CUDA_CHECK(cudaGetDeviceProperties(&prop, g->gpu));
     snprintf(g->name, sizeof g->name, "%.127s", prop.name);
+    /* the kernels are built for sm_90a alone (Hopper's wgmma, TMA, clusters), which
+     * runs on compute capability 9.0 only: another GPU had opened and then failed at
+     * the first launch with "no kernel image" */
+    if (prop.major != 9 || prop.minor != 0)
+        return err_set("--device cuda: GPU %d (%s) is compute capability %d.%d; ternlab's CUDA kernels "
+                       "are built for sm_90a (compute capability 9.0: H100, H200)", g->gpu, prop.name,
+                       prop.major, prop.minor);
     CUDA_CHECK(cudaStreamCreateWithFlags(&g->st, cudaStreamNonBlocking));
     if (getenv("TERNLAB_CUDA_STEP_TIME") && strcmp(getenv("TERNLAB_CUDA_STEP_TIME"), "1") == 0)
         for (cudaEvent_t &ev : g->ev) CUDA_CHECK(cudaEventCreate(&ev));
@@ -1903,8 +1930,10 @@ int unit_scales(CE *g, DLin *d, float **keep, int64_t *stride) {
                        "supported (one scale per row or tensor; use --device cpu)",
                        (long long)d->tm.n_groups);
     if (dalloc(g, keep, (size_t)d->tm.n_scales, "tp scales") != 0) return -1;
-    CUDA_CHECK(cudaMemcpy(*keep, d->tm.d_scales, sizeof(float) * (size_t)d->tm.n_scales,
-                          cudaMemcpyDeviceToDevice));
+    /* (on g->st, ordered before the fill: a cudaMemcpy on the legacy stream was not,
+     * and the kept scales could have been the fill's ones) */
+    CUDA_CHECK(cudaMemcpyAsync(*keep, d->tm.d_scales, sizeof(float) * (size_t)d->tm.n_scales,
+                               cudaMemcpyDeviceToDevice, g->st));
     if (fwdc_fill(d->tm.d_scales, d->tm.n_scales, 3, 1.0f, 0, g->st) != 0) return -1;
     *stride = d->tm.scale_stride;
     CUDA_CHECK(cudaStreamSynchronize(g->st));

@@ -214,6 +214,12 @@ int forward(const Model *m, KvCache *kv, RunState *s, const int *tok, const int 
     const ModelConfig *c = &m->cfg;
     const int64_t H = c->hidden, hd = c->head_dim, qd = (int64_t)c->n_heads * hd,
                   kvd = (int64_t)c->n_kv_heads * hd, n_inter = c->inter;
+    /* the rows asked for (every backend gathers them: one out of range had read
+     * past the activations, on the GPU too) */
+    for (int64_t j = 0; logit_idx && j < n_logits; j++)
+        if (logit_idx[j] < 0 || logit_idx[j] >= n)
+            return err_set("forward: logit row %lld is token %lld of %lld", (long long)j, (long long)logit_idx[j],
+                           (long long)n);
     if (s->hook) return s->hook(s->hook_ctx, m, kv, s, tok, seq, pos, n, logit_idx, n_logits, logits);
     if (s->argmax_out) return err_set("forward: argmax_out needs a backend that computes it (cuda)");
     if (n > s->max_tok) return err_set("forward: %lld tokens but the run state holds %lld",
