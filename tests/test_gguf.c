@@ -14,6 +14,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #define GGUF_BF16 "data/gguf/llama-tiny-bf16"
 #define GGUF_TQ2 "data/gguf/llama-tiny-tq2_0"
@@ -907,8 +908,8 @@ TEST(gguf_quantize_records_the_stored_scale_dtype) {
     const char *dir = test_tmpdir();
     const struct {
         const char *asked, *recorded;
-    } cases[] = {{"rule=twn,group=row", "rule=twn,group=row,scale=f16,layers=all"},
-                 {"rule=absmean,group=256,scale=bf16", "rule=absmean,group=256,scale=bf16,layers=all"}};
+    } cases[] = {{"rule=twn,group=row", "rule=twn,group=row,scale=f16,act=f32,layers=all"},
+                 {"rule=absmean,group=256,scale=bf16", "rule=absmean,group=256,scale=bf16,act=f32,layers=all"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[2048], path[600], spec[256], *out = NULL;
         snprintf(path, sizeof path, "%s/s%zu.gguf", dir, i);
@@ -1066,4 +1067,99 @@ TEST(gguf_write_required_keys_without_their_sources) {
         CHECK(gguf_find_kv(&g, "tokenizer.ggml.tokens") == NULL);
         gguf_close(&g);
     }
+}
+
+/* A GGUF from quantize is exactly its recorded spec (ternlab.quant_spec), from
+ * an audit of round trips:
+ *  - linears kept int8 as stored (a ternlab checkpoint of act=int8 quantised
+ *    again without act=) are recorded act=int8: the file had said nothing, and
+ *    read back ran f32 activations (rel L2 3e-2);
+ *  - layers left as stored in another format (layers=attn over a checkpoint of
+ *    f32 row scales) are refused, as the safetensors writer does: they had
+ *    been rounded to f16 under a spec that did not describe them;
+ *  - scales that f16 holds only rounded (bf16 ones in f16's subnormal range)
+ *    are ternarised again with scale=f16 from the weights: rounding the bf16
+ *    scales to f16 had matched neither spec. */
+TEST(gguf_quantize_file_is_its_recorded_spec) {
+    const char *dir = test_tmpdir();
+    char cmd[3000], path[700], spec[256], *out = NULL;
+    /* int8 kept as stored */
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=absmean,group=256,scale=f16,act=int8 --out %s/st1 && "
+             "%s quantize --model %s/st1 --quant rule=absmax,group=256,scale=f16 --out %s/g1.gguf 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR), dir, bin_path("ternlab"), dir, dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/g1.gguf", dir);
+    file_quant_spec(path, spec, sizeof spec);
+    CHECK_MSG(strcmp(spec, "rule=absmax,group=256,scale=f16,act=int8,layers=all") == 0, "recorded '%s'", spec);
+    const int Tw = 64;
+    {
+        char st1[700];
+        snprintf(st1, sizeof st1, "%s/st1", dir);
+        ModelLoadOpts o = {.quant = "rule=absmax,group=256,scale=f16"};
+        Model a, b;
+        REQUIRE(model_load(st1, &o, &a) == 0);
+        REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        CHECK(a.layers[0].q.act_int8 && b.layers[0].q.act_int8);
+        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        CHECK(la && lb && memcmp(la, lb, sizeof(float) * (size_t)Tw * (size_t)a.cfg.vocab) == 0);
+        free(la), free(lb);
+        model_free(&a), model_free(&b);
+    }
+    /* layers left as stored in another format */
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=twn,group=row,scale=f32 --out %s/r1 && "
+             "%s quantize --model %s/r1 --quant rule=twn,group=256,scale=f16,layers=attn --out %s/h1.gguf 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR), dir, bin_path("ternlab"), dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "is ternary in another format"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/h1.gguf", dir);
+    CHECK(access(path, F_OK) != 0);
+    /* bf16 scales in f16's subnormal range */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/scaled && /usr/bin/python3 %s %s %s/scaled 0.000244140625 && "
+             "%s quantize --model %s/scaled --quant rule=twn,group=256,scale=bf16 --out %s/sc.gguf 2>&1",
+             dir, test_path("tests/tools/scale_linears.py"), test_path(LLAMA_DIR), dir, bin_path("ternlab"), dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "ternarised with scale=f16"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(path, sizeof path, "%s/sc.gguf", dir);
+    file_quant_spec(path, spec, sizeof spec);
+    CHECK_MSG(strcmp(spec, "rule=twn,group=256,scale=f16,act=f32,layers=all") == 0, "recorded '%s'", spec);
+    {
+        char sc[700];
+        snprintf(sc, sizeof sc, "%s/scaled", dir);
+        ModelLoadOpts o = {.quant = spec};
+        Model a, b;
+        REQUIRE(model_load(sc, &o, &a) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        CHECK_MSG(la && lb && memcmp(la, lb, sizeof(float) * (size_t)Tw * (size_t)a.cfg.vocab) == 0, "rel L2 %g",
+                  la && lb ? rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab) : -1.0);
+        free(la), free(lb);
+        model_free(&a), model_free(&b);
+    }
+}
+
+/* quantize's safetensors --out, checked before the model is loaded: a file
+ * there (it had failed only after quantising, "Not a directory"), and a folder
+ * holding a tokenizer.json or generation_config.json the source lacks (another
+ * model's had stayed beside the new checkpoint as if its own). */
+TEST(quantize_out_folder_checked_first) {
+    const char *dir = test_tmpdir();
+    char cmd[2000], *out = NULL;
+    snprintf(cmd, sizeof cmd, "touch %s/afile && %s quantize --model %s --quant rule=twn --out %s/afile 2>&1",
+             dir, bin_path("ternlab"), test_path(LLAMA_DIR), dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "is a file, not a folder"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/stale && cp %s/generation_config.json %s/stale/ && "
+             "%s quantize --model %s --quant rule=absmean --out %s/stale 2>&1",
+             dir, test_path(LLAMA_DIR), dir, bin_path("ternlab"), test_path(BITNET_DIR), dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "holds generation_config.json, which") && strstr(out, "does not have"),
+              "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "test -e %s/stale/model.safetensors", dir);
+    CHECK(test_run(cmd, NULL) != 0);
 }

@@ -2,6 +2,8 @@
 #ifndef TL_CLI_H
 #define TL_CLI_H
 
+#include "runtime/model.h"
+
 #include <stdint.h>
 
 typedef struct {
@@ -31,5 +33,11 @@ int cmd_verify(int argc, char **argv);
 int cmd_diff(int argc, char **argv);
 int cmd_gguf_info(const char *path);
 int cmd_quantize_gguf(const char *model, const char *quant, const char *format, const char *out);
+/* The QuantSpec a quantised model's ternary linears hold: m->quant with the
+ * activations they run (act= explicit; a linear kept int8 as stored had been
+ * recorded as f32).  -1 (err_set) where a ternary linear is in another group
+ * or scale dtype (layers left as stored), where they differ in activations,
+ * or where none is ternary. */
+int quantized_spec(const Model *m, QuantSpec *spec);
 
 #endif

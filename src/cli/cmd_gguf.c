@@ -1,5 +1,6 @@
 /* GGUF commands: `ternlab info` on a .gguf path (metadata and per-tensor
  * types) and `ternlab quantize ... --format gguf-tq2_0|gguf-tq1_0`. */
+#include "cli/cli.h"
 #include "core/dtype.h"
 #include "core/err.h"
 #include "core/mem.h"
@@ -139,25 +140,51 @@ int cmd_quantize_gguf(const char *model, const char *quant, const char *format, 
     ModelLoadOpts o = {.quant = quant};
     Model m;
     size_t l = strlen(model);
-    int rc = l >= 5 && strcmp(model + l - 5, ".gguf") == 0 ? model_load_gguf(model, &o, &m)
-                                                           : model_load(model, &o, &m);
+    const int from_gguf = l >= 5 && strcmp(model + l - 5, ".gguf") == 0;
+    int rc = from_gguf ? model_load_gguf(model, &o, &m) : model_load(model, &o, &m);
     if (rc != 0) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
-    /* TQ2_0/TQ1_0 store one f16 scale per 256-weight block.  Scales that are not
-     * f16 values (scale=f32 above all) are rounded there, so the file's
-     * ternlab.quant_spec must name the dtype it holds (f16), not the one asked
-     * for; the logits then equal those of --quant with scale=f16. */
-    int rounded = m.has_quant && m.quant.scale != DT_F16 && !tq_scales_exact_in_f16(&m);
-    if (rounded) m.quant.scale = DT_F16;
+    /* The file's ternlab.quant_spec is what its linears hold: one format for
+     * every ternary linear (layers left as stored in another one had been
+     * written rounded under a spec that did not describe them), the
+     * activations they run (int8 kept as stored had been recorded as f32).
+     * TQ2_0/TQ1_0 store one f16 scale per 256-weight block: where some scale
+     * is not an f16 value (scale=f32 above all), the model is ternarised again
+     * with scale=f16 from its weights, so that the file is exactly --quant with
+     * scale=f16 (rounding the stored scales there had given neither spec: bf16
+     * scales rounded twice, and the rows stored as floats kept theirs). */
+    int rounded = 0;
+    QuantSpec spec;
+    if (m.has_quant && quantized_spec(&m, &spec) != 0) rc = -1;
+    if (rc == 0 && m.has_quant && spec.scale != DT_F16 && !tq_scales_exact_in_f16(&m)) {
+        spec.scale = DT_F16;
+        char s16[256];
+        model_free(&m);
+        rc = quant_spec_format(&spec, s16, sizeof s16) < 0 ? -1 : 0;
+        o.quant = s16;
+        if (rc == 0) rc = from_gguf ? model_load_gguf(model, &o, &m) : model_load(model, &o, &m);
+        if (rc != 0) {
+            fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+            return 1;
+        }
+        rounded = 1;
+        if (quantized_spec(&m, &spec) != 0) rc = -1;
+    }
+    if (rc == 0 && m.has_quant) m.quant = spec;
+    if (rc != 0) {
+        fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+        model_free(&m);
+        return 1;
+    }
     rc = gguf_write_model(&m, out, tq1);
-    char spec[256] = "";
-    if (m.has_quant && quant_spec_format(&m.quant, spec, sizeof spec) < 0) spec[0] = 0;
+    char written[256] = "";
+    if (m.has_quant && quant_spec_format(&m.quant, written, sizeof written) < 0) written[0] = 0;
     if (rc != 0) fprintf(stderr, "ternlab quantize: %s\n", err_msg());
     else
-        printf("wrote %s (%s, quant %s%s)\n", out, format, spec[0] ? spec : "as loaded",
-               rounded ? "; scales rounded to f16 in the TQ blocks" : "");
+        printf("wrote %s (%s, quant %s%s)\n", out, format, written[0] ? written : "as loaded",
+               rounded ? "; ternarised with scale=f16: the TQ blocks hold f16 scales" : "");
     model_free(&m);
     return rc != 0;
 }

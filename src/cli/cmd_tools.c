@@ -85,6 +85,30 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
     return NULL;
 }
 
+int quantized_spec(const Model *m, QuantSpec *spec) {
+    int act_int8 = -1;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) {
+            const Linear *lin = lins[i];
+            if (!lin->t) continue;
+            if (lin->t->group != m->quant.group || lin->t->scale_dtype != m->quant.scale)
+                return err_set("%s is ternary in another format than --quant gives (a native ternary "
+                               "checkpoint with some layers left as stored); a ternlab checkpoint holds "
+                               "one QuantSpec: use layers=all", lin->name);
+            if (act_int8 >= 0 && act_int8 != lin->act_int8)
+                return err_set("linears differ in activation mode: give act= in --quant");
+            act_int8 = lin->act_int8;
+        }
+    }
+    if (act_int8 < 0) return err_set("--quant selected no linear to ternarise");
+    *spec = m->quant;
+    spec->act = act_int8 ? QA_INT8 : QA_F32;
+    spec->act_explicit = 1;
+    return 0;
+}
+
 /* A ternary checkpoint in safetensors: the ternary linears as U8 codes in
  * kernels/ternary_format.h's layout [out, tern_row_bytes(in)] plus F32
  * `weight_scales` (the stored, dtype-rounded values); everything else as in
@@ -92,20 +116,15 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
  * {quant_method: ternlab, spec, layout}. */
 static int quantize_safetensors(Model *m, const char *out) {
     if (mkdir(out, 0777) != 0 && errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
+    QuantSpec spec;
+    if (quantized_spec(m, &spec) != 0) return -1;
     OutTensor *ts = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(OutTensor));
-    int n = 0, rc = 0, act_int8 = -1;
+    int n = 0, rc = 0;
     for (int i = 0; i < m->st.n_tensors && rc == 0; i++) {
         const StTensor *s = &m->st.tensors[i];
         Linear *lin = find_linear(m, s->name);
         if (lin && lin->t) {
             if (strstr(s->name, ".weight_scale")) continue; /* BitNet's per-tensor scale: folded in */
-            if (lin->t->group != m->quant.group || lin->t->scale_dtype != m->quant.scale)
-                rc = err_set("%s is ternary in another format than --quant gives (a native ternary "
-                             "checkpoint with some layers left as stored); a ternlab checkpoint holds "
-                             "one QuantSpec: use layers=all", lin->name);
-            if (act_int8 >= 0 && act_int8 != lin->act_int8)
-                rc = err_set("linears differ in activation mode: give act= in --quant");
-            act_int8 = lin->act_int8;
             OutTensor *o = &ts[n++];
             snprintf(o->name, sizeof o->name, "%s.weight", lin->name);
             o->dtype = "U8";
@@ -132,7 +151,6 @@ static int quantize_safetensors(Model *m, const char *out) {
         o->nbytes = s->nbytes;
         if (!o->dtype || s->ndim > 4) rc = err_set("tensor '%s' cannot be copied", s->name);
     }
-    if (rc == 0 && act_int8 < 0) rc = err_set("--quant selected no linear to ternarise");
     char path[4200];
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/model.safetensors", out);
@@ -146,9 +164,6 @@ static int quantize_safetensors(Model *m, const char *out) {
         if (rc == 0) free(text);
         if (rc == 0 && !cfg) rc = err_set("%s: cannot re-read", path);
         if (rc == 0) {
-            QuantSpec spec = m->quant;
-            spec.act = act_int8 ? QA_INT8 : QA_F32;
-            spec.act_explicit = 1;
             char sp[256];
             quant_spec_format(&spec, sp, sizeof sp);
             cJSON_DeleteItemFromObject(cfg, "quantization_config");
@@ -216,9 +231,10 @@ int cmd_quantize(int argc, char **argv) {
                "gguf-*: a llama GGUF with TQ2_0/TQ1_0 linears that llama.cpp reads; needs\n"
                "group=256, row or tensor.  TQ blocks hold one f16 scale per 256 weights:\n"
                "identical logits when every scale is an f16 value (scale=f16, or bf16/fp8\n"
-               "scales within f16's range); other scales (scale=f32) are rounded to f16,\n"
-               "and the file's ternlab.quant_spec then says scale=f16 (its logits are\n"
-               "those of --quant with scale=f16).\n");
+               "scales within f16's range); otherwise (scale=f32) the model is ternarised\n"
+               "again with scale=f16 and the file's ternlab.quant_spec says so (its logits\n"
+               "are those of --quant with scale=f16).  Both formats record act= as the\n"
+               "linears run; a linear left ternary as stored in another format is refused.\n");
         return 0;
     }
     if (!o.model || !o.quant || !o.out) {
@@ -256,7 +272,29 @@ int cmd_quantize(int argc, char **argv) {
     }
     if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
     { /* an existing folder must hold no checkpoint: the loader prefers an old
-       * model.safetensors.index.json (and its shards) over the new file */
+       * model.safetensors.index.json (and its shards) over the new file; a file
+       * at --out had failed only after the model was quantised */
+        struct stat so;
+        if (stat(o.out, &so) == 0 && !S_ISDIR(so.st_mode)) {
+            fprintf(stderr, "ternlab quantize: --out %s is a file, not a folder (safetensors output is a "
+                            "folder; a GGUF file's name ends in .gguf)\n", o.out);
+            return 2;
+        }
+        /* a file the new checkpoint would not replace (the source has none) would stay
+         * beside it: another model's tokenizer.json had outlived the write */
+        static const char *const extra[] = {"tokenizer.json", "generation_config.json"};
+        for (int i = 0; i < 2; i++) {
+            char po[PATH_MAX + 64], pm[PATH_MAX + 64];
+            struct stat se;
+            snprintf(po, sizeof po, "%s/%s", o.out, extra[i]);
+            snprintf(pm, sizeof pm, "%s/%s", o.model, extra[i]);
+            if (stat(po, &se) == 0 && stat(pm, &se) != 0) {
+                fprintf(stderr, "ternlab quantize: --out %s holds %s, which %s does not have: it would stay "
+                                "beside the new checkpoint as if it were its own; give a new or empty folder\n",
+                        o.out, extra[i], o.model);
+                return 2;
+            }
+        }
         char held[512];
         int r = out_holds_checkpoint(o.out, held, sizeof held);
         if (r != 0) {
