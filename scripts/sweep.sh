@@ -148,6 +148,8 @@ for i in "${!overrides[@]}"; do
 done
 
 cd "$root"
+# (tee -p, GNU coreutils 8.24 and later: log() and the run's output use it)
+tee -p </dev/null >/dev/null 2>&1 || die "this tee has no -p (GNU coreutils 8.24 or later is needed)"
 [ -n "$config" ] || config=$root/configs/$exp.conf
 [ -f "$config" ] || die "no config $config (experiments: $(ls configs 2>/dev/null | sed 's/\.conf$//' | tr '\n' ' '))"
 

@@ -13,7 +13,8 @@
 #    which the experiment programs record as the root attribute sweep_point,
 #    and a finished OUT with another sweep_point (a sweep's run of other
 #    settings) is moved into misplaced/ and the point runs; one without it (a
-#    program run by hand) counts as the point's.
+#    program run by hand) counts as the point's where the --expect checks
+#    (experiment, value, the model folder's name) pass.
 #  - SIGTERM/SIGINT/SIGHUP stop COMMAND and remove its temporary file, so a
 #    killed sweep leaves no half-written file (a SIGKILLed one may leave a
 #    temporary; the next sweep removes it).

@@ -271,6 +271,27 @@ TEST(loader_config_transformers_defaults) {
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
                         "\"quantization_config\":{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":\"lm_head\"}",
                         "must be a list of names");
+    /* entries naming one layer: refused where that layer exists (by its index, or
+     * an index that ends in it), taken where it does not; and the layers are not
+     * enumerated (num_hidden_layers 1e9 with lm_head kept had been 7e9 names) */
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":"
+                        "[\"layers.3.mlp.down_proj\"]}", "keeps model.layers.3.mlp.down_proj dense");
+    expect_config_error("\"num_hidden_layers\":4", "\"num_hidden_layers\":20,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":"
+                        "[\"3.self_attn.o\"]}", "keeps model.layers.3.self_attn.o_proj dense");
+    snprintf(buf, sizeof buf, "%.*s,\"quantization_config\":{\"quant_method\":\"bitnet\","
+             "\"modules_to_not_convert\":[\"lm_head\",\"layers.7.mlp\",\"layers.03.mlp\"]}}",
+             (int)strlen(good_config) - 1, good_config);
+    CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg());
+    {
+        const char *nl = strstr(good_config, "\"num_hidden_layers\":4");
+        REQUIRE(nl);
+        snprintf(buf, sizeof buf, "%.*s\"num_hidden_layers\":999999999%.*s,\"quantization_config\":"
+                 "{\"quant_method\":\"bitnet\",\"modules_to_not_convert\":[\"lm_head\"]}}",
+                 (int)(nl - good_config), good_config, (int)strlen(nl + 21) - 1, nl + 21);
+        CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.n_layers == 999999999, "%s: %s", buf, err_msg());
+    }
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
                         "\"quantization_config\":{\"quant_method\":\"bitnet\",\"linear_class\":\"ternlinear\"}",
                         "linear_class 'ternlinear' is not supported");
@@ -657,8 +678,8 @@ TEST(loader_refuses_layers_beyond_the_checkpoint) {
 }
 
 /* quantize --out into a folder that already holds a checkpoint is refused
- * (the loader would prefer an old index and shards over the new file); a new
- * or empty folder is fine. */
+ * (the new file would sit beside an old index and shards); a new or empty
+ * folder is fine. */
 TEST(loader_quantize_refuses_used_out_folder) {
     const char *d = test_tmpdir();
     const char *olds[] = {"model.safetensors.index.json", "model-00001-of-00002.safetensors"};

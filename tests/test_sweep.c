@@ -1077,7 +1077,9 @@ TEST(verify_and_tables_survive_a_file_that_crashes_hdf5) {
     const char *bad = test_path("tests/data/run-damaged-global-heap.h5");
     snprintf(cmd, sizeof cmd, "'%s' verify '%s' 2>&1", bin_path("ternlab"), bad);
     int rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 1 && out && strstr(out, "ternlab verify: "), "verify (rc %d):\n%s", rc, out);
+    /* (Debian's libhdf5 crashes on this file: tests/data/README.md) */
+    CHECK_MSG(rc == 1 && out && strstr(out, "damaged: reading it crashed the HDF5 library"), "verify (rc %d):\n%s",
+              rc, out);
     free(out);
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && cd '%s' && /usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value a --out "
@@ -1086,7 +1088,8 @@ TEST(verify_and_tables_survive_a_file_that_crashes_hdf5) {
              "cat '%s/tables/exp-fake.md'",
              out_dir, test_path(""), out_dir, bad, out_dir, dir, conf, dir, res, dir, dir, dir);
     rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "m1__b.h5") && strstr(out, "| m1 | a | 1.500"), "tables (rc %d):\n%s", rc, out);
+    CHECK_MSG(rc == 0 && strstr(out, "m1__b.h5: damaged: reading it crashed the HDF5 library") &&
+                  strstr(out, "| m1 | a | 1.500"), "tables (rc %d):\n%s", rc, out);
     free(out);
 }
 

@@ -219,8 +219,10 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
         const int64_t k0 = n < BENCH_CHECK_TOKENS ? n : BENCH_CHECK_TOKENS;
         r->ref_err_f32 = NAN; /* (a row never checked stays NaN) */
         if (tern_check_twins(&tm, w, x, xq, sx, y, yi, 0, k0, BENCH_F32_TOL, &r->ref_err_f32) != 0 ||
-            (n > k0 && tern_check_twins(&tm, w, x, xq, sx, y, yi, n - 1, 1, BENCH_F32_TOL, &r->ref_err_f32) != 0))
+            (n > k0 && tern_check_twins(&tm, w, x, xq, sx, y, yi, n - 1, 1, BENCH_F32_TOL, &r->ref_err_f32) != 0)) {
+            err_prefix("n=%lld: ", (long long)n);
             goto done;
+        }
         if (n == 1) { /* decode: the int8 GEMV alone, calls back to back (codes L3-resident,
                        * its threads awake, as in a decode loop), after a warm-up */
             double ts[BENCH_MAX_REPS];

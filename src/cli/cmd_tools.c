@@ -271,9 +271,10 @@ int cmd_quantize(int argc, char **argv) {
         }
     }
     if (strncmp(fmt, "gguf-", 5) == 0) return cmd_quantize_gguf(o.model, o.quant, fmt, o.out);
-    { /* an existing folder must hold no checkpoint: the loader prefers an old
-       * model.safetensors.index.json (and its shards) over the new file; a file
-       * at --out had failed only after the model was quantised */
+    { /* an existing folder must hold no checkpoint: the new model.safetensors would sit
+       * beside another checkpoint's files (an index and its shards, which tools that
+       * prefer them would read); a file at --out had failed only after the model was
+       * quantised */
         struct stat so;
         if (stat(o.out, &so) == 0 && !S_ISDIR(so.st_mode)) {
             fprintf(stderr, "ternlab quantize: --out %s is a file, not a folder (safetensors output is a "
@@ -301,8 +302,7 @@ int cmd_quantize(int argc, char **argv) {
             if (r < 0) fprintf(stderr, "ternlab quantize: %s\n", err_msg());
             else
                 fprintf(stderr, "ternlab quantize: --out %s already holds %s: the new checkpoint would "
-                                "be mixed with an old one (the loader prefers an index and its shards); "
-                                "give a new or empty folder\n", o.out, held);
+                                "be mixed with an old one's files; give a new or empty folder\n", o.out, held);
             return 2;
         }
     }
@@ -453,15 +453,20 @@ int cmd_verify(int argc, char **argv) {
             fprintf(stderr, "ternlab verify: %s: waiting for its check failed (%s)\n", argv[i], strerror(errno));
             r = 1;
         } else if (WIFSIGNALED(st)) {
-            fprintf(stderr, "ternlab verify: %s: damaged: reading it crashed the HDF5 library (signal %d, %s)\n",
-                    argv[i], WTERMSIG(st), strsignal(WTERMSIG(st)));
+            const int sg = WTERMSIG(st);
+            if (sg == SIGSEGV || sg == SIGBUS || sg == SIGABRT || sg == SIGFPE || sg == SIGILL)
+                fprintf(stderr, "ternlab verify: %s: damaged: reading it crashed the HDF5 library (signal %d, %s)\n",
+                        argv[i], sg, strsignal(sg));
+            else
+                fprintf(stderr, "ternlab verify: %s: its check was killed (signal %d, %s)\n", argv[i], sg,
+                        strsignal(sg));
             r = 1;
         } else {
             r = WEXITSTATUS(st);
         }
-        if (r == 1) bad = 1;
-        else if (r == 4) wrong = 1;
+        if (r == 4) wrong = 1;
         else if (r == 3) other = 1;
+        else if (r != 0) bad = 1; /* (1, or the check's own failure: out of memory exits 2) */
     }
     return bad ? 1 : wrong ? 4 : other ? 3 : 0;
 }

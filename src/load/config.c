@@ -35,7 +35,13 @@ static int get_num(const cJSON *j, const char *key, double *out, const char *pat
  * module dense when an entry is a substring of its name.  Only modules outside
  * the decoder layers (lm_head, the default) may be kept: a layer linear kept
  * dense among ternary ones is not supported, and refused rather than read as
- * ternary.  0, or -1 with err_set. */
+ * ternary.  The names "model.layers.L.<linear>" hold one run of digits, L's:
+ * an entry with no digits matches some layer's name iff it matches layer 0's;
+ * one with a run D matches only where D is within L, and the smallest such L
+ * is D or 1D (a leading zero) — so those few layers are tried, not every one
+ * of num_hidden_layers (which the config may overstate by orders of
+ * magnitude: it is checked against the tensors later).  0, or -1 with
+ * err_set. */
 static int not_converted(const cJSON *qcfg, int n_layers, const char *path) {
     static const char *const lins[] = {"self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj",
                                        "self_attn.o_proj", "mlp.gate_proj",    "mlp.up_proj",
@@ -48,16 +54,29 @@ static int not_converted(const cJSON *qcfg, int n_layers, const char *path) {
     cJSON_ArrayForEach(e, mods) {
         if (!cJSON_IsString(e))
             return err_set("%s: quantization_config.modules_to_not_convert must be a list of names", path);
-        char name[96];
-        for (int l = 0; l < n_layers; l++)
+        int64_t cand[2] = {0, -1};
+        const char *d = strpbrk(e->valuestring, "0123456789");
+        if (d) {
+            const size_t dl = strspn(d, "0123456789");
+            if (dl > 10) continue; /* (more digits than any layer index has) */
+            char num[16];
+            snprintf(num, sizeof num, "%.*s", (int)dl, d);
+            cand[0] = strtoll(num, NULL, 10);
+            snprintf(num, sizeof num, "1%.*s", (int)dl, d);
+            cand[1] = strtoll(num, NULL, 10);
+        }
+        for (int c = 0; c < 2; c++) {
+            if (cand[c] < 0 || cand[c] >= n_layers) continue;
+            char name[96];
             for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) {
-                snprintf(name, sizeof name, "model.layers.%d.%s", l, lins[i]);
+                snprintf(name, sizeof name, "model.layers.%lld.%s", (long long)cand[c], lins[i]);
                 if (strstr(name, e->valuestring))
                     return err_set("%s: quantization_config.modules_to_not_convert entry '%s' keeps %s "
                                    "dense: dense linears among ternary ones are not supported (only "
                                    "modules outside the layers, such as lm_head)", path,
                                    e->valuestring, name);
             }
+        }
     }
     return 0;
 }

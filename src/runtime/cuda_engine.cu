@@ -1636,6 +1636,11 @@ int upload_model(CE *g, const Model *m) {
             return -1;
         if (dlin_upload(g, &S->o, &D.o) != 0 || dlin_upload(g, &S->down, &D.down) != 0) return -1;
     }
+    /* the weights went up with blocking cudaMemcpy calls on the legacy stream, which
+     * the engine's non-blocking stream is not ordered after (and from pageable memory
+     * such a copy may return before it lands): wait for them before anything on g->st
+     * reads them (unit_scales' saved copy, the first step) */
+    CUDA_CHECK(cudaDeviceSynchronize());
     return 0;
 }
 

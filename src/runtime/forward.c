@@ -78,7 +78,9 @@ int fwd_prepare_tokens(const Model *m, KvCache *kv, const int *tok, const int *s
         mp = max64(mp, pos[i]);
     }
     /* all or nothing: out of blocks, the sequences give back what this call took
-     * (a scheduler that preempts and retries had found the pool emptied) */
+     * (a scheduler that preempts and retries had found the pool emptied).  A
+     * later failure of the call (a GPU table or RoPE growth) leaves its blocks
+     * with their sequences, returned when they are freed. */
     int *held = xmalloc(sizeof(int) * (size_t)(kv->n_seqs > 0 ? kv->n_seqs : 1));
     for (int s = 0; s < kv->n_seqs; s++) held[s] = kv->seqs[s].n_blocks;
     int rc = 0;
