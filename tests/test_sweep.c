@@ -29,6 +29,17 @@
 
 #define FAKE_CMD "/usr/bin/python3 tests/tools/fake_exp.py --model {model} --value {value} --out {out}"
 
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_ASAN_BUILD 1
+#endif
+#endif
+#ifndef TL_ASAN_BUILD
+#define TL_ASAN_BUILD 0
+#endif
+
 static const char *const POINTS6[] = {"m1__a.h5", "m1__b.h5", "m1__c.h5",
                                       "m2__a.h5", "m2__b.h5", "m2__c.h5", NULL};
 
@@ -1075,12 +1086,19 @@ TEST(verify_and_tables_survive_a_file_that_crashes_hdf5) {
     char conf[600], res[600], out_dir[700], cmd[6000], *out = NULL;
     fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     const char *bad = test_path("tests/data/run-damaged-global-heap.h5");
+    int rc;
+#if TL_ASAN_BUILD
+    /* (in an AddressSanitizer build the sanitizer stops the check at libhdf5's own
+     * overlapping copy, before the crash, and files that as a report against the
+     * run: verify is checked in the plain build) */
+#else
     snprintf(cmd, sizeof cmd, "'%s' verify '%s' 2>&1", bin_path("ternlab"), bad);
-    int rc = test_run(cmd, &out);
+    rc = test_run(cmd, &out);
     /* (Debian's libhdf5 crashes on this file: tests/data/README.md) */
     CHECK_MSG(rc == 1 && out && strstr(out, "damaged: reading it crashed the HDF5 library"), "verify (rc %d):\n%s",
               rc, out);
     free(out);
+#endif
     snprintf(cmd, sizeof cmd,
              "mkdir -p '%s' && cd '%s' && /usr/bin/python3 tests/tools/fake_exp.py --model data/m1 --value a --out "
              "'%s/m1__a.h5' && cp '%s' '%s/m1__b.h5' && mkdir -p '%s/configs' && cp '%s' '%s/configs/exp-fake.conf' && "
