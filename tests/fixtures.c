@@ -106,6 +106,19 @@ float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b) {
     return c.dst;
 }
 
+float *fixture_model_logits(Model *m, int T, int64_t nw) {
+    Engine e;
+    EngineOpts eo = fixture_backend;
+    eo.max_tok = T * nw, eo.block_size = 16, eo.n_blocks = nw * ((T + 15) / 16);
+    if (engine_open(&e, m, &eo) != 0) {
+        fprintf(stderr, "    %s\n", err_msg());
+        return NULL;
+    }
+    float *l = fixture_window_logits(&e, T, 0, nw);
+    engine_free(&e);
+    return l;
+}
+
 int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
                    int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info) {
     const int32_t *prompts[8];

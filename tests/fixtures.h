@@ -47,6 +47,9 @@ int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_
 const char *bin_path(const char *prog);
 /* Logits of windows [a, b) of the test tokens: ((b-a)*T, vocab), heap. */
 float *fixture_window_logits(Engine *e, int T, int64_t a, int64_t b);
+/* The logits of windows [0, nw) of T tokens of the token file under model m,
+ * through a fixture_backend engine opened for them (NULL on an error, printed). */
+float *fixture_model_logits(Model *m, int T, int64_t nw);
 /* The n values of the HDF5 dataset at path in file as doubles into v: 0, or
  * -1 where it is absent or holds another count (v then all NaN). */
 int h5_read_f64s(const char *file, const char *path, double *v, int64_t n);

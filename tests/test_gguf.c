@@ -705,15 +705,6 @@ TEST(gguf_refuses_block_count_beyond_the_file) {
 
 /* ---- write -> read round trips ----------------------------------------------- */
 
-static float *window0_logits(Model *m, int Tw) {
-    Engine e;
-    EngineOpts eo = {.max_tok = Tw, .block_size = 16, .n_blocks = (Tw + 15) / 16};
-    if (engine_init(&e, m, &eo) != 0) return NULL;
-    float *l = fixture_window_logits(&e, Tw, 0, 1);
-    engine_free(&e);
-    return l;
-}
-
 static void roundtrip(const char *spec, int tq1, double tol) {
     ModelLoadOpts o = {.quant = spec};
     Model a, b;
@@ -733,7 +724,7 @@ static void roundtrip(const char *spec, int tq1, double tol) {
         return;
     }
     const int Tw = 64;
-    float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+    float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
     REQUIRE(la && lb);
     double r = rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab);
     printf("    %s as %s: logits rel L2 %.3g vs the in-memory model\n", spec,
@@ -827,8 +818,8 @@ TEST(gguf_write_read_rows_not_whole_tq_blocks) {
         CHECK_MSG(spec1[0] && strcmp(spec1, spec2) == 0, "%s: spec '%s' written, '%s' re-written",
                   specs[s], spec1, spec2);
         const int Tw = 64;
-        float *xa = window0_logits(&a, Tw), *xb = window0_logits(&b, Tw);
-        float *xc = rc == 0 ? window0_logits(&c, Tw) : NULL;
+        float *xa = fixture_model_logits(&a, Tw, 1), *xb = fixture_model_logits(&b, Tw, 1);
+        float *xc = rc == 0 ? fixture_model_logits(&c, Tw, 1) : NULL;
         CHECK(xa && xb && xc);
         if (xa && xb) {
             double r = rel_l2(xb, xa, (int64_t)Tw * a.cfg.vocab);
@@ -931,7 +922,7 @@ TEST(gguf_quantize_records_the_stored_scale_dtype) {
             continue;
         }
         const int Tw = 64;
-        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
         CHECK(la && lb);
         if (la && lb) {
             double r = rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab);
@@ -1102,7 +1093,7 @@ TEST(gguf_quantize_file_is_its_recorded_spec) {
         REQUIRE(model_load(st1, &o, &a) == 0);
         REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
         CHECK(a.layers[0].q.act_int8 && b.layers[0].q.act_int8);
-        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
         CHECK(la && lb && memcmp(la, lb, sizeof(float) * (size_t)Tw * (size_t)a.cfg.vocab) == 0);
         free(la), free(lb);
         model_free(&a), model_free(&b);
@@ -1133,7 +1124,7 @@ TEST(gguf_quantize_file_is_its_recorded_spec) {
         Model a, b;
         REQUIRE(model_load(sc, &o, &a) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
         REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
-        float *la = window0_logits(&a, Tw), *lb = window0_logits(&b, Tw);
+        float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
         CHECK_MSG(la && lb && memcmp(la, lb, sizeof(float) * (size_t)Tw * (size_t)a.cfg.vocab) == 0, "rel L2 %g",
                   la && lb ? rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab) : -1.0);
         free(la), free(lb);

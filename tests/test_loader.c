@@ -909,20 +909,6 @@ static const Linear *layer_linear(const Layer *L, int j) {
     return lins[j];
 }
 
-/* The logits of windows 0..1 of 64 tokens of model m (a CPU engine), or NULL. */
-static float *model_logits(Model *m) {
-    Engine e;
-    EngineOpts eo = fixture_backend;
-    eo.max_tok = 128, eo.block_size = 16, eo.n_blocks = 8;
-    if (engine_open(&e, m, &eo) != 0) {
-        fprintf(stderr, "    %s\n", err_msg());
-        return NULL;
-    }
-    float *l = fixture_window_logits(&e, 64, 0, 2);
-    engine_free(&e);
-    return l;
-}
-
 /* Sets config.json of dir to SRC's with quantization_config qc (JSON text; NULL: none). */
 static int set_quant_config(const char *dir, const char *src, const char *qc) {
     char path[700], *text = NULL;
@@ -959,7 +945,7 @@ TEST(loader_llama_bitnet_linears) {
     Model pt;
     ModelLoadOpts qo = {.quant = spec};
     REQUIRE(model_load(test_path(LLAMA_DIR), &qo, &pt) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
-    float *want = model_logits(&pt);
+    float *want = fixture_model_logits(&pt, 64, 2);
     REQUIRE(want);
     const int64_t nlog = 2 * 64 * (int64_t)pt.cfg.vocab;
     const int nl = 7 * pt.cfg.n_layers;
@@ -1023,7 +1009,7 @@ TEST(loader_llama_bitnet_linears) {
                           "%s %s: %lld codes differ, scale %.9g against %.9g", forms[f][1], a->name,
                           (long long)diff, (double)sa, (double)sb);
             }
-        float *got = model_logits(&m);
+        float *got = fixture_model_logits(&m, 64, 2);
         if (got) {
             const double e = rel_l2(got, want, nlog);
             if (f == 1) CHECK_MSG(memcmp(got, want, sizeof(float) * (size_t)nlog) == 0, "autobitlinear: rel L2 %g", e);
@@ -1051,12 +1037,12 @@ TEST(loader_llama_bitnet_linears) {
         CHECK_MSG(rc == 0, "online: %s", err_msg());
         if (rc == 0) {
             CHECK(m.native_ternary && m.layers[0].q.t && m.layers[0].q.act_int8);
-            got = model_logits(&m);
+            got = fixture_model_logits(&m, 64, 2);
             model_free(&m);
         }
         REQUIRE(set_quant_config(d2, test_path(LLAMA_DIR), NULL) == 0);
         REQUIRE(model_load(d2, &qo, &p) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
-        ref = model_logits(&p);
+        ref = fixture_model_logits(&p, 64, 2);
         model_free(&p);
         CHECK(got && ref && memcmp(got, ref, sizeof(float) * (size_t)nlog) == 0);
         free(got), free(ref);

@@ -137,42 +137,41 @@ int cmd_quantize_gguf(const char *model, const char *quant, const char *format, 
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
-    ModelLoadOpts o = {.quant = quant};
-    Model m;
-    size_t l = strlen(model);
-    const int from_gguf = l >= 5 && strcmp(model + l - 5, ".gguf") == 0;
-    int rc = from_gguf ? model_load_gguf(model, &o, &m) : model_load(model, &o, &m);
-    if (rc != 0) {
-        fprintf(stderr, "ternlab quantize: %s\n", err_msg());
-        return 1;
-    }
     /* The file's ternlab.quant_spec is what its linears hold: one format for
      * every ternary linear (layers left as stored in another one had been
      * written rounded under a spec that did not describe them), the
      * activations they run (int8 kept as stored had been recorded as f32).
      * TQ2_0/TQ1_0 store one f16 scale per 256-weight block: where some scale
-     * is not an f16 value (scale=f32 above all), the model is ternarised again
-     * with scale=f16 from its weights, so that the file is exactly --quant with
-     * scale=f16 (rounding the stored scales there had given neither spec: bf16
-     * scales rounded twice, and the rows stored as floats kept theirs). */
-    int rounded = 0;
-    QuantSpec spec;
-    if (m.has_quant && quantized_spec(&m, &spec) != 0) rc = -1;
-    if (rc == 0 && m.has_quant && spec.scale != DT_F16 && !tq_scales_exact_in_f16(&m)) {
-        spec.scale = DT_F16;
-        char s16[256];
-        model_free(&m);
-        rc = quant_spec_format(&spec, s16, sizeof s16) < 0 ? -1 : 0;
-        o.quant = s16;
-        if (rc == 0) rc = from_gguf ? model_load_gguf(model, &o, &m) : model_load(model, &o, &m);
-        if (rc != 0) {
+     * is not an f16 value (scale=f32 above all), the model is loaded again,
+     * ternarised with scale=f16 from its weights, so that the file is exactly
+     * --quant with scale=f16 (rounding the stored scales there had given
+     * neither spec: bf16 scales rounded twice, and the rows stored as floats
+     * kept theirs).  (model_load reads a .gguf source too.) */
+    ModelLoadOpts o = {.quant = quant};
+    Model m;
+    char s16[256];
+    int rounded = 0, rc;
+    for (;;) {
+        if (model_load(model, &o, &m) != 0) {
             fprintf(stderr, "ternlab quantize: %s\n", err_msg());
             return 1;
         }
-        rounded = 1;
-        if (quantized_spec(&m, &spec) != 0) rc = -1;
+        QuantSpec spec;
+        rc = m.has_quant ? quantized_spec(&m, &spec) : 0;
+        if (rc == 0 && m.has_quant && !rounded && spec.scale != DT_F16 && !tq_scales_exact_in_f16(&m)) {
+            spec.scale = DT_F16;
+            model_free(&m);
+            if (quant_spec_format(&spec, s16, sizeof s16) < 0) {
+                fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+                return 1;
+            }
+            o.quant = s16;
+            rounded = 1;
+            continue;
+        }
+        if (rc == 0 && m.has_quant) m.quant = spec;
+        break;
     }
-    if (rc == 0 && m.has_quant) m.quant = spec;
     if (rc != 0) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         model_free(&m);

@@ -85,6 +85,11 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
     return NULL;
 }
 
+/* The source folder's files a safetensors output gets copied beside its
+ * checkpoint (where the source has them). */
+static const char *const copied_files[] = {"tokenizer.json", "generation_config.json"};
+#define N_COPIED ((int)(sizeof copied_files / sizeof copied_files[0]))
+
 int quantized_spec(const Model *m, QuantSpec *spec) {
     int act_int8 = -1;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -178,14 +183,13 @@ static int quantize_safetensors(Model *m, const char *out) {
             cJSON_Delete(cfg);
         }
     }
-    const char *extra[] = {"tokenizer.json", "generation_config.json"};
-    for (int i = 0; i < 2 && rc == 0; i++) {
+    for (int i = 0; i < N_COPIED && rc == 0; i++) {
         char *text;
-        snprintf(path, sizeof path, "%s/%s", m->path, extra[i]);
+        snprintf(path, sizeof path, "%s/%s", m->path, copied_files[i]);
         struct stat st;
         if (stat(path, &st) != 0) continue;
         if (file_read_all(path, &text, NULL) != 0) continue;
-        snprintf(path, sizeof path, "%s/%s", out, extra[i]);
+        snprintf(path, sizeof path, "%s/%s", out, copied_files[i]);
         rc = write_text(path, text);
         free(text);
     }
@@ -283,16 +287,15 @@ int cmd_quantize(int argc, char **argv) {
         }
         /* a file the new checkpoint would not replace (the source has none) would stay
          * beside it: another model's tokenizer.json had outlived the write */
-        static const char *const extra[] = {"tokenizer.json", "generation_config.json"};
-        for (int i = 0; i < 2; i++) {
+        for (int i = 0; i < N_COPIED; i++) {
             char po[PATH_MAX + 64], pm[PATH_MAX + 64];
             struct stat se;
-            snprintf(po, sizeof po, "%s/%s", o.out, extra[i]);
-            snprintf(pm, sizeof pm, "%s/%s", o.model, extra[i]);
+            snprintf(po, sizeof po, "%s/%s", o.out, copied_files[i]);
+            snprintf(pm, sizeof pm, "%s/%s", o.model, copied_files[i]);
             if (stat(po, &se) == 0 && stat(pm, &se) != 0) {
                 fprintf(stderr, "ternlab quantize: --out %s holds %s, which %s does not have: it would stay "
                                 "beside the new checkpoint as if it were its own; give a new or empty folder\n",
-                        o.out, extra[i], o.model);
+                        o.out, copied_files[i], o.model);
                 return 2;
             }
         }

@@ -107,12 +107,7 @@ static int cmp_str(const void *a, const void *b) { return strcmp(*(char *const *
  * sorted by name).  *names (heap, n strings, file names without the folder;
  * free each and the array) on 0; -1 (err_set) where the index cannot be read. */
 static int model_files(const char *dir, char ***names, int *n) {
-    char p[4096];
-    struct stat st;
-    snprintf(p, sizeof p, "%s/model.safetensors", dir);
-    const int single = stat(p, &st) == 0;
-    snprintf(p, sizeof p, "%s/model.safetensors.index.json", dir);
-    const int sharded = !single && stat(p, &st) == 0;
+    const int sharded = st_dir_files(dir, NULL);
     char **shards = NULL;
     int ns = 0;
     if (sharded && st_index_shards(dir, &shards, &ns) != 0) return -1;

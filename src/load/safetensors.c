@@ -281,24 +281,29 @@ int st_index_shards(const char *dir, char ***names, int *n) {
     return 0;
 }
 
+int st_dir_files(const char *dir, int *index_beside) {
+    char path[4096];
+    struct stat sb;
+    snprintf(path, sizeof path, "%s/model.safetensors", dir);
+    const int single = stat(path, &sb) == 0;
+    snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
+    const int index = stat(path, &sb) == 0;
+    if (index_beside) *index_beside = single && index;
+    return !single && index;
+}
+
 int st_open_dir(const char *dir, SafeTensors *st) {
     char path[4096];
     memset(st, 0, sizeof *st);
-    struct stat sb; /* (index_read refuses one that is not a regular file, or unreadable) */
-    /* the single file first, as transformers looks for it first (a stale one
-     * beside shards had been ignored here and used there) */
-    snprintf(path, sizeof path, "%s/model.safetensors", dir);
-    if (stat(path, &sb) == 0) {
-        int rc = st_open_file(path, st);
-        snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-        st->index_ignored = rc == 0 && stat(path, &sb) == 0;
+    int beside;
+    if (!st_dir_files(dir, &beside)) { /* (a missing file is named by st_open_file) */
+        snprintf(path, sizeof path, "%s/model.safetensors", dir);
+        const int rc = st_open_file(path, st);
+        st->index_ignored = rc == 0 && beside;
         return rc;
     }
+    /* (index_read refuses one that is not a regular file, or unreadable) */
     snprintf(path, sizeof path, "%s/model.safetensors.index.json", dir);
-    if (stat(path, &sb) != 0) {
-        snprintf(path, sizeof path, "%s/model.safetensors", dir);
-        return st_open_file(path, st); /* (names the missing file) */
-    }
     cJSON *root;
     const cJSON *wm;
     if (index_read(path, &root, &wm) != 0) return -1;

@@ -40,6 +40,11 @@ int st_open_file(const char *path, SafeTensors *st);
  * model.safetensors.index.json (every shard it names, every tensor in the file
  * the index says). */
 int st_open_dir(const char *dir, SafeTensors *st);
+/* Which files st_open_dir reads from dir: 1 the index and its shards (no
+ * model.safetensors there), 0 model.safetensors (transformers' order: it is
+ * looked for first); *index_beside (may be NULL) 1 where an index lies beside
+ * a model.safetensors and is not read. */
+int st_dir_files(const char *dir, int *index_beside);
 /* The distinct shard file names (in `dir`) that dir's model.safetensors.index.json
  * names, in order of first mention, checked as st_open_dir checks them: *names
  * (n strings; free each and the array) on 0, -1 with err_set. */
