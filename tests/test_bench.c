@@ -20,10 +20,11 @@ TEST(bench_quick_writes_every_column) {
     int rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
     /* the decode rows print the back-to-back int8 timing */
-    CHECK_MSG(out && strstr(out, "int8 alone, back to back:"), "%s", out);
+    CHECK_MSG(out && strstr(out, "int8 alone, back to back:") && strstr(out, "sgemv alone:"), "%s", out);
     free(out);
     const char *need[] = {"/bench/rows", "/bench/cols", "/bench/n", "/bench/tern_f32_ms",
                           "/bench/tern_i8_ms", "/bench/blas_f32_ms", "/bench/tern_i8_warm_ms",
+                          "/bench/blas_f32_warm_ms", "/bench/speedup_i8_warm_vs_blas_warm",
                           "/bench/speedup_f32_vs_blas", "/bench/speedup_i8_vs_blas",
                           "/bench/tern_f32_frac_mem_bw", "/bench/tern_i8_frac_mem_bw", "/bench/blas_f32_frac_mem_bw",
                           "/bench/tern_f32_ref_err", "/bench/tern_f32_vs_blas_max_rel_diff", "/bench/reps", NULL};
@@ -45,6 +46,19 @@ TEST(bench_quick_writes_every_column) {
         CHECK_MSG(fabs(frac[i] - gbs[i] / bw) <= 1e-12 * frac[i], "row %lld: frac %g, gbs / bw %g", (long long)i,
                   frac[i], gbs[i] / bw);
         CHECK_MSG(err[i] <= 1e-5 && reps[i] >= 3, "row %lld: ref err %g, reps %g", (long long)i, err[i], reps[i]);
+    }
+    /* decode rows time int8 and sgemv alone, back to back, and give their ratio; other rows 0 */
+    double n_[64], i8w[64], blw[64], spw[64];
+    CHECK(h5_read_f64s(path, "/bench/n", n_, nr) == 0 && h5_read_f64s(path, "/bench/tern_i8_warm_ms", i8w, nr) == 0 &&
+          h5_read_f64s(path, "/bench/blas_f32_warm_ms", blw, nr) == 0 &&
+          h5_read_f64s(path, "/bench/speedup_i8_warm_vs_blas_warm", spw, nr) == 0);
+    for (int64_t i = 0; i < nr; i++) {
+        if (n_[i] == 1)
+            CHECK_MSG(i8w[i] > 0 && blw[i] > 0 && fabs(spw[i] - blw[i] / i8w[i]) <= 1e-12 * spw[i],
+                      "row %lld: int8 alone %g ms, sgemv alone %g ms, ratio %g", (long long)i, i8w[i], blw[i], spw[i]);
+        else
+            CHECK_MSG(i8w[i] == 0 && blw[i] == 0 && spw[i] == 0, "row %lld (n %g): %g %g %g", (long long)i, n_[i],
+                      i8w[i], blw[i], spw[i]);
     }
     /* a place the file cannot be written fails before the benchmark runs (it had run it all first) */
     snprintf(cmd, sizeof cmd, "%s bench --quick --out /proc/nope.h5 2>&1", bin_path("ternlab"));

@@ -25,7 +25,11 @@
  * Decode rows (n = 1) also time the int8 GEMV alone, 101 calls back to back after
  * three warm-ups (codes L3-resident and its threads awake, as in a decode loop
  * — the condition the CPU target is stated for): "int8 alone" line,
- * /bench/tern_i8_warm_ms (0 for n > 1).
+ * /bench/tern_i8_warm_ms (0 for n > 1); sgemv is timed alone the same way
+ * (/bench/blas_f32_warm_ms, and the ratio speedup_i8_warm_vs_blas_warm), so
+ * that the back-to-back int8 time has a baseline measured as it was: in the
+ * interleaved rounds each call also pays for waking threads the other two
+ * let sleep, which at the fixture shapes is most of a call.
  * Output: a table on stdout; with --out FILE.h5 the same numbers in HDF5
  * (src/log/h5log.h: written to a temporary name, renamed when complete). */
 #include "cli/cli.h"
@@ -55,6 +59,7 @@ typedef struct {
     int64_t rows, cols, n;
     double ms[3], gflops[3], gbs[3]; /* tern_f32, tern_i8, blas_f32 */
     double ms_i8_warm;               /* n = 1: tern_i8 alone, back to back (0 otherwise) */
+    double ms_blas_warm;             /* n = 1: sgemv alone, back to back (0 otherwise) */
     double max_rel_diff;             /* tern_f32 vs blas, max |d| / max |y| */
     double ref_err_f32;              /* tern_f32 vs tern_matmul_f32_ref, max |d| / sum|s q x| */
     int reps;                        /* timed rounds of each call */
@@ -156,6 +161,22 @@ static int time_calls(const BenchCall *c, int nc, int quick, double *median, int
     return 0;
 }
 
+/* Median milliseconds of one call made back to back (101 times, 25 with
+ * quick) after three warm-ups: the decode-loop condition, where nothing
+ * else runs between the calls. */
+static int time_alone(const BenchCall *c, int quick, double *ms) {
+    double ts[BENCH_MAX_REPS];
+    const int reps = quick ? 25 : 101;
+    for (int k = 0; k < 3 + reps; k++) {
+        const double a = time_now();
+        if (call(c) < 0) return -1;
+        if (k >= 3) ts[k - 3] = time_now() - a;
+    }
+    qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
+    *ms = ts[reps / 2] * 1e3;
+    return 0;
+}
+
 static uint64_t rng = 88172645463325252ull;
 static uint32_t rnd(void) {
     rng ^= rng << 13;
@@ -223,17 +244,11 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
             err_prefix("n=%lld: ", (long long)n);
             goto done;
         }
-        if (n == 1) { /* decode: the int8 GEMV alone, calls back to back (codes L3-resident,
-                       * its threads awake, as in a decode loop), after a warm-up */
-            double ts[BENCH_MAX_REPS];
-            int reps = quick ? 25 : 101;
-            for (int k = 0; k < 3 + reps; k++) {
-                double a = time_now();
-                if (call(&c[B_TI8]) < 0) goto done;
-                if (k >= 3) ts[k - 3] = time_now() - a;
-            }
-            qsort(ts, (size_t)reps, sizeof ts[0], cmp_d);
-            r->ms_i8_warm = ts[reps / 2] * 1e3;
+        if (n == 1) { /* decode: the int8 GEMV alone and sgemv alone, each back to back (codes
+                       * or weights cache-resident where they fit, the threads awake, as in a
+                       * decode loop), after a warm-up */
+            if (time_alone(&c[B_TI8], quick, &r->ms_i8_warm) < 0 || time_alone(&c[B_BLAS], quick, &r->ms_blas_warm) < 0)
+                goto done;
         }
         printf("%6lld x %-6lld n=%-5lld| %9.4f %8.1f %7.1f | %9.4f %8.1f %7.1f | %9.4f %8.1f "
                "%7.1f | %6.2fx %6.2fx | %5.0f%% | %.1e\n",
@@ -241,8 +256,10 @@ static int bench_shape(int64_t rows, int64_t cols, const int64_t *ns, int n_ns, 
                r->ms[1], r->gflops[1], r->gbs[1], r->ms[2], r->gflops[2], r->gbs[2],
                r->ms[2] / r->ms[0], r->ms[2] / r->ms[1], bw > 0 ? 100 * r->gbs[1] / bw : NAN, r->max_rel_diff);
         if (n == 1)
-            printf("%25s int8 alone, back to back: %.4f ms (%.1f GB/s)\n", "", r->ms_i8_warm,
-                   bytes[1] / (r->ms_i8_warm * 1e-3) * 1e-9);
+            printf("%25s int8 alone, back to back: %.4f ms (%.1f GB/s); sgemv alone: %.4f ms (%.1f GB/s); "
+                   "x blas %.2fx\n",
+                   "", r->ms_i8_warm, bytes[1] / (r->ms_i8_warm * 1e-3) * 1e-9, r->ms_blas_warm,
+                   bytes[2] / (r->ms_blas_warm * 1e-3) * 1e-9, r->ms_blas_warm / r->ms_i8_warm);
         fflush(stdout);
     }
     rc = 0;
@@ -309,6 +326,11 @@ static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double b
         rc = h5log_f64(lg, p, dv, nr);
     }
     rc = rc ? rc : put_column(lg, "/bench/tern_i8_warm_ms", rows, nr, offsetof(BenchRow, ms_i8_warm), dv);
+    rc = rc ? rc : put_column(lg, "/bench/blas_f32_warm_ms", rows, nr, offsetof(BenchRow, ms_blas_warm), dv);
+    if (!rc) {
+        for (int i = 0; i < nr; i++) dv[i] = rows[i].ms_i8_warm > 0 ? rows[i].ms_blas_warm / rows[i].ms_i8_warm : 0;
+        rc = h5log_f64(lg, "/bench/speedup_i8_warm_vs_blas_warm", dv, nr);
+    }
     rc = rc ? rc : put_column(lg, "/bench/tern_f32_ref_err", rows, nr, offsetof(BenchRow, ref_err_f32), dv);
     rc = rc ? rc
             : put_column(lg, "/bench/tern_f32_vs_blas_max_rel_diff", rows, nr, offsetof(BenchRow, max_rel_diff), dv);
