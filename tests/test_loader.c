@@ -321,14 +321,15 @@ static uint64_t elem_bytes(const char *dt, int64_t n) {
 }
 
 typedef struct {
-    const char *name, *dtype; /* dtype "BF16", "F32", "I64", "F8_E8M0", "U8" or "F4" */
+    const char *name, *dtype; /* dtype "BF16", "F32", "I64", "F8_E8M0", "U8" or "F4"; NULL: removed */
     int64_t rows, cols;       /* cols 0: a vector of rows */
     const void *data;         /* its bytes, or NULL: zeros */
 } ExtraTensor;
 
 /* OUT/ = SRC's config.json + SRC's model.safetensors rewritten: each extra
  * tensor added (or replacing the one of its name; the old bytes stay as an
- * unreferenced hole) with its data (or zeros) appended, and the header padded with
+ * unreferenced hole) with its data (or zeros) appended, or (dtype NULL) the
+ * tensor of its name removed from the header, and the header padded with
  * spaces so that the data section starts at an odd offset (`odd`, as a
  * writer with an odd header length leaves it: every BF16 value misaligned)
  * or at a multiple of 8.  Returns 0 or -1. */
@@ -352,9 +353,10 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
     }
     uint64_t end = n - 8 - hl, extra = 0;
     for (int i = 0; i < nx; i++) {
+        cJSON_DeleteItemFromObjectCaseSensitive(h, x[i].name);
+        if (!x[i].dtype) continue;
         int64_t cnt = x[i].rows * (x[i].cols ? x[i].cols : 1);
         uint64_t nb = elem_bytes(x[i].dtype, cnt);
-        cJSON_DeleteItemFromObjectCaseSensitive(h, x[i].name);
         cJSON *e = cJSON_AddObjectToObject(h, x[i].name);
         cJSON_AddStringToObject(e, "dtype", x[i].dtype);
         cJSON *sh = cJSON_AddArrayToObject(e, "shape");
@@ -378,6 +380,7 @@ static int rewrite_checkpoint(const char *src, const char *out, int odd, const E
         for (size_t i = 0; i < pad; i++) fputc(' ', f);
         fwrite(buf + 8 + hl, 1, (size_t)end, f);
         for (int i = 0; i < nx; i++) {
+            if (!x[i].dtype) continue;
             const uint64_t nb = elem_bytes(x[i].dtype, x[i].rows * (x[i].cols ? x[i].cols : 1));
             if (x[i].data) fwrite(x[i].data, 1, (size_t)nb, f);
             else
@@ -1078,4 +1081,180 @@ TEST(loader_single_file_before_index) {
                   strstr(m.load_notes, "model.safetensors.index.json beside it is not"),
               "files %d, index_ignored %d, notes '%s'", m.st.n_files, m.st.index_ignored, m.load_notes);
     model_free(&m);
+}
+
+/* 1bitLLM's BitNet b1.58 form (bitnet_b1_58-large / -3B: model_type llama,
+ * architectures BitnetForCausalLM, float linears that its BitLinear
+ * ternarises in every forward — per-tensor absmean, int8 activations per
+ * token — and BitNet's sub-norms stored as self_attn.inner_attn_ln /
+ * mlp.ffn_layernorm).  It had loaded as a dense llama with those norms
+ * dropped, exit 0.  Here bitnet-tiny is written in that form: each linear as
+ * F32 weights whose absmean ternary is bitnet-tiny's (a zero code 0, a
+ * nonzero one +-s/p, p the nonzero fraction, so mean|W| = s), the sub-norms
+ * under 1bitLLM's names; it loads as bitnet-tiny (same codes, scales within
+ * 1e-6, int8 activations, the packed model's logits bit for bit, and within
+ * transformers' bounds on bitnet-tiny).  The same tensors under a plain llama
+ * config are refused naming the norm the forward would drop, as are other
+ * bit widths and a quantization_config beside the form. */
+TEST(loader_1bitllm_bitnet_form) {
+    Model pk;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &pk) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    const int nl = 7 * pk.cfg.n_layers, nn = 2 * pk.cfg.n_layers;
+    /* the linears as F32, their weight_scale removed, the sub-norms renamed */
+    ExtraTensor *x = xcalloc((size_t)(2 * nl + 2 * nn), sizeof *x);
+    float **w = xcalloc((size_t)nl, sizeof *w);
+    char (*names)[160] = xcalloc((size_t)(2 * nl + 2 * nn), sizeof *names);
+    int nx = 0;
+    for (int l = 0, i = 0; l < pk.cfg.n_layers; l++) {
+        for (int j = 0; j < 7; j++, i++) {
+            const Linear *lin = layer_linear(&pk.layers[l], j);
+            REQUIRE(lin->t && lin->t->n_scales == 1);
+            const int64_t cnt = lin->out * lin->in;
+            int64_t nz = 0;
+            for (int64_t r = 0; r < lin->out; r++)
+                for (int64_t k = 0; k < lin->in; k++) nz += tern_get(lin->t->codes + r * lin->t->row_bytes, k) != 0;
+            REQUIRE(nz > 0);
+            /* +-a on the nonzero codes and a small e on the first zero one, so that the
+             * absmean (quant_absmean_ref: |w| summed in double, rounded to f32, over n in
+             * f32) is bitnet-tiny's scale s exactly: the sum nz a + e is F, the f32
+             * nearest s cnt (an inexact scale moves int8 codes downstream, as any last
+             * bit does); a / s >= cnt / nz >= 1 codes +-1, e < s / 4 codes 0 */
+            const float s = lin->t->scales[0];
+            float F = 0; /* (cnt need not be a power of two: an f32 near s cnt that divides back to s) */
+            for (int k = 0; k <= 8 && F == 0; k++) {
+                float c = (float)((double)s * (double)cnt);
+                for (int u = 0; u < (k + 1) / 2; u++) c = nextafterf(c, k % 2 ? INFINITY : 0.0f);
+                if (c / (float)cnt == s) F = c;
+            }
+            float a = (float)((double)F / (double)nz);
+            while ((double)nz * (double)a >= (double)F) a = nextafterf(a, 0.0f);
+            const double r = (double)F - (double)nz * (double)a;
+            const float e = (float)r;
+            CHECK_MSG(F / (float)cnt == s && (double)e == r && e < 0.25f * s && nz < cnt,
+                      "%s: no exact construction (s %.9g, F %.9g, e %g)", lin->name, (double)s, (double)F, (double)e);
+            REQUIRE(F / (float)cnt == s && (double)e == r && e < 0.25f * s && nz < cnt);
+            w[i] = xmalloc(sizeof(float) * (size_t)cnt);
+            int put_e = 0;
+            for (int64_t r = 0; r < lin->out; r++)
+                for (int64_t k = 0; k < lin->in; k++) {
+                    const int c = tern_get(lin->t->codes + r * lin->t->row_bytes, k);
+                    w[i][r * lin->in + k] = c ? (float)c * a : put_e++ ? 0.0f : e;
+                }
+            snprintf(names[nx], sizeof names[0], "%s.weight", lin->name);
+            x[nx] = (ExtraTensor){names[nx], "F32", lin->out, lin->in, w[i]};
+            nx++;
+            snprintf(names[nx], sizeof names[0], "%s.weight_scale", lin->name);
+            x[nx] = (ExtraTensor){names[nx], NULL, 0, 0, NULL};
+            nx++;
+        }
+        const Layer *L = &pk.layers[l];
+        const char *from[2] = {"self_attn.attn_sub_norm", "mlp.ffn_sub_norm"},
+                   *to[2] = {"self_attn.inner_attn_ln", "mlp.ffn_layernorm"};
+        const float *v[2] = {L->attn_sub_norm, L->ffn_sub_norm};
+        const int64_t len[2] = {(int64_t)pk.cfg.n_heads * pk.cfg.head_dim, pk.cfg.inter};
+        for (int k = 0; k < 2; k++) {
+            REQUIRE(v[k]);
+            snprintf(names[nx], sizeof names[0], "model.layers.%d.%s.weight", l, from[k]);
+            x[nx] = (ExtraTensor){names[nx], NULL, 0, 0, NULL};
+            nx++;
+            snprintf(names[nx], sizeof names[0], "model.layers.%d.%s.weight", l, to[k]);
+            x[nx] = (ExtraTensor){names[nx], "F32", len[k], 0, v[k]};
+            nx++;
+        }
+    }
+    char dir[600], path[700], *text = NULL;
+    snprintf(dir, sizeof dir, "%s/onebit", test_tmpdir());
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, x, nx) == 0);
+    /* the config: bitnet-tiny's as a llama with 1bitLLM's keys, hidden_act kept (relu2) */
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    REQUIRE(file_read_all(path, &text, NULL) == 0);
+    cJSON *cj = cJSON_Parse(text);
+    free(text);
+    REQUIRE(cj);
+    cJSON_DeleteItemFromObjectCaseSensitive(cj, "quantization_config");
+    cJSON_DeleteItemFromObjectCaseSensitive(cj, "model_type");
+    cJSON_DeleteItemFromObjectCaseSensitive(cj, "architectures");
+    cJSON_AddStringToObject(cj, "model_type", "llama");
+    cJSON *ar = cJSON_AddArrayToObject(cj, "architectures");
+    cJSON_AddItemToArray(ar, cJSON_CreateString("BitnetForCausalLM"));
+    cJSON_AddNumberToObject(cj, "weight_bits", 1);
+    cJSON_AddNumberToObject(cj, "input_bits", 8);
+    char *good = cJSON_Print(cj);
+    REQUIRE(file_write_atomic(path, good, strlen(good)) == 0);
+    Model m;
+    int rc = model_load(dir, NULL, &m);
+    CHECK_MSG(rc == 0, "1bitLLM form: %s", err_msg());
+    if (rc == 0) {
+        CHECK(m.cfg.arch == ARCH_BITNET && m.cfg.bitnet_1bitllm && m.native_ternary);
+        for (int l = 0; l < m.cfg.n_layers; l++) {
+            const Layer *L = &m.layers[l], *P = &pk.layers[l];
+            const int64_t qd = (int64_t)m.cfg.n_heads * m.cfg.head_dim;
+            CHECK_MSG(L->attn_sub_norm && L->ffn_sub_norm &&
+                          !memcmp(L->attn_sub_norm, P->attn_sub_norm, sizeof(float) * (size_t)qd) &&
+                          !memcmp(L->ffn_sub_norm, P->ffn_sub_norm, sizeof(float) * (size_t)m.cfg.inter),
+                      "layer %d: sub-norms not bitnet-tiny's", l);
+            for (int j = 0; j < 7; j++) {
+                const Linear *a = layer_linear(L, j), *b = layer_linear(P, j);
+                if (!a->t || !a->act_int8 || a->t->n_scales != 1) {
+                    CHECK_MSG(0, "%s: ternary %d, int8 activations %d", a->name, a->t != NULL, a->act_int8);
+                    continue;
+                }
+                int64_t diff = 0;
+                for (int64_t r = 0; r < a->out; r++)
+                    for (int64_t k = 0; k < a->in; k++)
+                        diff += tern_get(a->t->codes + r * a->t->row_bytes, k) !=
+                                tern_get(b->t->codes + r * b->t->row_bytes, k);
+                const float sa = a->t->scales[0], sb = b->t->scales[0];
+                CHECK_MSG(diff == 0 && fabsf(sa - sb) <= 1e-6f * sb, "%s: %lld codes differ, scale %.9g against %.9g",
+                          a->name, (long long)diff, (double)sa, (double)sb);
+            }
+        }
+        const int T = 256;
+        float *got = fixture_model_logits(&m, T, 2), *same = fixture_model_logits(&pk, T, 2), *ref = NULL;
+        char rp[600];
+        snprintf(rp, sizeof rp, "%s/ref_logits.f32", test_path(BITNET_DIR));
+        const int64_t n = 2 * (int64_t)T * m.cfg.vocab;
+        REQUIRE(got && same && fixture_read_f32(rp, &ref) == n);
+        const double e_pk = rel_l2(got, same, n), e_ref = rel_l2(got, ref, n);
+        int agree = 0;
+        for (int r = 0; r < 2 * T; r++)
+            agree += argmax_f32(got + (int64_t)r * m.cfg.vocab, m.cfg.vocab) ==
+                     argmax_f32(ref + (int64_t)r * m.cfg.vocab, m.cfg.vocab);
+        printf("    1bitLLM form: logits rel L2 %.3g against the packed model, %.3g against transformers "
+               "(top-1 %.4f)\n", e_pk, e_ref, agree / (2.0 * T));
+        CHECK_MSG(memcmp(got, same, sizeof(float) * (size_t)n) == 0, "rel L2 %g against the packed model", e_pk);
+        CHECK_MSG(e_ref <= 3e-2 && agree >= 0.97 * 2 * T, "against transformers: rel L2 %g, top-1 %d of %d", e_ref,
+                  agree, 2 * T);
+        free(got), free(same), free(ref);
+        model_free(&m);
+    }
+    /* a plain llama over the same tensors: the norm it would drop is named */
+    cJSON_DeleteItemFromObjectCaseSensitive(cj, "architectures");
+    char *plain = cJSON_Print(cj);
+    REQUIRE(file_write_atomic(path, plain, strlen(plain)) == 0);
+    expect_load_error(dir, "' is not one this model's layers are run with");
+    CHECK_MSG(strstr(err_msg(), "inner_attn_ln.weight'") || strstr(err_msg(), "ffn_layernorm.weight'"), "%s",
+              err_msg());
+    free(plain);
+    cJSON_AddItemToArray(cJSON_AddArrayToObject(cj, "architectures"), cJSON_CreateString("BitnetForCausalLM"));
+    /* other bit widths; a quantization_config beside the form */
+    const char *bad[][3] = {{"input_bits", "4", "input_bits other than 8"},
+                            {"weight_bits", "2", "weight_bits other than 1"},
+                            {"quantization_config", "{\"quant_method\": \"bitnet\"}",
+                             "with a quantization_config other than ternlab's"}};
+    for (int b = 0; b < 3; b++) {
+        cJSON *keep = cJSON_DetachItemFromObjectCaseSensitive(cj, bad[b][0]);
+        cJSON_AddItemToObject(cj, bad[b][0], cJSON_Parse(bad[b][1]));
+        char *t = cJSON_Print(cj);
+        REQUIRE(file_write_atomic(path, t, strlen(t)) == 0);
+        expect_load_error(dir, bad[b][2]);
+        free(t);
+        cJSON_DeleteItemFromObjectCaseSensitive(cj, bad[b][0]);
+        if (keep) cJSON_AddItemToObject(cj, bad[b][0], keep);
+    }
+    free(good);
+    cJSON_Delete(cj);
+    for (int i = 0; i < nl; i++) free(w[i]);
+    free(w), free(names), free(x);
+    model_free(&pk);
 }

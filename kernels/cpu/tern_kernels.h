@@ -60,9 +60,11 @@ int tern_matmul_i8_avx512(const TernaryMatrix *W, const int8_t *xq, const float 
  * tern_matmul_f32_avx512 uses it from TERN_LUT_MIN_N tokens. */
 int tern_matmul_f32_lut_avx512(const TernaryMatrix *W, const float *x, int64_t n, float *y);
 /* 1 when every row has a single scale: one group per row, or all of a row's
- * group scales bit-equal (then the matrix is the same as its group=row
- * form, and the f32 kernels treat both alike, bit for bit).  Scans the
- * scales: rows * n_groups compares. */
+ * group scales bit-equal (then the matrix holds the values of its group=row
+ * form; the lookup kernel runs both alike, bit for bit, but the other f32
+ * paths sum such a matrix group by group, a few ulps from the group=row
+ * sums — the GGUF loader gives a TQ file written from a group=row or tensor
+ * model that group back).  Scans the scales: rows * n_groups compares. */
 int tern_rows_one_scale(const TernaryMatrix *W);
 #define TERN_LUT_MIN_N 4
 

@@ -103,6 +103,30 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
                 mt->valuestring);
         goto done;
     }
+    /* 1bitLLM's BitnetForCausalLM (a llama model_type; its own modeling code,
+     * which llama.cpp's converter follows): BitNet's layers with llama's
+     * activation, float weights ternarised in every forward */
+    const cJSON *archs = cJSON_GetObjectItemCaseSensitive(root, "architectures");
+    if (cfg->arch == ARCH_LLAMA && cJSON_IsArray(archs)) {
+        const cJSON *a;
+        cJSON_ArrayForEach(a, archs) if (cJSON_IsString(a) && strcmp(a->valuestring, "BitnetForCausalLM") == 0)
+            cfg->bitnet_1bitllm = 1;
+    }
+    if (cfg->bitnet_1bitllm) {
+        /* its BitLinear: weight_quant (ternary whatever weight_bits says; 1 in
+         * every released config) and activation_quant over input_bits */
+        static const char *const bits_keys[] = {"weight_bits", "input_bits"};
+        static const int bits_want[] = {1, 8};
+        for (int i = 0; i < 2; i++) {
+            const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, bits_keys[i]);
+            if (b && !cJSON_IsNull(b) && (!cJSON_IsNumber(b) || b->valuedouble != bits_want[i])) {
+                err_set("%s: BitnetForCausalLM with %s other than %d is not supported (ternlab runs "
+                        "ternary weights with int8 activations)", path, bits_keys[i], bits_want[i]);
+                goto done;
+            }
+        }
+        cfg->arch = ARCH_BITNET;
+    }
     if (get_int(root, "hidden_size", &cfg->hidden, 1, path) < 0 ||
         get_int(root, "num_hidden_layers", &cfg->n_layers, 1, path) < 0 ||
         get_int(root, "num_attention_heads", &cfg->n_heads, 1, path) < 0 ||
@@ -247,6 +271,15 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         }
         cfg->ternlab_packed = 1;
         snprintf(cfg->ternlab_spec, sizeof cfg->ternlab_spec, "%s", sp->valuestring);
+    } else if (cJSON_IsObject(qcfg) && cfg->bitnet_1bitllm) {
+        err_set("%s: BitnetForCausalLM (1bitLLM's form: float linears ternarised in every forward) "
+                "with a quantization_config other than ternlab's is not supported", path);
+        goto done;
+    } else if (cfg->bitnet_1bitllm) {
+        /* float linears, ternarised at load (load_linear) */
+        cfg->bitnet_linears = 1;
+        snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "online");
+        snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "bitlinear");
     } else if (cJSON_IsObject(qcfg)) {
         if (cJSON_IsString(qm) ? strcmp(qm->valuestring, "bitnet") != 0 : cfg->arch != ARCH_BITNET) {
             err_set("%s: quantization_config.quant_method %s%s%s is not supported (bitnet, ternlab)", path,
@@ -261,7 +294,7 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
                 "weight_scale divides or multiplies", path);
         goto done;
     }
-    if (cfg->bitnet_linears) {
+    if (cfg->bitnet_linears && !cfg->bitnet_1bitllm) {
         /* linear_class: transformers' BitNetQuantConfig defaults to bitlinear
          * (Falcon3-*-1.58bit gives none) */
         const cJSON *lc = cJSON_GetObjectItemCaseSensitive(qcfg, "linear_class");

@@ -33,6 +33,13 @@ typedef struct {
      * "bitnet", on a bitnet model or a llama one): packed U8 + weight_scale,
      * or float ternarised on load when online; int8 activations per token. */
     int bitnet_linears;
+    /* 1bitLLM's BitNet b1.58 form (bitnet_b1_58-large / -3B, and llama.cpp's
+     * BitnetModel converter's source): model_type llama with architectures
+     * BitnetForCausalLM; BitNet's sub-norms, stored as
+     * self_attn.inner_attn_ln / mlp.ffn_layernorm, before o_proj and
+     * down_proj; float linears ternarised in every forward (per-tensor
+     * absmean, int8 activations per token), as an online BitNet's. */
+    int bitnet_1bitllm;
     BitnetScale bitnet_scale; /* BitNet linears only */
     char bitnet_class[16];    /* BitNet linears only: quantization_config.linear_class */
     char bitnet_mode[16];     /* BitNet linears only: quantization_config.quantization_mode

@@ -129,6 +129,31 @@ int model_out_not_input(const char *out, const char *what, const char *model, co
     return 0;
 }
 
+int model_refuse_unknown_layer_tensor(const char *name, const char *prefix, const char *const *known,
+                                      const char *const *ignored) {
+    const size_t pl = strlen(prefix);
+    if (strncmp(name, prefix, pl) != 0) return 0;
+    const char *rest = strchr(name + pl, '.');
+    if (!rest) return 0; /* (no index: model_refuse_layer_past's) */
+    rest++;
+    for (int i = 0; known[i]; i++)
+        if (strcmp(rest, known[i]) == 0) return 0;
+    for (int i = 0; ignored && ignored[i]; i++)
+        if (strcmp(rest, ignored[i]) == 0) return 0;
+    size_t need = 0;
+    for (int i = 0; known[i]; i++) need += strlen(known[i]) + 2;
+    char *list = xmalloc(need + 1);
+    list[0] = 0;
+    for (int i = 0; known[i]; i++) {
+        if (i) strcat(list, ", ");
+        strcat(list, known[i]);
+    }
+    err_set("tensor '%s' is not one this model's layers are run with (%s): running without it "
+            "would give another model's numbers (not supported)", name, list);
+    free(list);
+    return -1;
+}
+
 int model_refuse_bias(const char *name) {
     const size_t len = strlen(name);
     if (len >= 5 && strcmp(name + len - 5, ".bias") == 0)
@@ -171,7 +196,16 @@ int model_refuse_layer_past(const char *name, const char *prefix, int n_layers,
 /* a BitNet config whose linears transformers ternarises in every forward from
  * float weights: quantization_mode online with linear_class autobitlinear */
 static int bitnet_online(const ModelConfig *c) {
-    return strcmp(c->bitnet_mode, "online") == 0 && c->bitnet_scale == BITNET_AUTOBITLINEAR;
+    return c->bitnet_1bitllm ||
+           (strcmp(c->bitnet_mode, "online") == 0 && c->bitnet_scale == BITNET_AUTOBITLINEAR);
+}
+
+/* A BitNet layer's sub-norms (before o_proj, before down_proj) as the
+ * checkpoint names them: transformers' BitNet, or 1bitLLM's form. */
+static const char *const *sub_norm_names(const ModelConfig *c) {
+    static const char *const hf[2] = {"self_attn.attn_sub_norm", "mlp.ffn_sub_norm"};
+    static const char *const onebit[2] = {"self_attn.inner_attn_ln", "mlp.ffn_layernorm"};
+    return c->bitnet_1bitllm ? onebit : hf;
 }
 
 static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int64_t in,
@@ -230,8 +264,10 @@ static const char *const layer_linears[] = {"self_attn.q_proj", "self_attn.k_pro
  *    understates the layers had run the first ones alone), and every such N
  *    is a plain index (model_refuse_layer_past);
  *  - no tensor is a bias: ternlab's linears and norms have none, and a model
- *    run without its biases gives wrong numbers (tensors it does not know,
- *    such as rotary_emb.inv_freq, stay ignored);
+ *    run without its biases gives wrong numbers;
+ *  - a layer holds only what its forward reads (norms, linears, their
+ *    scales: model_refuse_unknown_layer_tensor); rotary_emb.inv_freq, and
+ *    tensors outside the layers that ternlab does not know, stay ignored;
  *  - a bitnet checkpoint stores its linears packed (U8), or as floats only
  *    where it is online with autobitlinear (load_linear ternarises those):
  *    offline float linears had run as a dense model, without ternary weights
@@ -244,8 +280,8 @@ static int check_checkpoint(const Model *m) {
     int ends[2] = {0, c->n_layers - 1};
     for (int e = 0; e < 2; e++) {
         int l = ends[e];
-        const char *norms[] = {"input_layernorm", "post_attention_layernorm",
-                               "self_attn.attn_sub_norm", "mlp.ffn_sub_norm"};
+        const char *norms[] = {"input_layernorm", "post_attention_layernorm", sub_norm_names(c)[0],
+                               sub_norm_names(c)[1]};
         int n_norms = c->arch == ARCH_BITNET ? 4 : 2;
         for (int i = 0; i < n_norms + (int)N_LAYER_LINEARS; i++) {
             snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
@@ -255,10 +291,34 @@ static int check_checkpoint(const Model *m) {
                                "is missing from the checkpoint", c->n_layers, name, l);
         }
     }
+    /* what a layer holds: its norms and linears, as this config reads them */
+    const char *known[2 + 2 + 2 * N_LAYER_LINEARS + 2], *ignored[] = {"self_attn.rotary_emb.inv_freq", NULL};
+    char kbuf[2 * N_LAYER_LINEARS][48];
+    int nk = 0;
+    known[nk++] = "input_layernorm.weight";
+    known[nk++] = "post_attention_layernorm.weight";
+    char sn[2][48];
+    if (c->arch == ARCH_BITNET)
+        for (int i = 0; i < 2; i++) {
+            snprintf(sn[i], sizeof sn[i], "%s.weight", sub_norm_names(c)[i]);
+            known[nk++] = sn[i];
+        }
+    /* a linear's scale: BitNet's packed weight_scale, a ternlab checkpoint's weight_scales */
+    const char *scale = c->ternlab_packed ? "weight_scales" : c->bitnet_linears ? "weight_scale" : NULL;
+    for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
+        snprintf(kbuf[2 * i], sizeof kbuf[0], "%s.weight", layer_linears[i]);
+        known[nk++] = kbuf[2 * i];
+        if (scale) {
+            snprintf(kbuf[2 * i + 1], sizeof kbuf[0], "%s.%s", layer_linears[i], scale);
+            known[nk++] = kbuf[2 * i + 1];
+        }
+    }
+    known[nk] = NULL;
     for (int i = 0; i < st->n_tensors; i++)
         if (model_refuse_bias(st->tensors[i].name) != 0 ||
             model_refuse_layer_past(st->tensors[i].name, "model.layers.", c->n_layers, "layer",
-                                    "the config's num_hidden_layers") != 0)
+                                    "the config's num_hidden_layers") != 0 ||
+            model_refuse_unknown_layer_tensor(st->tensors[i].name, "model.layers.", known, ignored) != 0)
             return -1;
     if (c->bitnet_linears && !bitnet_online(c)) {
         for (int l = 0; l < c->n_layers; l++)
@@ -336,8 +396,11 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m) {
         rc = load_dense(&m->st, NAME("input_layernorm.weight"), H, 0, &L->attn_norm);
         if (rc == 0) rc = load_dense(&m->st, NAME("post_attention_layernorm.weight"), H, 0, &L->ffn_norm);
         if (rc == 0 && c->arch == ARCH_BITNET) {
-            rc = load_dense(&m->st, NAME("self_attn.attn_sub_norm.weight"), Q, 0, &L->attn_sub_norm);
-            if (rc == 0) rc = load_dense(&m->st, NAME("mlp.ffn_sub_norm.weight"), I, 0, &L->ffn_sub_norm);
+            char sub[160];
+            snprintf(sub, sizeof sub, "%s.%d.%s.weight", p, l, sub_norm_names(c)[0]);
+            rc = load_dense(&m->st, sub, Q, 0, &L->attn_sub_norm);
+            snprintf(sub, sizeof sub, "%s.%d.%s.weight", p, l, sub_norm_names(c)[1]);
+            if (rc == 0) rc = load_dense(&m->st, sub, I, 0, &L->ffn_sub_norm);
         }
         if (rc == 0) rc = load_linear(m, &L->q, NAME("self_attn.q_proj"), Q, H, l, "q", opts);
         if (rc == 0) rc = load_linear(m, &L->k, NAME("self_attn.k_proj"), KV, H, l, "k", opts);

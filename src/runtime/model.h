@@ -68,6 +68,15 @@ int model_load(const char *path, const ModelLoadOpts *opts, Model *m);
 /* -1 (err_set, naming it) where a checkpoint tensor's name ends in ".bias": the
  * loaders refuse checkpoints with biases, which this forward does not apply */
 int model_refuse_bias(const char *name);
+/* -1 (err_set naming it and listing `known`) where `name` is a layer tensor,
+ * prefix + index + "." + rest, whose rest is neither in `known` (what the
+ * forward reads from a layer) nor in `ignored` (tensors derived from the
+ * config, such as rotary_emb.inv_freq; both NULL-terminated).  A layer tensor
+ * the forward does not read — a norm of another architecture (1bitLLM's
+ * inner_attn_ln on a plain llama), a scale — had been dropped silently: the
+ * model ran as another one. */
+int model_refuse_unknown_layer_tensor(const char *name, const char *prefix, const char *const *known,
+                                      const char *const *ignored);
 /* -1 (err_set naming the tensor and the first bad element) where w[0, n) holds
  * a NaN or an infinity: such a weight makes every logit NaN and the run had
  * ended "ppl nan" with exit 0 (or, ternarised, hid it in a scale). */

@@ -67,8 +67,14 @@ static int load_f32(const GgufFile *g, const char *name, int64_t rows, int64_t c
 }
 
 /* TQ1_0/TQ2_0 -> packed ternary: codes straight into int8 and then the packed
- * layout, one f16 scale per 256-weight block (group 256). */
-static int load_ternary(const GgufTensor *t, int64_t rows, int64_t cols, int64_t perm_hd,
+ * layout, one f16 scale per 256-weight block (group 256) — or, where the
+ * file's ternlab.quant_spec (rec, may be NULL) says group row or tensor and
+ * every block of a row (of the tensor) holds the same scale, that one scale
+ * in the spec's group: the matrix the file was written from.  (Stored as
+ * group 256, its f32 kernels other than the AVX-512 lookup one had summed it
+ * per block, so the file ran a few ulps away from its model on CPUs without
+ * AVX-512 and at fewer than 4 tokens.) */
+static int load_ternary(const GgufTensor *t, int64_t rows, int64_t cols, int64_t perm_hd, const QuantSpec *rec,
                         TernaryMatrix **out) {
     int64_t nb = cols / GGUF_QK_K;
     size_t bb = gguf_type_block_bytes(t->type);
@@ -91,9 +97,19 @@ static int load_ternary(const GgufTensor *t, int64_t rows, int64_t cols, int64_t
             sc[dst * nb + b] = f16_to_f32(d);
         }
     }
+    QuantGroup grp = QG_256;
+    if (rc == 0 && rec && (rec->group == QG_ROW || rec->group == QG_TENSOR)) {
+        int same = 1;
+        for (int64_t i = 1; i < rows * nb && same; i++)
+            same = sc[i] == sc[rec->group == QG_TENSOR ? 0 : i - i % nb];
+        if (same) {
+            grp = rec->group;
+            for (int64_t r = 0; r < rows; r++) sc[r] = sc[r * nb]; /* (row r's first block; r * nb >= r) */
+        }
+    }
     if (rc == 0) {
         TernaryMatrix *tm = xcalloc(1, sizeof *tm);
-        rc = tern_from_codes(q, sc, rows, cols, QG_256, DT_F16, tm);
+        rc = tern_from_codes(q, sc, rows, cols, grp, DT_F16, tm);
         if (rc == 0) *out = tm;
         else {
             free(tm);
@@ -173,7 +189,7 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
     /* a file this writer made from an act=int8 model: restore int8 activations */
     int act_int8 = rec && rec->act_explicit && rec->act == QA_INT8;
     if (t->type == GGML_TYPE_TQ1_0 || t->type == GGML_TYPE_TQ2_0) {
-        if (load_ternary(t, out, in, perm_hd, &lin->t) != 0) return -1;
+        if (load_ternary(t, out, in, perm_hd, rec, &lin->t) != 0) return -1;
         lin->act_int8 = act_int8;
         m->native_ternary = 1;
     } else if (load_f32(g, name, out, in, perm_hd, &lin->w) != 0) {
@@ -310,7 +326,8 @@ static const char *const blk_tensors[] = {"attn_norm", "ffn_norm", "attn_q",   "
  *  - no tensor that this llama would silently leave out: a bias of any
  *    linear or norm (blk.N.attn_q.bias, ...: ternlab's have none), or
  *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
- *    Llama 3.1+ RoPE scaling, which ternlab does not apply).
+ *    Llama 3.1+ RoPE scaling, which ternlab does not apply), nor any other
+ *    blk.N.* than a llama block's norms and linears (model_refuse_unknown_layer_tensor).
  * Returns 0, or -1 with a message naming the tensor. */
 static int check_tensors(const GgufFile *g, const ModelConfig *c) {
     char name[96];
@@ -323,10 +340,20 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
                                "from the file (%lld tensors)", c->n_layers, name, ends[e],
                                (long long)g->n_tensors);
         }
+    const char *known[sizeof blk_tensors / sizeof blk_tensors[0] + 1];
+    char kbuf[sizeof blk_tensors / sizeof blk_tensors[0]][32];
+    for (size_t i = 0; i < sizeof blk_tensors / sizeof blk_tensors[0]; i++) {
+        snprintf(kbuf[i], sizeof kbuf[i], "%s.weight", blk_tensors[i]);
+        known[i] = kbuf[i];
+    }
+    known[sizeof blk_tensors / sizeof blk_tensors[0]] = NULL;
+    /* (llama.cpp's name for a rotary inv_freq buffer: derived from the metadata) */
+    static const char *const ignored[] = {"attn_rot_embd", "attn_rot_embd.weight", NULL};
     for (int64_t i = 0; i < g->n_tensors; i++) {
         const char *n = g->tensors[i].name;
         if (model_refuse_bias(n) != 0 ||
-            model_refuse_layer_past(n, "blk.", c->n_layers, "block", "llama.block_count") != 0)
+            model_refuse_layer_past(n, "blk.", c->n_layers, "block", "llama.block_count") != 0 ||
+            model_refuse_unknown_layer_tensor(n, "blk.", known, ignored) != 0)
             return -1;
         if (strcmp(n, "rope_freqs.weight") == 0)
             return err_set("tensor 'rope_freqs.weight' holds RoPE frequency factors (llama.cpp "
