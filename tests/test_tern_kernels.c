@@ -149,7 +149,9 @@ TEST(tern_kernels_lut_rejects_groups) {
     random_matrix(5, 300, QG_ROW, &m);
     CHECK(tern_matmul_f32_lut_avx512(&m, x, 4, y) == 0);
     /* groups of 32 whose scales are equal within each row are the same matrix
-     * as its group=row form: the dispatched kernel gives the same bits */
+     * as its group=row form: the AVX-512 kernel (the lookup one from 4 tokens)
+     * gives the same bits (called directly: TERNLAB_KERNEL may force another,
+     * which sums group by group) */
     TernaryMatrix g;
     random_matrix(5, 300, QG_32, &g);
     memcpy(g.codes, m.codes, (size_t)(5 * m.row_bytes));
@@ -158,7 +160,7 @@ TEST(tern_kernels_lut_rejects_groups) {
     CHECK(tern_rows_one_scale(&g));
     float y2[4 * 5], yr[4 * 5];
     double mag[4 * 5];
-    REQUIRE(tern_matmul_f32(&m, x, 4, y) == 0 && tern_matmul_f32(&g, x, 4, y2) == 0);
+    REQUIRE(tern_matmul_f32_avx512(&m, x, 4, y) == 0 && tern_matmul_f32_avx512(&g, x, 4, y2) == 0);
     CHECK(memcmp(y, y2, sizeof y) == 0);
     REQUIRE(tern_matmul_f32_ref(&g, x, 4, yr) == 0);
     magnitude(&g, x, 4, mag);
@@ -268,11 +270,12 @@ TEST(tern_kernels_guard_pages) {
 
 /* tern_act_quant_i8 (AVX-512) against act_quant_int8_ref: bit-identical codes
  * and scales on awkward widths, an all-zero row (scale from the 1e-5 floor),
- * exact .5 ties (round half to even), huge values, -0.0, NaN and inf. */
+ * exact .5 ties (round half to even), huge values, -0.0, NaN (quiet and
+ * signalling) and inf. */
 TEST(tern_act_quant_matches_ref) {
     static const int64_t widths[] = {1, 3, 15, 16, 17, 255, 300, 1000, 4353};
     for (size_t wi = 0; wi < sizeof widths / sizeof widths[0]; wi++) {
-        const int64_t cols = widths[wi], n = 7;
+        const int64_t cols = widths[wi], n = 8;
         float *x = xmalloc((size_t)(n * cols) * sizeof *x), *s1 = xmalloc(n * sizeof *s1), *s2 = xmalloc(n * sizeof *s2);
         int8_t *q1 = xmalloc((size_t)(n * cols)), *q2 = xmalloc((size_t)(n * cols));
         for (int64_t i = 0; i < n * cols; i++) x[i] = rndf();
@@ -285,6 +288,12 @@ TEST(tern_act_quant_matches_ref) {
         x[4 * cols + cols / 2] = -0.0f;
         x[5 * cols + cols / 3] = NAN;
         x[6 * cols + cols / 3] = INFINITY;
+        /* a signalling NaN after the row's largest value (libm's fmaxf returns NaN for
+         * one, so the reference's running max had restarted after it: scale 63.5 where
+         * the AVX-512 kernel, and every other NaN, gives 1.27) */
+        const uint32_t snan_bits = 0x7f800001u;
+        x[7 * cols] = 100.0f;
+        memcpy(&x[7 * cols + cols / 2], &snan_bits, sizeof snan_bits);
         act_quant_int8_ref(x, n, cols, q1, s1);
         if (tern_kernel_supported(TK_AVX512)) {
             memset(q2, 0x33, (size_t)(n * cols));
@@ -407,5 +416,39 @@ TEST(tern_check_twins_catches_wrong_outputs) {
     yf[at] = keep_f;
     CHECK(tern_check_twins(&m, w, x, xq, sx, yf, yi, 0, n, 1e-5, &err) == 0);
     free(w), free(x), free(sx), free(yf), free(yi), free(xq), free(mag);
+    tern_free(&m);
+}
+
+/* A matrix whose packed codes do not start on the layout's 64-byte base is
+ * refused by every kernel with a message (the AVX-512 int8 GEMV's aligned row
+ * loads had ended in SIGSEGV at a 16-byte offset); the aligned one runs. */
+TEST(tern_kernels_refuse_misaligned_codes) {
+    TernaryMatrix m;
+    random_matrix(8, 300, QG_ROW, &m);
+    uint8_t *raw = mem_alloc((size_t)(8 * m.row_bytes) + TERN_ALIGN, "misaligned codes");
+    REQUIRE(raw);
+    uint8_t *aligned = m.codes;
+    float x[4 * 300], y[4 * 8], sx[4] = {1.0f, 0.5f, 2.0f, 1.0f};
+    int8_t xq[4 * 300];
+    for (int i = 0; i < 4 * 300; i++) x[i] = rndf(), xq[i] = (int8_t)(rnd() % 255 - 127);
+    for (int off = 0; off <= 16; off += 16) {
+        memcpy(raw + off, aligned, (size_t)(8 * m.row_bytes));
+        m.codes = raw + off;
+        for (int k = TK_REF; k < TK_COUNT; k++) {
+            if (!tern_kernel_supported((TernKernel)k)) continue;
+            REQUIRE(tern_kernel_force((TernKernel)k) == 0);
+            for (int64_t n = 1; n <= 4; n += 3) {
+                const int rf = tern_matmul_f32(&m, x, n, y), ri = tern_matmul_i8(&m, xq, sx, n, y);
+                if (off == 0) CHECK_MSG(rf == 0 && ri == 0, "%s: aligned refused: %s",
+                                        tern_kernel_short_name((TernKernel)k), err_msg());
+                else CHECK_MSG(rf < 0 && ri < 0 && strstr(err_msg(), "not 64-byte aligned"), "%s n=%lld: %d %d %s",
+                               tern_kernel_short_name((TernKernel)k), (long long)n, rf, ri, err_msg());
+            }
+        }
+    }
+    if (tern_kernel_supported(TK_AVX512))
+        CHECK(tern_matmul_f32_lut_avx512(&m, x, 4, y) < 0 && strstr(err_msg(), "not 64-byte aligned"));
+    m.codes = aligned;
+    mem_free(raw);
     tern_free(&m);
 }

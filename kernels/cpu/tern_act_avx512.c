@@ -1,10 +1,11 @@
 /* Per-token int8 activation quantisation with AVX-512, bit-identical to
  * act_quant_int8_ref (src/quant/quant_rules.c), which is the definition:
  *   s = 127 / max(max_k |x_k|, 1e-5);  xq_k = clamp(rintf(x_k * s), -128, 127)
- * The scalar reference calls libm fmaxf per element (no inline form under
- * -std=c11), which made it 20% of a bitnet-tiny ppl run.  Equalities:
- *  - max: vmaxps(|x|, m) returns m when |x| is NaN, as fmaxf(m, |x|) does;
- *    max is exact, so the lane order does not matter.
+ * The scalar reference had called libm fmaxf per element (no inline form
+ * under -std=c11), which made it 20% of a bitnet-tiny ppl run.  Equalities:
+ *  - max: vmaxps(|x|, m) returns m when |x| is NaN, quiet or signalling, as
+ *    the reference's (|x| > m ? |x| : m) does (fmaxf had returned NaN for a
+ *    signalling one); max is exact, so the lane order does not matter.
  *  - x*s then vrndscaleps(nearest even) = rintf under the default rounding.
  *  - clamp as max(-128, r) then min(127, .) keeps a NaN r (both return the
  *    second operand on NaN), vcvtps2dq turns it into 0x80000000 and vpmovdb

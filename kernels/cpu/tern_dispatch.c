@@ -118,6 +118,11 @@ int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const floa
     if (W->row_bytes != tern_row_bytes(W->cols))
         return err_set("%s: row stride %lld does not match the packed layout (%lld)", who,
                        (long long)W->row_bytes, (long long)tern_row_bytes(W->cols));
+    /* the layout's 64-byte base (ternary_format.h): the SIMD kernels load rows aligned,
+     * and a misaligned base had ended in SIGSEGV */
+    if ((uintptr_t)W->codes % TERN_ALIGN != 0)
+        return err_set("%s: packed codes at %p are not %d-byte aligned (the layout's base)", who,
+                       (const void *)W->codes, (int)TERN_ALIGN);
     if (n < 0) return err_set("%s: negative token count %lld", who, (long long)n);
     if (n > 0 && (!x || !y)) return err_set("%s: NULL activations or output", who);
     return 0;

@@ -162,7 +162,10 @@ void act_quant_int8_ref(const float *x, int64_t n, int64_t cols, int8_t *xq, flo
     for (int64_t t = 0; t < n; t++) {
         const float *xr = x + t * cols;
         float m = 0.0f;
-        for (int64_t k = 0; k < cols; k++) m = fmaxf(m, fabsf(xr[k]));
+        for (int64_t k = 0; k < cols; k++) { /* (NaNs skipped, signalling ones too: fmaxf returns NaN there) */
+            const float a = fabsf(xr[k]);
+            if (a > m) m = a;
+        }
         float s = 127.0f / (m > 1e-5f ? m : 1e-5f);
         for (int64_t k = 0; k < cols; k++) {
             float r = rintf(xr[k] * s);
