@@ -390,6 +390,25 @@ TEST(diag_cli) {
     CHECK(test_run(cmd, &out) == 0);
     CHECK_MSG(out && strstr(out, "first_layer none"), "%s", out ? out : "");
     free(out);
+    /* a dump of the same size from another model (bitnet-tiny's, same shape) or of other
+     * tokens: refused at its embedding rows (it had been reported as a divergence there,
+     * "first_layer -1 block embed rel_l2 1.48", exit 0) */
+    snprintf(cmd, sizeof cmd, "%s diff --model %s --tokens %s --b-dump %s 2>&1", bin, test_path(LLAMA_DIR),
+             test_path(TOKENS_FILE), test_path(BITNET_DIR "/ref_layers.f32"));
+    CHECK_MSG(test_run(cmd, &out) == 1 && out && strstr(out, "embedding rows differ from this model's"), "%s",
+              out ? out : "");
+    free(out);
+    {
+        char shifted[600];
+        snprintf(shifted, sizeof shifted, "%s/shifted.i32", test_tmpdir());
+        snprintf(cmd, sizeof cmd, "tail -c +5 %s > %s", test_path(TOKENS_FILE), shifted);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        snprintf(cmd, sizeof cmd, "%s diff --model %s --tokens %s --b-dump %s 2>&1", bin, test_path(LLAMA_DIR),
+                 shifted, test_path(LLAMA_DIR "/ref_layers.f32"));
+        CHECK_MSG(test_run(cmd, &out) == 1 && out && strstr(out, "embedding rows differ from this model's"), "%s",
+                  out ? out : "");
+        free(out);
+    }
     /* bad inputs: a message and a non-zero exit */
     const char *bad[] = {
         "diff --model %s --tokens %s",                                 /* no B */
@@ -441,8 +460,14 @@ TEST(diag_cli_empty_option_value) {
         const char *args, *want;
         int rc;
     } pre[] = {{"ppl --model x --tokens y --tp 65", "expected an integer in [1, 64]", 2},
+               /* past the 4096 tokens of generate's run state (it had passed up to 65536 and
+                * failed after loading, exit 1, naming the run state) */
+               {"generate --model x --prompt 1 --max-new 1 --batch 4097", "expected an integer in [1, 4096]", 2},
                {"bench --out ''", "--out has an empty value", 2},
                {"bench --out /nonexistent-dir/b.h5", "create it first", 1},
+               /* logits: before the model loads (it had failed after, naming the temporary) */
+               {"logits --model /nonexistent-model --tokens y --window 8 --windows 0:1 --out /nonexistent-dir/l.f32",
+                "folder /nonexistent-dir: No such file or directory (create it first)", 1},
                {"diff --model '' --tokens y --b quant=loaded", "empty value for --model", 2},
                /* an option given twice (the last had won: --kv all ... --kv none ran none) */
                {"ppl --model x --tokens y --kv all --kv none", "--kv is given more than once", 2},

@@ -680,7 +680,7 @@ TEST(h5log_write_error_exits_cleanly) {
 }
 
 /* An output path that exists and is not a regular file (a pipe here; /dev/null
- * as root went the same way) is refused before anything is written, and left
+ * as root went the same way; a symbolic link) is refused before anything is written, and left
  * as it was: the writers rename a temporary over the path, which had replaced
  * the device with a regular file (`logits --out /dev/null` as root). */
 TEST(outputs_refuse_a_path_that_is_not_a_file) {
@@ -705,6 +705,21 @@ TEST(outputs_refuse_a_path_that_is_not_a_file) {
     snprintf(f, sizeof f, "%s/plain", test_tmpdir());
     CHECK(file_write_atomic(f, "ab", 2) == 0 && file_write_atomic(f, "c", 1) == 0);
     CHECK(stat(f, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 1);
+    /* a symbolic link (to a file, dangling, or /dev/stdout's kind) is refused and kept:
+     * the rename had replaced the link with a file, its target unchanged, exit 0 */
+    char ln[600], dl[600];
+    snprintf(ln, sizeof ln, "%s/link", test_tmpdir());
+    snprintf(dl, sizeof dl, "%s/dangling", test_tmpdir());
+    REQUIRE(symlink(f, ln) == 0 && symlink("/nonexistent/x", dl) == 0);
+    CHECK(file_write_atomic(ln, "zz", 2) == -1 && strstr(err_msg(), "is a symbolic link"));
+    CHECK(file_write_atomic(dl, "zz", 2) == -1 && strstr(err_msg(), "/nonexistent/x"));
+    CHECK(h5log_create(ln) == NULL && strstr(err_msg(), "is a symbolic link"));
+    snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window 16 --windows 0:1 --out %s 2>&1",
+             bin_path("ternlab"), test_path("data/llama-tiny"), test_path("data/wikitext2-test.tokens.i32"), ln);
+    CHECK_MSG(test_run(cmd, &out) == 1 && strstr(out, "is a symbolic link"), "%s", out ? out : "");
+    free(out);
+    CHECK(lstat(ln, &st) == 0 && S_ISLNK(st.st_mode) && lstat(dl, &st) == 0 && S_ISLNK(st.st_mode));
+    CHECK(stat(f, &st) == 0 && st.st_size == 1);
 }
 
 /* ternlab verify's checks and exit codes: 0 a finished file of the device

@@ -260,7 +260,9 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "ternlab logits: --windows A:B is required\n");
         return 2;
     }
-    if (file_out_check(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0) ||
+    /* (--out's folder checked here too: a missing one had been found only after the
+     * model loaded, the message naming the temporary) */
+    if (exp_check_out(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0) ||
         outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0)
         return fail("logits");
     Model m;

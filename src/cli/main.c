@@ -143,7 +143,10 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'p': if (parse_i64(name, optarg, 1, TP_MAX_RANKS, &v)) return -1; o->tp = (int)v; break;
         case 'N': if (parse_i64(name, optarg, 0, 1 << 24, &o->max_new)) return -1; break;
         case 'b': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->block_size = (int)v; break;
-        case 'B': if (parse_i64(name, optarg, 1, 1 << 16, &v)) return -1; o->batch = (int)v; break;
+        case 'B': /* (the run state a step runs in holds 4096 tokens: generate opens it so) */
+            if (parse_i64(name, optarg, 1, 4096, &v)) return -1;
+            o->batch = (int)v;
+            break;
         case 'K': if (parse_i64(name, optarg, 1, 1 << 30, &o->kv_blocks)) return -1; break;
         case 'W': {
             char *colon = strchr(optarg, ':');

@@ -128,6 +128,16 @@ void file_unmap(MappedFile *mf) {
 
 int file_out_check(const char *path) {
     struct stat st;
+    /* a symbolic link would be replaced by the rename, its target left as it was
+     * (--out /dev/stdout had replaced the link itself, exit 0, nothing written) */
+    if (lstat(path, &st) == 0 && S_ISLNK(st.st_mode)) {
+        char target[512];
+        const ssize_t tl = readlink(path, target, sizeof target - 1);
+        target[tl > 0 ? tl : 0] = 0;
+        return err_set("%s is a symbolic link (to %s): results are written to a temporary file and "
+                       "renamed over the path, which would replace the link and leave its target as it "
+                       "was; give the target's path", path, target[0] ? target : "?");
+    }
     if (stat(path, &st) != 0 || S_ISREG(st.st_mode)) return 0;
     return err_set("%s exists and is not a regular file (%s): results are written to a temporary "
                    "file and renamed over the path, which would replace it; give a file path",

@@ -58,8 +58,9 @@ void tmp_end(const char *path);
 void tmp_cleanup_on_signals(void);
 
 /* For a path that a result will be renamed over: 0 when it does not exist or
- * is a regular file (or a link to one), else -1 with err_set (a device such
- * as /dev/null, a folder, a pipe: the rename would replace it with a file). */
+ * is a regular file, else -1 with err_set (a device such as /dev/null, a
+ * folder, a pipe, a symbolic link — /dev/stdout among them: the rename would
+ * replace it with a file). */
 int file_out_check(const char *path);
 
 /* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */

@@ -283,6 +283,11 @@ void diff_result_free(DiffResult *r) {
     memset(r, 0, sizeof *r);
 }
 
+/* How far (rel L2) a --b-dump's embedding rows may be from the model's own: a
+ * dump made in bf16 or f16 is within ~4e-3; other tokens or another model are
+ * at ~1.4. */
+#define DIFF_DUMP_EMBED_TOL 0.1
+
 int diff_compare(Model *a, const KvPolicy *pa, Model *b, const KvPolicy *pb, const float *b_dump,
                  const int32_t *tok, int T, double threshold, DiffResult *r) {
     memset(r, 0, sizeof *r);
@@ -320,6 +325,14 @@ int diff_compare(Model *a, const KvPolicy *pa, Model *b, const KvPolicy *pb, con
     if (rc == 0 && !b) db = (float *)b_dump;
     for (int64_t s = 0; s < rows && rc == 0; s++)
         r->resid[s] = diff_stat(da + s * T * H, db + s * T * H, T * H);
+    /* a dump's first rows are the embedding of the same tokens: a lookup, the same
+     * for any run of this model up to the dump's precision; far from them, the dump
+     * is of another model or other tokens (it had been reported as divergence at the
+     * embedding, exit 0) */
+    if (rc == 0 && !b && !(r->resid[0].rel_l2 <= DIFF_DUMP_EMBED_TOL))
+        rc = err_set("diff: the --b-dump's embedding rows differ from this model's on these tokens (rel L2 "
+                     "%.3g): a dump of another model, other tokens or another window, not a divergence",
+                     r->resid[0].rel_l2);
 
     if (rc == 0 && b) {
         int64_t qd = (int64_t)c->n_heads * c->head_dim, I = c->inter;
