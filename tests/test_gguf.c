@@ -11,6 +11,7 @@
 #include "load/tokens.h"
 #include "cpu/tern_kernels.h"
 #include "quant/quant.h"
+#include "ternary_format.h"
 
 #include <cJSON.h>
 #include <math.h>
@@ -601,21 +602,38 @@ TEST(gguf_bad_files_are_clear_errors) {
 /* A small llama GGUF with random F32 weights: hidden 64 (2 heads of 32), ffn 96,
  * vocab 2048 (the token file's), `layers` blocks stored and llama.block_count
  * `claimed` (0: layers); `extra` names one more tensor of 64 floats, or one more
- * float metadata key (a name starting "llama.") set to 4.0 (NULL: none).
+ * float metadata key (a name starting "llama.", tiny_arch's) set to 4.0, or a
+ * string one (KEY=VALUE) (NULL: none).
  * No input size is a multiple of 256, so no linear has a TQ form.  Returns 0 or -1. */
+/* The architecture tiny_llama_gguf writes: "llama", or "bitnet" (the same
+ * blocks plus attn_sub_norm / ffn_sub_norm, keys bitnet.*). */
+static const char *tiny_arch = "llama";
+
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     enum { H = 64, F = 96, V = 2048 };
     GgufWriter *w = gguf_writer_new();
-    gguf_writer_str(w, "general.architecture", "llama");
-    gguf_writer_u32(w, "llama.embedding_length", H);
-    gguf_writer_u32(w, "llama.block_count", (uint32_t)(claimed ? claimed : layers));
-    gguf_writer_u32(w, "llama.attention.head_count", 2);
-    gguf_writer_u32(w, "llama.attention.head_count_kv", 2);
-    gguf_writer_u32(w, "llama.feed_forward_length", F);
-    gguf_writer_u32(w, "llama.vocab_size", V);
-    gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", 1e-5f);
-    const int extra_kv = extra && strncmp(extra, "llama.", 6) == 0;
-    if (extra_kv) gguf_writer_f32(w, extra, 4.0f);
+    char key[96];
+    const char *A = tiny_arch;
+    const size_t al = strlen(A);
+#define AK(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
+    gguf_writer_str(w, "general.architecture", A);
+    gguf_writer_u32(w, AK("embedding_length"), H);
+    gguf_writer_u32(w, AK("block_count"), (uint32_t)(claimed ? claimed : layers));
+    gguf_writer_u32(w, AK("attention.head_count"), 2);
+    gguf_writer_u32(w, AK("attention.head_count_kv"), 2);
+    gguf_writer_u32(w, AK("feed_forward_length"), F);
+    gguf_writer_u32(w, AK("vocab_size"), V);
+    gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), 1e-5f);
+#undef AK
+    /* an extra <arch>.KEY: a float 4.0, or (KEY=VALUE) a string */
+    const int extra_kv = extra && strncmp(extra, A, al) == 0 && extra[al] == '.';
+    const char *eq = extra_kv ? strchr(extra, '=') : NULL;
+    if (eq) {
+        snprintf(key, sizeof key, "%.*s", (int)(eq - extra), extra);
+        gguf_writer_str(w, key, eq + 1);
+    } else if (extra_kv) {
+        gguf_writer_f32(w, extra, 4.0f);
+    }
     float *x = xmalloc(sizeof(float) * V * H);
     uint32_t seed = 12345;
     int rc = 0;
@@ -642,6 +660,12 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
         ADD(name, 1, H, 1, 0.2f, 1.0f);
         snprintf(name, sizeof name, "blk.%d.ffn_norm.weight", l);
         ADD(name, 1, H, 1, 0.2f, 1.0f);
+        if (!strcmp(A, "bitnet")) {
+            snprintf(name, sizeof name, "blk.%d.attn_sub_norm.weight", l);
+            ADD(name, 1, H, 1, 0.2f, 1.0f);
+            snprintf(name, sizeof name, "blk.%d.ffn_sub_norm.weight", l);
+            ADD(name, 1, F, 1, 0.2f, 1.0f);
+        }
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, lin[i].t);
             ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
@@ -717,10 +741,10 @@ TEST(gguf_refuses_block_count_beyond_the_file) {
 
 /* ---- write -> read round trips ----------------------------------------------- */
 
-static void roundtrip(const char *spec, int tq1, double tol) {
+static void roundtrip_dir(const char *dir, const char *spec, int tq1, double tol) {
     ModelLoadOpts o = {.quant = spec};
     Model a, b;
-    REQUIRE(model_load(test_path(LLAMA_DIR), &o, &a) == 0);
+    REQUIRE(model_load(dir, &o, &a) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
     char path[512];
     snprintf(path, sizeof path, "%s/rt-%d.gguf", test_tmpdir(), tq1);
     int rc = gguf_write_model(&a, path, tq1);
@@ -765,6 +789,8 @@ static void roundtrip(const char *spec, int tq1, double tol) {
     model_free(&a);
     model_free(&b);
 }
+
+static void roundtrip(const char *spec, int tq1, double tol) { roundtrip_dir(test_path(LLAMA_DIR), spec, tq1, tol); }
 
 /* scales are f16 values, one per 256 columns at most: the file holds the model exactly */
 TEST(gguf_write_read_tq2_0_exact) { roundtrip("rule=absmax,group=256,scale=f16", 0, 0.0); }
@@ -1178,4 +1204,122 @@ TEST(quantize_out_folder_checked_first) {
     free(out);
     snprintf(cmd, sizeof cmd, "test -e %s/stale/model.safetensors", dir);
     CHECK(test_run(cmd, NULL) != 0);
+}
+
+/* bitnet-tiny with its lm_head tied to the embedding (llama.cpp's bitnet
+ * architecture takes the logits from token_embd), in a folder of the test's:
+ * dir receives its path. */
+static void tied_bitnet(char *dir, size_t n) {
+    char cmd[4096];
+    snprintf(dir, n, "%s/bitnet-tied", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && cp -r '%s' '%s' && sed -i 's/\"tie_word_embeddings\": *false/"
+             "\"tie_word_embeddings\": true/' '%s/config.json' && grep -q '\"tie_word_embeddings\": *true' "
+             "'%s/config.json'", dir, test_path(BITNET_DIR), dir, dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+}
+
+/* llama.cpp's bitnet architecture (its converter's output for 1bitLLM's and
+ * BitNet b1.58 checkpoints), written and read: keys bitnet.*, the sub-norms as
+ * blk.N.attn_sub_norm / ffn_sub_norm, q/k rows as stored (NEOX RoPE: the
+ * converter does not permute them), no output tensor, rope scaling linear by
+ * 1 as the converter writes, the activation under bitnet.hidden_activation.
+ * A BitNet checkpoint written with its spec reads back as the same model, bit
+ * for bit under every kernel; without the spec (the converter's form) it runs
+ * f32 activations, as llama.cpp does; it had been refused ("only 'llama'"), as
+ * was writing one. */
+TEST(gguf_bitnet_architecture) {
+    char dir[600], path[700];
+    tied_bitnet(dir, sizeof dir);
+    roundtrip_dir(dir, "rule=absmax,group=tensor,scale=f16,act=int8", 0, 0.0);
+    /* the layout, against llama.cpp's (what its loader and graph read) */
+    ModelLoadOpts o = {.quant = "rule=absmax,group=tensor,scale=f16,act=int8"};
+    Model a, b;
+    REQUIRE(model_load(dir, &o, &a) == 0);
+    snprintf(path, sizeof path, "%s/bn.gguf", test_tmpdir());
+    REQUIRE(gguf_write_model(&a, path, 0) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    GgufFile g;
+    REQUIRE(gguf_open(path, &g) == 0);
+    const char *sv;
+    size_t sl;
+    int64_t iv;
+    CHECK(gguf_get_str(&g, "general.architecture", &sv, &sl) == 1 && sl == 6 && !memcmp(sv, "bitnet", 6));
+    CHECK(gguf_get_int(&g, "bitnet.block_count", &iv) == 1 && iv == a.cfg.n_layers);
+    CHECK(gguf_get_str(&g, "bitnet.hidden_activation", &sv, &sl) == 1 && sl == 5 && !memcmp(sv, "relu2", 5));
+    CHECK(gguf_get_str(&g, "bitnet.rope.scaling.type", &sv, &sl) == 1 && sl == 6 && !memcmp(sv, "linear", 6));
+    CHECK(!gguf_find_kv(&g, "llama.block_count") && !gguf_find_tensor(&g, "output.weight"));
+    CHECK(gguf_find_tensor(&g, "blk.0.attn_sub_norm.weight") && gguf_find_tensor(&g, "blk.3.ffn_sub_norm.weight"));
+    /* q rows as stored: row r of the file's blk.0.attn_q is row r of the model's q */
+    const GgufTensor *tq = gguf_find_tensor(&g, "blk.0.attn_q.weight");
+    REQUIRE(tq && tq->type == GGML_TYPE_TQ2_0);
+    {
+        const Linear *q = &a.layers[0].q;
+        const int64_t nb = q->in / GGUF_QK_K;
+        int8_t codes[GGUF_QK_K];
+        uint16_t d;
+        int64_t diff = 0;
+        for (int64_t r = 0; r < q->out; r++)
+            for (int64_t bk = 0; bk < nb; bk++) {
+                gguf_tq2_0_decode(tq->data + (size_t)(r * nb + bk) * GGUF_TQ2_0_BYTES, codes, &d);
+                for (int k = 0; k < GGUF_QK_K; k++)
+                    diff += codes[k] != tern_get(q->t->codes + r * q->t->row_bytes, bk * GGUF_QK_K + k);
+            }
+        CHECK_MSG(diff == 0, "blk.0.attn_q: %lld codes differ from q's rows as stored", (long long)diff);
+    }
+    gguf_close(&g);
+    /* the converter's form: no ternlab.quant_spec -> f32 activations, group 256; the model
+     * with its activations f32 gives the same logits up to the per-block sums */
+    REQUIRE(model_load_gguf(path, NULL, &b) == 0);
+    b.has_quant = 0;
+    b.cfg.ternlab_spec[0] = 0;
+    char plain[700];
+    snprintf(plain, sizeof plain, "%s/bn-plain.gguf", test_tmpdir());
+    REQUIRE(gguf_write_model(&b, plain, 1) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    Model c;
+    REQUIRE(model_load_gguf(plain, NULL, &c) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK(c.cfg.arch == ARCH_BITNET && c.cfg.act == ACT_RELU2 && c.layers[1].down.t && !c.layers[1].down.act_int8 &&
+          c.layers[1].down.t->group == QG_256 && strstr(c.load_notes, "f32 activations"));
+    for (int l = 0; l < b.cfg.n_layers; l++) {
+        Layer *L = &b.layers[l];
+        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int j = 0; j < 7; j++) lins[j]->act_int8 = 0;
+    }
+    const int Tw = 64;
+    float *lb = fixture_model_logits(&b, Tw, 1), *lc = fixture_model_logits(&c, Tw, 1);
+    REQUIRE(lb && lc);
+    const double e = rel_l2(lc, lb, (int64_t)Tw * b.cfg.vocab);
+    printf("    bitnet GGUF without a spec (TQ1_0): logits rel L2 %.3g against the model with f32 activations\n", e);
+    CHECK_MSG(e <= 1e-5, "rel L2 %g", e);
+    free(lb), free(lc);
+    model_free(&c);
+    model_free(&b);
+    /* an untied lm_head has no form there; bitnet-tiny as stored is one */
+    a.lm_head_tied = 0;
+    CHECK(gguf_write_model(&a, path, 0) != 0 && strstr(err_msg(), "reads no output tensor"));
+    a.lm_head_tied = 1;
+    model_free(&a);
+    /* what the reader refuses in a bitnet file: an output tensor (its graph reads none),
+     * an activation it does not know, a per-tensor .scale (no converter writes one) */
+    tiny_arch = "bitnet";
+    snprintf(path, sizeof path, "%s/tb.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
+    CHECK_MSG(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0), "tiny bitnet");
+    if (b.layers) {
+        CHECK(b.cfg.arch == ARCH_BITNET && b.cfg.act == ACT_SILU && b.layers[0].attn_sub_norm && b.lm_head_tied);
+        model_free(&b);
+    }
+    const struct {
+        const char *extra, *want;
+    } bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
+               {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
+               {"blk.0.attn_q.scale", "tensor 'blk.0.attn_q.scale' is not one this model's layers are run with"},
+               {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        snprintf(path, sizeof path, "%s/tb%zu.gguf", test_tmpdir(), i);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, bad[i].extra) == 0);
+        int rc = model_load_gguf(path, NULL, &b);
+        CHECK_MSG(rc != 0, "%s accepted", bad[i].extra);
+        if (rc == 0) model_free(&b);
+        else CHECK_MSG(strstr(err_msg(), bad[i].want), "message '%s' lacks '%s'", err_msg(), bad[i].want);
+    }
+    tiny_arch = "llama";
 }

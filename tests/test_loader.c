@@ -1228,6 +1228,15 @@ TEST(loader_1bitllm_bitnet_form) {
         free(got), free(same), free(ref);
         model_free(&m);
     }
+    /* info says what runs (it had printed autobitlinear, weight_scale multiplies) */
+    {
+        char cmd[1200], *out = NULL;
+        snprintf(cmd, sizeof cmd, "%s info --model %s", bin_path("ternlab"), dir);
+        CHECK_MSG(test_run(cmd, &out) == 0 && out && strstr(out, "architecture bitnet (model_type llama)") &&
+                      strstr(out, "1bitLLM's BitnetForCausalLM") && !strstr(out, "linear_class"),
+                  "%s", out ? out : "");
+        free(out);
+    }
     /* a plain llama over the same tensors: the norm it would drop is named */
     cJSON_DeleteItemFromObjectCaseSensitive(cj, "architectures");
     char *plain = cJSON_Print(cj);

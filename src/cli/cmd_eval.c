@@ -416,7 +416,10 @@ int cmd_info(int argc, char **argv) {
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->inter, c->vocab);
     printf("rms_norm_eps %g  rope_theta %g  hidden_act %s  max_position_embeddings %d\n",
            (double)c->eps, c->rope_theta, c->act == ACT_SILU ? "silu" : "relu2", c->max_pos);
-    if (c->bitnet_linears)
+    if (c->bitnet_1bitllm)
+        printf("bitnet linears: 1bitLLM's BitnetForCausalLM (float weights ternarised at load, per-tensor "
+               "absmean; int8 activations per token)\n");
+    else if (c->bitnet_linears)
         printf("bitnet linear_class %s (weight_scale %s)\n",
                c->bitnet_scale == BITNET_BITLINEAR ? "bitlinear" : "autobitlinear",
                c->bitnet_scale == BITNET_BITLINEAR ? "divides" : "multiplies");

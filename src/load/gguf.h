@@ -178,7 +178,7 @@ int gguf_writer_tensor(GgufWriter *w, const char *name, uint32_t ggml_type, int 
                        const int64_t *ne, const void *data, size_t nbytes);
 int gguf_writer_write(GgufWriter *w, const char *path);
 
-/* ---- llama models ------------------------------------------------------ */
+/* ---- llama and bitnet models ------------------------------------------- */
 
 /* llama.cpp's converter permutes the rows of attn_q / attn_k within each head
  * (head size hd) so that RoPE rotates adjacent pairs: HF row s*(hd/2) + i of a
@@ -186,19 +186,26 @@ int gguf_writer_write(GgufWriter *w, const char *path);
  * r holds (reading: hf[gguf_hf_row_of(r)] = stored[r]; writing the reverse). */
 int64_t gguf_hf_row_of(int64_t r, int64_t hd);
 
-/* Loads a llama-architecture GGUF into the same Model that model_load fills
- * from an HF folder: llama.* hyperparameters, tensors token_embd,
- * blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output, ffn_norm, ffn_gate,
- * ffn_up, ffn_down}, output_norm, output (absent = tied).  The converter's
- * q/k row permutation (adjacent-pair RoPE) is undone, so the model equals the
- * safetensors checkpoint it came from.  TQ1_0/TQ2_0 linears become packed
- * ternary (group 256, f16 scales) straight from their codes; other types are
- * dense f32.  Then opts (--quant, --dense) apply as in model_load.  The file
- * is closed before returning.  Returns 0 or -1 (err_set). */
+/* Loads a llama- or bitnet-architecture GGUF into the same Model that
+ * model_load fills from an HF folder: <arch>.* hyperparameters, tensors
+ * token_embd, blk.N.{attn_norm, attn_q, attn_k, attn_v, attn_output,
+ * ffn_norm, ffn_gate, ffn_up, ffn_down} (bitnet: also attn_sub_norm,
+ * ffn_sub_norm; bitnet.hidden_activation silu or relu2, silu when absent),
+ * output_norm, output (absent = tied; never in a bitnet file).  llama's
+ * converter q/k row permutation (adjacent-pair RoPE) is undone (bitnet's
+ * NEOX-order files have none), so the model equals the safetensors
+ * checkpoint it came from.  TQ1_0/TQ2_0 linears become packed ternary (group
+ * 256, f16 scales; the recorded spec's row or tensor group where it has one)
+ * straight from their codes; other types are dense f32; activations f32
+ * unless a ternlab.quant_spec says int8.  Then opts (--quant, --dense) apply
+ * as in model_load.  The file is closed before returning.  Returns 0 or -1
+ * (err_set). */
 int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m);
 
-/* Writes m as a llama GGUF: decoder linears that are ternary as TQ2_0 (tq1 =
- * 0) or TQ1_0 (tq1 = 1) with q/k rows permuted as llama.cpp's converter does;
+/* Writes m as a llama GGUF, or a BitNet model as llama.cpp's bitnet one (its
+ * lm_head must be the embedding: that architecture has no output tensor):
+ * decoder linears that are ternary as TQ2_0 (tq1 = 0) or TQ1_0 (tq1 = 1)
+ * with llama's q/k rows permuted as llama.cpp's converter does;
  * ternary linears need group 256, row or tensor (one scale per 256-weight
  * block), rows whose length is not a multiple of 256 are written as float.
  * Float tensors (embedding, lm_head, dense linears) as F16 when that is

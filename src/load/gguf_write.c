@@ -417,10 +417,21 @@ static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
 
 int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     const ModelConfig *c = &m->cfg;
-    if (c->arch != ARCH_LLAMA)
-        return err_set("%s: only llama-architecture models can be written as GGUF (this one is "
-                       "%s)", out_path, arch_name(c->arch));
+    const int bitnet = c->arch == ARCH_BITNET;
+    /* llama.cpp's bitnet architecture: logits from token_embd (no output tensor), sub-norms
+     * of n_embd values (attn_sub_norm) */
+    if (bitnet && !m->lm_head_tied)
+        return err_set("%s: a BitNet model whose lm_head is not its embedding (tie_word_embeddings false) "
+                       "has no GGUF form: llama.cpp's bitnet architecture takes the logits from token_embd "
+                       "and reads no output tensor", out_path);
+    if (bitnet && (int64_t)c->n_heads * c->head_dim != c->hidden)
+        return err_set("%s: heads x head_dim %lld differs from hidden %d: llama.cpp's bitnet architecture "
+                       "holds attn_sub_norm with hidden values", out_path, (long long)c->n_heads * c->head_dim,
+                       c->hidden);
     GgufWriter *w = gguf_writer_new();
+    const char *A = bitnet ? "bitnet" : "llama";
+    char key[96];
+#define AK(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
     const char *base = m->path ? strrchr(m->path, '/') : NULL;
     base = base ? base + 1 : m->path ? m->path : "ternlab";
     int any_ternary = 0;
@@ -430,25 +441,33 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
         for (int i = 0; i < 7; i++) /* (written as TQ blocks: rows of whole blocks; add_linear) */
             any_ternary |= lins[i]->t && lins[i]->in % GGUF_QK_K == 0;
     }
-    gguf_writer_str(w, "general.architecture", "llama");
+    gguf_writer_str(w, "general.architecture", A);
     gguf_writer_str(w, "general.type", "model");
     gguf_writer_str(w, "general.name", base);
     /* llama_ftype: MOSTLY_TQ1_0 = 36, MOSTLY_TQ2_0 = 37; MOSTLY_F16 = 1 when nothing is ternary */
     gguf_writer_u32(w, "general.file_type", any_ternary ? (tq1 ? 36 : 37) : 1);
     gguf_writer_u32(w, "general.quantization_version", 2);
-    gguf_writer_u32(w, "llama.block_count", (uint32_t)c->n_layers);
+    gguf_writer_u32(w, AK("block_count"), (uint32_t)c->n_layers);
     /* (llama.cpp requires it; without max_position_embeddings, transformers' LlamaConfig default) */
-    gguf_writer_u32(w, "llama.context_length", (uint32_t)(c->max_pos > 0 ? c->max_pos : 2048));
-    gguf_writer_u32(w, "llama.embedding_length", (uint32_t)c->hidden);
-    gguf_writer_u32(w, "llama.feed_forward_length", (uint32_t)c->inter);
-    gguf_writer_u32(w, "llama.attention.head_count", (uint32_t)c->n_heads);
-    gguf_writer_u32(w, "llama.attention.head_count_kv", (uint32_t)c->n_kv_heads);
-    gguf_writer_f32(w, "llama.rope.freq_base", (float)c->rope_theta);
-    gguf_writer_f32(w, "llama.attention.layer_norm_rms_epsilon", c->eps);
-    gguf_writer_u32(w, "llama.attention.key_length", (uint32_t)c->head_dim);
-    gguf_writer_u32(w, "llama.attention.value_length", (uint32_t)c->head_dim);
-    gguf_writer_u32(w, "llama.vocab_size", (uint32_t)c->vocab);
-    gguf_writer_u32(w, "llama.rope.dimension_count", (uint32_t)c->head_dim);
+    gguf_writer_u32(w, AK("context_length"), (uint32_t)(c->max_pos > 0 ? c->max_pos : 2048));
+    gguf_writer_u32(w, AK("embedding_length"), (uint32_t)c->hidden);
+    gguf_writer_u32(w, AK("feed_forward_length"), (uint32_t)c->inter);
+    gguf_writer_u32(w, AK("attention.head_count"), (uint32_t)c->n_heads);
+    gguf_writer_u32(w, AK("attention.head_count_kv"), (uint32_t)c->n_kv_heads);
+    gguf_writer_f32(w, AK("rope.freq_base"), (float)c->rope_theta);
+    gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), c->eps);
+    gguf_writer_u32(w, AK("attention.key_length"), (uint32_t)c->head_dim);
+    gguf_writer_u32(w, AK("attention.value_length"), (uint32_t)c->head_dim);
+    gguf_writer_u32(w, AK("vocab_size"), (uint32_t)c->vocab);
+    gguf_writer_u32(w, AK("rope.dimension_count"), (uint32_t)c->head_dim);
+    if (bitnet) {
+        /* as llama.cpp's converter writes for bitnet (no scaling), and the FFN activation
+         * under the key its loader reads (SiLU where absent) */
+        gguf_writer_str(w, AK("rope.scaling.type"), "linear");
+        gguf_writer_f32(w, AK("rope.scaling.factor"), 1.0f);
+        gguf_writer_str(w, AK("hidden_activation"), c->act == ACT_RELU2 ? "relu2" : "silu");
+    }
+#undef AK
     if (m->has_quant) {
         char spec[256];
         if (quant_spec_format(&m->quant, spec, sizeof spec) >= 0)
@@ -473,8 +492,11 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
 #define NAME(t) (snprintf(name, sizeof name, "blk.%d." t ".weight", l), name)
         rc = add_float(w, NAME("attn_norm"), L->attn_norm, 0, H, 0, 1);
         if (rc == 0) rc = add_float(w, NAME("ffn_norm"), L->ffn_norm, 0, H, 0, 1);
-        if (rc == 0) rc = add_linear(w, NAME("attn_q"), &L->q, hd, tq1);
-        if (rc == 0) rc = add_linear(w, NAME("attn_k"), &L->k, hd, tq1);
+        if (rc == 0 && bitnet) rc = add_float(w, NAME("attn_sub_norm"), L->attn_sub_norm, 0, H, 0, 1);
+        if (rc == 0 && bitnet) rc = add_float(w, NAME("ffn_sub_norm"), L->ffn_sub_norm, 0, c->inter, 0, 1);
+        /* q/k rows permuted for llama's RoPE order; bitnet's is NEOX (rows as stored) */
+        if (rc == 0) rc = add_linear(w, NAME("attn_q"), &L->q, bitnet ? 0 : hd, tq1);
+        if (rc == 0) rc = add_linear(w, NAME("attn_k"), &L->k, bitnet ? 0 : hd, tq1);
         if (rc == 0) rc = add_linear(w, NAME("attn_v"), &L->v, 0, tq1);
         if (rc == 0) rc = add_linear(w, NAME("attn_output"), &L->o, 0, tq1);
         if (rc == 0) rc = add_linear(w, NAME("ffn_gate"), &L->gate, 0, tq1);

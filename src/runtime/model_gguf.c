@@ -1,5 +1,6 @@
-/* A llama-architecture GGUF (llama.cpp's converter output) into a Model — the
- * same struct model_load fills from an HF folder, so every command runs on it.
+/* A llama- or bitnet-architecture GGUF (llama.cpp's converter output) into a
+ * Model — the same struct model_load fills from an HF folder, so every command
+ * runs on it.
  * Contract in load/gguf.h (model_load_gguf). */
 #include "core/err.h"
 #include "core/mem.h"
@@ -27,11 +28,11 @@ static int find_shaped(const GgufFile *g, const char *name, int64_t rows, int64_
                   : (t->n_dims == 1 && t->ne[0] == cols);
     if (!ok) {
         if (rows)
-            return err_set("tensor '%s': ne [%lld, %lld] (cols, rows) expected from the llama.* "
+            return err_set("tensor '%s': ne [%lld, %lld] (cols, rows) expected from the "
                            "metadata, the file has %d dims [%lld, %lld, ...]", name,
                            (long long)cols, (long long)rows, t->n_dims, (long long)t->ne[0],
                            (long long)t->ne[1]);
-        return err_set("tensor '%s': ne [%lld] expected from the llama.* metadata, the file has "
+        return err_set("tensor '%s': ne [%lld] expected from the metadata, the file has "
                        "%d dims [%lld, ...]", name, (long long)cols, t->n_dims,
                        (long long)t->ne[0]);
     }
@@ -206,8 +207,17 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
     return model_quantise_linear(m, lin, layer, kind, opts);
 }
 
-/* A required positive llama.* integer that fits an int. */
-static int req_int(const GgufFile *g, const char *key, int required, int *out) {
+/* The metadata key "<arch>.<suffix>" (llama.* or bitnet.*), in a buffer of the caller's. */
+#define AKEY_LEN 96
+static const char *akey(char *buf, const ModelConfig *c, const char *suffix) {
+    snprintf(buf, AKEY_LEN, "%s.%s", c->model_type, suffix);
+    return buf;
+}
+
+/* A required positive <arch>.* integer that fits an int. */
+static int req_int(const GgufFile *g, const ModelConfig *c, const char *suffix, int required, int *out) {
+    char key[AKEY_LEN];
+    akey(key, c, suffix);
     int64_t v;
     int r = gguf_get_int(g, key, &v);
     if (r < 0) return -1;
@@ -218,30 +228,47 @@ static int req_int(const GgufFile *g, const char *key, int required, int *out) {
     return 1;
 }
 
+/* llama.cpp's "llama" architecture, and its "bitnet" one (the converter's
+ * output for 1bitLLM's BitnetForCausalLM and BitNet b1.58 checkpoints: llama
+ * layers plus attn_sub_norm / ffn_sub_norm before attn_output / ffn_down, RoPE
+ * in NEOX order so q/k unpermuted, lm_head always token_embd, the FFN
+ * activation <arch>.hidden_activation, SiLU when absent). */
 static int load_config(const GgufFile *g, Model *m) {
     ModelConfig *c = &m->cfg;
     const char *s;
     size_t len;
+    char key[AKEY_LEN];
     int r = gguf_get_str(g, "general.architecture", &s, &len);
     if (r <= 0) return r < 0 ? -1 : err_set("%s: missing metadata key 'general.architecture'", g->path);
-    if (len != 5 || memcmp(s, "llama", 5) != 0)
-        return err_set("%s: architecture '%.*s' is not supported (only 'llama')", g->path,
+    if (len == 5 && memcmp(s, "llama", 5) == 0) c->arch = ARCH_LLAMA;
+    else if (len == 6 && memcmp(s, "bitnet", 6) == 0) c->arch = ARCH_BITNET;
+    else
+        return err_set("%s: architecture '%.*s' is not supported (llama, bitnet)", g->path,
                        (int)(len > 64 ? 64 : len), s);
-    c->arch = ARCH_LLAMA;
-    snprintf(c->model_type, sizeof c->model_type, "llama");
+    snprintf(c->model_type, sizeof c->model_type, "%s", c->arch == ARCH_BITNET ? "bitnet" : "llama");
     c->act = ACT_SILU;
+    if (c->arch == ARCH_BITNET) {
+        if ((r = gguf_get_str(g, akey(key, c, "hidden_activation"), &s, &len)) < 0) return -1;
+        if (r == 1) {
+            if (len == 4 && memcmp(s, "silu", 4) == 0) c->act = ACT_SILU;
+            else if (len == 5 && memcmp(s, "relu2", 5) == 0) c->act = ACT_RELU2;
+            else
+                return err_set("%s: %s '%.*s' is not supported (silu, relu2)", g->path, key,
+                               (int)(len > 64 ? 64 : len), s);
+        }
+    }
     int64_t experts = 0;
-    if (gguf_get_int(g, "llama.expert_count", &experts) < 0) return -1;
-    if (experts > 0) return err_set("%s: mixture-of-experts llama (%lld experts) is not supported",
-                                    g->path, (long long)experts);
-    if (req_int(g, "llama.embedding_length", 1, &c->hidden) < 0 ||
-        req_int(g, "llama.block_count", 1, &c->n_layers) < 0 ||
-        req_int(g, "llama.attention.head_count", 1, &c->n_heads) < 0 ||
-        req_int(g, "llama.feed_forward_length", 1, &c->inter) < 0)
+    if (gguf_get_int(g, akey(key, c, "expert_count"), &experts) < 0) return -1;
+    if (experts > 0) return err_set("%s: mixture-of-experts %s (%lld experts) is not supported",
+                                    g->path, c->model_type, (long long)experts);
+    if (req_int(g, c, "embedding_length", 1, &c->hidden) < 0 ||
+        req_int(g, c, "block_count", 1, &c->n_layers) < 0 ||
+        req_int(g, c, "attention.head_count", 1, &c->n_heads) < 0 ||
+        req_int(g, c, "feed_forward_length", 1, &c->inter) < 0)
         return -1;
     c->n_kv_heads = c->n_heads; /* llama.cpp's default when head_count_kv is absent */
-    if (req_int(g, "llama.attention.head_count_kv", 0, &c->n_kv_heads) < 0) return -1;
-    if ((r = req_int(g, "llama.attention.key_length", 0, &c->head_dim)) < 0) return -1;
+    if (req_int(g, c, "attention.head_count_kv", 0, &c->n_kv_heads) < 0) return -1;
+    if ((r = req_int(g, c, "attention.key_length", 0, &c->head_dim)) < 0) return -1;
     if (r == 0) {
         if (c->hidden % c->n_heads != 0)
             return err_set("%s: embedding_length %d is not a multiple of head_count %d and "
@@ -249,8 +276,7 @@ static int load_config(const GgufFile *g, Model *m) {
         c->head_dim = c->hidden / c->n_heads;
     }
     int vlen = c->head_dim, rot = c->head_dim;
-    if (req_int(g, "llama.attention.value_length", 0, &vlen) < 0 ||
-        req_int(g, "llama.rope.dimension_count", 0, &rot) < 0)
+    if (req_int(g, c, "attention.value_length", 0, &vlen) < 0 || req_int(g, c, "rope.dimension_count", 0, &rot) < 0)
         return -1;
     if (vlen != c->head_dim)
         return err_set("%s: attention.value_length %d differs from key_length %d (not supported)",
@@ -263,40 +289,42 @@ static int load_config(const GgufFile *g, Model *m) {
     if (c->n_heads % c->n_kv_heads != 0)
         return err_set("%s: head_count %d is not a multiple of head_count_kv %d", g->path,
                        c->n_heads, c->n_kv_heads);
-    if (req_int(g, "llama.context_length", 0, &c->max_pos) < 0) return -1;
+    if (req_int(g, c, "context_length", 0, &c->max_pos) < 0) return -1;
     double eps;
-    if ((r = gguf_get_float(g, "llama.attention.layer_norm_rms_epsilon", &eps)) <= 0)
-        return r < 0 ? -1 : err_set("%s: missing metadata key "
-                                    "'llama.attention.layer_norm_rms_epsilon'", g->path);
+    if ((r = gguf_get_float(g, akey(key, c, "attention.layer_norm_rms_epsilon"), &eps)) <= 0)
+        return r < 0 ? -1 : err_set("%s: missing metadata key '%s'", g->path, key);
     if (!(eps >= 1e-30 && eps <= 1.0))
         return err_set("%s: layer_norm_rms_epsilon %g is outside [1e-30, 1]", g->path, eps);
     c->eps = (float)eps;
     c->rope_theta = 10000.0;
-    if ((r = gguf_get_float(g, "llama.rope.freq_base", &c->rope_theta)) < 0) return -1;
+    if ((r = gguf_get_float(g, akey(key, c, "rope.freq_base"), &c->rope_theta)) < 0) return -1;
     if (!(c->rope_theta >= 1.0 && c->rope_theta <= 1e30))
         return err_set("%s: rope.freq_base %g is outside [1, 1e30]", g->path, c->rope_theta);
-    if (r == 0) model_note(m, "%s", "llama.rope.freq_base absent: 10000 (llama.cpp's default)");
-    if (gguf_get_str(g, "llama.rope.scaling.type", &s, &len) < 0) return -1;
-    if (gguf_find_kv(g, "llama.rope.scaling.type") && !(len == 4 && memcmp(s, "none", 4) == 0))
-        return err_set("%s: llama.rope.scaling.type '%.*s' is not supported", g->path,
-                       (int)(len > 64 ? 64 : len), s);
-    /* without a type llama.cpp scales linearly by llama.rope.scaling.factor (freq_scale
-     * = 1 / factor), or by the legacy llama.rope.scale_linear where the factor is absent
-     * or 0; with type none never (it had been ignored either way, exit 0) */
-    if (!gguf_find_kv(g, "llama.rope.scaling.type")) {
+    if (r == 0) model_note(m, "%s", "rope.freq_base absent: 10000 (llama.cpp's default)");
+    /* RoPE scaling: type none, or linear by a factor of 1 (what llama.cpp's converter
+     * writes for bitnet: no scaling), else refused.  Without a type llama.cpp scales
+     * linearly by rope.scaling.factor (freq_scale = 1 / factor), or by the legacy
+     * rope.scale_linear where the factor is absent or 0 (it had been ignored, exit 0) */
+    char tkey[AKEY_LEN], fkey[AKEY_LEN];
+    akey(tkey, c, "rope.scaling.type");
+    if (gguf_get_str(g, tkey, &s, &len) < 0) return -1;
+    const int has_type = gguf_find_kv(g, tkey) != NULL, linear = has_type && len == 6 && !memcmp(s, "linear", 6);
+    if (has_type && !(len == 4 && memcmp(s, "none", 4) == 0) && !linear)
+        return err_set("%s: %s '%.*s' is not supported", g->path, tkey, (int)(len > 64 ? 64 : len), s);
+    if (!has_type || linear) {
         double f = 0.0;
-        const char *key = "llama.rope.scaling.factor";
-        if ((r = gguf_get_float(g, key, &f)) < 0) return -1;
-        if (r == 0 || f == 0.0) {
-            key = "llama.rope.scale_linear";
+        akey(fkey, c, "rope.scaling.factor");
+        if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
+        if (!has_type && (r == 0 || f == 0.0)) {
+            akey(fkey, c, "rope.scale_linear");
             f = 0.0;
-            if ((r = gguf_get_float(g, key, &f)) < 0) return -1;
+            if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
         }
         if (r > 0 && f != 0.0 && f != 1.0)
-            return err_set("%s: %s %g asks for linear RoPE scaling, which is not supported", g->path, key, f);
+            return err_set("%s: %s %g asks for linear RoPE scaling, which is not supported", g->path, fkey, f);
     }
     int vocab = 0;
-    if ((r = req_int(g, "llama.vocab_size", 0, &vocab)) < 0) return -1;
+    if ((r = req_int(g, c, "vocab_size", 0, &vocab)) < 0) return -1;
     if (r == 0) {
         const GgufKV *tok = gguf_find_kv(g, "tokenizer.ggml.tokens");
         if (tok && tok->type == GGUF_TYPE_ARRAY && tok->n > 0 && tok->n < (1u << 30))
@@ -305,54 +333,65 @@ static int load_config(const GgufFile *g, Model *m) {
         if (!vocab && e && e->n_dims == 2 && e->ne[1] > 0 && e->ne[1] < (1 << 30))
             vocab = (int)e->ne[1];
         if (!vocab)
-            return err_set("%s: vocabulary size unknown (no llama.vocab_size, tokenizer.ggml.tokens "
-                           "or token_embd.weight)", g->path);
+            return err_set("%s: vocabulary size unknown (no %s.vocab_size, tokenizer.ggml.tokens "
+                           "or token_embd.weight)", g->path, c->model_type);
     }
     c->vocab = vocab;
+    if (c->arch == ARCH_BITNET && gguf_find_tensor(g, "output.weight"))
+        return err_set("%s: tensor 'output.weight' in a bitnet GGUF: llama.cpp's bitnet architecture "
+                       "takes the logits from token_embd and reads no output tensor (not supported)", g->path);
     c->tie = gguf_find_tensor(g, "output.weight") ? TIE_FALSE : TIE_TRUE;
     return 0;
 }
 
-static const char *const blk_tensors[] = {"attn_norm", "ffn_norm", "attn_q",   "attn_k",
-                                          "attn_v",    "attn_output", "ffn_gate", "ffn_up",
-                                          "ffn_down"};
+/* A block's tensors (each NAME.weight): a llama block's, then bitnet's two sub-norms. */
+static const char *const blk_tensors[] = {"attn_norm", "ffn_norm", "attn_q",        "attn_k",
+                                          "attn_v",    "attn_output", "ffn_gate",    "ffn_up",
+                                          "ffn_down",  "attn_sub_norm", "ffn_sub_norm"};
+#define N_BLK_LLAMA 9
+
+static int n_blk_tensors(const ModelConfig *c) {
+    return c->arch == ARCH_BITNET ? (int)(sizeof blk_tensors / sizeof blk_tensors[0]) : N_BLK_LLAMA;
+}
 
 /* Cheap checks before anything is allocated (the layer array and every
- * buffer scale with llama.block_count, which a file may overstate):
+ * buffer scale with <arch>.block_count, which a file may overstate):
  *  - the first and the last block's tensors exist;
- *  - no tensor blk.N.* lies past llama.block_count (a count that understates
+ *  - no tensor blk.N.* lies past <arch>.block_count (a count that understates
  *    the blocks had run the first ones alone), and every such N is a plain
  *    index (model_refuse_layer_past, model.c);
- *  - no tensor that this llama would silently leave out: a bias of any
+ *  - no tensor that this model would silently leave out: a bias of any
  *    linear or norm (blk.N.attn_q.bias, ...: ternlab's have none), or
  *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
  *    Llama 3.1+ RoPE scaling, which ternlab does not apply), nor any other
- *    blk.N.* than a llama block's norms and linears (model_refuse_unknown_layer_tensor).
+ *    blk.N.* than the block's norms and linears (model_refuse_unknown_layer_tensor:
+ *    a bitnet sub-norm in a llama file; a per-tensor .scale, which llama.cpp's
+ *    bitnet graph can multiply in and no converter of it writes).
  * Returns 0, or -1 with a message naming the tensor. */
 static int check_tensors(const GgufFile *g, const ModelConfig *c) {
-    char name[96];
+    char name[96], count[AKEY_LEN];
+    akey(count, c, "block_count");
+    const int nb = n_blk_tensors(c);
     int ends[2] = {0, c->n_layers - 1};
     for (int e = 0; e < 2; e++)
-        for (size_t i = 0; i < sizeof blk_tensors / sizeof blk_tensors[0]; i++) {
+        for (int i = 0; i < nb; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", ends[e], blk_tensors[i]);
             if (!gguf_find_tensor(g, name))
-                return err_set("llama.block_count is %d, but tensor '%s' (block %d) is missing "
-                               "from the file (%lld tensors)", c->n_layers, name, ends[e],
-                               (long long)g->n_tensors);
+                return err_set("%s is %d, but tensor '%s' (block %d) is missing from the file (%lld tensors)",
+                               count, c->n_layers, name, ends[e], (long long)g->n_tensors);
         }
     const char *known[sizeof blk_tensors / sizeof blk_tensors[0] + 1];
     char kbuf[sizeof blk_tensors / sizeof blk_tensors[0]][32];
-    for (size_t i = 0; i < sizeof blk_tensors / sizeof blk_tensors[0]; i++) {
+    for (int i = 0; i < nb; i++) {
         snprintf(kbuf[i], sizeof kbuf[i], "%s.weight", blk_tensors[i]);
         known[i] = kbuf[i];
     }
-    known[sizeof blk_tensors / sizeof blk_tensors[0]] = NULL;
+    known[nb] = NULL;
     /* (llama.cpp's name for a rotary inv_freq buffer: derived from the metadata) */
     static const char *const ignored[] = {"attn_rot_embd", "attn_rot_embd.weight", NULL};
     for (int64_t i = 0; i < g->n_tensors; i++) {
         const char *n = g->tensors[i].name;
-        if (model_refuse_bias(n) != 0 ||
-            model_refuse_layer_past(n, "blk.", c->n_layers, "block", "llama.block_count") != 0 ||
+        if (model_refuse_bias(n) != 0 || model_refuse_layer_past(n, "blk.", c->n_layers, "block", count) != 0 ||
             model_refuse_unknown_layer_tensor(n, "blk.", known, ignored) != 0)
             return -1;
         if (strcmp(n, "rope_freqs.weight") == 0)
@@ -410,10 +449,16 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
 #define NAME(t) (snprintf(name, sizeof name, "blk.%d." t ".weight", l), name)
         rc = load_f32(&g, NAME("attn_norm"), 0, H, 0, &L->attn_norm);
         if (rc == 0) rc = load_f32(&g, NAME("ffn_norm"), 0, H, 0, &L->ffn_norm);
+        if (rc == 0 && c->arch == ARCH_BITNET) {
+            rc = load_f32(&g, NAME("attn_sub_norm"), 0, Q, 0, &L->attn_sub_norm);
+            if (rc == 0) rc = load_f32(&g, NAME("ffn_sub_norm"), 0, I, 0, &L->ffn_sub_norm);
+        }
 #undef NAME
-        /* q and k: un-permute with the head size (k has n_kv_heads heads of it) */
-        if (rc == 0) rc = load_linear(m, &g, &L->q, l, "attn_q", "self_attn.q_proj", "q", Q, H, hd, rec, opts);
-        if (rc == 0) rc = load_linear(m, &g, &L->k, l, "attn_k", "self_attn.k_proj", "k", KV, H, hd, rec, opts);
+        /* q and k: un-permute with the head size (k has n_kv_heads heads of it); bitnet
+         * rotates in NEOX order, its converter does not permute */
+        const int64_t perm = c->arch == ARCH_BITNET ? 0 : hd;
+        if (rc == 0) rc = load_linear(m, &g, &L->q, l, "attn_q", "self_attn.q_proj", "q", Q, H, perm, rec, opts);
+        if (rc == 0) rc = load_linear(m, &g, &L->k, l, "attn_k", "self_attn.k_proj", "k", KV, H, perm, rec, opts);
         if (rc == 0) rc = load_linear(m, &g, &L->v, l, "attn_v", "self_attn.v_proj", "v", KV, H, 0, rec, opts);
         if (rc == 0) rc = load_linear(m, &g, &L->o, l, "attn_output", "self_attn.o_proj", "o", H, Q, 0, rec, opts);
         if (rc == 0) rc = load_linear(m, &g, &L->gate, l, "ffn_gate", "mlp.gate_proj", "gate", I, H, 0, rec, opts);
@@ -437,6 +482,9 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
             model_note(m, "%s", "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
             break;
         }
+    if (rc == 0 && c->arch == ARCH_BITNET && !(rec && rec->act_explicit && rec->act == QA_INT8))
+        model_note(m, "%s", "bitnet GGUF: f32 activations into every linear, as llama.cpp runs the file (BitNet "
+                            "b1.58 trains with int8 activations per token; a file ternlab wrote records them)");
     gguf_close(&g);
     if (rc != 0) {
         err_prefix("loading %s: ", path);
