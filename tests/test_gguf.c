@@ -679,6 +679,20 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     return rc;
 }
 
+/* A tiny GGUF (tiny_llama_gguf, tiny_arch) with `extra` is refused by
+ * model_load_gguf, the message naming `want` and the file (TMP/<tag>.gguf). */
+static void expect_tiny_refused(const char *tag, const char *extra, const char *want) {
+    char path[512];
+    Model m;
+    snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), tag);
+    REQUIRE(tiny_llama_gguf(path, 1, 0, extra) == 0);
+    const int rc = model_load_gguf(path, NULL, &m);
+    CHECK_MSG(rc != 0, "%s accepted", extra);
+    if (rc == 0) model_free(&m);
+    else CHECK_MSG(strstr(err_msg(), want) && strstr(err_msg(), path), "message '%s' lacks '%s' or the file",
+                   err_msg(), want);
+}
+
 /* Tensors this llama would leave out are refused by name: a linear's bias
  * (they had been dropped silently), any other block tensor than its norms
  * and linears (blk.N.attn_rot_embd, derived from the metadata, is ignored)
@@ -709,13 +723,9 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
                  {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
                  {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        snprintf(path, sizeof path, "%s/x%zu.gguf", test_tmpdir(), i);
-        REQUIRE(tiny_llama_gguf(path, 1, 0, cases[i].extra) == 0);
-        int rc = model_load_gguf(path, NULL, &m);
-        CHECK_MSG(rc != 0, "%s accepted", cases[i].extra);
-        if (rc == 0) model_free(&m);
-        else CHECK_MSG(strstr(err_msg(), cases[i].want) && strstr(err_msg(), path),
-                       "message '%s' lacks '%s' or the file", err_msg(), cases[i].want);
+        char tag[16];
+        snprintf(tag, sizeof tag, "x%zu", i);
+        expect_tiny_refused(tag, cases[i].extra, cases[i].want);
     }
 }
 
@@ -1314,12 +1324,9 @@ TEST(gguf_bitnet_architecture) {
                {"blk.0.attn_q.scale", "tensor 'blk.0.attn_q.scale' is not one this model's layers are run with"},
                {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        snprintf(path, sizeof path, "%s/tb%zu.gguf", test_tmpdir(), i);
-        REQUIRE(tiny_llama_gguf(path, 1, 0, bad[i].extra) == 0);
-        int rc = model_load_gguf(path, NULL, &b);
-        CHECK_MSG(rc != 0, "%s accepted", bad[i].extra);
-        if (rc == 0) model_free(&b);
-        else CHECK_MSG(strstr(err_msg(), bad[i].want), "message '%s' lacks '%s'", err_msg(), bad[i].want);
+        char tag[16];
+        snprintf(tag, sizeof tag, "tb%zu", i);
+        expect_tiny_refused(tag, bad[i].extra, bad[i].want);
     }
     tiny_arch = "llama";
 }

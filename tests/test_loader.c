@@ -447,6 +447,15 @@ static void expect_load_error(const char *dir, const char *needle) {
     else CHECK_MSG(strstr(err_msg(), needle) != NULL, "message '%s' lacks '%s'", err_msg(), needle);
 }
 
+/* How many codes of two ternary linears of one shape differ. */
+static int64_t codes_differ(const Linear *a, const Linear *b) {
+    int64_t diff = 0;
+    for (int64_t r = 0; r < a->out; r++)
+        for (int64_t k = 0; k < a->in; k++)
+            diff += tern_get(a->t->codes + r * a->t->row_bytes, k) != tern_get(b->t->codes + r * b->t->row_bytes, k);
+    return diff;
+}
+
 /* dir = TMP/sub: src's checkpoint with the nx extra tensors x (rewrite_checkpoint);
  * it loads (err NULL) or is refused with err in the message. */
 static void extra_case(char *dir, size_t n, const char *sub, const char *src, const ExtraTensor *x, int nx,
@@ -620,11 +629,7 @@ TEST(loader_bitnet_float_linears) {
             const double want = sum / (double)cnt > 1e-5 ? sum / (double)cnt : 1e-5;
             CHECK_MSG(lin->t->n_scales == 1 && fabs(lin->t->scales[0] - want) <= 1e-6 * want, "%s: scale %g, want %g",
                       lin->name, (double)lin->t->scales[0], want);
-            int64_t diff = 0;
-            for (int64_t r = 0; r < lin->out; r++)
-                for (int64_t k = 0; k < lin->in; k++)
-                    diff += tern_get(lin->t->codes + r * lin->t->row_bytes, k) !=
-                            tern_get(pl->t->codes + r * pl->t->row_bytes, k);
+            const int64_t diff = codes_differ(lin, pl);
             CHECK_MSG(diff == 0, "%s: %lld codes differ from the packed model's", lin->name, (long long)diff);
         }
     }
@@ -1002,11 +1007,7 @@ TEST(loader_llama_bitnet_linears) {
                               a->act_int8);
                     continue;
                 }
-                int64_t diff = 0;
-                for (int64_t r = 0; r < a->out; r++)
-                    for (int64_t k = 0; k < a->in; k++)
-                        diff += tern_get(a->t->codes + r * a->t->row_bytes, k) !=
-                                tern_get(b->t->codes + r * b->t->row_bytes, k);
+                const int64_t diff = codes_differ(a, b);
                 const float sa = a->t->scales[0], sb = b->t->scales[0];
                 CHECK_MSG(diff == 0 && (f == 1 ? sa == sb : fabsf(sa - sb) <= 2 * (nextafterf(sb, INFINITY) - sb)),
                           "%s %s: %lld codes differ, scale %.9g against %.9g", forms[f][1], a->name,
@@ -1199,11 +1200,7 @@ TEST(loader_1bitllm_bitnet_form) {
                     CHECK_MSG(0, "%s: ternary %d, int8 activations %d", a->name, a->t != NULL, a->act_int8);
                     continue;
                 }
-                int64_t diff = 0;
-                for (int64_t r = 0; r < a->out; r++)
-                    for (int64_t k = 0; k < a->in; k++)
-                        diff += tern_get(a->t->codes + r * a->t->row_bytes, k) !=
-                                tern_get(b->t->codes + r * b->t->row_bytes, k);
+                const int64_t diff = codes_differ(a, b);
                 const float sa = a->t->scales[0], sb = b->t->scales[0];
                 CHECK_MSG(diff == 0 && fabsf(sa - sb) <= 1e-6f * sb, "%s: %lld codes differ, scale %.9g against %.9g",
                           a->name, (long long)diff, (double)sa, (double)sb);
