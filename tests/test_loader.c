@@ -1222,6 +1222,23 @@ TEST(loader_1bitllm_bitnet_form) {
         CHECK_MSG(memcmp(got, same, sizeof(float) * (size_t)n) == 0, "rel L2 %g against the packed model", e_pk);
         CHECK_MSG(e_ref <= 3e-2 && agree >= 0.97 * 2 * T, "against transformers: rel L2 %g, top-1 %d of %d", e_ref,
                   agree, 2 * T);
+        /* written by quantize with the online rule's spec and read back (a ternlab
+         * checkpoint keeping 1bitLLM's config and norm names): the same model */
+        char q[700], cmd[2000];
+        snprintf(q, sizeof q, "%s/onebit-q", test_tmpdir());
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=absmean,group=tensor,scale=f32,act=int8 --out %s",
+                 bin_path("ternlab"), dir, q);
+        CHECK(test_run(cmd, NULL) == 0);
+        Model mq;
+        rc = model_load(q, NULL, &mq);
+        CHECK_MSG(rc == 0, "quantized 1bitLLM form: %s", err_msg());
+        if (rc == 0) {
+            CHECK(mq.cfg.ternlab_packed && mq.cfg.bitnet_1bitllm && mq.layers[0].attn_sub_norm);
+            float *lq = fixture_model_logits(&mq, T, 2);
+            CHECK(lq && memcmp(lq, got, sizeof(float) * (size_t)n) == 0);
+            free(lq);
+            model_free(&mq);
+        }
         free(got), free(same), free(ref);
         model_free(&m);
     }
