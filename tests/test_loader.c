@@ -234,7 +234,8 @@ TEST(loader_config_refuses_linear_biases) {
  * scaling under it had run unscaled), quantization_config (bitnet on a llama
  * model, Falcon3-*-1.58bit's form, without linear_class: BitNetQuantConfig's
  * default bitlinear; other methods refused, not loaded as a plain model;
- * modules_to_not_convert naming a layer linear refused), and an escaped NUL
+ * modules_to_not_convert naming a layer linear refused, a quantization_mode
+ * other than offline / online refused), and an escaped NUL
  * in a string (cJSON's C string ended there: "a\u0000b" was read as "a"). */
 TEST(loader_config_transformers_defaults) {
     char buf[2048];
@@ -258,6 +259,10 @@ TEST(loader_config_transformers_defaults) {
                         "\"quantization_config\":{\"bits\":4}", "quant_method missing is not supported");
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
                         "\"quantization_config\":[1]", "must be an object");
+    /* a quantization_mode BitNetQuantConfig does not know (it raises; it had loaded as offline) */
+    expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
+                        "\"quantization_config\":{\"quant_method\":\"bitnet\",\"quantization_mode\":\"bogus\"}",
+                        "quantization_mode 'bogus' is not supported");
     snprintf(buf, sizeof buf, "%.*s,\"quantization_config\":{\"quant_method\":\"bitnet\","
              "\"modules_to_not_convert\":[\"lm_head\"]}}", (int)strlen(good_config) - 1, good_config);
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.arch == ARCH_LLAMA && c.bitnet_linears &&

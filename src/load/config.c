@@ -312,6 +312,14 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
             goto done;
         }
         const cJSON *qmode = cJSON_GetObjectItemCaseSensitive(qcfg, "quantization_mode");
+        if (qmode && !cJSON_IsNull(qmode) &&
+            (!cJSON_IsString(qmode) ||
+             (strcmp(qmode->valuestring, "offline") != 0 && strcmp(qmode->valuestring, "online") != 0))) {
+            /* (transformers' BitNetQuantConfig raises on it; it had loaded as offline) */
+            err_set("%s: quantization_config.quantization_mode '%s' is not supported (offline, online)", path,
+                    cJSON_IsString(qmode) ? qmode->valuestring : "(not a string)");
+            goto done;
+        }
         snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "%s",
                  cJSON_IsString(qmode) ? qmode->valuestring : "offline");
         snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "%s", cls);
