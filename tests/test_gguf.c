@@ -326,6 +326,97 @@ TEST(gguf_corrupt_files_refused) {
     free(img);
 }
 
+/* Parser checks no other test reaches (each failed to fail with its check
+ * removed): a metadata key given twice; integer keys read with their sign and
+ * range (INT16 0xFFFE is -2; a UINT64 past INT64_MAX is an error, not a
+ * negative); a file of metadata alone cut anywhere; tensors listed out of
+ * offset order (the overlap check sorts them); an element count whose
+ * product overflows 64 bits. */
+TEST(gguf_parser_keys_counts_and_order) {
+    char path[512];
+    GgufFile g;
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_u32(w, "k", 1);
+    gguf_writer_u32(w, "k", 2);
+    snprintf(path, sizeof path, "%s/dupkey.gguf", test_tmpdir());
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    CHECK(gguf_open(path, &g) != 0 && strstr(err_msg(), "metadata key 'k' appears twice"));
+    /* hand-made: 2 tensors (F32 scalars "b" at 32, then "a" at 0), 2 keys (INT16, UINT64) */
+    uint8_t img[256] = {'G', 'G', 'U', 'F', 3};
+    size_t p = 8;
+    put64(img + p, 2), p += 8;
+    put64(img + p, 2), p += 8;
+    put64(img + p, 3), p += 8;
+    memcpy(img + p, "i16", 3), p += 3;
+    img[p] = 3, p += 4; /* GGUF_TYPE_INT16 */
+    img[p] = 0xfe, img[p + 1] = 0xff, p += 2;
+    put64(img + p, 3), p += 8;
+    memcpy(img + p, "u64", 3), p += 3;
+    img[p] = 10, p += 4; /* GGUF_TYPE_UINT64 */
+    put64(img + p, 1ull << 63), p += 8;
+    const char *names = "ba";
+    const uint64_t offs[2] = {32, 0};
+    for (int i = 0; i < 2; i++) {
+        put64(img + p, 1), p += 8;
+        img[p++] = (uint8_t)names[i];
+        p += 4; /* n_dims 0: a scalar */
+        p += 4; /* F32 */
+        put64(img + p, offs[i]), p += 8;
+    }
+    p = (p + 31) / 32 * 32;
+    const float va = 1.5f, vb = -2.0f;
+    memcpy(img + p, &va, 4);
+    memcpy(img + p + 32, &vb, 4);
+    const size_t size = p + 36;
+    REQUIRE(size <= sizeof img);
+    const int rc = gguf_parse(img, size, "hand.gguf", &g);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc == 0) {
+        int64_t v = 0;
+        CHECK(gguf_get_int(&g, "i16", &v) == 1 && v == -2);
+        CHECK(gguf_get_int(&g, "u64", &v) == -1 && strstr(err_msg(), "u64"));
+        float x = 0;
+        CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "a"), &x) == 0 && x == va);
+        CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "b"), &x) == 0 && x == vb);
+        gguf_close(&g);
+    }
+    /* metadata alone, cut at every byte */
+    w = gguf_writer_new();
+    gguf_writer_u32(w, "a", 7);
+    gguf_writer_str(w, "b", "xyz");
+    snprintf(path, sizeof path, "%s/meta.gguf", test_tmpdir());
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    char *buf = NULL;
+    size_t n = 0;
+    REQUIRE(file_read_all(path, &buf, &n) == 0);
+    /* (the bytes after the last key are alignment padding the format allows to be cut) */
+    size_t last = 0;
+    for (size_t i = 0; i + 3 <= n; i++)
+        if (!memcmp(buf + i, "xyz", 3)) last = i + 3;
+    REQUIRE(last > 0);
+    int accepted = 0;
+    for (size_t k = 0; k < last; k++) {
+        uint8_t *cut = xmalloc(k ? k : 1);
+        memcpy(cut, buf, k);
+        if (gguf_parse(cut, k, "cut.gguf", &g) == 0) accepted++, gguf_close(&g);
+        free(cut);
+    }
+    CHECK_MSG(accepted == 0, "%d cut metadata files accepted", accepted);
+    free(buf);
+    /* ne0 * ne1 past 2^64 (each alone in range) */
+    size_t sz;
+    uint8_t *sm = small_file(&sz);
+    REQUIRE(sm);
+    const size_t mt = after_name(sm, sz, "mat");
+    REQUIRE(mt);
+    put64(sm + mt + 4, 1ull << 32);
+    put64(sm + mt + 12, 1ull << 32);
+    CHECK(refused(sm, sz, "overflow"));
+    free(sm);
+}
+
 TEST(gguf_nested_arrays) {
     /* key "n": array of 2 arrays of u8 (lengths 2, 1), then a key "k" = u32 7 */
     uint8_t img[512];
@@ -603,7 +694,7 @@ TEST(gguf_bad_files_are_clear_errors) {
  * vocab 2048 (the token file's), `layers` blocks stored and llama.block_count
  * `claimed` (0: layers); `extra` names one more tensor of 64 floats, or one more
  * float metadata key (a name starting "llama.", tiny_arch's) set to 4.0, or a
- * string one (KEY=VALUE) (NULL: none).
+ * string key of any name (KEY=VALUE) (NULL: none).
  * No input size is a multiple of 256, so no linear has a TQ form.  Returns 0 or -1. */
 /* The architecture tiny_llama_gguf writes: "llama", or "bitnet" (the same
  * blocks plus attn_sub_norm / ffn_sub_norm, keys bitnet.*). */
@@ -625,9 +716,9 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     gguf_writer_u32(w, AK("vocab_size"), V);
     gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), 1e-5f);
 #undef AK
-    /* an extra <arch>.KEY: a float 4.0, or (KEY=VALUE) a string */
-    const int extra_kv = extra && strncmp(extra, A, al) == 0 && extra[al] == '.';
-    const char *eq = extra_kv ? strchr(extra, '=') : NULL;
+    /* an extra KEY=VALUE: a string key; an extra <arch>.KEY: a float 4.0 */
+    const char *eq = extra ? strchr(extra, '=') : NULL;
+    const int extra_kv = extra && (eq || (strncmp(extra, A, al) == 0 && extra[al] == '.'));
     if (eq) {
         snprintf(key, sizeof key, "%.*s", (int)(eq - extra), extra);
         gguf_writer_str(w, key, eq + 1);
@@ -706,6 +797,8 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
     snprintf(path, sizeof path, "%s/plain.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
     CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "%s", err_msg());
+    /* no rope.freq_base: llama.cpp's default, noted */
+    CHECK(m.cfg.rope_theta == 10000.0 && strstr(m.load_notes, "rope.freq_base absent: 10000"));
     model_free(&m);
     snprintf(path, sizeof path, "%s/rot.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, "blk.0.attn_rot_embd") == 0);
@@ -721,6 +814,8 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
                  {"blk.0.attn_sub_norm.weight",
                   "tensor 'blk.0.attn_sub_norm.weight' is not one this model's layers are run with"},
                  {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
+                 /* a recorded spec that makes float rows ternary, over rows that are not */
+                 {"ternlab.quant_spec=rule=absmean,group=row,scale=f32", "(the file contradicts its spec)"},
                  {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char tag[16];
@@ -1011,6 +1106,29 @@ TEST(gguf_write_refuses_small_groups) {
 }
 
 /* The fixture read and written back as TQ2_0 is byte-for-byte the same tensor data. */
+/* A TQ2_0 block holding code 3 (llama.cpp reads it as +2: not ternary) is
+ * refused by name, not read as 0: the fixture with one code set to 3. */
+TEST(gguf_tq2_0_code_3_refused) {
+    char path[512], *buf = NULL;
+    size_t n = 0;
+    snprintf(path, sizeof path, "%s/code3.gguf", test_tmpdir());
+    REQUIRE(file_read_all(test_path(GGUF_TQ2 ".gguf"), &buf, &n) == 0);
+    GgufFile g;
+    REQUIRE(gguf_open(test_path(GGUF_TQ2 ".gguf"), &g) == 0);
+    const GgufTensor *t = gguf_find_tensor(&g, "blk.1.ffn_up.weight");
+    REQUIRE(t && t->type == GGML_TYPE_TQ2_0);
+    const size_t at = (size_t)(g.data_offset + t->offset) + 5; /* a byte of the first block's codes */
+    gguf_close(&g);
+    REQUIRE(at < n);
+    buf[at] = (char)(buf[at] | 0x03);
+    REQUIRE(file_write_atomic(path, buf, n) == 0);
+    free(buf);
+    Model m;
+    const int rc = model_load_gguf(path, NULL, &m);
+    CHECK(rc != 0 && strstr(err_msg(), "tensor 'blk.1.ffn_up.weight': row 0 block 0 holds code 3"));
+    if (rc == 0) model_free(&m);
+}
+
 TEST(gguf_tq2_0_fixture_rewrite_same_blocks) {
     Model m;
     REQUIRE(model_load_gguf(test_path(GGUF_TQ2 ".gguf"), NULL, &m) == 0);

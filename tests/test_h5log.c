@@ -34,7 +34,7 @@ static const char *const LIN_NAMES[N_LIN] = {"layers.0.attn.wq", "layers.0.attn.
  * simple functions of the index so the reader can check them. */
 /* write_full's deliberate faults (0: none): 1 /per_token/kl one entry short,
  * 2 the window attribute a string, 3 /logits/ref one column short, 4
- * /weights/bytes one entry long */
+ * /weights/bytes one entry long, 6 /metrics/ppl three values, not a scalar */
 static int g_fault;
 
 static int write_full(const char *path) {
@@ -69,7 +69,8 @@ static int write_full(const char *path) {
         snprintf(k, sizeof k, "pad%03d", i);
         rc |= h5log_attr_str(lg, "/", k, "padding padding");
     }
-    rc |= h5log_scalar_f64(lg, "/metrics/ppl", 12.5);
+    const double ppl3[3] = {12.5, 12.5, 12.5};
+    rc |= g_fault == 6 ? h5log_f64(lg, "/metrics/ppl", ppl3, 3) : h5log_scalar_f64(lg, "/metrics/ppl", 12.5);
     rc |= h5log_scalar_f64(lg, "/metrics/ppl_ref", 11.25);
     rc |= h5log_scalar_f64(lg, "/metrics/nll_mean", 2.5257);
     rc |= h5log_scalar_f64(lg, "/metrics/kl_mean", 0.0625);
@@ -146,8 +147,9 @@ static int read_all(hid_t f, const char *path, hid_t mtype, void *buf, int rank_
 /* The schema check sees the shapes and the attributes' kinds, not only that
  * they exist: each fault is refused, naming what is wrong. */
 TEST(h5log_verify_schema_shapes_and_kinds) {
-    static const char *const needle[] = {"", "/per_token/kl", "window", "/logits/ref", "/weights/bytes"};
-    for (int fault = 1; fault <= 4; fault++) {
+    static const char *const needle[] = {"", "/per_token/kl", "window", "/logits/ref", "/weights/bytes", "",
+                                         "/metrics/ppl is not a scalar"};
+    for (int fault = 1; fault <= 6; fault += fault == 4 ? 2 : 1) {
         char path[512];
         snprintf(path, sizeof path, "%s/fault%d.h5", test_tmpdir(), fault);
         g_fault = fault;
@@ -369,6 +371,16 @@ TEST(h5log_verify_detects_incomplete_and_missing) {
     H5Fclose(f);
     CHECK(h5log_verify(path, NULL) != 0);
     CHECK_MSG(strstr(err_msg(), "complete = 0") != NULL, "%s", err_msg());
+    /* complete = 2: only 1 is complete (the Python reader agrees: it takes == 1) */
+    f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
+    REQUIRE(f >= 0);
+    a = H5Aopen(f, "complete", H5P_DEFAULT);
+    const int64_t two = 2;
+    H5Awrite(a, H5T_NATIVE_INT64, &two);
+    H5Aclose(a);
+    H5Fclose(f);
+    CHECK(h5log_verify(path, NULL) != 0);
+    CHECK_MSG(strstr(err_msg(), "complete = 2") != NULL, "%s", err_msg());
 
     /* Complete, but a schema dataset is missing. */
     snprintf(path, sizeof path, "%s/partial.h5", test_tmpdir());

@@ -85,6 +85,8 @@ TEST(loader_safetensors_refuses_bad_headers) {
                     "overlap");
     expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[-2],\"data_offsets\":[0,8]}}", 8,
                     "non-negative");
+    expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2.5],\"data_offsets\":[0,10]}}", 10,
+                    "non-negative");
     expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,0]}}", 8,
                     "data_offsets");
     expect_st_error("{\"a\":{\"dtype\":\"F32\",\"shape\":[2]}}", 8, "data_offsets");
@@ -150,6 +152,19 @@ TEST(loader_safetensors_truncated_and_bad_length) {
     fwrite("\xff\xff\x00\x00\x00\x00\x00\x00{}", 1, 10, f);
     fclose(f);
     CHECK(st_open_file(path, &st) != 0 && strstr(err_msg(), "beyond the end of the file"));
+    /* a header length 1..8 bytes past the file's end (a bound off by the 8 length bytes) */
+    for (int k = 1; k <= 8; k++) {
+        const char *h = "{}  ";
+        const uint64_t hl = 4 + (uint64_t)k;
+        unsigned char len[8];
+        for (int i = 0; i < 8; i++) len[i] = (unsigned char)(hl >> (8 * i));
+        f = fopen(path, "wb");
+        fwrite(len, 1, 8, f);
+        fwrite(h, 1, 4, f);
+        fclose(f);
+        CHECK_MSG(st_open_file(path, &st) != 0 && strstr(err_msg(), "beyond the end of the file"), "k %d: %s", k,
+                  err_msg());
+    }
     /* the real checkpoint cut in half */
     char *buf;
     size_t n;
