@@ -1135,3 +1135,18 @@ TEST(sweep_survives_a_closed_stdout) {
     free(out);
     setenv("FAKE_SLEEP", "0", 1);
 }
+
+/* scripts/ternlab_runs.py's helpers, each against what a wrong one had done
+ * (tests/tools/test_ternlab_runs.py): an inline "# comment" in a config's
+ * values, a run file without complete = 1, a writer failing half way under
+ * replace_atomic, a file crashing libhdf5 among good ones in crash_free (the
+ * files after it kept). */
+TEST(scripts_ternlab_runs_helpers) {
+    if (!deps_ok()) return;
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd, "/usr/bin/python3 '%s' '%s' '%s'", test_path("tests/tools/test_ternlab_runs.py"),
+             test_path("."), test_tmpdir());
+    const int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "0 failed"), "rc %d: %s", rc, out ? out : "");
+    free(out);
+}

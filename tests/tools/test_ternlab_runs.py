@@ -1,0 +1,92 @@
+#!/usr/bin/python3
+"""Unit checks of scripts/ternlab_runs.py's readers and writers, run by the
+C test scripts_ternlab_runs_helpers (tests/test_sweep.c) with Debian's
+/usr/bin/python3 (h5py).  Each check names what a wrong helper had done;
+exit 1 with the failed checks listed, 0 when all hold.
+
+usage: test_ternlab_runs.py REPO_ROOT TMPDIR"""
+import os
+import subprocess
+import sys
+
+import h5py
+
+ROOT, TMP = sys.argv[1], sys.argv[2]
+sys.path.insert(0, os.path.join(ROOT, "scripts"))
+import ternlab_runs as tr  # noqa: E402
+
+failed = []
+
+
+def check(cond, what):
+    if not cond:
+        failed.append(what)
+
+
+def fake_run(path, value):
+    """A complete run file, as an experiment program writes it (tests/tools/fake_exp.py)."""
+    subprocess.run([sys.executable, os.path.join(ROOT, "tests/tools/fake_exp.py"), "--model", "data/m1",
+                    "--value", value, "--out", path], check=True, env=dict(os.environ, FAKE_SLEEP="0"))
+
+
+# conf_list: an inline "# comment" after the values is not a value (same rule as expconf.c)
+cdir = os.path.join(TMP, "configs")
+os.makedirs(cdir, exist_ok=True)
+with open(os.path.join(cdir, "exp-x.conf"), "w", encoding="utf-8") as f:
+    f.write("# a comment line\nvalues = a b  # note on them\nmodels = m#1 m2\n")
+check(tr.conf_list(cdir, "exp-x", "values") == ["a", "b"], "conf_list kept an inline comment as values")
+check(tr.conf_list(cdir, "exp-x", "models") == ["m#1", "m2"], "conf_list cut a value at a '#' inside it")
+check(tr.conf_list(cdir, "exp-none", "values") == [], "conf_list of a missing config is not empty")
+
+# read_run: a file without complete = 1 is skipped (sweep.sh reruns it), not read as a run
+good = os.path.join(TMP, "m1__a.h5")
+fake_run(good, "a")
+check(tr.read_run(good) is not None, "read_run skipped a complete run file")
+nocomp = os.path.join(TMP, "m1__nocomplete.h5")
+fake_run(nocomp, "b")
+with h5py.File(nocomp, "r+") as f:
+    del f.attrs["complete"]
+check(tr.read_run(nocomp) is None, "read_run took a file without the complete attribute")
+with h5py.File(nocomp, "r+") as f:
+    f.attrs["complete"] = 2
+check(tr.read_run(nocomp) is None, "read_run took complete = 2 (only 1 is complete)")
+
+# replace_atomic: a writer that fails half way leaves the old file and no temporary
+target = os.path.join(TMP, "table.md")
+with open(target, "w", encoding="utf-8") as f:
+    f.write("old\n")
+
+
+def half_then_fail(tmp):
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write("new, cut sh")
+    raise RuntimeError("writer failed")
+
+
+try:
+    tr.replace_atomic(target, half_then_fail)
+    check(False, "replace_atomic swallowed the writer's error")
+except RuntimeError:
+    pass
+with open(target, encoding="utf-8") as f:
+    check(f.read() == "old\n", "replace_atomic left a half-written file in place of the old one")
+check(not [n for n in os.listdir(TMP) if n.startswith("table.md.tmp")], "replace_atomic left its temporary")
+tr.write_atomic(target, "new\n")
+with open(target, encoding="utf-8") as f:
+    check(f.read() == "new\n", "write_atomic did not replace the file")
+
+# crash_free: a file that crashes libhdf5 is skipped, and only it: the files before and
+# after it are kept, in order (tests/data/run-damaged-global-heap.h5 crashes Debian's libhdf5)
+bad = os.path.join(ROOT, "tests/data/run-damaged-global-heap.h5")
+good2 = os.path.join(TMP, "m1__c.h5")
+fake_run(good2, "c")
+for order in ([bad, good, good2], [good, bad, good2], [good, good2, bad]):
+    want = [p for p in order if p != bad]
+    got = tr.crash_free(order)
+    check(got == want, f"crash_free({[os.path.basename(p) for p in order]}) gave "
+                       f"{[os.path.basename(p) for p in got]}")
+
+for what in failed:
+    print("FAIL:", what)
+print(f"{len(failed)} failed")
+sys.exit(1 if failed else 0)
