@@ -222,3 +222,64 @@ TEST(llama_dump_layers_match_transformers) {
     free(got);
     free(ref);
 }
+
+/* The perplexity protocols against each other and against hand values (a
+ * mutation audit found each of these wrong forms passing the suite, whose
+ * split-protocol checks counted predictions and compared split runs only):
+ * the split protocol's nll at each scored position equals the whole-window
+ * run's at that position (f32 decode equals prefill up to the GEMM shapes:
+ * the prefill's last row and each decode step's input token are the ones a
+ * window's own positions give); its nll_out holds exactly the scored
+ * positions, in order, summing to nll_sum; first_window starts at that
+ * window's tokens; the partial tail is no window; nll_of is -log softmax. */
+TEST(ppl_protocols_agree_position_by_position) {
+    const int W = 64, NW = 3;
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, NW * W, 16, NW, W, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    const int per_whole = ppl_scored_per_window(W, 0), per_split = ppl_scored_per_window(W, 1);
+    const int r0 = W / 2 - 1;
+    REQUIRE(per_whole == W - 1 && per_split == W - 1 - r0);
+    float *whole = xmalloc(sizeof(float) * (size_t)(NW * per_whole));
+    float *split = xmalloc(sizeof(float) * (size_t)(NW * per_split + 1));
+    split[NW * per_split] = 12345.0f; /* a sentinel after the scored positions */
+    PplOpts ow = {.window = W, .max_windows = NW, .nll_out = whole};
+    PplOpts os = {.window = W, .max_windows = NW, .nll_out = split, .kv_split = 1};
+    PplResult rw, rs;
+    REQUIRE(eval_ppl(&e, tok, n, &ow, &rw) == 0 && eval_ppl(&e, tok, n, &os, &rs) == 0);
+    CHECK(rw.n_pred == NW * per_whole && rs.n_pred == NW * per_split);
+    CHECK_MSG(split[NW * per_split] == 12345.0f, "nll_out written past its %d positions", NW * per_split);
+    double sum = 0, worst = 0;
+    for (int w = 0; w < NW; w++)
+        for (int j = 0; j < per_split; j++) {
+            const double a = split[w * per_split + j], b = whole[w * per_whole + r0 + j];
+            sum += a;
+            worst = fmax(worst, fabs(a - b) / fmax(fabs(b), 1e-3));
+        }
+    printf("    split vs whole windows: worst relative nll difference %.3g over %d positions\n", worst,
+           NW * per_split);
+    CHECK_MSG(worst <= TOL_DECODE_VS_PREFILL * 10, "split protocol's nll differs by %g", worst);
+    CHECK_MSG(fabs(sum - rs.nll_sum) <= 1e-6 * fabs(rs.nll_sum), "nll_out sums to %.9g, nll_sum %.9g", sum,
+              rs.nll_sum);
+    /* first_window 1: window 1's tokens, as in the run over windows 0..2 */
+    float *one = xmalloc(sizeof(float) * (size_t)per_whole);
+    PplOpts o1 = {.window = W, .first_window = 1, .max_windows = 1, .nll_out = one};
+    PplResult r1;
+    REQUIRE(eval_ppl(&e, tok, n, &o1, &r1) == 0 && r1.n_windows == 1);
+    double w1 = 0;
+    for (int j = 0; j < per_whole; j++) w1 = fmax(w1, fabs((double)one[j] - whole[per_whole + j]));
+    CHECK_MSG(w1 <= 1e-4, "first_window 1: nll off window 1's by %g", w1);
+    /* the partial tail is no window */
+    PplOpts oc = {.window = 256};
+    CHECK(ppl_window_count(1000, &oc) == 3 && ppl_window_count(1023, &oc) == 3 && ppl_window_count(1024, &oc) == 4);
+    /* nll_of over equal logits: log(vocab) */
+    const float flat[4] = {0, 0, 0, 0}, peak[3] = {0.0f, 0.0f, (float)log(2.0)};
+    CHECK(fabs(nll_of(flat, 4, 2) - log(4.0)) <= 1e-12);
+    CHECK(fabs(nll_of(peak, 3, 2) - (log(4.0) - log(2.0))) <= 1e-7); /* e^0 + e^0 + 2 = 4 */
+    free(one), free(whole), free(split), free(tok);
+    engine_free(&e);
+    model_free(&m);
+}

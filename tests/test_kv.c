@@ -269,6 +269,47 @@ TEST(kv_ternary_scale_saturates) {
     }
 }
 
+/* What a mutation audit found no test deciding (each mutant passed): a tie
+ * in a ternary row rounds half to even (kv_ternary.h; half away would code
+ * 0.5 as 1); a head_dim not a multiple of the key group has a scale for its
+ * short last group (24 channels: 2 scales, 18 bytes a token and head; a
+ * floor had given 1 and written past it); a free followed by a reserve
+ * reuses the same blocks in the same order (kvcache.c: the pages a sequence
+ * freed are the warm ones). */
+TEST(kv_ternary_ties_short_groups_and_block_reuse) {
+    const float v[4] = {1.5f, 0.5f, -0.5f, -1.5f}; /* mean|x| = 1: codes 1, 0, 0, -1 */
+    uint8_t codes[8];
+    uint16_t sc[2];
+    float y[24];
+    kvt_quant_row(v, 4, 0, codes, sc);
+    kvt_dequant_row(codes, sc, 4, 0, y);
+    CHECK_MSG(y[0] == 1.0f && y[1] == 0.0f && y[2] == 0.0f && y[3] == -1.0f, "%g %g %g %g", y[0], y[1], y[2], y[3]);
+    CHECK(kvt_n_scales(24, 1) == 2 && kvt_n_scales(24, 0) == 1 && kvt_n_scales(16, 1) == 1);
+    CHECK(kvt_bytes_per_token_head(24, 1) == 18);
+    /* a key of 24 channels: 16 of magnitude 4, 8 of 0.25 -> each group its own scale */
+    float k[24];
+    for (int i = 0; i < 24; i++) k[i] = i < 16 ? (i % 2 ? 4.0f : -4.0f) : (i % 2 ? 0.25f : -0.25f);
+    uint16_t ks[3] = {0, 0, 0x7bff}; /* a sentinel after the two scales */
+    kvt_quant_row(k, 24, 1, codes, ks);
+    kvt_dequant_row(codes, ks, 24, 1, y);
+    CHECK(ks[2] == 0x7bff);
+    for (int i = 0; i < 24; i++) CHECK_MSG(y[i] == k[i], "k[%d] = %g, want %g", i, y[i], k[i]);
+    /* blocks: free then reserve takes the same physical blocks, in order */
+    KvCache kv;
+    REQUIRE(kv_init(&kv, 1, 1, 2, 4, 16) == 0);
+    const int a = kv_seq_new(&kv), b = kv_seq_new(&kv);
+    REQUIRE(kv_seq_reserve(&kv, b, 8) == 0 && kv_seq_reserve(&kv, a, 12) == 0);
+    int first[3];
+    REQUIRE(kv.seqs[a].n_blocks == 3);
+    for (int i = 0; i < 3; i++) first[i] = kv.seqs[a].blocks[i];
+    kv_seq_free(&kv, a);
+    const int c = kv_seq_new(&kv);
+    REQUIRE(kv_seq_reserve(&kv, c, 12) == 0 && kv.seqs[c].n_blocks == 3);
+    for (int i = 0; i < 3; i++)
+        CHECK_MSG(kv.seqs[c].blocks[i] == first[i], "block %d: %d, freed %d", i, kv.seqs[c].blocks[i], first[i]);
+    kv_free(&kv);
+}
+
 /* Which tokens the KV policy stores ternary, through the forward pass: a
  * prompt prefilled (encoder tokens) then generated tokens fed one at a time
  * with the decode flag (decoder tokens), in blocks of 4 so that both phases

@@ -85,6 +85,13 @@ TEST(quant_spec_errors) {
     CHECK(quant_spec_parse("layers=3-1", &s) < 0);
     CHECK(quant_spec_parse("layers=1+", &s) < 0);
     CHECK(quant_spec_parse("layers=a", &s) < 0 && strstr(err_msg(), "0-1+3"));
+    /* a layer past the bound (it had wrapped to layer 0 without the check), one range
+     * more than the spec holds (written past range_lo without it), and as many as it holds */
+    CHECK(quant_spec_parse("layers=4294967296", &s) < 0 && strstr(err_msg(), "0-1+3"));
+    CHECK(quant_spec_parse("layers=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16", &s) < 0 &&
+          strstr(err_msg(), "more than 16 ranges"));
+    CHECK(QUANT_MAX_RANGES == 16 && quant_spec_parse("layers=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15", &s) == 0 &&
+          s.n_ranges == 16 && s.range_lo[15] == 15 && s.range_hi[0] == 0);
     /* an empty item is refused ("" alone is every default) */
     const char *empty_items[] = {",", "rule=twn,", ",rule=twn", "rule=twn,,group=row", ",,"};
     for (size_t i = 0; i < sizeof empty_items / sizeof empty_items[0]; i++)
@@ -200,6 +207,25 @@ TEST(quant_rule_l2opt_hand) {
     check_rule(QR_L2OPT, t, (const int8_t[]){1, -1, 1, 0, 0, 0}, 1.0f);
     const float z[6] = {0};
     check_rule(QR_L2OPT, z, (const int8_t[]){0, 0, 0, 0, 0, 0}, 0.0f);
+}
+
+/* Cases a mutation audit found no test deciding (each mutant passed): an
+ * exact tie of absmean at +-0.5 (half to even, as make_ptq_refs.py's
+ * torch.round: roundf's half away gives +-1); std's population variance (n,
+ * not n-1: a threshold of 0.604, not 0.781, keeps -0.7); an exact tie of the
+ * l2opt objective (k = 1 and k = 4 both score 4: the first maximum, as
+ * torch.argmax). */
+TEST(quant_rule_ties_and_population_hand) {
+    /* g = (0.5+0.5+1.5+1.5+1+1)/6 = 1: w/g .5 -> 0, -.5 -> -0, 1.5 -> 2 -> 1, -1.5 -> -1 */
+    const float a[6] = {0.5f, -0.5f, 1.5f, -1.5f, 1.0f, -1.0f};
+    check_rule(QR_ABSMEAN, a, (const int8_t[]){0, 0, 1, -1, 1, -1}, 1.0f);
+    /* mean (10-0.7)/6 = 1.55, E[w^2] = (20+0.49)/6 = 3.415, var 1.0125, sigma 1.006231,
+     * D = 0.603739 < 0.7: all kept, scale (10+0.7)/6 = 1.783333 */
+    const float b[6] = {2.0f, 2.0f, 2.0f, 2.0f, 2.0f, -0.7f};
+    check_rule(QR_STD, b, (const int8_t[]){1, 1, 1, 1, 1, -1}, 1.7833333f);
+    /* sorted |w| 2, .75, .625, .625, 0, 0: k=1 S^2/k = 4, k=2 3.78, k=4 16/4 = 4, k=6 2.67 */
+    const float c[6] = {2.0f, 0.75f, -0.625f, 0.625f, 0.0f, 0.0f};
+    check_rule(QR_L2OPT, c, (const int8_t[]){1, 0, 0, 0, 0, 0}, 2.0f);
 }
 
 TEST(quant_rule_absmax_hand) {
