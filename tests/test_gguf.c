@@ -330,8 +330,8 @@ TEST(gguf_corrupt_files_refused) {
  * removed): a metadata key given twice; integer keys read with their sign and
  * range (INT16 0xFFFE is -2; a UINT64 past INT64_MAX is an error, not a
  * negative); a file of metadata alone cut anywhere; tensors listed out of
- * offset order (the overlap check sorts them); an element count whose
- * product overflows 64 bits. */
+ * offset order (the overlap check sorts them); Q8_0 blocks by hand; an
+ * element count whose product overflows 64 bits. */
 TEST(gguf_parser_keys_counts_and_order) {
     char path[512];
     GgufFile g;
@@ -405,6 +405,27 @@ TEST(gguf_parser_keys_counts_and_order) {
     }
     CHECK_MSG(accepted == 0, "%d cut metadata files accepted", accepted);
     free(buf);
+    /* Q8_0 (llama.cpp's block_q8_0: f16 d, then 32 int8): two blocks, d = 0.5 (0x3800)
+     * and -2 (0xc000), values d * q, q = -128..-97 and 0..31 */
+    {
+        uint8_t q8[2 * GGUF_Q8_0_BYTES];
+        q8[0] = 0x00, q8[1] = 0x38;
+        q8[GGUF_Q8_0_BYTES] = 0x00, q8[GGUF_Q8_0_BYTES + 1] = 0xc0;
+        for (int i = 0; i < 32; i++) q8[2 + i] = (uint8_t)(int8_t)(-128 + i), q8[GGUF_Q8_0_BYTES + 2 + i] = (uint8_t)i;
+        w = gguf_writer_new();
+        const int64_t ne[1] = {64};
+        gguf_writer_tensor(w, "q8", GGML_TYPE_Q8_0, 1, ne, q8, sizeof q8);
+        snprintf(path, sizeof path, "%s/q8.gguf", test_tmpdir());
+        REQUIRE(gguf_writer_write(w, path) == 0);
+        gguf_writer_free(w);
+        REQUIRE(gguf_open(path, &g) == 0);
+        float x[64];
+        CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "q8"), x) == 0);
+        int bad = 0;
+        for (int i = 0; i < 32; i++) bad += x[i] != 0.5f * (float)(-128 + i) || x[32 + i] != -2.0f * (float)i;
+        CHECK_MSG(bad == 0, "%d Q8_0 values wrong (x[0] %g, x[33] %g)", bad, x[0], x[33]);
+        gguf_close(&g);
+    }
     /* ne0 * ne1 past 2^64 (each alone in range) */
     size_t sz;
     uint8_t *sm = small_file(&sz);
@@ -1101,6 +1122,18 @@ TEST(gguf_write_refuses_small_groups) {
     CHECK(gguf_write_model(&a, path, 0) != 0 && strstr(err_msg(), "group=256"));
     FILE *f = fopen(path, "rb");
     CHECK(f == NULL); /* nothing left behind */
+    if (f) fclose(f);
+    model_free(&a);
+    /* a block scale past f16's range is refused by name, not written as inf */
+    ModelLoadOpts o2 = {.quant = "rule=absmean,group=256,scale=f32"};
+    REQUIRE(model_load(test_path(LLAMA_DIR), &o2, &a) == 0);
+    Linear *up = &a.layers[1].up;
+    REQUIRE(up->t && up->in % 256 == 0);
+    up->t->scales[0] = 1e6f;
+    snprintf(path, sizeof path, "%s/big.gguf", test_tmpdir());
+    CHECK(gguf_write_model(&a, path, 0) != 0 && strstr(err_msg(), "blk.1.ffn_up.weight': scale 1e+06 does not fit in f16"));
+    f = fopen(path, "rb");
+    CHECK(f == NULL);
     if (f) fclose(f);
     model_free(&a);
 }
