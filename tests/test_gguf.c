@@ -381,6 +381,39 @@ TEST(gguf_parser_keys_counts_and_order) {
         CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "b"), &x) == 0 && x == vb);
         gguf_close(&g);
     }
+    /* general.alignment 64 honoured: the data section and each tensor on 64 bytes (a
+     * reader keeping 32 had read the second tensor 32 bytes early) */
+    {
+        uint8_t al[512] = {'G', 'G', 'U', 'F', 3};
+        size_t q = 8;
+        put64(al + q, 2), q += 8;
+        put64(al + q, 1), q += 8;
+        put64(al + q, 17), q += 8;
+        memcpy(al + q, "general.alignment", 17), q += 17;
+        al[q] = 4, q += 4; /* UINT32 */
+        al[q] = 64, q += 4;
+        for (int i = 0; i < 2; i++) {
+            put64(al + q, 1), q += 8;
+            al[q++] = (uint8_t)('x' + i);
+            q += 8; /* n_dims 0, F32 */
+            put64(al + q, (uint64_t)(64 * i)), q += 8;
+        }
+        q = (q + 63) / 64 * 64;
+        const float vx = 3.0f, vy = 7.0f, decoy = -1.0f;
+        memcpy(al + q, &vx, 4);
+        memcpy(al + q + 32, &decoy, 4); /* where a 32-byte reading would look */
+        memcpy(al + q + 64, &vy, 4);
+        REQUIRE(q + 68 <= sizeof al);
+        const int ra = gguf_parse(al, q + 68, "align64.gguf", &g);
+        CHECK_MSG(ra == 0, "%s", err_msg());
+        if (ra == 0) {
+            float x = 0;
+            CHECK(g.alignment == 64);
+            CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "x"), &x) == 0 && x == vx);
+            CHECK(gguf_tensor_to_f32(gguf_find_tensor(&g, "y"), &x) == 0 && x == vy);
+            gguf_close(&g);
+        }
+    }
     /* metadata alone, cut at every byte */
     w = gguf_writer_new();
     gguf_writer_u32(w, "a", 7);
