@@ -751,11 +751,15 @@ TEST(gguf_bad_files_are_clear_errors) {
  * string key of any name (KEY=VALUE) (NULL: none).
  * No input size is a multiple of 256, so no linear has a TQ form.  Returns 0 or -1. */
 /* The architecture tiny_llama_gguf writes: "llama", or "bitnet" (the same
- * blocks plus attn_sub_norm / ffn_sub_norm, keys bitnet.*). */
+ * blocks plus attn_sub_norm / ffn_sub_norm, keys bitnet.*); its hidden size
+ * (256: the linears whose input is 256 wide as TQ2_0 blocks of random codes,
+ * d = 0.5); an extra tensor named *.scale holds tiny_scale_len values 2.0. */
 static const char *tiny_arch = "llama";
+static int tiny_hidden = 64, tiny_scale_len = 1;
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
-    enum { H = 64, F = 96, V = 2048 };
+    const int H = tiny_hidden;
+    enum { F = 96, V = 2048 };
     GgufWriter *w = gguf_writer_new();
     char key[96];
     const char *A = tiny_arch;
@@ -779,7 +783,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     } else if (extra_kv) {
         gguf_writer_f32(w, extra, 4.0f);
     }
-    float *x = xmalloc(sizeof(float) * V * H);
+    float *x = xmalloc(sizeof(float) * V * (size_t)H);
     uint32_t seed = 12345;
     int rc = 0;
 #define ADD(name, n_dims, ne0, ne1, scale, base)                                           \
@@ -813,10 +817,28 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
         }
         for (size_t i = 0; i < sizeof lin / sizeof lin[0]; i++) {
             snprintf(name, sizeof name, "blk.%d.%s.weight", l, lin[i].t);
-            ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
+            if (lin[i].cols % GGUF_QK_K == 0) {
+                const int64_t nb = lin[i].rows * (lin[i].cols / GGUF_QK_K), ne_[2] = {lin[i].cols, lin[i].rows};
+                uint8_t *blk = xmalloc((size_t)nb * GGUF_TQ2_0_BYTES);
+                int8_t q[GGUF_QK_K];
+                for (int64_t b = 0; b < nb; b++) {
+                    for (int k = 0; k < GGUF_QK_K; k++) {
+                        seed = seed * 1664525u + 1013904223u;
+                        q[k] = (int8_t)((seed >> 8) % 3) - 1;
+                    }
+                    gguf_tq2_0_encode(q, 0x3800, blk + (size_t)b * GGUF_TQ2_0_BYTES);
+                }
+                if (rc == 0)
+                    rc = gguf_writer_tensor(w, name, GGML_TYPE_TQ2_0, 2, ne_, blk, (size_t)nb * GGUF_TQ2_0_BYTES);
+                free(blk);
+            } else {
+                ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
+            }
         }
     }
-    if (extra && !extra_kv) ADD(extra, 1, H, 1, 0.1f, 0.0f);
+    const size_t el = extra ? strlen(extra) : 0;
+    if (extra && !extra_kv && el > 6 && !strcmp(extra + el - 6, ".scale")) ADD(extra, 1, tiny_scale_len, 1, 0.0f, 2.0f);
+    else if (extra && !extra_kv) ADD(extra, 1, H, 1, 0.1f, 0.0f);
 #undef ADD
     if (rc == 0) rc = gguf_writer_write(w, path);
     gguf_writer_free(w);
@@ -1486,6 +1508,18 @@ TEST(gguf_bitnet_architecture) {
     free(lb), free(lc);
     model_free(&c);
     model_free(&b);
+    /* a SiLU BitNet model writes no activation key (llama.cpp's default; its "silu" value
+     * is the fused SwiGLU, which does not fit bitnet's separate gate), and reads back SiLU */
+    a.cfg.act = ACT_SILU;
+    snprintf(plain, sizeof plain, "%s/bn-silu.gguf", test_tmpdir());
+    REQUIRE(gguf_write_model(&a, plain, 0) == 0);
+    REQUIRE(gguf_open(plain, &g) == 0);
+    CHECK(!gguf_find_kv(&g, "bitnet.hidden_activation"));
+    gguf_close(&g);
+    REQUIRE(model_load_gguf(plain, NULL, &c) == 0);
+    CHECK(c.cfg.act == ACT_SILU);
+    model_free(&c);
+    a.cfg.act = ACT_RELU2;
     /* an untied lm_head has no form there; bitnet-tiny as stored is one */
     a.lm_head_tied = 0;
     CHECK(gguf_write_model(&a, path, 0) != 0 && strstr(err_msg(), "reads no output tensor"));
@@ -1505,12 +1539,42 @@ TEST(gguf_bitnet_architecture) {
         const char *extra, *want;
     } bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
                {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
-               {"blk.0.attn_q.scale", "tensor 'blk.0.attn_q.scale' is not one this model's layers are run with"},
+
                {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char tag[16];
         snprintf(tag, sizeof tag, "tb%zu", i);
         expect_tiny_refused(tag, bad[i].extra, bad[i].want);
     }
+    /* a linear's .scale (llama.cpp multiplies it into the output): folded into a TQ
+     * linear's scales (0.5 -> 1) and a float linear's weights (x2), the rest as without
+     * it; one of two values refused; in a llama file it is no tensor a block reads */
+    tiny_hidden = 256;
+    Model p, q;
+    snprintf(path, sizeof path, "%s/ts.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0 && model_load_gguf(path, NULL, &p) == 0);
+    REQUIRE(p.layers[0].up.t && !p.layers[0].down.t && p.layers[0].up.t->scales[0] == 0.5f);
+    const char *scaled[2] = {"blk.0.ffn_up.scale", "blk.0.ffn_down.scale"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(path, sizeof path, "%s/ts%d.gguf", test_tmpdir(), k);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, scaled[k]) == 0);
+        const int rc = model_load_gguf(path, NULL, &q);
+        CHECK_MSG(rc == 0, "%s: %s", scaled[k], err_msg());
+        if (rc != 0) continue;
+        const Linear *pu = &p.layers[0].up, *qu = &q.layers[0].up, *pd = &p.layers[0].down, *qd = &q.layers[0].down;
+        int bad_s = 0;
+        for (int64_t i = 0; i < pu->t->n_scales; i++) bad_s += qu->t->scales[i] != pu->t->scales[i] * (k == 0 ? 2 : 1);
+        for (int64_t i = 0; i < pd->out * pd->in; i++) bad_s += qd->w[i] != pd->w[i] * (k == 1 ? 2 : 1);
+        CHECK_MSG(bad_s == 0 && !memcmp(qu->t->codes, pu->t->codes, (size_t)(pu->out * pu->t->row_bytes)) &&
+                      !memcmp(q.layers[0].gate.t->scales, p.layers[0].gate.t->scales, sizeof(float)),
+                  "%s: %d values not as the scale gives", scaled[k], bad_s);
+        model_free(&q);
+    }
+    model_free(&p);
+    tiny_scale_len = 2;
+    expect_tiny_refused("ts2", "blk.0.ffn_up.scale", "tensor 'blk.0.ffn_up.scale': one finite float expected");
+    tiny_scale_len = 1;
     tiny_arch = "llama";
+    expect_tiny_refused("ts3", "blk.0.ffn_up.scale", "tensor 'blk.0.ffn_up.scale' is not one this model's layers");
+    tiny_hidden = 64;
 }

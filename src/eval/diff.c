@@ -330,7 +330,7 @@ int diff_compare(Model *a, const KvPolicy *pa, Model *b, const KvPolicy *pb, con
      * is of another model or other tokens (it had been reported as divergence at the
      * embedding, exit 0) */
     if (rc == 0 && !b && !(r->resid[0].rel_l2 <= DIFF_DUMP_EMBED_TOL))
-        rc = err_set("diff: the --b-dump's embedding rows differ from this model's on these tokens (rel L2 "
+        rc = err_set("the --b-dump's embedding rows differ from this model's on these tokens (rel L2 "
                      "%.3g): a dump of another model, other tokens or another window, not a divergence",
                      r->resid[0].rel_l2);
 

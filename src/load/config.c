@@ -113,15 +113,16 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
             cfg->bitnet_1bitllm = 1;
     }
     if (cfg->bitnet_1bitllm) {
-        /* its BitLinear: weight_quant (ternary whatever weight_bits says; 1 in
-         * every released config) and activation_quant over input_bits */
+        /* its BitLinear: activation_quant over input_bits; weight_quant is ternary
+         * whatever weight_bits says (1 in every released config): another value is
+         * refused as a guard, a config this form was not released with */
         static const char *const bits_keys[] = {"weight_bits", "input_bits"};
         static const int bits_want[] = {1, 8};
         for (int i = 0; i < 2; i++) {
             const cJSON *b = cJSON_GetObjectItemCaseSensitive(root, bits_keys[i]);
             if (b && !cJSON_IsNull(b) && (!cJSON_IsNumber(b) || b->valuedouble != bits_want[i])) {
-                err_set("%s: BitnetForCausalLM with %s other than %d is not supported (ternlab runs "
-                        "ternary weights with int8 activations)", path, bits_keys[i], bits_want[i]);
+                err_set("%s: BitnetForCausalLM with %s other than %d is not supported (1bitLLM's "
+                        "released form: ternary weights, int8 activations)", path, bits_keys[i], bits_want[i]);
                 goto done;
             }
         }

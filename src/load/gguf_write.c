@@ -461,11 +461,14 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     gguf_writer_u32(w, AK("vocab_size"), (uint32_t)c->vocab);
     gguf_writer_u32(w, AK("rope.dimension_count"), (uint32_t)c->head_dim);
     if (bitnet) {
-        /* as llama.cpp's converter writes for bitnet (no scaling), and the FFN activation
-         * under the key its loader reads (SiLU where absent) */
+        /* as llama.cpp's converter writes for bitnet (no scaling).  The FFN activation:
+         * SiLU is its graph's default and the converter writes no key (llama.cpp maps a
+         * "silu" value to its fused SwiGLU, which does not fit bitnet's separate gate);
+         * relu2 is recorded for ternlab's reader: llama.cpp's table has no such value
+         * and runs it as SiLU (README) */
         gguf_writer_str(w, AK("rope.scaling.type"), "linear");
         gguf_writer_f32(w, AK("rope.scaling.factor"), 1.0f);
-        gguf_writer_str(w, AK("hidden_activation"), c->act == ACT_RELU2 ? "relu2" : "silu");
+        if (c->act == ACT_RELU2) gguf_writer_str(w, AK("hidden_activation"), "relu2");
     }
 #undef AK
     if (m->has_quant) {

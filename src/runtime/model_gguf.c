@@ -2,6 +2,7 @@
  * Model — the same struct model_load fills from an HF folder, so every command
  * runs on it.
  * Contract in load/gguf.h (model_load_gguf). */
+#include "core/dtype.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "load/gguf.h"
@@ -204,6 +205,26 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
             m->native_ternary = 1;
         }
     }
+    /* bitnet: blk.N.<linear>.scale, one value llama.cpp's graph multiplies into the
+     * linear's output (its loader takes it where present; older BitNet conversions
+     * wrote them), folded into the linear's scales or weights */
+    if (m->cfg.arch == ARCH_BITNET) {
+        snprintf(name, sizeof name, "blk.%d.%s.scale", layer, gname);
+        const GgufTensor *st = gguf_find_tensor(g, name);
+        if (st) {
+            float s = 0.0f;
+            if (st->n_elements != 1 || gguf_tensor_to_f32(st, &s) != 0 || !isfinite(s))
+                return err_set("tensor '%s': one finite float expected (the linear's output scale)", name);
+            if (lin->t) {
+                for (int64_t i = 0; i < lin->t->n_scales; i++) lin->t->scales[i] *= s;
+                for (int64_t i = 0; i < lin->t->n_scales && lin->t->scale_dtype != DT_F32; i++)
+                    if (dtype_round(lin->t->scale_dtype, lin->t->scales[i]) != lin->t->scales[i])
+                        lin->t->scale_dtype = DT_F32;
+            } else {
+                for (int64_t i = 0; i < out * in; i++) lin->w[i] *= s;
+            }
+        }
+    }
     return model_quantise_linear(m, lin, layer, kind, opts);
 }
 
@@ -302,9 +323,10 @@ static int load_config(const GgufFile *g, Model *m) {
         return err_set("%s: rope.freq_base %g is outside [1, 1e30]", g->path, c->rope_theta);
     if (r == 0) model_note(m, "%s", "rope.freq_base absent: 10000 (llama.cpp's default)");
     /* RoPE scaling: type none, or linear by a factor of 1 (what llama.cpp's converter
-     * writes for bitnet: no scaling), else refused.  Without a type llama.cpp scales
-     * linearly by rope.scaling.factor (freq_scale = 1 / factor), or by the legacy
-     * rope.scale_linear where the factor is absent or 0 (it had been ignored, exit 0) */
+     * writes for bitnet: no scaling), else refused.  Without a type, or linear,
+     * llama.cpp scales linearly by rope.scaling.factor (freq_scale = 1 / factor; 0 is
+     * none), or by the legacy rope.scale_linear where the factor is absent (it had
+     * been ignored, exit 0) */
     char tkey[AKEY_LEN], fkey[AKEY_LEN];
     akey(tkey, c, "rope.scaling.type");
     if (gguf_get_str(g, tkey, &s, &len) < 0) return -1;
@@ -315,7 +337,7 @@ static int load_config(const GgufFile *g, Model *m) {
         double f = 0.0;
         akey(fkey, c, "rope.scaling.factor");
         if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
-        if (!has_type && (r == 0 || f == 0.0)) {
+        if (r == 0) { /* (llama.cpp: the legacy key where the factor is absent) */
             akey(fkey, c, "rope.scale_linear");
             f = 0.0;
             if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
@@ -365,8 +387,7 @@ static int n_blk_tensors(const ModelConfig *c) {
  *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
  *    Llama 3.1+ RoPE scaling, which ternlab does not apply), nor any other
  *    blk.N.* than the block's norms and linears (model_refuse_unknown_layer_tensor:
- *    a bitnet sub-norm in a llama file; a per-tensor .scale, which llama.cpp's
- *    bitnet graph can multiply in and no converter of it writes).
+ *    a bitnet sub-norm in a llama file; a linear's .scale outside a bitnet one).
  * Returns 0, or -1 with a message naming the tensor. */
 static int check_tensors(const GgufFile *g, const ModelConfig *c) {
     char name[96], count[AKEY_LEN];
@@ -380,13 +401,22 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
                 return err_set("%s is %d, but tensor '%s' (block %d) is missing from the file (%lld tensors)",
                                count, c->n_layers, name, ends[e], (long long)g->n_tensors);
         }
-    const char *known[sizeof blk_tensors / sizeof blk_tensors[0] + 1];
-    char kbuf[sizeof blk_tensors / sizeof blk_tensors[0]][32];
+    /* each NAME.weight; bitnet also each linear's NAME.scale (load_linear) */
+    enum { NBT = sizeof blk_tensors / sizeof blk_tensors[0] };
+    const char *known[2 * NBT + 1];
+    char kbuf[2 * NBT][32];
+    int nk = 0;
     for (int i = 0; i < nb; i++) {
-        snprintf(kbuf[i], sizeof kbuf[i], "%s.weight", blk_tensors[i]);
-        known[i] = kbuf[i];
+        snprintf(kbuf[nk], sizeof kbuf[nk], "%s.weight", blk_tensors[i]);
+        known[nk] = kbuf[nk];
+        nk++;
+        if (c->arch == ARCH_BITNET && !strstr(blk_tensors[i], "norm")) {
+            snprintf(kbuf[nk], sizeof kbuf[nk], "%s.scale", blk_tensors[i]);
+            known[nk] = kbuf[nk];
+            nk++;
+        }
     }
-    known[nb] = NULL;
+    known[nk] = NULL;
     /* (llama.cpp's name for a rotary inv_freq buffer: derived from the metadata) */
     static const char *const ignored[] = {"attn_rot_embd", "attn_rot_embd.weight", NULL};
     for (int64_t i = 0; i < g->n_tensors; i++) {
@@ -479,7 +509,10 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
     }
     for (int64_t i = 0; i < g.n_tensors && rc == 0; i++)
         if (g.tensors[i].type == GGML_TYPE_TQ1_0 || g.tensors[i].type == GGML_TYPE_TQ2_0) {
-            model_note(m, "%s", "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
+            model_note(m, "%s", rec && (rec->group == QG_ROW || rec->group == QG_TENSOR)
+                                    ? "TQ1_0/TQ2_0 linears read as packed ternary (f16 scales; the recorded "
+                                      "spec's group where every block of a row holds one scale, else 256)"
+                                    : "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
             break;
         }
     if (rc == 0 && c->arch == ARCH_BITNET && !(rec && rec->act_explicit && rec->act == QA_INT8))
