@@ -1526,7 +1526,7 @@ TEST(gguf_bitnet_architecture) {
     a.lm_head_tied = 1;
     model_free(&a);
     /* what the reader refuses in a bitnet file: an output tensor (its graph reads none),
-     * an activation it does not know, a per-tensor .scale (no converter writes one) */
+     * an activation it does not know, a RoPE scaling factor other than 1 */
     tiny_arch = "bitnet";
     snprintf(path, sizeof path, "%s/tb.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
@@ -1539,7 +1539,6 @@ TEST(gguf_bitnet_architecture) {
         const char *extra, *want;
     } bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
                {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
-
                {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char tag[16];
