@@ -756,6 +756,7 @@ TEST(gguf_bad_files_are_clear_errors) {
  * d = 0.5); an extra tensor named *.scale holds tiny_scale_len values 2.0. */
 static const char *tiny_arch = "llama";
 static int tiny_hidden = 64, tiny_scale_len = 1;
+static float tiny_kv_value = 4.0f; /* an extra float key's value */
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     const int H = tiny_hidden;
@@ -781,7 +782,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
         snprintf(key, sizeof key, "%.*s", (int)(eq - extra), extra);
         gguf_writer_str(w, key, eq + 1);
     } else if (extra_kv) {
-        gguf_writer_f32(w, extra, 4.0f);
+        gguf_writer_f32(w, extra, tiny_kv_value);
     }
     float *x = xmalloc(sizeof(float) * V * (size_t)H);
     uint32_t seed = 12345;
@@ -898,6 +899,17 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
         snprintf(tag, sizeof tag, "x%zu", i);
         expect_tiny_refused(tag, cases[i].extra, cases[i].want);
     }
+    /* a factor below 1 is scaling too (a check of > 1 alone had passed it), 1 and 0 none */
+    tiny_kv_value = 0.5f;
+    expect_tiny_refused("xh", "llama.rope.scaling.factor", "llama.rope.scaling.factor 0.5 asks for linear RoPE scaling");
+    for (int k = 0; k < 2; k++) {
+        tiny_kv_value = k ? 0.0f : 1.0f;
+        snprintf(path, sizeof path, "%s/xf%d.gguf", test_tmpdir(), k);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, "llama.rope.scaling.factor") == 0);
+        CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "factor %g: %s", (double)tiny_kv_value, err_msg());
+        model_free(&m);
+    }
+    tiny_kv_value = 4.0f;
 }
 
 /* A llama.block_count far beyond the blocks in the file is refused before the

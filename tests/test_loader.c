@@ -1095,6 +1095,22 @@ TEST(loader_single_file_before_index) {
     REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
     CHECK(m.st.n_files == 2 && !m.st.index_ignored && st_find(&m.st, "extra.inv_freq"));
     model_free(&m);
+    /* shards that contradict their index: a tensor the index puts in the other shard;
+     * one tensor in both shards (a mutation audit found neither check tested) */
+    SafeTensors st;
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"extra.inv_freq\": \"model-00002/\"extra.inv_freq\": \"model-00001/' "
+             "%s/model.safetensors.index.json", dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    CHECK_MSG(st_open_dir(dir, &st) != 0 && strstr(err_msg(), "index says tensor 'extra.inv_freq' is in "
+                                                                "model-00001-of-00002.safetensors, but it is not there"),
+              "%s", err_msg());
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"extra.inv_freq\": \"model-00001/\"extra.inv_freq\": \"model-00002/' "
+             "%s/model.safetensors.index.json", dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    write_st(path, "{\"extra.inv_freq\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[0,8]},"
+                   "\"model.norm.weight\":{\"dtype\":\"F32\",\"shape\":[2],\"data_offsets\":[8,16]}}", 16);
+    CHECK_MSG(st_open_dir(dir, &st) != 0 && strstr(err_msg(), "tensor 'model.norm.weight' appears twice"), "%s",
+              err_msg());
     snprintf(cmd, sizeof cmd, "cp %s/model.safetensors %s/", test_path(LLAMA_DIR), dir);
     REQUIRE(test_run(cmd, NULL) == 0);
     REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
