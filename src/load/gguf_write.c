@@ -22,6 +22,7 @@ typedef struct {
 } Buf;
 
 static void buf_put(Buf *b, const void *src, size_t n) {
+    if (n == 0) return; /* (an empty buffer's pointer may be NULL: memcpy takes none) */
     if (b->n + n > b->cap) {
         while (b->n + n > b->cap) b->cap = b->cap ? 2 * b->cap : 4096;
         b->p = xrealloc(b->p, b->cap);
