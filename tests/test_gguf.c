@@ -446,8 +446,11 @@ TEST(gguf_parser_keys_counts_and_order) {
         q8[GGUF_Q8_0_BYTES] = 0x00, q8[GGUF_Q8_0_BYTES + 1] = 0xc0;
         for (int i = 0; i < 32; i++) q8[2 + i] = (uint8_t)(int8_t)(-128 + i), q8[GGUF_Q8_0_BYTES + 2 + i] = (uint8_t)i;
         w = gguf_writer_new();
-        const int64_t ne[1] = {64};
+        const int64_t ne[1] = {64}, ne3[1] = {3};
+        const float three[3] = {1.25f, -2.5f, 4.0f};
         gguf_writer_tensor(w, "q8", GGML_TYPE_Q8_0, 1, ne, q8, sizeof q8);
+        /* after 68 bytes: the writer pads the next tensor to the alignment */
+        gguf_writer_tensor(w, "three", GGML_TYPE_F32, 1, ne3, three, sizeof three);
         snprintf(path, sizeof path, "%s/q8.gguf", test_tmpdir());
         REQUIRE(gguf_writer_write(w, path) == 0);
         gguf_writer_free(w);
@@ -457,6 +460,9 @@ TEST(gguf_parser_keys_counts_and_order) {
         int bad = 0;
         for (int i = 0; i < 32; i++) bad += x[i] != 0.5f * (float)(-128 + i) || x[32 + i] != -2.0f * (float)i;
         CHECK_MSG(bad == 0, "%d Q8_0 values wrong (x[0] %g, x[33] %g)", bad, x[0], x[33]);
+        const GgufTensor *t3 = gguf_find_tensor(&g, "three");
+        CHECK(t3 && t3->offset % 32 == 0 && gguf_tensor_to_f32(t3, x) == 0 && x[0] == 1.25f && x[1] == -2.5f &&
+              x[2] == 4.0f);
         gguf_close(&g);
     }
     /* ne0 * ne1 past 2^64 (each alone in range) */
