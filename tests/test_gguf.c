@@ -170,6 +170,27 @@ static void put64(uint8_t *p, uint64_t v) {
     for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
+/* Hand-made files: at img + p, a metadata key (length, bytes) and its value
+ * type (the value follows); the position after it. */
+static size_t put_key(uint8_t *img, size_t p, const char *key, uint8_t type) {
+    const size_t l = strlen(key);
+    put64(img + p, l);
+    memcpy(img + p + 8, key, l);
+    img[p + 8 + l] = type; /* (a little-endian u32; the image starts zeroed) */
+    return p + 8 + l + 4;
+}
+
+/* The tensor info of an F32 scalar (n_dims 0) named `name` at `offset` of the
+ * data section; the position after it. */
+static size_t put_scalar_info(uint8_t *img, size_t p, const char *name, uint64_t offset) {
+    const size_t l = strlen(name);
+    put64(img + p, l);
+    memcpy(img + p + 8, name, l);
+    p += 8 + l + 4 + 4; /* n_dims 0, type 0: F32 */
+    put64(img + p, offset);
+    return p + 8;
+}
+
 /* Parses a mutated copy; returns 1 when refused with a message holding `want`. */
 static int refused(const uint8_t *img, size_t size, const char *want) {
     GgufFile g;
@@ -228,11 +249,8 @@ TEST(gguf_zero_dimension_tensor_is_a_scalar) {
     put64(img + p, 4), p += 8; /* tensors */
     put64(img + p, 0), p += 8; /* key/values */
     for (int i = 0; i < 4; i++) {
-        put64(img + p, 1), p += 8; /* name length */
-        img[p++] = (uint8_t)('a' + i);
-        p += 4;                            /* n_dims 0 */
-        p += 4;                            /* type 0: F32 */
-        put64(img + p, (uint64_t)(32 * i)), p += 8; /* offset (each padded to 32) */
+        const char name[2] = {(char)('a' + i), 0};
+        p = put_scalar_info(img, p, name, (uint64_t)(32 * i)); /* (each padded to 32) */
     }
     p = (p + 31) / 32 * 32; /* the data section, aligned to 32 */
     for (int i = 0; i < 4; i++) {
@@ -347,23 +365,12 @@ TEST(gguf_parser_keys_counts_and_order) {
     size_t p = 8;
     put64(img + p, 2), p += 8;
     put64(img + p, 2), p += 8;
-    put64(img + p, 3), p += 8;
-    memcpy(img + p, "i16", 3), p += 3;
-    img[p] = 3, p += 4; /* GGUF_TYPE_INT16 */
+    p = put_key(img, p, "i16", 3); /* GGUF_TYPE_INT16 */
     img[p] = 0xfe, img[p + 1] = 0xff, p += 2;
-    put64(img + p, 3), p += 8;
-    memcpy(img + p, "u64", 3), p += 3;
-    img[p] = 10, p += 4; /* GGUF_TYPE_UINT64 */
+    p = put_key(img, p, "u64", 10); /* GGUF_TYPE_UINT64 */
     put64(img + p, 1ull << 63), p += 8;
-    const char *names = "ba";
-    const uint64_t offs[2] = {32, 0};
-    for (int i = 0; i < 2; i++) {
-        put64(img + p, 1), p += 8;
-        img[p++] = (uint8_t)names[i];
-        p += 4; /* n_dims 0: a scalar */
-        p += 4; /* F32 */
-        put64(img + p, offs[i]), p += 8;
-    }
+    p = put_scalar_info(img, p, "b", 32);
+    p = put_scalar_info(img, p, "a", 0);
     p = (p + 31) / 32 * 32;
     const float va = 1.5f, vb = -2.0f;
     memcpy(img + p, &va, 4);
@@ -388,16 +395,10 @@ TEST(gguf_parser_keys_counts_and_order) {
         size_t q = 8;
         put64(al + q, 2), q += 8;
         put64(al + q, 1), q += 8;
-        put64(al + q, 17), q += 8;
-        memcpy(al + q, "general.alignment", 17), q += 17;
-        al[q] = 4, q += 4; /* UINT32 */
+        q = put_key(al, q, "general.alignment", 4); /* UINT32 */
         al[q] = 64, q += 4;
-        for (int i = 0; i < 2; i++) {
-            put64(al + q, 1), q += 8;
-            al[q++] = (uint8_t)('x' + i);
-            q += 8; /* n_dims 0, F32 */
-            put64(al + q, (uint64_t)(64 * i)), q += 8;
-        }
+        q = put_scalar_info(al, q, "x", 0);
+        q = put_scalar_info(al, q, "y", 64);
         q = (q + 63) / 64 * 64;
         const float vx = 3.0f, vy = 7.0f, decoy = -1.0f;
         memcpy(al + q, &vx, 4);
@@ -867,6 +868,19 @@ static void expect_tiny_refused(const char *tag, const char *extra, const char *
                    err_msg(), want);
 }
 
+/* Each case of a table: a tiny GGUF with its extra refused with its message
+ * (files TMP/<prefix><i>.gguf). */
+typedef struct {
+    const char *extra, *want;
+} TinyCase;
+static void expect_tiny_refusals(const char *prefix, const TinyCase *cases, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        char tag[16];
+        snprintf(tag, sizeof tag, "%s%zu", prefix, i);
+        expect_tiny_refused(tag, cases[i].extra, cases[i].want);
+    }
+}
+
 /* Tensors this llama would leave out are refused by name: a linear's bias
  * (they had been dropped silently), any other block tensor than its norms
  * and linears (blk.N.attn_rot_embd, derived from the metadata, is ignored)
@@ -887,24 +901,18 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
     REQUIRE(tiny_llama_gguf(path, 1, 0, "blk.0.attn_rot_embd") == 0);
     CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "blk.0.attn_rot_embd: %s", err_msg());
     model_free(&m);
-    const struct {
-        const char *extra, *want;
-    } cases[] = {{"blk.0.attn_q.bias", "tensor 'blk.0.attn_q.bias' is a bias"},
-                 {"blk.0.ffn_down.bias", "tensor 'blk.0.ffn_down.bias' is a bias"},
-                 {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"},
-                 /* a block tensor a llama does not read (llama.cpp's bitnet sub-norm: the
-                  * block had run without it, exit 0) */
-                 {"blk.0.attn_sub_norm.weight",
-                  "tensor 'blk.0.attn_sub_norm.weight' is not one this model's layers are run with"},
-                 {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
-                 /* a recorded spec that makes float rows ternary, over rows that are not */
-                 {"ternlab.quant_spec=rule=absmean,group=row,scale=f32", "(the file contradicts its spec)"},
-                 {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        char tag[16];
-        snprintf(tag, sizeof tag, "x%zu", i);
-        expect_tiny_refused(tag, cases[i].extra, cases[i].want);
-    }
+    const TinyCase cases[] = {{"blk.0.attn_q.bias", "tensor 'blk.0.attn_q.bias' is a bias"},
+                              {"blk.0.ffn_down.bias", "tensor 'blk.0.ffn_down.bias' is a bias"},
+                              {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"},
+                              /* a block tensor a llama does not read (llama.cpp's bitnet sub-norm: the
+                               * block had run without it, exit 0) */
+                              {"blk.0.attn_sub_norm.weight",
+                               "tensor 'blk.0.attn_sub_norm.weight' is not one this model's layers are run with"},
+                              {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
+                              /* a recorded spec that makes float rows ternary, over rows that are not */
+                              {"ternlab.quant_spec=rule=absmean,group=row,scale=f32", "(the file contradicts its spec)"},
+                              {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
+    expect_tiny_refusals("x", cases, sizeof cases / sizeof cases[0]);
     /* a factor below 1 is scaling too (a check of > 1 alone had passed it), 1 and 0 none */
     tiny_kv_value = 0.5f;
     expect_tiny_refused("xh", "llama.rope.scaling.factor", "llama.rope.scaling.factor 0.5 asks for linear RoPE scaling");
@@ -1553,16 +1561,10 @@ TEST(gguf_bitnet_architecture) {
         CHECK(b.cfg.arch == ARCH_BITNET && b.cfg.act == ACT_SILU && b.layers[0].attn_sub_norm && b.lm_head_tied);
         model_free(&b);
     }
-    const struct {
-        const char *extra, *want;
-    } bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
-               {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
-               {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
-    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
-        char tag[16];
-        snprintf(tag, sizeof tag, "tb%zu", i);
-        expect_tiny_refused(tag, bad[i].extra, bad[i].want);
-    }
+    const TinyCase bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
+                            {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
+                            {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
+    expect_tiny_refusals("tb", bad, sizeof bad / sizeof bad[0]);
     /* a linear's .scale (llama.cpp multiplies it into the output): folded into a TQ
      * linear's scales (0.5 -> 1) and a float linear's weights (x2), the rest as without
      * it; one of two values refused; in a llama file it is no tensor a block reads */

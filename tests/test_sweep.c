@@ -19,6 +19,7 @@
 #include <fcntl.h>
 #include <limits.h>
 #include <signal.h>
+#include <stdarg.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/file.h>
@@ -47,6 +48,25 @@ static double now_s(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+/* Writes dir/name (a bash script: fmt and its arguments, the text having
+ * quotes the shell needs) and runs it with bash through test_run (out: its
+ * output, or NULL).  Returns test_run's exit status, -1 where the script
+ * cannot be written. */
+__attribute__((format(printf, 4, 5))) static int run_bash(const char *dir, const char *name, char **out,
+                                                          const char *fmt, ...) {
+    char script[700], cmd[800];
+    snprintf(script, sizeof script, "%s/%s", dir, name);
+    FILE *f = fopen(script, "w");
+    if (!f) return -1;
+    va_list ap;
+    va_start(ap, fmt);
+    vfprintf(f, fmt, ap);
+    va_end(ap);
+    if (fclose(f) != 0) return -1;
+    snprintf(cmd, sizeof cmd, "bash '%s'", script);
+    return test_run(cmd, out);
 }
 
 /* Writes a sweep config with the given values into dir/fake.conf. */
@@ -947,17 +967,11 @@ TEST(sweep_removes_dead_cache_temporaries) {
     char conf[600], res[600], out_dir[700], cmd[3000], *out = NULL;
     fake_sweep_env(dir, "a", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     /* a pid that has ended (a shell's child, waited for); pid 1 runs */
-    char script[700];
-    snprintf(script, sizeof script, "%s/mk.sh", dir);
-    FILE *f = fopen(script, "w");
-    REQUIRE(f);
-    fprintf(f, "h=$(hostname); h=${h:0:64}; h=${h//[^A-Za-z0-9._-]/_}; sh -c 'exit 0' & p=$!; wait $p\n"
-               "mkdir -p '%s/cache' && cd '%s/cache' && : > ref-x.h5.tmp.$h.$p && : > ref-y.h5.tmp.$h.1 && "
-               ": > ref-z.h5.tmp.elsewhere.$p && : > sha.tmp.$h.$p\n",
-            res, res);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "bash '%s'", script);
-    REQUIRE(test_run(cmd, NULL) == 0);
+    REQUIRE(run_bash(dir, "mk.sh", NULL,
+                     "h=$(hostname); h=${h:0:64}; h=${h//[^A-Za-z0-9._-]/_}; sh -c 'exit 0' & p=$!; wait $p\n"
+                     "mkdir -p '%s/cache' && cd '%s/cache' && : > ref-x.h5.tmp.$h.$p && : > ref-y.h5.tmp.$h.1 && "
+                     ": > ref-z.h5.tmp.elsewhere.$p && : > sha.tmp.$h.$p\n",
+                     res, res) == 0);
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --model data/m1 2>&1 && ls '%s/cache'",
              test_path("scripts/sweep.sh"), conf, res, res);
     const int rc = test_run(cmd, &out);
@@ -1117,19 +1131,15 @@ TEST(verify_and_tables_survive_a_file_that_crashes_hdf5) {
 TEST(sweep_survives_a_closed_stdout) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
-    char conf[600], res[600], out_dir[700], cmd[4000], script[700], *out = NULL;
+    char conf[600], res[600], out_dir[700], *out = NULL;
     fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
     setenv("FAKE_SLEEP", "0.2", 1);
-    snprintf(script, sizeof script, "%s/closed.sh", dir);
-    FILE *f = fopen(script, "w");
-    REQUIRE(f);
-    fprintf(f, "bash '%s' exp-fake --config '%s' --results '%s' 2>/dev/null | head -1 >/dev/null\n"
-               "for i in $(seq 50); do [ \"$(ls '%s'/*.h5 2>/dev/null | wc -l)\" = 6 ] && break; sleep 0.2; done\n"
-               "sleep 0.5; ls '%s'/*.h5 | wc -l; tail -1 '%s/sweep.log'\n",
-            test_path("scripts/sweep.sh"), conf, res, out_dir, out_dir, out_dir);
-    fclose(f);
-    snprintf(cmd, sizeof cmd, "bash '%s'", script);
-    int rc = test_run(cmd, &out);
+    const int rc =
+        run_bash(dir, "closed.sh", &out,
+                 "bash '%s' exp-fake --config '%s' --results '%s' 2>/dev/null | head -1 >/dev/null\n"
+                 "for i in $(seq 50); do [ \"$(ls '%s'/*.h5 2>/dev/null | wc -l)\" = 6 ] && break; sleep 0.2; done\n"
+                 "sleep 0.5; ls '%s'/*.h5 | wc -l; tail -1 '%s/sweep.log'\n",
+                 test_path("scripts/sweep.sh"), conf, res, out_dir, out_dir, out_dir);
     CHECK_MSG(rc == 0 && out && strstr(out, "6\n") && strstr(out, "all 6 points complete"), "rc %d:\n%s", rc,
               out ? out : "");
     free(out);

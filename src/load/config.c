@@ -277,10 +277,8 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
                 "with a quantization_config other than ternlab's is not supported", path);
         goto done;
     } else if (cfg->bitnet_1bitllm) {
-        /* float linears, ternarised at load (load_linear) */
+        /* float linears, ternarised at load (load_linear: bitnet_online) */
         cfg->bitnet_linears = 1;
-        snprintf(cfg->bitnet_mode, sizeof cfg->bitnet_mode, "online");
-        snprintf(cfg->bitnet_class, sizeof cfg->bitnet_class, "bitlinear");
     } else if (cJSON_IsObject(qcfg)) {
         if (cJSON_IsString(qm) ? strcmp(qm->valuestring, "bitnet") != 0 : cfg->arch != ARCH_BITNET) {
             err_set("%s: quantization_config.quant_method %s%s%s is not supported (bitnet, ternlab)", path,

@@ -277,43 +277,33 @@ static int check_checkpoint(const Model *m) {
     const ModelConfig *c = &m->cfg;
     const SafeTensors *st = &m->st;
     char name[160];
-    int ends[2] = {0, c->n_layers - 1};
-    for (int e = 0; e < 2; e++) {
-        int l = ends[e];
-        const char *norms[] = {"input_layernorm", "post_attention_layernorm", sub_norm_names(c)[0],
-                               sub_norm_names(c)[1]};
-        int n_norms = c->arch == ARCH_BITNET ? 4 : 2;
-        for (int i = 0; i < n_norms + (int)N_LAYER_LINEARS; i++) {
-            snprintf(name, sizeof name, "model.layers.%d.%s.weight", l,
-                     i < n_norms ? norms[i] : layer_linears[i - n_norms]);
-            if (!st_find(st, name))
-                return err_set("config.json says num_hidden_layers %d, but tensor '%s' (layer %d) "
-                               "is missing from the checkpoint", c->n_layers, name, l);
-        }
-    }
-    /* what a layer holds: its norms and linears, as this config reads them */
-    const char *known[2 + 2 + 2 * N_LAYER_LINEARS + 2], *ignored[] = {"self_attn.rotary_emb.inv_freq", NULL};
-    char kbuf[2 * N_LAYER_LINEARS][48];
-    int nk = 0;
-    known[nk++] = "input_layernorm.weight";
-    known[nk++] = "post_attention_layernorm.weight";
-    char sn[2][48];
-    if (c->arch == ARCH_BITNET)
-        for (int i = 0; i < 2; i++) {
-            snprintf(sn[i], sizeof sn[i], "%s.weight", sub_norm_names(c)[i]);
-            known[nk++] = sn[i];
-        }
-    /* a linear's scale: BitNet's packed weight_scale, a ternlab checkpoint's weight_scales */
+    /* what a layer holds, as this config reads it: its norms and linears (each
+     * required: the first n_req), then the linears' scales (BitNet's packed
+     * weight_scale, a ternlab checkpoint's weight_scales) */
+    const char *norms[] = {"input_layernorm", "post_attention_layernorm", sub_norm_names(c)[0], sub_norm_names(c)[1]};
+    const int n_norms = c->arch == ARCH_BITNET ? 4 : 2;
     const char *scale = c->ternlab_packed ? "weight_scales" : c->bitnet_linears ? "weight_scale" : NULL;
-    for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
-        snprintf(kbuf[2 * i], sizeof kbuf[0], "%s.weight", layer_linears[i]);
-        known[nk++] = kbuf[2 * i];
-        if (scale) {
-            snprintf(kbuf[2 * i + 1], sizeof kbuf[0], "%s.%s", layer_linears[i], scale);
-            known[nk++] = kbuf[2 * i + 1];
-        }
+    const char *known[4 + 2 * N_LAYER_LINEARS + 1], *ignored[] = {"self_attn.rotary_emb.inv_freq", NULL};
+    char kbuf[4 + 2 * N_LAYER_LINEARS][48];
+    int nk = 0;
+    for (int i = 0; i < n_norms + (int)N_LAYER_LINEARS; i++, nk++) {
+        snprintf(kbuf[nk], sizeof kbuf[nk], "%s.weight", i < n_norms ? norms[i] : layer_linears[i - n_norms]);
+        known[nk] = kbuf[nk];
+    }
+    const int n_req = nk;
+    for (size_t i = 0; scale && i < N_LAYER_LINEARS; i++, nk++) {
+        snprintf(kbuf[nk], sizeof kbuf[nk], "%s.%s", layer_linears[i], scale);
+        known[nk] = kbuf[nk];
     }
     known[nk] = NULL;
+    const int ends[2] = {0, c->n_layers - 1};
+    for (int e = 0; e < 2; e++)
+        for (int i = 0; i < n_req; i++) {
+            snprintf(name, sizeof name, "model.layers.%d.%s", ends[e], known[i]);
+            if (!st_find(st, name))
+                return err_set("config.json says num_hidden_layers %d, but tensor '%s' (layer %d) "
+                               "is missing from the checkpoint", c->n_layers, name, ends[e]);
+        }
     for (int i = 0; i < st->n_tensors; i++)
         if (model_refuse_bias(st->tensors[i].name) != 0 ||
             model_refuse_layer_past(st->tensors[i].name, "model.layers.", c->n_layers, "layer",
