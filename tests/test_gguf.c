@@ -875,7 +875,7 @@ typedef struct {
 } TinyCase;
 static void expect_tiny_refusals(const char *prefix, const TinyCase *cases, size_t n) {
     for (size_t i = 0; i < n; i++) {
-        char tag[16];
+        char tag[64];
         snprintf(tag, sizeof tag, "%s%zu", prefix, i);
         expect_tiny_refused(tag, cases[i].extra, cases[i].want);
     }
