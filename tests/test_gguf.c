@@ -763,6 +763,7 @@ TEST(gguf_bad_files_are_clear_errors) {
  * d = 0.5); an extra tensor named *.scale holds tiny_scale_len values 2.0. */
 static const char *tiny_arch = "llama";
 static int tiny_hidden = 64, tiny_scale_len = 1;
+static int tiny_kv_heads = 2; /* attention.head_count_kv (head_count is 2); k and v sized to it */
 static float tiny_kv_value = 4.0f; /* an extra float key's value */
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
@@ -777,7 +778,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     gguf_writer_u32(w, AK("embedding_length"), H);
     gguf_writer_u32(w, AK("block_count"), (uint32_t)(claimed ? claimed : layers));
     gguf_writer_u32(w, AK("attention.head_count"), 2);
-    gguf_writer_u32(w, AK("attention.head_count_kv"), 2);
+    gguf_writer_u32(w, AK("attention.head_count_kv"), (uint32_t)tiny_kv_heads);
     gguf_writer_u32(w, AK("feed_forward_length"), F);
     gguf_writer_u32(w, AK("vocab_size"), V);
     gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), 1e-5f);
@@ -810,7 +811,8 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     const struct {
         const char *t;
         int64_t cols, rows;
-    } lin[] = {{"attn_q", H, H}, {"attn_k", H, H}, {"attn_v", H, H}, {"attn_output", H, H},
+    } lin[] = {{"attn_q", H, H}, {"attn_k", H, H / 2 * tiny_kv_heads}, {"attn_v", H, H / 2 * tiny_kv_heads},
+               {"attn_output", H, H},
                {"ffn_gate", H, F}, {"ffn_up", H, F}, {"ffn_down", F, H}};
     for (int l = 0; l < layers; l++) {
         snprintf(name, sizeof name, "blk.%d.attn_norm.weight", l);
@@ -924,6 +926,25 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
         model_free(&m);
     }
     tiny_kv_value = 4.0f;
+}
+
+/* attention.head_count_kv: one KV head for two query heads loads as GQA (k and
+ * v of one head's rows); a count that does not divide head_count is refused by
+ * name (a mutation dropping the check had loaded three KV heads for two). */
+TEST(gguf_head_count_kv) {
+    char path[512];
+    Model m;
+    tiny_kv_heads = 1;
+    snprintf(path, sizeof path, "%s/kv1.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
+    CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "%s", err_msg());
+    if (m.layers) {
+        CHECK(m.cfg.n_heads == 2 && m.cfg.n_kv_heads == 1 && m.cfg.head_dim == 32 && m.layers[0].k.out == 32);
+        model_free(&m);
+    }
+    tiny_kv_heads = 3;
+    expect_tiny_refused("kv3", NULL, "head_count 2 is not a multiple of head_count_kv 3");
+    tiny_kv_heads = 2;
 }
 
 /* A llama.block_count far beyond the blocks in the file is refused before the
