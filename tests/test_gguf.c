@@ -1033,6 +1033,35 @@ TEST(gguf_write_read_f32_scales_close) {
     roundtrip("rule=absmean,group=256,scale=f32", 0, TOL_F16_SCALE_ROUNDING);
 }
 
+/* A TQ file whose ternlab.quant_spec says group=tensor while its rows hold
+ * different scales (each row's blocks alike) is read in group 256, each block
+ * its own scale: the logits of the group=row model it holds.  (A check of the
+ * rows' blocks alone, as for group=row, had taken it as one scale for the
+ * tensor: every row at row 0's scale.) */
+TEST(gguf_tensor_spec_over_row_scales_reads_blocks) {
+    ModelLoadOpts o = {.quant = "rule=absmean,group=row,scale=f16"};
+    Model a, b;
+    REQUIRE(model_load(test_path(LLAMA_DIR), &o, &a) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    REQUIRE(a.layers[0].up.t && a.layers[0].up.t->group == QG_ROW);
+    a.quant.group = QG_TENSOR; /* the spec the file records; the rows stay per-row */
+    char path[512];
+    snprintf(path, sizeof path, "%s/tensor-over-rows.gguf", test_tmpdir());
+    REQUIRE(gguf_write_model(&a, path, 0) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK_MSG(b.layers[0].up.t && b.layers[0].up.t->group == QG_256, "read back in group %s",
+              b.layers[0].up.t ? quant_group_name(b.layers[0].up.t->group) : "(dense)");
+    const int Tw = 16;
+    float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
+    REQUIRE(la && lb);
+    const double r = rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab);
+    printf("    group=tensor spec over per-row scales: logits rel L2 %.3g against the group=row model\n", r);
+    CHECK_MSG(r <= 1e-5, "rel L2 %g", r);
+    free(la);
+    free(lb);
+    model_free(&a);
+    model_free(&b);
+}
+
 /* ternlab.quant_spec of a GGUF file into buf ("" when absent). */
 static void file_quant_spec(const char *path, char *buf, size_t n) {
     GgufFile g;
