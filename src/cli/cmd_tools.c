@@ -114,13 +114,35 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
     return 0;
 }
 
+/* The files one quantize_safetensors call wrote that were not there before it,
+ * and whether it made the folder: what a failed call removes, so that it
+ * leaves no half a checkpoint behind (model.safetensors without its
+ * config.json, or an empty new folder, which the next call then refused as
+ * "already holds model.safetensors"). */
+typedef struct {
+    char path[2 + N_COPIED][4200];
+    int n, made_dir;
+} Written;
+
+/* Before a write: remembers `path` as this call's own if nothing is there yet. */
+static void will_write(Written *wr, const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0) snprintf(wr->path[wr->n++], sizeof wr->path[0], "%s", path);
+}
+
+static void remove_written(const Written *wr, const char *out) {
+    for (int i = 0; i < wr->n; i++) unlink(wr->path[i]);
+    if (wr->made_dir) rmdir(out);
+}
+
 /* A ternary checkpoint in safetensors: the ternary linears as U8 codes in
  * kernels/ternary_format.h's layout [out, tern_row_bytes(in)] plus F32
  * `weight_scales` (the stored, dtype-rounded values); everything else as in
  * the source checkpoint; config.json gets quantization_config
  * {quant_method: ternlab, spec, layout}. */
-static int quantize_safetensors(Model *m, const char *out) {
-    if (mkdir(out, 0777) != 0 && errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
+static int quantize_safetensors(Model *m, const char *out, Written *wr) {
+    if (mkdir(out, 0777) == 0) wr->made_dir = 1;
+    else if (errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
     QuantSpec spec;
     if (quantized_spec(m, &spec) != 0) return -1;
     OutTensor *ts = xcalloc((size_t)m->st.n_tensors * 2 + 2, sizeof(OutTensor));
@@ -159,6 +181,7 @@ static int quantize_safetensors(Model *m, const char *out) {
     char path[4200];
     if (rc == 0) {
         snprintf(path, sizeof path, "%s/model.safetensors", out);
+        will_write(wr, path);
         rc = write_safetensors(path, ts, n);
     }
     if (rc == 0) {
@@ -178,6 +201,7 @@ static int quantize_safetensors(Model *m, const char *out) {
             cJSON_AddStringToObject(qc, "layout", "ternlab 2-bit, 256-column blocks (kernels/ternary_format.h)");
             char *o = cJSON_Print(cfg);
             snprintf(path, sizeof path, "%s/config.json", out);
+            will_write(wr, path);
             rc = write_text(path, o);
             free(o);
             cJSON_Delete(cfg);
@@ -190,6 +214,7 @@ static int quantize_safetensors(Model *m, const char *out) {
         if (stat(path, &st) != 0) continue;
         if (file_read_all(path, &text, NULL) != 0) continue;
         snprintf(path, sizeof path, "%s/%s", out, copied_files[i]);
+        will_write(wr, path);
         rc = write_text(path, text);
         free(text);
     }
@@ -315,10 +340,12 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
-    int rc = m.st.n_tensors ? quantize_safetensors(&m, o.out)
+    Written wr = {.n = 0};
+    int rc = m.st.n_tensors ? quantize_safetensors(&m, o.out, &wr)
                             : err_set("safetensors output needs a safetensors source checkpoint");
     model_free(&m);
     if (rc != 0) {
+        remove_written(&wr, o.out);
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
