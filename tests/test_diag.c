@@ -653,7 +653,7 @@ TEST(diag_cli_usage_lists_accepted_options) {
 
 /* ppl takes as many windows per call as --kv-blocks holds (it had taken 8 and
  * failed, with a hint naming --batch, which ppl does not take): the same
- * perplexity; fewer blocks than one window, or a window longer than the token
+ * perplexity; fewer blocks than one window feeds, or a window longer than the token
  * file, are said before the memory plan (the latter had been reported as "not
  * enough memory"). */
 TEST(cli_ppl_fits_windows_to_kv_blocks) {
@@ -677,9 +677,21 @@ TEST(cli_ppl_fits_windows_to_kv_blocks) {
     snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 64 --kv-blocks 3 2>&1", bin,
              test_path(LLAMA_DIR), test_path(TOKENS_FILE));
     int rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 1 && strstr(out, "--kv-blocks 3 of 16 tokens hold less than one window of 64"), "rc %d: %s", rc,
-              out);
+    CHECK_MSG(rc == 1 && strstr(out, "--kv-blocks 3 of 16 tokens hold less than the 64 tokens a window feeds"),
+              "rc %d: %s", rc, out);
     free(out);
+    /* the split protocol (--kv) feeds a window's first T-1 tokens: 65 of them fit 4 pages
+     * of 16, where the whole window needs 5 (4 had been refused there too) */
+    for (int split = 0; split < 2; split++) {
+        snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 65 --max-windows 2 --kv-blocks 4 %s 2>&1",
+                 bin, test_path(LLAMA_DIR), test_path(TOKENS_FILE), split ? "--kv none" : "");
+        rc = test_run(cmd, &out);
+        if (split)
+            CHECK_MSG(rc == 0 && strstr(out, "windows 2 predicted 66"), "--kv none: rc %d: %s", rc, out);
+        else
+            CHECK_MSG(rc == 1 && strstr(out, "hold less than the 65 tokens a window feeds"), "rc %d: %s", rc, out);
+        free(out);
+    }
     snprintf(tiny, sizeof tiny, "%s/ten.i32", test_tmpdir());
     snprintf(cmd, sizeof cmd, "head -c 40 %s > %s && %s ppl --model %s --tokens %s --window 1000000 2>&1",
              test_path(TOKENS_FILE), tiny, bin, test_path(LLAMA_DIR), tiny);

@@ -134,7 +134,8 @@ int cmd_ppl(int argc, char **argv) {
                "that protocol) each window's first half is prefilled and the second half\n"
                "decoded token by token and scored.\n"
                "--out FILE.h5: also write a run file (paper/SCHEMA.md) against the dense reference\n"
-               "(evaluated in f32, so not with --dtype bf16; FILE's folder must exist).\n"
+               "(evaluated in f32, so not with --dtype bf16; FILE's folder must exist), with the\n"
+               "default KV pages: --block-size / --kv-blocks set this command's own pool only.\n"
                "Last stdout line: ppl <value> windows <n> predicted <n>\n");
         return 0;
     }
@@ -176,10 +177,13 @@ int cmd_ppl(int argc, char **argv) {
                            : 0;
     if (!bad && o.kv_blocks) { /* windows per call as many as --kv-blocks holds (it had taken
                                 * 8 regardless and failed, with a hint naming --batch) */
-        const int64_t fit = o.kv_blocks / ((o.window + o.block_size - 1) / o.block_size);
+        /* (the split protocol feeds a window's first T-1 tokens: the last is only a target;
+         * ceil(T/bs) pages had been asked of it) */
+        const int fed = o.kv_given ? o.window - 1 : o.window;
+        const int64_t fit = o.kv_blocks / ((fed + o.block_size - 1) / o.block_size);
         if (fit < 1)
-            bad = err_set("--kv-blocks %lld of %d tokens hold less than one window of %d tokens",
-                          (long long)o.kv_blocks, o.block_size, o.window);
+            bad = err_set("--kv-blocks %lld of %d tokens hold less than the %d tokens a window feeds",
+                          (long long)o.kv_blocks, o.block_size, fed);
         else if (fit < per_call / o.window)
             per_call = fit * o.window;
     }
