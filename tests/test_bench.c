@@ -68,6 +68,25 @@ TEST(bench_quick_writes_every_column) {
     free(out);
 }
 
+/* --par-scale scales the kernels' fork thresholds (to measure them on other
+ * machines): 0 forks the ternary kernels' regions, a huge scale none, and the
+ * run file records the scale and the count. */
+TEST(bench_par_scale_reaches_the_kernels) {
+    const char *scales[] = {"0", "1e30"};
+    for (int i = 0; i < 2; i++) {
+        char path[512], cmd[1024], *out = NULL;
+        snprintf(path, sizeof path, "%s/par%d.h5", test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s bench --quick --fixture --par-scale %s --out %s", bin_path("ternlab"), scales[i],
+                 path);
+        int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 0 && strstr(out, i ? "fork thresholds x 1e+30" : "fork thresholds x 0"), "rc %d: %s", rc, out);
+        free(out);
+        const double scale = h5_attr_f64(path, "/", "par_scale"), forks = h5_attr_f64(path, "/", "par_forks");
+        CHECK_MSG(scale == atof(scales[i]) && (i ? forks == 0 : forks > 0), "--par-scale %s: par_scale %g, par_forks %g",
+                  scales[i], scale, forks);
+    }
+}
+
 /* The rows of a tiny bench-e2e table under KV policy kv: each (into *bad
  * where not) with bf16 its own reference (1.00) and every other row a ratio
  * to bf16 under the same policy. */
@@ -202,6 +221,9 @@ TEST(bench_argument_messages) {
     } cases[] = {{"bench --out", "--out needs a value", "unknown"},
                  {"bench extra", "unexpected argument 'extra'", "needs a value"},
                  {"bench --nosuch", "unknown option '--nosuch'", NULL},
+                 {"bench --par-scale -1", "--par-scale '-1': expected a finite number >= 0", NULL},
+                 {"bench --par-scale nan", "--par-scale 'nan': expected a finite number", NULL},
+                 {"bench --par-scale", "--par-scale '': expected", NULL},
                  {"bench-e2e extra", "unexpected argument 'extra'", "needs a value"},
                  {"bench-e2e --out", "--out needs a value", "unknown"},
                  {"bench-e2e --nosuch", "unknown option --nosuch", "needs a value"},

@@ -278,7 +278,7 @@ static int put_column(H5Log *lg, const char *path, const BenchRow *rows, int nr,
 
 /* Writes the rows into lg (created before the benchmark ran, so that an
  * unwritable place fails first) and commits it; aborts it on an error. */
-static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double bw) {
+static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double bw, double par_scale, long forks) {
     int64_t *iv = xmalloc((size_t)nr * sizeof *iv);
     double *dv = xmalloc((size_t)nr * sizeof *dv);
     static const char *names[3] = {"tern_f32", "tern_i8", "blas_f32"};
@@ -290,6 +290,8 @@ static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double b
     rc = rc ? rc : h5log_attr_str(lg, "/", "blas_core", blas_core_report());
     rc = rc ? rc : h5log_attr_i64(lg, "/", "threads", omp_get_max_threads());
     rc = rc ? rc : h5log_attr_i64(lg, "/", "quick", quick);
+    rc = rc ? rc : h5log_attr_f64(lg, "/", "par_scale", par_scale);
+    rc = rc ? rc : h5log_attr_i64(lg, "/", "par_forks", forks);
     rc = rc ? rc : h5log_attr_str(lg, "/", "cpu", cpu_model_report());
     rc = rc ? rc : h5log_attr_f64(lg, "/", "mem_read_gbs", bw);
     rc = rc ? rc : h5log_attr_str(lg, "/", "note",
@@ -359,11 +361,25 @@ static const int64_t ns_fix[] = {1, 8, 512, 2048}, ns_fix_quick[] = {1, 8, 2048}
 
 int cmd_bench(int argc, char **argv) {
     int quick = 0, fixture_only = 0;
+    double par_scale = 1.0;
     const char *out = NULL;
     H5Log *lg = NULL;
     for (int i = 1; i < argc; i++) {
         if (strcmp(argv[i], "--quick") == 0) quick = 1;
         else if (strcmp(argv[i], "--fixture") == 0) fixture_only = 1;
+        else if (strcmp(argv[i], "--par-scale") == 0) {
+            /* the kernels' fork thresholds scaled (tern_par_scale): measures them on a
+             * machine of other cores than the 2-vCPU one they were set on */
+            char *end = NULL;
+            const char *v = i + 1 < argc ? argv[++i] : "";
+            par_scale = strtod(v, &end);
+            if (!*v || *end || !isfinite(par_scale) || par_scale < 0) {
+                fprintf(stderr, "ternlab bench: --par-scale '%s': expected a finite number >= 0 (0: every "
+                                "parallel region forks; 1: the built-in thresholds)\n", v);
+                h5log_abort(lg);
+                return 2;
+            }
+        }
         else if (strcmp(argv[i], "--out") == 0) {
             if (i + 1 >= argc) {
                 fprintf(stderr, "ternlab bench: --out needs a value (a FILE.h5)\n");
@@ -393,7 +409,7 @@ int cmd_bench(int argc, char **argv) {
                 return 1;
             }
         } else if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            printf("ternlab bench [--quick] [--fixture] [--out FILE.h5]\n"
+            printf("ternlab bench [--quick] [--fixture] [--par-scale S] [--out FILE.h5]\n"
                    "Ternary GEMV/GEMM (f32 and int8 activations) vs OpenBLAS sgemv/sgemm on the\n"
                    "same matrix, at 4096x14336 and 14336x4096 for n = 1, 8, 512 tokens, and at the\n"
                    "fixture shapes (rows x cols: 256x256, 128x256, 768x256, 256x768) for n = 1, 8,\n"
@@ -402,7 +418,11 @@ int cmd_bench(int argc, char **argv) {
                    "--quick: 4096x14336 at n = 1, 8 and the fixture shapes at n = 1, 8, 2048,\n"
                    "shorter timing. --fixture: the fixture shapes only. Kernel variant:\n"
                    "TERNLAB_KERNEL.  CPU only: the GPU kernels are make bench-gpu, the GPU end\n"
-                   "to end ternlab bench-e2e.\n");
+                   "to end ternlab bench-e2e.\n"
+                   "--par-scale S: the kernels' thresholds for forking their OpenMP team scaled\n"
+                   "by S (default 1, set on a 2-vCPU machine; 0: every region forks; a large S:\n"
+                   "none does), recorded in the run file as par_scale, with par_forks: the\n"
+                   "regions that forked.\n");
             h5log_abort(lg);
             return 0;
         } else if (strcmp(argv[i], "--device") == 0) {
@@ -427,8 +447,10 @@ int cmd_bench(int argc, char **argv) {
     const int n_shapes = 6, n_big = 2;
     const int max_ns = 4;
     BenchRow *res = xcalloc((size_t)(n_shapes * max_ns), sizeof *res);
-    printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d\n", tern_kernel_name(),
-           blas_core_report(), omp_get_max_threads());
+    tern_par_scale(par_scale);
+    const long forks0 = tern_par_forks();
+    printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d   fork thresholds x %g\n", tern_kernel_name(),
+           blas_core_report(), omp_get_max_threads(), par_scale);
     const double bw = read_bandwidth_gbs(quick);
     printf("memory read bandwidth (same run, %d MiB, median of 5): %.1f GB/s; %%bw: the i8 kernel's GB/s over it\n",
            quick ? 256 : 512, bw);
@@ -450,8 +472,10 @@ int cmd_bench(int argc, char **argv) {
         }
         nr += n_ns;
     }
+    const long forks = tern_par_forks() - forks0;
+    printf("parallel regions forked by the ternary kernels: %ld\n", forks);
     int rc = 0;
-    if (lg && write_h5(lg, res, nr, quick, bw) < 0) {
+    if (lg && write_h5(lg, res, nr, quick, bw, par_scale, forks) < 0) {
         fprintf(stderr, "ternlab bench: %s\n", err_msg());
         rc = 1;
     } else if (out) {
