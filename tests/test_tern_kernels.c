@@ -10,6 +10,7 @@
 #include "ternary_format.h"
 
 #include <math.h>
+#include <omp.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
@@ -344,7 +345,20 @@ TEST(tern_kernels_dispatch) {
  * thresholds; every region when the scale is 0.  Counted through
  * tern_par_forks, on every kernel this machine has. */
 TEST(tern_kernels_fork_rule) {
+    /* the table below is for a team of 2 (the machine the thresholds were set on) */
+    const int threads = omp_get_max_threads();
+    omp_set_num_threads(2);
     CHECK(!tern_par(TERN_PAR_WORK, TERN_PAR_WORK) && tern_par(TERN_PAR_WORK + 1, TERN_PAR_WORK));
+    /* a team of 16 forks from a quarter of the thresholds (measured on a 16-core Xeon),
+     * between 2 and 16 a factor in between, falling with the team */
+    omp_set_num_threads(16);
+    CHECK(!tern_par(TERN_PAR_WORK / 4, TERN_PAR_WORK) && tern_par(TERN_PAR_WORK / 4 + 1, TERN_PAR_WORK));
+    omp_set_num_threads(2);
+    CHECK(tern_par_threads_factor(1) == 1.0 && tern_par_threads_factor(2) == 1.0 &&
+          tern_par_threads_factor(16) == 0.25 && tern_par_threads_factor(128) == 0.25);
+    for (int t = 3; t <= 16; t++)
+        CHECK_MSG(tern_par_threads_factor(t) < tern_par_threads_factor(t - 1) && tern_par_threads_factor(t) >= 0.25,
+                  "%d threads: factor %g after %g", t, tern_par_threads_factor(t), tern_par_threads_factor(t - 1));
     CHECK(TERN_PAR_WORK_I8_GEMM > TERN_PAR_WORK);
     static const int64_t cases[][4] = { /* rows, cols, n, fork expected at scale 1 */
         {768, 256, 8, 0}, {256, 768, 8, 0}, {768, 256, 16, 0}, {2048, 2048, 1, 0},
@@ -377,6 +391,7 @@ TEST(tern_kernels_fork_rule) {
             tern_free(&m);
         }
     }
+    omp_set_num_threads(threads);
 }
 
 /* The check ternlab bench runs on every timed kernel (tern_check_twins):

@@ -8,6 +8,7 @@
 #include "ternary_format.h"
 
 #include <math.h>
+#include <omp.h>
 #include <pthread.h>
 #include <stdlib.h>
 #include <string.h>
@@ -160,8 +161,14 @@ int32_t *tern_group_sums_i8(const TernaryMatrix *W, const int8_t *xq, int64_t n)
 static double par_scale = 1.0;
 static long par_forks;
 
+double tern_par_threads_factor(int threads) {
+    if (threads <= 2) return 1.0;
+    if (threads >= 16) return 0.25;
+    return pow(2.0 / threads, 2.0 / 3.0); /* (the two measured ends joined geometrically: unmeasured) */
+}
+
 int tern_par(double work, double threshold) {
-    if (!(work > threshold * par_scale)) return 0;
+    if (!(work > threshold * par_scale * tern_par_threads_factor(omp_get_max_threads()))) return 0;
     __atomic_fetch_add(&par_forks, 1, __ATOMIC_RELAXED);
     return 1;
 }

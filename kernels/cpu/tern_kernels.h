@@ -92,10 +92,21 @@ int tern_check_args(const TernaryMatrix *W, const void *x, int64_t n, const floa
  * single threshold of 2^20) 13 / 113; int8 GEMV 2048x2048 (4.2M) 34 / 56,
  * 4096x4096 (16.8M) 182 / 158.  TERN_PAR_WORK is for the kernels that do
  * ~40-100 multiply-adds a ns (f32, the generic and AVX2 int8 ones, the int8
- * GEMV); the AVX-512 VNNI int8 GEMM does 2-3x that. */
+ * GEMV); the AVX-512 VNNI int8 GEMM does 2-3x that.
+ * With more threads a fork pays off sooner: on a 16-core Xeon (`ternlab bench
+ * --par-scale S`, S = 0 / 0.25 / 1 / never, two rounds) a quarter of these
+ * thresholds was as fast as them or faster on every bench shape (int8 GEMM
+ * 256x256 n=512, 2^25 multiply-adds, not forked by them: 0.21-0.25 ms, forked
+ * 0.093-0.100; f32 14336x4096 n=8 1.59 against 2.09 ms), and forking every
+ * region was slower on the small shapes (f32 768x256 n=8 0.135 against 0.072
+ * ms).  So the thresholds are scaled by tern_par_threads_factor of the OpenMP
+ * team's size: 1 up to 2 threads, 0.25 from 16, between them (2/t)^(2/3) — an
+ * interpolation of the two measured machines, not a measurement. */
 #define TERN_PAR_WORK (3.0 * (1 << 22))
 #define TERN_PAR_WORK_I8_GEMM ((double)(1 << 25))
 int tern_par(double work, double threshold);
+/* The thresholds' factor for a team of `threads` (see above). */
+double tern_par_threads_factor(int threads);
 /* Scales every threshold (1 by default; 0: every region with work forks, as
  * the tests use to check the threaded paths on small shapes).  Returns the
  * old scale.  Not for use while kernels run. */

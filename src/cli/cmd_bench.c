@@ -292,6 +292,7 @@ static int write_h5(H5Log *lg, const BenchRow *rows, int nr, int quick, double b
     rc = rc ? rc : h5log_attr_i64(lg, "/", "quick", quick);
     rc = rc ? rc : h5log_attr_f64(lg, "/", "par_scale", par_scale);
     rc = rc ? rc : h5log_attr_i64(lg, "/", "par_forks", forks);
+    rc = rc ? rc : h5log_attr_f64(lg, "/", "par_threads_factor", tern_par_threads_factor(omp_get_max_threads()));
     rc = rc ? rc : h5log_attr_str(lg, "/", "cpu", cpu_model_report());
     rc = rc ? rc : h5log_attr_f64(lg, "/", "mem_read_gbs", bw);
     rc = rc ? rc : h5log_attr_str(lg, "/", "note",
@@ -420,9 +421,9 @@ int cmd_bench(int argc, char **argv) {
                    "TERNLAB_KERNEL.  CPU only: the GPU kernels are make bench-gpu, the GPU end\n"
                    "to end ternlab bench-e2e.\n"
                    "--par-scale S: the kernels' thresholds for forking their OpenMP team scaled\n"
-                   "by S (default 1, set on a 2-vCPU machine; 0: every region forks; a large S:\n"
-                   "none does), recorded in the run file as par_scale, with par_forks: the\n"
-                   "regions that forked.\n");
+                   "by S (default 1; 0: every region forks; a large S: none does) on top of their\n"
+                   "factor for the team's size; recorded in the run file as par_scale, with\n"
+                   "par_threads_factor and par_forks (the regions that forked).\n");
             h5log_abort(lg);
             return 0;
         } else if (strcmp(argv[i], "--device") == 0) {
@@ -449,8 +450,9 @@ int cmd_bench(int argc, char **argv) {
     BenchRow *res = xcalloc((size_t)(n_shapes * max_ns), sizeof *res);
     tern_par_scale(par_scale);
     const long forks0 = tern_par_forks();
-    printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d   fork thresholds x %g\n", tern_kernel_name(),
-           blas_core_report(), omp_get_max_threads(), par_scale);
+    printf("ternary kernel: %s   OpenBLAS core: %s   threads: %d   fork thresholds x %g (x %.3g for the threads)\n",
+           tern_kernel_name(), blas_core_report(), omp_get_max_threads(), par_scale,
+           tern_par_threads_factor(omp_get_max_threads()));
     const double bw = read_bandwidth_gbs(quick);
     printf("memory read bandwidth (same run, %d MiB, median of 5): %.1f GB/s; %%bw: the i8 kernel's GB/s over it\n",
            quick ? 256 : 512, bw);
