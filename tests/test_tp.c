@@ -456,3 +456,110 @@ TEST(tp_row_scratch_failure_leaves_every_rank) {
     free(x);
     free(w);
 }
+
+/* tp_linear_row over column shards of `full` (tp ranks, one thread each)
+ * against linear_forward of the whole linear: the rel L2 of every rank's y
+ * (the largest), -1 when a call fails; *same: every rank's y the tp = 1 bits. */
+static double row_parallel_vs_full(const Linear *full, int tp, const float *x, int64_t n, int *same) {
+    const int64_t R = full->out, C = full->in;
+    float *want = xmalloc(sizeof(float) * (size_t)(n * R));
+    void *lin_scr = mem_alloc(linear_scratch_bytes(n, C), "test scratch");
+    double worst = linear_forward(full, x, n, want, lin_scr) == 0 ? 0.0 : -1.0;
+    TpComm comm;
+    TpLinear sh[4];
+    RowCall rc[4];
+    float *xs[4];
+    if (tp > 4 || tp_comm_init(&comm, tp, n * R) != 0) abort();
+    for (int r = 0; r < tp; r++) {
+        int64_t lo, hi;
+        tp_range(C, tp, r, &lo, &hi);
+        if (tp_shard_linear(full, TP_SPLIT_COLS, lo, hi, &sh[r]) != 0) {
+            fprintf(stderr, "    shard %d: %s\n", r, err_msg());
+            abort(); /* (a test helper: the shard plan of these shapes is tested above) */
+        }
+        xs[r] = xmalloc(sizeof(float) * (size_t)(n * (hi - lo)));
+        for (int64_t i = 0; i < n; i++)
+            memcpy(xs[r] + i * (hi - lo), x + i * C + lo, sizeof(float) * (size_t)(hi - lo));
+        rc[r] = (RowCall){.sh = &sh[r], .c = &comm, .rank = r, .x = xs[r], .n = n,
+                          .y = xmalloc(sizeof(float) * (size_t)(n * R))};
+    }
+    run_rows(rc, tp);
+    *same = worst == 0.0;
+    for (int r = 0; r < tp; r++) {
+        if (rc[r].rc != 0) {
+            fprintf(stderr, "    rank %d: %s\n", r, rc[r].err);
+            worst = -1.0;
+            *same = 0;
+        } else if (worst >= 0.0) {
+            const double e = rel_l2(rc[r].y, want, n * R);
+            worst = e > worst ? e : worst;
+            *same &= memcmp(rc[r].y, want, sizeof(float) * (size_t)(n * R)) == 0;
+        }
+        tp_scratch_free(&rc[r].s);
+        tp_linear_free(&sh[r]);
+        free(rc[r].y);
+        free(xs[r]);
+    }
+    tp_comm_free(&comm);
+    mem_free(lin_scr);
+    free(want);
+    return worst;
+}
+
+/* Row-parallel linears the models do not reach, against the whole linear:
+ * - an input width that is not a multiple of the group (320 columns, group
+ *   128): the last rank's last group is short and must not go into the carry
+ *   (a mutation carrying it dropped the term, unseen: every model width is a
+ *   multiple of 128), int8 bit for bit and f32 within its noise;
+ * - a token whose absmax is under the int8 quantiser's 1e-5 floor: the same
+ *   codes as tern_act_quant_i8 (bit for bit);
+ * - a dense linear with int8 activations (x' = xq / sx with the full vector's
+ *   scale): within f32 noise (without the dequantised input, ~1e-2). */
+TEST(tp_row_parallel_edge_linears) {
+    const int64_t R = 24, C = 320, n = 3;
+    float *w = xmalloc(sizeof(float) * (size_t)(R * C)), *x = xmalloc(sizeof(float) * (size_t)(n * C));
+    uint64_t st = 5;
+    for (int64_t i = 0; i < R * C; i++) {
+        st = st * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = ((float)(st >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
+    }
+    for (int64_t i = 0; i < n * C; i++) x[i] = w[(i * 13) % (R * C)] * 30.0f;
+    const char *specs[] = {"rule=absmean,group=128,act=int8", "rule=absmean,group=128", "rule=twn,group=64,act=int8"};
+    for (int si = 0; si < 3; si++) {
+        QuantSpec sp;
+        REQUIRE(quant_spec_parse(specs[si], &sp) == 0);
+        Linear full = {.out = R, .in = C, .act_int8 = sp.act == QA_INT8};
+        snprintf(full.name, sizeof full.name, "synthetic");
+        full.t = xcalloc(1, sizeof(TernaryMatrix));
+        REQUIRE(tern_from_dense(w, R, C, &sp, full.t) == 0);
+        for (int tp = 2; tp <= 4; tp *= 2) {
+            int same = 0;
+            const double e = row_parallel_vs_full(&full, tp, x, n, &same);
+            printf("    %s, %lld columns, tp %d: rel L2 %.3g%s\n", specs[si], (long long)C, tp, e,
+                   same ? " (same bits)" : "");
+            if (full.act_int8) CHECK_MSG(same, "%s tp %d: rel L2 %g, not the tp = 1 bits", specs[si], tp, e);
+            else CHECK_MSG(e >= 0 && e <= TOL_TP_LOGITS_F32, "%s tp %d: rel L2 %g", specs[si], tp, e);
+        }
+        if (si == 0) { /* a token of absmax 1e-7 */
+            float *xt = xmalloc(sizeof(float) * (size_t)(n * C));
+            memcpy(xt, x, sizeof(float) * (size_t)(n * C));
+            for (int64_t k = 0; k < C; k++) xt[C + k] = x[C + k] * 1e-7f / 30.0f;
+            int same = 0;
+            const double e = row_parallel_vs_full(&full, 2, xt, n, &same);
+            CHECK_MSG(same, "a token under the 1e-5 floor: rel L2 %g, not the tp = 1 bits", e);
+            free(xt);
+        }
+        linear_free(&full);
+    }
+    /* dense, int8 activations */
+    Linear dense = {.out = R, .in = C, .act_int8 = 1, .w = xmalloc(sizeof(float) * (size_t)(R * C))};
+    snprintf(dense.name, sizeof dense.name, "synthetic dense");
+    memcpy(dense.w, w, sizeof(float) * (size_t)(R * C));
+    int same = 0;
+    const double e = row_parallel_vs_full(&dense, 2, x, n, &same);
+    printf("    dense, int8 activations, tp 2: rel L2 %.3g\n", e);
+    CHECK_MSG(e >= 0 && e <= TOL_TP_LOGITS_F32, "dense int8 tp 2: rel L2 %g", e);
+    linear_free(&dense);
+    free(w);
+    free(x);
+}
