@@ -573,3 +573,74 @@ TEST(tp_row_parallel_edge_linears) {
     free(w);
     free(x);
 }
+
+/* One forward of tokens[0, n) at positions p0.. of sequence sid on engine e. */
+static int tp_fwd(Engine *e, int sid, int64_t p0, int64_t n, float *logits) {
+    int ids[16], seq[16];
+    int64_t pos[16], li = n - 1;
+    for (int64_t i = 0; i < n; i++) ids[i] = (int)(100 + 7 * (p0 + i)), seq[i] = sid, pos[i] = p0 + i;
+    return forward(e->m, &e->kv, &e->rs, ids, seq, pos, n, &li, 1, logits);
+}
+
+/* What the CPU TP engine refuses or keeps that the models' runs do not show:
+ * an intermediate size that does not split (the head check had refused every
+ * degree the tiny models could be given first), a shard out of range or
+ * empty, a degree above TP_MAX_RANKS (a model with 128 KV heads would pass
+ * the head check and overflow TpStats), --dump-layers, a rank's failure
+ * reported by the engine (only rank 0's had been checked: a failed piece
+ * input on rank 1 or 3 returned 0), and the sequence's length after prefill
+ * and decode (pos + 1, as on one rank). */
+TEST(tp_engine_refusals_and_state) {
+    Model m;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    ModelConfig c = m.cfg;
+    c.inter = 770;
+    CHECK(tp_plan_check(&c, 4, "x") != 0 && strstr(err_msg(), "intermediate_size 770 does not split over tp = 4"));
+    /* shards out of range or empty */
+    {
+        Linear full = m.layers[0].q;
+        TpLinear sh;
+        CHECK(tp_shard_linear(&full, TP_SPLIT_COLS, 0, full.in + 1, &sh) != 0 && strstr(err_msg(), "out of range"));
+        CHECK(tp_shard_linear(&full, TP_SPLIT_ROWS, full.out - 4, full.out + 1, &sh) != 0 &&
+              strstr(err_msg(), "out of range"));
+        CHECK(tp_shard_linear(&full, TP_SPLIT_COLS, 5, 5, &sh) != 0 && strstr(err_msg(), "is empty"));
+        CHECK(tp_shard_linear(&full, TP_SPLIT_ROWS, -1, 4, &sh) != 0 && strstr(err_msg(), "out of range"));
+    }
+    Engine e;
+    EngineOpts eo = {.max_tok = 16, .block_size = 16, .n_blocks = 8};
+    {
+        Model wide = m; /* (shallow: only the config is read before the refusal) */
+        wide.cfg.n_heads = wide.cfg.n_kv_heads = 128;
+        CHECK(tp_engine_open(&e, &wide, &eo, 128) != 0 && strstr(err_msg(), "between 1 and 64"));
+    }
+    float *logits = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
+    REQUIRE(tp_engine_open(&e, &m, &eo, 2) == 0);
+    int sid = kv_seq_new(&e.kv);
+    REQUIRE(sid >= 0);
+    float dump[4];
+    e.rs.dump = dump;
+    CHECK(tp_fwd(&e, sid, 0, 4, logits) != 0 && strstr(err_msg(), "--dump-layers is not available with --tp 2"));
+    e.rs.dump = NULL;
+    REQUIRE(tp_fwd(&e, sid, 0, 10, logits) == 0);
+    CHECK_MSG(e.kv.seqs[sid].len == 10, "after 10 prompt tokens: length %lld", (long long)e.kv.seqs[sid].len);
+    e.rs.decode = 1;
+    REQUIRE(tp_fwd(&e, sid, 10, 1, logits) == 0);
+    e.rs.decode = 0;
+    CHECK_MSG(e.kv.seqs[sid].len == 11, "after a decode step: length %lld", (long long)e.kv.seqs[sid].len);
+    tp_engine_close(&e);
+    model_free(&m);
+    /* a rank other than 0 fails: group 128 at tp 4 cuts down's 768 columns mid-group, so
+     * ranks 1 and 3 hold two pieces and allocate their input; every rank's error is read */
+    ModelLoadOpts lo = {.quant = "rule=absmean,group=128"};
+    REQUIRE(model_load(test_path(LLAMA_DIR), &lo, &m) == 0);
+    REQUIRE(tp_engine_open(&e, &m, &eo, 4) == 0);
+    sid = kv_seq_new(&e.kv);
+    mem_fail_next("tp piece input", 1);
+    const int rc = tp_fwd(&e, sid, 0, 4, logits);
+    CHECK_MSG(mem_fail_next(NULL, 0) == 0, "the injected failure was not reached");
+    CHECK_MSG(rc != 0 && (strstr(err_msg(), "tp rank 1:") || strstr(err_msg(), "tp rank 3:")), "rc %d: %s", rc,
+              rc ? err_msg() : "");
+    tp_engine_close(&e);
+    model_free(&m);
+    free(logits);
+}
