@@ -175,6 +175,87 @@ TEST(llama_batched_decode_independent_of_neighbours) {
     model_free(&m);
 }
 
+/* A forward hook that records each call's decode flag and token count and
+ * returns zero logits (what engine_generate tells the backend). */
+typedef struct {
+    int decode[64];
+    int64_t n[64];
+    int calls;
+    int64_t vocab;
+} CallLog;
+
+static int record_call(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *tok, const int *seq,
+                       const int64_t *pos, int64_t n, const int64_t *logit_idx, int64_t n_logits, float *logits) {
+    CallLog *c = ctx;
+    if (c->calls < 64) c->decode[c->calls] = s->decode, c->n[c->calls] = n;
+    c->calls++;
+    if (logits) memset(logits, 0, sizeof(float) * (size_t)(n_logits * c->vocab));
+    return 0;
+}
+
+/* engine_generate's edges: an empty prompt and a batch past the run state
+ * are refused by name; a prompt longer than the run state is prefilled in
+ * chunks and generates what one whole prefill does (a chunk off by one had
+ * passed: no prompt was longer); the backend is told prefill (decode 0), then
+ * decode (1) for each step after the first token (the ternary-KV policies
+ * split on it; the flag dropped had passed).  forward refuses a logit row at
+ * the token count and argmax_out on the CPU. */
+TEST(engine_generate_edges) {
+    Model m, m2;
+    Engine e, e2;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 16, 16, 2, 64, &m, &e) == 0);
+    int32_t *tok;
+    int64_t n;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), m.cfg.vocab, &tok, &n) == 0);
+    const int32_t *prompts[17];
+    int64_t lens[17];
+    int32_t *out[17], buf[17][8];
+    for (int s = 0; s < 17; s++) prompts[s] = tok + 500 + 3 * s, lens[s] = 4, out[s] = buf[s];
+    lens[0] = 0;
+    CHECK(engine_generate(&e, prompts, lens, 1, 4, out) != 0 && strstr(err_msg(), "generate: empty prompt"));
+    lens[0] = 4;
+    CHECK(engine_generate(&e, prompts, lens, 17, 4, out) != 0 &&
+          strstr(err_msg(), "batch 17 exceeds the run state (16 tokens)"));
+    /* 40 prompt tokens in chunks of 16 against one prefill of 40 */
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, 64, 16, 2, 64, &m2, &e2) == 0);
+    int32_t chunked[8], whole[8], *oc = chunked, *ow = whole;
+    const int64_t l40 = 40;
+    REQUIRE(engine_generate(&e, prompts, &l40, 1, 8, &oc) == 0);
+    REQUIRE(engine_generate(&e2, prompts, &l40, 1, 8, &ow) == 0);
+    CHECK_MSG(memcmp(chunked, whole, sizeof chunked) == 0, "chunked prefill: %d %d %d .. against %d %d %d ..",
+              chunked[0], chunked[1], chunked[2], whole[0], whole[1], whole[2]);
+    engine_free(&e2);
+    model_free(&m2);
+    /* what the backend is told: 2 prompts of 4, 5 new tokens -> one prefill each, 4 decodes */
+    CallLog log = {.vocab = m.cfg.vocab};
+    e.rs.hook = record_call;
+    e.rs.hook_ctx = &log;
+    REQUIRE(engine_generate(&e, prompts, lens, 2, 5, out) == 0);
+    e.rs.hook = NULL;
+    CHECK_MSG(log.calls == 6, "%d forward calls", log.calls);
+    for (int i = 0; i < log.calls && i < 6; i++)
+        CHECK_MSG(log.decode[i] == (i >= 2) && log.n[i] == (i < 2 ? 4 : 2), "call %d: decode %d, %lld tokens", i,
+                  log.decode[i], (long long)log.n[i]);
+    CHECK(e.rs.decode == 0);
+    /* forward's refusals */
+    int sid = kv_seq_new(&e.kv), ids[1] = {5}, seq[1] = {sid};
+    int64_t pos[1] = {0}, li = 1;
+    float *lg = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
+    CHECK(forward(&m, &e.kv, &e.rs, ids, seq, pos, 1, &li, 1, lg) != 0 &&
+          strstr(err_msg(), "logit row 0 is token 1 of 1"));
+    int32_t am[1];
+    li = 0;
+    e.rs.argmax_out = am;
+    CHECK(forward(&m, &e.kv, &e.rs, ids, seq, pos, 1, &li, 1, NULL) != 0 &&
+          strstr(err_msg(), "argmax_out needs a backend"));
+    e.rs.argmax_out = NULL;
+    kv_seq_free(&e.kv, sid);
+    free(lg);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
+}
+
 /* Full WikiText-2 test perplexity (a minute or two): `make check-ppl`. */
 TEST(slow_ppl_llama_full) {
     Model m;
