@@ -6,6 +6,7 @@
 #include "core/err.h"
 #include "core/mem.h"
 #include "eval/experiment.h"
+#include "eval/metrics.h"
 #include "eval/ppl.h"
 #include "kv/kvcache.h"
 #include "load/tokens.h"
@@ -1140,4 +1141,88 @@ TEST(exp_model_hash_follows_the_files_read) {
           h5log_root_attr_str(b, "model_sha256", sb, sizeof sb) == 0 &&
           h5log_root_attr_str(c, "model_sha256", sc, sizeof sc) == 0);
     CHECK_MSG(strcmp(sa, sb) == 0 && strcmp(sa, sc) != 0, "one %s, both %s, shards %s", sa, sb, sc);
+}
+
+static double mean_of(const double *v, int64_t n) {
+    double s = 0;
+    for (int64_t i = 0; i < n; i++) s += v[i];
+    return n ? s / (double)n : NAN;
+}
+
+/* The numbers a KV run file records, against each other and against the
+ * protocol (llama-tiny, window 32: the split protocol scores positions 15..30):
+ * nll_mean and the mean per-token nll are log(ppl), the mean nll_ref is
+ * log(ppl_ref); kl_mean is the mean per-token KL; the logit rows kept are
+ * positions 15.. (logit_rows 16: every scored row) and logit_rel_l2 is the
+ * mean of |test - ref| / |ref| over them; /logits/ref is the reference's (not
+ * the run's: they differ under all, agree under none, whose nll is the
+ * reference's bit for bit); none runs the split protocol too; bytes per token
+ * weigh the 16 prompt and 15 generated tokens; the defaults keep 8 logit rows
+ * and a 24 GiB budget.  (Mutations of each of these had passed: the tests
+ * had checked them finite, positive or ordered.) */
+TEST(exp_kv_run_file_numbers_agree) {
+    const char *values[] = {"none", "all", "encoder", "decoder"};
+    const double bpt[] = {4096.0, 352.0, (16 * 352.0 + 15 * 4096.0) / 31, (16 * 4096.0 + 15 * 352.0) / 31};
+    for (int vi = 0; vi < 4; vi++) {
+        const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, values[vi], "max_windows=1 logit_rows=16");
+        double nll[16], nref[16], kl[16], pos[16], kv;
+        REQUIRE(h5_dataset_len(f, "/per_token/nll") == 16 && h5_dataset_len(f, "/per_token/kl") == 16 &&
+                h5_dataset_len(f, "/logits/positions") == 16);
+        REQUIRE(h5_read_f64s(f, "/per_token/nll", nll, 16) == 0 && h5_read_f64s(f, "/per_token/nll_ref", nref, 16) == 0 &&
+                h5_read_f64s(f, "/per_token/kl", kl, 16) == 0 && h5_read_f64s(f, "/logits/positions", pos, 16) == 0);
+        const double ppl = read_scalar(f, "/metrics/ppl"), ppl_ref = read_scalar(f, "/metrics/ppl_ref");
+        CHECK_MSG(fabs(read_scalar(f, "/metrics/nll_mean") - log(ppl)) <= 1e-9 * log(ppl), "%s: nll_mean", values[vi]);
+        CHECK_MSG(fabs(mean_of(nll, 16) - log(ppl)) <= 1e-6 * log(ppl), "%s: mean nll %.9g, log ppl %.9g", values[vi],
+                  mean_of(nll, 16), log(ppl));
+        CHECK_MSG(fabs(mean_of(nref, 16) - log(ppl_ref)) <= 1e-6 * log(ppl_ref), "%s: mean nll_ref %.9g, log ppl_ref %.9g",
+                  values[vi], mean_of(nref, 16), log(ppl_ref));
+        const double klm = read_scalar(f, "/metrics/kl_mean");
+        CHECK_MSG(fabs(klm - mean_of(kl, 16)) <= 1e-6 * (klm + 1e-6), "%s: kl_mean %.9g, mean kl %.9g", values[vi], klm,
+                  mean_of(kl, 16));
+        for (int i = 0; i < 16; i++) CHECK_MSG(pos[i] == 15 + i, "%s: position %d is %g", values[vi], i, pos[i]);
+        double *lt = xmalloc(sizeof(double) * 16 * 2048), *lr = xmalloc(sizeof(double) * 16 * 2048);
+        REQUIRE(h5_read_f64s(f, "/logits/test", lt, 16 * 2048) == 0 && h5_read_f64s(f, "/logits/ref", lr, 16 * 2048) == 0);
+        double rl = 0;
+        for (int r = 0; r < 16; r++) {
+            double d2 = 0, r2 = 0;
+            for (int k = 0; k < 2048; k++) {
+                const double a = lt[r * 2048 + k], b = lr[r * 2048 + k];
+                d2 += (a - b) * (a - b), r2 += b * b;
+            }
+            rl += sqrt(d2 / r2) / 16;
+        }
+        const double got = read_scalar(f, "/metrics/logit_rel_l2");
+        CHECK_MSG(fabs(got - rl) <= 1e-5 * (rl + 1e-9), "%s: logit_rel_l2 %.9g, from the logits %.9g", values[vi], got, rl);
+        if (vi == 0)
+            CHECK_MSG(memcmp(nll, nref, sizeof nll) == 0 && memcmp(lt, lr, sizeof(double) * 16 * 2048) == 0,
+                      "none: not the reference's numbers");
+        else
+            CHECK_MSG(rl > 1e-3, "%s: the run's logits are the reference's (rel %g)", values[vi], rl);
+        free(lt);
+        free(lr);
+        char proto[64] = "";
+        CHECK(read_group_attr_str(f, "/", "protocol", proto, sizeof proto) == 0 && strcmp(proto, "kv-split-half") == 0);
+        kv = read_scalar(f, "/kv/bytes_per_token");
+        CHECK_MSG(fabs(kv - bpt[vi]) <= 1e-9 * bpt[vi], "%s: %.6f bytes a token, want %.6f", values[vi], kv, bpt[vi]);
+    }
+    const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=1");
+    CHECK(h5_dataset_len(f, "/logits/positions") == 8);
+    CHECK(read_scalar(f, "/capacity/budget") == (double)(24ll << 30));
+}
+
+/* The metrics' formulas on rows worked by hand: logsumexp over every entry
+ * (log 8 for {0, 0, 0, log 5}; the last entry dropped had passed every run-file
+ * check, which used the same sum on both sides), KL of a row against itself 0
+ * and of {log .5, log .5} against {log .25, log .75} by hand, the relative L2
+ * normalised by the second row. */
+TEST(metrics_by_hand) {
+    const float z[4] = {0.0f, 0.0f, 0.0f, logf(5.0f)};
+    CHECK_MSG(fabs(logsumexp_f32(z, 4) - log(8.0)) <= 1e-6, "logsumexp %.9g, want log 8", logsumexp_f32(z, 4));
+    const float p[2] = {logf(0.5f), logf(0.5f)}, q[2] = {logf(0.25f), logf(0.75f)};
+    const double want = 0.5 * log(0.5 / 0.25) + 0.5 * log(0.5 / 0.75);
+    CHECK(kl_ref_run(p, logsumexp_f32(p, 2), p, logsumexp_f32(p, 2), 2) == 0.0);
+    const double kl = kl_ref_run(p, logsumexp_f32(p, 2), q, logsumexp_f32(q, 2), 2);
+    CHECK_MSG(fabs(kl - want) <= 1e-6, "KL %.9g, want %.9g", kl, want);
+    const float a[2] = {2.0f, 0.0f}, b[2] = {1.0f, 0.0f};
+    CHECK(rel_l2_row(a, b, 2) == 1.0 && rel_l2_row(b, a, 2) == 0.5);
 }
