@@ -362,6 +362,27 @@ TEST(diag_latency_stats) {
     double v[5] = {5, 1, 4, 2, 3};
     CHECK(latency_percentile(v, 5, 0.5) == 3 && latency_percentile(v, 5, 0.99) == 5 &&
           latency_percentile(v, 5, 0.0) == 1);
+    /* nearest rank on an even count (floor(q n) had passed the odd case) */
+    double w[4] = {4, 1, 3, 2};
+    CHECK(latency_percentile(w, 4, 0.5) == 2 && latency_percentile(w, 4, 0.25) == 1 &&
+          latency_percentile(w, 4, 0.75) == 3 && latency_percentile(w, 4, 1.0) == 4);
+    /* one batch of every request: each rate is its tokens over the phases' times (a request's
+     * tokens counted one short, TPOT over G steps, had passed); the breakdown adds up */
+    o.n_requests = o.batch;
+    REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
+    const double B = o.batch, G = o.gen_len, P = o.prompt_len;
+    CHECK_MSG(fabs(r.tok_s - B * G / ((r.ttft_ms_p50 + (G - 1) * r.tpot_ms_p50) / 1e3)) <= 1e-9 * r.tok_s,
+              "tok/s %.9g, ttft %g ms, tpot %g ms", r.tok_s, r.ttft_ms_p50, r.tpot_ms_p50);
+    CHECK_MSG(fabs(r.prefill_tok_s - B * P / (r.ttft_ms_p50 / 1e3)) <= 1e-9 * r.prefill_tok_s, "prefill %.9g tok/s",
+              r.prefill_tok_s);
+    CHECK_MSG(fabs(r.decode_tok_s - B / (r.tpot_ms_p50 / 1e3)) <= 1e-9 * r.decode_tok_s, "decode %.9g tok/s",
+              r.decode_tok_s);
+    CHECK(fabs(r.other_ms - (r.step_ms - r.linear_ms - r.attention_ms)) < 1e-9);
+    /* over two ranks: the pages of both (each holds half the KV heads) */
+    o.tp = 2;
+    REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
+    CHECK_MSG(r.tp == 2 && r.kv_alloc_bytes == 4096, "tp %d: %g bytes a token slot", r.tp, r.kv_alloc_bytes);
+    o.tp = 1;
     free(tok);
     model_free(&m);
     model_free(&twin);

@@ -1226,3 +1226,20 @@ TEST(metrics_by_hand) {
     const float a[2] = {2.0f, 0.0f}, b[2] = {1.0f, 0.0f};
     CHECK(rel_l2_row(a, b, 2) == 1.0 && rel_l2_row(b, a, 2) == 0.5);
 }
+
+/* exp-throughput's decode rate is the batch's generated tokens over its steps'
+ * time: with one repeat of 2 steps, p50 and p99 are the two steps, so
+ * decode_tok_s = 3 x 2 / (p50 + p99) (the prompt's tokens over it had passed);
+ * with 32 steps p95 is the second slowest and p99 the slowest, apart (p99
+ * written as p95 had passed: of 3 steps they are one). */
+TEST(exp_throughput_rates_from_steps) {
+    const char *f = run_exp("exp_throughput", LLAMA_DIR, "ternary",
+                            "batches=3 prompt_len=8 gen_len=2 warmup=0 repeats=1 max_windows=1");
+    const double dec = read_scalar(f, "/throughput/decode_tok_s"), p50 = read_scalar(f, "/throughput/latency_ms_p50"),
+                 p99 = read_scalar(f, "/throughput/latency_ms_p99");
+    CHECK_MSG(fabs(dec - 6.0 / ((p50 + p99) / 1e3)) <= 1e-9 * dec, "decode %.9g tok/s, steps %g + %g ms", dec, p50, p99);
+    f = run_exp("exp_throughput", LLAMA_DIR, "ternary", "batches=1 prompt_len=8 gen_len=32 warmup=0 repeats=1 max_windows=1");
+    const double q50 = read_scalar(f, "/throughput/latency_ms_p50"), q95 = read_scalar(f, "/throughput/latency_ms_p95"),
+                 q99 = read_scalar(f, "/throughput/latency_ms_p99");
+    CHECK_MSG(q50 <= q95 && q95 < q99, "p50 %g p95 %g p99 %g", q50, q95, q99);
+}
