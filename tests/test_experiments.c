@@ -1243,3 +1243,26 @@ TEST(exp_throughput_rates_from_steps) {
                  q99 = read_scalar(f, "/throughput/latency_ms_p99");
     CHECK_MSG(q50 <= q95 && q95 < q99, "p50 %g p95 %g p99 %g", q50, q95, q99);
 }
+
+/* The reference cache is keyed on the token file's bytes, not its name: a
+ * token file rewritten in place (other tokens) is another reference (keyed on
+ * the name, the old reference would be read back for the new tokens). */
+TEST(exp_reference_cache_keys_the_tokens) {
+    const char *dir = test_tmpdir();
+    char tokf[800], out[800], cmd[8192], *log = NULL;
+    snprintf(tokf, sizeof tokf, "%s/retok.i32", dir);
+    snprintf(out, sizeof out, "%s/retok/p.h5", dir);
+    double ppl_ref[2];
+    for (int i = 0; i < 2; i++) {
+        /* the second time the same name holds the stream 32 tokens on */
+        snprintf(cmd, sizeof cmd, "mkdir -p '%s/retok' && tail -c +%d '%s' > '%s' && %s --model %s --value twn --out %s "
+                 "tokens=%s window=32 max_windows=1 2>&1",
+                 dir, 1 + 128 * i, test_path(TOKENS_FILE), tokf, bin_path("exp_threshold"), test_path(LLAMA_DIR), out,
+                 tokf);
+        const int rc = test_run(cmd, &log);
+        CHECK_MSG(rc == 0 && !strstr(log, "reference: cached"), "run %d: rc %d: %s", i, rc, log);
+        free(log);
+        ppl_ref[i] = read_scalar(out, "/metrics/ppl_ref");
+    }
+    CHECK_MSG(ppl_ref[0] != ppl_ref[1], "ppl_ref %g both times", ppl_ref[0]);
+}
