@@ -69,6 +69,38 @@ TEST(diag_diff_self_is_zero) {
     diff_result_free(&r);
 }
 
+/* diff_stat's edges: B all zero is an infinite relative error where A is not
+ * and 0 where A is zero too (it had been 0 for both). */
+TEST(diag_diff_stat_zero_reference) {
+    const float a[2] = {1, 2}, z[2] = {0, 0};
+    CHECK(diff_stat(a, z, 2).rel_l2 == INFINITY && diff_stat(z, z, 2).rel_l2 == 0.0 && diff_stat(a, z, 2).max_abs == 2);
+}
+
+/* BitNet with only layer 1's down_proj changed (its scales x 1.01): layer 1's
+ * MLP output differs exactly as that linear's does on A's input — the
+ * per-linear row feeds down the sub-normed input (A's hb had passed: every
+ * per-linear test used llama, whose down input is hb itself). */
+TEST(diag_diff_bitnet_down_input) {
+    Model a, b;
+    REQUIRE(load(BITNET_DIR, NULL, 0, &a) == 0);
+    REQUIRE(load(BITNET_DIR, NULL, 0, &b) == 0);
+    REQUIRE(b.layers[1].down.t && b.layers[1].ffn_sub_norm);
+    for (int64_t i = 0; i < b.layers[1].down.t->n_scales; i++) b.layers[1].down.t->scales[i] *= 1.01f;
+    int64_t n;
+    int32_t *tok = load_tokens(a.cfg.vocab, &n);
+    REQUIRE(tok);
+    DiffResult r;
+    REQUIRE(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 32, 1e-2, &r) == 0);
+    CHECK(r.attn[1].rel_l2 == 0 && r.mlp[1].rel_l2 > 0);
+    CHECK_MSG(r.mlp[1].rel_l2 == r.lin[7 + 6].rel_l2 && r.mlp[1].max_abs == r.lin[7 + 6].max_abs,
+              "layer 1: mlp %.9g / %.9g, %s %.9g / %.9g", r.mlp[1].rel_l2, r.mlp[1].max_abs, r.lin_name[13],
+              r.lin[13].rel_l2, r.lin[13].max_abs);
+    diff_result_free(&r);
+    free(tok);
+    model_free(&a);
+    model_free(&b);
+}
+
 /* Every linear ternarised: the error is above threshold from layer 0 on and grows. */
 TEST(diag_diff_ternary_error_grows) {
     DiffResult r;
@@ -115,6 +147,12 @@ TEST(diag_diff_matches_reference_dump) {
         CHECK_MSG(r.resid[s].rel_l2 < TOL_REF_LAYERS, "row %d: %g", s, r.resid[s].rel_l2);
     CHECK(r.first_layer == -1 && !r.first_block[0]);
     diff_result_free(&r);
+    /* a NaN in the dump's embedding rows: not this model's embedding (refused; a check
+     * of rel > bound had let NaN through) */
+    ref[5] = NAN;
+    CHECK(diff_compare(&a, &KV_NONE, NULL, NULL, ref, tok, T_DIFF, 1e-2, &r) != 0 &&
+          strstr(err_msg(), "embedding rows differ"));
+    ref[5] = 0.0f;
     /* a NaN in the dump is counted and crosses any threshold */
     ref[(int64_t)2 * T_DIFF * a.cfg.hidden + 5] = NAN;
     REQUIRE(diff_compare(&a, &KV_NONE, NULL, NULL, ref, tok, T_DIFF, 1e-2, &r) == 0);
@@ -139,6 +177,12 @@ TEST(diag_diff_kv_policy_and_bad_inputs) {
     REQUIRE(diff_compare(&a, &p, &b, &KV_NONE, NULL, tok, 32, 1e-2, &r) == 0);
     CHECK(r.resid[1].rel_l2 == 0 && r.resid[2].rel_l2 == 0 && r.attn[2].rel_l2 > 0);
     CHECK(r.first_layer == 2);
+    diff_result_free(&r);
+    /* a range of one layer, the last: that layer's attention first (an exclusive upper
+     * bound had left it out: the first crossing then in the residual) */
+    REQUIRE(kv_policy_parse("all@layers=3-3", &p) == 0);
+    REQUIRE(diff_compare(&a, &p, &b, &KV_NONE, NULL, tok, 32, 1e-2, &r) == 0);
+    CHECK_MSG(r.first_layer == 3 && strcmp(r.first_block, "attn") == 0, "first %d %s", r.first_layer, r.first_block);
     diff_result_free(&r);
     CHECK(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 1, 1e-2, &r) != 0);
     CHECK(diff_compare(&a, &KV_NONE, &b, &KV_NONE, NULL, tok, 32, 0, &r) != 0);
@@ -312,6 +356,14 @@ TEST(diag_h5_groups) {
                           "/load_report/name", "/load_report/bytes", "/load_report/run_as",
                           "/capacity/tokens", "/capacity/kv_bytes_per_token", NULL};
     CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+    /* the columns hold their own statistics (max_abs had been written from rel_l2 unseen) */
+    double mx[16], rl[16];
+    const int rows = r.n_layers + 2;
+    REQUIRE(rows <= 16 && h5_read_f64s(path, "/diff/resid_max_abs", mx, rows) == 0 &&
+            h5_read_f64s(path, "/diff/resid_rel_l2", rl, rows) == 0);
+    for (int s2 = 0; s2 < rows; s2++)
+        CHECK_MSG(mx[s2] == r.resid[s2].max_abs && rl[s2] == r.resid[s2].rel_l2, "row %d: %g %g against %g %g", s2,
+                  mx[s2], rl[s2], r.resid[s2].max_abs, r.resid[s2].rel_l2);
     diff_result_free(&r);
     free(tok);
     model_free(&a);
