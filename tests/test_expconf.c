@@ -127,6 +127,8 @@ TEST(expconf_errors_name_file_and_line) {
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4\n",                  /* max_windows */
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4k\nmax_windows = 1\n", /* window */
         "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 1\nmax_windows = 1\n",
+        /* (a bound one off had passed: -1 is the first value refused) */
+        "factor = a\nvalues = x\nmodels = m\ntokens = t\nwindow = 4\nmax_windows = -1\n",
     };
     for (size_t i = 0; i < sizeof incomplete / sizeof incomplete[0]; i++) {
         ExpConf c;
@@ -135,7 +137,18 @@ TEST(expconf_errors_name_file_and_line) {
         CHECK(strstr(err_msg(), "inc.conf") != NULL);
         expconf_free(&c);
     }
+    const char *want[] = {"missing key 'max_windows'", "window", "window = 1, must be at least 2",
+                          "max_windows = -1, must be >= 0"};
+    for (size_t i = 0; i < sizeof incomplete / sizeof incomplete[0]; i++) {
+        ExpConf c;
+        REQUIRE(expconf_parse(incomplete[i], "inc.conf", &c) == 0);
+        CHECK_MSG(expconf_check(&c) != 0 && strstr(err_msg(), want[i]), "case %zu: %s", i, err_msg());
+        expconf_free(&c);
+    }
+    /* a '#' right after '=' starts a comment too: the value is empty (it had been "#x") */
     ExpConf c;
+    CHECK_MSG(expconf_parse("quant=#x\n", "hash.conf", &c) != 0 && strstr(err_msg(), "empty value"),
+              "quant=#x: %s", err_msg());
     CHECK(expconf_load("/nonexistent/x.conf", &c) != 0);
     CHECK(strstr(err_msg(), "/nonexistent/x.conf") != NULL);
 }
