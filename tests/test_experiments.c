@@ -1266,3 +1266,39 @@ TEST(exp_reference_cache_keys_the_tokens) {
     }
     CHECK_MSG(ppl_ref[0] != ppl_ref[1], "ppl_ref %g both times", ppl_ref[0]);
 }
+
+/* A run file's /weights/rel_err is each linear's ternary error against its own
+ * dense weights (gate's had stood in for up's, unseen), for the spec the run
+ * file records; a window under 4 is refused by the program. */
+TEST(exp_weights_rel_err_by_linear) {
+    const char *f = run_exp("exp_threshold", LLAMA_DIR, "twn", "max_windows=1");
+    char spec[256] = "";
+    REQUIRE(read_group_attr_str(f, "/", "quant_spec", spec, sizeof spec) == 0 && spec[0]);
+    ModelLoadOpts oq = {.quant = spec}, od = {.dense = 1};
+    Model mq, md;
+    REQUIRE(model_load(test_path(LLAMA_DIR), &oq, &mq) == 0);
+    REQUIRE(model_load(test_path(LLAMA_DIR), &od, &md) == 0);
+    const int nl = 7 * mq.cfg.n_layers;
+    double *re = xmalloc(sizeof(double) * (size_t)nl);
+    REQUIRE(h5_read_f64s(f, "/weights/rel_err", re, nl) == 0);
+    for (int l = 0, i = 0; l < mq.cfg.n_layers; l++) {
+        Linear *q[7] = {&mq.layers[l].q, &mq.layers[l].k, &mq.layers[l].v, &mq.layers[l].o,
+                        &mq.layers[l].gate, &mq.layers[l].up, &mq.layers[l].down};
+        Linear *d[7] = {&md.layers[l].q, &md.layers[l].k, &md.layers[l].v, &md.layers[l].o,
+                        &md.layers[l].gate, &md.layers[l].up, &md.layers[l].down};
+        for (int k = 0; k < 7; k++, i++) {
+            REQUIRE(q[k]->t && d[k]->w);
+            const double want = tern_rel_error(q[k]->t, d[k]->w);
+            CHECK_MSG(fabs(re[i] - want) <= 1e-12 * want, "%s: rel_err %.9g, want %.9g", q[k]->name, re[i], want);
+        }
+    }
+    free(re);
+    model_free(&mq);
+    model_free(&md);
+    char cmd[2048], *log = NULL;
+    snprintf(cmd, sizeof cmd, "%s --model %s --value twn --out %s/w3.h5 window=3 max_windows=1 2>&1",
+             bin_path("exp_threshold"), test_path(LLAMA_DIR), test_tmpdir());
+    const int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 1 && strstr(log, "window 3 out of range"), "rc %d: %s", rc, log);
+    free(log);
+}
