@@ -326,6 +326,24 @@ TEST(diag_capacity_by_hand) {
     CHECK(c.alloc_per_token[0] == 4096 && c.alloc_per_token[3] == 4 * (1 + 88));
     CHECK(c.alloc_per_token[1] == 4096 + 4 * (1 + 88) && c.alloc_per_token[2] == 4096 + 4 * (1 + 88));
     CHECK(c.pool_tokens[0][0] % 16 == 0 && c.pool_bytes[0][0] <= budget - w);
+    /* the ternary format from the shapes: 2-bit codes in 256-column blocks, an f16 scale a
+     * block, bf16 embedding and head (the scales counted as 4 bytes had passed) */
+    uint64_t tern = 2ull * 2 * (uint64_t)m.cfg.vocab * (uint64_t)m.cfg.hidden;
+    for (int l = 0; l < m.cfg.n_layers; l++) {
+        const Linear *ls[7] = {&m.layers[l].q, &m.layers[l].k, &m.layers[l].v, &m.layers[l].o,
+                               &m.layers[l].gate, &m.layers[l].up, &m.layers[l].down};
+        for (int k = 0; k < 7; k++)
+            tern += (uint64_t)ls[k]->out * ((uint64_t)(ls[k]->in + 255) / 256) * (64 + 2);
+    }
+    CHECK_MSG(c.weight_bytes[3] == tern, "ternary format %llu B, by hand %llu", (unsigned long long)c.weight_bytes[3],
+              (unsigned long long)tern);
+    /* a tied head is not counted twice in the other formats */
+    m.lm_head_tied = 1;
+    Capacity ct;
+    REQUIRE(report_capacity_compute(&m, budget, 16, &ct) == 0);
+    const uint64_t emb = (uint64_t)m.cfg.vocab * (uint64_t)m.cfg.hidden;
+    CHECK(ct.weight_bytes[2] == c.weight_bytes[2] - 2 * emb && ct.weight_bytes[3] == tern - 2 * emb);
+    m.lm_head_tied = 0;
     /* a budget below the weights: nothing fits */
     REQUIRE(report_capacity_compute(&m, w - 1, 16, &c) == 0);
     CHECK(c.tokens[0][0][0] == 0 && c.tokens[0][3][1] == 0 && c.pool_tokens[0][0] == 0);
@@ -356,6 +374,11 @@ TEST(diag_h5_groups) {
                           "/load_report/name", "/load_report/bytes", "/load_report/run_as",
                           "/capacity/tokens", "/capacity/kv_bytes_per_token", NULL};
     CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+    /* /capacity/kv_bytes_per_token [policy, phase]: none, encoder, decoder, all as computed */
+    double kvb[8];
+    REQUIRE(h5_read_f64s(path, "/capacity/kv_bytes_per_token", kvb, 8) == 0);
+    const double want_kvb[8] = {4096, 4096, 352, 4096, 4096, 352, 352, 352};
+    for (int i = 0; i < 8; i++) CHECK_MSG(kvb[i] == want_kvb[i], "kv_bytes_per_token[%d] %g, want %g", i, kvb[i], want_kvb[i]);
     /* the columns hold their own statistics (max_abs had been written from rel_l2 unseen) */
     double mx[16], rl[16];
     const int rows = r.n_layers + 2;
