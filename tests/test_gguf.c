@@ -967,6 +967,16 @@ TEST(gguf_refuses_block_count_beyond_the_file) {
     }
 }
 
+/* The rel L2 of model x's logits against model ref's over the first Tw test
+ * tokens (one window); +inf where either forward fails (printed). */
+static double logits_rel(Model *x, Model *ref, int Tw) {
+    float *lx = fixture_model_logits(x, Tw, 1), *lr = fixture_model_logits(ref, Tw, 1);
+    const double r = lx && lr ? rel_l2(lx, lr, (int64_t)Tw * ref->cfg.vocab) : INFINITY;
+    free(lx);
+    free(lr);
+    return r;
+}
+
 /* ---- write -> read round trips ----------------------------------------------- */
 
 static void roundtrip_dir(const char *dir, const char *spec, int tq1, double tol) {
@@ -1050,14 +1060,9 @@ TEST(gguf_tensor_spec_over_row_scales_reads_blocks) {
     REQUIRE(model_load_gguf(path, NULL, &b) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
     CHECK_MSG(b.layers[0].up.t && b.layers[0].up.t->group == QG_256, "read back in group %s",
               b.layers[0].up.t ? quant_group_name(b.layers[0].up.t->group) : "(dense)");
-    const int Tw = 16;
-    float *la = fixture_model_logits(&a, Tw, 1), *lb = fixture_model_logits(&b, Tw, 1);
-    REQUIRE(la && lb);
-    const double r = rel_l2(lb, la, (int64_t)Tw * a.cfg.vocab);
+    const double r = logits_rel(&b, &a, 16);
     printf("    group=tensor spec over per-row scales: logits rel L2 %.3g against the group=row model\n", r);
     CHECK_MSG(r <= 1e-5, "rel L2 %g", r);
-    free(la);
-    free(lb);
     model_free(&a);
     model_free(&b);
 }
@@ -1575,13 +1580,9 @@ TEST(gguf_bitnet_architecture) {
         Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
         for (int j = 0; j < 7; j++) lins[j]->act_int8 = 0;
     }
-    const int Tw = 64;
-    float *lb = fixture_model_logits(&b, Tw, 1), *lc = fixture_model_logits(&c, Tw, 1);
-    REQUIRE(lb && lc);
-    const double e = rel_l2(lc, lb, (int64_t)Tw * b.cfg.vocab);
+    const double e = logits_rel(&c, &b, 64);
     printf("    bitnet GGUF without a spec (TQ1_0): logits rel L2 %.3g against the model with f32 activations\n", e);
     CHECK_MSG(e <= 1e-5, "rel L2 %g", e);
-    free(lb), free(lc);
     model_free(&c);
     model_free(&b);
     /* a SiLU BitNet model writes no activation key (llama.cpp's default; its "silu" value

@@ -204,6 +204,14 @@ TEST(tp_deterministic) {
     model_free(&m);
 }
 
+/* n weights of a fixed pseudo-random stream (seed), uniform in [-0.05, 0.05). */
+static void lcg_weights(float *w, int64_t n, uint64_t seed) {
+    for (int64_t i = 0; i < n; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        w[i] = ((float)(seed >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
+    }
+}
+
 /* The shard plan on a matrix whose shards fill whole 256-column blocks: packed
  * bytes split exactly 1/tp (a tensor scale, and with group=row the row's scale,
  * is held by every rank); a cut scale group
@@ -212,11 +220,7 @@ TEST(tp_deterministic) {
 TEST(tp_shard_plan_bytes_and_pieces) {
     const int64_t R = 12, C = 1024;
     float *w = xmalloc(sizeof(float) * (size_t)(R * C));
-    uint64_t s = 7;
-    for (int64_t i = 0; i < R * C; i++) {
-        s = s * 6364136223846793005ull + 1442695040888963407ull;
-        w[i] = ((float)(s >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
-    }
+    lcg_weights(w, R * C, 7);
     const char *groups[] = {"group=tensor", "group=row", "group=64", "group=128"};
     for (int gi = 0; gi < 4; gi++) {
         QuantSpec sp;
@@ -402,11 +406,7 @@ TEST(tp_row_scratch_failure_leaves_every_rank) {
     const int64_t R = 24, C = 512, n = 3;
     const int tp = 2;
     float *w = xmalloc(sizeof(float) * (size_t)(R * C)), *x = xmalloc(sizeof(float) * (size_t)(n * C));
-    uint64_t st = 11;
-    for (int64_t i = 0; i < R * C; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        w[i] = ((float)(st >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
-    }
+    lcg_weights(w, R * C, 11);
     for (int64_t i = 0; i < n * C; i++) x[i] = w[(i * 7) % (R * C)] * 30.0f;
     QuantSpec sp;
     REQUIRE(quant_spec_parse("rule=absmean,group=row,act=int8", &sp) == 0);
@@ -528,11 +528,7 @@ static double row_parallel_vs_full(const Linear *full, int tp, const float *x, i
 TEST(tp_row_parallel_edge_linears) {
     const int64_t R = 24, C = 320, n = 3;
     float *w = xmalloc(sizeof(float) * (size_t)(R * C)), *x = xmalloc(sizeof(float) * (size_t)(n * C));
-    uint64_t st = 5;
-    for (int64_t i = 0; i < R * C; i++) {
-        st = st * 6364136223846793005ull + 1442695040888963407ull;
-        w[i] = ((float)(st >> 40) / (float)(1 << 24) - 0.5f) * 0.1f;
-    }
+    lcg_weights(w, R * C, 5);
     for (int64_t i = 0; i < n * C; i++) x[i] = w[(i * 13) % (R * C)] * 30.0f;
     const char *specs[] = {"rule=absmean,group=128,act=int8", "rule=absmean,group=128", "rule=twn,group=64,act=int8"};
     for (int si = 0; si < 3; si++) {
