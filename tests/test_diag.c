@@ -10,6 +10,7 @@
 #include "runtime/linear.h"
 #include "runtime/report.h"
 
+#include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -351,6 +352,45 @@ TEST(diag_capacity_by_hand) {
     model_free(&m);
 }
 
+/* Row i of the string dataset at path in file (variable length, as
+ * h5log_strings writes them, or fixed width) into buf: 0, or -1. */
+static int h5_string_row(const char *file, const char *path, int64_t i, char *buf, size_t n) {
+    int rc = -1;
+    buf[0] = 0;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    hid_t d = H5Dopen2(f, path, H5P_DEFAULT);
+    if (d >= 0) {
+        hid_t t = H5Dget_type(d), s = H5Dget_space(d);
+        const size_t w = H5Tget_size(t);
+        const hssize_t rows = H5Sget_simple_extent_npoints(s);
+        if (rows > i && H5Tis_variable_str(t) > 0) { /* (h5log_strings: variable length) */
+            char **all = calloc((size_t)rows, sizeof(char *));
+            hid_t mt = H5Tcopy(H5T_C_S1);
+            H5Tset_size(mt, H5T_VARIABLE);
+            if (all && H5Dread(d, mt, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) >= 0) {
+                snprintf(buf, n, "%s", all[i] ? all[i] : "");
+                rc = 0;
+                H5Dvlen_reclaim(mt, s, H5P_DEFAULT, all);
+            }
+            H5Tclose(mt);
+            free(all);
+        } else if (rows > i && w > 0) {
+            char *all = calloc((size_t)rows, w);
+            if (all && H5Dread(d, t, H5S_ALL, H5S_ALL, H5P_DEFAULT, all) >= 0) {
+                snprintf(buf, n, "%.*s", (int)w, all + (size_t)i * w);
+                rc = 0;
+            }
+            free(all);
+        }
+        H5Sclose(s);
+        H5Tclose(t);
+        H5Dclose(d);
+    }
+    H5Fclose(f);
+    return rc;
+}
+
 TEST(diag_h5_groups) {
     Model a, b;
     REQUIRE(load(LLAMA_DIR, "rule=absmean,layers=3", 0, &a) == 0);
@@ -374,6 +414,22 @@ TEST(diag_h5_groups) {
                           "/load_report/name", "/load_report/bytes", "/load_report/run_as",
                           "/capacity/tokens", "/capacity/kv_bytes_per_token", NULL};
     CHECK_MSG(h5log_verify(path, need) == 0, "%s", err_msg());
+    /* the load report's columns, each its own (scale_dtype had been written from group unseen) */
+    {
+        ReportRow *rows;
+        int nrow;
+        REQUIRE(report_rows(&a, &rows, &nrow) == 0);
+        for (int i = 0; i < nrow; i++) {
+            char sc[128], gr[128], nm[160];
+            CHECK(h5_string_row(path, "/load_report/scale_dtype", i, sc, sizeof sc) == 0 &&
+                  h5_string_row(path, "/load_report/group", i, gr, sizeof gr) == 0 &&
+                  h5_string_row(path, "/load_report/name", i, nm, sizeof nm) == 0);
+            CHECK_MSG(!strcmp(sc, rows[i].scale) && !strcmp(gr, rows[i].group) && !strcmp(nm, rows[i].name),
+                      "row %d: '%s' '%s' '%s' against '%s' '%s' '%s'", i, nm, gr, sc, rows[i].name, rows[i].group,
+                      rows[i].scale);
+        }
+        free(rows);
+    }
     /* /capacity/kv_bytes_per_token [policy, phase]: none, encoder, decoder, all as computed */
     double kvb[8];
     REQUIRE(h5_read_f64s(path, "/capacity/kv_bytes_per_token", kvb, 8) == 0);

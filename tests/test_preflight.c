@@ -139,6 +139,30 @@ TEST(preflight_plan_counts_the_load_peak) {
     model_free(&m);
 }
 
+/* The weight estimate by hand for BitNet run dense (its sub-norms counted: a
+ * sum without them had passed the 2 % band), and a config without
+ * tie_word_embeddings decided by the checkpoint's lm_head.weight (llama-tiny
+ * has one: untied, as with the key false; the test flipped had passed). */
+TEST(preflight_weight_bytes_by_hand) {
+    Model m;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &m) == 0);
+    const ModelConfig *c = &m.cfg;
+    const size_t H = (size_t)c->hidden, I = (size_t)c->inter, V = (size_t)c->vocab,
+                 qd = (size_t)c->n_heads * (size_t)c->head_dim, kvd = (size_t)c->n_kv_heads * (size_t)c->head_dim;
+    const size_t head = c->tie == TIE_TRUE ? 0 : V * H;
+    const size_t per_layer = (2 * H + qd + I) + (qd * H + 2 * kvd * H + H * qd + 2 * I * H + H * I);
+    const size_t want = 4 * (V * H + head + H + (size_t)c->n_layers * per_layer);
+    const size_t got = preflight_weight_bytes(c, &m.st, NULL, 1, NULL);
+    CHECK_MSG(got == want, "bitnet-tiny dense: %zu, by hand %zu", got, want);
+    model_free(&m);
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    REQUIRE(m.cfg.tie == TIE_FALSE);
+    ModelConfig absent = m.cfg;
+    absent.tie = TIE_ABSENT;
+    CHECK(preflight_weight_bytes(&absent, &m.st, NULL, 0, NULL) == preflight_weight_bytes(&m.cfg, &m.st, NULL, 0, NULL));
+    model_free(&m);
+}
+
 TEST(preflight_weight_estimate_matches_model) {
     check_estimate(LLAMA_DIR, NULL, 0);
     check_estimate(LLAMA_DIR, "rule=twn,group=128,scale=f16", 0);
