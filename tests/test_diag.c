@@ -844,6 +844,12 @@ TEST(cli_ppl_fits_windows_to_kv_blocks) {
             CHECK_MSG(rc == 1 && strstr(out, "hold less than the 65 tokens a window feeds"), "rc %d: %s", rc, out);
         free(out);
     }
+    /* --dump-layers runs a whole window first: its 65 tokens, refused before loading */
+    snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 65 --max-windows 2 --kv-blocks 4 --kv none "
+             "--dump-layers %s/d.f32 2>&1", bin, test_path(LLAMA_DIR), test_path(TOKENS_FILE), test_tmpdir());
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && strstr(out, "hold less than the 65 tokens a window feeds"), "--dump-layers: rc %d: %s", rc, out);
+    free(out);
     snprintf(tiny, sizeof tiny, "%s/ten.i32", test_tmpdir());
     snprintf(cmd, sizeof cmd, "head -c 40 %s > %s && %s ppl --model %s --tokens %s --window 1000000 2>&1",
              test_path(TOKENS_FILE), tiny, bin, test_path(LLAMA_DIR), tiny);

@@ -421,8 +421,8 @@ int cmd_bench(int argc, char **argv) {
                    "TERNLAB_KERNEL.  CPU only: the GPU kernels are make bench-gpu, the GPU end\n"
                    "to end ternlab bench-e2e.\n"
                    "--par-scale S: the kernels' thresholds for forking their OpenMP team scaled\n"
-                   "by S (default 1; 0: every region forks; a large S: none does) on top of their\n"
-                   "factor for the team's size; recorded in the run file as par_scale, with\n"
+                   "by S (default 1; 0: every region that can fork does; a large S: none does) on\n"
+                   "top of their factor for the team's size; recorded in the run file as par_scale, with\n"
                    "par_threads_factor and par_forks (the regions that forked).\n");
             h5log_abort(lg);
             return 0;

@@ -179,7 +179,7 @@ int cmd_ppl(int argc, char **argv) {
                                 * 8 regardless and failed, with a hint naming --batch) */
         /* (the split protocol feeds a window's first T-1 tokens: the last is only a target;
          * ceil(T/bs) pages had been asked of it) */
-        const int fed = o.kv_given ? o.window - 1 : o.window;
+        const int fed = o.kv_given && !o.dump_layers ? o.window - 1 : o.window; /* (the dump: a whole window) */
         const int64_t fit = o.kv_blocks / ((fed + o.block_size - 1) / o.block_size);
         if (fit < 1)
             bad = err_set("--kv-blocks %lld of %d tokens hold less than the %d tokens a window feeds",

@@ -127,7 +127,9 @@ typedef struct {
 /* Before a write: remembers `path` as this call's own if nothing is there yet. */
 static void will_write(Written *wr, const char *path) {
     struct stat st;
-    if (stat(path, &st) != 0) snprintf(wr->path[wr->n++], sizeof wr->path[0], "%s", path);
+    /* (lstat: a dangling link is there, and not ours to remove) */
+    if (wr->n < (int)(sizeof wr->path / sizeof wr->path[0]) && lstat(path, &st) != 0 && errno == ENOENT)
+        snprintf(wr->path[wr->n++], sizeof wr->path[0], "%s", path);
 }
 
 static void remove_written(const Written *wr, const char *out) {
@@ -332,6 +334,19 @@ int cmd_quantize(int argc, char **argv) {
                 fprintf(stderr, "ternlab quantize: --out %s already holds %s: the new checkpoint would "
                                 "be mixed with an old one's files; give a new or empty folder\n", o.out, held);
             return 2;
+        }
+    }
+    { /* each file it will write, checked before the model is quantised (a config.json that is a
+       * folder or a link had been found after model.safetensors was written) */
+        const char *names[2 + N_COPIED] = {"model.safetensors", "config.json"};
+        for (int i = 0; i < N_COPIED; i++) names[2 + i] = copied_files[i];
+        for (int i = 0; i < 2 + N_COPIED; i++) {
+            char po[PATH_MAX + 64];
+            snprintf(po, sizeof po, "%s/%s", o.out, names[i]);
+            if (file_out_check(po) != 0) {
+                fprintf(stderr, "ternlab quantize: %s\n", err_msg());
+                return 2;
+            }
         }
     }
     Model m;
