@@ -1483,7 +1483,8 @@ TEST(gguf_quantize_file_is_its_recorded_spec) {
 /* quantize's safetensors --out, checked before the model is loaded: a file
  * there (it had failed only after quantising, "Not a directory"), and a folder
  * holding a tokenizer.json or generation_config.json the source lacks (another
- * model's had stayed beside the new checkpoint as if its own). */
+ * model's had stayed beside the new checkpoint as if its own), and one holding
+ * a config.json (replaced, and lost if the write then failed). */
 TEST(quantize_out_folder_checked_first) {
     const char *dir = test_tmpdir();
     char cmd[2000], *out = NULL;
@@ -1500,6 +1501,16 @@ TEST(quantize_out_folder_checked_first) {
               "rc %d: %s", rc, out);
     free(out);
     snprintf(cmd, sizeof cmd, "test -e %s/stale/model.safetensors", dir);
+    CHECK(test_run(cmd, NULL) != 0);
+    /* a config.json there (another model's, or what a half-written checkpoint left): the new
+     * one would replace it, and a failed write could not give it back */
+    snprintf(cmd, sizeof cmd, "mkdir -p %s/cfg && cp %s/config.json %s/cfg/ && "
+             "%s quantize --model %s --quant rule=absmean --out %s/cfg 2>&1; cmp %s/config.json %s/cfg/config.json",
+             dir, test_path(BITNET_DIR), dir, bin_path("ternlab"), test_path(LLAMA_DIR), dir, test_path(BITNET_DIR), dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "already holds config.json"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "test -e %s/cfg/model.safetensors", dir);
     CHECK(test_run(cmd, NULL) != 0);
 }
 

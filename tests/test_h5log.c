@@ -695,9 +695,10 @@ TEST(h5log_write_error_exits_cleanly) {
  * message, no temporary, and nothing of the output left — no GGUF or logits
  * file, no folder quantize made (nor a model.safetensors, which had stayed and
  * the next call then refused the folder as "already holds model.safetensors");
- * a folder that was there stays, as it was.  A config.json quantize could not
- * write (a folder, a dangling link) is refused before the model is quantised
- * (it had been found after model.safetensors was written), the link left. */
+ * a folder that was there stays, as it was.  A file quantize could not write
+ * (generation_config.json a folder, tokenizer.json a dangling link) is
+ * refused before the model is quantised (it had been found after
+ * model.safetensors was written), the link left. */
 TEST(quantize_and_logits_write_errors_leave_nothing) {
     char bin[PATH_MAX], model[PATH_MAX], tokens[PATH_MAX], dir[600], *out = NULL;
     static char cmd[20 * PATH_MAX];
@@ -707,12 +708,12 @@ TEST(quantize_and_logits_write_errors_leave_nothing) {
     snprintf(dir, sizeof dir, "%s/wlim", test_tmpdir());
     const char *q = "--quant rule=absmean,group=256,scale=f16";
     snprintf(cmd, sizeof cmd,
-             "rm -rf '%s' && mkdir -p '%s/empty' '%s/cfgdir/config.json' && cd '%s' && "
+             "rm -rf '%s' && mkdir -p '%s/empty' '%s/cfgdir/generation_config.json' && cd '%s' && "
              "(ulimit -f 100 && '%s' quantize --model '%s' %s --out a.gguf; echo \"gguf=$?\") 2>&1; "
              "(ulimit -f 100 && '%s' quantize --model '%s' %s --out newdir; echo \"newdir=$?\") 2>&1; "
              "(ulimit -f 100 && '%s' quantize --model '%s' %s --out empty; echo \"empty=$?\") 2>&1; "
              "('%s' quantize --model '%s' %s --out cfgdir; echo \"cfgdir=$?\") 2>&1; "
-             "(mkdir linkdir && ln -s nowhere linkdir/config.json && '%s' quantize --model '%s' %s --out linkdir; "
+             "(mkdir linkdir && ln -s nowhere linkdir/tokenizer.json && '%s' quantize --model '%s' %s --out linkdir; "
              "echo \"linkdir=$?\") 2>&1; "
              "(ulimit -f 100 && '%s' logits --model '%s' --tokens '%s' --window 64 --windows 0:2 --out l.f32; "
              "echo \"logits=$?\") 2>&1; find . | sort | tr '\n' ' '",
@@ -720,10 +721,11 @@ TEST(quantize_and_logits_write_errors_leave_nothing) {
              tokens);
     REQUIRE(test_run(cmd, &out) == 0);
     const char *want[] = {"gguf=1", "newdir=1", "empty=1", "cfgdir=2", "linkdir=2", "logits=1", "write failed",
-                          "config.json exists and is not a regular file", "config.json is a symbolic link"};
+                          "generation_config.json exists and is not a regular file",
+                          "tokenizer.json is a symbolic link"};
     for (size_t i = 0; i < sizeof want / sizeof want[0]; i++) CHECK_MSG(strstr(out, want[i]), "no '%s' in: %s", want[i], out);
     /* what is left: the two folders that were there, as they were */
-    CHECK_MSG(strstr(out, ". ./cfgdir ./cfgdir/config.json ./empty ./linkdir ./linkdir/config.json "),
+    CHECK_MSG(strstr(out, ". ./cfgdir ./cfgdir/generation_config.json ./empty ./linkdir ./linkdir/tokenizer.json "),
               "left behind: %s", strstr(out, ". ./") ? strstr(out, ". ./") : out);
     CHECK(count_tmp(dir) == 0);
     free(out);

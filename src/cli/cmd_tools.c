@@ -336,8 +336,19 @@ int cmd_quantize(int argc, char **argv) {
             return 2;
         }
     }
-    { /* each file it will write, checked before the model is quantised (a config.json that is a
-       * folder or a link had been found after model.safetensors was written) */
+    { /* a config.json there is another model's (or a half-written checkpoint's): the new one
+       * would replace it, and a failed write could not give it back */
+        char pc[PATH_MAX + 64];
+        struct stat sc;
+        snprintf(pc, sizeof pc, "%s/config.json", o.out);
+        if (lstat(pc, &sc) == 0) {
+            fprintf(stderr, "ternlab quantize: --out %s already holds config.json: the new checkpoint's would "
+                            "replace it; give a new or empty folder\n", o.out);
+            return 2;
+        }
+    }
+    { /* each file it will write, checked before the model is quantised (a generation_config.json
+       * that is a folder or a link had been found after model.safetensors was written) */
         const char *names[2 + N_COPIED] = {"model.safetensors", "config.json"};
         for (int i = 0; i < N_COPIED; i++) names[2 + i] = copied_files[i];
         for (int i = 0; i < 2 + N_COPIED; i++) {
