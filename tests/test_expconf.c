@@ -188,3 +188,16 @@ TEST(strnum_strict_integers) {
     const int64_t lo[] = {0, 0, 0, 0, 0, 0, 0, -5, INT64_MIN, 0}, hi[] = {100, 100, 100, 100, 100, 100, 100, 5, INT64_MAX, 100};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) CHECK(str_to_i64(bad[i], lo[i], hi[i], &v) < 0 && v == 7);
 }
+
+/* The strict decimal number of the command lines' real options (bench
+ * --par-scale, diff --threshold): a whole finite value, neither overflowing nor
+ * underflowing; *out untouched otherwise. */
+TEST(strnum_strict_reals) {
+    double v = 7;
+    CHECK(str_to_f64("0.25", &v) == 0 && v == 0.25);
+    CHECK(str_to_f64("-1e3", &v) == 0 && v == -1000.0);
+    v = 7;
+    const char *bad[] = {"", "x", "1.5x", "nan", "inf", "1e400", "1e-400", "2 "};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK_MSG(str_to_f64(bad[i], &v) < 0 && v == 7, "'%s' accepted (%g)", bad[i], v);
+}

@@ -36,6 +36,7 @@
 
 #include "core/blas_setup.h"
 #include "core/err.h"
+#include "core/strnum.h"
 #include "core/mem.h"
 #include "core/timer.h"
 #include "cpu/tern_kernels.h"
@@ -371,10 +372,8 @@ int cmd_bench(int argc, char **argv) {
         else if (strcmp(argv[i], "--par-scale") == 0) {
             /* the kernels' fork thresholds scaled (tern_par_scale): measures them on a
              * machine of other cores than the 2-vCPU one they were set on */
-            char *end = NULL;
             const char *v = i + 1 < argc ? argv[++i] : "";
-            par_scale = strtod(v, &end);
-            if (!*v || *end || !isfinite(par_scale) || par_scale < 0) {
+            if (str_to_f64(v, &par_scale) != 0 || par_scale < 0) {
                 fprintf(stderr, "ternlab bench: --par-scale '%s': expected a finite number >= 0 (0: every "
                                 "parallel region forks; 1: the built-in thresholds)\n", v);
                 h5log_abort(lg);

@@ -74,7 +74,6 @@ int cmd_diff(int argc, char **argv) {
     int c, idx;
     unsigned char seen[sizeof opts / sizeof opts[0]] = {0};
     while ((c = getopt_long(argc, argv, "", opts, &idx)) != -1) {
-        char *end;
         if (c != '?' && c != ':' && c != 'h' && seen[idx]++)
             return usage_err("an option is given more than once: --", opts[idx].name);
         switch (c) {
@@ -90,9 +89,7 @@ int cmd_diff(int argc, char **argv) {
                 return usage_err("--window: expected an integer in [2, 1048576], got ", optarg);
             break;
         case 'T':
-            errno = 0;
-            thr = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(thr > 0) || !isfinite(thr))
+            if (str_to_f64(optarg, &thr) != 0 || !(thr > 0))
                 return usage_err("--threshold: expected a positive number, got ", optarg);
             break;
         default: return usage_err("unknown option or missing value: ", argv[optind - 1]);

@@ -312,17 +312,33 @@ int cmd_quantize(int argc, char **argv) {
                             "folder; a GGUF file's name ends in .gguf)\n", o.out);
             return 2;
         }
-        /* a file the new checkpoint would not replace (the source has none) would stay
-         * beside it: another model's tokenizer.json had outlived the write */
+        /* a config.json there is another model's (or a half-written checkpoint's): the new
+         * one would replace it, and a failed write could not give it back */
+        char po[PATH_MAX + 64], pm[PATH_MAX + 64];
+        struct stat se;
+        snprintf(po, sizeof po, "%s/config.json", o.out);
+        if (lstat(po, &se) == 0) {
+            fprintf(stderr, "ternlab quantize: --out %s already holds config.json: the new checkpoint's would "
+                            "replace it; give a new or empty folder\n", o.out);
+            return 2;
+        }
         for (int i = 0; i < N_COPIED; i++) {
-            char po[PATH_MAX + 64], pm[PATH_MAX + 64];
-            struct stat se;
             snprintf(po, sizeof po, "%s/%s", o.out, copied_files[i]);
             snprintf(pm, sizeof pm, "%s/%s", o.model, copied_files[i]);
+            /* a file the new checkpoint would not replace (the source has none) would stay
+             * beside it: another model's tokenizer.json had outlived the write */
             if (stat(po, &se) == 0 && stat(pm, &se) != 0) {
                 fprintf(stderr, "ternlab quantize: --out %s holds %s, which %s does not have: it would stay "
                                 "beside the new checkpoint as if it were its own; give a new or empty folder\n",
                         o.out, copied_files[i], o.model);
+                return 2;
+            }
+            /* one it cannot write (a folder, a link), found before the model is quantised
+             * (a generation_config.json folder had been found after model.safetensors was
+             * written); model.safetensors and config.json cannot be there (refused above
+             * and below) */
+            if (file_out_check(po) != 0) {
+                fprintf(stderr, "ternlab quantize: %s\n", err_msg());
                 return 2;
             }
         }
@@ -334,30 +350,6 @@ int cmd_quantize(int argc, char **argv) {
                 fprintf(stderr, "ternlab quantize: --out %s already holds %s: the new checkpoint would "
                                 "be mixed with an old one's files; give a new or empty folder\n", o.out, held);
             return 2;
-        }
-    }
-    { /* a config.json there is another model's (or a half-written checkpoint's): the new one
-       * would replace it, and a failed write could not give it back */
-        char pc[PATH_MAX + 64];
-        struct stat sc;
-        snprintf(pc, sizeof pc, "%s/config.json", o.out);
-        if (lstat(pc, &sc) == 0) {
-            fprintf(stderr, "ternlab quantize: --out %s already holds config.json: the new checkpoint's would "
-                            "replace it; give a new or empty folder\n", o.out);
-            return 2;
-        }
-    }
-    { /* each file it will write, checked before the model is quantised (a generation_config.json
-       * that is a folder or a link had been found after model.safetensors was written) */
-        const char *names[2 + N_COPIED] = {"model.safetensors", "config.json"};
-        for (int i = 0; i < N_COPIED; i++) names[2 + i] = copied_files[i];
-        for (int i = 0; i < 2 + N_COPIED; i++) {
-            char po[PATH_MAX + 64];
-            snprintf(po, sizeof po, "%s/%s", o.out, names[i]);
-            if (file_out_check(po) != 0) {
-                fprintf(stderr, "ternlab quantize: %s\n", err_msg());
-                return 2;
-            }
         }
     }
     Model m;
