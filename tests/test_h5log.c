@@ -11,6 +11,7 @@
 
 #include <ctype.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <hdf5.h>
 #include <signal.h>
 #include <stdint.h>
@@ -729,6 +730,85 @@ TEST(quantize_and_logits_write_errors_leave_nothing) {
               "left behind: %s", strstr(out, ". ./") ? strstr(out, ". ./") : out);
     CHECK(count_tmp(dir) == 0);
     free(out);
+}
+
+/* Reads a small file whole into buf ("" when absent). */
+static void slurp(const char *path, char *buf, size_t n) {
+    buf[0] = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return;
+    size_t r = fread(buf, 1, n - 1, f);
+    buf[r] = 0;
+    fclose(f);
+}
+
+/* quantize stopped by SIGTERM (a sweep stopping a point) leaves the folder as
+ * it was or the whole checkpoint, nothing between: every file is staged as a
+ * temporary, then all are renamed with the signal held.  The signal is sent
+ * (a) the moment model.safetensors appears in the folder — the old order
+ * renamed it, then wrote config.json, so the stop left the weights without
+ * their config (and the next call refused the folder) — and (b) the moment a
+ * temporary appears, when the folder's own generation_config.json ("old")
+ * must still be there unless the whole checkpoint is. */
+TEST(quantize_stopped_leaves_nothing_or_everything) {
+    char bin[PATH_MAX], model[PATH_MAX], dir[600], out[700], p[PATH_MAX + 800], gen_src[4096], buf[4096];
+    REQUIRE(realpath(bin_path("ternlab"), bin) && realpath(test_path("data/llama-tiny"), model));
+    snprintf(p, sizeof p, "%s/generation_config.json", model);
+    slurp(p, gen_src, sizeof gen_src);
+    REQUIRE(gen_src[0]);
+    for (int mode = 0; mode < 2; mode++) {
+        snprintf(dir, sizeof dir, "%s/stop%d", test_tmpdir(), mode);
+        snprintf(out, sizeof out, "%s/out", dir);
+        REQUIRE(mkdir(dir, 0777) == 0 && mkdir(out, 0777) == 0);
+        snprintf(p, sizeof p, "%s/generation_config.json", out);
+        REQUIRE(file_write_atomic(p, "old\n", 4) == 0);
+        pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            int null = open("/dev/null", O_WRONLY);
+            if (null >= 0) dup2(null, 1), dup2(null, 2);
+            execl(bin, bin, "quantize", "--model", model, "--quant", "rule=absmean,group=256,scale=f16", "--out",
+                  out, (char *)NULL);
+            _exit(127);
+        }
+        int seen = 0, status = 0;
+        pid_t done = 0;
+        for (int i = 0; i < 3000000 && !seen && (done = waitpid(pid, &status, WNOHANG)) == 0; i++) {
+            struct stat st;
+            if (mode == 0) {
+                snprintf(p, sizeof p, "%s/model.safetensors", out);
+                seen = lstat(p, &st) == 0;
+            } else seen = count_tmp(out) > 0;
+        }
+        if (seen) {
+            kill(pid, SIGTERM);
+            REQUIRE(waitpid(pid, &status, 0) == pid);
+        }
+        CHECK_MSG(seen, "mode %d: quantize ended (status %d) before the signal's moment came", mode, status);
+        struct stat st;
+        char pc[PATH_MAX + 800], pm[PATH_MAX + 800];
+        snprintf(pc, sizeof pc, "%s/config.json", out);
+        snprintf(pm, sizeof pm, "%s/model.safetensors", out);
+        snprintf(p, sizeof p, "%s/generation_config.json", out);
+        const int has_cfg = lstat(pc, &st) == 0, has_model = lstat(pm, &st) == 0;
+        slurp(p, buf, sizeof buf);
+        const int whole = has_cfg && has_model && strcmp(buf, gen_src) == 0;
+        const int as_was = !has_cfg && !has_model && strcmp(buf, "old\n") == 0;
+        CHECK_MSG(whole || as_was,
+                  "mode %d: stopped (signal %d) with config.json %d, model.safetensors %d, generation_config.json "
+                  "'%.40s'", mode, WIFSIGNALED(status) ? WTERMSIG(status) : 0, has_cfg, has_model, buf);
+        CHECK_MSG(count_tmp(out) == 0, "mode %d: temporaries left", mode);
+        /* the moment model.safetensors appears is inside the renames: the checkpoint completes */
+        if (mode == 0) CHECK_MSG(whole, "model.safetensors without the rest");
+        if (whole) { /* and it loads */
+            static char cmd[2 * PATH_MAX + 800];
+            char *o = NULL;
+            snprintf(cmd, sizeof cmd, "'%s' info --model '%s' 2>&1", bin, out);
+            CHECK_MSG(test_run(cmd, &o) == 0, "%s", o ? o : "");
+            free(o);
+        }
+        printf("    mode %d: %s\n", mode, whole ? "the whole checkpoint" : as_was ? "the folder as it was" : "neither");
+    }
 }
 
 /* An output path that exists and is not a regular file (a pipe here; /dev/null

@@ -28,8 +28,11 @@ typedef struct {
     size_t nbytes;
 } OutTensor;
 
-/* Writes a safetensors file (header padded to 8 bytes) to path.tmp.<host>.<pid>, then renames. */
-static int write_safetensors(const char *path, const OutTensor *t, int n) {
+/* Writes a safetensors file (header padded to 8 bytes) for `path` to its
+ * registered temporary (named into tmp, as tmp_begin), fsynced and left for
+ * files_commit; on failure nothing is left. */
+static int stage_safetensors(const char *path, const OutTensor *t, int n, char *tmp, size_t tn) {
+    if (file_out_check(path) != 0) return -1;
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
@@ -47,11 +50,10 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
-    char tmp[4300];
-    tmp_begin(tmp, sizeof tmp, path);
-    int rc = file_out_check(path);
-    FILE *f = rc == 0 ? fopen(tmp, "wb") : NULL;
-    if (rc == 0 && !f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
+    tmp_begin(tmp, tn, path);
+    int rc = 0;
+    FILE *f = fopen(tmp, "wb");
+    if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
     if (rc == 0) {
         unsigned char len[8];
         for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
@@ -61,16 +63,11 @@ static int write_safetensors(const char *path, const OutTensor *t, int n) {
         if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
         if (fclose(f) != 0) ok = 0;
         if (!ok) rc = err_set("%s: write failed: %s", tmp, strerror(errno));
-        if (rc == 0 && rename(tmp, path) != 0) rc = err_set("cannot rename %s: %s", tmp, strerror(errno));
         if (rc != 0) remove(tmp);
     }
-    tmp_end(tmp);
+    if (rc != 0) tmp_end(tmp);
     free(text);
     return rc;
-}
-
-static int write_text(const char *path, const char *text) {
-    return file_write_atomic(path, text, strlen(text));
 }
 
 static Linear *find_linear(Model *m, const char *tensor_name) {
@@ -114,27 +111,45 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
     return 0;
 }
 
-/* The files one quantize_safetensors call wrote that were not there before it,
- * and whether it made the folder: what a failed call removes, so that it
- * leaves no half a checkpoint behind (model.safetensors without its
- * config.json, or an empty new folder, which the next call then refused as
- * "already holds model.safetensors"). */
+/* What one quantize_safetensors call writes: each file first to its temporary
+ * (staged), then all renamed together (files_commit: the source's copied files,
+ * model.safetensors, config.json last), so that a failed write or a stop leaves
+ * the folder as it was — no model.safetensors without its config.json (which
+ * the next call refused as "already holds model.safetensors"), no copied file
+ * of the folder's replaced by a checkpoint that did not follow.  Which finals
+ * were not there before (what a failed rename removes), and whether the call
+ * made the folder (removed too when nothing is left in it). */
+enum { N_OUT = 2 + N_COPIED };
 typedef struct {
-    char path[2 + N_COPIED][4200];
-    int n, made_dir;
+    char tmp[N_OUT][4300], final[N_OUT][4200];
+    int n, is_new[N_OUT], renamed, made_dir;
 } Written;
 
-/* Before a write: remembers `path` as this call's own if nothing is there yet. */
-static void will_write(Written *wr, const char *path) {
+/* Remembers a staged file: its temporary (already written) and its final path. */
+static void staged(Written *wr, const char *tmp, const char *final) {
     struct stat st;
+    snprintf(wr->tmp[wr->n], sizeof wr->tmp[0], "%s", tmp);
+    snprintf(wr->final[wr->n], sizeof wr->final[0], "%s", final);
     /* (lstat: a dangling link is there, and not ours to remove) */
-    if (wr->n < (int)(sizeof wr->path / sizeof wr->path[0]) && lstat(path, &st) != 0 && errno == ENOENT)
-        snprintf(wr->path[wr->n++], sizeof wr->path[0], "%s", path);
+    wr->is_new[wr->n++] = lstat(final, &st) != 0 && errno == ENOENT;
 }
 
+/* After a failure: the temporaries not renamed, the new finals that were, the folder. */
 static void remove_written(const Written *wr, const char *out) {
-    for (int i = 0; i < wr->n; i++) unlink(wr->path[i]);
+    for (int i = 0; i < wr->n; i++) {
+        if (i >= wr->renamed) {
+            remove(wr->tmp[i]);
+            tmp_end(wr->tmp[i]);
+        } else if (wr->is_new[i]) unlink(wr->final[i]);
+    }
     if (wr->made_dir) rmdir(out);
+}
+
+static int stage_text(Written *wr, const char *path, const char *text) {
+    char tmp[4300];
+    if (file_stage(path, text, strlen(text), tmp, sizeof tmp) != 0) return -1;
+    staged(wr, tmp, path);
+    return 0;
 }
 
 /* A ternary checkpoint in safetensors: the ternary linears as U8 codes in
@@ -181,10 +196,24 @@ static int quantize_safetensors(Model *m, const char *out, Written *wr) {
         if (!o->dtype || s->ndim > 4) rc = err_set("tensor '%s' cannot be copied", s->name);
     }
     char path[4200];
+    /* the source's tokenizer.json and generation_config.json, then the weights, then
+     * config.json: renamed in this order (config.json, which makes the folder a
+     * checkpoint, last) */
+    for (int i = 0; i < N_COPIED && rc == 0; i++) {
+        char *text;
+        snprintf(path, sizeof path, "%s/%s", m->path, copied_files[i]);
+        struct stat st;
+        if (stat(path, &st) != 0) continue;
+        if (file_read_all(path, &text, NULL) != 0) continue;
+        snprintf(path, sizeof path, "%s/%s", out, copied_files[i]);
+        rc = stage_text(wr, path, text);
+        free(text);
+    }
     if (rc == 0) {
+        char tmp[4300];
         snprintf(path, sizeof path, "%s/model.safetensors", out);
-        will_write(wr, path);
-        rc = write_safetensors(path, ts, n);
+        rc = stage_safetensors(path, ts, n, tmp, sizeof tmp);
+        if (rc == 0) staged(wr, tmp, path);
     }
     if (rc == 0) {
         char *text;
@@ -203,22 +232,15 @@ static int quantize_safetensors(Model *m, const char *out, Written *wr) {
             cJSON_AddStringToObject(qc, "layout", "ternlab 2-bit, 256-column blocks (kernels/ternary_format.h)");
             char *o = cJSON_Print(cfg);
             snprintf(path, sizeof path, "%s/config.json", out);
-            will_write(wr, path);
-            rc = write_text(path, o);
+            rc = stage_text(wr, path, o);
             free(o);
             cJSON_Delete(cfg);
         }
     }
-    for (int i = 0; i < N_COPIED && rc == 0; i++) {
-        char *text;
-        snprintf(path, sizeof path, "%s/%s", m->path, copied_files[i]);
-        struct stat st;
-        if (stat(path, &st) != 0) continue;
-        if (file_read_all(path, &text, NULL) != 0) continue;
-        snprintf(path, sizeof path, "%s/%s", out, copied_files[i]);
-        will_write(wr, path);
-        rc = write_text(path, text);
-        free(text);
+    if (rc == 0) {
+        char *tmps[N_OUT], *finals[N_OUT];
+        for (int i = 0; i < wr->n; i++) tmps[i] = wr->tmp[i], finals[i] = wr->final[i];
+        rc = files_commit(wr->n, tmps, finals, &wr->renamed);
     }
     free(ts);
     return rc;
@@ -358,7 +380,7 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
-    Written wr = {.n = 0};
+    static Written wr; /* (17 KB of paths) */
     int rc = m.st.n_tensors ? quantize_safetensors(&m, o.out, &wr)
                             : err_set("safetensors output needs a safetensors source checkpoint");
     model_free(&m);

@@ -209,7 +209,16 @@ void tmp_end(const char *path) {
         if (tmp_live[i] && strcmp(tmp_paths[i], path) == 0) tmp_live[i] = 0;
 }
 
+/* files_commit's hold: a TERM, INT or HUP that reaches another thread (one the
+ * calling thread's mask does not cover) while a set of files is renamed is kept
+ * here and raised again after the set */
+static volatile sig_atomic_t tmp_hold, tmp_held_sig;
+
 static void tmp_on_signal(int sig) {
+    if (tmp_hold) {
+        tmp_held_sig = sig;
+        return;
+    }
     for (int i = 0; i < TMP_SLOTS; i++) /* (unlink is async-signal-safe) */
         if (tmp_live[i]) unlink(tmp_paths[i]);
     signal(sig, SIG_DFL);
@@ -228,20 +237,32 @@ void tmp_cleanup_on_signals(void) {
     }
 }
 
-int file_write_atomic(const char *path, const void *data, size_t n) {
+int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn) {
     if (file_out_check(path) != 0) return -1;
-    char tmp[4200];
     if (strlen(path) > 4000) return err_set("%.100s...: path too long", path);
-    tmp_begin(tmp, sizeof tmp, path);
+    tmp_begin(tmp, tn, path);
     FILE *f = fopen(tmp, "wb");
     if (!f) {
+        int e = errno;
         tmp_end(tmp);
-        return err_set("%s: cannot create: %s", tmp, strerror(errno));
+        return err_set("%s: cannot create: %s", tmp, strerror(e));
     }
     int ok = fwrite(data, 1, n, f) == n;
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
+    if (!ok) {
+        int e = errno;
+        remove(tmp);
+        tmp_end(tmp);
+        return err_set("%s: write failed: %s", path, strerror(e));
+    }
+    return 0;
+}
+
+int file_write_atomic(const char *path, const void *data, size_t n) {
+    char tmp[4200];
+    if (file_stage(path, data, n, tmp, sizeof tmp) != 0) return -1;
+    if (rename(tmp, path) != 0) {
         int e = errno;
         remove(tmp);
         tmp_end(tmp);
@@ -249,6 +270,33 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
     }
     tmp_end(tmp);
     return 0;
+}
+
+int files_commit(int n, char *const *tmp, char *const *final, int *done) {
+    sigset_t hold, old;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGTERM);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGHUP);
+    tmp_hold = 1;
+    sigprocmask(SIG_BLOCK, &hold, &old);
+    int rc = 0, i = 0;
+    for (; i < n; i++) {
+        if (rename(tmp[i], final[i]) != 0) {
+            rc = err_set("cannot rename %s to %s: %s", tmp[i], final[i], strerror(errno));
+            break;
+        }
+        tmp_end(tmp[i]);
+    }
+    *done = i;
+    for (int j = i; j < n; j++) {
+        remove(tmp[j]);
+        tmp_end(tmp[j]);
+    }
+    tmp_hold = 0;
+    sigprocmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
+    if (tmp_held_sig) raise(tmp_held_sig);
+    return rc;
 }
 
 void exe_side_line(const char *name, int up, char *out, size_t n) {

@@ -39,6 +39,17 @@ void file_unmap(MappedFile *mf);
  * over path, so a reader sees the old file or the whole new one.  Returns 0, or
  * -1 with err_set (the temporary is removed). */
 int file_write_atomic(const char *path, const void *data, size_t n);
+/* Its first half, for a result of several files that appear together: n bytes
+ * written and fsynced to the registered temporary of path (named into tmp, as
+ * tmp_begin), left for files_commit.  Returns 0, or -1 with err_set (nothing
+ * left, path checked by file_out_check first). */
+int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn);
+/* Renames tmp[i] over final[i] in order with SIGTERM, SIGINT and SIGHUP held
+ * back, so that a sweep's stop lands before the set or after it, not inside
+ * (a held signal ends the process once the set is in place); each temporary is
+ * unregistered as it is renamed.  On a failed rename the temporaries left are
+ * removed and -1 returned with err_set; *done is how many were renamed. */
+int files_commit(int n, char *const *tmp, char *const *final, int *done);
 
 /* The temporary a result is written to before it is renamed over `final`,
  * named into buf and registered (below) until tmp_end(buf):
