@@ -6,8 +6,17 @@
 #include "fixtures.h"
 #include "runtime/preflight.h"
 
+#include <malloc.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_ASAN_BUILD 1
+#endif
+#endif
 
 /* Llama-2-70B's shape (config.json of meta-llama/Llama-2-70b-hf). */
 static ModelConfig cfg_70b(void) {
@@ -211,4 +220,44 @@ TEST(preflight_saturates_instead_of_wrapping) {
     CHECK(preflight_check(&c, SIZE_MAX / 2, INT64_MAX / 2, INT64_MAX / 4, 16, report,
                           sizeof report) == -1);
     CHECK(strstr(report, "REFUSED") != NULL);
+}
+
+/* Bytes the allocator holds for runstate_init(max_tok) (glibc's count of heap
+ * and mmap bytes in use, before against after). */
+static long long runstate_held(const ModelConfig *c, int64_t max_tok) {
+    Model m;
+    memset(&m, 0, sizeof m);
+    m.cfg = *c;
+    RunState s;
+    struct mallinfo2 a = mallinfo2();
+    if (runstate_init(&s, &m, max_tok) != 0) return -1;
+    struct mallinfo2 b = mallinfo2();
+    runstate_free(&s);
+    return (long long)(b.uordblks + b.hblkhd) - (long long)(a.uordblks + a.hblkhd);
+}
+
+/* The workspace estimate's part that grows with the tokens of a call is what
+ * runstate_init allocates for them (the allocator's own count, a shape with
+ * hidden, q, KV and MLP widths all different) plus that many logit rows: each
+ * term of the per-token sum was a mutation the suite had passed (2 q-sized
+ * buffers counted as one gave 786 KB less over 192 tokens). */
+TEST(preflight_workspace_tokens_match_runstate) {
+#ifdef TL_ASAN_BUILD
+    test_skip("the sanitizer's allocator does not keep glibc's counts");
+#else
+    ModelConfig c = {0};
+    c.arch = ARCH_LLAMA;
+    c.hidden = 512, c.n_layers = 1, c.n_heads = 16, c.n_kv_heads = 4, c.head_dim = 64; /* q 1024, KV 256 */
+    c.inter = 768, c.vocab = 1000, c.max_pos = 4096, c.eps = 1e-5f, c.rope_theta = 10000;
+    const int64_t t1 = 64, t2 = 256;
+    const long long got = runstate_held(&c, t2) - runstate_held(&c, t1);
+    REQUIRE(runstate_held(&c, t1) > 0);
+    const long long est = (long long)preflight_workspace_bytes(&c, t2, 0) -
+                          (long long)preflight_workspace_bytes(&c, t1, 0) -
+                          (long long)((t2 - t1) * c.vocab * (int64_t)sizeof(float));
+    fprintf(stderr, "    %lld tokens more: runstate_init holds %lld bytes more, the estimate %lld\n",
+            (long long)(t2 - t1), got, est);
+    /* (page rounding of up to 10 mapped buffers, twice) */
+    CHECK_MSG(llabs(got - est) <= 96 * 1024, "runstate_init %lld vs estimate %lld", got, est);
+#endif
 }
