@@ -1208,6 +1208,18 @@ TEST(exp_kv_run_file_numbers_agree) {
     const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=1");
     CHECK(h5_dataset_len(f, "/logits/positions") == 8);
     CHECK(read_scalar(f, "/capacity/budget") == (double)(24ll << 30));
+    /* the program's own default where a config has no logit_rows (every shipped one sets 8) */
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "sed '/^logit_rows/d' configs/exp-kv-ternary.conf > %1$s/nolr.conf && ! grep -q logit_rows %1$s/nolr.conf && "
+             "%2$s --config %1$s/nolr.conf --model %3$s --value none --out %1$s/nolr.h5 window=32 max_windows=1 2>&1",
+             test_tmpdir(), bin_path("exp_kv_ternary"), test_path(LLAMA_DIR));
+    char *log = NULL;
+    CHECK_MSG(test_run(cmd, &log) == 0, "%s", log ? log : "");
+    free(log);
+    snprintf(cmd, sizeof cmd, "%s/nolr.h5", test_tmpdir());
+    CHECK_MSG(h5_dataset_len(cmd, "/logits/positions") == 8, "%lld logit rows without logit_rows",
+              (long long)h5_dataset_len(cmd, "/logits/positions"));
 }
 
 /* The metrics' formulas on rows worked by hand: logsumexp over every entry
