@@ -2,6 +2,7 @@
  * load report, capacity at a memory budget, latency statistics. */
 #include "test.h"
 #include "fixtures.h"
+#include "core/blas_setup.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "eval/diff.h"
@@ -15,6 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -857,4 +859,93 @@ TEST(cli_ppl_fits_windows_to_kv_blocks) {
     CHECK_MSG(rc == 1 && strstr(out, "no complete window of 1000000 tokens") && !strstr(out, "memory"), "rc %d: %s",
               rc, out);
     free(out);
+}
+
+/* Writes text to dir/name, making dir's folders. */
+static void put(const char *dir, const char *name, const char *text) {
+    char cmd[3000];
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s' && printf '%%s' '%s' > '%s/%s'", dir, text, dir, name);
+    REQUIRE(test_run(cmd, NULL) == 0);
+}
+
+/* cgroup_cpu_limit: v2 cpu.max ("max" is none) and v1 cpu.cfs_quota_us / period
+ * (-1 is none), in the process's cgroup and each folder above it (the smallest
+ * quota), on a hybrid host both; rounded up to whole CPUs (2.0 stays 2).  Then the
+ * programs: a quota under the CPUs the process may run on caps OpenMP's team
+ * (`info` says so and why), OMP_NUM_THREADS given by the user is kept. */
+TEST(diag_cgroup_cpu_quota) {
+    char root[700], self[800], what[3000], sub[900];
+    snprintf(root, sizeof root, "%s/cg", test_tmpdir());
+    snprintf(self, sizeof self, "%s/self", test_tmpdir());
+    setenv("TERNLAB_CGROUP_ROOT", root, 1);
+    setenv("TERNLAB_CGROUP_SELF", self, 1);
+    struct {
+        const char *self;          /* the /proc/self/cgroup lines */
+        const char *files[4][2];   /* folder under root, "name=text" */
+        int want;
+        const char *from;          /* the file named in `what` */
+    } cases[] = {
+        {"0::/a/b\n", {{"", "cpu.max=max 100000"}, {"/a", "cpu.max=50000 100000"}, {"/a/b", "cpu.max=max 100000"}}, 1, "/a/cpu.max"},
+        {"0::/a/b\n", {{"", "cpu.max=500000 100000"}, {"/a/b", "cpu.max=250000 100000"}}, 3, "/a/b/cpu.max"},
+        {"0::/\n", {{"", "cpu.max=200000 100000"}}, 2, "/cpu.max"},
+        {"0::/a\n", {{"", "cpu.max=max 100000"}}, 0, NULL},
+        {"0::/a\n", {{NULL, NULL}}, 0, NULL},
+        {"4:cpu,cpuacct:/x\n", {{"/cpu,cpuacct/x", "cpu.cfs_quota_us=250000"}, {"/cpu,cpuacct/x", "cpu.cfs_period_us=100000"}}, 3,
+         "/cpu,cpuacct/x/cpu.cfs_quota_us"},
+        {"4:cpu,cpuacct:/x\n", {{"/cpu,cpuacct/x", "cpu.cfs_quota_us=-1"}, {"/cpu,cpuacct/x", "cpu.cfs_period_us=100000"}}, 0, NULL},
+        /* a hybrid host (v1's cpu controller alone in its own folder, and v2): the smaller */
+        {"1:cpu:/\n0::/\n", {{"/cpu", "cpu.cfs_quota_us=700000"}, {"/cpu", "cpu.cfs_period_us=100000"}, {"", "cpu.max=400000 100000"}}, 4,
+         "/cpu.max"},
+        {"2:cpuacct:/\n1:cpu:/\n", {{"/cpu", "cpu.cfs_quota_us=150000"}, {"/cpu", "cpu.cfs_period_us=100000"}}, 2, "/cpu/cpu.cfs_quota_us"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char cmd[1600];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s'", root, root);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        FILE *f = fopen(self, "w");
+        REQUIRE(f);
+        fputs(cases[i].self, f);
+        fclose(f);
+        for (int k = 0; k < 4 && cases[i].files[k][0]; k++) {
+            char name[64];
+            const char *eq = strchr(cases[i].files[k][1], '=');
+            snprintf(name, sizeof name, "%.*s", (int)(eq - cases[i].files[k][1]), cases[i].files[k][1]);
+            snprintf(sub, sizeof sub, "%s%s", root, cases[i].files[k][0]);
+            put(sub, name, eq + 1);
+        }
+        what[0] = 0;
+        const int got = cgroup_cpu_limit(what, sizeof what);
+        CHECK_MSG(got == cases[i].want, "case %zu: %d CPUs, want %d (%s)", i, got, cases[i].want, what);
+        if (cases[i].from) {
+            snprintf(sub, sizeof sub, "%s%s:", root, cases[i].from);
+            CHECK_MSG(strstr(what, sub) == what, "case %zu: from '%s', want %s", i, what, sub);
+        }
+    }
+    /* the programs: half a CPU caps the team at 1 where the process may run on more */
+    cpu_set_t cs;
+    REQUIRE(sched_getaffinity(0, sizeof cs, &cs) == 0);
+    FILE *f = fopen(self, "w");
+    REQUIRE(f);
+    fputs("0::/\n", f);
+    fclose(f);
+    char cmd[3000], *out = NULL;
+    snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && printf '50000 100000' > '%s/cpu.max'", root, root, root);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(cmd, sizeof cmd, "env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS %s info --model %s 2>&1", bin_path("ternlab"),
+             test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &out) == 0);
+    if (CPU_COUNT(&cs) > 1)
+        CHECK_MSG(strstr(out, "\nthreads      1 (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set by ternlab to the cgroup CPU "
+                              "quota: 1 of ") && strstr(out, "threads capped at the cgroup CPU quota"),
+                  "%s", out);
+    else
+        CHECK_MSG(strstr(out, "\nthreads      1\n"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=3 %s info --model %s 2>&1", bin_path("ternlab"),
+             test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
+    free(out);
+    unsetenv("TERNLAB_CGROUP_ROOT");
+    unsetenv("TERNLAB_CGROUP_SELF");
 }

@@ -429,6 +429,7 @@ int cmd_info(int argc, char **argv) {
                c->bitnet_scale == BITNET_BITLINEAR ? "divides" : "multiplies");
     if (m.load_notes[0]) printf("note: %s\n", m.load_notes);
     printf("blas core    %s\n", blas_core_report());
+    printf("threads      %s\n", threads_report());
     size_t total = 0;
     printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
     for (int i = 0; i < m.st.n_tensors; i++) {

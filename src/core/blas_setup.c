@@ -1,6 +1,9 @@
 #include "core/blas_setup.h"
 
 #include <cblas.h>
+#include <math.h>
+#include <omp.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -28,6 +31,72 @@ static int weaker(const char *have, const char *want) {
     return 0;
 }
 
+/* Reads "QUOTA PERIOD" (v2 cpu.max; "max ..." is none) or the v1 pair of files:
+ * the quota in CPUs, or 0. */
+static double quota_at(const char *dir, int v1, char *p, size_t pn) {
+    double quota = -1, period = 0;
+    snprintf(p, pn, "%s/%s", dir, v1 ? "cpu.cfs_quota_us" : "cpu.max");
+    FILE *a = fopen(p, "r");
+    if (!a) return 0;
+    if (v1) {
+        char q[2400];
+        snprintf(q, sizeof q, "%s/cpu.cfs_period_us", dir);
+        FILE *b = fopen(q, "r");
+        if (!b || fscanf(a, "%lf", &quota) != 1 || fscanf(b, "%lf", &period) != 1) quota = -1;
+        if (b) fclose(b);
+    } else if (fscanf(a, "%lf %lf", &quota, &period) != 2) quota = -1;
+    fclose(a);
+    return quota > 0 && period > 0 ? quota / period : 0;
+}
+
+/* The CPU quota of the process's cgroups, as whole CPUs rounded up (0: none found):
+ * cgroup v2 `cpu.max`, v1 `cpu.cfs_quota_us` / `cpu.cfs_period_us` (the cpu
+ * controller's folder: cpu,cpuacct or cpu), in the process's own cgroup and each
+ * folder above it to the hierarchy's root — the smallest counts (a container's
+ * quota may sit a level up; a hybrid host has both hierarchies).  The root is
+ * /sys/fs/cgroup, or TERNLAB_CGROUP_ROOT, and the process's cgroups are read from
+ * /proc/self/cgroup, or TERNLAB_CGROUP_SELF (both for tests).  `what` gets the
+ * file and its quota in CPUs. */
+int cgroup_cpu_limit(char *what, size_t n) {
+    const char *root = getenv("TERNLAB_CGROUP_ROOT");
+    if (!root || !*root) root = "/sys/fs/cgroup";
+    char rel[2][1024] = {"", ""}, line[1200];
+    int have[2] = {0, 0}; /* [0] v2, [1] v1's cpu controller */
+    const char *self = getenv("TERNLAB_CGROUP_SELF");
+    FILE *f = fopen(self && *self ? self : "/proc/self/cgroup", "r");
+    while (f && fgets(line, sizeof line, f)) {
+        line[strcspn(line, "\n")] = 0;
+        char *a = strchr(line, ':'), *b = a ? strchr(a + 1, ':') : NULL;
+        if (!b) continue;
+        *a = 0, *b = 0; /* "ID", "controllers", "path" */
+        char ctl[256];
+        snprintf(ctl, sizeof ctl, ",%s,", a + 1);
+        const int k = strcmp(line, "0") == 0 && a[1] == 0 ? 0 : strstr(ctl, ",cpu,") ? 1 : -1;
+        if (k >= 0 && !have[k]) snprintf(rel[k], sizeof rel[k], "%s", b + 1), have[k] = 1;
+    }
+    if (f) fclose(f);
+    double best = 0;
+    for (int k = 0; k < 2; k++) {
+        if (!have[k]) continue;
+        for (int sub = 0; sub < (k ? 2 : 1); sub++) {
+            char r[1024], dir[2200], p[2400];
+            snprintf(r, sizeof r, "%s", strcmp(rel[k], "/") == 0 ? "" : rel[k]);
+            for (;;) {
+                snprintf(dir, sizeof dir, "%s%s%s", root, k == 0 ? "" : sub ? "/cpu" : "/cpu,cpuacct", r);
+                const double c = quota_at(dir, k, p, sizeof p);
+                if (c > 0 && (best == 0 || c < best)) {
+                    best = c;
+                    snprintf(what, n, "%s: %g CPUs", p, c);
+                }
+                char *slash = strrchr(r, '/');
+                if (!slash) break;
+                *slash = 0; /* up one level; "" is the root, read last */
+            }
+        }
+    }
+    return best > 0 ? (int)ceil(best - 1e-9) : 0;
+}
+
 void blas_setup(int argc, char **argv) {
     const char *auto_env = getenv("TERNLAB_BLAS_AUTO");
     if (auto_env && strcmp(auto_env, "0") == 0) return;
@@ -45,6 +114,25 @@ void blas_setup(int argc, char **argv) {
     if (argc > 1 && strcmp(argv[1], "bench") == 0 && !getenv("OPENBLAS_THREAD_TIMEOUT")) {
         setenv("OPENBLAS_THREAD_TIMEOUT", "4", 1);
         reexec = 1;
+    }
+    /* A CPU quota (docker --cpus, a Kubernetes limit) is not seen by OpenMP or OpenBLAS,
+     * which size their teams by the CPUs the process may run on: 64 threads time-sliced
+     * onto two CPUs' worth.  Where the user set neither thread count, both are set to
+     * the quota (and reported: TERNLAB_CPU_QUOTA). */
+    if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS")) {
+        char what[2600] = "";
+        const int lim = cgroup_cpu_limit(what, sizeof what);
+        cpu_set_t cs;
+        const int ncpu = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 0;
+        if (lim > 0 && lim < ncpu) {
+            char v[32], rep[2800];
+            snprintf(v, sizeof v, "%d", lim);
+            setenv("OMP_NUM_THREADS", v, 1);
+            setenv("OPENBLAS_NUM_THREADS", v, 1);
+            snprintf(rep, sizeof rep, "%d of %d CPUs (%s)", lim, ncpu, what);
+            setenv("TERNLAB_CPU_QUOTA", rep, 1);
+            reexec = 1;
+        }
     }
     const char *have = openblas_get_corename();
     const char *want = wanted_core();
@@ -68,6 +156,15 @@ const char *blas_core_report(void) {
                  openblas_get_corename(), det);
     else
         snprintf(buf, sizeof buf, "%s", openblas_get_corename());
+    return buf;
+}
+
+const char *threads_report(void) {
+    static char buf[3000];
+    const char *q = getenv("TERNLAB_CPU_QUOTA");
+    snprintf(buf, sizeof buf, "%d%s%s%s", omp_get_max_threads(), q ? " (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set by "
+                                                                  "ternlab to the cgroup CPU quota: " : "",
+             q ? q : "", q ? ")" : "");
     return buf;
 }
 
