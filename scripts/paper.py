@@ -77,6 +77,7 @@ def setup_section(all_runs):
               f"{', '.join(tr.uniq(all_runs, 'device'))}; tensor parallel ranks: "
               f"{', '.join(tr.uniq(all_runs, 'tp'))}"
               + (f"; CPU(s): {', '.join(tr.uniq(all_runs, 'cpu'))}" if tr.uniq(all_runs, "cpu") else "")
+              + (f"; CPU threads: {', '.join(tr.uniq(all_runs, 'threads'))}" if tr.uniq(all_runs, "threads") else "")
               + (f"; OpenBLAS kernels: {', '.join(tr.uniq(all_runs, 'blas_core'))} (dense results, "
                  "hence the dense reference, round differently from one kernel set to another)"
                  if tr.uniq(all_runs, "blas_core") else "") + ".",

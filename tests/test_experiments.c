@@ -17,6 +17,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <omp.h>
 #include <unistd.h>
 
 static double read_scalar(const char *file, const char *path) {
@@ -47,6 +48,20 @@ static int read_group_attr_str(const char *file, const char *group, const char *
 /* Root string attribute `name` of file into buf: 0, or -1 where absent. */
 static int read_attr_str(const char *file, const char *name, char *buf, size_t n) {
     return read_group_attr_str(file, "/", name, buf, n);
+}
+
+/* Root int64 attribute `name` of file; -1 where absent. */
+static int64_t read_attr_i64(const char *file, const char *name) {
+    int64_t v = -1;
+    hid_t f = H5Fopen(file, H5F_ACC_RDONLY, H5P_DEFAULT);
+    if (f < 0) return -1;
+    if (H5Aexists_by_name(f, "/", name, H5P_DEFAULT) > 0) {
+        hid_t a = H5Aopen_by_name(f, "/", name, H5P_DEFAULT, H5P_DEFAULT);
+        if (a < 0 || H5Aread(a, H5T_NATIVE_INT64, &v) < 0) v = -1;
+        if (a >= 0) H5Aclose(a);
+    }
+    H5Fclose(f);
+    return v;
 }
 
 /* Runs one point of an experiment; returns the output path (static buffer). */
@@ -82,7 +97,13 @@ TEST(exp_each_writes_the_full_schema) {
         char tag[32], got[32] = "";
         snprintf(tag, sizeof tag, "digest-%zu", i);
         setenv("TERNLAB_SWEEP_POINT", tag, 1);
+        char omp_was[32] = "";
+        const int last = i + 1 == sizeof runs / sizeof runs[0];
+        if (last && getenv("OMP_NUM_THREADS")) snprintf(omp_was, sizeof omp_was, "%s", getenv("OMP_NUM_THREADS"));
+        if (last) setenv("OMP_NUM_THREADS", "1", 1);
         const char *f = run_exp(runs[i].prog, runs[i].model, runs[i].value, runs[i].extra);
+        if (last && omp_was[0]) setenv("OMP_NUM_THREADS", omp_was, 1);
+        else if (last) unsetenv("OMP_NUM_THREADS");
         unsetenv("TERNLAB_SWEEP_POINT");
         CHECK_MSG(read_attr_str(f, "sweep_point", got, sizeof got) == 0 && !strcmp(got, tag), "%s: sweep_point '%s'",
                   f, got);
@@ -106,6 +127,10 @@ TEST(exp_each_writes_the_full_schema) {
         CHECK_MSG(read_attr_str(f, "cpu", cpu, sizeof cpu) == 0 && strcmp(cpu, cpu_model_report()) == 0,
                   "%s: cpu '%s', want '%s'", f, cpu, cpu_model_report());
         CHECK_MSG(read_attr_str(f, "blas_core", core, sizeof core) == 0 && core[0], "%s: blas_core '%s'", f, core);
+        /* and the CPU threads it ran with (OMP_NUM_THREADS=1 for the last) */
+        const int64_t want_thr = last ? 1 : omp_get_max_threads();
+        CHECK_MSG(read_attr_i64(f, "threads") == want_thr, "%s: threads %lld, want %lld", f,
+                  (long long)read_attr_i64(f, "threads"), (long long)want_thr);
         if (!strcmp(runs[i].prog, "exp_throughput")) {
             CHECK(h5_dataset_len(f, "/throughput/decode_tok_s") == 2);
             CHECK(read_scalar(f, "/kv/bytes_per_token") == 4096.0);

@@ -572,7 +572,7 @@ TEST(sweep_results_to_figures_tables_paper) {
     snprintf(cmd, sizeof cmd, "cat '%s/paper/paper.md'", dir);
     CHECK(test_run(cmd, &out) == 0 && strstr(out, "## Setup") &&
           strstr(out, "| m2 | b | 1.500") && strstr(out, "figures/exp-fake.png") &&
-          strstr(out, "`data/m1`"));
+          strstr(out, "`data/m1`") && strstr(out, "; CPU threads: 3"));
     free(out);
 
     /* A run file of another experiment among these (here a copy with its experiment

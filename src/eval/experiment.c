@@ -21,6 +21,7 @@
 #include <errno.h>
 #include <hdf5.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -853,6 +854,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_write_provenance(lg, TERNLAB_VERSION, commit);
         e |= h5log_attr_str(lg, "/", "cpu", cpu_model_report());
         e |= h5log_attr_str(lg, "/", "blas_core", blas_core_report());
+        e |= h5log_attr_i64(lg, "/", "threads", omp_get_max_threads());
         e |= h5log_attr_str(lg, "/", "experiment", rc->experiment);
         e |= h5log_attr_str(lg, "/", "factor", rc->factor);
         e |= h5log_attr_str(lg, "/", "factor_value", rc->value);

@@ -50,6 +50,7 @@ def main(argv):
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "overrides": " ".join(overrides)}.items():
         a[k] = v
+    a["threads"] = np.int64(3)  # (an int64 attribute, as the programs write it)
     if os.environ.get("TERNLAB_SWEEP_POINT"):  # (as the experiment programs record it)
         a["sweep_point"] = os.environ["TERNLAB_SWEEP_POINT"]
     window = 16
