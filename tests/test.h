@@ -8,6 +8,18 @@
 
 #include <stdio.h>
 
+/* TL_ASAN_BUILD: 1 in an AddressSanitizer build (make SANITIZE=1), else 0. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TL_ASAN_BUILD 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define TL_ASAN_BUILD 1
+#endif
+#endif
+#ifndef TL_ASAN_BUILD
+#define TL_ASAN_BUILD 0
+#endif
+
 typedef void (*test_fn)(void);
 void test_register(const char *name, test_fn fn);
 void test_fail(const char *file, int line, const char *fmt, ...)

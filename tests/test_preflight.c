@@ -10,14 +10,6 @@
 #include <stdlib.h>
 #include <string.h>
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TL_ASAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TL_ASAN_BUILD 1
-#endif
-#endif
-
 /* Llama-2-70B's shape (config.json of meta-llama/Llama-2-70b-hf). */
 static ModelConfig cfg_70b(void) {
     ModelConfig c = {0};
@@ -242,7 +234,7 @@ static long long runstate_held(const ModelConfig *c, int64_t max_tok) {
  * term of the per-token sum was a mutation the suite had passed (2 q-sized
  * buffers counted as one gave 786 KB less over 192 tokens). */
 TEST(preflight_workspace_tokens_match_runstate) {
-#ifdef TL_ASAN_BUILD
+#if TL_ASAN_BUILD
     test_skip("the sanitizer's allocator does not keep glibc's counts");
 #else
     ModelConfig c = {0};

@@ -30,17 +30,6 @@
 
 #define FAKE_CMD "/usr/bin/python3 tests/tools/fake_exp.py --model {model} --value {value} --out {out}"
 
-#if defined(__SANITIZE_ADDRESS__)
-#define TL_ASAN_BUILD 1
-#elif defined(__has_feature)
-#if __has_feature(address_sanitizer)
-#define TL_ASAN_BUILD 1
-#endif
-#endif
-#ifndef TL_ASAN_BUILD
-#define TL_ASAN_BUILD 0
-#endif
-
 static const char *const POINTS6[] = {"m1__a.h5", "m1__b.h5", "m1__c.h5",
                                       "m2__a.h5", "m2__b.h5", "m2__c.h5", NULL};
 
