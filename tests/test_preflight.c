@@ -214,6 +214,7 @@ TEST(preflight_saturates_instead_of_wrapping) {
     CHECK(strstr(report, "REFUSED") != NULL);
 }
 
+#if !TL_ASAN_BUILD
 /* Bytes the allocator holds for runstate_init(max_tok) (glibc's count of heap
  * and mmap bytes in use, before against after). */
 static long long runstate_held(const ModelConfig *c, int64_t max_tok) {
@@ -227,6 +228,7 @@ static long long runstate_held(const ModelConfig *c, int64_t max_tok) {
     runstate_free(&s);
     return (long long)(b.uordblks + b.hblkhd) - (long long)(a.uordblks + a.hblkhd);
 }
+#endif
 
 /* The workspace estimate's part that grows with the tokens of a call is what
  * runstate_init allocates for them (the allocator's own count, a shape with
