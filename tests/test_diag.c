@@ -18,6 +18,7 @@
 #include <fcntl.h>
 #include <sched.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -948,4 +949,82 @@ TEST(diag_cgroup_cpu_quota) {
     free(out);
     unsetenv("TERNLAB_CGROUP_ROOT");
     unsetenv("TERNLAB_CGROUP_SELF");
+}
+
+/* The CLI's window and option bounds at their edges (a mutation audit found each
+ * moved by one, or dropped, with the suite passing): a token file of exactly one
+ * window is scored (ppl, diff); --windows one past the last window is refused
+ * with no file; --windows 1:2 writes the second window's rows; --windows 3:3, a
+ * window of 1, --threshold 0, a stray argument and a bare `ternlab` are usage
+ * errors (2) by name; diff's default threshold is 1e-2; diff --out naming its
+ * --b-dump is refused and the dump kept; diff's run file that cannot be written
+ * is a failed run with no file; ppl --out into a missing folder is refused
+ * before any window is evaluated. */
+TEST(cli_bounds_at_their_edges) {
+    char bin[PATH_MAX], m[600], t[600], d[600];
+    REQUIRE(realpath(bin_path("ternlab"), bin) && realpath(test_path(LLAMA_DIR), m) &&
+            realpath(test_path(TOKENS_FILE), t));
+    snprintf(d, sizeof d, "%s/edges", test_tmpdir());
+    static char cmd[40000];
+    char *out = NULL;
+    snprintf(cmd, sizeof cmd, "mkdir -p %s && head -c 128 %s > %s/t32.i32 && head -c 4096 %s > %s/dump.f32", d, t, d,
+             t, d);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    struct stat st;
+    REQUIRE(stat(t, &st) == 0);
+    const long long wins = (long long)(st.st_size / 4 / 32);
+    struct {
+        const char *args; /* %1$s model, %2$s tokens, %3$s folder, %4$s one past the windows of 32 tokens */
+        int rc;
+        const char *want, *not_want;
+    } cases[] = {
+        {"ppl --model %1$s --tokens %3$s/t32.i32 --window 32%2$.0s%4$.0s", 0, "ppl 51.314352 windows 1 predicted 31", NULL},
+        {"diff --model %1$s --tokens %3$s/t32.i32 --window 32 --b quant=rule=absmean%2$.0s%4$.0s", 0,
+         "threshold 0.01\n", NULL},
+        {"logits --model %1$s --tokens %2$s --window 32 --windows 0:%4$s --out %3$s/l1.f32", 1, "windows)", NULL},
+        {"logits --model %1$s --tokens %2$s --window 32 --windows 3:3 --out %3$s/l2.f32%4$.0s", 2,
+         "B must be greater than A", NULL},
+        {"ppl --model %1$s --tokens %2$s --window 1%3$.0s%4$.0s", 2, "--window '1': expected an integer in [2,", NULL},
+        {"diff --model %1$s --tokens %2$s --window 1 --b quant=loaded%3$.0s%4$.0s", 2, "expected an integer in [2,",
+         NULL},
+        {"diff --model %1$s --tokens %2$s --threshold 0 --b quant=loaded%3$.0s%4$.0s", 2,
+         "--threshold: expected a positive number", NULL},
+        {"diff --model %1$s --tokens %2$s --b quant=loaded extra%3$.0s%4$.0s", 2, "unexpected argument extra", NULL},
+        {"diff --model %1$s --tokens %2$s --window 32 --b-dump %3$s/dump.f32 --out %3$s/dump.f32%4$.0s", 1,
+         "is the --b-dump file", NULL},
+        {"%1$.0s%2$.0s%3$.0s%4$.0s", 2, "usage: ternlab COMMAND", NULL},
+        {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --out %3$s/nodir/x.h5%4$.0s", 1,
+         "create it first", "windows in"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        static char args[16384];
+        char past[32];
+        snprintf(past, sizeof past, "%lld", wins + 1);
+        snprintf(args, sizeof args, cases[i].args, m, t, d, past);
+        snprintf(cmd, sizeof cmd, "%s %s 2>&1", bin, args);
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == cases[i].rc && out && strstr(out, cases[i].want) &&
+                      !(cases[i].not_want && strstr(out, cases[i].not_want)),
+                  "case %zu: %s -> %d (want %d, '%s'): %s", i, args, rc, cases[i].rc, cases[i].want, out ? out : "");
+        free(out);
+        out = NULL;
+    }
+    /* no file from the refused logits; the dump as it was */
+    snprintf(cmd, sizeof cmd, "test ! -e %1$s/l1.f32 && test ! -e %1$s/l2.f32 && head -c 4096 %2$s | cmp - %1$s/dump.f32", d, t);
+    CHECK(test_run(cmd, NULL) == 0);
+    /* --windows 1:2 is the second window of --windows 0:2 */
+    snprintf(cmd, sizeof cmd,
+             "%1$s logits --model %2$s --tokens %3$s --window 32 --windows 1:2 --out %4$s/a.f32 && "
+             "%1$s logits --model %2$s --tokens %3$s --window 32 --windows 0:2 --out %4$s/b.f32 && "
+             "test $(stat -c %%s %4$s/a.f32) -eq 262144 && tail -c 262144 %4$s/b.f32 | cmp - %4$s/a.f32",
+             bin, m, t, d);
+    CHECK(test_run(cmd, NULL) == 0);
+    /* diff's run file under a file size limit: exit 1, no file */
+    snprintf(cmd, sizeof cmd,
+             "cd %4$s && (ulimit -f 8 && %1$s diff --model %2$s --tokens %3$s --window 32 --b quant=rule=absmean "
+             "--out x.h5 > /dev/null 2>&1; echo \"rc=$?\"); ls",
+             bin, m, t, d);
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "rc=1\n") && !strstr(out, "x.h5"), "%s", out ? out : "");
+    free(out);
 }
