@@ -765,6 +765,11 @@ static const char *tiny_arch = "llama";
 static int tiny_hidden = 64, tiny_scale_len = 1;
 static int tiny_kv_heads = 2; /* attention.head_count_kv (head_count is 2); k and v sized to it */
 static float tiny_kv_value = 4.0f; /* an extra float key's value */
+/* a standard <arch>.* u32 key (its suffix) left out, or written with tiny_set_val;
+ * the epsilon; an extra *.scale tensor's value */
+static const char *tiny_omit_key = NULL, *tiny_set_key = NULL;
+static uint32_t tiny_set_val = 0;
+static float tiny_eps = 1e-5f, tiny_scale_value = 2.0f;
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     const int H = tiny_hidden;
@@ -775,13 +780,21 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     const size_t al = strlen(A);
 #define AK(suffix) (snprintf(key, sizeof key, "%s." suffix, A), key)
     gguf_writer_str(w, "general.architecture", A);
-    gguf_writer_u32(w, AK("embedding_length"), H);
-    gguf_writer_u32(w, AK("block_count"), (uint32_t)(claimed ? claimed : layers));
-    gguf_writer_u32(w, AK("attention.head_count"), 2);
-    gguf_writer_u32(w, AK("attention.head_count_kv"), (uint32_t)tiny_kv_heads);
-    gguf_writer_u32(w, AK("feed_forward_length"), F);
-    gguf_writer_u32(w, AK("vocab_size"), V);
-    gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), 1e-5f);
+#define U32(suffix, v)                                                                           \
+    do {                                                                                         \
+        if (!tiny_omit_key || strcmp(tiny_omit_key, suffix))                                     \
+            gguf_writer_u32(w, AK(suffix), tiny_set_key && !strcmp(tiny_set_key, suffix) ? tiny_set_val \
+                                                                                          : (uint32_t)(v)); \
+    } while (0)
+    U32("embedding_length", H);
+    U32("block_count", claimed ? claimed : layers);
+    U32("attention.head_count", 2);
+    U32("attention.head_count_kv", tiny_kv_heads);
+    U32("feed_forward_length", F);
+    U32("vocab_size", V);
+    if (tiny_set_key && !strcmp(tiny_set_key, "rope.dimension_count")) U32("rope.dimension_count", 0);
+    gguf_writer_f32(w, AK("attention.layer_norm_rms_epsilon"), tiny_eps);
+#undef U32
 #undef AK
     /* an extra KEY=VALUE: a string key; an extra <arch>.KEY: a float 4.0 */
     const char *eq = extra ? strchr(extra, '=') : NULL;
@@ -847,7 +860,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
         }
     }
     const size_t el = extra ? strlen(extra) : 0;
-    if (extra && !extra_kv && el > 6 && !strcmp(extra + el - 6, ".scale")) ADD(extra, 1, tiny_scale_len, 1, 0.0f, 2.0f);
+    if (extra && !extra_kv && el > 6 && !strcmp(extra + el - 6, ".scale")) ADD(extra, 1, tiny_scale_len, 1, 0.0f, tiny_scale_value);
     else if (extra && !extra_kv) ADD(extra, 1, H, 1, 0.1f, 0.0f);
 #undef ADD
     if (rc == 0) rc = gguf_writer_write(w, path);
@@ -1658,4 +1671,60 @@ TEST(gguf_bitnet_architecture) {
     tiny_arch = "llama";
     expect_tiny_refused("ts3", "blk.0.ffn_up.scale", "tensor 'blk.0.ffn_up.scale' is not one this model's layers");
     tiny_hidden = 64;
+}
+
+/* Metadata at its bounds, each a mutation the suite had passed (tiny GGUFs):
+ * head_count 0 is out of range (not a division by zero); head_count_kv absent
+ * is head_count (llama.cpp's default); a rope.dimension_count under the head
+ * size is refused as partial rotary; an epsilon of 2 is outside [1e-30, 1]; a
+ * 300-byte ternlab.quant_spec is refused by its length; no vocab_size (and no
+ * tokenizer) takes the vocabulary from token_embd.  A bitnet linear's .scale
+ * that makes its TQ scales no f16 values (0.5 x 1.1) keeps them exact in f32. */
+TEST(gguf_metadata_at_its_bounds) {
+    char path[512];
+    Model m;
+    tiny_set_key = "attention.head_count", tiny_set_val = 0;
+    expect_tiny_refused("hc0", NULL, "llama.attention.head_count = 0 is out of range");
+    tiny_set_key = "rope.dimension_count", tiny_set_val = 16;
+    expect_tiny_refused("rot16", NULL, "rope.dimension_count 16 differs from the head size 32 (partial rotary");
+    tiny_set_key = NULL;
+    tiny_eps = 2.0f;
+    expect_tiny_refused("eps2", NULL, "layer_norm_rms_epsilon 2 is outside [1e-30, 1]");
+    tiny_eps = 1e-5f;
+    char spec[320];
+    memset(spec, 'x', sizeof spec);
+    memcpy(spec, "ternlab.quant_spec=", 19);
+    spec[19 + 300] = 0;
+    expect_tiny_refused("spec300", spec, "ternlab.quant_spec is 300 bytes long (at most 255)");
+    const char *omit[] = {"attention.head_count_kv", "vocab_size"};
+    for (int i = 0; i < 2; i++) {
+        tiny_omit_key = omit[i];
+        snprintf(path, sizeof path, "%s/omit%d.gguf", test_tmpdir(), i);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
+        const int rc = model_load_gguf(path, NULL, &m);
+        CHECK_MSG(rc == 0, "without %s: %s", omit[i], err_msg());
+        if (rc == 0) {
+            CHECK_MSG(m.cfg.n_kv_heads == 2 && m.cfg.n_heads == 2 && m.cfg.vocab == 2048,
+                      "without %s: kv heads %d, vocab %d", omit[i], m.cfg.n_kv_heads, m.cfg.vocab);
+            model_free(&m);
+        }
+    }
+    tiny_omit_key = NULL;
+    /* the scales kept exact where they are no value of the stored dtype */
+    tiny_arch = "bitnet";
+    tiny_hidden = 256;
+    tiny_scale_value = 1.1f;
+    snprintf(path, sizeof path, "%s/s11.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, "blk.0.ffn_up.scale") == 0);
+    int rc = model_load_gguf(path, NULL, &m);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc == 0) {
+        const TernaryMatrix *t = m.layers[0].up.t;
+        CHECK_MSG(t && t->scale_dtype == DT_F32 && t->scales[0] == 0.5f * 1.1f, "scale %s %.9g",
+                  t ? dtype_name(t->scale_dtype) : "-", t ? (double)t->scales[0] : 0.0);
+        model_free(&m);
+    }
+    tiny_scale_value = 2.0f;
+    tiny_hidden = 64;
+    tiny_arch = "llama";
 }
