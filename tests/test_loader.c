@@ -8,6 +8,7 @@
 #include "load/safetensors.h"
 #include "load/tokens.h"
 #include "quant/quant.h"
+#include "runtime/linear.h"
 #include "runtime/model.h"
 #include "ternary_format.h"
 
@@ -1316,4 +1317,100 @@ TEST(loader_1bitllm_bitnet_form) {
     for (int i = 0; i < nl; i++) free(w[i]);
     free(w), free(names), free(x);
     model_free(&pk);
+}
+
+/* Shapes, scales and spec edges of the loaders, each a mutation from an audit that
+ * the suite had passed: a dense linear one column short and a packed BitNet one a
+ * column long are refused by shape; a BitNet weight_scale of 0 is refused; a
+ * ternlab checkpoint's weight_scales one short is refused; --quant layers=0-4 of
+ * a 4-layer model is refused; an absent tie_word_embeddings with lm_head.weight
+ * stored is untied; an explicit act= reaches the linears --quant leaves as
+ * stored; a tied head is not counted twice in the weight bytes; a GGUF --model
+ * is not written over by --out. */
+TEST(loader_shapes_scales_and_spec_edges) {
+    char dir[600], cmd[2400];
+    const char *d = test_tmpdir();
+    /* down_proj [256, 767] against the config's 768 */
+    snprintf(dir, sizeof dir, "%s/short", d);
+    ExtraTensor x1 = {"model.layers.0.mlp.down_proj.weight", "BF16", 256, 767, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, &x1, 1) == 0);
+    expect_load_error(dir, "shape [256, 768] expected from config.json, file has 2 dims [256, 767");
+    /* packed q_proj [64, 257] */
+    snprintf(dir, sizeof dir, "%s/packedlong", d);
+    ExtraTensor x2 = {"model.layers.0.self_attn.q_proj.weight", "U8", 64, 257, NULL};
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, &x2, 1) == 0);
+    expect_load_error(dir, "packed BitNet shape [64, 256] expected");
+    /* weight_scale 0 */
+    snprintf(dir, sizeof dir, "%s/ws0", d);
+    const uint16_t zero = 0;
+    ExtraTensor x3 = {"model.layers.0.self_attn.q_proj.weight_scale", "BF16", 1, 0, &zero};
+    REQUIRE(rewrite_checkpoint(test_path(BITNET_DIR), dir, 0, &x3, 1) == 0);
+    expect_load_error(dir, "weight_scale 0 must be positive");
+    /* a ternlab checkpoint (group row: 256 scales for q_proj) with 255 */
+    char qdir[600];
+    snprintf(qdir, sizeof qdir, "%s/tl", d);
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=absmean,group=row --out %s > /dev/null 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR), qdir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    expect_loads(qdir);
+    snprintf(dir, sizeof dir, "%s/tlshort", d);
+    ExtraTensor x4 = {"model.layers.0.self_attn.q_proj.weight_scales", "F32", 255, 0, NULL};
+    REQUIRE(rewrite_checkpoint(qdir, dir, 0, &x4, 1) == 0);
+    expect_load_error(dir, "tensor 'model.layers.0.self_attn.q_proj.weight_scales': F32 with 256 scales expected");
+    /* layers past the last */
+    Model m;
+    ModelLoadOpts o = {.quant = "rule=absmean,layers=0-4"};
+    CHECK(model_load(test_path(LLAMA_DIR), &o, &m) != 0 && strstr(err_msg(), "0-4 is past the model's 4 layers"));
+    o.quant = "rule=absmean,layers=0-3";
+    REQUIRE(model_load(test_path(LLAMA_DIR), &o, &m) == 0);
+    model_free(&m);
+    /* tie_word_embeddings absent, lm_head.weight stored: the stored head */
+    snprintf(dir, sizeof dir, "%s/notie", d);
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, NULL, 0) == 0);
+    snprintf(cmd, sizeof cmd, "sed -i '/tie_word_embeddings/d' %s/config.json && ! grep -q tie_ %s/config.json", dir, dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    Model a, b;
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &a) == 0);
+    REQUIRE(model_load(dir, NULL, &b) == 0);
+    const size_t nh = sizeof(float) * (size_t)(a.cfg.vocab * a.cfg.hidden);
+    CHECK_MSG(!a.lm_head_tied && !b.lm_head_tied && b.lm_head.w != b.embed && !memcmp(a.lm_head.w, b.lm_head.w, nh),
+              "absent tie: tied %d", b.lm_head_tied);
+    model_free(&b);
+    /* the bytes: a tied head is the embedding, counted once */
+    snprintf(dir, sizeof dir, "%s/tied", d);
+    REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), dir, 0, NULL, 0) == 0);
+    snprintf(cmd, sizeof cmd, "sed -i 's/\"tie_word_embeddings\": false/\"tie_word_embeddings\": true/' %s/config.json", dir);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    REQUIRE(model_load(dir, NULL, &b) == 0);
+    size_t lin = 0;
+    for (int l = 0; l < b.cfg.n_layers; l++) {
+        const Layer *L = &b.layers[l];
+        const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) lin += linear_bytes(ls[i]);
+    }
+    CHECK_MSG(b.lm_head_tied && model_weight_bytes(&b) == lin + nh && model_weight_bytes(&a) == lin + 2 * nh,
+              "tied %d: %zu bytes, linears %zu + embedding %zu (untied %zu)", b.lm_head_tied, model_weight_bytes(&b),
+              lin, nh, model_weight_bytes(&a));
+    model_free(&b);
+    model_free(&a);
+    /* act= explicit reaches the linears left as stored (BitNet: int8 unless told) */
+    const char *specs[2] = {"rule=absmean,layers=0,act=f32", "rule=absmean,layers=0"};
+    for (int k = 0; k < 2; k++) {
+        o.quant = specs[k];
+        REQUIRE(model_load(test_path(BITNET_DIR), &o, &m) == 0);
+        int bad = 0;
+        for (int l = 1; l < m.cfg.n_layers; l++) bad += m.layers[l].q.act_int8 != k || m.layers[l].down.act_int8 != k;
+        CHECK_MSG(bad == 0 && m.layers[0].q.act_int8 == k, "%s: %d linears of layers 1.. not act %s", specs[k], bad,
+                  k ? "int8" : "f32");
+        model_free(&m);
+    }
+    /* --out naming a GGUF --model */
+    char gg[700], *out = NULL;
+    snprintf(gg, sizeof gg, "%s/m.gguf", d);
+    snprintf(cmd, sizeof cmd, "cp %s %s && %s logits --model %s --tokens %s --window 16 --windows 0:1 --out %s 2>&1",
+             test_path("data/gguf/llama-tiny-tq2_0.gguf"), gg, bin_path("ternlab"), gg, test_path(TOKENS_FILE), gg);
+    CHECK_MSG(test_run(cmd, &out) == 1 && out && strstr(out, "is the --model file"), "%s", out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "cmp %s %s", test_path("data/gguf/llama-tiny-tq2_0.gguf"), gg);
+    CHECK(test_run(cmd, NULL) == 0);
 }
