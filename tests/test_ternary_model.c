@@ -9,6 +9,7 @@
 #include "load/tokens.h"
 #include "runtime/engine.h"
 #include "runtime/forward.h"
+#include "runtime/linear.h"
 #include "kv/kvcache.h"
 
 #include <cJSON.h>
@@ -234,4 +235,52 @@ TEST(slow_ppl_bitnet_full) {
     free(tok);
     engine_free(&e);
     model_free(&m);
+}
+
+int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind, const ModelLoadOpts *opts);
+
+/* The int8 dense twin of a linear whose last group is short (300 columns in
+ * groups of 256: 256 + 44) equals the packed kernel's result: each group's
+ * sgemm takes the group's own width (the last one's full width had read the
+ * next row's activations; a mutation from an audit that the suite had passed,
+ * since every fixture's widths are multiples of 256).  Also f32 activations. */
+TEST(ternary_twin_short_last_group) {
+    enum { OUT = 7, IN = 300, N = 3 };
+    float *w = xmalloc(sizeof(float) * OUT * IN), x[N * IN], y0[N * OUT], y1[N * OUT];
+    uint32_t seed = 7;
+    for (int i = 0; i < OUT * IN; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        w[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+    }
+    for (int i = 0; i < N * IN; i++) {
+        seed = seed * 1664525u + 1013904223u;
+        x[i] = (float)(seed >> 8) / 16777216.0f - 0.5f;
+    }
+    const char *specs[2] = {"rule=absmean,group=256,act=int8", "rule=absmean,group=256,act=f32"};
+    for (int k = 0; k < 2; k++) {
+        Linear lin[2];
+        Model m[2];
+        for (int t = 0; t < 2; t++) {
+            memset(&m[t], 0, sizeof m[t]);
+            memset(&lin[t], 0, sizeof lin[t]);
+            m[t].cfg.n_layers = 1;
+            snprintf(lin[t].name, sizeof lin[t].name, "model.layers.0.self_attn.q_proj");
+            lin[t].out = OUT, lin[t].in = IN;
+            lin[t].w = mem_alloc(sizeof(float) * OUT * IN, "w");
+            REQUIRE(lin[t].w);
+            memcpy(lin[t].w, w, sizeof(float) * OUT * IN);
+            ModelLoadOpts o = {.quant = specs[k], .dense = t};
+            REQUIRE(model_quantise_linear(&m[t], &lin[t], 0, "q", &o) == 0);
+        }
+        REQUIRE(lin[0].t && !lin[0].twin && lin[1].twin && lin[1].t->n_groups == 2);
+        void *scr = mem_alloc(linear_scratch_bytes(N, IN), "scratch");
+        REQUIRE(scr);
+        REQUIRE(linear_forward(&lin[0], x, N, y0, scr) == 0 && linear_forward(&lin[1], x, N, y1, scr) == 0);
+        double d2 = 0, r2 = 0;
+        for (int i = 0; i < N * OUT; i++) d2 += (double)(y0[i] - y1[i]) * (y0[i] - y1[i]), r2 += (double)y0[i] * y0[i];
+        CHECK_MSG(sqrt(d2 / r2) <= 1e-6, "%s: twin vs packed rel L2 %.3g", specs[k], sqrt(d2 / r2));
+        mem_free(scr);
+        for (int t = 0; t < 2; t++) linear_free(&lin[t]);
+    }
+    free(w);
 }
