@@ -770,6 +770,7 @@ static float tiny_kv_value = 4.0f; /* an extra float key's value */
 static const char *tiny_omit_key = NULL, *tiny_set_key = NULL;
 static uint32_t tiny_set_val = 0;
 static float tiny_eps = 1e-5f, tiny_scale_value = 2.0f;
+static float tiny_tern = 0.0f; /* > 0: the float linears hold -v, 0, +v (a ternary spec's rows) */
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     const int H = tiny_hidden;
@@ -854,6 +855,13 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
                 if (rc == 0)
                     rc = gguf_writer_tensor(w, name, GGML_TYPE_TQ2_0, 2, ne_, blk, (size_t)nb * GGUF_TQ2_0_BYTES);
                 free(blk);
+            } else if (tiny_tern > 0) {
+                const int64_t ne_[2] = {lin[i].cols, lin[i].rows}, cnt = lin[i].cols * lin[i].rows;
+                for (int64_t k = 0; k < cnt; k++) {
+                    seed = seed * 1664525u + 1013904223u;
+                    x[k] = tiny_tern * (float)((int)((seed >> 8) % 3) - 1);
+                }
+                if (rc == 0) rc = gguf_writer_tensor(w, name, GGML_TYPE_F32, 2, ne_, x, sizeof(float) * (size_t)cnt);
             } else {
                 ADD(name, 2, lin[i].cols, lin[i].rows, 0.5f, 0.0f);
             }
@@ -1679,7 +1687,8 @@ TEST(gguf_bitnet_architecture) {
  * size is refused as partial rotary; an epsilon of 2 is outside [1e-30, 1]; a
  * 300-byte ternlab.quant_spec is refused by its length; no vocab_size (and no
  * tokenizer) takes the vocabulary from token_embd.  A bitnet linear's .scale
- * that makes its TQ scales no f16 values (0.5 x 1.1) keeps them exact in f32. */
+ * that makes its TQ scales no f16 values (0.5 x 1.1) keeps them exact in f32,
+ * and so do float rows a recorded scale=bf16 spec makes ternary at no bf16 value. */
 TEST(gguf_metadata_at_its_bounds) {
     char path[512];
     Model m;
@@ -1727,4 +1736,18 @@ TEST(gguf_metadata_at_its_bounds) {
     tiny_scale_value = 2.0f;
     tiny_hidden = 64;
     tiny_arch = "llama";
+    /* float rows a recorded spec makes ternary, at +-0.50048828125 (an f16 value, no bf16
+     * one) under scale=bf16: read back exact, in f32 */
+    tiny_tern = 0.50048828125f;
+    snprintf(path, sizeof path, "%s/tbf.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, "ternlab.quant_spec=rule=absmax,group=32,scale=bf16,act=f32") == 0);
+    rc = model_load_gguf(path, NULL, &m);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc == 0) {
+        const TernaryMatrix *t = m.layers[0].q.t;
+        CHECK_MSG(t && t->scale_dtype == DT_F32 && t->scales[0] == 0.50048828125f, "rows' scale %s %.9g",
+                  t ? dtype_name(t->scale_dtype) : "-", t ? (double)t->scales[0] : 0.0);
+        model_free(&m);
+    }
+    tiny_tern = 0.0f;
 }
