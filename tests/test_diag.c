@@ -947,6 +947,12 @@ TEST(diag_cgroup_cpu_quota) {
     REQUIRE(test_run(cmd, &out) == 0);
     CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
     free(out);
+    /* a cap inherited from a parent, OMP_NUM_THREADS changed since: not reported as the quota's */
+    snprintf(cmd, sizeof cmd, "env OMP_NUM_THREADS=3 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)' %s info --model %s 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
+    free(out);
     unsetenv("TERNLAB_CGROUP_ROOT");
     unsetenv("TERNLAB_CGROUP_SELF");
 }

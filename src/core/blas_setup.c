@@ -159,9 +159,15 @@ const char *blas_core_report(void) {
     return buf;
 }
 
+const char *cpu_quota_report(void) {
+    const char *q = getenv("TERNLAB_CPU_QUOTA"), *n = getenv("OMP_NUM_THREADS");
+    /* (inherited by a child whose OMP_NUM_THREADS someone changed since: not ours) */
+    return q && n && atoi(q) > 0 && atoi(q) == atoi(n) ? q : NULL;
+}
+
 const char *threads_report(void) {
     static char buf[3000];
-    const char *q = getenv("TERNLAB_CPU_QUOTA");
+    const char *q = cpu_quota_report();
     snprintf(buf, sizeof buf, "%d%s%s%s", omp_get_max_threads(), q ? " (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set by "
                                                                   "ternlab to the cgroup CPU quota: " : "",
              q ? q : "", q ? ")" : "");

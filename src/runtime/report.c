@@ -222,7 +222,7 @@ void report_kernels(const Model *m, ReportKernels *k) {
                         "detection%s%s", NULL, NULL);
     else if (ct)
         add_fallback(k, "OpenBLAS core set by the user's OPENBLAS_CORETYPE=%s%s", ct, NULL);
-    const char *quota = getenv("TERNLAB_CPU_QUOTA");
+    const char *quota = cpu_quota_report();
     if (quota)
         add_fallback(k, "threads capped at the cgroup CPU quota, %s (OMP_NUM_THREADS and "
                         "OPENBLAS_NUM_THREADS unset; src/core/blas_setup.c)%s", quota, NULL);
