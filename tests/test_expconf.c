@@ -183,6 +183,8 @@ TEST(strnum_strict_integers) {
     CHECK(str_to_i64("-3", -5, 5, &v) == 0 && v == -3);
     CHECK(str_to_i64(" 9", 0, 10, &v) == 0 && v == 9); /* (strtoll's leading blanks) */
     CHECK(str_to_i64("9223372036854775807", INT64_MIN, INT64_MAX, &v) == 0 && v == INT64_MAX);
+    /* both bounds inclusive */
+    CHECK(str_to_i64("0", 0, 100, &v) == 0 && v == 0 && str_to_i64("100", 0, 100, &v) == 0 && v == 100);
     v = 7;
     const char *bad[] = {"", "x", "12x", "1.5", "0x10", "-", "101", "-6", "9223372036854775808", "4 "};
     const int64_t lo[] = {0, 0, 0, 0, 0, 0, 0, -5, INT64_MIN, 0}, hi[] = {100, 100, 100, 100, 100, 100, 100, 5, INT64_MAX, 100};
