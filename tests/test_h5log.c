@@ -57,7 +57,7 @@ static int write_full(const char *path) {
     rc |= h5log_attr_str(lg, "/", "experiment", "exp-threshold");
     rc |= h5log_attr_str(lg, "/", "factor", "rule");
     rc |= h5log_attr_str(lg, "/", "factor_value", "twn");
-    rc |= h5log_attr_str(lg, "/", "model", "data/llama-tiny");
+    rc |= h5log_attr_str(lg, "/", "model", g_fault == 8 ? "data/llama-tiny/" : "data/llama-tiny");
     rc |= h5log_attr_str(lg, "/", "model_sha256", "0123abcd");
     rc |= h5log_attr_str(lg, "/", "tokens", "data/wikitext2-test.tokens.i32");
     rc |= g_fault == 2 ? h5log_attr_str(lg, "/", "window", "256") : h5log_attr_i64(lg, "/", "window", 256);
@@ -71,7 +71,10 @@ static int write_full(const char *path) {
         rc |= h5log_attr_str(lg, "/", k, "padding padding");
     }
     const double ppl3[3] = {12.5, 12.5, 12.5};
-    rc |= g_fault == 6 ? h5log_f64(lg, "/metrics/ppl", ppl3, 3) : h5log_scalar_f64(lg, "/metrics/ppl", 12.5);
+    const int64_t d13[2] = {1, 3};
+    rc |= g_fault == 6   ? h5log_f64(lg, "/metrics/ppl", ppl3, 3)
+          : g_fault == 7 ? h5log_dataset(lg, "/metrics/ppl", H5LOG_F64, 2, d13, ppl3)
+                         : h5log_scalar_f64(lg, "/metrics/ppl", 12.5);
     rc |= h5log_scalar_f64(lg, "/metrics/ppl_ref", 11.25);
     rc |= h5log_scalar_f64(lg, "/metrics/nll_mean", 2.5257);
     rc |= h5log_scalar_f64(lg, "/metrics/kl_mean", 0.0625);
@@ -149,8 +152,8 @@ static int read_all(hid_t f, const char *path, hid_t mtype, void *buf, int rank_
  * they exist: each fault is refused, naming what is wrong. */
 TEST(h5log_verify_schema_shapes_and_kinds) {
     static const char *const needle[] = {"", "/per_token/kl", "window", "/logits/ref", "/weights/bytes", "",
-                                         "/metrics/ppl is not a scalar"};
-    for (int fault = 1; fault <= 6; fault += fault == 4 ? 2 : 1) {
+                                         "/metrics/ppl is not a scalar", "/metrics/ppl is not a scalar"};
+    for (int fault = 1; fault <= 7; fault += fault == 4 ? 2 : 1) { /* (7: [1, 3], three values) */
         char path[512];
         snprintf(path, sizeof path, "%s/fault%d.h5", test_tmpdir(), fault);
         g_fault = fault;
@@ -870,6 +873,29 @@ TEST(verify_cli_device_and_expect) {
     snprintf(bad, sizeof bad, "%s/bad.h5", test_tmpdir());
     REQUIRE(write_full(path) == 0);
     REQUIRE(file_write_atomic(bad, "junk", 4) == 0);
+    char slash[512], other[512], pipe[512];
+    snprintf(slash, sizeof slash, "%s/slash.h5", test_tmpdir());
+    snprintf(other, sizeof other, "%s/other.h5", test_tmpdir());
+    snprintf(pipe, sizeof pipe, "%s/pipe.h5", test_tmpdir());
+    g_fault = 8;
+    REQUIRE(write_full(slash) == 0);
+    g_fault = 0;
+    REQUIRE(write_full(other) == 0 && mkfifo(pipe, 0644) == 0);
+    { /* other.h5: factor_value std, device cuda */
+        hid_t f = H5Fopen(other, H5F_ACC_RDWR, H5P_DEFAULT);
+        REQUIRE(f >= 0);
+        const char *keys[2][2] = {{"factor_value", "std"}, {"device", "cuda"}};
+        for (int k = 0; k < 2; k++) {
+            REQUIRE(H5Adelete(f, keys[k][0]) >= 0);
+            hid_t t = h5log_vlen_str_type(), sp = H5Screate(H5S_SCALAR);
+            hid_t a = H5Acreate2(f, keys[k][0], t, sp, H5P_DEFAULT, H5P_DEFAULT);
+            REQUIRE(a >= 0 && H5Awrite(a, t, &keys[k][1]) >= 0);
+            H5Aclose(a);
+            H5Sclose(sp);
+            H5Tclose(t);
+        }
+        H5Fclose(f);
+    }
     const char *bin = bin_path("ternlab");
     const struct {
         const char *args;
@@ -907,13 +933,31 @@ TEST(verify_cli_device_and_expect) {
          "--expect h?=8 --expect i?=9 %s", 2, "more than 8 --expect"},
         {"--expect a?=1 --expect b?=2 --expect c?=3 --expect d?=4 --expect e?=5 --expect f?=6 --expect g?=7 "
          "--expect h?=8 %s", 0, ""},
+        /* KEY/=NAME: the last component, a trailing slash of the recorded path aside (SLASH: a run
+         * recorded with --model data/llama-tiny/, as sweeps check their points) */
+        {"--expect model/=llama-tiny %s SLASH", 0, ""},
+        {"--expect model/=llama %s", 4, "llama-tiny"},
+        /* the device whole, not a prefix */
+        {"--device cp %s", 3, "cpu\n"},
+        /* 4 (another value) before 3 (another device), whichever file says which */
+        {"--device cuda --expect factor_value=twn %s OTHER", 4, "not 'twn'"},
+        {"--expect factor_value=twn --device cuda OTHER %s", 4, "not 'twn'"},
+        /* a pipe is no run file (HDF5 had been left to open it) */
+        {"PIPE", 1, "not a regular file"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char args[1400];
         snprintf(args, sizeof args, cases[i].args, path);
         char *b = strstr(args, "BAD");
         if (b) snprintf(b, sizeof args - (size_t)(b - args), "%s", bad);
-        snprintf(cmd, sizeof cmd, "%s verify %s 2>&1", bin, args);
+        const char *subst[3][2] = {{"SLASH", slash}, {"OTHER", other}, {"PIPE", pipe}};
+        for (int k = 0; k < 3; k++) {
+            char *at = strstr(args, subst[k][0]), rest[1400];
+            if (!at) continue;
+            snprintf(rest, sizeof rest, "%s", at + strlen(subst[k][0]));
+            snprintf(at, sizeof args - (size_t)(at - args), "%s%s", subst[k][1], rest);
+        }
+        snprintf(cmd, sizeof cmd, "timeout 20 %s verify %s 2>&1", bin, args);
         const int rc = test_run(cmd, &out);
         CHECK_MSG(rc == cases[i].rc && out && strstr(out, cases[i].want), "verify %s: rc %d (want %d): %s", args, rc,
                   cases[i].rc, out ? out : "");
