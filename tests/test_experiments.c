@@ -483,6 +483,17 @@ TEST(quantize_round_trip_identical_logits) {
                  test_path(TOKENS_FILE), a, bin_path("ternlab"), dir, test_path(TOKENS_FILE), b, a, b);
         CHECK_MSG(test_run(cmd, &log) == 0, "%s: %s", specs[i], log);
         free(log);
+        /* the header padded to 8 bytes, as the format's writers pad it (ternlab's own reader
+         * takes any length; other readers align the data on it) */
+        char st[700];
+        snprintf(st, sizeof st, "%s/model.safetensors", dir);
+        FILE *f = fopen(st, "rb");
+        unsigned char len[8] = {0};
+        REQUIRE(f && fread(len, 1, 8, f) == 8);
+        fclose(f);
+        uint64_t hl = 0;
+        for (int k = 7; k >= 0; k--) hl = hl << 8 | len[k];
+        CHECK_MSG(hl % 8 == 0, "%s: header of %llu bytes", specs[i], (unsigned long long)hl);
     }
     /* a native ternary model with only some layers re-ternarised would mix formats */
     char cmd[2048], *log = NULL;

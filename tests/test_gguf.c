@@ -1211,7 +1211,9 @@ TEST(gguf_quantize_out_name_picks_the_format) {
         const char *args, *want;
     } bad[] = {{"--format safetensors --out %s/st.gguf", "ends in .gguf"},
                {"--format gguf-tq1_0 --out %s/plain", "ending in .gguf"},
-               {"--format bogus --out %s/b.gguf", "expected safetensors"}};
+               {"--format bogus --out %s/b.gguf", "expected safetensors"},
+               /* a .gguf name with a trailing slash: a file still (it had tried to write "x.gguf/") */
+               {"--out %s/sl.gguf/", "ends in a slash, but a .gguf output is a file"}};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char args[800];
         snprintf(args, sizeof args, bad[i].args, dir);
@@ -1221,7 +1223,7 @@ TEST(gguf_quantize_out_name_picks_the_format) {
         CHECK_MSG(rc == 2 && strstr(out, bad[i].want), "%s: rc %d: %s", args, rc, out);
         free(out);
     }
-    snprintf(cmd, sizeof cmd, "test -e %s/st.gguf || test -e %s/plain", dir, dir);
+    snprintf(cmd, sizeof cmd, "test -e %s/st.gguf || test -e %s/plain || test -e %s/sl.gguf", dir, dir, dir);
     CHECK(test_run(cmd, NULL) != 0); /* nothing written */
 }
 

@@ -300,6 +300,11 @@ int cmd_quantize(int argc, char **argv) {
     size_t ol = strlen(o.out);
     while (ol > 1 && o.out[ol - 1] == '/') ol--;
     const int out_gguf = ol >= 5 && strncmp(o.out + ol - 5, ".gguf", 5) == 0;
+    if (out_gguf && ol != strlen(o.out)) { /* (it had tried to write a file named "x.gguf/") */
+        fprintf(stderr, "ternlab quantize: --out %s ends in a slash, but a .gguf output is a file: give %.*s\n",
+                o.out, (int)ol, o.out);
+        return 2;
+    }
     const char *fmt = o.format ? o.format : out_gguf ? "gguf-tq2_0" : "safetensors";
     if (strcmp(fmt, "safetensors") != 0 && strcmp(fmt, "gguf-tq2_0") != 0 && strcmp(fmt, "gguf-tq1_0") != 0) {
         fprintf(stderr, "ternlab quantize: --format '%s': expected safetensors, gguf-tq2_0 or gguf-tq1_0\n", fmt);
