@@ -14,7 +14,8 @@
 #include <string.h>
 
 TEST(bench_quick_writes_every_column) {
-    char path[512], cmd[1024], *out = NULL;
+    char path[512], *out = NULL;
+    static char cmd[12000];
     snprintf(path, sizeof path, "%s/bench.h5", test_tmpdir());
     snprintf(cmd, sizeof cmd, "%s bench --quick --out %s", bin_path("ternlab"), path);
     int rc = test_run(cmd, &out);
@@ -60,6 +61,66 @@ TEST(bench_quick_writes_every_column) {
             CHECK_MSG(i8w[i] == 0 && blw[i] == 0 && spw[i] == 0, "row %lld (n %g): %g %g %g", (long long)i, n_[i],
                       i8w[i], blw[i], spw[i]);
     }
+    /* every column from its own times (each a mutation from an audit that had passed): GFLOP/s
+     * 2 n rows cols over the time, the ratios OpenBLAS / ternary, each kernel's fraction of the
+     * read bandwidth, OpenBLAS's bytes (f32 weights, activations in and out) and the two ternary
+     * kernels' difference (f32 against int8 activations: 3 n cols bytes); --quick's shapes */
+    {
+        static const char *const cols_[] = {"rows", "cols", "tern_f32_ms", "tern_i8_ms", "blas_f32_ms",
+                                            "tern_f32_gflops", "tern_i8_gflops", "blas_f32_gflops", "tern_f32_gbs",
+                                            "blas_f32_gbs", "speedup_f32_vs_blas", "speedup_i8_vs_blas",
+                                            "tern_f32_frac_mem_bw", "blas_f32_frac_mem_bw"};
+        enum { NC = sizeof cols_ / sizeof cols_[0] };
+        static double c[NC][64];
+        for (int k = 0; k < NC; k++) {
+            char p[96];
+            snprintf(p, sizeof p, "/bench/%s", cols_[k]);
+            REQUIRE(h5_read_f64s(path, p, c[k], nr) == 0);
+        }
+        double *rows = c[0], *cl = c[1], *ms[3] = {c[2], c[3], c[4]}, *gf[3] = {c[5], c[6], c[7]};
+        int big = 0, wrong_big = 0, bad = 0;
+        for (int64_t i = 0; i < nr; i++) {
+            const double n = n_[i], flops = 2 * n * rows[i] * cl[i];
+            for (int k = 0; k < 3; k++) bad += fabs(gf[k][i] - flops / (ms[k][i] * 1e-3) * 1e-9) > 1e-9 * gf[k][i];
+            bad += fabs(c[10][i] - ms[2][i] / ms[0][i]) > 1e-12 * c[10][i];
+            bad += fabs(c[11][i] - ms[2][i] / ms[1][i]) > 1e-12 * c[11][i];
+            bad += fabs(c[12][i] - c[8][i] / bw) > 1e-12 * c[12][i] || fabs(c[13][i] - c[9][i] / bw) > 1e-12 * c[13][i];
+            const double blas_bytes = rows[i] * cl[i] * 4 + n * cl[i] * 4 + n * rows[i] * 4;
+            bad += fabs(c[9][i] * ms[2][i] * 1e6 - blas_bytes) > 1e-9 * blas_bytes;
+            const double diff = c[8][i] * ms[0][i] * 1e6 - gbs[i] * ms[1][i] * 1e6;
+            bad += fabs(diff - 3 * n * cl[i]) > 1e-9 * (c[8][i] * ms[0][i] * 1e6);
+            big += rows[i] == 4096 && cl[i] == 14336;
+            wrong_big += rows[i] == 14336 || (rows[i] > 768 && !(rows[i] == 4096 && cl[i] == 14336));
+        }
+        CHECK_MSG(bad == 0, "%d column values not as their times give", bad);
+        CHECK_MSG(big == 2 && wrong_big == 0, "--quick: 4096x14336 in %d rows, %d rows of other large shapes", big,
+                  wrong_big);
+        CHECK(h5_attr_f64(path, "/", "quick") == 1);
+    }
+    /* --fixture: the fixture shapes only */
+    snprintf(cmd, sizeof cmd, "%s bench --quick --fixture --out %s/fx.h5 > /dev/null", bin_path("ternlab"), test_tmpdir());
+    REQUIRE(test_run(cmd, NULL) == 0);
+    {
+        char fx[600];
+        double r_[64], c_[64];
+        snprintf(fx, sizeof fx, "%s/fx.h5", test_tmpdir());
+        const int64_t nf = h5_dataset_len(fx, "/bench/rows");
+        REQUIRE(nf > 0 && nf <= 64 && h5_read_f64s(fx, "/bench/rows", r_, nf) == 0 &&
+                h5_read_f64s(fx, "/bench/cols", c_, nf) == 0);
+        int large = 0;
+        for (int64_t i = 0; i < nf; i++) large += r_[i] > 768 || c_[i] > 768;
+        CHECK_MSG(large == 0 && nf == 12, "--fixture: %lld rows, %d of a large shape", (long long)nf, large);
+    }
+    /* --out twice: refused before anything is written */
+    char bin[4096];
+    REQUIRE(realpath(bin_path("ternlab"), bin));
+    snprintf(cmd, sizeof cmd, "cd %s && %s bench --quick --out a2.h5 --out b2.h5 2>&1; echo \"rc=$?\"; ls", test_tmpdir(),
+             bin);
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(out && strstr(out, "given more than once") && strstr(out, "rc=2\n") && !strstr(out, "a2.h5") &&
+                  !strstr(out, "b2.h5"),
+              "%s", out ? out : "");
+    free(out);
     /* a place the file cannot be written fails before the benchmark runs (it had run it all first) */
     snprintf(cmd, sizeof cmd, "%s bench --quick --out /proc/nope.h5 2>&1", bin_path("ternlab"));
     rc = test_run(cmd, &out);
