@@ -1753,3 +1753,57 @@ TEST(gguf_metadata_at_its_bounds) {
     }
     tiny_tern = 0.0f;
 }
+
+/* `ternlab info` on a GGUF (a mutation audit found no test ran it): strings cut
+ * at 80 bytes (80 shown whole, 81 cut with their length), array strings at 24,
+ * control bytes and DEL escaped (0x1f, 0x7f; '~' and ' ' as they are), five
+ * array elements shown (a sixth as ", ..."), and the tensor bytes by type
+ * adding up to the total, each type's count its tensors' (the fixture). */
+TEST(gguf_info_prints_metadata_and_bytes) {
+    char path[512], cmd[2048], *out = NULL;
+    snprintf(path, sizeof path, "%s/meta.gguf", test_tmpdir());
+    char s80[81], s81[82];
+    memset(s80, 'a', 80), s80[80] = 0;
+    memset(s81, 'b', 81), s81[81] = 0;
+    const char *five[5] = {"e1", "e2", "e3", "e4", "e5"}, *six[6] = {"f1", "f2", "f3", "f4", "f5", "f6"};
+    const char *long_el[1] = {"0123456789012345678901234"}; /* 25 bytes */
+    GgufWriter *w = gguf_writer_new();
+    gguf_writer_str(w, "general.architecture", "llama");
+    gguf_writer_str(w, "t.s80", s80);
+    gguf_writer_str(w, "t.s81", s81);
+    gguf_writer_str(w, "t.ctl", "a\x1f" "b\x7f" "c~ d");
+    gguf_writer_str_array(w, "t.five", five, 5);
+    gguf_writer_str_array(w, "t.six", six, 6);
+    gguf_writer_str_array(w, "t.long", long_el, 1);
+    REQUIRE(gguf_writer_write(w, path) == 0);
+    gguf_writer_free(w);
+    snprintf(cmd, sizeof cmd, "%s info --model %s 2>&1", bin_path("ternlab"), path);
+    REQUIRE(test_run(cmd, &out) == 0 && out);
+    char want80[100], want81[120];
+    snprintf(want80, sizeof want80, "\"%s\"\n", s80);
+    snprintf(want81, sizeof want81, "\"%.80s\"... (81 bytes)\n", s81);
+    const char *want[] = {want80, want81, "\"a\\x1fb\\x7fc~ d\"\n", "[string x 5] \"e1\", \"e2\", \"e3\", \"e4\", \"e5\"\n",
+                          "[string x 6] \"f1\", \"f2\", \"f3\", \"f4\", \"f5\", ...\n",
+                          "[string x 1] \"012345678901234567890123\"... (25 bytes)\n"};
+    for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
+        CHECK_MSG(strstr(out, want[i]), "no '%s' in:\n%s", want[i], out);
+    free(out);
+    /* the fixture's tensor bytes by type */
+    snprintf(cmd, sizeof cmd, "%s info --model %s 2>&1", bin_path("ternlab"), test_path(GGUF_TQ2 ".gguf"));
+    REQUIRE(test_run(cmd, &out) == 0 && out);
+    const char *tb = strstr(out, "tensor bytes ");
+    REQUIRE(tb);
+    unsigned long long total = strtoull(tb + 13, NULL, 10), sum = 0, lines = 0, counted = 0;
+    for (const char *p = strstr(tb, " ("); p; p = strstr(p + 1, " (")) sum += strtoull(p + 2, NULL, 10);
+    for (const char *p = strstr(tb, ": ") + 1; p && *p && *p != '\n';) { /* " TYPE COUNT (BYTES bytes)" */
+        const char *sp = strchr(p + 1, ' ');
+        if (!sp) break;
+        counted += strtoull(sp + 1, NULL, 10);
+        p = strchr(sp + 1, ')');
+        if (p) p++;
+    }
+    for (const char *p = out; (p = strstr(p, " bytes at +")); p++) lines++;
+    CHECK_MSG(total > 0 && sum == total && counted == lines, "total %llu, by type %llu; %llu tensors, counted %llu",
+              total, sum, lines, counted);
+    free(out);
+}
