@@ -871,15 +871,16 @@ static void put(const char *dir, const char *name, const char *text) {
 
 /* cgroup_cpu_limit: v2 cpu.max ("max" is none) and v1 cpu.cfs_quota_us / period
  * (-1 is none), in the process's cgroup and each folder above it (the smallest
- * quota), on a hybrid host both; rounded up to whole CPUs (2.0 stays 2).  Then the
+ * quota), on a hybrid host both; rounded up to whole CPUs (2.0 stays 2), a quota
+ * past a million CPUs read as a million (it had overflowed the int).  Then the
  * programs: a quota under the CPUs the process may run on caps OpenMP's team
- * (`info` says so and why), OMP_NUM_THREADS given by the user is kept. */
+ * (`info` says so and why); OMP_NUM_THREADS or GOTO_NUM_THREADS given by the user
+ * is kept.  (The hooks' variables are set only around the calls, so that a
+ * failed REQUIRE leaves no later test capped.) */
 TEST(diag_cgroup_cpu_quota) {
     char root[700], self[800], what[3000], sub[900];
     snprintf(root, sizeof root, "%s/cg", test_tmpdir());
     snprintf(self, sizeof self, "%s/self", test_tmpdir());
-    setenv("TERNLAB_CGROUP_ROOT", root, 1);
-    setenv("TERNLAB_CGROUP_SELF", self, 1);
     struct {
         const char *self;          /* the /proc/self/cgroup lines */
         const char *files[4][2];   /* folder under root, "name=text" */
@@ -898,6 +899,9 @@ TEST(diag_cgroup_cpu_quota) {
         {"1:cpu:/\n0::/\n", {{"/cpu", "cpu.cfs_quota_us=700000"}, {"/cpu", "cpu.cfs_period_us=100000"}, {"", "cpu.max=400000 100000"}}, 4,
          "/cpu.max"},
         {"2:cpuacct:/\n1:cpu:/\n", {{"/cpu", "cpu.cfs_quota_us=150000"}, {"/cpu", "cpu.cfs_period_us=100000"}}, 2, "/cpu/cpu.cfs_quota_us"},
+        {"0::/\n", {{"", "cpu.max=10000000000000 1000"}}, 1000000, "/cpu.max"},
+        {"0::/\n", {{"", "cpu.max=100000000000 100000"}}, 1000000, "/cpu.max"},
+        {"0::/\n", {{"", "cpu.max=99999900000 100000"}}, 999999, "/cpu.max"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char cmd[1600];
@@ -915,7 +919,11 @@ TEST(diag_cgroup_cpu_quota) {
             put(sub, name, eq + 1);
         }
         what[0] = 0;
+        setenv("TERNLAB_CGROUP_ROOT", root, 1);
+        setenv("TERNLAB_CGROUP_SELF", self, 1);
         const int got = cgroup_cpu_limit(what, sizeof what);
+        unsetenv("TERNLAB_CGROUP_ROOT");
+        unsetenv("TERNLAB_CGROUP_SELF");
         CHECK_MSG(got == cases[i].want, "case %zu: %d CPUs, want %d (%s)", i, got, cases[i].want, what);
         if (cases[i].from) {
             snprintf(sub, sizeof sub, "%s%s:", root, cases[i].from);
@@ -932,8 +940,10 @@ TEST(diag_cgroup_cpu_quota) {
     char cmd[3000], *out = NULL;
     snprintf(cmd, sizeof cmd, "rm -rf '%s' && mkdir -p '%s' && printf '50000 100000' > '%s/cpu.max'", root, root, root);
     REQUIRE(test_run(cmd, NULL) == 0);
-    snprintf(cmd, sizeof cmd, "env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS %s info --model %s 2>&1", bin_path("ternlab"),
-             test_path(LLAMA_DIR));
+    char hooks[1700];
+    snprintf(hooks, sizeof hooks, "'TERNLAB_CGROUP_ROOT=%s' 'TERNLAB_CGROUP_SELF=%s'", root, self);
+    snprintf(cmd, sizeof cmd, "env -u OMP_NUM_THREADS -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS %s %s info --model %s 2>&1",
+             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
     REQUIRE(test_run(cmd, &out) == 0);
     if (CPU_COUNT(&cs) > 1)
         CHECK_MSG(strstr(out, "\nthreads      1 (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set by ternlab to the cgroup CPU "
@@ -942,19 +952,22 @@ TEST(diag_cgroup_cpu_quota) {
     else
         CHECK_MSG(strstr(out, "\nthreads      1\n"), "%s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS OMP_NUM_THREADS=3 %s info --model %s 2>&1", bin_path("ternlab"),
-             test_path(LLAMA_DIR));
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS %s OMP_NUM_THREADS=3 %s info --model %s 2>&1",
+             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
     REQUIRE(test_run(cmd, &out) == 0);
     CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS %s GOTO_NUM_THREADS=1 %s info --model %s 2>&1",
+             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
+    REQUIRE(test_run(cmd, &out) == 0);
+    CHECK_MSG(!strstr(out, "capped") && !strstr(out, "set by ternlab to the cgroup"), "GOTO_NUM_THREADS set: %s", out);
     free(out);
     /* a cap inherited from a parent, OMP_NUM_THREADS changed since: not reported as the quota's */
-    snprintf(cmd, sizeof cmd, "env OMP_NUM_THREADS=3 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)' %s info --model %s 2>&1",
-             bin_path("ternlab"), test_path(LLAMA_DIR));
+    snprintf(cmd, sizeof cmd, "env %s OMP_NUM_THREADS=3 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)' %s info --model %s 2>&1",
+             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
     REQUIRE(test_run(cmd, &out) == 0);
     CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
     free(out);
-    unsetenv("TERNLAB_CGROUP_ROOT");
-    unsetenv("TERNLAB_CGROUP_SELF");
 }
 
 /* The CLI's window and option bounds at their edges (a mutation audit found each

@@ -750,32 +750,39 @@ static void slurp(const char *path, char *buf, size_t n) {
 /* quantize stopped by SIGTERM (a sweep stopping a point) leaves the folder as
  * it was or the whole checkpoint, nothing between: every file is staged as a
  * temporary, then all are renamed with the signal held.  The signal is sent
- * (a) the moment model.safetensors appears in the folder — the old order
+ * (mode 0) the moment model.safetensors appears in the folder — the old order
  * renamed it, then wrote config.json, so the stop left the weights without
- * their config (and the next call refused the folder) — and (b) the moment a
+ * their config (and the next call refused the folder) — and (1) the moment a
  * temporary appears, when the folder's own generation_config.json ("old")
- * must still be there unless the whole checkpoint is. */
+ * must still be there unless the whole checkpoint is; (2) as (1) into a folder
+ * the call makes, which must then be gone (it had stayed, empty); (3) SIGHUP
+ * as (1) to a quantize started with HUP ignored (nohup), which must finish
+ * (the handler had replaced the ignore: a nohup run ended on HUP). */
 TEST(quantize_stopped_leaves_nothing_or_everything) {
     char bin[PATH_MAX], model[PATH_MAX], dir[600], out[700], p[PATH_MAX + 800], gen_src[4096], buf[4096];
     REQUIRE(realpath(bin_path("ternlab"), bin) && realpath(test_path("data/llama-tiny"), model));
     snprintf(p, sizeof p, "%s/generation_config.json", model);
     slurp(p, gen_src, sizeof gen_src);
     REQUIRE(gen_src[0]);
-    for (int mode = 0; mode < 2; mode++) {
+    for (int mode = 0; mode < 4; mode++) {
         /* (a loaded machine can end the run between two polls: then it is run again, up to
          * five times; a run never caught is checked as finished, which it is) */
         int seen = 0, status = 0, tries = 0;
         for (; tries < 5 && !seen; tries++) {
             snprintf(dir, sizeof dir, "%s/stop%d_%d", test_tmpdir(), mode, tries);
             snprintf(out, sizeof out, "%s/out", dir);
-            REQUIRE(mkdir(dir, 0777) == 0 && mkdir(out, 0777) == 0);
-            snprintf(p, sizeof p, "%s/generation_config.json", out);
-            REQUIRE(file_write_atomic(p, "old\n", 4) == 0);
+            REQUIRE(mkdir(dir, 0777) == 0);
+            if (mode != 2) {
+                REQUIRE(mkdir(out, 0777) == 0);
+                snprintf(p, sizeof p, "%s/generation_config.json", out);
+                REQUIRE(file_write_atomic(p, "old\n", 4) == 0);
+            }
             pid_t pid = fork();
             REQUIRE(pid >= 0);
             if (pid == 0) {
                 int null = open("/dev/null", O_WRONLY);
                 if (null >= 0) dup2(null, 1), dup2(null, 2);
+                if (mode == 3) signal(SIGHUP, SIG_IGN);
                 execl(bin, bin, "quantize", "--model", model, "--quant", "rule=absmean,group=256,scale=f16", "--out",
                       out, (char *)NULL);
                 _exit(127);
@@ -788,7 +795,7 @@ TEST(quantize_stopped_leaves_nothing_or_everything) {
                 } else seen = count_tmp(out) > 0;
             }
             if (seen) {
-                kill(pid, SIGTERM);
+                kill(pid, mode == 3 ? SIGHUP : SIGTERM);
                 REQUIRE(waitpid(pid, &status, 0) == pid);
             } else {
                 CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0, "mode %d: quantize failed (status %d)", mode,
@@ -801,16 +808,20 @@ TEST(quantize_stopped_leaves_nothing_or_everything) {
         snprintf(pc, sizeof pc, "%s/config.json", out);
         snprintf(pm, sizeof pm, "%s/model.safetensors", out);
         snprintf(p, sizeof p, "%s/generation_config.json", out);
-        const int has_cfg = lstat(pc, &st) == 0, has_model = lstat(pm, &st) == 0;
+        const int has_cfg = lstat(pc, &st) == 0, has_model = lstat(pm, &st) == 0, has_out = lstat(out, &st) == 0;
         slurp(p, buf, sizeof buf);
         const int whole = has_cfg && has_model && strcmp(buf, gen_src) == 0;
-        const int as_was = !has_cfg && !has_model && strcmp(buf, "old\n") == 0;
+        const int as_was = mode == 2 ? !has_out : !has_cfg && !has_model && strcmp(buf, "old\n") == 0;
         CHECK_MSG(whole || as_was,
-                  "mode %d: stopped (signal %d) with config.json %d, model.safetensors %d, generation_config.json "
-                  "'%.40s'", mode, WIFSIGNALED(status) ? WTERMSIG(status) : 0, has_cfg, has_model, buf);
-        CHECK_MSG(count_tmp(out) == 0, "mode %d: temporaries left", mode);
+                  "mode %d: stopped (signal %d) with the folder %d, config.json %d, model.safetensors %d, "
+                  "generation_config.json '%.40s'", mode, WIFSIGNALED(status) ? WTERMSIG(status) : 0, has_out, has_cfg,
+                  has_model, buf);
+        CHECK_MSG(count_tmp(out) <= 0, "mode %d: temporaries left", mode);
         /* the moment model.safetensors appears is inside the renames: the checkpoint completes */
         if (mode == 0) CHECK_MSG(whole, "model.safetensors without the rest");
+        if (mode == 3)
+            CHECK_MSG(whole && WIFEXITED(status) && WEXITSTATUS(status) == 0, "HUP ignored: status %d (signal %d)", status,
+                      WIFSIGNALED(status) ? WTERMSIG(status) : 0);
         if (whole) { /* and it loads */
             static char cmd[2 * PATH_MAX + 800];
             char *o = NULL;
@@ -971,8 +982,8 @@ TEST(verify_cli_device_and_expect) {
  * found each changed with the suite passing): path_parent of a bare name is
  * "." and of "/x" is "/"; file_same of two absent paths naming one file (a "./"
  * between) is 1, of two others 0; a file_stage that cannot write leaves no
- * temporary; files_commit whose second rename fails has renamed the first,
- * removed the second's temporary and says done 1. */
+ * temporary; files_commit whose last rename fails leaves the folder as it
+ * was (it had left the first final renamed). */
 TEST(mem_paths_and_staged_writes) {
     const char *cases[][2] = {{"x.h5", "."}, {"/x.h5", "/"}, {"a/b/c", "a/b"}, {"/a", "/"}, {"a/b", "a"}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -1004,18 +1015,32 @@ TEST(mem_paths_and_staged_writes) {
     REQUIRE(waitpid(pid, &st, 0) == pid);
     CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 0, "file_stage over the limit: status %d", st);
     CHECK_MSG(count_tmp(dir) == 0, "a temporary left by the failed stage");
-    /* files_commit: the second final in a folder that does not exist */
-    char f0[800], f1[800], t0[900], t1[900];
+    /* files_commit whose third rename fails (a folder that does not exist) undoes the
+     * set: the first final, new, removed; the second, there before, put back */
+    char f0[800], f1[800], f2[800], t0[900], t1[900], t2[900], buf[16];
     snprintf(f0, sizeof f0, "%s/one.txt", dir);
-    snprintf(f1, sizeof f1, "%s/missing/two.txt", dir);
-    REQUIRE(file_stage(f0, "1", 1, t0, sizeof t0) == 0);
     snprintf(f1, sizeof f1, "%s/two.txt", dir);
-    REQUIRE(file_stage(f1, "2", 1, t1, sizeof t1) == 0);
-    snprintf(f1, sizeof f1, "%s/missing/two.txt", dir);
-    char *tmps[2] = {t0, t1}, *finals[2] = {f0, f1};
-    int done = -1;
-    CHECK(files_commit(2, tmps, finals, &done) == -1 && done == 1 && strstr(err_msg(), "cannot rename"));
+    snprintf(f2, sizeof f2, "%s/three.txt", dir);
+    REQUIRE(file_write_atomic(f1, "old", 3) == 0);
+    REQUIRE(file_stage(f0, "1", 1, t0, sizeof t0) == 0 && file_stage(f1, "2", 1, t1, sizeof t1) == 0 &&
+            file_stage(f2, "3", 1, t2, sizeof t2) == 0);
+    snprintf(f2, sizeof f2, "%s/missing/three.txt", dir);
+    char *tmps[3] = {t0, t1, t2}, *finals[3] = {f0, f1, f2};
+    CHECK(files_commit(3, tmps, finals) == -1 && strstr(err_msg(), "cannot rename"));
     struct stat s0;
+    CHECK_MSG(stat(f0, &s0) != 0, "the new final of a failed set left");
+    FILE *fr = fopen(f1, "r");
+    CHECK_MSG(fr && fgets(buf, sizeof buf, fr) && strcmp(buf, "old") == 0, "the final there before not put back: '%s'",
+              fr ? buf : "(absent)");
+    if (fr) fclose(fr);
+    CHECK_MSG(count_tmp(dir) == 0, "a temporary (or a kept old final) left by the failed commit");
+    /* and a set that goes in: both finals replaced, no old one kept */
+    snprintf(f2, sizeof f2, "%s/three.txt", dir);
+    REQUIRE(file_stage(f0, "1", 1, t0, sizeof t0) == 0 && file_stage(f1, "22", 2, t1, sizeof t1) == 0);
+    CHECK(files_commit(2, tmps, finals) == 0);
+    fr = fopen(f1, "r");
+    CHECK(fr && fgets(buf, sizeof buf, fr) && strcmp(buf, "22") == 0);
+    if (fr) fclose(fr);
     CHECK(stat(f0, &s0) == 0 && s0.st_size == 1);
-    CHECK_MSG(count_tmp(dir) == 0, "a temporary left by the failed commit");
+    CHECK_MSG(count_tmp(dir) == 0, "a temporary (or a kept old final) left by the commit");
 }

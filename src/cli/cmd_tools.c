@@ -113,36 +113,34 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
 
 /* What one quantize_safetensors call writes: each file first to its temporary
  * (staged), then all renamed together (files_commit: the source's copied files,
- * model.safetensors, config.json last), so that a failed write or a stop leaves
- * the folder as it was — no model.safetensors without its config.json (which
- * the next call refused as "already holds model.safetensors"), no copied file
- * of the folder's replaced by a checkpoint that did not follow.  Which finals
- * were not there before (what a failed rename removes), and whether the call
- * made the folder (removed too when nothing is left in it). */
+ * model.safetensors, config.json last; a failed rename undoes the set), so
+ * that a failed write or a stop leaves the folder as it was — no
+ * model.safetensors without its config.json (which the next call refused as
+ * "already holds model.safetensors"), no copied file of the folder's replaced
+ * by a checkpoint that did not follow, no folder the call made.  The
+ * temporaries staged (none once files_commit has run: it removes or renames
+ * them), and whether the call made the folder. */
 enum { N_OUT = 2 + N_COPIED };
 typedef struct {
     char tmp[N_OUT][4300], final[N_OUT][4200];
-    int n, is_new[N_OUT], renamed, made_dir;
+    int n, made_dir;
 } Written;
 
 /* Remembers a staged file: its temporary (already written) and its final path. */
 static void staged(Written *wr, const char *tmp, const char *final) {
-    struct stat st;
     snprintf(wr->tmp[wr->n], sizeof wr->tmp[0], "%s", tmp);
-    snprintf(wr->final[wr->n], sizeof wr->final[0], "%s", final);
-    /* (lstat: a dangling link is there, and not ours to remove) */
-    wr->is_new[wr->n++] = lstat(final, &st) != 0 && errno == ENOENT;
+    snprintf(wr->final[wr->n++], sizeof wr->final[0], "%s", final);
 }
 
-/* After a failure: the temporaries not renamed, the new finals that were, the folder. */
-static void remove_written(const Written *wr, const char *out) {
+/* After a failure: the temporaries staged, and the folder if the call made it
+ * (when nothing else is in it). */
+static void remove_written(Written *wr, const char *out) {
     for (int i = 0; i < wr->n; i++) {
-        if (i >= wr->renamed) {
-            remove(wr->tmp[i]);
-            tmp_end(wr->tmp[i]);
-        } else if (wr->is_new[i]) unlink(wr->final[i]);
+        remove(wr->tmp[i]);
+        tmp_end(wr->tmp[i]);
     }
-    if (wr->made_dir) rmdir(out);
+    wr->n = 0;
+    if (wr->made_dir) rmdir(out), tmp_end(out);
 }
 
 static int stage_text(Written *wr, const char *path, const char *text) {
@@ -158,7 +156,7 @@ static int stage_text(Written *wr, const char *path, const char *text) {
  * the source checkpoint; config.json gets quantization_config
  * {quant_method: ternlab, spec, layout}. */
 static int quantize_safetensors(Model *m, const char *out, Written *wr) {
-    if (mkdir(out, 0777) == 0) wr->made_dir = 1;
+    if (mkdir(out, 0777) == 0) wr->made_dir = 1, tmp_dir_begin(out); /* (a stop removes it) */
     else if (errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
     QuantSpec spec;
     if (quantized_spec(m, &spec) != 0) return -1;
@@ -240,7 +238,8 @@ static int quantize_safetensors(Model *m, const char *out, Written *wr) {
     if (rc == 0) {
         char *tmps[N_OUT], *finals[N_OUT];
         for (int i = 0; i < wr->n; i++) tmps[i] = wr->tmp[i], finals[i] = wr->final[i];
-        rc = files_commit(wr->n, tmps, finals, &wr->renamed);
+        rc = files_commit(wr->n, tmps, finals);
+        wr->n = 0; /* (renamed, or removed with the set undone) */
     }
     free(ts);
     return rc;
@@ -385,7 +384,7 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
-    static Written wr; /* (17 KB of paths) */
+    static Written wr; /* (34 KB of paths) */
     int rc = m.st.n_tensors ? quantize_safetensors(&m, o.out, &wr)
                             : err_set("safetensors output needs a safetensors source checkpoint");
     model_free(&m);
@@ -394,6 +393,7 @@ int cmd_quantize(int argc, char **argv) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }
+    if (wr.made_dir) tmp_end(o.out);
     printf("wrote %s\n", o.out);
     return 0;
 }

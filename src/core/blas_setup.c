@@ -94,7 +94,8 @@ int cgroup_cpu_limit(char *what, size_t n) {
             }
         }
     }
-    return best > 0 ? (int)ceil(best - 1e-9) : 0;
+    /* (a quota of more CPUs than an int holds — cpu.max takes one — is none) */
+    return best > 0 ? best < 1e6 ? (int)ceil(best - 1e-9) : 1000000 : 0;
 }
 
 void blas_setup(int argc, char **argv) {
@@ -119,9 +120,10 @@ void blas_setup(int argc, char **argv) {
      * which size their teams by the CPUs the process may run on: 64 threads time-sliced
      * onto two CPUs' worth.  Where the user set neither thread count, both are set to
      * the quota (and reported: TERNLAB_CPU_QUOTA). */
-    if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS")) {
+    int lim = 0;
+    if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS")) {
         char what[2600] = "";
-        const int lim = cgroup_cpu_limit(what, sizeof what);
+        lim = cgroup_cpu_limit(what, sizeof what);
         cpu_set_t cs;
         const int ncpu = sched_getaffinity(0, sizeof cs, &cs) == 0 ? CPU_COUNT(&cs) : 0;
         if (lim > 0 && lim < ncpu) {
@@ -132,7 +134,7 @@ void blas_setup(int argc, char **argv) {
             snprintf(rep, sizeof rep, "%d of %d CPUs (%s)", lim, ncpu, what);
             setenv("TERNLAB_CPU_QUOTA", rep, 1);
             reexec = 1;
-        }
+        } else lim = 0;
     }
     const char *have = openblas_get_corename();
     const char *want = wanted_core();
@@ -143,9 +145,14 @@ void blas_setup(int argc, char **argv) {
     }
     if (!reexec) return;
     execv("/proc/self/exe", argv);
-    /* exec failed: carry on, but say so */
-    fprintf(stderr, "ternlab: warning: re-running with OPENBLAS_CORETYPE/OMP_WAIT_POLICY set "
+    /* exec failed: carry on, but say so; the thread counts set as they can be now
+     * (OpenMP and OpenBLAS read their variables when the program started) */
+    fprintf(stderr, "ternlab: warning: re-running with OPENBLAS_CORETYPE/OMP_WAIT_POLICY/thread counts set "
                     "failed; BLAS may be slow\n");
+    if (lim > 0) {
+        omp_set_num_threads(lim);
+        openblas_set_num_threads(lim);
+    }
 }
 
 const char *blas_core_report(void) {

@@ -17,8 +17,8 @@
 #include <stddef.h>
 
 void blas_setup(int argc, char **argv);
-/* The process's cgroup CPU quota in whole CPUs, rounded up; 0 when none (see
- * blas_setup.c).  `what` gets the file and its numbers. */
+/* The process's cgroup CPU quota in whole CPUs, rounded up (1000000 for a
+ * quota of a million CPUs or more); 0 when none (see blas_setup.c).  `what` gets the file and its numbers. */
 int cgroup_cpu_limit(char *what, size_t n);
 /* "SkylakeX (set by ternlab: library detected Prescott)" etc., for load reports. */
 const char *blas_core_report(void);

@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -175,12 +176,13 @@ int file_same(const char *a, const char *b) {
 }
 
 /* the registry: slot i holds a path while live[i] (set after the path is
- * written, cleared before it is reused: the handler reads only whole paths) */
+ * written, cleared before it is reused: the handler reads only whole paths);
+ * live 1 a temporary file, 2 a folder the call made (removed if empty) */
 enum { TMP_SLOTS = 16, TMP_PATH = 4400 };
 static char tmp_paths[TMP_SLOTS][TMP_PATH];
 static volatile sig_atomic_t tmp_live[TMP_SLOTS];
 
-static void tmp_register(const char *path) {
+static void tmp_register(const char *path, int kind) {
     if (!path || strlen(path) >= TMP_PATH) return;
     int free_slot = -1;
     for (int i = 0; i < TMP_SLOTS; i++) {
@@ -189,7 +191,7 @@ static void tmp_register(const char *path) {
     }
     if (free_slot < 0) return;
     memcpy(tmp_paths[free_slot], path, strlen(path) + 1);
-    tmp_live[free_slot] = 1;
+    tmp_live[free_slot] = kind;
 }
 
 void tmp_begin(char *buf, size_t n, const char *final) {
@@ -201,26 +203,38 @@ void tmp_begin(char *buf, size_t n, const char *final) {
               *c == '-' || *c == '_'))
             *c = '_';
     snprintf(buf, n, "%s.tmp.%s.%ld", final, host, (long)getpid());
-    tmp_register(buf);
+    tmp_register(buf, 1);
 }
+
+void tmp_dir_begin(const char *dir) { tmp_register(dir, 2); }
 
 void tmp_end(const char *path) {
     for (int i = 0; path && i < TMP_SLOTS; i++)
         if (tmp_live[i] && strcmp(tmp_paths[i], path) == 0) tmp_live[i] = 0;
 }
 
-/* files_commit's hold: a TERM, INT or HUP that reaches another thread (one the
- * calling thread's mask does not cover) while a set of files is renamed is kept
- * here and raised again after the set */
-static volatile sig_atomic_t tmp_hold, tmp_held_sig;
+/* Who has the registry: 0 nobody, 1 files_commit renaming a set (a TERM, INT
+ * or HUP that reaches another thread then — one the committing thread's mask
+ * does not cover — is kept in tmp_held_sig and raised again after the set), 2
+ * a handler removing the temporaries before the process ends (files_commit
+ * then renames nothing).  Taken by compare-and-swap, so that no rename runs
+ * beside the removal on another thread (a temporary renamed before the handler
+ * reached it had stayed as its final, the set half done). */
+static atomic_int tmp_state;
+static volatile sig_atomic_t tmp_held_sig;
 
 static void tmp_on_signal(int sig) {
-    if (tmp_hold) {
-        tmp_held_sig = sig;
-        return;
+    int was = 0;
+    if (!atomic_compare_exchange_strong(&tmp_state, &was, 2)) {
+        if (was == 1) {
+            tmp_held_sig = sig;
+            return;
+        }
+        for (;;) pause(); /* another thread is removing them and ending the process */
     }
-    for (int i = 0; i < TMP_SLOTS; i++) /* (unlink is async-signal-safe) */
-        if (tmp_live[i]) unlink(tmp_paths[i]);
+    for (int k = 1; k <= 2; k++) /* (unlink and rmdir are async-signal-safe) */
+        for (int i = 0; i < TMP_SLOTS; i++)
+            if (tmp_live[i] == k) k == 1 ? unlink(tmp_paths[i]) : rmdir(tmp_paths[i]);
     signal(sig, SIG_DFL);
     raise(sig);
 }
@@ -228,7 +242,11 @@ static void tmp_on_signal(int sig) {
 void tmp_cleanup_on_signals(void) {
     const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
     for (int i = 0; i < 3; i++) {
-        struct sigaction sa;
+        struct sigaction sa, was;
+        /* one ignored (nohup; a background job of a non-interactive shell gets INT
+         * ignored) stays ignored: it does not end the process, so has nothing to
+         * clean up (handled, it had ended a nohup run on HUP) */
+        if (sigaction(sigs[i], NULL, &was) == 0 && was.sa_handler == SIG_IGN) continue;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = tmp_on_signal;
         sigemptyset(&sa.sa_mask);
@@ -272,29 +290,50 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
     return 0;
 }
 
-int files_commit(int n, char *const *tmp, char *const *final, int *done) {
+int files_commit(int n, char *const *tmp, char *const *final) {
     sigset_t hold, old;
     sigemptyset(&hold);
     sigaddset(&hold, SIGTERM);
     sigaddset(&hold, SIGINT);
     sigaddset(&hold, SIGHUP);
-    tmp_hold = 1;
-    sigprocmask(SIG_BLOCK, &hold, &old);
+    pthread_sigmask(SIG_BLOCK, &hold, &old);
+    int was = 0;
+    if (!atomic_compare_exchange_strong(&tmp_state, &was, 1))
+        for (;;) pause(); /* a stop's handler on another thread is removing the temporaries */
+    /* a final that is there is kept under a second name (a hard link) until the
+     * set is in: a failed rename puts it back */
+    enum { MAXN = 16 };
+    char backup[MAXN][4400];
+    int had[MAXN] = {0};
     int rc = 0, i = 0;
-    for (; i < n; i++) {
+    if (n > MAXN) rc = err_set("files_commit: %d files, at most %d", n, MAXN);
+    for (; rc == 0 && i < n; i++) {
+        struct stat st;
+        char name[4300];
+        snprintf(name, sizeof name, "%s.old", final[i]);
+        tmp_begin(backup[i], sizeof backup[i], name);
+        had[i] = lstat(final[i], &st) == 0 ? 1 + (link(final[i], backup[i]) == 0) : 0;
+        if (had[i] != 2) tmp_end(backup[i]);
         if (rename(tmp[i], final[i]) != 0) {
             rc = err_set("cannot rename %s to %s: %s", tmp[i], final[i], strerror(errno));
+            if (had[i] == 2) unlink(backup[i]), tmp_end(backup[i]);
             break;
         }
         tmp_end(tmp[i]);
     }
-    *done = i;
-    for (int j = i; j < n; j++) {
+    const int renamed = rc == 0 ? n : i;
+    for (int j = 0; j < renamed; j++) { /* failed: each renamed one undone */
+        if (rc != 0 && had[j] == 2) rename(backup[j], final[j]);
+        else if (rc != 0 && had[j] == 0) unlink(final[j]);
+        else if (had[j] == 2) unlink(backup[j]);
+        if (had[j] == 2) tmp_end(backup[j]);
+    }
+    for (int j = renamed; j < n; j++) {
         remove(tmp[j]);
         tmp_end(tmp[j]);
     }
-    tmp_hold = 0;
-    sigprocmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
+    atomic_store(&tmp_state, 0);
+    pthread_sigmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
     if (tmp_held_sig) raise(tmp_held_sig);
     return rc;
 }

@@ -44,12 +44,16 @@ int file_write_atomic(const char *path, const void *data, size_t n);
  * tmp_begin), left for files_commit.  Returns 0, or -1 with err_set (nothing
  * left, path checked by file_out_check first). */
 int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn);
-/* Renames tmp[i] over final[i] in order with SIGTERM, SIGINT and SIGHUP held
- * back, so that a sweep's stop lands before the set or after it, not inside
- * (a held signal ends the process once the set is in place); each temporary is
- * unregistered as it is renamed.  On a failed rename the temporaries left are
- * removed and -1 returned with err_set; *done is how many were renamed. */
-int files_commit(int n, char *const *tmp, char *const *final, int *done);
+/* Renames tmp[i] over final[i] in order (at most 16) with SIGTERM, SIGINT and
+ * SIGHUP held back, so that a sweep's stop lands before the set or after it,
+ * not inside (a held signal ends the process once the set is in place, or once
+ * a failed one is undone); each temporary is unregistered as it is renamed.
+ * On a failed rename the set is undone — the temporaries left removed, the
+ * finals renamed so far removed or, where a file was there before, put back
+ * (kept under a hard link "<final>.old.tmp.<host>.<pid>" until the set is in;
+ * on a file system without hard links it stays replaced) — and -1 returned
+ * with err_set. */
+int files_commit(int n, char *const *tmp, char *const *final);
 
 /* The temporary a result is written to before it is renamed over `final`,
  * named into buf and registered (below) until tmp_end(buf):
@@ -64,8 +68,13 @@ void tmp_begin(char *buf, size_t n, const char *final);
  * removes them before the process ends (tmp_cleanup_on_signals, in the
  * programs' main).  Up to 16 at once (more: not registered). */
 void tmp_end(const char *path);
+/* A folder the call made for its output, registered as the temporaries are
+ * (until tmp_end(dir)): a stop removes it after them when it is empty. */
+void tmp_dir_begin(const char *dir);
 /* Handlers for SIGTERM, SIGINT and SIGHUP that unlink every registered
- * temporary, then end the process by the same signal (default action). */
+ * temporary (and remove every registered folder left empty), then end the
+ * process by the same signal (default action).  A signal the process was
+ * started with ignored (nohup) stays ignored. */
 void tmp_cleanup_on_signals(void);
 
 /* For a path that a result will be renamed over: 0 when it does not exist or
