@@ -8,7 +8,8 @@
 # then, through the device tool, with carry [".devlibs"]:
 #   bash kernels/cuda/dev/verify_on_gpu.sh [STEP...]     (default: all)
 # STEPs: tests  bench  e2e  chain (and for the bf16 bulk-copy GEMV: bf  bfsweep
-# engine  bfe2e).  Logs and tables are written under
+# engine  bfe2e; for the host changes of sessions without a GPU: host, which
+# needs only the bundle of ternlab, test_runner and the exp_* programs).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -25,8 +26,11 @@ tar xJf .devlibs/bundle.tar.xz -C /tmp/tl || { echo "no .devlibs/bundle.tar.xz (
 export LD_LIBRARY_PATH=/tmp/tl/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export TERNLAB_BIN=/tmp/tl/bin/ternlab TERNLAB_BUILD=/tmp/tl/bin TERNLAB_TEST_TIMEOUT=200
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
-make -f kernels/cuda/gpu.mk GPU_BUILD=/tmp/g /tmp/g/test_gpu /tmp/g/bench_gpu -j16 > "$out/build.log" 2>&1
-echo "build rc=$?" | tee -a "$out/status.txt"
+# (test_gpu and bench_gpu built here only for the steps that run them)
+if [[ " ${steps[*]} " =~ \ (tests|bench|chain|bf|bfsweep)\  ]]; then
+    make -f kernels/cuda/gpu.mk GPU_BUILD=/tmp/g /tmp/g/test_gpu /tmp/g/bench_gpu -j16 > "$out/build.log" 2>&1
+    echo "build rc=$?" | tee -a "$out/status.txt"
+fi
 
 run() { # name command...: output to $out/name.log, status to status.txt
     local name=$1; shift
@@ -70,7 +74,19 @@ for s in "${steps[@]}"; do
             run bfe2e_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16,tern-bf16 --batches 1,8 \
                 --prefill 16 --out "$out/bfe2e_$i.h5" --md "$out/bfe2e_$i.md"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e)" | tee -a "$out/status.txt" ;;
+    host) # host changes made without a GPU (fifty-seventh, fifty-eighth sessions): the cgroup
+        # quota as the GPU machine's container sets it, the thread count the programs take,
+        # the engine's GPU tests with the host tests those sessions added, the 7B at batch 1
+        run cgroup sh -c 'nproc; cat /proc/self/cgroup; for f in /sys/fs/cgroup/cpu.max \
+            /sys/fs/cgroup/cpu/cpu.cfs_quota_us /sys/fs/cgroup/cpu,cpuacct/cpu.cfs_quota_us; do
+            [ -f "$f" ] && echo "$f: $(cat "$f")"; done; /tmp/tl/bin/ternlab info --model data/llama-tiny | grep -i thread'
+        run host_tests /tmp/tl/bin/test_runner gpu_ cuda_ bench_e2e exp_device ppl_cli_kv exp_each quantize_stopped \
+            diag_cgroup preflight_workspace_tokens mem_paths
+        for i in 1 2; do
+            run e2e7b_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --batches 1 --prefill 16 \
+                --out "$out/e2e7b_$i.h5" --md "$out/e2e7b_$i.md"
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
