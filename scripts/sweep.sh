@@ -79,15 +79,20 @@
 # is free of the points (10 s at most).  Run the same command again to resume.
 #
 # Exit status: 0 when every point has a verified file, 1 otherwise (the
-# failed points are listed), 2 for a usage error, 129/130/143 when stopped by
-# HUP/INT/TERM.
+# failed points are listed; also --help that cannot be written), 2 for a
+# usage error, 129/130/143 when stopped by HUP/INT/TERM.
 set -euo pipefail
 
 die() { echo "sweep: $*" >&2; exit 2; }
 abspath() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
+# this header as help; 1 when it cannot be written (a full disk: sed's own 4 had come out)
+show_help() {
+  { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; } || { echo "sweep: cannot write the help to standard output" >&2; exit 1; }
+  exit 0
+}
 
 [ $# -ge 1 ] || die "usage: scripts/sweep.sh EXP [--jobs N] [--model PATH] [--results DIR] [--config FILE] [--sshloginfile FILE] [--return] [--dry-run] [key=value ...]"
-case $1 in -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;; esac
+case $1 in -h|--help) show_help ;; esac
 exp=$1; shift
 case $exp in exp-*) ;; *) die "experiment names start with exp- (got '$exp'); see configs/" ;; esac
 
@@ -116,7 +121,7 @@ while [ $# -gt 0 ]; do
     --return) ret=1; shift ;;
     --dry-run) dry=1; shift ;;
     --prepare) prepare=1; shift ;;
-    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    -h|--help) show_help ;;
     -*) die "unknown option $1 (see scripts/sweep.sh --help)" ;;
     *=*) overrides+=("$1"); shift ;;
     *) die "unexpected argument '$1' (settings are key=value)" ;;

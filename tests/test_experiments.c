@@ -327,8 +327,7 @@ TEST(exp_bad_input_is_an_error) {
          "%1$s --config %2$s/thr.conf --results %2$s/u6 --model %3$s --value all", "unknown key 'prompt_len'"},
         /* a capacity budget that does not parse: before any run (it had failed the run
          * file's write after the whole evaluation) */
-        {"cp configs/exp-kv-ternary.conf %2$s/mem.conf && echo 'mem = 24 lots' >> %2$s/mem.conf && "
-         "%1$s --config %2$s/mem.conf --results %2$s/u7 --model %3$s --value all", "mem: memory size '24 lots'"},
+        {"%1$s --results %2$s/u7 --model %3$s --value all 'mem=24 lots'", "mem: memory size '24 lots'"},
     };
     for (size_t i = 0; i < sizeof usage / sizeof usage[0]; i++) {
         snprintf(cmd, sizeof cmd, usage[i].fmt, bin_path("exp_kv_ternary"), dir, test_path(LLAMA_DIR));
@@ -1241,13 +1240,16 @@ TEST(exp_kv_run_file_numbers_agree) {
         kv = read_scalar(f, "/kv/bytes_per_token");
         CHECK_MSG(fabs(kv - bpt[vi]) <= 1e-9 * bpt[vi], "%s: %.6f bytes a token, want %.6f", values[vi], kv, bpt[vi]);
     }
-    const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=1");
+    /* the config's capacity budget overridden (mem is in the shipped config, so it can be) */
+    const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=1 mem=1GiB");
     CHECK(h5_dataset_len(f, "/logits/positions") == 8);
-    CHECK(read_scalar(f, "/capacity/budget") == (double)(24ll << 30));
-    /* the program's own default where a config has no logit_rows (every shipped one sets 8) */
+    CHECK(read_scalar(f, "/capacity/budget") == (double)(1ll << 30));
+    /* the program's own defaults where a config has no logit_rows (every shipped one sets
+     * 8) and no mem (24GiB) */
     char cmd[4096];
     snprintf(cmd, sizeof cmd,
-             "sed '/^logit_rows/d' configs/exp-kv-ternary.conf > %1$s/nolr.conf && ! grep -q logit_rows %1$s/nolr.conf && "
+             "sed '/^logit_rows/d; /^mem /d' configs/exp-kv-ternary.conf > %1$s/nolr.conf && "
+             "! grep -q 'logit_rows\\|^mem' %1$s/nolr.conf && "
              "%2$s --config %1$s/nolr.conf --model %3$s --value none --out %1$s/nolr.h5 window=32 max_windows=1 2>&1",
              test_tmpdir(), bin_path("exp_kv_ternary"), test_path(LLAMA_DIR));
     char *log = NULL;
@@ -1256,6 +1258,7 @@ TEST(exp_kv_run_file_numbers_agree) {
     snprintf(cmd, sizeof cmd, "%s/nolr.h5", test_tmpdir());
     CHECK_MSG(h5_dataset_len(cmd, "/logits/positions") == 8, "%lld logit rows without logit_rows",
               (long long)h5_dataset_len(cmd, "/logits/positions"));
+    CHECK(read_scalar(cmd, "/capacity/budget") == (double)(24ll << 30));
 }
 
 /* The metrics' formulas on rows worked by hand: logsumexp over every entry

@@ -976,6 +976,19 @@ TEST(verify_cli_device_and_expect) {
                   cases[i].rc, out ? out : "");
         free(out);
     }
+    /* another device's name that cannot be written to stdout: a failed run, 1 (it had
+     * exited 3, the line lost); with nothing to write, 0 */
+    const struct {
+        const char *dev;
+        int rc;
+    } full[] = {{"cuda", 1}, {"cpu", 0}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "{ timeout 20 %s verify --device %s %s > /dev/full; }", bin, full[k].dev, path);
+        const int rc = test_run(cmd, &out);
+        CHECK_MSG(rc == full[k].rc && out && (full[k].rc == 0 || strstr(out, "cannot write the output to standard output")),
+                  "verify --device %s > /dev/full: rc %d: %s", full[k].dev, rc, out ? out : "");
+        free(out);
+    }
 }
 
 /* core/mem's path helpers and staged writes at their edges (a mutation audit

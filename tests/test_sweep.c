@@ -1133,6 +1133,17 @@ TEST(sweep_survives_a_closed_stdout) {
               out ? out : "");
     free(out);
     setenv("FAKE_SLEEP", "0", 1);
+    /* its help to a full disk: exit 1 with a message (sed's 4 had come out); to a pipe, 0 */
+    char cmd[1200];
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "{ bash '%s' %s--help > /dev/full; }", test_path("scripts/sweep.sh"),
+                 k ? "exp-fake " : "");
+        CHECK_MSG(test_run(cmd, &out) == 1 && out && strstr(out, "sweep: cannot write the help to standard output"),
+                  "%s: %s", cmd, out ? out : "");
+        free(out);
+    }
+    snprintf(cmd, sizeof cmd, "bash '%s' --help | cat > /dev/null", test_path("scripts/sweep.sh"));
+    CHECK(test_run(cmd, NULL) == 0);
 }
 
 /* scripts/ternlab_runs.py's helpers, each against what a wrong one had done

@@ -388,12 +388,15 @@ int cmd_info(int argc, char **argv) {
     CliOpts o;
     if (cli_parse(argc, argv, "model quant mem", &o) != 0) return 2;
     if (o.help) {
-        printf("ternlab info --model PATH [--quant SPEC] [--mem 24GiB]\n"
+        printf("ternlab info --model PATH [--quant SPEC] [--mem SIZE]\n"
                "Prints the configuration, every tensor (dtype, shape, bytes) and the load\n"
                "report: each linear's stored format, how it runs (rule, group, scale dtype,\n"
                "bits per weight, bytes), the kernel of each op on this machine and every\n"
                "fallback taken.  --mem: how many KV tokens fit in that budget for each KV\n"
-               "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB).\n");
+               "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB;\n"
+               "e.g. --mem 24GiB; no capacity table without it).  A .gguf file: its\n"
+               "metadata and tensors as stored (--quant and --mem apply to safetensors\n"
+               "folders).\n");
         return 0;
     }
     if (need("info", "model", o.model)) return 2;

@@ -517,7 +517,14 @@ int cmd_verify(int argc, char **argv) {
         int r;
         if (pid == 0) {
             r = verify_one(argv[i], device, expect, n_expect);
-            fflush(stdout);
+            /* (its stdout line, another device's name, not written: a failed run, 1 — it
+             * had exited 3 with the line lost) */
+            errno = 0;
+            if (fflush(stdout) != 0 || ferror(stdout)) {
+                fprintf(stderr, "ternlab verify: cannot write the output to standard output: %s\n",
+                        errno ? strerror(errno) : "write error");
+                r = 1;
+            }
             fflush(stderr);
             _exit(r);
         }

@@ -7,7 +7,7 @@
 #include <stdio.h>
 #include <string.h>
 
-#define NO_CUDA "this build has no CUDA backend (nvcc was not found when it was built)"
+#define NO_CUDA "this build has no CUDA backend (built with HAVE_CUDA=0, or nvcc was not found then)"
 
 int cuda_backend_available(char *why, size_t n) {
     if (why && n) snprintf(why, n, "%s", NO_CUDA);
