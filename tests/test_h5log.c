@@ -13,6 +13,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <hdf5.h>
+#include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -831,6 +832,47 @@ TEST(quantize_stopped_leaves_nothing_or_everything) {
         }
         printf("    mode %d: %s\n", mode, whole ? "the whole checkpoint" : as_was ? "the folder as it was" : "neither");
     }
+}
+
+static void *idle_thread(void *arg) {
+    (void)arg;
+    for (;;) pause();
+    return NULL;
+}
+
+/* A TERM that lands inside files_commit's set (after its first rename; the
+ * process has a second thread, which the signal reaches, as quantize's
+ * OpenMP workers) is held until the set is in, then ends the process: every
+ * final there, no temporary left (a handler that removed the temporaries
+ * there had left the set half done). */
+TEST(files_commit_holds_a_stop_until_the_set_is_in) {
+    char dir[700], f[3][800], t[3][900];
+    snprintf(dir, sizeof dir, "%s/hold", test_tmpdir());
+    REQUIRE(mkdir(dir, 0777) == 0);
+    for (int k = 0; k < 3; k++) snprintf(f[k], sizeof f[k], "%s/f%d.txt", dir, k);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        tmp_cleanup_on_signals();
+        pthread_t th;
+        if (pthread_create(&th, NULL, idle_thread, NULL) != 0) _exit(3);
+        for (int k = 0; k < 3; k++)
+            if (file_stage(f[k], "x", 1, t[k], sizeof t[k]) != 0) _exit(4);
+        char *tmps[3] = {t[0], t[1], t[2]}, *finals[3] = {f[0], f[1], f[2]};
+        setenv("TERNLAB_TEST_COMMIT_DELAY_US", "300000", 1);
+        files_commit(3, tmps, finals);
+        _exit(0); /* (the signal lost) */
+    }
+    struct stat st;
+    int seen = 0, status = 0;
+    for (int i = 0; i < 20000 && !(seen = stat(f[0], &st) == 0) && waitpid(pid, &status, WNOHANG) == 0; i++)
+        usleep(500);
+    REQUIRE(seen);
+    kill(pid, SIGTERM);
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "status %d: not ended by the TERM", status);
+    for (int k = 0; k < 3; k++) CHECK_MSG(stat(f[k], &st) == 0, "f%d.txt missing: the set was cut", k);
+    CHECK_MSG(count_tmp(dir) == 0, "temporaries left");
 }
 
 /* An output path that exists and is not a regular file (a pipe here; /dev/null

@@ -220,17 +220,18 @@ void tmp_end(const char *path) {
  * then renames nothing).  Taken by compare-and-swap, so that no rename runs
  * beside the removal on another thread (a temporary renamed before the handler
  * reached it had stayed as its final, the set half done). */
-static atomic_int tmp_state;
-static volatile sig_atomic_t tmp_held_sig;
+static atomic_int tmp_state, tmp_held_sig;
 
 static void tmp_on_signal(int sig) {
-    int was = 0;
-    if (!atomic_compare_exchange_strong(&tmp_state, &was, 2)) {
-        if (was == 1) {
-            tmp_held_sig = sig;
-            return;
-        }
-        for (;;) pause(); /* another thread is removing them and ending the process */
+    for (;;) {
+        int was = 0;
+        if (atomic_compare_exchange_strong(&tmp_state, &was, 2)) break;
+        if (was == 2)
+            for (;;) pause(); /* another thread is removing them and ending the process */
+        /* 1: kept for files_commit, which raises it after the set; where the set was
+         * done before the signal was kept (files_commit read no signal), taken here */
+        atomic_store(&tmp_held_sig, sig);
+        if (atomic_load(&tmp_state) == 1) return;
     }
     for (int k = 1; k <= 2; k++) /* (unlink and rmdir are async-signal-safe) */
         for (int i = 0; i < TMP_SLOTS; i++)
@@ -307,6 +308,9 @@ int files_commit(int n, char *const *tmp, char *const *final) {
     int had[MAXN] = {0};
     int rc = 0, i = 0;
     if (n > MAXN) rc = err_set("files_commit: %d files, at most %d", n, MAXN);
+    /* (tests: a pause after each rename, so that a stop lands inside the set) */
+    const char *delay = getenv("TERNLAB_TEST_COMMIT_DELAY_US");
+    const long delay_us = delay ? atol(delay) : 0;
     for (; rc == 0 && i < n; i++) {
         struct stat st;
         char name[4300];
@@ -320,6 +324,7 @@ int files_commit(int n, char *const *tmp, char *const *final) {
             break;
         }
         tmp_end(tmp[i]);
+        if (delay_us > 0) usleep((useconds_t)delay_us);
     }
     const int renamed = rc == 0 ? n : i;
     for (int j = 0; j < renamed; j++) { /* failed: each renamed one undone */
@@ -334,7 +339,8 @@ int files_commit(int n, char *const *tmp, char *const *final) {
     }
     atomic_store(&tmp_state, 0);
     pthread_sigmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
-    if (tmp_held_sig) raise(tmp_held_sig);
+    const int held = atomic_exchange(&tmp_held_sig, 0);
+    if (held) raise(held);
     return rc;
 }
 
