@@ -1777,8 +1777,10 @@ TEST(gguf_info_prints_metadata_and_bytes) {
     gguf_writer_str_array(w, "t.long", long_el, 1);
     REQUIRE(gguf_writer_write(w, path) == 0);
     gguf_writer_free(w);
+    /* (not a model: listed, then refused as one) */
     snprintf(cmd, sizeof cmd, "%s info --model %s 2>&1", bin_path("ternlab"), path);
-    REQUIRE(test_run(cmd, &out) == 0 && out);
+    REQUIRE(test_run(cmd, &out) == 1 && out);
+    CHECK_MSG(strstr(out, "listed above, but it does not load as a model"), "%s", out);
     char want80[100], want81[120];
     snprintf(want80, sizeof want80, "\"%s\"\n", s80);
     snprintf(want81, sizeof want81, "\"%.80s\"... (81 bytes)\n", s81);
@@ -1791,8 +1793,12 @@ TEST(gguf_info_prints_metadata_and_bytes) {
     /* the fixture's tensor bytes by type */
     snprintf(cmd, sizeof cmd, "%s info --model %s 2>&1", bin_path("ternlab"), test_path(GGUF_TQ2 ".gguf"));
     REQUIRE(test_run(cmd, &out) == 0 && out);
-    const char *tb = strstr(out, "tensor bytes ");
-    REQUIRE(tb);
+    char *tb = strstr(out, "tensor bytes ");
+    REQUIRE(tb && strchr(tb, '\n'));
+    /* then the model as loaded: its load report (the TQ2_0 linears native ternary) */
+    CHECK_MSG(strstr(tb, "\nload report:\n") && strstr(tb, "GGUF TQ1_0/TQ2_0 (native ternary)") &&
+                  !strstr(tb, "capacity at a budget"), "%s", tb);
+    *strchr(tb, '\n') = 0; /* (the sums below over the tensor bytes line) */
     unsigned long long total = strtoull(tb + 13, NULL, 10), sum = 0, lines = 0, counted = 0;
     for (const char *p = strstr(tb, " ("); p; p = strstr(p + 1, " (")) sum += strtoull(p + 2, NULL, 10);
     for (const char *p = strstr(tb, ": ") + 1; p && *p && *p != '\n';) { /* " TYPE COUNT (BYTES bytes)" */
@@ -1805,5 +1811,12 @@ TEST(gguf_info_prints_metadata_and_bytes) {
     for (const char *p = out; (p = strstr(p, " bytes at +")); p++) lines++;
     CHECK_MSG(total > 0 && sum == total && counted == lines, "total %llu, by type %llu; %llu tensors, counted %llu",
               total, sum, lines, counted);
+    free(out);
+    /* --quant and --mem on a .gguf as on a folder (they had been refused there) */
+    snprintf(cmd, sizeof cmd, "%s info --model %s --quant rule=twn,group=128 --mem 1GiB 2>&1", bin_path("ternlab"),
+             test_path(GGUF_BF16 ".gguf"));
+    REQUIRE(test_run(cmd, &out) == 0 && out);
+    CHECK_MSG(strstr(out, "tensor bytes ") && strstr(out, "\nload report:\n") && strstr(out, "twn") &&
+                  strstr(out, "capacity at a budget of 1.00 GiB"), "%s", out);
     free(out);
 }

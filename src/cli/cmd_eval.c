@@ -395,8 +395,7 @@ int cmd_info(int argc, char **argv) {
                "fallback taken.  --mem: how many KV tokens fit in that budget for each KV\n"
                "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB;\n"
                "e.g. --mem 24GiB; no capacity table without it).  A .gguf file: its\n"
-               "metadata and tensors as stored (--quant and --mem apply to safetensors\n"
-               "folders).\n");
+               "metadata and tensors as stored first, then the rest as for a folder.\n");
         return 0;
     }
     if (need("info", "model", o.model)) return 2;
@@ -406,18 +405,17 @@ int cmd_info(int argc, char **argv) {
         return 2;
     }
     size_t ml = strlen(o.model);
-    if (ml >= 5 && !strcmp(o.model + ml - 5, ".gguf")) {
-        if (o.quant || o.mem) { /* (they were ignored there) */
-            fprintf(stderr, "ternlab info: --quant and --mem apply to safetensors folders; a .gguf file's "
-                            "info lists its tensors as stored\n");
-            return 2;
-        }
-        return cmd_gguf_info(o.model);
-    }
+    const int gguf = ml >= 5 && !strcmp(o.model + ml - 5, ".gguf");
+    /* a .gguf: its own listing (metadata, tensors as stored), then the model as loaded
+     * (the load report and --mem's table had been left out there) */
+    if (gguf && cmd_gguf_info(o.model) != 0) return 1;
     Model m;
-    if (open_model(&o, &m) != 0) return fail("info");
+    if (open_model(&o, &m) != 0) {
+        if (gguf) fprintf(stderr, "ternlab info: %s: listed above, but it does not load as a model\n", o.model);
+        return fail("info");
+    }
     const ModelConfig *c = &m.cfg;
-    printf("model        %s\n", o.model);
+    if (!gguf) printf("model        %s\n", o.model); /* (a .gguf's listing has it) */
     printf("architecture %s (model_type %s)\n", arch_name(c->arch), c->model_type);
     printf("hidden %d  layers %d  heads %d  kv_heads %d  head_dim %d  intermediate %d  vocab %d\n",
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->inter, c->vocab);
@@ -434,8 +432,8 @@ int cmd_info(int argc, char **argv) {
     printf("blas core    %s\n", blas_core_report());
     printf("threads      %s\n", threads_report());
     size_t total = 0;
-    printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
-    for (int i = 0; i < m.st.n_tensors; i++) {
+    if (!gguf) printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
+    for (int i = 0; i < m.st.n_tensors && !gguf; i++) {
         const StTensor *t = &m.st.tensors[i];
         char shape[128] = "";
         for (int d = 0; d < t->ndim; d++) {
@@ -445,7 +443,7 @@ int cmd_info(int argc, char **argv) {
         printf("  %-52s %-5s [%s] %zu bytes\n", t->name, st_dtype_name(t->dtype), shape, t->nbytes);
         total += t->nbytes;
     }
-    printf("checkpoint bytes %zu\n", total);
+    if (!gguf) printf("checkpoint bytes %zu\n", total);
     printf("forward weight bytes %zu\n", model_weight_bytes(&m));
     report_print(&m, stdout);
     if (o.mem) report_capacity(&m, budget, stdout);

@@ -23,7 +23,7 @@ static const char *usage_text =
     "usage: ternlab COMMAND [options]   (ternlab COMMAND --help for each)\n"
     "\n"
     "  info      --model PATH [--quant SPEC] [--mem SIZE]   config, tensors, load report,\n"
-    "            KV capacity at a memory budget (--mem 24GiB); a .gguf: as stored\n"
+    "            KV capacity at a memory budget (--mem 24GiB); a .gguf: its metadata too\n"
     "  ppl       --model PATH --tokens FILE [--window 256] [--max-windows N] [--quant SPEC]\n"
     "            [--kv POLICY] [--device cpu|cuda] [--dtype f32|bf16] [--tp N] [--out run.h5]\n"
     "            [--block-size 16] [--kv-blocks N] [--dump-layers FILE]\n"
