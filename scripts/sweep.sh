@@ -85,10 +85,14 @@ set -euo pipefail
 
 die() { echo "sweep: $*" >&2; exit 2; }
 abspath() { case $1 in /*) printf '%s' "$1" ;; *) printf '%s/%s' "$PWD" "$1" ;; esac; }
-# this header as help; 1 when it cannot be written (a full disk: sed's own 4 had come out)
+# this header as help: 1 when it cannot be written (a full disk: sed's own 4 had come
+# out); 0 where the reader stopped reading (`| head`: sed's SIGPIPE had made it 1 or 141)
 show_help() {
-  { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; } || { echo "sweep: cannot write the help to standard output" >&2; exit 1; }
-  exit 0
+  local rc=0
+  { sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; } 2>/dev/null || rc=$?
+  [ "$rc" -eq 0 ] || [ "$rc" -eq 141 ] && exit 0
+  echo "sweep: cannot write the help to standard output" >&2
+  exit 1
 }
 
 [ $# -ge 1 ] || die "usage: scripts/sweep.sh EXP [--jobs N] [--model PATH] [--results DIR] [--config FILE] [--sshloginfile FILE] [--return] [--dry-run] [key=value ...]"

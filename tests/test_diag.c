@@ -873,9 +873,9 @@ static void put(const char *dir, const char *name, const char *text) {
  * (-1 is none), in the process's cgroup and each folder above it (the smallest
  * quota), on a hybrid host both; rounded up to whole CPUs (2.0 stays 2), a quota
  * past a million CPUs read as a million (it had overflowed the int).  Then the
- * programs: a quota under the CPUs the process may run on caps OpenMP's team
- * (`info` says so and why); OMP_NUM_THREADS or GOTO_NUM_THREADS given by the user
- * is kept.  (The hooks' variables are set only around the calls, so that a
+ * programs: a quota under the CPUs the process may run on caps OpenMP's and
+ * OpenBLAS's teams (`info` says so and why), each one the user did not size
+ * (OMP_NUM_THREADS; OPENBLAS_NUM_THREADS or GOTO_NUM_THREADS).  (The hooks' variables are set only around the calls, so that a
  * failed REQUIRE leaves no later test capped.) */
 TEST(diag_cgroup_cpu_quota) {
     char root[700], self[800], what[3000], sub[900];
@@ -952,22 +952,35 @@ TEST(diag_cgroup_cpu_quota) {
     else
         CHECK_MSG(strstr(out, "\nthreads      1\n"), "%s", out);
     free(out);
-    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS %s OMP_NUM_THREADS=3 %s info --model %s 2>&1",
-             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
-    REQUIRE(test_run(cmd, &out) == 0);
-    CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
-    free(out);
-    snprintf(cmd, sizeof cmd, "env -u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS %s GOTO_NUM_THREADS=1 %s info --model %s 2>&1",
-             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
-    REQUIRE(test_run(cmd, &out) == 0);
-    CHECK_MSG(!strstr(out, "capped") && !strstr(out, "set by ternlab to the cgroup"), "GOTO_NUM_THREADS set: %s", out);
-    free(out);
-    /* a cap inherited from a parent, OMP_NUM_THREADS changed since: not reported as the quota's */
-    snprintf(cmd, sizeof cmd, "env %s OMP_NUM_THREADS=3 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)' %s info --model %s 2>&1",
-             hooks, bin_path("ternlab"), test_path(LLAMA_DIR));
-    REQUIRE(test_run(cmd, &out) == 0);
-    CHECK_MSG(strstr(out, "\nthreads      3\n") && !strstr(out, "capped"), "%s", out);
-    free(out);
+    /* one team sized by the user: the other still capped (either had left both at every CPU) */
+    const int more = CPU_COUNT(&cs) > 1;
+    const struct {
+        const char *env, *want;
+    } one[] = {
+        {"-u OPENBLAS_NUM_THREADS -u GOTO_NUM_THREADS %s OMP_NUM_THREADS=3",
+         more ? "\nthreads      3 (OPENBLAS_NUM_THREADS set by ternlab to the cgroup CPU quota: 1 of " : "\nthreads      3\n"},
+        {"-u OPENBLAS_NUM_THREADS -u OMP_NUM_THREADS %s GOTO_NUM_THREADS=1",
+         more ? "\nthreads      1 (OMP_NUM_THREADS set by ternlab to the cgroup CPU quota: 1 of " : "\nthreads      1\n"},
+        {"-u OMP_NUM_THREADS -u GOTO_NUM_THREADS %s OPENBLAS_NUM_THREADS=2",
+         more ? "\nthreads      1 (OMP_NUM_THREADS set by ternlab to the cgroup CPU quota: 1 of " : "\nthreads      1\n"},
+        /* both sized by the user: nothing set */
+        {"-u GOTO_NUM_THREADS %s OPENBLAS_NUM_THREADS=2 OMP_NUM_THREADS=3", "\nthreads      3\n"},
+        /* a cap inherited from a parent, OMP_NUM_THREADS changed since: not reported as the quota's */
+        {"%s OMP_NUM_THREADS=3 OPENBLAS_NUM_THREADS=1 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)'", "\nthreads      3\n"},
+        /* and one that set OpenBLAS's alone, still as set: reported */
+        {"%s OMP_NUM_THREADS=3 OPENBLAS_NUM_THREADS=1 'TERNLAB_CPU_QUOTA=1 of 2 CPUs (x)' "
+         "TERNLAB_CPU_QUOTA_VARS=OPENBLAS_NUM_THREADS",
+         "\nthreads      3 (OPENBLAS_NUM_THREADS set by ternlab to the cgroup CPU quota: 1 of 2 CPUs (x))\n"},
+    };
+    for (size_t i = 0; i < sizeof one / sizeof one[0]; i++) {
+        char env[2400];
+        snprintf(env, sizeof env, one[i].env, hooks);
+        snprintf(cmd, sizeof cmd, "env %s %s info --model %s 2>&1", env, bin_path("ternlab"), test_path(LLAMA_DIR));
+        REQUIRE(test_run(cmd, &out) == 0);
+        CHECK_MSG(strstr(out, one[i].want) && (strstr(one[i].want, "quota") != NULL) == (strstr(out, "capped") != NULL),
+                  "env %s: want '%s' in:\n%s", env, one[i].want, out);
+        free(out);
+    }
 }
 
 /* The CLI's window and option bounds at their edges (a mutation audit found each

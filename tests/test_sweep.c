@@ -1144,6 +1144,13 @@ TEST(sweep_survives_a_closed_stdout) {
     }
     snprintf(cmd, sizeof cmd, "bash '%s' --help | cat > /dev/null", test_path("scripts/sweep.sh"));
     CHECK(test_run(cmd, NULL) == 0);
+    /* to a reader that stops reading (`| head`): 0, quietly (sed's SIGPIPE had made it 1 or 141) */
+    snprintf(cmd, sizeof cmd,
+             "bash -c 'for i in 1 2 3 4 5; do bash \"%s\" --help 2>&1 | true; echo \"rc=${PIPESTATUS[0]}\"; done'",
+             test_path("scripts/sweep.sh"));
+    CHECK_MSG(test_run(cmd, &out) == 0 && out && !strstr(out, "rc=1") && !strstr(out, "rc=141") && strstr(out, "rc=0"),
+              "%s", out ? out : "");
+    free(out);
 }
 
 /* scripts/ternlab_runs.py's helpers, each against what a wrong one had done

@@ -118,10 +118,14 @@ void blas_setup(int argc, char **argv) {
     }
     /* A CPU quota (docker --cpus, a Kubernetes limit) is not seen by OpenMP or OpenBLAS,
      * which size their teams by the CPUs the process may run on: 64 threads time-sliced
-     * onto two CPUs' worth.  Where the user set neither thread count, both are set to
-     * the quota (and reported: TERNLAB_CPU_QUOTA). */
-    int lim = 0;
-    if (!getenv("OMP_NUM_THREADS") && !getenv("OPENBLAS_NUM_THREADS") && !getenv("GOTO_NUM_THREADS")) {
+     * onto two CPUs' worth.  Each team the user did not size (OpenMP: OMP_NUM_THREADS;
+     * OpenBLAS: OPENBLAS_NUM_THREADS or GOTO_NUM_THREADS) is set to the quota, and that
+     * reported (TERNLAB_CPU_QUOTA, TERNLAB_CPU_QUOTA_VARS: which were set).  (Either one
+     * set had left both teams at every CPU.) */
+    int lim = 0, cap_omp = 0, cap_blas = 0;
+    const int user_omp = getenv("OMP_NUM_THREADS") != NULL;
+    const int user_blas = getenv("OPENBLAS_NUM_THREADS") || getenv("GOTO_NUM_THREADS");
+    if (!user_omp || !user_blas) {
         char what[2600] = "";
         lim = cgroup_cpu_limit(what, sizeof what);
         cpu_set_t cs;
@@ -129,10 +133,14 @@ void blas_setup(int argc, char **argv) {
         if (lim > 0 && lim < ncpu) {
             char v[32], rep[2800];
             snprintf(v, sizeof v, "%d", lim);
-            setenv("OMP_NUM_THREADS", v, 1);
-            setenv("OPENBLAS_NUM_THREADS", v, 1);
+            if ((cap_omp = !user_omp)) setenv("OMP_NUM_THREADS", v, 1);
+            if ((cap_blas = !user_blas)) setenv("OPENBLAS_NUM_THREADS", v, 1);
             snprintf(rep, sizeof rep, "%d of %d CPUs (%s)", lim, ncpu, what);
             setenv("TERNLAB_CPU_QUOTA", rep, 1);
+            setenv("TERNLAB_CPU_QUOTA_VARS",
+                   cap_omp && cap_blas ? "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS"
+                   : cap_omp           ? "OMP_NUM_THREADS"
+                                       : "OPENBLAS_NUM_THREADS", 1);
             reexec = 1;
         } else lim = 0;
     }
@@ -149,10 +157,8 @@ void blas_setup(int argc, char **argv) {
      * (OpenMP and OpenBLAS read their variables when the program started) */
     fprintf(stderr, "ternlab: warning: re-running with OPENBLAS_CORETYPE/OMP_WAIT_POLICY/thread counts set "
                     "failed; BLAS may be slow\n");
-    if (lim > 0) {
-        omp_set_num_threads(lim);
-        openblas_set_num_threads(lim);
-    }
+    if (cap_omp) omp_set_num_threads(lim);
+    if (cap_blas) openblas_set_num_threads(lim);
 }
 
 const char *blas_core_report(void) {
@@ -166,18 +172,32 @@ const char *blas_core_report(void) {
     return buf;
 }
 
+const char *cpu_quota_vars(void) {
+    const char *v = getenv("TERNLAB_CPU_QUOTA_VARS");
+    return v && *v ? v : "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS";
+}
+
 const char *cpu_quota_report(void) {
-    const char *q = getenv("TERNLAB_CPU_QUOTA"), *n = getenv("OMP_NUM_THREADS");
-    /* (inherited by a child whose OMP_NUM_THREADS someone changed since: not ours) */
-    return q && n && atoi(q) > 0 && atoi(q) == atoi(n) ? q : NULL;
+    const char *q = getenv("TERNLAB_CPU_QUOTA");
+    if (!q || atoi(q) <= 0) return NULL;
+    /* (inherited by a child whose variables someone changed since: not ours) */
+    const char *vars = cpu_quota_vars();
+    const char *names[] = {"OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS"};
+    for (int i = 0; i < 2; i++) {
+        const char *n = getenv(names[i]);
+        if (strstr(vars, names[i]) && (!n || atoi(n) != atoi(q))) return NULL;
+    }
+    return q;
 }
 
 const char *threads_report(void) {
     static char buf[3000];
     const char *q = cpu_quota_report();
-    snprintf(buf, sizeof buf, "%d%s%s%s", omp_get_max_threads(), q ? " (OMP_NUM_THREADS and OPENBLAS_NUM_THREADS set by "
-                                                                  "ternlab to the cgroup CPU quota: " : "",
-             q ? q : "", q ? ")" : "");
+    if (q)
+        snprintf(buf, sizeof buf, "%d (%s set by ternlab to the cgroup CPU quota: %s)", omp_get_max_threads(),
+                 cpu_quota_vars(), q);
+    else
+        snprintf(buf, sizeof buf, "%d", omp_get_max_threads());
     return buf;
 }
 

@@ -24,9 +24,11 @@ int cgroup_cpu_limit(char *what, size_t n);
 const char *blas_core_report(void);
 /* OpenMP's thread count, and whether ternlab set it from a cgroup CPU quota. */
 const char *threads_report(void);
-/* "N of M CPUs (FILE: Q CPUs)" where ternlab set OMP_NUM_THREADS (still N) from a
- * cgroup CPU quota, else NULL. */
+/* "N of M CPUs (FILE: Q CPUs)" where ternlab set OMP_NUM_THREADS and/or
+ * OPENBLAS_NUM_THREADS (each still N) from a cgroup CPU quota, else NULL. */
 const char *cpu_quota_report(void);
+/* Which of them ternlab set: "OMP_NUM_THREADS and OPENBLAS_NUM_THREADS", or one. */
+const char *cpu_quota_vars(void);
 /* The CPU's model name (/proc/cpuinfo), "unknown" where it cannot be read:
  * run files record it next to the BLAS core, whose kernels round dense
  * results differently from one CPU to another. */

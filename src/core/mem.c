@@ -298,16 +298,25 @@ int files_commit(int n, char *const *tmp, char *const *final) {
     sigaddset(&hold, SIGINT);
     sigaddset(&hold, SIGHUP);
     pthread_sigmask(SIG_BLOCK, &hold, &old);
-    int was = 0;
-    if (!atomic_compare_exchange_strong(&tmp_state, &was, 1))
-        for (;;) pause(); /* a stop's handler on another thread is removing the temporaries */
+    for (;;) {
+        int was = 0;
+        if (atomic_compare_exchange_strong(&tmp_state, &was, 1)) break;
+        if (was == 2)
+            for (;;) pause(); /* a stop's handler on another thread is removing the temporaries */
+        usleep(1000);         /* (1: another thread's set) */
+    }
     /* a final that is there is kept under a second name (a hard link) until the
-     * set is in: a failed rename puts it back */
+     * set is in: a failed rename puts it back.  had: 0 not there, 1 there without
+     * a second name (link failed: link_err), 2 kept, 3 not known (lstat failed:
+     * left as it is by an undo) */
     enum { MAXN = 16 };
-    char backup[MAXN][4400];
-    int had[MAXN] = {0};
+    char backup[MAXN][4400], msg[8192] = "";
+    int had[MAXN] = {0}, link_err[MAXN] = {0};
     int rc = 0, i = 0;
-    if (n > MAXN) rc = err_set("files_commit: %d files, at most %d", n, MAXN);
+    if (n > MAXN) {
+        snprintf(msg, sizeof msg, "files_commit: %d files, at most %d", n, MAXN);
+        rc = -1;
+    }
     /* (tests: a pause after each rename, so that a stop lands inside the set) */
     const char *delay = getenv("TERNLAB_TEST_COMMIT_DELAY_US");
     const long delay_us = delay ? atol(delay) : 0;
@@ -316,10 +325,14 @@ int files_commit(int n, char *const *tmp, char *const *final) {
         char name[4300];
         snprintf(name, sizeof name, "%s.old", final[i]);
         tmp_begin(backup[i], sizeof backup[i], name);
-        had[i] = lstat(final[i], &st) == 0 ? 1 + (link(final[i], backup[i]) == 0) : 0;
+        unlink(backup[i]); /* (ours: one a killed run of this host and pid left) */
+        if (lstat(final[i], &st) != 0) had[i] = errno == ENOENT ? 0 : 3;
+        else if (link(final[i], backup[i]) == 0) had[i] = 2;
+        else had[i] = 1, link_err[i] = errno;
         if (had[i] != 2) tmp_end(backup[i]);
         if (rename(tmp[i], final[i]) != 0) {
-            rc = err_set("cannot rename %s to %s: %s", tmp[i], final[i], strerror(errno));
+            snprintf(msg, sizeof msg, "cannot rename %.1500s to %.1500s: %s", tmp[i], final[i], strerror(errno));
+            rc = -1;
             if (had[i] == 2) unlink(backup[i]), tmp_end(backup[i]);
             break;
         }
@@ -327,11 +340,25 @@ int files_commit(int n, char *const *tmp, char *const *final) {
         if (delay_us > 0) usleep((useconds_t)delay_us);
     }
     const int renamed = rc == 0 ? n : i;
-    for (int j = 0; j < renamed; j++) { /* failed: each renamed one undone */
-        if (rc != 0 && had[j] == 2) rename(backup[j], final[j]);
-        else if (rc != 0 && had[j] == 0) unlink(final[j]);
-        else if (had[j] == 2) unlink(backup[j]);
-        if (had[j] == 2) tmp_end(backup[j]);
+    for (int j = 0; j < renamed; j++) {
+        size_t l = strlen(msg);
+        if (rc == 0) { /* in: the second names go */
+            if (had[j] == 2) unlink(backup[j]), tmp_end(backup[j]);
+            continue;
+        }
+        /* failed: each renamed one undone, and what could not be said */
+        if (had[j] == 2 && rename(backup[j], final[j]) != 0)
+            snprintf(msg + l, sizeof msg - l, "; %.1000s not put back (%s): its old contents are %.1000s", final[j],
+                     strerror(errno), backup[j]);
+        else if (had[j] == 0 && unlink(final[j]) != 0)
+            snprintf(msg + l, sizeof msg - l, "; %.1000s, new, not removed: %s", final[j], strerror(errno));
+        else if (had[j] == 1)
+            snprintf(msg + l, sizeof msg - l, "; %.1000s stays replaced (no second name for its old contents: %s)",
+                     final[j], strerror(link_err[j]));
+        else if (had[j] == 3)
+            snprintf(msg + l, sizeof msg - l, "; %.1000s left as renamed (whether it was there before is not known)",
+                     final[j]);
+        if (had[j] == 2) tmp_end(backup[j]); /* (put back, or kept: not a temporary to remove) */
     }
     for (int j = renamed; j < n; j++) {
         remove(tmp[j]);
@@ -341,7 +368,7 @@ int files_commit(int n, char *const *tmp, char *const *final) {
     pthread_sigmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
     const int held = atomic_exchange(&tmp_held_sig, 0);
     if (held) raise(held);
-    return rc;
+    return rc ? err_set("%s", msg) : 0;
 }
 
 void exe_side_line(const char *name, int up, char *out, size_t n) {

@@ -224,8 +224,8 @@ void report_kernels(const Model *m, ReportKernels *k) {
         add_fallback(k, "OpenBLAS core set by the user's OPENBLAS_CORETYPE=%s%s", ct, NULL);
     const char *quota = cpu_quota_report();
     if (quota)
-        add_fallback(k, "threads capped at the cgroup CPU quota, %s (OMP_NUM_THREADS and "
-                        "OPENBLAS_NUM_THREADS unset; src/core/blas_setup.c)%s", quota, NULL);
+        add_fallback(k, "threads capped at the cgroup CPU quota, %s (%s set by ternlab; "
+                        "src/core/blas_setup.c)", quota, cpu_quota_vars());
     if (n_twin) {
         char nb[32];
         snprintf(nb, sizeof nb, "%d", n_twin);
