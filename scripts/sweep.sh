@@ -41,7 +41,8 @@
 #                        home directory, and RESULTS must be a shared folder
 #                        (NFS) -- or add --return:
 #   --return             copy each point's file back from the machine that ran
-#                        it (parallel --return) instead of a shared folder
+#                        it (parallel --return) instead of a shared folder;
+#                        needs rsync here and on every machine
 #   --dry-run            print the plan (which points run, which are skipped)
 #                        and the GNU Parallel command; change nothing
 #   --prepare            do everything but run: remove stale and invalid files,
@@ -132,6 +133,10 @@ while [ $# -gt 0 ]; do
   esac
 done
 [[ $jobs =~ ^[1-9][0-9]*$ ]] || die "--jobs must be a positive integer (got '$jobs')"
+if [ $ret -eq 1 ]; then # (it had been ignored without --sshloginfile, and failed late without rsync)
+  [ -n "$sshlogin" ] || die "--return applies to points run on other machines: give --sshloginfile too"
+  command -v rsync >/dev/null || die "--return copies files with rsync, which this machine lacks (Debian: rsync; every machine of the login file needs it too)"
+fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
 # Models given on the command line are paths from where the user stands.

@@ -1167,3 +1167,102 @@ TEST(scripts_ternlab_runs_helpers) {
     CHECK_MSG(rc == 0 && out && strstr(out, "0 failed"), "rc %d: %s", rc, out ? out : "");
     free(out);
 }
+
+/* A sweep over machines (--sshloginfile) with a stand-in for ssh that runs the
+ * command here (each login line names it: GNU Parallel's "/path/ssh host"
+ * form), so that Parallel's remote path — its perl wrapper, --workdir ., the
+ * quoting of every jobs line through ssh — runs as on a cluster with a shared
+ * folder: every point present once, both "machines" used, none run twice on
+ * resume; then --return (the files copied back by rsync through the same ssh,
+ * the settings' snapshot sent first) where rsync is installed. */
+TEST(sweep_over_ssh_logins) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], *out = NULL;
+    fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    const int rc =
+        run_bash(dir, "ssh.sh", &out,
+                 "set -u\n"
+                 "d='%s'\n"
+                 "cat > \"$d/fake_ssh\" <<'X'\n"
+                 "#!/bin/bash\n"
+                 "while [ $# -gt 0 ]; do case $1 in -l|-p|-o|-i|-S) shift 2 ;; -*) shift ;; *) break ;; esac; done\n"
+                 "echo \"$1\" >> \"$(dirname \"$0\")/hosts.log\"; shift\n"
+                 "[ \"${1:-}\" = -- ] && shift\n"
+                 "exec bash -c \"$*\"\n"
+                 "X\n"
+                 "chmod +x \"$d/fake_ssh\"\n"
+                 "printf '1/%%s nodeA\\n1/%%s nodeB\\n' \"$d/fake_ssh\" \"$d/fake_ssh\" > \"$d/logins\"\n"
+                 "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 --sshloginfile \"$d/logins\" > \"$d/s1.log\" 2>&1\n"
+                 "echo \"first=$?\"\n"
+                 "ls '%s'/*.h5 | wc -l | sed 's/^/files=/'\n"
+                 "sort -u \"$d/hosts.log\" | tr '\\n' ' ' | sed 's/^/hosts=/'; echo\n"
+                 "rm '%s/m1__b.h5'; : > \"$d/hosts.log\"\n"
+                 "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 --sshloginfile \"$d/logins\" > \"$d/s2.log\" 2>&1\n"
+                 "echo \"second=$?\"; ls '%s'/*.h5 | wc -l | sed 's/^/files2=/'\n"
+                 "grep -c . \"$d/hosts.log\" | sed 's/^/ssh_jobs2=/'\n"
+                 "ls -a '%s' | grep -c '\\.tmp' | sed 's/^/tmps=/'\n"
+                 "tail -1 \"$d/s2.log\"\n",
+                 dir, test_path("scripts/sweep.sh"), conf, res, out_dir, out_dir, test_path("scripts/sweep.sh"), conf,
+                 res, out_dir, out_dir);
+    CHECK_MSG(rc == 0 && out && strstr(out, "first=0\n") && strstr(out, "files=6\n") &&
+                  strstr(out, "hosts=nodeA nodeB \n") && strstr(out, "second=0\n") && strstr(out, "files2=6\n") &&
+                  strstr(out, "tmps=0\n") && strstr(out, "all 6 points complete"),
+              "rc %d:\n%s", rc, out ? out : "");
+    /* the resume ran the one missing point over ssh (and whatever Parallel's own
+     * checks send: fewer than a run of six) */
+    const char *j = out ? strstr(out, "ssh_jobs2=") : NULL;
+    CHECK_MSG(j && atoi(j + 10) >= 1 && atoi(j + 10) < 6, "%s", out ? out : "");
+    if (j) printf("    resume: %d ssh call(s) for the one missing point\n", atoi(j + 10));
+    free(out);
+    out = NULL;
+    /* --return: machines without the shared folder — each "machine" a folder of its own
+     * (its home) holding the repository's parts as links and its own results/, the
+     * sweep run from a home of its own, so that Parallel's --workdir . is the same
+     * relative folder in each: the settings' snapshot goes there first (the points
+     * read it: --config {config}), the points' files written there come back */
+    /* --return alone is refused (it had been ignored) */
+    char cmd[2400];
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --return 2>&1", test_path("scripts/sweep.sh"),
+             conf, res);
+    CHECK_MSG(test_run(cmd, &out) == 2 && out && strstr(out, "give --sshloginfile too"), "%s", out ? out : "");
+    free(out);
+    out = NULL;
+    if (test_run("command -v rsync", NULL) != 0) {
+        printf("    --return not run: no rsync here (GNU Parallel's --return and --basefile need it)\n");
+        return;
+    }
+    char repo[PATH_MAX];
+    REQUIRE(realpath(test_path("scripts/sweep.sh"), repo));
+    *strrchr(repo, '/') = 0;
+    *strrchr(repo, '/') = 0;
+    const int rc2 = run_bash(
+        dir, "ret.sh", &out,
+        "set -u\n"
+        "d='%s/ret'; repo='%s'\n"
+        "mkdir -p \"$d\"\n"
+        "for n in home nodeA nodeB; do mkdir -p \"$d/$n/proj\"; for l in scripts tests build data; do\n"
+        "  ln -s \"$repo/$l\" \"$d/$n/proj/$l\"; done; done\n"
+        "cat > \"$d/fake_ssh\" <<'X'\n"
+        "#!/bin/bash\n"
+        "while [ $# -gt 0 ]; do case $1 in -l|-p|-o|-i|-S) shift 2 ;; -*) shift ;; *) break ;; esac; done\n"
+        "h=$1; shift\n"
+        "[ \"${1:-}\" = -- ] && shift\n"
+        "cd \"$(dirname \"$0\")/$h\" && HOME=$PWD exec bash -c \"$*\"\n"
+        "X\n"
+        "chmod +x \"$d/fake_ssh\"\n"
+        "printf '1/%%s nodeA\\n1/%%s nodeB\\n' \"$d/fake_ssh\" \"$d/fake_ssh\" > \"$d/logins\"\n"
+        "cp '%s' \"$d/home/proj/fake.conf\"\n"
+        "cd \"$d/home/proj\" && HOME=\"$d/home\" TERNLAB_EXP_CMD=\"$TERNLAB_EXP_CMD --config {config}\" "
+        "bash scripts/sweep.sh exp-fake --config fake.conf --results results "
+        "--jobs 2 --sshloginfile \"$d/logins\" --return > \"$d/s.log\" 2>&1\n"
+        "echo \"ret=$?\"\n"
+        "ls \"$d/home/proj/results/exp-fake\"/*.h5 | wc -l | sed 's/^/back=/'\n"
+        "ls \"$d\"/node?/proj/results/exp-fake/*.h5 | wc -l | sed 's/^/node_files=/'\n"
+        "tail -1 \"$d/s.log\"\n",
+        dir, repo, conf);
+    CHECK_MSG(rc2 == 0 && out && strstr(out, "ret=0\n") && strstr(out, "back=6\n") && strstr(out, "node_files=6\n") &&
+                  strstr(out, "all 6 points complete"),
+              "--return: rc %d:\n%s", rc2, out ? out : "");
+    free(out);
+}
