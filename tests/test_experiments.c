@@ -208,7 +208,8 @@ TEST(cli_bad_values_are_clear) {
         {"%B/ternlab diff --model %L --tokens %T --a quant=rule=twn,quant=loaded --b quant=loaded",
          "given twice", 2},
         {"cp -r %L %D/lt && %B/ternlab quantize --model %D/lt --quant rule=twn --out %D/lt/", "itself", 2},
-        {"%B/ternlab info --model %Q --quant rule=twn", "safetensors", 2},
+        /* (--quant applies to a .gguf as to a folder: checked alike) */
+        {"%B/ternlab info --model %Q --quant rule=foo", "unknown rule 'foo'", 2},
         /* a malformed --quant or --prompt is a usage error, as a malformed --kv (they had exited 1) */
         {"%B/ternlab ppl --model %L --tokens %T --quant rule=foo", "--quant", 2},
         {"%B/ternlab generate --model %L --prompt 1,,2 --max-new 2", "comma-separated integers", 2},
