@@ -411,7 +411,7 @@ int cmd_info(int argc, char **argv) {
     if (gguf && cmd_gguf_info(o.model) != 0) return 1;
     Model m;
     if (open_model(&o, &m) != 0) {
-        if (gguf) fprintf(stderr, "ternlab info: %s: listed above, but it does not load as a model\n", o.model);
+        if (gguf) fprintf(stderr, "ternlab info: %s: listed above; loading it as a model failed (below)\n", o.model);
         return fail("info");
     }
     const ModelConfig *c = &m.cfg;
