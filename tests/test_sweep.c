@@ -1266,3 +1266,44 @@ TEST(sweep_over_ssh_logins) {
               "--return: rc %d:\n%s", rc2, out ? out : "");
     free(out);
 }
+
+/* scripts/slurm/sweep.sbatch as a Slurm array runs it (SLURM_ARRAY_TASK_ID,
+ * SLURM_SUBMIT_DIR set, no Slurm needed): the prepared jobs' tasks but the
+ * fourth leave five points, which the sweep's dry run counts; the whole array
+ * again runs the missing point and skips the others (their files untouched);
+ * a task past the jobs file or outside an array is refused by name. */
+TEST(sweep_slurm_array_script) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], root[PATH_MAX], *out = NULL;
+    fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    REQUIRE(realpath(test_path("scripts/sweep.sh"), root));
+    *strrchr(root, '/') = 0;
+    *strrchr(root, '/') = 0;
+    const int rc = run_bash(
+        dir, "slurm.sh", &out,
+        "set -u\n"
+        "cd /; sweep='%s/scripts/sweep.sh'; sb='%s/scripts/slurm/sweep.sbatch'; jobs='%s/jobs'\n"
+        "bash \"$sweep\" exp-fake --config '%s' --results '%s' --prepare > /dev/null 2>&1 || echo prepare-failed\n"
+        "wc -l < \"$jobs\" | sed 's/^/lines=/'\n"
+        "for i in 1 2 3 5 6; do SLURM_ARRAY_TASK_ID=$i SLURM_SUBMIT_DIR='%s' bash \"$sb\" \"$jobs\" > /dev/null 2>&1 "
+        "|| echo \"task $i failed\"; done\n"
+        "bash \"$sweep\" exp-fake --config '%s' --results '%s' --dry-run 2>&1 | grep -o '[0-9]* points ([0-9]* complete)'\n"
+        "stat -c %%Y:%%i '%s'/m1__a.h5 '%s'/m2__c.h5 > \"%s/before\"\n"
+        "sleep 1.1\n"
+        "for i in 1 2 3 4 5 6; do SLURM_ARRAY_TASK_ID=$i SLURM_SUBMIT_DIR='%s' bash \"$sb\" \"$jobs\" >> \"%s/again.log\" 2>&1 "
+        "|| echo \"again $i failed\"; done\n"
+        "stat -c %%Y:%%i '%s'/m1__a.h5 '%s'/m2__c.h5 | cmp -s - \"%s/before\" && echo untouched\n"
+        "grep -c 'complete, skipped' \"%s/again.log\" | sed 's/^/skipped=/'\n"
+        "ls '%s'/*.h5 | wc -l | sed 's/^/files=/'\n"
+        "SLURM_ARRAY_TASK_ID=7 SLURM_SUBMIT_DIR='%s' bash \"$sb\" \"$jobs\" 2>&1; echo \"task7=$?\"\n"
+        "(unset SLURM_ARRAY_TASK_ID; bash \"$sb\" \"$jobs\" 2>&1; echo \"noarray=$?\")\n",
+        root, root, out_dir, conf, res, root, conf, res, out_dir, out_dir, dir, root, dir, out_dir, out_dir, dir, dir,
+        out_dir, root);
+    CHECK_MSG(rc == 0 && out && strstr(out, "lines=6\n") && !strstr(out, "failed") &&
+                  strstr(out, "6 points (5 complete)") && strstr(out, "untouched\n") && strstr(out, "skipped=5\n") &&
+                  strstr(out, "files=6\n") && strstr(out, "has no line 7") && strstr(out, "task7=2\n") &&
+                  strstr(out, "not inside a Slurm array job") && !strstr(out, "noarray=0\n"),
+              "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+}
