@@ -2341,6 +2341,51 @@ TEST(gpu_tp2_failed_launch_aborts) {
     model_free(&m);
 }
 
+/* A GPU fault that shows only after every rank enqueued its step
+ * (TERNLAB_CUDA_FAULT_STEP=3:R: rank R's third step has a kernel that writes
+ * to an illegal address after ~20 ms, before the step's all-reduces): the
+ * faulted rank stops short of them, and the other had waited in
+ * cudaStreamSynchronize for ever.  Each rank now polls its stream, NCCL's error
+ * and the others' flag: the command ends (exit 1, not the timeout's 124) naming
+ * the rank and the fault.  In a process of its own (the fault ends the
+ * device's context for the process). */
+TEST(gpu_tp2_device_fault_ends_every_rank) {
+    SKIP_WITHOUT_GPUS(2);
+    for (int r = 0; r < 2; r++) {
+        char cmd[2048], *out = NULL, want[32];
+        snprintf(cmd, sizeof cmd,
+                 "TERNLAB_CUDA_FAULT_STEP=3:%d timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 "
+                 "--device cuda --tp 2 2>&1",
+                 r, bin_path("ternlab"), test_path(LLAMA_DIR));
+        const int rc = test_run(cmd, &out);
+        snprintf(want, sizeof want, "tp rank %d", r);
+        CHECK_MSG(rc == 1 && out && strstr(out, want) && strstr(out, "the step failed on GPU") &&
+                      strstr(out, "cudaErrorIllegalAddress"),
+                  "fault on rank %d: rc %d (124: hung): %s", r, rc, out ? out : "");
+        free(out);
+    }
+}
+
+/* The same fault on one GPU: an error naming it (exit 1), not a crash or a
+ * hang; a malformed TERNLAB_CUDA_FAULT_STEP is refused by name. */
+TEST(gpu_device_fault_is_an_error) {
+    SKIP_WITHOUT_GPU();
+    char cmd[2048], *out = NULL;
+    snprintf(cmd, sizeof cmd,
+             "TERNLAB_CUDA_FAULT_STEP=3 timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 --device cuda "
+             "2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR));
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && out && strstr(out, "cudaErrorIllegalAddress"), "rc %d: %s", rc, out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "TERNLAB_CUDA_FAULT_STEP=3x timeout 120 %s generate --model %s --prompt 1,2 --max-new 2 --device cuda 2>&1",
+             bin_path("ternlab"), test_path(LLAMA_DIR));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 1 && out && strstr(out, "TERNLAB_CUDA_FAULT_STEP=\"3x\""), "rc %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 /* More ranks than GPUs, or a split that cuts a scale group: a clear error. */
 TEST(gpu_tp_refusals) {
     SKIP_WITHOUT_GPU();

@@ -6,6 +6,8 @@
 #include <nccl.h>
 #endif
 #include <pthread.h>
+#include <sched.h>
+#include <stdint.h>
 
 #include <algorithm>
 #include <array>
@@ -155,6 +157,11 @@ struct CE {
     /* TERNLAB_CUDA_FAIL_LAUNCH (tests of the error paths): the fail_launch-th
      * step launch of this rank fails before it enqueues anything (0: none) */
     int64_t fail_launch = 0, n_step_launch = 0;
+    /* TERNLAB_CUDA_FAULT_STEP (tests of the error paths): the fault_step-th step
+     * launch of this rank enqueues, before the step, a kernel that writes to an
+     * illegal address after ~20 ms — a GPU fault that shows only after the
+     * step is enqueued everywhere (0: none) */
+    int64_t fault_step = 0;
     /* cuda_engine_decode_chain: a second pinned input buffer (a step's inputs
      * are prepared while the one before may still be uploading from the first),
      * two pinned slots of ids and their events; steps enqueued chained */
@@ -974,11 +981,24 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     return 0;
 }
 
+/* TERNLAB_CUDA_FAULT_STEP's kernel: spins for `cycles`, then writes to an
+ * address no allocation holds (cudaErrorIllegalAddress, sticky) */
+__global__ void fault_after_kernel(long long cycles) {
+    const long long t0 = clock64();
+    while (clock64() - t0 < cycles) {
+    }
+    *(volatile int *)(uintptr_t)16 = 1;
+}
+
 /* step_enqueue; where it fails, the step's table updates are marked unsent
  * (they reach the device only through its work) */
 int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const bool fail = ++g->n_step_launch == g->fail_launch;
     if (fail) err_set("step launch %lld failed on purpose (TERNLAB_CUDA_FAIL_LAUNCH)", (long long)g->fail_launch);
+    if (!fail && g->n_step_launch == g->fault_step) { /* (~20 ms at 2 GHz: the step enqueued by then) */
+        fault_after_kernel<<<1, 1, 0, g->st>>>(40000000ll);
+        CUDA_CHECK_LAUNCH("the TERNLAB_CUDA_FAULT_STEP kernel");
+    }
     if (!fail && step_enqueue(g, p, amax, in_graph) == 0) return 0;
     unsend_updates(g, p);
     return -1;
@@ -1042,11 +1062,11 @@ int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
     return fwdc_argmax_rows(g->logits, rows, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st);
 }
 
-/* A rank's end after some rank failed to enqueue its step (tensor
- * parallelism): its communicator aborted (which ends collectives waiting for
+/* A rank's end after some rank failed to enqueue its step or failed in it
+ * (tensor parallelism): its communicator aborted (which ends collectives waiting for
  * the missing rank), its stream drained; the engine refuses later steps
  * (ce_tp_forward).  own_rc: this rank's launch (its message kept). */
-const char kPeerFailed[] = "another rank failed to enqueue its step; the communicators were aborted";
+const char kPeerFailed[] = "another rank failed in its step; the communicators were aborted";
 int tp_abort_rank(CE *g, int own_rc) {
     /* the graph first: NCCL's last abort in the process waits until no graph
      * holds a captured collective (a running one is destroyed when it ends,
@@ -1074,6 +1094,56 @@ bool untimed() {
     return false;
 }
 
+/* device_step's argmax and copies back (enqueued, not waited for). */
+int step_copies_back(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits, int64_t amax,
+                     bool amax_done, int32_t **ids_to) {
+    if (nl_out > 0 && argmax_out) { /* (amax_done only here: amax > 0 asks for both) */
+        if (step_argmax(g, p, nl_out, amax_done) != 0) return -1;
+        if (amax > 0 && nl_out <= g->h_ids_cap) *ids_to = g->h_ids;
+        CUDA_CHECK(cudaMemcpyAsync(*ids_to, g->ids, sizeof(int32_t) * (size_t)nl_out, cudaMemcpyDeviceToHost,
+                                   g->st));
+    }
+    if (nl_out > 0 && logits)
+        CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
+                                   cudaMemcpyDeviceToHost, g->st));
+    return 0;
+}
+
+/* Tensor parallelism: this rank failed after every rank enqueued its step —
+ * the others told (failed), this rank's communicator aborted; own_rc's message
+ * kept. */
+int tp_fail(CE *g, std::atomic<bool> *failed, int own_rc) {
+    failed->store(true);
+    return tp_abort_rank(g, own_rc != 0 ? own_rc : -1);
+}
+
+/* Tensor parallelism: the step's end, waited for by polling this rank's
+ * stream, NCCL's asynchronous error and the other ranks' flag.  A rank whose
+ * GPU faulted (an illegal address) stops before its part of an all-reduce, and
+ * a peer in cudaStreamSynchronize waited for ever; here a failure anywhere
+ * aborts every rank's communicator, which ends the collectives waiting on it,
+ * and the call returns the error (the engine refuses later steps). */
+int tp_wait_step(CE *g, std::atomic<bool> *failed) {
+    for (unsigned spin = 0;; spin++) {
+        const cudaError_t e = cudaStreamQuery(g->st);
+        if (e == cudaSuccess) return 0;
+        if (e != cudaErrorNotReady) {
+            (void)cudaGetLastError();
+            return tp_fail(g, failed,
+                           err_set("cuda: the step failed on GPU %d: %s (%s)", g->gpu, cudaGetErrorString(e),
+                                   cudaGetErrorName(e)));
+        }
+#ifdef TL_HAVE_NCCL
+        ncclResult_t ar = ncclSuccess;
+        if (g->comm && ncclCommGetAsyncError(g->comm, &ar) == ncclSuccess && ar != ncclSuccess &&
+            ar != ncclInProgress)
+            return tp_fail(g, failed, err_set("nccl: the step's collectives failed: %s", ncclGetErrorString(ar)));
+#endif
+        if (failed->load()) return tp_abort_rank(g, 0);
+        if (spin >= 256) sched_yield();
+    }
+}
+
 int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, float *logits,
                 pthread_barrier_t *launched = nullptr, std::atomic<bool> *launch_failed = nullptr) {
     if (p->n <= 0) return 0;
@@ -1097,17 +1167,16 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     }
     if (rc != 0) return -1;
     int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
-    if (nl_out > 0 && argmax_out) { /* (amax_done only here: amax > 0 asks for both) */
-        if (step_argmax(g, p, nl_out, amax_done) != 0) return -1;
-        if (amax > 0 && nl_out <= g->h_ids_cap) ids_to = g->h_ids;
-        CUDA_CHECK(cudaMemcpyAsync(ids_to, g->ids, sizeof(int32_t) * (size_t)nl_out, cudaMemcpyDeviceToHost,
-                                   g->st));
+    const int crc = step_copies_back(g, p, nl_out, argmax_out, logits, amax, amax_done, &ids_to);
+    if (launched) {
+        /* (a failure here, wherever a faulted GPU shows it first, is every rank's) */
+        if (crc != 0) return tp_fail(g, launch_failed, crc);
+        TRY(tp_wait_step(g, launch_failed));
+    } else {
+        if (crc != 0) return -1;
+        if (timed && cudaEventRecord(g->ev[2], g->st) != cudaSuccess) timed = untimed();
+        CUDA_CHECK(cudaStreamSynchronize(g->st));
     }
-    if (nl_out > 0 && logits)
-        CUDA_CHECK(cudaMemcpyAsync(logits, g->logits, sizeof(float) * (size_t)(nl_out * g->c.vocab),
-                                   cudaMemcpyDeviceToHost, g->st));
-    if (timed && cudaEventRecord(g->ev[2], g->st) != cudaSuccess) timed = untimed();
-    CUDA_CHECK(cudaStreamSynchronize(g->st));
     if (timed) {
         float a = 0, b = 0;
         if (cudaEventElapsedTime(&a, g->ev[0], g->ev[2]) == cudaSuccess &&
@@ -1303,11 +1372,12 @@ void ce_engine_free(Engine *e) {
 bool env_on(const char *name);
 
 /* Stream, cuBLAS, KV pages, tables, step inputs, activations. */
-/* TERNLAB_CUDA_FAIL_LAUNCH=K[:R]: rank R's (default 0) K-th step launch fails
- * (tests of the error paths); into g->fail_launch where R is g's rank. */
-int fail_launch_env(CE *g) {
-    const char *v = getenv("TERNLAB_CUDA_FAIL_LAUNCH");
-    g->fail_launch = 0;
+/* NAME=K[:R] (tests of the error paths): rank R's (default 0) K-th step launch,
+ * into *field where R is g's rank (0: none) — TERNLAB_CUDA_FAIL_LAUNCH (the launch
+ * fails) and TERNLAB_CUDA_FAULT_STEP (the GPU faults in that step). */
+int step_rank_env(CE *g, const char *name, const char *what, int64_t *field) {
+    const char *v = getenv(name);
+    *field = 0;
     if (!v || !*v) return 0;
     int64_t k = 0, r = 0;
     char kb[32];
@@ -1319,17 +1389,16 @@ int fail_launch_env(CE *g) {
         kb[kl] = 0;
     }
     ok = ok && str_to_i64(kb, 1, INT64_MAX, &k) == 0 && (!colon || str_to_i64(colon + 1, 0, 1024, &r) == 0);
-    if (!ok)
-        return err_set("TERNLAB_CUDA_FAIL_LAUNCH=\"%s\": expected K[:RANK] (the K-th step launch of that rank "
-                       "fails; K >= 1)",
-                       v);
-    if (r == g->rank) g->fail_launch = k;
+    if (!ok) return err_set("%s=\"%s\": expected K[:RANK] (%s; K >= 1)", name, v, what);
+    if (r == g->rank) *field = k;
     return 0;
 }
 
 int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     const ModelConfig &c = g->c;
-    if (fail_launch_env(g) != 0) return -1;
+    if (step_rank_env(g, "TERNLAB_CUDA_FAIL_LAUNCH", "the K-th step launch of that rank fails", &g->fail_launch) != 0 ||
+        step_rank_env(g, "TERNLAB_CUDA_FAULT_STEP", "the GPU of that rank faults in its K-th step", &g->fault_step) != 0)
+        return -1;
     if (c.head_dim < 2 || c.head_dim > 256 || c.head_dim % 2)
         return err_set("--device cuda: head_dim %d is not supported (even, 2..256)", c.head_dim);
     if (c.n_kv_heads < 1 || c.n_heads % c.n_kv_heads)
@@ -1699,7 +1768,7 @@ struct TpGpu {
     std::set<std::tuple<int64_t, int64_t, bool, bool, bool, int>> shapes;
     bool warm = false;
     std::atomic<bool> warm_failed{false};
-    /* a rank failed to enqueue its step (device_step): every rank aborted its
+    /* a rank failed to enqueue its step or failed in it (device_step): every rank aborted its
      * communicator, and the engine refuses further steps */
     std::atomic<bool> launch_failed{false};
     int32_t *argmax_out = nullptr;
