@@ -2342,8 +2342,9 @@ TEST(gpu_tp2_failed_launch_aborts) {
 }
 
 /* A GPU fault that shows only after every rank enqueued its step
- * (TERNLAB_CUDA_FAULT_STEP=3:R: rank R's third step has a kernel that writes
- * to an illegal address after ~20 ms, before the step's all-reduces): the
+ * (TERNLAB_CUDA_FAULT_STEP=4:R: rank R's fourth step — a graph replay — has a
+ * kernel that writes to an illegal address after ~0.5 s, before the step's
+ * all-reduces): the
  * faulted rank stops short of them, and the other had waited in
  * cudaStreamSynchronize for ever.  Each rank now polls its stream, NCCL's error
  * and the others' flag: the command ends (exit 1, not the timeout's 124) naming
@@ -2354,7 +2355,7 @@ TEST(gpu_tp2_device_fault_ends_every_rank) {
     for (int r = 0; r < 2; r++) {
         char cmd[2048], *out = NULL, want[32];
         snprintf(cmd, sizeof cmd,
-                 "TERNLAB_CUDA_FAULT_STEP=3:%d timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 "
+                 "TERNLAB_CUDA_FAULT_STEP=4:%d timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 "
                  "--device cuda --tp 2 2>&1",
                  r, bin_path("ternlab"), test_path(LLAMA_DIR));
         const int rc = test_run(cmd, &out);
@@ -2372,7 +2373,7 @@ TEST(gpu_device_fault_is_an_error) {
     SKIP_WITHOUT_GPU();
     char cmd[2048], *out = NULL;
     snprintf(cmd, sizeof cmd,
-             "TERNLAB_CUDA_FAULT_STEP=3 timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 --device cuda "
+             "TERNLAB_CUDA_FAULT_STEP=4 timeout 120 %s generate --model %s --prompt 1,2,3,4 --max-new 8 --device cuda "
              "2>&1",
              bin_path("ternlab"), test_path(LLAMA_DIR));
     int rc = test_run(cmd, &out);

@@ -159,9 +159,12 @@ struct CE {
     int64_t fail_launch = 0, n_step_launch = 0;
     /* TERNLAB_CUDA_FAULT_STEP (tests of the error paths): the fault_step-th step
      * launch of this rank enqueues, before the step, a kernel that writes to an
-     * illegal address after ~20 ms — a GPU fault that shows only after the
+     * illegal address after ~0.5 s — a GPU fault that shows only after the
      * step is enqueued everywhere (0: none) */
     int64_t fault_step = 0;
+    /* tensor parallelism: the rank that failed first in the current call (-1:
+     * none), set by the first rank to fail (tp_fail), shared by the ranks */
+    std::atomic<int> *tp_first_fail = nullptr;
     /* cuda_engine_decode_chain: a second pinned input buffer (a step's inputs
      * are prepared while the one before may still be uploading from the first),
      * two pinned slots of ids and their events; steps enqueued chained */
@@ -995,8 +998,8 @@ __global__ void fault_after_kernel(long long cycles) {
 int step_launch(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const bool fail = ++g->n_step_launch == g->fail_launch;
     if (fail) err_set("step launch %lld failed on purpose (TERNLAB_CUDA_FAIL_LAUNCH)", (long long)g->fail_launch);
-    if (!fail && g->n_step_launch == g->fault_step) { /* (~20 ms at 2 GHz: the step enqueued by then) */
-        fault_after_kernel<<<1, 1, 0, g->st>>>(40000000ll);
+    if (!fail && g->n_step_launch == g->fault_step) { /* (~0.5 s at 2 GHz: the step enqueued by then) */
+        fault_after_kernel<<<1, 1, 0, g->st>>>(1000000000ll);
         CUDA_CHECK_LAUNCH("the TERNLAB_CUDA_FAULT_STEP kernel");
     }
     if (!fail && step_enqueue(g, p, amax, in_graph) == 0) return 0;
@@ -1113,6 +1116,8 @@ int step_copies_back(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_o
  * the others told (failed), this rank's communicator aborted; own_rc's message
  * kept. */
 int tp_fail(CE *g, std::atomic<bool> *failed, int own_rc) {
+    int none = -1;
+    if (g->tp_first_fail) g->tp_first_fail->compare_exchange_strong(none, g->rank);
     failed->store(true);
     return tp_abort_rank(g, own_rc != 0 ? own_rc : -1);
 }
@@ -1159,7 +1164,11 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     const int rc = step_launch(g, p, amax, &amax_done);
     if (timed && cudaEventRecord(g->ev[1], g->st) != cudaSuccess) timed = untimed();
     if (launched) {
-        if (rc != 0) launch_failed->store(true);
+        if (rc != 0) {
+            int none = -1;
+            if (g->tp_first_fail) g->tp_first_fail->compare_exchange_strong(none, g->rank);
+            launch_failed->store(true);
+        }
         pthread_barrier_wait(launched);
         /* a rank that did not enqueue its whole step leaves the others' collectives
          * waiting for it on their GPUs: every rank aborts its communicator */
@@ -1167,13 +1176,24 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     }
     if (rc != 0) return -1;
     int32_t *ids_to = argmax_out; /* (amax: through the pinned copy) */
-    const int crc = step_copies_back(g, p, nl_out, argmax_out, logits, amax, amax_done, &ids_to);
     if (launched) {
-        /* (a failure here, wherever a faulted GPU shows it first, is every rank's) */
-        if (crc != 0) return tp_fail(g, launch_failed, crc);
+        /* tensor parallelism: the step waited for (tp_wait_step) before anything that
+         * can block the host — a copy to pageable memory returns only when done, the
+         * argmax's workspace may grow with a device synchronisation — so that this
+         * rank sees another's failure; then the argmax and the copies back, on an idle
+         * stream whose collectives are done.  A failure is every rank's. */
         TRY(tp_wait_step(g, launch_failed));
+        const int crc = step_copies_back(g, p, nl_out, argmax_out, logits, 0, false, &ids_to);
+        if (crc != 0) return tp_fail(g, launch_failed, crc);
+        const cudaError_t e = cudaStreamSynchronize(g->st);
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return tp_fail(g, launch_failed,
+                           err_set("cuda: the step's copies back failed on GPU %d: %s (%s)", g->gpu,
+                                   cudaGetErrorString(e), cudaGetErrorName(e)));
+        }
     } else {
-        if (crc != 0) return -1;
+        if (step_copies_back(g, p, nl_out, argmax_out, logits, amax, amax_done, &ids_to) != 0) return -1;
         if (timed && cudaEventRecord(g->ev[2], g->st) != cudaSuccess) timed = untimed();
         CUDA_CHECK(cudaStreamSynchronize(g->st));
     }
@@ -1751,6 +1771,7 @@ int synth_model(CE *g, const CudaSynthetic *syn) {
 struct TpGpu {
     int tp = 0;
     std::vector<CE *> ce;
+    std::atomic<int> first_fail{-1}; /* (CE::tp_first_fail) */
     std::vector<Model> rm;                 /* rank models: cfg with this rank's heads/MLP */
     std::vector<std::vector<TpLinear>> sh; /* the shards the rank models' linears point into */
     /* workers: ranks 1.. on their own threads, rank 0 on the caller's */
@@ -1893,7 +1914,11 @@ int ce_tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int
     t->rc[0] = tp_rank_step(t, 0);
     if (t->rc[0] != 0) t->msg[0] = err_msg();
     pthread_barrier_wait(&t->done);
-    int failed = -1; /* the first rank that failed itself, else the first that failed */
+    /* the rank that failed first (tp_fail), else the first that failed itself, else the
+     * first that failed (a peer's NCCL error after the failed rank's abort had been
+     * reported as that peer's own) */
+    int failed = t->first_fail.load();
+    if (failed >= 0 && t->rc[(size_t)failed] == 0) failed = -1;
     for (int r = 0; r < t->tp && failed < 0; r++)
         if (t->rc[(size_t)r] != 0 && t->msg[(size_t)r] != kPeerFailed) failed = r;
     for (int r = 0; r < t->tp && failed < 0; r++)
@@ -2060,6 +2085,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         g->L.resize((size_t)m->cfg.n_layers);
         g->tp = tp;
         g->rank = r;
+        g->tp_first_fail = &t->first_fail;
         g->qd_full = qd;
         g->inter_full = m->cfg.inter;
         g->att_lo = r * (qd / tp);
