@@ -83,6 +83,14 @@ static void fake_sweep_env(const char *dir, const char *values, char *conf, size
     unsetenv("TERNLAB_VERIFY_CMD");
 }
 
+/* The repository's absolute path into root (PATH_MAX bytes): 1, or 0. */
+static int repo_root(char *root) {
+    if (!realpath(test_path("scripts/sweep.sh"), root)) return 0;
+    *strrchr(root, '/') = 0;
+    *strrchr(root, '/') = 0;
+    return 1;
+}
+
 /* Counts run files (*.h5) and temporaries (*.tmp*) in dir. */
 static void count_files(const char *dir, int *h5, int *tmp) {
     *h5 = *tmp = 0;
@@ -1233,9 +1241,7 @@ TEST(sweep_over_ssh_logins) {
         return;
     }
     char repo[PATH_MAX];
-    REQUIRE(realpath(test_path("scripts/sweep.sh"), repo));
-    *strrchr(repo, '/') = 0;
-    *strrchr(repo, '/') = 0;
+    REQUIRE(repo_root(repo));
     const int rc2 = run_bash(
         dir, "ret.sh", &out,
         "set -u\n"
@@ -1277,9 +1283,7 @@ TEST(sweep_slurm_array_script) {
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], root[PATH_MAX], *out = NULL;
     fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
-    REQUIRE(realpath(test_path("scripts/sweep.sh"), root));
-    *strrchr(root, '/') = 0;
-    *strrchr(root, '/') = 0;
+    REQUIRE(repo_root(root));
     const int rc = run_bash(
         dir, "slurm.sh", &out,
         "set -u\n"
