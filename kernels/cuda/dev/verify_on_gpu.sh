@@ -9,7 +9,8 @@
 #   bash kernels/cuda/dev/verify_on_gpu.sh [STEP...]     (default: all)
 # STEPs: tests  bench  e2e  chain (and for the bf16 bulk-copy GEMV: bf  bfsweep
 # engine  bfe2e; for the host changes of sessions without a GPU: host, which
-# needs only the bundle of ternlab, test_runner and the exp_* programs).  Logs and tables are written under
+# needs only the bundle of ternlab, test_runner and the exp_* programs; on two
+# GPUs: tp).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -86,7 +87,15 @@ for s in "${steps[@]}"; do
             run e2e7b_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --batches 1 --prefill 16 \
                 --out "$out/e2e7b_$i.h5" --md "$out/e2e7b_$i.md"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host)" | tee -a "$out/status.txt" ;;
+    tp) # two GPUs (kind nvidia-h100-x2 / h200-x2): the tensor-parallel tests, the fault
+        # injection's among them (fifty-eighth session: the ranks poll instead of waiting), and
+        # the 7B at tp 2 twice, against the README's tp 2 table (the poll's cost, if any)
+        run tp_tests /tmp/tl/bin/test_runner gpu_tp gpu_device_fault
+        for i in 1 2; do
+            run e2e_tp2_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --batches 1,8 --tp 2 \
+                --prefill 16 --out "$out/e2e_tp2_$i.h5" --md "$out/e2e_tp2_$i.md"
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
