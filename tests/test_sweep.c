@@ -1176,6 +1176,32 @@ TEST(scripts_ternlab_runs_helpers) {
     free(out);
 }
 
+/* d/fake_ssh, a stand-in for ssh that runs the command here (logging the host
+ * into d/hosts.log; where d/HOST is a folder, in it, as that machine's home),
+ * and d/logins naming it for two machines, nodeA and nodeB (GNU Parallel's
+ * "/path/ssh host" login form).  0, or -1. */
+static int write_fake_ssh(const char *d) {
+    char p[800];
+    snprintf(p, sizeof p, "%s/fake_ssh", d);
+    FILE *f = fopen(p, "w");
+    if (!f) return -1;
+    fputs("#!/bin/bash\n"
+          "while [ $# -gt 0 ]; do case $1 in -l|-p|-o|-i|-S) shift 2 ;; -*) shift ;; *) break ;; esac; done\n"
+          "h=$1; shift\n"
+          "d=$(dirname \"$0\")\n"
+          "echo \"$h\" >> \"$d/hosts.log\"\n"
+          "[ \"${1:-}\" = -- ] && shift\n"
+          "[ -d \"$d/$h\" ] && { cd \"$d/$h\" && export HOME=$PWD || exit 255; }\n"
+          "exec bash -c \"$*\"\n",
+          f);
+    if (fclose(f) != 0 || chmod(p, 0755) != 0) return -1;
+    snprintf(p, sizeof p, "%s/logins", d);
+    f = fopen(p, "w");
+    if (!f) return -1;
+    fprintf(f, "1/%s/fake_ssh nodeA\n1/%s/fake_ssh nodeB\n", d, d);
+    return fclose(f) != 0 ? -1 : 0;
+}
+
 /* A sweep over machines (--sshloginfile) with a stand-in for ssh that runs the
  * command here (each login line names it: GNU Parallel's "/path/ssh host"
  * form), so that Parallel's remote path — its perl wrapper, --workdir ., the
@@ -1188,19 +1214,11 @@ TEST(sweep_over_ssh_logins) {
     const char *dir = test_tmpdir();
     char conf[600], res[600], out_dir[700], *out = NULL;
     fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    REQUIRE(write_fake_ssh(dir) == 0);
     const int rc =
         run_bash(dir, "ssh.sh", &out,
                  "set -u\n"
                  "d='%s'\n"
-                 "cat > \"$d/fake_ssh\" <<'X'\n"
-                 "#!/bin/bash\n"
-                 "while [ $# -gt 0 ]; do case $1 in -l|-p|-o|-i|-S) shift 2 ;; -*) shift ;; *) break ;; esac; done\n"
-                 "echo \"$1\" >> \"$(dirname \"$0\")/hosts.log\"; shift\n"
-                 "[ \"${1:-}\" = -- ] && shift\n"
-                 "exec bash -c \"$*\"\n"
-                 "X\n"
-                 "chmod +x \"$d/fake_ssh\"\n"
-                 "printf '1/%%s nodeA\\n1/%%s nodeB\\n' \"$d/fake_ssh\" \"$d/fake_ssh\" > \"$d/logins\"\n"
                  "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 --sshloginfile \"$d/logins\" > \"$d/s1.log\" 2>&1\n"
                  "echo \"first=$?\"\n"
                  "ls '%s'/*.h5 | wc -l | sed 's/^/files=/'\n"
@@ -1224,11 +1242,6 @@ TEST(sweep_over_ssh_logins) {
     if (j) printf("    resume: %d ssh call(s) for the one missing point\n", atoi(j + 10));
     free(out);
     out = NULL;
-    /* --return: machines without the shared folder — each "machine" a folder of its own
-     * (its home) holding the repository's parts as links and its own results/, the
-     * sweep run from a home of its own, so that Parallel's --workdir . is the same
-     * relative folder in each: the settings' snapshot goes there first (the points
-     * read it: --config {config}), the points' files written there come back */
     /* --return alone is refused (it had been ignored) */
     char cmd[2400];
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --return 2>&1", test_path("scripts/sweep.sh"),
@@ -1240,24 +1253,21 @@ TEST(sweep_over_ssh_logins) {
         printf("    --return not run: no rsync here (GNU Parallel's --return and --basefile need it)\n");
         return;
     }
-    char repo[PATH_MAX];
+    /* --return: machines without the shared folder — each "machine" a folder of its own
+     * (its home) holding the repository's parts as links and its own results/, the
+     * sweep run from a home of its own, so that Parallel's --workdir . is the same
+     * relative folder in each: the settings' snapshot goes there first (the points
+     * read it: --config {config}), the points' files written there come back */
+    char repo[PATH_MAX], rdir[700];
     REQUIRE(repo_root(repo));
+    snprintf(rdir, sizeof rdir, "%s/ret", dir);
+    REQUIRE(mkdir(rdir, 0777) == 0 && write_fake_ssh(rdir) == 0);
     const int rc2 = run_bash(
         dir, "ret.sh", &out,
         "set -u\n"
-        "d='%s/ret'; repo='%s'\n"
-        "mkdir -p \"$d\"\n"
+        "d='%s'; repo='%s'\n"
         "for n in home nodeA nodeB; do mkdir -p \"$d/$n/proj\"; for l in scripts tests build data; do\n"
         "  ln -s \"$repo/$l\" \"$d/$n/proj/$l\"; done; done\n"
-        "cat > \"$d/fake_ssh\" <<'X'\n"
-        "#!/bin/bash\n"
-        "while [ $# -gt 0 ]; do case $1 in -l|-p|-o|-i|-S) shift 2 ;; -*) shift ;; *) break ;; esac; done\n"
-        "h=$1; shift\n"
-        "[ \"${1:-}\" = -- ] && shift\n"
-        "cd \"$(dirname \"$0\")/$h\" && HOME=$PWD exec bash -c \"$*\"\n"
-        "X\n"
-        "chmod +x \"$d/fake_ssh\"\n"
-        "printf '1/%%s nodeA\\n1/%%s nodeB\\n' \"$d/fake_ssh\" \"$d/fake_ssh\" > \"$d/logins\"\n"
         "cp '%s' \"$d/home/proj/fake.conf\"\n"
         "cd \"$d/home/proj\" && HOME=\"$d/home\" TERNLAB_EXP_CMD=\"$TERNLAB_EXP_CMD --config {config}\" "
         "bash scripts/sweep.sh exp-fake --config fake.conf --results results "
@@ -1266,7 +1276,7 @@ TEST(sweep_over_ssh_logins) {
         "ls \"$d/home/proj/results/exp-fake\"/*.h5 | wc -l | sed 's/^/back=/'\n"
         "ls \"$d\"/node?/proj/results/exp-fake/*.h5 | wc -l | sed 's/^/node_files=/'\n"
         "tail -1 \"$d/s.log\"\n",
-        dir, repo, conf);
+        rdir, repo, conf);
     CHECK_MSG(rc2 == 0 && out && strstr(out, "ret=0\n") && strstr(out, "back=6\n") && strstr(out, "node_files=6\n") &&
                   strstr(out, "all 6 points complete"),
               "--return: rc %d:\n%s", rc2, out ? out : "");

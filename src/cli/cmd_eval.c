@@ -431,19 +431,21 @@ int cmd_info(int argc, char **argv) {
     if (m.load_notes[0]) printf("note: %s\n", m.load_notes);
     printf("blas core    %s\n", blas_core_report());
     printf("threads      %s\n", threads_report());
-    size_t total = 0;
-    if (!gguf) printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
-    for (int i = 0; i < m.st.n_tensors && !gguf; i++) {
-        const StTensor *t = &m.st.tensors[i];
-        char shape[128] = "";
-        for (int d = 0; d < t->ndim; d++) {
-            size_t l = strlen(shape);
-            snprintf(shape + l, sizeof shape - l, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+    if (!gguf) { /* (a .gguf's listing has its tensors as stored) */
+        size_t total = 0;
+        printf("tensors (%d in %d file%s):\n", m.st.n_tensors, m.st.n_files, m.st.n_files == 1 ? "" : "s");
+        for (int i = 0; i < m.st.n_tensors; i++) {
+            const StTensor *t = &m.st.tensors[i];
+            char shape[128] = "";
+            for (int d = 0; d < t->ndim; d++) {
+                size_t l = strlen(shape);
+                snprintf(shape + l, sizeof shape - l, d ? ", %lld" : "%lld", (long long)t->shape[d]);
+            }
+            printf("  %-52s %-5s [%s] %zu bytes\n", t->name, st_dtype_name(t->dtype), shape, t->nbytes);
+            total += t->nbytes;
         }
-        printf("  %-52s %-5s [%s] %zu bytes\n", t->name, st_dtype_name(t->dtype), shape, t->nbytes);
-        total += t->nbytes;
+        printf("checkpoint bytes %zu\n", total);
     }
-    if (!gguf) printf("checkpoint bytes %zu\n", total);
     printf("forward weight bytes %zu\n", model_weight_bytes(&m));
     report_print(&m, stdout);
     if (o.mem) report_capacity(&m, budget, stdout);

@@ -32,7 +32,7 @@ typedef struct {
  * registered temporary (named into tmp, as tmp_begin), fsynced and left for
  * files_commit; on failure nothing is left. */
 static int stage_safetensors(const char *path, const OutTensor *t, int n, char *tmp, size_t tn) {
-    if (file_out_check(path) != 0) return -1;
+    if (file_out_check(path) != 0) return -1; /* (before the header is built) */
     cJSON *h = cJSON_CreateObject();
     cJSON *meta = cJSON_AddObjectToObject(h, "__metadata__");
     cJSON_AddStringToObject(meta, "format", "pt");
@@ -50,22 +50,18 @@ static int stage_safetensors(const char *path, const OutTensor *t, int n, char *
     char *text = cJSON_PrintUnformatted(h);
     cJSON_Delete(h);
     size_t hl = strlen(text), padded = (hl + 7) & ~(size_t)7;
-    tmp_begin(tmp, tn, path);
-    int rc = 0;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
-    if (rc == 0) {
-        unsigned char len[8];
-        for (int i = 0; i < 8; i++) len[i] = (unsigned char)((uint64_t)padded >> (8 * i));
-        int ok = fwrite(len, 1, 8, f) == 8 && fwrite(text, 1, hl, f) == hl;
-        for (size_t i = hl; i < padded && ok; i++) ok = fputc(' ', f) != EOF;
-        for (int i = 0; i < n && ok; i++) ok = fwrite(t[i].data, 1, t[i].nbytes, f) == t[i].nbytes;
-        if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
-        if (fclose(f) != 0) ok = 0;
-        if (!ok) rc = err_set("%s: write failed: %s", tmp, strerror(errno));
-        if (rc != 0) remove(tmp);
-    }
-    if (rc != 0) tmp_end(tmp);
+    /* the header's length, the header, its padding to 8 bytes, the tensors */
+    unsigned char len8[8];
+    for (int i = 0; i < 8; i++) len8[i] = (unsigned char)((uint64_t)padded >> (8 * i));
+    const void **data = xcalloc((size_t)n + 3, sizeof *data);
+    size_t *len = xcalloc((size_t)n + 3, sizeof *len);
+    data[0] = len8, len[0] = 8;
+    data[1] = text, len[1] = hl;
+    data[2] = "       ", len[2] = padded - hl;
+    for (int i = 0; i < n; i++) data[3 + i] = t[i].data, len[3 + i] = t[i].nbytes;
+    const int rc = file_stage_parts(path, n + 3, data, len, tmp, tn);
+    free(data);
+    free(len);
     free(text);
     return rc;
 }

@@ -256,7 +256,8 @@ void tmp_cleanup_on_signals(void) {
     }
 }
 
-int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn) {
+int file_stage_parts(const char *path, int parts, const void *const *data, const size_t *len, char *tmp,
+                     size_t tn) {
     if (file_out_check(path) != 0) return -1;
     if (strlen(path) > 4000) return err_set("%.100s...: path too long", path);
     tmp_begin(tmp, tn, path);
@@ -266,7 +267,8 @@ int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t t
         tmp_end(tmp);
         return err_set("%s: cannot create: %s", tmp, strerror(e));
     }
-    int ok = fwrite(data, 1, n, f) == n;
+    int ok = 1;
+    for (int i = 0; i < parts && ok; i++) ok = fwrite(data[i], 1, len[i], f) == len[i];
     if (fflush(f) != 0 || fsync(fileno(f)) != 0) ok = 0;
     if (fclose(f) != 0) ok = 0;
     if (!ok) {
@@ -276,6 +278,10 @@ int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t t
         return err_set("%s: write failed: %s", path, strerror(e));
     }
     return 0;
+}
+
+int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn) {
+    return file_stage_parts(path, 1, &data, &n, tmp, tn);
 }
 
 int file_write_atomic(const char *path, const void *data, size_t n) {

@@ -44,6 +44,9 @@ int file_write_atomic(const char *path, const void *data, size_t n);
  * tmp_begin), left for files_commit.  Returns 0, or -1 with err_set (nothing
  * left, path checked by file_out_check first). */
 int file_stage(const char *path, const void *data, size_t n, char *tmp, size_t tn);
+/* The same for a file written from `parts` pieces in order (data[i], len[i] bytes). */
+int file_stage_parts(const char *path, int parts, const void *const *data, const size_t *len, char *tmp,
+                     size_t tn);
 /* Renames tmp[i] over final[i] in order (at most 16) with SIGTERM, SIGINT and
  * SIGHUP held back, so that a sweep's stop lands before the set or after it,
  * not inside (a held signal ends the process once the set is in place, or once
