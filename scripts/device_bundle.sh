@@ -25,6 +25,7 @@ for p in "$@"; do ldd "$p"; done | awk '/=>/ {print $1, $3}' | sort -u | while r
     [[ $name =~ $skip ]] && continue
     [ -f "$path" ] && cp -L "$path" "$out/stage/lib/$name"
 done
-tar cJf "$out/bundle.tar.xz" -C "$out/stage" lib bin
+# (xz -9: a 64 MiB window, so that the programs, each with the whole library, are stored once)
+XZ_OPT=${XZ_OPT:--9 -T2} tar cJf "$out/bundle.tar.xz" -C "$out/stage" lib bin
 rm -rf "$out/stage"
 ls -la "$out"
