@@ -38,7 +38,9 @@
 #   --sshloginfile FILE  also run on the machines listed in FILE (GNU Parallel
 #                        format; ':' is this machine).  Every machine needs the
 #                        repository, built, at the same path relative to its
-#                        home directory, and RESULTS must be a shared folder
+#                        home directory, and a login that sets SHELL (Parallel
+#                        runs each job with it; without, it runs nothing and
+#                        reports success); RESULTS must be a shared folder
 #                        (NFS) -- or add --return:
 #   --return             copy each point's file back from the machine that ran
 #                        it (parallel --return) instead of a shared folder;
@@ -541,6 +543,16 @@ if [ "$done_n" -lt "$n" ]; then
 fi
 
 # ---- result -----------------------------------------------------------------
+# job_ok I: the joblog's last line for point I says its job exited 0, no signal.
+# sweep_point.sh exits 0 only once the point's file verifies, so such a job with
+# no good file did not run where it was sent: GNU Parallel runs a job on another
+# machine with that login's $SHELL, and runs nothing, reporting success, where
+# it is unset
+job_ok() {
+  [ -f "$dir/joblog" ] &&
+    awk -F '\t' -v s="$(($1 + 1))" 'NR > 1 && $1 == s { e = $7; g = $8 } END { exit !(e == "0" && g == "0") }' \
+      "$dir/joblog"
+}
 failed=()
 for i in "${!outs[@]}"; do
   r=0
@@ -548,7 +560,11 @@ for i in "${!outs[@]}"; do
   case $r in
     0) ;;
     3|4) failed+=("${outs[$i]} (a run of another device or point)") ;;
-    *) failed+=("${outs[$i]}") ;;
+    *) if job_ok "$i"; then
+         failed+=("${outs[$i]} (its job exited 0 without it: the command did not run there; over ssh, check that the login sets SHELL)")
+       else
+         failed+=("${outs[$i]}")
+       fi ;;
   esac
 done
 if [ ${#failed[@]} -gt 0 ]; then

@@ -1209,7 +1209,8 @@ static int write_fake_ssh(const char *d) {
  * form), so that Parallel's remote path — its perl wrapper, --workdir ., the
  * quoting of every jobs line through ssh — runs as on a cluster with a shared
  * folder: every point present once, both "machines" used, none run twice on
- * resume; then --return (the files copied back by rsync through the same ssh,
+ * resume; a login without SHELL named as the likely cause of its points' missing
+ * files; then --return (the files copied back by rsync through the same ssh,
  * the settings' snapshot sent first) where rsync is installed. */
 TEST(sweep_over_ssh_logins) {
     if (!deps_ok()) return;
@@ -1250,6 +1251,22 @@ TEST(sweep_over_ssh_logins) {
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --return 2>&1", test_path("scripts/sweep.sh"),
              conf, res);
     CHECK_MSG(test_run(cmd, &out) == 2 && out && strstr(out, "give --sshloginfile too"), "%s", out ? out : "");
+    free(out);
+    out = NULL;
+    /* a login without SHELL: Parallel runs nothing there and reports success; the
+     * sweep fails (no files) and says that the jobs exited 0 without them */
+    const int rc1 =
+        run_bash(dir, "noshell.sh", &out,
+                 "set -u\n"
+                 "d='%s'; sed 's/^export SHELL=.*/unset SHELL/' \"$d/fake_ssh\" > \"$d/ssh_noshell\"\n"
+                 "chmod +x \"$d/ssh_noshell\"; sed 's/fake_ssh/ssh_noshell/' \"$d/logins\" > \"$d/logins_noshell\"\n"
+                 "bash '%s' exp-fake --config '%s' --results '%s/noshell' --sshloginfile \"$d/logins_noshell\" 2>&1\n"
+                 "echo \"rc=$?\"\n",
+                 dir, test_path("scripts/sweep.sh"), conf, dir);
+    CHECK_MSG(rc1 == 0 && out && strstr(out, "rc=1\n") && strstr(out, "6 of 6 point(s) have no finished file") &&
+                  strstr(out, "m2__c.h5 (its job exited 0 without it: the command did not run there; over ssh, check "
+                              "that the login sets SHELL)"),
+              "rc %d:\n%s", rc1, out ? out : "");
     free(out);
     out = NULL;
     if (test_run("command -v rsync", NULL) != 0) {
