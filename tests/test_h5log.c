@@ -875,6 +875,55 @@ TEST(files_commit_holds_a_stop_until_the_set_is_in) {
     CHECK_MSG(count_tmp(dir) == 0, "temporaries left");
 }
 
+/* A stop whose handler, on another thread, has removed the registered
+ * temporaries and not yet ended the process (it pauses there:
+ * TERNLAB_TEST_STOP_DELAY_US): what the main thread creates meanwhile — a
+ * staged file, h5log_create's temporary, a folder of tmp_mkdir's — is not
+ * made, the creation waiting to be ended with the process; it had been left. */
+TEST(a_stop_being_handled_leaves_nothing_made_meanwhile) {
+    static const char *const what[] = {"file_stage", "h5log_create", "tmp_mkdir"};
+    for (int mode = 0; mode < 3; mode++) {
+        char dir[700], f[800];
+        snprintf(dir, sizeof dir, "%s/stop%d", test_tmpdir(), mode);
+        REQUIRE(mkdir(dir, 0777) == 0);
+        snprintf(f, sizeof f, "%s/out%s", dir, mode == 1 ? ".h5" : mode == 2 ? "_dir" : ".txt");
+        const pid_t pid = fork();
+        REQUIRE(pid >= 0);
+        if (pid == 0) {
+            setenv("TERNLAB_TEST_STOP_DELAY_US", "400000", 1);
+            tmp_cleanup_on_signals();
+            pthread_t th;
+            if (pthread_create(&th, NULL, idle_thread, NULL) != 0) _exit(3);
+            sigset_t term;
+            sigemptyset(&term);
+            sigaddset(&term, SIGTERM);
+            pthread_sigmask(SIG_BLOCK, &term, NULL); /* (the stop goes to the other thread) */
+            pthread_kill(th, SIGTERM);
+            usleep(100000); /* its handler is in its pause */
+            char t[900];
+            if (mode == 0) (void)file_stage(f, "x", 1, t, sizeof t);
+            else if (mode == 1) (void)h5log_create(f);
+            else (void)tmp_mkdir(f, 0777);
+            sleep(5);
+            _exit(0);
+        }
+        int status = 0;
+        REQUIRE(waitpid(pid, &status, 0) == pid);
+        CHECK_MSG(WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM, "%s: status %d: not ended by the TERM",
+                  what[mode], status);
+        int left = 0;
+        DIR *d = opendir(dir);
+        REQUIRE(d);
+        for (struct dirent *e; (e = readdir(d));)
+            if (strcmp(e->d_name, ".") && strcmp(e->d_name, "..")) {
+                printf("    %s: left %s\n", what[mode], e->d_name);
+                left++;
+            }
+        closedir(d);
+        CHECK_MSG(left == 0, "%s: %d left", what[mode], left);
+    }
+}
+
 /* An output path that exists and is not a regular file (a pipe here; /dev/null
  * as root went the same way; a symbolic link) is refused before anything is written, and left
  * as it was: the writers rename a temporary over the path, which had replaced

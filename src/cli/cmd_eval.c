@@ -288,7 +288,7 @@ int cmd_logits(int argc, char **argv) {
     if (rc == 0) {
         char tmp[4300];
         tmp_begin(tmp, sizeof tmp, o.out); /* (TERM, INT, HUP: removed) */
-        LogitsSink sink = {fopen(tmp, "wb"), tmp};
+        LogitsSink sink = {tmp_fopen(tmp, "wb"), tmp};
         if (!sink.f) rc = err_set("%s: cannot create: %s", tmp, strerror(errno));
         PplOpts po = {.window = o.window, .first_window = o.win_a,
                       .max_windows = o.win_b - o.win_a, .on_logits = write_window_logits,

@@ -152,7 +152,7 @@ static int stage_text(Written *wr, const char *path, const char *text) {
  * the source checkpoint; config.json gets quantization_config
  * {quant_method: ternlab, spec, layout}. */
 static int quantize_safetensors(Model *m, const char *out, Written *wr) {
-    if (mkdir(out, 0777) == 0) wr->made_dir = 1, tmp_dir_begin(out); /* (a stop removes it) */
+    if (tmp_mkdir(out, 0777) == 0) wr->made_dir = 1; /* (registered: a stop removes it) */
     else if (errno != EEXIST) return err_set("cannot create %s: %s", out, strerror(errno));
     QuantSpec spec;
     if (quantized_spec(m, &spec) != 0) return -1;

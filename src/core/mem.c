@@ -11,6 +11,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 static void oom(size_t n) {
@@ -221,6 +222,7 @@ void tmp_end(const char *path) {
  * beside the removal on another thread (a temporary renamed before the handler
  * reached it had stayed as its final, the set half done). */
 static atomic_int tmp_state, tmp_held_sig;
+static struct timespec tmp_stop_delay; /* (TERNLAB_TEST_STOP_DELAY_US: a pause after the removal) */
 
 static void tmp_on_signal(int sig) {
     for (;;) {
@@ -236,12 +238,71 @@ static void tmp_on_signal(int sig) {
     for (int k = 1; k <= 2; k++) /* (unlink and rmdir are async-signal-safe) */
         for (int i = 0; i < TMP_SLOTS; i++)
             if (tmp_live[i] == k) k == 1 ? unlink(tmp_paths[i]) : rmdir(tmp_paths[i]);
+    if (tmp_stop_delay.tv_sec || tmp_stop_delay.tv_nsec) nanosleep(&tmp_stop_delay, NULL); /* (tests) */
     signal(sig, SIG_DFL);
     raise(sig);
 }
 
+/* The registry taken (1) by this thread, its TERM / INT / HUP blocked: a stop
+ * reaching another thread meanwhile is kept in tmp_held_sig and raised by
+ * tmp_give.  Where a handler is already removing the temporaries (2) the
+ * thread waits to be ended with the process. */
+static void tmp_take(sigset_t *old) {
+    sigset_t hold;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGTERM);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &hold, old);
+    for (;;) {
+        int was = 0;
+        if (atomic_compare_exchange_strong(&tmp_state, &was, 1)) break;
+        if (was == 2)
+            for (;;) pause(); /* a stop's handler on another thread is removing the temporaries */
+        usleep(1000);         /* (1: another thread's set or creation) */
+    }
+}
+
+static void tmp_give(const sigset_t *old) {
+    const int e = errno;
+    atomic_store(&tmp_state, 0);
+    pthread_sigmask(SIG_SETMASK, old, NULL); /* (one held for this thread is handled here) */
+    const int held = atomic_exchange(&tmp_held_sig, 0);
+    if (held) kill(getpid(), held); /* (to the process: this thread may block it, another not) */
+    errno = e;
+}
+
+FILE *tmp_fopen(const char *tmp, const char *mode) {
+    sigset_t old;
+    tmp_take(&old);
+    FILE *f = fopen(tmp, mode);
+    tmp_give(&old);
+    return f;
+}
+
+int tmp_open(const char *tmp, int flags, mode_t mode) {
+    sigset_t old;
+    tmp_take(&old);
+    const int fd = open(tmp, flags, mode);
+    tmp_give(&old);
+    return fd;
+}
+
+int tmp_mkdir(const char *dir, mode_t mode) {
+    sigset_t old;
+    tmp_take(&old);
+    const int rc = mkdir(dir, mode);
+    if (rc == 0) tmp_register(dir, 2);
+    tmp_give(&old);
+    return rc;
+}
+
 void tmp_cleanup_on_signals(void) {
     const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
+    /* (tests: the handler pauses after its removal, so that a creation on another thread lands there) */
+    const char *d = getenv("TERNLAB_TEST_STOP_DELAY_US");
+    const long us = d ? atol(d) : 0;
+    if (us > 0) tmp_stop_delay.tv_sec = us / 1000000, tmp_stop_delay.tv_nsec = us % 1000000 * 1000;
     for (int i = 0; i < 3; i++) {
         struct sigaction sa, was;
         /* one ignored (nohup; a background job of a non-interactive shell gets INT
@@ -261,7 +322,7 @@ int file_stage_parts(const char *path, int parts, const void *const *data, const
     if (file_out_check(path) != 0) return -1;
     if (strlen(path) > 4000) return err_set("%.100s...: path too long", path);
     tmp_begin(tmp, tn, path);
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = tmp_fopen(tmp, "wb");
     if (!f) {
         int e = errno;
         tmp_end(tmp);
@@ -298,19 +359,8 @@ int file_write_atomic(const char *path, const void *data, size_t n) {
 }
 
 int files_commit(int n, char *const *tmp, char *const *final) {
-    sigset_t hold, old;
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGTERM);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &hold, &old);
-    for (;;) {
-        int was = 0;
-        if (atomic_compare_exchange_strong(&tmp_state, &was, 1)) break;
-        if (was == 2)
-            for (;;) pause(); /* a stop's handler on another thread is removing the temporaries */
-        usleep(1000);         /* (1: another thread's set) */
-    }
+    sigset_t old;
+    tmp_take(&old);
     /* a final that is there is kept under a second name (a hard link) until the
      * set is in: a failed rename puts it back.  had: 0 not there, 1 there without
      * a second name (link failed: link_err), 2 kept, 3 not known (lstat failed:
@@ -370,10 +420,7 @@ int files_commit(int n, char *const *tmp, char *const *final) {
         remove(tmp[j]);
         tmp_end(tmp[j]);
     }
-    atomic_store(&tmp_state, 0);
-    pthread_sigmask(SIG_SETMASK, &old, NULL); /* (one held for this thread is handled here) */
-    const int held = atomic_exchange(&tmp_held_sig, 0);
-    if (held) raise(held);
+    tmp_give(&old);
     return rc ? err_set("%s", msg) : 0;
 }
 

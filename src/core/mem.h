@@ -4,6 +4,8 @@
 
 #include <stddef.h>
 #include <stdint.h>
+#include <stdio.h>
+#include <sys/types.h>
 
 /* Small bookkeeping allocations: on failure print what was asked and exit(2).
  * Big buffers (weights, KV cache, workspaces) use mem_alloc, which returns NULL
@@ -74,6 +76,14 @@ void tmp_end(const char *path);
 /* A folder the call made for its output, registered as the temporaries are
  * (until tmp_end(dir)): a stop removes it after them when it is empty. */
 void tmp_dir_begin(const char *dir);
+/* fopen / open of a registered temporary, and mkdir of a folder registered
+ * (tmp_dir_begin) when made, with a stop held back while the file or folder
+ * is made: a stop whose handler (on another thread) had already removed the
+ * registered ones would otherwise leave what is created meanwhile.  As fopen,
+ * open and mkdir (errno set). */
+FILE *tmp_fopen(const char *tmp, const char *mode);
+int tmp_open(const char *tmp, int flags, mode_t mode);
+int tmp_mkdir(const char *dir, mode_t mode);
 /* Handlers for SIGTERM, SIGINT and SIGHUP that unlink every registered
  * temporary (and remove every registered folder left empty), then end the
  * process by the same signal (default action).  A signal the process was

@@ -167,7 +167,7 @@ static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) 
         if (cache_dir && mkdirs(cache_dir) == 0) { /* best effort, atomically */
             char tmp[4400];
             tmp_begin(tmp, sizeof tmp, cp);
-            FILE *f = fopen(tmp, "w");
+            FILE *f = tmp_fopen(tmp, "w");
             int ok = f && fprintf(f, "%s\n%s\n", key, out) > 0;
             if (f) ok = fclose(f) == 0 && ok;
             if (!ok || rename(tmp, cp) != 0) unlink(tmp);

@@ -170,7 +170,7 @@ int gguf_writer_write(GgufWriter *w, const char *path) {
     size_t tl = strlen(path) + 128;
     char *tmp = xmalloc(tl);
     tmp_begin(tmp, tl, path); /* (it had been path.tmp: two writers of one file shared it) */
-    FILE *f = fopen(tmp, "wb");
+    FILE *f = tmp_fopen(tmp, "wb");
     int rc = 0;
     if (!f) {
         rc = err_set("%s: cannot create: %s", tmp, strerror(errno));

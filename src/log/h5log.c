@@ -226,7 +226,7 @@ H5Log *h5log_create(const char *final_path) {
 
     /* The temporary is created now, empty, so that a missing or read-only
      * directory is reported before the run rather than after it. */
-    lg->fd = open(lg->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+    lg->fd = tmp_open(lg->tmp_path, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
     if (lg->fd < 0) {
         err_set("%s: creating: %s (does the directory exist and is it writable?)", lg->tmp_path,
                 strerror(errno));
