@@ -924,6 +924,64 @@ TEST(a_stop_being_handled_leaves_nothing_made_meanwhile) {
     }
 }
 
+/* A creation that blocks (a FIFO at the temporary's name: its open waits for a
+ * reader) does not keep a stop from ending the process (a hold around the
+ * creation had kept the TERM back for ever); the FIFO, at a registered name,
+ * goes with it.  And a child of fork() stopped on its own leaves the parent's
+ * temporaries (it had removed them: the registry was inherited). */
+TEST(a_stop_ends_a_blocked_creation_and_spares_a_parents_temporaries) {
+    char dir[700], f[800], t[900];
+    snprintf(dir, sizeof dir, "%s/fifo", test_tmpdir());
+    REQUIRE(mkdir(dir, 0777) == 0);
+    snprintf(f, sizeof f, "%s/out.txt", dir);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        tmp_cleanup_on_signals();
+        tmp_begin(t, sizeof t, f);
+        tmp_end(t);
+        if (mkfifo(t, 0644) != 0) _exit(3);
+        (void)file_stage(f, "x", 1, t, sizeof t); /* (its fopen waits for a reader) */
+        _exit(0);
+    }
+    usleep(200000);
+    kill(pid, SIGTERM);
+    int status = 0, done = 0;
+    for (int i = 0; i < 500 && !(done = waitpid(pid, &status, WNOHANG) == pid); i++) usleep(10000);
+    if (!done) {
+        kill(pid, SIGKILL);
+        waitpid(pid, &status, 0);
+    }
+    CHECK_MSG(done && WIFSIGNALED(status) && WTERMSIG(status) == SIGTERM,
+              "blocked in its creation: %s (status %d)", done ? "not ended by the TERM" : "still running 5 s after the TERM",
+              status);
+    CHECK_MSG(count_tmp(dir) == 0, "the FIFO at the temporary's name left");
+    /* the parent's temporary and a child stopped alone */
+    snprintf(dir, sizeof dir, "%s/forked", test_tmpdir());
+    REQUIRE(mkdir(dir, 0777) == 0);
+    snprintf(f, sizeof f, "%s/out.txt", dir);
+    pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        tmp_cleanup_on_signals();
+        if (file_stage(f, "x", 1, t, sizeof t) != 0) _exit(3);
+        const pid_t child = fork();
+        if (child < 0) _exit(3);
+        if (child == 0) {
+            for (;;) pause();
+        }
+        usleep(100000);
+        kill(child, SIGTERM);
+        int cs = 0;
+        if (waitpid(child, &cs, 0) != child || !WIFSIGNALED(cs)) _exit(4);
+        struct stat st;
+        _exit(stat(t, &st) == 0 ? 0 : 5);
+    }
+    REQUIRE(waitpid(pid, &status, 0) == pid);
+    CHECK_MSG(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+              "status %d (exit 5: the stopped child removed the parent's temporary)", status);
+}
+
 /* An output path that exists and is not a regular file (a pipe here; /dev/null
  * as root went the same way; a symbolic link) is refused before anything is written, and left
  * as it was: the writers rename a temporary over the path, which had replaced

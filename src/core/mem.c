@@ -243,9 +243,9 @@ static void tmp_on_signal(int sig) {
     raise(sig);
 }
 
-/* The registry taken (1) by this thread, its TERM / INT / HUP blocked: a stop
- * reaching another thread meanwhile is kept in tmp_held_sig and raised by
- * tmp_give.  Where a handler is already removing the temporaries (2) the
+/* The registry taken (1) by this thread (files_commit), its TERM / INT / HUP
+ * blocked: a stop reaching another thread meanwhile is kept in tmp_held_sig
+ * and sent again by tmp_give.  Where a handler is already removing the temporaries (2) the
  * thread waits to be ended with the process. */
 static void tmp_take(sigset_t *old) {
     sigset_t hold;
@@ -272,29 +272,50 @@ static void tmp_give(const sigset_t *old) {
     errno = e;
 }
 
+/* After a registered path was made: where a stop's handler has begun its
+ * removal (2) — on another thread, perhaps before the path was made — the
+ * path is removed here and the thread waits to be ended with the process; a
+ * handler that begins after this check finds the path registered.  (The
+ * creation itself is not held: an open that blocks — a FIFO at the name, a
+ * stalled mount — must not keep a stop from ending the process.) */
+static void tmp_made(const char *path, int kind) {
+    atomic_thread_fence(memory_order_seq_cst);
+    if (atomic_load(&tmp_state) == 2) {
+        kind == 1 ? unlink(path) : rmdir(path);
+        for (;;) pause();
+    }
+}
+
 FILE *tmp_fopen(const char *tmp, const char *mode) {
-    sigset_t old;
-    tmp_take(&old);
+    atomic_thread_fence(memory_order_seq_cst); /* (the registration before the file) */
     FILE *f = fopen(tmp, mode);
-    tmp_give(&old);
+    if (f) tmp_made(tmp, 1);
     return f;
 }
 
 int tmp_open(const char *tmp, int flags, mode_t mode) {
-    sigset_t old;
-    tmp_take(&old);
+    atomic_thread_fence(memory_order_seq_cst);
     const int fd = open(tmp, flags, mode);
-    tmp_give(&old);
+    if (fd >= 0) tmp_made(tmp, 1);
     return fd;
 }
 
 int tmp_mkdir(const char *dir, mode_t mode) {
-    sigset_t old;
-    tmp_take(&old);
     const int rc = mkdir(dir, mode);
-    if (rc == 0) tmp_register(dir, 2);
-    tmp_give(&old);
+    if (rc == 0) {
+        tmp_register(dir, 2);
+        tmp_made(dir, 2);
+    }
     return rc;
+}
+
+/* A child of fork() starts with an empty registry: the temporaries are the
+ * parent's (a stopped child had removed them), and a registry the parent held
+ * at the fork (files_commit on another thread) would stay held for ever. */
+static void tmp_atfork_child(void) {
+    for (int i = 0; i < TMP_SLOTS; i++) tmp_live[i] = 0;
+    atomic_store(&tmp_state, 0);
+    atomic_store(&tmp_held_sig, 0);
 }
 
 void tmp_cleanup_on_signals(void) {
@@ -303,6 +324,8 @@ void tmp_cleanup_on_signals(void) {
     const char *d = getenv("TERNLAB_TEST_STOP_DELAY_US");
     const long us = d ? atol(d) : 0;
     if (us > 0) tmp_stop_delay.tv_sec = us / 1000000, tmp_stop_delay.tv_nsec = us % 1000000 * 1000;
+    static atomic_flag atfork = ATOMIC_FLAG_INIT;
+    if (!atomic_flag_test_and_set(&atfork)) pthread_atfork(NULL, NULL, tmp_atfork_child);
     for (int i = 0; i < 3; i++) {
         struct sigaction sa, was;
         /* one ignored (nohup; a background job of a non-interactive shell gets INT
@@ -311,6 +334,7 @@ void tmp_cleanup_on_signals(void) {
         if (sigaction(sigs[i], NULL, &was) == 0 && was.sa_handler == SIG_IGN) continue;
         memset(&sa, 0, sizeof sa);
         sa.sa_handler = tmp_on_signal;
+        sa.sa_flags = SA_RESTART; /* (a stop held for files_commit returns: the call it cut goes on) */
         sigemptyset(&sa.sa_mask);
         for (int j = 0; j < 3; j++) sigaddset(&sa.sa_mask, sigs[j]); /* (one handler at a time) */
         sigaction(sigs[i], &sa, NULL);

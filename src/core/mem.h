@@ -77,10 +77,11 @@ void tmp_end(const char *path);
  * (until tmp_end(dir)): a stop removes it after them when it is empty. */
 void tmp_dir_begin(const char *dir);
 /* fopen / open of a registered temporary, and mkdir of a folder registered
- * (tmp_dir_begin) when made, with a stop held back while the file or folder
- * is made: a stop whose handler (on another thread) had already removed the
- * registered ones would otherwise leave what is created meanwhile.  As fopen,
- * open and mkdir (errno set). */
+ * (tmp_dir_begin) when made, each followed by a check of a stop's handler: one
+ * (on another thread) that has begun removing the registered ones may have
+ * passed this path before it was made, which is then removed here, the thread
+ * waiting to end with the process (it had been left).  As fopen, open and
+ * mkdir (errno set).  A child of fork() starts with an empty registry. */
 FILE *tmp_fopen(const char *tmp, const char *mode);
 int tmp_open(const char *tmp, int flags, mode_t mode);
 int tmp_mkdir(const char *dir, mode_t mode);
