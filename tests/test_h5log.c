@@ -875,14 +875,25 @@ TEST(files_commit_holds_a_stop_until_the_set_is_in) {
     CHECK_MSG(count_tmp(dir) == 0, "temporaries left");
 }
 
-/* A stop whose handler, on another thread, has removed the registered
- * temporaries and not yet ended the process (it pauses there:
- * TERNLAB_TEST_STOP_DELAY_US): what the main thread creates meanwhile — a
- * staged file, h5log_create's temporary, a folder of tmp_mkdir's — is not
- * made, the creation waiting to be ended with the process; it had been left. */
+/* after *(long *)arg µs, a TERM to this thread (unblocked here); then idle */
+static void *stop_thread(void *arg) {
+    usleep((useconds_t) * (long *)arg);
+    raise(SIGTERM);
+    for (;;) pause();
+    return NULL;
+}
+
+/* A stop whose handler runs on another thread than the one making a
+ * temporary leaves nothing of it: modes 0-2, the creation (a staged file,
+ * h5log_create's temporary, a folder of tmp_mkdir's) comes 100 ms after the
+ * handler's removal, which then pauses (TERNLAB_TEST_STOP_DELAY_US: the
+ * window between the removal and the process's end, held open) — it had been
+ * made and left; mode 3, the stop comes while a creation is under way (its
+ * path made 200 ms into it, TERNLAB_TEST_MAKE_DELAY_US) and the handler's
+ * removal waits for it — a removal that had not waited had missed it. */
 TEST(a_stop_being_handled_leaves_nothing_made_meanwhile) {
-    static const char *const what[] = {"file_stage", "h5log_create", "tmp_mkdir"};
-    for (int mode = 0; mode < 3; mode++) {
+    static const char *const what[] = {"file_stage", "h5log_create", "tmp_mkdir", "file_stage under way"};
+    for (int mode = 0; mode < 4; mode++) {
         char dir[700], f[800];
         snprintf(dir, sizeof dir, "%s/stop%d", test_tmpdir(), mode);
         REQUIRE(mkdir(dir, 0777) == 0);
@@ -890,18 +901,20 @@ TEST(a_stop_being_handled_leaves_nothing_made_meanwhile) {
         const pid_t pid = fork();
         REQUIRE(pid >= 0);
         if (pid == 0) {
-            setenv("TERNLAB_TEST_STOP_DELAY_US", "400000", 1);
+            setenv("TERNLAB_TEST_STOP_DELAY_US", mode < 3 ? "400000" : "250000", 1);
+            if (mode == 3) setenv("TERNLAB_TEST_MAKE_DELAY_US", "200000", 1);
             tmp_cleanup_on_signals();
+            static long after;
+            after = mode < 3 ? 0 : 100000;
             pthread_t th;
-            if (pthread_create(&th, NULL, idle_thread, NULL) != 0) _exit(3);
+            if (pthread_create(&th, NULL, stop_thread, &after) != 0) _exit(3);
             sigset_t term;
             sigemptyset(&term);
             sigaddset(&term, SIGTERM);
-            pthread_sigmask(SIG_BLOCK, &term, NULL); /* (the stop goes to the other thread) */
-            pthread_kill(th, SIGTERM);
-            usleep(100000); /* its handler is in its pause */
+            pthread_sigmask(SIG_BLOCK, &term, NULL); /* (the stop is the other thread's) */
+            if (mode < 3) usleep(100000);            /* its handler is in its pause */
             char t[900];
-            if (mode == 0) (void)file_stage(f, "x", 1, t, sizeof t);
+            if (mode == 0 || mode == 3) (void)file_stage(f, "x", 1, t, sizeof t);
             else if (mode == 1) (void)h5log_create(f);
             else (void)tmp_mkdir(f, 0777);
             sleep(5);
@@ -938,8 +951,7 @@ TEST(a_stop_ends_a_blocked_creation_and_spares_a_parents_temporaries) {
     REQUIRE(pid >= 0);
     if (pid == 0) {
         tmp_cleanup_on_signals();
-        tmp_begin(t, sizeof t, f);
-        tmp_end(t);
+        tmp_begin(t, sizeof t, f); /* (file_stage's own name, registered: the FIFO is removed with it) */
         if (mkfifo(t, 0644) != 0) _exit(3);
         (void)file_stage(f, "x", 1, t, sizeof t); /* (its fopen waits for a reader) */
         _exit(0);
@@ -965,12 +977,16 @@ TEST(a_stop_ends_a_blocked_creation_and_spares_a_parents_temporaries) {
     if (pid == 0) {
         tmp_cleanup_on_signals();
         if (file_stage(f, "x", 1, t, sizeof t) != 0) _exit(3);
+        int up[2];
+        if (pipe(up) != 0) _exit(3);
         const pid_t child = fork();
         if (child < 0) _exit(3);
         if (child == 0) {
+            if (write(up[1], "r", 1) != 1) _exit(3); /* (running, past fork's handlers) */
             for (;;) pause();
         }
-        usleep(100000);
+        char r;
+        if (read(up[0], &r, 1) != 1) _exit(3);
         kill(child, SIGTERM);
         int cs = 0;
         if (waitpid(child, &cs, 0) != child || !WIFSIGNALED(cs)) _exit(4);

@@ -222,7 +222,15 @@ void tmp_end(const char *path) {
  * beside the removal on another thread (a temporary renamed before the handler
  * reached it had stayed as its final, the set half done). */
 static atomic_int tmp_state, tmp_held_sig;
-static struct timespec tmp_stop_delay; /* (TERNLAB_TEST_STOP_DELAY_US: a pause after the removal) */
+/* Creations of registered paths in progress (tmp_make_begin to tmp_make_end),
+ * and whether this thread is in one: a handler that begins the removal waits
+ * for the other threads' (which, having seen no removal begun, make their path
+ * and register it), so that none is made behind the removal */
+static atomic_int tmp_making;
+static _Thread_local volatile sig_atomic_t tmp_making_here;
+/* (tests: TERNLAB_TEST_STOP_DELAY_US, a pause after the removal; TERNLAB_TEST_MAKE_DELAY_US,
+ * a pause before and after each creation) */
+static struct timespec tmp_stop_delay, tmp_make_delay;
 
 static void tmp_on_signal(int sig) {
     for (;;) {
@@ -235,6 +243,11 @@ static void tmp_on_signal(int sig) {
         atomic_store(&tmp_held_sig, sig);
         if (atomic_load(&tmp_state) == 1) return;
     }
+    /* the creations in progress on other threads end first (2 s at most: an open that
+     * blocks — a FIFO at the name — does not keep the stop back) */
+    const struct timespec ms = {0, 1000000};
+    for (int i = 0; i < 2000 && atomic_load(&tmp_making) > tmp_making_here; i++) nanosleep(&ms, NULL);
+    atomic_thread_fence(memory_order_seq_cst);
     for (int k = 1; k <= 2; k++) /* (unlink and rmdir are async-signal-safe) */
         for (int i = 0; i < TMP_SLOTS; i++)
             if (tmp_live[i] == k) k == 1 ? unlink(tmp_paths[i]) : rmdir(tmp_paths[i]);
@@ -272,50 +285,85 @@ static void tmp_give(const sigset_t *old) {
     errno = e;
 }
 
-/* After a registered path was made: where a stop's handler has begun its
- * removal (2) — on another thread, perhaps before the path was made — the
- * path is removed here and the thread waits to be ended with the process; a
- * handler that begins after this check finds the path registered.  (The
- * creation itself is not held: an open that blocks — a FIFO at the name, a
- * stalled mount — must not keep a stop from ending the process.) */
-static void tmp_made(const char *path, int kind) {
-    atomic_thread_fence(memory_order_seq_cst);
+/* A creation of a registered path: none once a stop's removal has begun (the
+ * thread waits to end with the process); otherwise counted until made and
+ * registered, which the removal waits for. */
+static void tmp_make_begin(void) {
+    atomic_fetch_add(&tmp_making, 1);
+    tmp_making_here = 1;
     if (atomic_load(&tmp_state) == 2) {
-        kind == 1 ? unlink(path) : rmdir(path);
+        tmp_making_here = 0;
+        atomic_fetch_sub(&tmp_making, 1);
         for (;;) pause();
     }
+    if (tmp_make_delay.tv_sec || tmp_make_delay.tv_nsec) nanosleep(&tmp_make_delay, NULL);
+}
+
+static void tmp_make_end(void) {
+    if (tmp_make_delay.tv_sec || tmp_make_delay.tv_nsec) nanosleep(&tmp_make_delay, NULL);
+    tmp_making_here = 0;
+    atomic_fetch_sub(&tmp_making, 1);
 }
 
 FILE *tmp_fopen(const char *tmp, const char *mode) {
-    atomic_thread_fence(memory_order_seq_cst); /* (the registration before the file) */
+    tmp_make_begin();
     FILE *f = fopen(tmp, mode);
-    if (f) tmp_made(tmp, 1);
+    const int e = errno;
+    tmp_make_end();
+    errno = e;
     return f;
 }
 
 int tmp_open(const char *tmp, int flags, mode_t mode) {
-    atomic_thread_fence(memory_order_seq_cst);
+    tmp_make_begin();
     const int fd = open(tmp, flags, mode);
-    if (fd >= 0) tmp_made(tmp, 1);
+    const int e = errno;
+    tmp_make_end();
+    errno = e;
     return fd;
 }
 
 int tmp_mkdir(const char *dir, mode_t mode) {
+    /* (made, then registered: a stop on this thread between the two waits — a file's
+     * name is registered before it is made, a folder's only once it is ours) */
+    sigset_t hold, old;
+    sigemptyset(&hold);
+    sigaddset(&hold, SIGTERM);
+    sigaddset(&hold, SIGINT);
+    sigaddset(&hold, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &hold, &old);
+    tmp_make_begin();
     const int rc = mkdir(dir, mode);
-    if (rc == 0) {
-        tmp_register(dir, 2);
-        tmp_made(dir, 2);
-    }
+    const int e = errno;
+    if (rc == 0) tmp_register(dir, 2);
+    tmp_make_end();
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    errno = e;
     return rc;
 }
 
 /* A child of fork() starts with an empty registry: the temporaries are the
  * parent's (a stopped child had removed them), and a registry the parent held
  * at the fork (files_commit on another thread) would stay held for ever. */
+static _Thread_local sigset_t tmp_fork_mask;
+
+static void tmp_atfork_prepare(void) { /* (a stop pending in the child waits for its empty registry) */
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &s, &tmp_fork_mask);
+}
+
+static void tmp_atfork_parent(void) { pthread_sigmask(SIG_SETMASK, &tmp_fork_mask, NULL); }
+
 static void tmp_atfork_child(void) {
     for (int i = 0; i < TMP_SLOTS; i++) tmp_live[i] = 0;
     atomic_store(&tmp_state, 0);
     atomic_store(&tmp_held_sig, 0);
+    atomic_store(&tmp_making, 0); /* (the other threads are not in the child) */
+    pthread_sigmask(SIG_SETMASK, &tmp_fork_mask, NULL);
 }
 
 void tmp_cleanup_on_signals(void) {
@@ -325,7 +373,10 @@ void tmp_cleanup_on_signals(void) {
     const long us = d ? atol(d) : 0;
     if (us > 0) tmp_stop_delay.tv_sec = us / 1000000, tmp_stop_delay.tv_nsec = us % 1000000 * 1000;
     static atomic_flag atfork = ATOMIC_FLAG_INIT;
-    if (!atomic_flag_test_and_set(&atfork)) pthread_atfork(NULL, NULL, tmp_atfork_child);
+    if (!atomic_flag_test_and_set(&atfork)) pthread_atfork(tmp_atfork_prepare, tmp_atfork_parent, tmp_atfork_child);
+    d = getenv("TERNLAB_TEST_MAKE_DELAY_US");
+    const long mus = d ? atol(d) : 0;
+    if (mus > 0) tmp_make_delay.tv_sec = mus / 1000000, tmp_make_delay.tv_nsec = mus % 1000000 * 1000;
     for (int i = 0; i < 3; i++) {
         struct sigaction sa, was;
         /* one ignored (nohup; a background job of a non-interactive shell gets INT

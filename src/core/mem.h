@@ -77,10 +77,10 @@ void tmp_end(const char *path);
  * (until tmp_end(dir)): a stop removes it after them when it is empty. */
 void tmp_dir_begin(const char *dir);
 /* fopen / open of a registered temporary, and mkdir of a folder registered
- * (tmp_dir_begin) when made, each followed by a check of a stop's handler: one
- * (on another thread) that has begun removing the registered ones may have
- * passed this path before it was made, which is then removed here, the thread
- * waiting to end with the process (it had been left).  As fopen, open and
+ * (tmp_dir_begin) when made.  A stop's handler on another thread waits for
+ * the creations in progress (2 s at most) before it removes the registered
+ * paths, and none begins once it has (the thread waits to end with the
+ * process): a path made behind the removal had been left.  As fopen, open and
  * mkdir (errno set).  A child of fork() starts with an empty registry. */
 FILE *tmp_fopen(const char *tmp, const char *mode);
 int tmp_open(const char *tmp, int flags, mode_t mode);
