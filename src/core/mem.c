@@ -236,8 +236,10 @@ static void tmp_on_signal(int sig) {
     for (;;) {
         int was = 0;
         if (atomic_compare_exchange_strong(&tmp_state, &was, 2)) break;
-        if (was == 2)
-            for (;;) pause(); /* another thread is removing them and ending the process */
+        if (was == 2) { /* another thread is removing them and ending the process */
+            if (tmp_making_here) tmp_making_here = 0, atomic_fetch_sub(&tmp_making, 1); /* (not waited for) */
+            for (;;) pause();
+        }
         /* 1: kept for files_commit, which raises it after the set; where the set was
          * done before the signal was kept (files_commit read no signal), taken here */
         atomic_store(&tmp_held_sig, sig);
@@ -246,7 +248,11 @@ static void tmp_on_signal(int sig) {
     /* the creations in progress on other threads end first (2 s at most: an open that
      * blocks — a FIFO at the name — does not keep the stop back) */
     const struct timespec ms = {0, 1000000};
-    for (int i = 0; i < 2000 && atomic_load(&tmp_making) > tmp_making_here; i++) nanosleep(&ms, NULL);
+    struct timespec t0, t;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    while (atomic_load(&tmp_making) > tmp_making_here && clock_gettime(CLOCK_MONOTONIC, &t) == 0 &&
+           (t.tv_sec - t0.tv_sec) * 1000000000L + (t.tv_nsec - t0.tv_nsec) < 2000000000L)
+        nanosleep(&ms, NULL);
     atomic_thread_fence(memory_order_seq_cst);
     for (int k = 1; k <= 2; k++) /* (unlink and rmdir are async-signal-safe) */
         for (int i = 0; i < TMP_SLOTS; i++)
