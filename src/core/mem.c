@@ -232,6 +232,16 @@ static _Thread_local volatile sig_atomic_t tmp_making_here;
  * a pause before and after each creation) */
 static struct timespec tmp_stop_delay, tmp_make_delay;
 
+/* TERM, INT and HUP blocked on this thread, its mask before into old */
+static void block_stops(sigset_t *old) {
+    sigset_t s;
+    sigemptyset(&s);
+    sigaddset(&s, SIGTERM);
+    sigaddset(&s, SIGINT);
+    sigaddset(&s, SIGHUP);
+    pthread_sigmask(SIG_BLOCK, &s, old);
+}
+
 static void tmp_on_signal(int sig) {
     for (;;) {
         int was = 0;
@@ -267,12 +277,7 @@ static void tmp_on_signal(int sig) {
  * and sent again by tmp_give.  Where a handler is already removing the temporaries (2) the
  * thread waits to be ended with the process. */
 static void tmp_take(sigset_t *old) {
-    sigset_t hold;
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGTERM);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &hold, old);
+    block_stops(old);
     for (;;) {
         int was = 0;
         if (atomic_compare_exchange_strong(&tmp_state, &was, 1)) break;
@@ -332,12 +337,8 @@ int tmp_open(const char *tmp, int flags, mode_t mode) {
 int tmp_mkdir(const char *dir, mode_t mode) {
     /* (made, then registered: a stop on this thread between the two waits — a file's
      * name is registered before it is made, a folder's only once it is ours) */
-    sigset_t hold, old;
-    sigemptyset(&hold);
-    sigaddset(&hold, SIGTERM);
-    sigaddset(&hold, SIGINT);
-    sigaddset(&hold, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &hold, &old);
+    sigset_t old;
+    block_stops(&old);
     tmp_make_begin();
     const int rc = mkdir(dir, mode);
     const int e = errno;
@@ -354,12 +355,7 @@ int tmp_mkdir(const char *dir, mode_t mode) {
 static _Thread_local sigset_t tmp_fork_mask;
 
 static void tmp_atfork_prepare(void) { /* (a stop pending in the child waits for its empty registry) */
-    sigset_t s;
-    sigemptyset(&s);
-    sigaddset(&s, SIGTERM);
-    sigaddset(&s, SIGINT);
-    sigaddset(&s, SIGHUP);
-    pthread_sigmask(SIG_BLOCK, &s, &tmp_fork_mask);
+    block_stops(&tmp_fork_mask);
 }
 
 static void tmp_atfork_parent(void) { pthread_sigmask(SIG_SETMASK, &tmp_fork_mask, NULL); }
