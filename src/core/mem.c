@@ -310,27 +310,25 @@ static void tmp_make_begin(void) {
     if (tmp_make_delay.tv_sec || tmp_make_delay.tv_nsec) nanosleep(&tmp_make_delay, NULL);
 }
 
-static void tmp_make_end(void) {
+static void tmp_make_end(void) { /* (errno as the creation left it) */
+    const int e = errno;
     if (tmp_make_delay.tv_sec || tmp_make_delay.tv_nsec) nanosleep(&tmp_make_delay, NULL);
     tmp_making_here = 0;
     atomic_fetch_sub(&tmp_making, 1);
+    errno = e;
 }
 
 FILE *tmp_fopen(const char *tmp, const char *mode) {
     tmp_make_begin();
     FILE *f = fopen(tmp, mode);
-    const int e = errno;
     tmp_make_end();
-    errno = e;
     return f;
 }
 
 int tmp_open(const char *tmp, int flags, mode_t mode) {
     tmp_make_begin();
     const int fd = open(tmp, flags, mode);
-    const int e = errno;
     tmp_make_end();
-    errno = e;
     return fd;
 }
 
@@ -345,7 +343,7 @@ int tmp_mkdir(const char *dir, mode_t mode) {
     if (rc == 0) tmp_register(dir, 2);
     tmp_make_end();
     pthread_sigmask(SIG_SETMASK, &old, NULL);
-    errno = e;
+    errno = e; /* (mkdir's, not the registration's) */
     return rc;
 }
 
@@ -368,17 +366,19 @@ static void tmp_atfork_child(void) {
     pthread_sigmask(SIG_SETMASK, &tmp_fork_mask, NULL);
 }
 
+/* a test's pause: the environment variable name, in µs, into ts (unset: none) */
+static void env_delay(const char *name, struct timespec *ts) {
+    const char *d = getenv(name);
+    const long us = d ? atol(d) : 0;
+    if (us > 0) ts->tv_sec = us / 1000000, ts->tv_nsec = us % 1000000 * 1000;
+}
+
 void tmp_cleanup_on_signals(void) {
     const int sigs[] = {SIGTERM, SIGINT, SIGHUP};
-    /* (tests: the handler pauses after its removal, so that a creation on another thread lands there) */
-    const char *d = getenv("TERNLAB_TEST_STOP_DELAY_US");
-    const long us = d ? atol(d) : 0;
-    if (us > 0) tmp_stop_delay.tv_sec = us / 1000000, tmp_stop_delay.tv_nsec = us % 1000000 * 1000;
+    env_delay("TERNLAB_TEST_STOP_DELAY_US", &tmp_stop_delay);
+    env_delay("TERNLAB_TEST_MAKE_DELAY_US", &tmp_make_delay);
     static atomic_flag atfork = ATOMIC_FLAG_INIT;
     if (!atomic_flag_test_and_set(&atfork)) pthread_atfork(tmp_atfork_prepare, tmp_atfork_parent, tmp_atfork_child);
-    d = getenv("TERNLAB_TEST_MAKE_DELAY_US");
-    const long mus = d ? atol(d) : 0;
-    if (mus > 0) tmp_make_delay.tv_sec = mus / 1000000, tmp_make_delay.tv_nsec = mus % 1000000 * 1000;
     for (int i = 0; i < 3; i++) {
         struct sigaction sa, was;
         /* one ignored (nohup; a background job of a non-interactive shell gets INT
