@@ -735,6 +735,16 @@ int main(int argc, char **argv) {
             tern_cuda_force_kernel(forced);
             t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y, 1, s)); });
             rows.push_back({N, K, M, "cublas_bf16", t, dbytes + M * K * 2.0 + yb, flops});
+            if (tern_cuda_gemv_bf16_ok(N, K, M)) { /* ternlab's dense GEMV (a ternary model's LM head) */
+                t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_gemv_bf16(dWd[i], N, K, xb, M, y, s)); });
+                rows.push_back({N, K, M, "dense_gemv_bf16", t, dbytes + M * K * 2.0 + yb, flops});
+                /* the same launched plainly (as cuBLAS's kernels are): no call's weights read
+                 * while the one before still runs */
+                const int old_pdl = tern_cuda_pdl(0);
+                t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_gemv_bf16(dWd[i], N, K, xb, M, y, s)); });
+                tern_cuda_pdl(old_pdl);
+                rows.push_back({N, K, M, "dense_gemv_bf16_plain", t, dbytes + M * K * 2.0 + yb, flops});
+            }
             t = time_graph(s, Rd, [&](int i) { TL(tern_cuda_dense_bf16(h, dWd[i], N, K, xb, M, y16, 0, s)); });
             rows.push_back({N, K, M, "cublas_bf16_o16", t, dbytes + M * K * 2.0 + M * N * 2.0, flops});
             CK(cudaFree(xb));
@@ -815,6 +825,26 @@ int main(int argc, char **argv) {
                     tb->t * 1e6, tb->bytes / tb->t / 1e9, 100 * tb->bytes / tb->t / copy_bw,
                     r.t / tb->t, ti->t * 1e6, ti->bytes / ti->t / 1e9,
                     100 * ti->bytes / ti->t / copy_bw, r.t / ti->t, ti->flops / ti->t / 1e12);
+        }
+        bool any = false; /* the dense bf16 GEMV of 1 .. 4 tokens against cuBLAS on the same weights */
+        for (auto &r : rows) {
+            if (r.kernel != "dense_gemv_bf16") continue;
+            if (!any)
+                fprintf(o, "\nDense bf16 weights, 1 .. 4 tokens: ternlab's GEMV (tern_cuda_gemv_bf16, a ternary "
+                           "model's LM head in the engine) against cuBLAS on the same weights; GEMV: its calls "
+                           "launched as programmatic dependents (each reads its first weights while the call "
+                           "before ends, as the engine launches it), plain: launched as cuBLAS's are.\n\n"
+                           "| N x K | M | cuBLAS bf16 us | cuBLAS %% copy | GEMV us | GEMV %% copy | GEMV x cuBLAS | "
+                           "plain us | plain x cuBLAS |\n"
+                           "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n");
+            any = true;
+            const double tc = base(r);
+            double tp = NAN;
+            for (auto &q : rows)
+                if (q.N == r.N && q.K == r.K && q.M == r.M && q.kernel == "dense_gemv_bf16_plain") tp = q.t;
+            fprintf(o, "| %lldx%lld | %lld | %.1f | %.0f%% | %.1f | %.0f%% | %.2f | %.1f | %.2f |\n", (long long)r.N,
+                    (long long)r.K, (long long)r.M, tc * 1e6, 100 * r.bytes / tc / copy_bw, r.t * 1e6,
+                    100 * r.bytes / r.t / copy_bw, tc / r.t, tp * 1e6, tc / tp);
         }
     }
     if (fclose(f) != 0 || fclose(md) != 0) DIE("building the outputs: %s", strerror(errno));

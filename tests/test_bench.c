@@ -189,7 +189,7 @@ TEST(bench_e2e_runs_or_refuses) {
                   out, why);
     } else {
         const char *need[] = {"/e2e/shape",       "/e2e/config",           "/e2e/kv_policy",
-                              "/e2e/tp",          "/e2e/chained",          "/e2e/tokens_per_s",
+                              "/e2e/tp",          "/e2e/chained",          "/e2e/tokens_per_s", "/e2e/lm_gemv",
                               "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", "/e2e/kv_bytes_per_token", NULL};
         for (int same = 0; same < 2; same++) { /* a process per configuration (chained decode steps),
                                                 * then one process (steps synchronised) */
@@ -208,6 +208,12 @@ TEST(bench_e2e_runs_or_refuses) {
             int bad = 0;
             const int rows = tiny_rows(out, "none", &bad);
             CHECK_MSG(rows == 9 && bad == 0, "%d rows, %d bad: %s", rows, bad, out);
+            /* the LM head on ternlab's bf16 GEMV: in the ternary configurations' rows (1 and 4
+             * logit rows a decode step, the prefill's last token), not bf16's (cuBLAS, the reference) */
+            double lm[9];
+            const double want[9] = {0, 0, 0, 1, 1, 1, 1, 1, 1};
+            CHECK(h5_read_f64s(path, "/e2e/lm_gemv", lm, 9) == 0);
+            for (int i = 0; i < 9; i++) CHECK_MSG(lm[i] == want[i], "row %d: lm_gemv %g, want %g", i, lm[i], want[i]);
         }
         /* --kv none,all: each configuration under each policy, opened with it — the
          * rows under all report the ternary pool's bytes per token slot (the tiny

@@ -1077,6 +1077,27 @@ TEST(gpu_embed_gather_table_update_exact) {
     int nz = 0;
     for (int i = 0; i < 699; i++) nz += z[i] != 0;
     CHECK_MSG(nz == 0 && z[699] == 0xdeadbeefu + 699u, "%d words not zeroed, last %#x", nz, z[699]);
+    /* a step's first kernel (fwdc_step_begin): the updates, the zeroing and the embedding rows in one
+     * launch, the same as the three calls — the grid sized by the 4 x 37 embedding values, more
+     * than the 5 updates and 99 words zeroed */
+    for (int i = 0; i < 700; i++) z[i] = 0xdeadbeefu + (uint32_t)i;
+    REQUIRE(cudaMemcpy(dz, z, sizeof z, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(cudaMemset(dx, 0, sizeof(float) * 4 * H) == cudaSuccess);
+    in[0] = 2, in[1] = 4, in[2] = 44, in[3] = 6, in[4] = 66;
+    REQUIRE(cudaMemcpy(din, in, sizeof in, cudaMemcpyHostToDevice) == cudaSuccess);
+    REQUIRE(fwdc_step_begin(dtab, din, din + 1, 5, dz, 99, de, dt, 4, H, dx, 0) == 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    dev_get(&btab, out);
+    dev_get(&bz, z);
+    dev_get(&bx, got);
+    want[4] = 44, want[6] = 66;
+    CHECK(memcmp(out, want, sizeof want) == 0);
+    nz = 0;
+    for (int i = 0; i < 99; i++) nz += z[i] != 0;
+    CHECK_MSG(nz == 0 && z[99] == 0xdeadbeefu + 99u, "step begin: %d words not zeroed, the 100th %#x", nz, z[99]);
+    bad = 0;
+    for (int t = 0; t < 4; t++) bad += memcmp(got + t * H, emb + tok[t] * H, sizeof(float) * H) != 0;
+    CHECK_MSG(bad == 0, "step begin: %d embedding rows wrong", bad);
     CHECK(dev_done(&be) && dev_done(&bt) && dev_done(&bx) && dev_done(&bi) && dev_done(&bo) &&
           dev_done(&btab) && dev_done(&bin) && dev_done(&bz));
     free(emb), free(got);
@@ -1174,8 +1195,9 @@ TEST(gpu_fused_decode_bit_identical) {
         synth_decode(glu, att, ofu, steps, b, cb, sizeof cb, &ib);
         tern_cuda_decode_variant(oldv);
         /* the register-fed kernel (the dispatch at this shape) finishes its own split;
-         * on the bulk-copy kernel each one-token step's layer 0 defers (not the last layer) */
-        CHECK_MSG(v == 4 ? ib.deferred > 0 && ib.deferred <= ib.fused_mlp / 2 : ib.deferred == 0,
+         * on the bulk-copy kernel each one-token step's layers defer, the last one's to the
+         * final norm (its logit row is the token's: TERNLAB_CUDA_TAIL) */
+        CHECK_MSG(v == 4 ? ib.deferred > 0 && ib.deferred == ib.fused_mlp : ib.deferred == 0,
                   "set %d: %lld down GEMVs deferred of %lld fused MLPs", v, (long long)ib.deferred,
                   (long long)ib.fused_mlp);
         /* the int8 pass before an unfused o takes the attention's max at one token */
@@ -1395,6 +1417,62 @@ TEST(gpu_norm_fold_close) {
     CHECK_MSG(memcmp(b, c, bytes) == 0, "two runs with the norm folded differ");
     free(a), free(b), free(c);
 }
+/* The end of a decode step where the logit rows are the tokens' own: the
+ * last layer's residual add in the final norm (with the last down GEMV's K
+ * split deferred to it, variant 63540) gives the same logits, bit for bit, as
+ * the add, gather and norm kernels (TERNLAB_CUDA_TAIL=0), in every decode
+ * call (one, two and three tokens) and only there (not the prompts, whose
+ * logit row is the last token's).  A ternary model's LM head on ternlab's
+ * bf16 GEMV (by default; TERNLAB_CUDA_LM_GEMV=0: cuBLAS) in every call of at
+ * most 4 logit rows: logits within rel L2 1e-5 of cuBLAS's (f32 sums in
+ * another order), the same greedy tokens, the same bits in two runs. */
+TEST(gpu_tail_norm_exact_lm_gemv_close) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 4, rows = 3 * steps + 3;
+    const size_t bytes = sizeof(float) * (size_t)rows * SYN_V;
+    float *a = xcalloc(1, bytes), *b = xcalloc(1, bytes), *c = xcalloc(1, bytes);
+    char cfg[96];
+    CudaEngineInfo ia, ib, ic;
+    const int oldv = tern_cuda_decode_variant(63540);
+    setenv("TERNLAB_CUDA_TAIL", "0", 1);
+    synth_decode_h(16, 1, 1, -1, steps, a, cfg, sizeof cfg, &ia);
+    unsetenv("TERNLAB_CUDA_TAIL");
+    synth_decode_h(16, 1, 1, -1, steps, b, cfg, sizeof cfg, &ib);
+    tern_cuda_decode_variant(oldv);
+    /* (counted where enqueued: eagerly or into a graph, so once or twice a decode shape of 1, 2 and 3
+     * tokens; never the prompts) */
+    CHECK_MSG(ia.tail_fused == 0 && ib.tail_fused >= 3, "tail fused in %lld calls off, %lld on",
+              (long long)ia.tail_fused, (long long)ib.tail_fused);
+    CHECK_MSG(ia.fused_mlp >= 2 && ia.deferred == ia.fused_mlp / 2 && ib.deferred == ib.fused_mlp,
+              "deferred down GEMVs: %lld of %lld fused MLPs with the tail off, %lld of %lld on",
+              (long long)ia.deferred, (long long)ia.fused_mlp, (long long)ib.deferred, (long long)ib.fused_mlp);
+    int bad = 0;
+    for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
+    CHECK_MSG(bad == 0, "tail in the final norm: %d of %d logits differ", bad, rows * SYN_V);
+    /* the LM head: cuBLAS against the GEMV (and the GEMV twice) */
+    setenv("TERNLAB_CUDA_LM_GEMV", "0", 1);
+    synth_decode_h(16, 1, 1, -1, steps, a, cfg, sizeof cfg, &ia);
+    unsetenv("TERNLAB_CUDA_LM_GEMV");
+    synth_decode_h(16, 1, 1, -1, steps, b, cfg, sizeof cfg, &ib);
+    synth_decode_h(16, 1, 1, -1, steps, c, cfg, sizeof cfg, &ic);
+    /* every call's logit rows (1 .. 3) fit the GEMV: the 2 prompts and each decode shape, enqueued */
+    CHECK_MSG(ia.lm_gemv == 0 && ib.lm_gemv >= 5, "LM heads on the GEMV: %lld with it off, %lld on",
+              (long long)ia.lm_gemv, (long long)ib.lm_gemv);
+    int same_top = 0;
+    for (int r = 0; r < rows; r++)
+        same_top += argmax_f32(a + (int64_t)r * SYN_V, SYN_V) == argmax_f32(b + (int64_t)r * SYN_V, SYN_V);
+    const double rel = rel_l2(b, a, (int64_t)rows * SYN_V);
+    printf("    LM head on the bf16 GEMV: logits rel L2 %.3g against cuBLAS's, %d of %d greedy tokens the same\n", rel,
+           same_top, rows);
+    double mag = 0.0;
+    for (int64_t i = 0; i < (int64_t)rows * SYN_V; i++) mag += fabs((double)a[i]);
+    CHECK_MSG(mag > 0.0, "all logits zero");
+    CHECK_MSG(rel <= 1e-5, "rel L2 %.3g > 1e-5", rel);
+    CHECK_MSG(same_top == rows, "%d of %d greedy tokens the same", same_top, rows);
+    CHECK_MSG(memcmp(b, c, bytes) == 0, "two runs with the LM head on the GEMV differ");
+    free(a), free(b), free(c);
+}
+
 /* fwdc_kv_ternarise against kvt_quant_row + kvt_dequant_row (its CPU twin,
  * src/kv/kv_ternary.c) on the rows of the listed slots, every KV head: the
  * same bits; every other row of the pages untouched; guards intact.  Head

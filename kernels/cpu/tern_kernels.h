@@ -46,6 +46,12 @@ int tern_matmul_i8(const TernaryMatrix *W, const int8_t *xq, const float *sx, in
 int tern_matmul_f32_ref(const TernaryMatrix *W, const float *x, int64_t n, float *y);
 int tern_matmul_i8_ref(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
                        float *y);
+/* Dense bf16 weights (the CUDA engine's LM head GEMV's twin,
+ * tern_cuda_gemv_bf16): y (n, rows) = x (n, cols) @ W^T with W (rows, cols)
+ * and x bf16 (raw bits), the exact products summed in double, rounded to f32
+ * once. */
+void tern_dense_bf16_ref(const uint16_t *w, int64_t rows, int64_t cols, const uint16_t *x, int64_t n,
+                         float *y);
 int tern_matmul_f32_generic(const TernaryMatrix *W, const float *x, int64_t n, float *y);
 int tern_matmul_i8_generic(const TernaryMatrix *W, const int8_t *xq, const float *sx, int64_t n,
                            float *y);

@@ -1510,8 +1510,17 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t c
         out[i] = x[(int64_t)idx[i / dim] * dim + i % dim];
 }
 
+/* (embed non-NULL: x (n, H) = embed[tok[t]] too, embed_kernel's copies — a
+ * step's first kernel does all three) */
 __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
-                                    int64_t cap, unsigned *zero, int64_t nzero) {
+                                    int64_t cap, unsigned *zero, int64_t nzero, const float *embed,
+                                    const int32_t *tok, int64_t n, int64_t H, float *x) {
+    if (embed) {
+        const int64_t total = n * H;
+        for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
+             i += (int64_t)gridDim.x * blockDim.x)
+            x[i] = embed[(int64_t)tok[i / H] * H + i % H];
+    }
     const int64_t c = *count < cap ? *count : cap;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < c;
          u += (int64_t)gridDim.x * blockDim.x)
@@ -1559,6 +1568,8 @@ __device__ void argmax_block(float &best, int64_t &bidx, int64_t cols, float *bv
  * out, or NULL */
 __global__ void __launch_bounds__(kArgThreads)
 argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out, int32_t *out2) {
+    pdl_wait(); /* (launched as a dependent: placed while the LM head ends; no trigger, so what follows
+                 * starts once this grid is done) */
     __shared__ float bv[32];
     __shared__ int64_t bi[32];
     __shared__ int s_last;
@@ -2193,14 +2204,22 @@ int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_
     return 0;
 }
 
-int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
-                        unsigned *d_zero, int64_t nzero, cudaStream_t stream) {
+int fwdc_step_begin(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap, unsigned *d_zero,
+                    int64_t nzero, const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
+                    cudaStream_t stream) {
     if (!d_zero) nzero = 0;
-    const int64_t cnt = cap > nzero ? cap : nzero;
+    if (!d_embed || n <= 0) d_embed = nullptr, n = 0;
+    const int64_t big = cap > nzero ? cap : nzero, cnt = big > n * H ? big : n * H;
     if (cnt <= 0) return 0;
-    table_update_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap, d_zero, nzero);
+    table_update_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap, d_zero, nzero, d_embed,
+                                                             d_tok, n, H, d_x);
     CUDA_CHECK_LAUNCH("table_update_kernel");
     return 0;
+}
+
+int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
+                        unsigned *d_zero, int64_t nzero, cudaStream_t stream) {
+    return fwdc_step_begin(d_tab, d_count, d_pairs, cap, d_zero, nzero, nullptr, nullptr, 0, 0, nullptr, stream);
 }
 
 int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
@@ -2238,10 +2257,10 @@ int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_ou
     }
     for (int64_t r0 = 0; r0 < rows; r0 += per) { /* grid.y <= 65535 rows per launch */
         const int64_t nr = rows - r0 < per ? rows - r0 : per;
-        argmax_kernel<<<dim3((unsigned)chunks, (unsigned)nr), kArgThreads, 0, stream>>>(d_x + r0 * cols, cols, pv,
-                                                                                         pi, ctr, d_out + r0,
-                                                                                         d_out2 ? d_out2 + r0 : nullptr);
-        CUDA_CHECK_LAUNCH("argmax_kernel");
+        if (tern_launch_pdl("argmax_kernel", argmax_kernel, dim3((unsigned)chunks, (unsigned)nr), dim3(kArgThreads),
+                            stream, d_x + r0 * cols, cols, pv, pi, ctr, d_out + r0,
+                            d_out2 ? d_out2 + r0 : nullptr) != 0)
+            return -1;
     }
     return 0;
 }

@@ -214,6 +214,11 @@ int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_p
  * per-layer maxima, without a memset node of their own). */
 int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
                         unsigned *d_zero, int64_t nzero, cudaStream_t stream);
+/* The same, and fwdc_embed's x (n, H) = embed[tok[t]], all in one kernel (a
+ * decode step's first: one launch where there were two). */
+int fwdc_step_begin(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap, unsigned *d_zero,
+                    int64_t nzero, const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
+                    cudaStream_t stream);
 /* out[r] = index of the largest of x[r*cols .. r*cols+cols) (the first on
  * ties, as argmax_f32), rows rows; d_out2 (or NULL): the same ids again (a
  * decode step's argmax into the next step's token inputs). */

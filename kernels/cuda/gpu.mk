@@ -35,7 +35,7 @@ BENCH_GPU_OUT ?= results/bench_gpu
 GPU_C_SRC  := src/core/err.c src/core/mem.c src/core/dtype.c src/quant/quant_rules.c \
               src/quant/quant_spec.c src/quant/tern_matrix.c $(sort $(wildcard kernels/cpu/*.c)) \
               kernels/cuda/tern_wg_plan.c
-GPU_CU_SRC := kernels/cuda/tern_gemv.cu kernels/cuda/tern_gemv_i8.cu kernels/cuda/tern_gemv_rows.cu kernels/cuda/tern_gemv_bmma.cu kernels/cuda/tern_gemm.cu kernels/cuda/tern_gemm_wg.cu kernels/cuda/tern_cuda.cu
+GPU_CU_SRC := kernels/cuda/dense_gemv.cu kernels/cuda/tern_gemv.cu kernels/cuda/tern_gemv_i8.cu kernels/cuda/tern_gemv_rows.cu kernels/cuda/tern_gemv_bmma.cu kernels/cuda/tern_gemm.cu kernels/cuda/tern_gemm_wg.cu kernels/cuda/tern_cuda.cu
 GPU_HDRS   := $(wildcard kernels/*.h kernels/cuda/*.h kernels/cuda/*.cuh kernels/cpu/*.h \
                 src/core/*.h src/quant/*.h)
 GPU_OBJ    := $(GPU_C_SRC:%.c=$(GPU_BUILD)/obj/%.o) $(GPU_CU_SRC:%.cu=$(GPU_BUILD)/obj/%.o)

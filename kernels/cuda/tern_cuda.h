@@ -285,6 +285,22 @@ int tern_cuda_dense_bf16(cublasHandle_t h, const uint16_t *d_w, int64_t rows, in
                          const uint16_t *d_x, int64_t n, void *d_y, int y_f32,
                          cudaStream_t stream);
 
+/* The same product for 1 .. 4 tokens by ternlab's own kernel (dense_gemv.cu;
+ * twin: tern_dense_bf16_ref): y (n, rows) f32 = x (n, cols) @ W^T, W and x
+ * bf16 and 16-byte aligned, f32 sums in a fixed order (the same bits every
+ * call; not cuBLAS's).  A stream of the weights at the memory's pace,
+ * launched as a programmatic dependent (tern_cuda_pdl) that reads its first
+ * weights before its wait, with the L2 evict-first hint (tern_cuda_l2ef).
+ * Its grid leaves out the SMs of tern_cuda_tbm_reserve.  The CUDA engine
+ * takes it for a ternary model's LM head wherever a call has 1 .. 4 logit
+ * rows (decode steps, a prompt's last token); the BF16 reference's linears
+ * stay on cuBLAS.  _ok: whether the shape is one
+ * it takes (1 .. 4 tokens, cols a multiple of 8, n x cols x 2 <= 96 KB); any
+ * other is an error of tern_cuda_gemv_bf16. */
+int tern_cuda_gemv_bf16_ok(int64_t rows, int64_t cols, int64_t n);
+int tern_cuda_gemv_bf16(const uint16_t *d_w, int64_t rows, int64_t cols, const uint16_t *d_x, int64_t n,
+                        float *d_y, cudaStream_t stream);
+
 #ifdef __cplusplus
 }
 #endif

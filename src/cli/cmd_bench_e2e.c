@@ -14,7 +14,10 @@
  *   tern-i8   every decoder linear ternary (2-bit codes, one scale per row),
  *             int8 per-token activations (BitNet b1.58 style)
  *   tern-bf16 the same codes with bf16 activations
- * lm_head stays dense bf16 and the embedding f32 in all three.
+ * lm_head stays dense bf16 and the embedding f32 in all three: on cuBLAS in
+ * bf16 (the reference's every linear is cuBLAS's), on ternlab's bf16 GEMV
+ * (tern_cuda_gemv_bf16) at 1 .. 4 logit rows in the ternary ones
+ * (TERNLAB_CUDA_LM_GEMV=0: cuBLAS there too; /e2e/lm_gemv says which).
  * KV policies (--kv none,all,...; one GPU): each configuration runs under each
  * policy, opened with it (EngineOpts.kv), so the layers it stores all
  * ternary hold 2-bit codes + f16 scales instead of f32 pages; "x bf16"
@@ -78,6 +81,8 @@ typedef struct {
     char kv[32];                        /* the KV policy (kv_policy_format) */
     int64_t tp, batch, ctx;             /* ctx: positions at the timed steps (decode) */
     int64_t chained;                    /* decode: 1 when the steps were chained (cuda_engine_decode_chain) */
+    int64_t lm_gemv;                    /* 1 when the row's forward calls (decode: the prompts' and the
+                                         * steps') enqueued the LM head on tern_cuda_gemv_bf16 */
     double step_ms, tok_s, bytes_per_step, roofline_frac, speedup;
     double kv_bytes_per_token; /* the KV pool's bytes per token slot (rank 0's under tp) */
 } E2eRow;
@@ -235,11 +240,11 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_attr_i64(lg, "/", "process_per_config", isolate);
     rc = rc ? rc : h5log_attr_str(lg, "/", "decode_loop", loop_text(loop_kind(r, nr)));
     const char *shape[MAX_ROWS], *config[MAX_ROWS], *mode[MAX_ROWS], *kvp[MAX_ROWS];
-    int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS], chv[MAX_ROWS];
+    int64_t batch[MAX_ROWS], ctx[MAX_ROWS], tpv[MAX_ROWS], chv[MAX_ROWS], lmv[MAX_ROWS];
     double v[6][MAX_ROWS];
     for (int i = 0; i < nr; i++) {
         shape[i] = r[i].shape, config[i] = r[i].config, mode[i] = r[i].mode, kvp[i] = r[i].kv;
-        batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp, chv[i] = r[i].chained;
+        batch[i] = r[i].batch, ctx[i] = r[i].ctx, tpv[i] = r[i].tp, chv[i] = r[i].chained, lmv[i] = r[i].lm_gemv;
         v[0][i] = r[i].step_ms, v[1][i] = r[i].tok_s, v[2][i] = r[i].bytes_per_step;
         v[3][i] = r[i].roofline_frac, v[4][i] = r[i].speedup, v[5][i] = r[i].kv_bytes_per_token;
     }
@@ -251,6 +256,7 @@ static int write_h5(const char *path, const E2eRow *r, int nr, const char *dev, 
     rc = rc ? rc : h5log_i64(lg, "/e2e/ctx", ctx, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/tp", tpv, nr);
     rc = rc ? rc : h5log_i64(lg, "/e2e/chained", chv, nr);
+    rc = rc ? rc : h5log_i64(lg, "/e2e/lm_gemv", lmv, nr);
     const char *names[] = {"/e2e/step_ms",           "/e2e/tokens_per_s",    "/e2e/bytes_per_step",
                            "/e2e/roofline_fraction", "/e2e/speedup_vs_bf16", "/e2e/kv_bytes_per_token"};
     for (int k = 0; k < 6 && rc == 0; k++) rc = h5log_f64(lg, names[k], v[k], nr);
@@ -351,10 +357,14 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
         for (int bi = 0; bi < j->nb && rc == 0; bi++) {
             double sec = 0;
             int64_t ctx = 0, chained = 0;
+            CudaEngineInfo before, after;
+            cuda_engine_info(&e, &before);
             if ((rc = run_decode(&e, j->batches[bi], eo, &sec, &ctx, &chained)) != 0) break;
+            cuda_engine_info(&e, &after);
             E2eRow *r = job_row(j, o, "decode");
             r->batch = j->batches[bi];
             r->chained = chained;
+            r->lm_gemv = after.lm_gemv > before.lm_gemv;
             r->ctx = ctx;
             r->step_ms = 1e3 * sec;
             r->tok_s = j->batches[bi] / sec;
@@ -368,8 +378,12 @@ static int measure_config(const E2eJob *j, E2eOut *o) {
                     pol, j->batches[bi], r->step_ms, r->tok_s);
         }
         double sec = 0;
+        CudaEngineInfo before, after;
+        cuda_engine_info(&e, &before);
         if (rc == 0 && (rc = run_prefill(&e, eo, &sec)) == 0) {
+            cuda_engine_info(&e, &after);
             E2eRow *r = job_row(j, o, "prefill");
+            r->lm_gemv = after.lm_gemv > before.lm_gemv; /* (its one logit row) */
             r->batch = r->ctx = eo->prefill;
             r->step_ms = 1e3 * sec;
             r->tok_s = eo->prefill / sec;
@@ -651,7 +665,8 @@ int cmd_bench_e2e(int argc, char **argv) {
     }
     fprintf(f, "End-to-end throughput on %s (copy bandwidth %.0f GB/s, read + written), "
                "synthetic models, prompt %d, %d timed decode steps (%s; tokens/s from the median step), "
-               "prefill %d tokens (median of 3), %s. lm_head stays dense bf16 in every configuration; "
+               "prefill %d tokens (median of 3), %s. lm_head stays dense bf16 in every configuration (on "
+               "cuBLAS in bf16; at 1 .. 4 tokens on ternlab's bf16 GEMV in the ternary ones); "
                "kv: the KV policy (none: f32 pages; in layers a policy stores all ternary, 2-bit codes + "
                "f16 scales); x bf16: against bf16 under the same policy; "
                "GB/step/GPU: the bytes a decode step must move (weights, norms, lm_head, the K/V pages "

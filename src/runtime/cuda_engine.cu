@@ -135,6 +135,14 @@ struct CE {
      * between them folded into both (norm_folded; TERNLAB_CUDA_NORM_FOLD=0
      * turns it off); nss its producer's slots (TERN_NORM_SLOTS floats) */
     int norm_fold = 1;
+    /* a ternary model's LM head at 1 .. 4 logit rows on ternlab's bf16 GEMV
+     * (tern_cuda_gemv_bf16) instead of cuBLAS (lm_own_gemv;
+     * TERNLAB_CUDA_LM_GEMV=0 turns it off); the BF16 reference stays on cuBLAS */
+    int lm_gemv = 1;
+    /* the last residual add in the final norm where the logit rows are the
+     * tokens' (run_device's rows_ident; TERNLAB_CUDA_TAIL=0 turns it off) */
+    int tail_norm = 1;
+    bool tern_model = false; /* some decoder linear is ternary */
     float *nss = nullptr;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
@@ -142,6 +150,8 @@ struct CE {
     int scratch_dirty = 0;          /* a K split's sums could not be cleared after an error */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
     int64_t n_norm_folded = 0;      /* MLP norms folded into the o and gate|up GEMVs */
+    int64_t n_lm_gemv = 0;          /* LM heads enqueued on tern_cuda_gemv_bf16 */
+    int64_t n_tail_fused = 0;       /* calls whose last residual add was the final norm's */
     int64_t n_kv_tern = 0;          /* layers whose K / V of a call were stored ternary */
     int64_t n_split = 0;            /* calls enqueued with the attention's keys split (splits > 1) */
     /* one decode graph at a time */
@@ -176,9 +186,11 @@ struct CE {
      * forward() call (not the chain's steps: time those with
      * TERNLAB_CUDA_CHAIN=0 or bench-e2e --sync-steps), the host's time in the
      * forward call and the device's from the inputs' upload to the ids (or
-     * logits) back (events), medians printed at close */
-    cudaEvent_t ev[3] = {nullptr, nullptr, nullptr};
-    std::vector<float> t_dev, t_graph;
+     * logits) back (events), medians printed at close; ev[3] after the inputs'
+     * upload (time_up: the step being timed records it) */
+    cudaEvent_t ev[4] = {nullptr, nullptr, nullptr, nullptr};
+    bool time_up = false;
+    std::vector<float> t_dev, t_graph, t_up;
     std::vector<double> t_wall, t_prep;
     size_t weight_bytes = 0, step_bytes = 0;
     std::vector<void *> allocs; /* every cudaMalloc of weights/buffers, freed at close */
@@ -488,13 +500,26 @@ bool norm_folded(const CE *g, const DLayer &L, bool of, bool mf) {
     return of && mf && g->norm_fold && tern_cuda_matmul_i8_f32x_norm_ok(&L.o.tm);
 }
 
+/* The LM head (dense bf16: its input the final norm's bf16 rows) on
+ * tern_cuda_gemv_bf16 where the model's linears are ternary and nl rows fit
+ * it.  H200, 7B tern-i8 at batch 1: see dev/NOTES.md (sixtieth session). */
+bool lm_own_gemv(const CE *g, int64_t nl) {
+    return g->lm_gemv && g->tern_model && g->lm.kind == LIN_DENSE16 && g->bf16 &&
+           tern_cuda_gemv_bf16_ok(g->lm.out, g->lm.in, nl);
+}
+
 /* The whole forward on the device for n tokens whose inputs are in d_in
  * (layout for n), logits of nl rows into g->logits; one_seq: every token
  * belongs to one sequence (the tiled prompt attention); distinct: no two
  * tokens of one sequence (a decode batch: RoPE and the KV write go into the
- * attention kernel).  Shapes depend only on (n, nl, one_seq, distinct): this
- * is what a decode graph captures (one_seq false, distinct true). */
-int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int splits) {
+ * attention kernel); rows_ident: logit row j is token j's (nl == n, the
+ * identity: StepPlan.tok_rows) — then the last layer's residual add is the
+ * final norm's (its down GEMV's K split left to it, as every layer's is to the
+ * next layer's norm), where otherwise the add, a gather of the logit rows and
+ * the norm are three kernels; the same bits.  Shapes depend only on (n, nl,
+ * one_seq, distinct, rows_ident): this is what a decode graph captures
+ * (one_seq false, distinct and rows_ident true). */
+int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool rows_ident, int splits) {
     g->n_split += splits > 1;
     const ModelConfig &c = g->c;
     const int64_t H = c.hidden, hd = c.head_dim, qd = (int64_t)c.n_heads * hd,
@@ -503,6 +528,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
                   *row = g->d_in + 3 * n, *lidx = g->d_in + 4 * n, *cnt = g->d_in + 5 * n,
                   *pairs = g->d_in + 5 * n + 1;
     const int act = c.act == ACT_SILU ? 0 : 1;
+    const bool tail = c.n_layers > 0 && g->tail_norm && rows_ident && nl == n && nl > 0;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
     std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
         nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers);
@@ -518,9 +544,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
         nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
         fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
     }
-    TRY(fwdc_table_update_z(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers,
-                            g->st));
-    TRY(fwdc_embed(g->embed, tok, n, H, g->x, g->st));
+    TRY(fwdc_step_begin(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers,
+                        g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
         float *kp = g->kp[(size_t)l], *vp = g->vp[(size_t)l];
@@ -618,7 +643,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
             }
             /* the next layer's norm (the next kernel) finishes a K split */
             TRY(tern_cuda_matmul_i8_f32x_defer(&L.down.tm, g->hb, g->hmax + l, g->hout,
-                                               g->defer && l + 1 < c.n_layers ? &hdef : nullptr, g->st));
+                                               g->defer && (l + 1 < c.n_layers || tail) ? &hdef : nullptr,
+                                               g->st));
         } else {
             const float *gp, *up;
             int64_t ldg;
@@ -646,11 +672,18 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
             }
             if (g->tp == 1) TRY(dlin_run(g, L.down, mi, g->x16, n, g->hout));
         }
-        if (l + 1 < c.n_layers) { /* x += down; the next layer's input norm */
-            const DLayer &N = g->L[(size_t)l + 1];
-            const Need nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
+        if (l + 1 < c.n_layers || tail) { /* x += down; the next layer's input norm, or the final norm */
+            const float *nw = g->final_norm;
+            Need nn = need_of(g, {&g->lm});
+            if (l + 1 < c.n_layers) {
+                const DLayer &N = g->L[(size_t)l + 1];
+                nn = N.fqkv ? need_of(g, {&N.qkv}) : need_of(g, {&N.q, &N.k, &N.v});
+                nw = N.attn_norm;
+            } else {
+                g->n_tail_fused++;
+            }
             g->n_deferred += hdef.part != nullptr;
-            if (norm_into(g, g->x, g->hout, N.attn_norm, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1) != 0) {
+            if (norm_into(g, g->x, g->hout, nw, n, H, nn, hdef.part ? &hdef : nullptr, g->tp == 1) != 0) {
                 /* the deferred K split's sums would stay in the split-K scratch, which
                  * every split GEMV takes as zero: cleared behind the GEMV */
                 if (hdef.part && cudaMemsetAsync(hdef.part, 0, sizeof(int) * (size_t)hdef.rows, g->st) != cudaSuccess) {
@@ -663,10 +696,17 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, int sp
             TRY(fwdc_add(g->x, g->hout, n * H, g->st));
         }
     }
-    if (nl > 0) {
+    if (nl > 0 && !tail) {
         TRY(fwdc_gather_rows(g->x, lidx, nl, H, g->hout, g->st));
         TRY(norm_into(g, g->hout, nullptr, g->final_norm, nl, H, need_of(g, {&g->lm})));
-        TRY(dlin_run(g, g->lm, g->xb, g->x16, nl, g->logits));
+    }
+    if (nl > 0) {
+        if (lm_own_gemv(g, nl)) {
+            g->n_lm_gemv++;
+            TRY(tern_cuda_gemv_bf16(g->lm.w16, g->lm.out, g->lm.in, g->x16, nl, g->logits, g->st));
+        } else {
+            TRY(dlin_run(g, g->lm, g->xb, g->x16, nl, g->logits));
+        }
     }
     return 0;
 }
@@ -932,10 +972,13 @@ bool replays(const CE *g, const StepPlan *p, int64_t amax) {
     return p->eligible && graph_fits(g, p) && !(amax > 0 && g->exec_amax == 0);
 }
 
+bool untimed();
+
 int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
     const int64_t n = p->n, nl = p->nl;
     *in_graph = false;
     TRY(upload_inputs(g, p));
+    if (g->time_up && cudaEventRecord(g->ev[3], g->st) != cudaSuccess) g->time_up = untimed();
     const bool replay = replays(g, p, amax);
     const bool upgrade = !replay && p->eligible && graph_fits(g, p);
     if (replay) {
@@ -952,7 +995,7 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         if (fwdc_attention_reserve(n, g->c.n_heads, g->c.head_dim, p->splits) != 0) return -1;
         cudaGraph_t graph = nullptr;
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
-        int rc = run_device(g, n, nl, false, true, p->splits);
+        int rc = run_device(g, n, nl, false, true, true, p->splits);
         if (rc == 0 && amax > 0) /* (eligible: the logit rows are the tokens') */
             rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
@@ -978,7 +1021,7 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         g->launches++;
     } else {
         drop_graph(g);
-        if (run_device(g, n, nl, p->one_seq, p->distinct, p->splits) != 0) return -1;
+        if (run_device(g, n, nl, p->one_seq, p->distinct, p->tok_rows, p->splits) != 0) return -1;
         g->last_eager_n = p->eligible ? n : 0;
     }
     return 0;
@@ -1161,7 +1204,10 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
     bool timed = g->ev[0] && !launched && p->eligible && graph_fits(g, p); /* (one GPU) */
     if (timed && cudaEventRecord(g->ev[0], g->st) != cudaSuccess) timed = untimed();
     bool amax_done = false;
+    g->time_up = timed;
     const int rc = step_launch(g, p, amax, &amax_done);
+    timed = timed && g->time_up;
+    g->time_up = false;
     if (timed && cudaEventRecord(g->ev[1], g->st) != cudaSuccess) timed = untimed();
     if (launched) {
         if (rc != 0) {
@@ -1198,10 +1244,11 @@ int device_step(CE *g, const StepPlan *p, int64_t nl_out, int32_t *argmax_out, f
         CUDA_CHECK(cudaStreamSynchronize(g->st));
     }
     if (timed) {
-        float a = 0, b = 0;
+        float a = 0, b = 0, u = 0;
         if (cudaEventElapsedTime(&a, g->ev[0], g->ev[2]) == cudaSuccess &&
-            cudaEventElapsedTime(&b, g->ev[0], g->ev[1]) == cudaSuccess)
-            g->t_dev.push_back(a), g->t_graph.push_back(b);
+            cudaEventElapsedTime(&b, g->ev[0], g->ev[1]) == cudaSuccess &&
+            cudaEventElapsedTime(&u, g->ev[0], g->ev[3]) == cudaSuccess)
+            g->t_dev.push_back(a), g->t_graph.push_back(b), g->t_up.push_back(u);
         else
             (void)untimed();
     }
@@ -1348,9 +1395,9 @@ void step_time_report(CE *g) {
     if (!g->t_dev.empty())
         fprintf(stderr,
                 "cuda step time: %zu graph replays, median us: forward call %.1f (host prepare %.1f), "
-                "device upload..ids %.1f, upload+graph %.1f\n",
+                "device upload..ids %.1f, upload+graph %.1f, upload %.1f\n",
                 g->t_dev.size(), 1e6 * median_of(g->t_wall), 1e6 * median_of(g->t_prep),
-                1e3 * median_of(g->t_dev), 1e3 * median_of(g->t_graph));
+                1e3 * median_of(g->t_dev), 1e3 * median_of(g->t_graph), 1e3 * median_of(g->t_up));
     for (cudaEvent_t &e : g->ev)
         if (e) cudaEventDestroy(e), e = nullptr;
 }
@@ -1510,6 +1557,7 @@ size_t decoder_linear_bytes(const CE *g) {
 void step_bytes(CE *g) {
     size_t b = decoder_linear_bytes(g);
     for (const DLayer &L : g->L) {
+        for (const DLin *d : L.lins()) g->tern_model = g->tern_model || d->kind == LIN_TERN;
         b += sizeof(float) * (size_t)(2 * g->c.hidden);
         if (L.attn_sub)
             b += sizeof(float) * (g->tp > 1 ? (size_t)g->qd_full : (size_t)g->c.n_heads * (size_t)g->c.head_dim);
@@ -1555,7 +1603,10 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * fused MLP's down GEMV finishes its own K split; TERNLAB_CUDA_OMAX=0: the
  * int8 pass before an unfused o projection forms its own max;
  * TERNLAB_CUDA_NORM_FOLD=0: the norm between a one-warp o and the fused MLP
- * as its own kernel (norm_folded). */
+ * as its own kernel (norm_folded); TERNLAB_CUDA_LM_GEMV=0: a ternary model's
+ * LM head on cuBLAS too (lm_own_gemv); TERNLAB_CUDA_TAIL=0: the last layer's
+ * residual add, the logit rows' gather and the final norm as three kernels
+ * (run_device's rows_ident). */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -1570,7 +1621,8 @@ int env_switches_check(void) {
     static const char *const names[] = {"TERNLAB_CUDA_GRAPHS",   "TERNLAB_CUDA_GLU_FUSE",  "TERNLAB_CUDA_ATT_FUSE",
                                         "TERNLAB_CUDA_DEFER",    "TERNLAB_CUDA_OMAX",      "TERNLAB_CUDA_NORM_FOLD",
                                         "TERNLAB_CUDA_CHAIN",    "TERNLAB_CUDA_ARGMAX_GRAPH", "TERNLAB_CUDA_STEP_TIME",
-                                        "TERNLAB_CUDA_O_FUSE",   "TERNLAB_CUDA_PDL",       "TERNLAB_CUDA_L2EF"};
+                                        "TERNLAB_CUDA_O_FUSE",   "TERNLAB_CUDA_PDL",       "TERNLAB_CUDA_L2EF",
+                                        "TERNLAB_CUDA_LM_GEMV",  "TERNLAB_CUDA_TAIL"};
     for (const char *n : names) {
         const char *v = getenv(n);
         if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
@@ -1619,6 +1671,8 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
+    g->lm_gemv = env_on("TERNLAB_CUDA_LM_GEMV");
+    g->tail_norm = env_on("TERNLAB_CUDA_TAIL");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -1816,7 +1870,7 @@ struct TpGpu {
 int tp_warm(CE *g, const StepPlan &p) {
     TRY(upload_inputs(g, &p));
     g->dry = true;
-    const int rc = run_device(g, p.n, p.nl, p.one_seq, p.distinct, p.splits);
+    const int rc = run_device(g, p.n, p.nl, p.one_seq, p.distinct, p.tok_rows, p.splits);
     g->dry = false;
     if (rc != 0) return err_prefix("warm-up pass: ");
     CUDA_CHECK(cudaStreamSynchronize(g->st));
@@ -2265,6 +2319,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
+    info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused;
     info->chained = g->n_chained;
     info->kv_ternary = g->n_kv_tern;
     info->attn_split = g->n_split;

@@ -115,6 +115,14 @@ typedef struct {
     /* layers enqueued (the same way) whose MLP norm was folded into the o and
      * gate|up GEMVs (one token; TERNLAB_CUDA_NORM_FOLD=0 turns it off) */
     int64_t norm_folded;
+    /* LM heads enqueued (the same way) on ternlab's bf16 GEMV
+     * (tern_cuda_gemv_bf16: a ternary model's, 1 .. 4 logit rows;
+     * TERNLAB_CUDA_LM_GEMV=0 keeps cuBLAS) */
+    int64_t lm_gemv;
+    /* calls enqueued (the same way) whose last residual add was the final
+     * norm's (logit rows the tokens' own: no add, gather or norm kernel of
+     * their own; the last down GEMV's K split deferred to it where it defers) */
+    int64_t tail_fused;
     /* decode steps cuda_engine_decode_chain enqueued before the previous
      * step's ids were back (their tokens taken on the device) */
     int64_t chained;

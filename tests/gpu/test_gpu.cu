@@ -1569,6 +1569,92 @@ static void test_dense(void) {
     cublasDestroy(h);
 }
 
+/* tern_cuda_gemv_bf16 (a ternary model's LM head) against tern_dense_bf16_ref
+ * on awkward shapes: rows past the grid's warps (a warp's second row), rows
+ * of 1 .. 48 pieces (a lane's last batch partly past the row), 1 .. 4
+ * tokens, x at the shared-memory bound (4 x 12288); every element within
+ * cols x 2^-24 x sum |w x| of the double sum (f32 sums), the output's guards
+ * intact, the same bits in a second call, with PDL and the L2 hint off, and
+ * refusals of what it does not take. */
+static void test_dense_gemv(void) {
+    struct Case {
+        int64_t rows, cols, n;
+    };
+    static const Case cases[] = {{1, 8, 1},     {37, 200, 1},   {37, 200, 4},  {517, 264, 3},  {2113, 4096, 1},
+                                 {3000, 4608, 2}, {33, 12288, 4}, {40000, 256, 1}, {5, 2056, 4},   {4099, 384, 2}};
+    for (const Case &c : cases) {
+        const int64_t R = c.rows, K = c.cols, n = c.n;
+        std::vector<uint16_t> w((size_t)(R * K)), x((size_t)(n * K));
+        for (auto &v : w) v = f32_to_bf16(nrand() * (rnd() % 5 == 0 ? 8.0f : 0.5f));
+        for (auto &v : x) v = f32_to_bf16(nrand());
+        std::vector<float> ref((size_t)(n * R)), y((size_t)(n * R)), y2((size_t)(n * R));
+        tern_dense_bf16_ref(w.data(), R, K, x.data(), n, ref.data());
+        GBuf dw = gbuf((size_t)(R * K) * 2, 8), dx = gbuf((size_t)(n * K) * 2, 8), dy = gbuf((size_t)(n * R) * 4, 4);
+        CK(cudaMemcpy(dw.ptr(), w.data(), dw.bytes, cudaMemcpyHostToDevice));
+        CK(cudaMemcpy(dx.ptr(), x.data(), dx.bytes, cudaMemcpyHostToDevice));
+        int rc = tern_cuda_gemv_bf16((const uint16_t *)dw.ptr(), R, K, (const uint16_t *)dx.ptr(), n,
+                                     (float *)dy.ptr(), 0);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y.data(), dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+        int bad = 0;
+        int64_t over = 0;
+        for (int64_t t = 0; t < n; t++)
+            for (int64_t r = 0; r < R; r++) {
+                double mag = 0.0;
+                for (int64_t k = 0; k < K; k++)
+                    mag += fabs((double)bf16_to_f32(w[(size_t)(r * K + k)]) * bf16_to_f32(x[(size_t)(t * K + k)]));
+                const double e = fabs((double)y[(size_t)(t * R + r)] - ref[(size_t)(t * R + r)]);
+                over += !(e <= (double)K * ldexp(1.0, -24) * mag);
+            }
+        const double err = rel_l2(y.data(), ref.data(), (size_t)(n * R), &bad);
+        const bool guards = guards_ok(dy);
+        /* again, then with programmatic launches and the evict-first hint off: the same bits */
+        const int old_pdl = tern_cuda_pdl(0), old_ef = tern_cuda_l2ef(0);
+        CK(cudaMemset(dy.ptr(), 0, dy.bytes));
+        const int rc2 = tern_cuda_gemv_bf16((const uint16_t *)dw.ptr(), R, K, (const uint16_t *)dx.ptr(), n,
+                                            (float *)dy.ptr(), 0);
+        tern_cuda_pdl(old_pdl), tern_cuda_l2ef(old_ef);
+        CK(cudaDeviceSynchronize());
+        CK(cudaMemcpy(y2.data(), dy.ptr(), dy.bytes, cudaMemcpyDeviceToHost));
+        report(rc == 0 && rc2 == 0 && bad == 0 && over == 0 && err <= TOL_DENSE && guards &&
+                   memcmp(y.data(), y2.data(), y.size() * 4) == 0,
+               "dense bf16 GEMV %lldx%lld n=%lld: rc %d/%d rel_l2 %.3g, %lld outside the bound, non-finite %d, "
+               "guards %s, second call %s",
+               (long long)R, (long long)K, (long long)n, rc, rc2, err, (long long)over, bad, guards ? "ok" : "BROKEN",
+               memcmp(y.data(), y2.data(), y.size() * 4) == 0 ? "the same bits" : "DIFFERS");
+        gfree(dw), gfree(dx), gfree(dy);
+    }
+    /* refusals: 0 or 5 tokens, columns not a multiple of 8, x past 96 KB, NULL, misaligned */
+    GBuf dw = gbuf(64 * 12296 * 2, 8), dx = gbuf(5 * 12296 * 2, 8), dy = gbuf(5 * 64 * 4, 4);
+    const uint16_t *w = (const uint16_t *)dw.ptr(), *x = (const uint16_t *)dx.ptr();
+    float *y = (float *)dy.ptr();
+    struct Bad {
+        const uint16_t *w, *x;
+        float *y;
+        int64_t rows, cols, n;
+        const char *what, *msg;
+    };
+    const Bad bads[] = {{w, x, y, 64, 4096, 0, "0 tokens", "not supported"},
+                        {w, x, y, 64, 4096, 5, "5 tokens", "not supported"},
+                        {w, x, y, 64, 260, 1, "260 columns", "not supported"},
+                        {w, x, y, 64, 12296, 4, "4 x 12296 columns", "not supported"},
+                        {w, x, y, 0, 4096, 1, "0 rows", "not supported"},
+                        {nullptr, x, y, 64, 4096, 1, "NULL weights", "NULL"},
+                        {w, x, nullptr, 64, 4096, 1, "NULL output", "NULL"},
+                        {w + 1, x, y, 64, 4096, 1, "weights 2 bytes off 16-byte alignment", "aligned"},
+                        {w, x + 4, y, 64, 4096, 1, "tokens 8 bytes off 16-byte alignment", "aligned"}};
+    for (const Bad &b : bads) {
+        const int rc = tern_cuda_gemv_bf16(b.w, b.rows, b.cols, b.x, b.n, b.y, 0);
+        report(rc < 0 && strstr(err_msg(), b.msg) != nullptr && cudaDeviceSynchronize() == cudaSuccess,
+               "dense bf16 GEMV refuses %s: rc %d \"%s\"", b.what, rc, rc < 0 ? err_msg() : "");
+    }
+    report(tern_cuda_gemv_bf16_ok(32000, 4096, 1) && tern_cuda_gemv_bf16_ok(256000, 4608, 4) &&
+               !tern_cuda_gemv_bf16_ok(32000, 4096, 5) && !tern_cuda_gemv_bf16_ok(32000, 4100, 1),
+           "dense bf16 GEMV takes the LM heads' shapes (1 .. 4 tokens), not 5 tokens or 4100 columns");
+    report(guards_ok(dy), "dense bf16 GEMV refusals: output guards intact");
+    gfree(dw), gfree(dx), gfree(dy);
+}
+
 static void test_errors(void) {
     /* the copy bandwidth both benchmarks quote: positive and below 20 TB/s for both ways of
      * copying (HBM3e peaks near 5 TB/s each way); a size not a multiple of 16 and no
@@ -1986,6 +2072,7 @@ int main(int argc, char **argv) {
         {"splits", {test_wg_splits}},             /* the wgmma GEMM's K splits of small tiles */
         {"mc", {test_wg_multicast}},              /* the wgmma GEMM's multicast cases */
         {"errors", {test_errors}},                /* the refusals (and the copy bandwidth) */
+        {"dense", {test_dense, test_dense_gemv}}, /* dense bf16: cuBLAS, and ternlab's GEMV */
         {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
                   test_tbm_rowsum, test_fused_mlp, test_norm_fold, test_bf_grid}}, /* the one-token and few-token GEMVs */
         {"rowsum", {test_tbm_rowsum}}, /* the one-token K split through tbm_row_add */
@@ -2026,6 +2113,7 @@ int main(int argc, char **argv) {
         test_div_rn();
         test_i8_scale_range();
         test_dense();
+        test_dense_gemv();
         test_bmma_grid();
         test_mt_grid();
         test_mt_default();

@@ -10,7 +10,8 @@
 # STEPs: tests  bench  e2e  chain (and for the bf16 bulk-copy GEMV: bf  bfsweep
 # engine  bfe2e; for the host changes of sessions without a GPU: host, which
 # needs only the bundle of ternlab, test_runner and the exp_* programs; on two
-# GPUs: tp).  Logs and tables are written under
+# GPUs: tp; the LM head GEMV and the step's ends: lmhead, with test_gpu and
+# bench_gpu built here and in the bundle).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -95,7 +96,30 @@ for s in "${steps[@]}"; do
             run e2e_tp2_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --batches 1,8 --tp 2 \
                 --prefill 16 --out "$out/e2e_tp2_$i.h5" --md "$out/e2e_tp2_$i.md"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp)" | tee -a "$out/status.txt" ;;
+    lmhead) # sixtieth session: a ternary model's LM head on ternlab's bf16 GEMV, the last residual
+        # add in the final norm, the step's first kernel doing the embedding (test_gpu and bench_gpu
+        # from the bundle: scripts/device_bundle.sh ... build/gpu/test_gpu build/gpu/bench_gpu)
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
+        # batch 1: the BF16 reference, then tern-i8 with both changes, each alone off, both off (the
+        # 27B with both and with neither); same call, two rounds
+        for i in 1 2; do
+            for v in bf16 on lm0 tail0 both0; do
+                lm=1 tl=1 cfg=tern-i8 shapes=7b
+                case $v in bf16) cfg=bf16 shapes=7b,27b ;; on | both0) shapes=7b,27b ;; esac
+                case $v in lm0) lm=0 ;; tail0) tl=0 ;; both0) lm=0 tl=0 ;; esac
+                run e2e_${v}_$i env TERNLAB_CUDA_LM_GEMV=$lm TERNLAB_CUDA_TAIL=$tl /tmp/tl/bin/ternlab bench-e2e \
+                    --shapes $shapes --configs $cfg --batches 1 --prefill 16 --out "$out/e2e_${v}_$i.h5" \
+                    --md "$out/e2e_${v}_$i.md"
+            done
+        done
+        # where a step's time goes outside its graph: the inputs' upload, the graph, the ids back
+        run step_time env TERNLAB_CUDA_STEP_TIME=1 /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs tern-i8 \
+            --batches 1 --prefill 16 --sync-steps --same-process --out "$out/e2e_sync.h5" --md "$out/e2e_sync.md"
+        for sh in 32000x4096 256000x4608; do
+            run bench_lm_$sh /tmp/tl/bin/bench_gpu --out "$out/bench_lm_$sh" --shape "$sh" --ms 1,4
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
