@@ -1567,7 +1567,8 @@ __device__ void argmax_block(float &best, int64_t &bidx, int64_t cols, float *bv
  * (zero before and after; only used when chunks > 1); out2: a second copy of
  * out, or NULL */
 __global__ void __launch_bounds__(kArgThreads)
-argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out, int32_t *out2) {
+argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, int32_t *out, int32_t *out2,
+              int32_t *hout, const int32_t *hslot, int64_t hstride) {
     pdl_wait(); /* (launched as a dependent: placed while the LM head ends; no trigger, so what follows
                  * starts once this grid is done) */
     __shared__ float bv[32];
@@ -1617,6 +1618,7 @@ argmax_kernel(const float *x, int64_t cols, float *pv, int32_t *pi, int *ctr, in
         const int32_t id = (int32_t)(bidx < cols ? bidx : 0);
         out[r] = id;
         if (out2) out2[r] = id;
+        if (hout) hout[(hslot ? (int64_t)*hslot : 0) * hstride + r] = id; /* (host memory, mapped) */
     }
 }
 
@@ -2242,7 +2244,15 @@ int fwdc_argmax_reserve(int64_t rows, int64_t cols) {
 
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
                      cudaStream_t stream) {
+    return fwdc_argmax_rows_to(d_x, rows, cols, d_out, d_out2, nullptr, nullptr, 0, stream);
+}
+
+int fwdc_argmax_rows_to(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
+                        int32_t *h_out, const int32_t *d_slot, int64_t h_stride, cudaStream_t stream) {
     if (rows <= 0) return 0;
+    if (h_out && (rows > 65535 || (d_slot && h_stride < rows)))
+        return err_set("fwdc_argmax_rows_to: %lld rows into host slots of %lld", (long long)rows,
+                       (long long)h_stride);
     if (cols < 1 || cols > 0x7fffffff) return err_set("fwdc_argmax_rows: %lld x %lld", (long long)rows, (long long)cols);
     const int64_t chunks = (cols + kArgChunk - 1) / kArgChunk, per = rows < 65535 ? rows : 65535;
     float *pv = nullptr;
@@ -2259,7 +2269,7 @@ int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_ou
         const int64_t nr = rows - r0 < per ? rows - r0 : per;
         if (tern_launch_pdl("argmax_kernel", argmax_kernel, dim3((unsigned)chunks, (unsigned)nr), dim3(kArgThreads),
                             stream, d_x + r0 * cols, cols, pv, pi, ctr, d_out + r0,
-                            d_out2 ? d_out2 + r0 : nullptr) != 0)
+                            d_out2 ? d_out2 + r0 : nullptr, h_out, d_slot, h_stride) != 0)
             return -1;
     }
     return 0;

@@ -224,6 +224,11 @@ int fwdc_step_begin(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pai
  * decode step's argmax into the next step's token inputs). */
 int fwdc_argmax_rows(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
                      cudaStream_t stream);
+/* The same, and the ids also into host memory the device writes (h_out:
+ * pinned, mapped; rows <= 65535) at slot *d_slot (a word on the device, read
+ * when the kernel runs; NULL: slot 0) of h_stride ids — no copy back. */
+int fwdc_argmax_rows_to(const float *d_x, int64_t rows, int64_t cols, int32_t *d_out, int32_t *d_out2,
+                        int32_t *h_out, const int32_t *d_slot, int64_t h_stride, cudaStream_t stream);
 /* Grows the scratch fwdc_argmax_rows of rows x cols needs (cudaMalloc and a
  * synchronous zeroing: not allowed inside a stream capture, so called before
  * one that captures the argmax). */

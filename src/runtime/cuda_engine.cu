@@ -180,6 +180,13 @@ struct CE {
      * two pinned slots of ids and their events; steps enqueued chained */
     int32_t *h_in2 = nullptr, *h_chain = nullptr;
     int64_t h_chain_cap = 0;
+    /* every argmax also writes its ids into pinned host memory the device
+     * maps (h_map, its device address d_map: two slots of max_tok ids), at the
+     * slot the step's inputs name (ids_slot: the chain's step parity, else 0),
+     * so that a chained step's ids need no copy back on the stream
+     * (TERNLAB_CUDA_IDS_MAPPED=0: the copy, as before) */
+    int32_t *h_map = nullptr, *d_map = nullptr;
+    int ids_mapped = 1, ids_slot = 0;
     cudaEvent_t chain_ev[2] = {nullptr, nullptr};
     int64_t n_chained = 0;
     /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay of a
@@ -526,7 +533,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
                   kvd = (int64_t)c.n_kv_heads * hd, I = c.inter;
     const int32_t *tok = g->d_in, *pos = g->d_in + n, *slot = g->d_in + 2 * n,
                   *row = g->d_in + 3 * n, *lidx = g->d_in + 4 * n, *cnt = g->d_in + 5 * n,
-                  *pairs = g->d_in + 5 * n + 1;
+                  *pairs = g->d_in + 5 * n + 2; /* (5 n + 1: the ids' host slot, for the argmax) */
     const int act = c.act == ACT_SILU ? 0 : 1;
     const bool tail = c.n_layers > 0 && g->tail_norm && rows_ident && nl == n && nl > 0;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
@@ -799,7 +806,7 @@ void unsend_updates(CE *g, const int32_t *pairs, int32_t cnt) {
     for (int32_t j = 0; j < cnt; j++) g->shadow[(size_t)pairs[2 * j]] = INT32_MIN;
 }
 void unsend_updates(CE *g, const StepPlan *p) {
-    if (p->n > 0) unsend_updates(g, g->h_in + 5 * p->n + 1, p->cnt);
+    if (p->n > 0) unsend_updates(g, g->h_in + 5 * p->n + 2, p->cnt);
 }
 
 /* Ternary KV pages over several GPUs are refused (one GPU or the CPU). */
@@ -899,7 +906,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
     if (ensure_rows(g, kv->n_seqs) != 0) return -1;
     const int64_t nl = logits || s->argmax_out ? (logit_idx ? n_logits : n) : 0;
     if (nl > n) return err_set("forward: %lld logit rows for %lld tokens", (long long)nl, (long long)n);
-    int32_t *in = g->h_in, *pairs = g->h_in + 5 * n + 1;
+    int32_t *in = g->h_in, *pairs = g->h_in + 5 * n + 2;
     int32_t cnt = 0;
     g->stamp++;
     const int bs = g->bs;
@@ -933,6 +940,7 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
         ident = ident && in[4 * n + j] == j;
     }
     in[5 * n] = cnt;
+    in[5 * n + 1] = g->ids_slot;
     p->nl = nl;
     p->cnt = cnt;
     p->tok_rows = nl == n && ident;
@@ -944,10 +952,10 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
 }
 
 /* int32 words of h_in / d_in: a step of max_tok tokens with every table entry updated */
-size_t input_count(const CE *g) { return (size_t)(5 * g->max_tok + 1 + 2 * g->u_cap); }
+size_t input_count(const CE *g) { return (size_t)(5 * g->max_tok + 2 + 2 * g->u_cap); }
 
 /* The bytes of a step's inputs in h_in / d_in */
-size_t input_bytes(const StepPlan *p) { return sizeof(int32_t) * (size_t)(5 * p->n + 1 + 2 * p->cnt); }
+size_t input_bytes(const StepPlan *p) { return sizeof(int32_t) * (size_t)(5 * p->n + 2 + 2 * p->cnt); }
 
 /* The step's inputs up (all but the tokens where skip_tok) */
 int upload_inputs(CE *g, const StepPlan *p) {
@@ -997,7 +1005,8 @@ int step_enqueue(CE *g, const StepPlan *p, int64_t amax, bool *in_graph) {
         CUDA_CHECK(cudaStreamBeginCapture(g->st, cudaStreamCaptureModeThreadLocal));
         int rc = run_device(g, n, nl, false, true, true, p->splits);
         if (rc == 0 && amax > 0) /* (eligible: the logit rows are the tokens') */
-            rc = fwdc_argmax_rows(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->st);
+            rc = fwdc_argmax_rows_to(g->logits, amax, g->c.vocab, g->ids, g->d_in, g->d_map, g->d_in + 5 * n + 1,
+                                     g->max_tok, g->st);
         cudaError_t e = cudaStreamEndCapture(g->st, &graph);
         const char *stage = "capturing";
         if (rc == 0 && e == cudaSuccess) {
@@ -1105,7 +1114,8 @@ int step_argmax(CE *g, const StepPlan *p, int64_t rows, bool in_graph) {
         g->n_argmax_graph++;
         return 0;
     }
-    return fwdc_argmax_rows(g->logits, rows, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->st);
+    return fwdc_argmax_rows_to(g->logits, rows, g->c.vocab, g->ids, p->tok_rows ? g->d_in : nullptr, g->d_map,
+                               g->d_in + 5 * p->n + 1, g->max_tok, g->st);
 }
 
 /* A rank's end after some rank failed to enqueue its step or failed in it
@@ -1281,6 +1291,9 @@ int ce_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *t
     return 0;
 }
 
+/* The chain's ids come through h_map (written by the argmax kernels), not a copy */
+bool chain_mapped(const CE *g) { return g->ids_mapped && g->d_map; }
+
 /* cuda_engine_decode_chain's buffers: h_in2 as h_in, two slots of B ids */
 int chain_buffers(CE *g, int64_t B) {
     if (!g->h_in2) CUDA_CHECK(cudaMallocHost(&g->h_in2, input_count(g) * 4));
@@ -1311,8 +1324,10 @@ int chain_enqueue(CE *g, KvCache *kv, const StepPlan *p, int64_t t, const int *s
     if (traced) trace_end(g, p);
 #endif
     TRY(step_argmax(g, p, B, in_graph)); /* (the chain's plans: tok_rows) */
-    int32_t *slot = g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap;
-    CUDA_CHECK(cudaMemcpyAsync(slot, g->ids, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, g->st));
+    if (!chain_mapped(g)) { /* (mapped: the argmax wrote them into h_map's slot t % 2) */
+        int32_t *slot = g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap;
+        CUDA_CHECK(cudaMemcpyAsync(slot, g->ids, sizeof(int32_t) * (size_t)B, cudaMemcpyDeviceToHost, g->st));
+    }
     CUDA_CHECK(cudaEventRecord(g->chain_ev[t & 1], g->st));
     update_lens(kv, seq, pos, B);
     return 0;
@@ -1322,7 +1337,12 @@ int chain_enqueue(CE *g, KvCache *kv, const StepPlan *p, int64_t t, const int *s
 int chain_collect(CE *g, int64_t B, int64_t t, int32_t *ids, double *t_done) {
     CUDA_CHECK(cudaEventSynchronize(g->chain_ev[t & 1]));
     if (t_done) t_done[t] = time_now();
-    memcpy(ids + t * B, g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap, sizeof(int32_t) * (size_t)B);
+    if (chain_mapped(g)) { /* (written by the step's argmax kernel, which its event follows) */
+        const volatile int32_t *src = g->h_map + (size_t)(t & 1) * (size_t)g->max_tok;
+        for (int64_t b = 0; b < B; b++) ids[t * B + b] = src[b];
+    } else {
+        memcpy(ids + t * B, g->h_chain + (size_t)(t & 1) * (size_t)g->h_chain_cap, sizeof(int32_t) * (size_t)B);
+    }
     return 0;
 }
 
@@ -1350,6 +1370,7 @@ int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32
     auto prepare = [&](int64_t t, const int32_t *tk, StepPlan *p) -> int {
         *p = StepPlan();
         g->h_in = hin[t & 1];
+        g->ids_slot = (int)(t & 1);
         for (int64_t b = 0; b < B; b++) tok[(size_t)b] = tk ? tk[b] : 0, pos[(size_t)b] = pos0[b] + t;
         return host_prepare(g, m, &e->kv, s, tok.data(), seq, pos.data(), B, lidx.data(), B, nullptr, p);
     };
@@ -1421,6 +1442,7 @@ void ce_destroy(CE *g) {
     if (g->h_in) cudaFreeHost(g->h_in);
     if (g->h_in2) cudaFreeHost(g->h_in2);
     if (g->h_chain) cudaFreeHost(g->h_chain);
+    if (g->h_map) cudaFreeHost(g->h_map);
     for (cudaEvent_t ev : g->chain_ev)
         if (ev) cudaEventDestroy(ev);
     if (g->h_ids) cudaFreeHost(g->h_ids);
@@ -1517,6 +1539,13 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     const size_t in_cnt = input_count(g);
     CUDA_CHECK(cudaMallocHost(&g->h_in, in_cnt * 4));
     if (dalloc(g, &g->d_in, in_cnt, "step inputs") != 0) return -1;
+    if (g->max_tok <= 65535) { /* (the argmax's host slots: fwdc_argmax_rows_to) */
+        CUDA_CHECK(cudaMallocHost(&g->h_map, sizeof(int32_t) * 2 * (size_t)g->max_tok));
+        memset(g->h_map, 0, sizeof(int32_t) * 2 * (size_t)g->max_tok);
+        void *dm = nullptr; /* (no mapping on this system: the chain copies its ids back) */
+        if (cudaHostGetDevicePointer(&dm, g->h_map, 0) == cudaSuccess) g->d_map = static_cast<int32_t *>(dm);
+        else (void)cudaGetLastError();
+    }
     const int64_t T = g->max_tok, qd = (int64_t)c.n_heads * c.head_dim,
                   kvd = (int64_t)c.n_kv_heads * c.head_dim;
     const int64_t wide = std::max(std::max((int64_t)c.hidden, qd), (int64_t)c.inter);
@@ -1606,7 +1635,8 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * as its own kernel (norm_folded); TERNLAB_CUDA_LM_GEMV=0: a ternary model's
  * LM head on cuBLAS too (lm_own_gemv); TERNLAB_CUDA_TAIL=0: the last layer's
  * residual add, the logit rows' gather and the final norm as three kernels
- * (run_device's rows_ident). */
+ * (run_device's rows_ident); TERNLAB_CUDA_IDS_MAPPED=0: a chained step's ids
+ * copied back on the stream instead of read where its argmax wrote them. */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -1622,7 +1652,7 @@ int env_switches_check(void) {
                                         "TERNLAB_CUDA_DEFER",    "TERNLAB_CUDA_OMAX",      "TERNLAB_CUDA_NORM_FOLD",
                                         "TERNLAB_CUDA_CHAIN",    "TERNLAB_CUDA_ARGMAX_GRAPH", "TERNLAB_CUDA_STEP_TIME",
                                         "TERNLAB_CUDA_O_FUSE",   "TERNLAB_CUDA_PDL",       "TERNLAB_CUDA_L2EF",
-                                        "TERNLAB_CUDA_LM_GEMV",  "TERNLAB_CUDA_TAIL"};
+                                        "TERNLAB_CUDA_LM_GEMV",  "TERNLAB_CUDA_TAIL",     "TERNLAB_CUDA_IDS_MAPPED"};
     for (const char *n : names) {
         const char *v = getenv(n);
         if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
@@ -1673,6 +1703,7 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
     g->lm_gemv = env_on("TERNLAB_CUDA_LM_GEMV");
     g->tail_norm = env_on("TERNLAB_CUDA_TAIL");
+    g->ids_mapped = env_on("TERNLAB_CUDA_IDS_MAPPED");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -2319,7 +2350,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
-    info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused;
+    info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused, info->ids_mapped = chain_mapped(g);
     info->chained = g->n_chained;
     info->kv_ternary = g->n_kv_tern;
     info->attn_split = g->n_split;
@@ -2356,6 +2387,7 @@ int cuda_engine_decode_chain(Engine *e, const int *seq, const int64_t *pos0, con
     int rc = chain_run(e, g, seq, pos0, tok0, B, steps, ids, t_done);
     if (rc != 0) cudaStreamSynchronize(g->st); /* nothing left in flight on an error */
     g->h_in = h_in;
+    g->ids_slot = 0;
     e->rs.argmax_out = argmax_out;
     e->rs.decode = decode;
     return rc;

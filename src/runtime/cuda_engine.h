@@ -123,6 +123,10 @@ typedef struct {
      * norm's (logit rows the tokens' own: no add, gather or norm kernel of
      * their own; the last down GEMV's K split deferred to it where it defers) */
     int64_t tail_fused;
+    /* 1 where a chained step's ids are read where its argmax kernel wrote them
+     * (mapped host memory), 0 where they are copied back on the stream
+     * (TERNLAB_CUDA_IDS_MAPPED=0, or no mapping) */
+    int64_t ids_mapped;
     /* decode steps cuda_engine_decode_chain enqueued before the previous
      * step's ids were back (their tokens taken on the device) */
     int64_t chained;

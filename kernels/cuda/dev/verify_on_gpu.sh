@@ -101,14 +101,15 @@ for s in "${steps[@]}"; do
         # from the bundle: scripts/device_bundle.sh ... build/gpu/test_gpu build/gpu/bench_gpu)
         run test_gpu_dense /tmp/tl/bin/test_gpu dense
         run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
-        # batch 1: the BF16 reference, then tern-i8 with both changes, each alone off, both off (the
-        # 27B with both and with neither); same call, two rounds
+        # batch 1: the BF16 reference, then tern-i8 with the changes, each alone off, all off (the
+        # 27B with all and with none); same call, two rounds
         for i in 1 2; do
-            for v in bf16 on lm0 tail0 both0; do
-                lm=1 tl=1 cfg=tern-i8 shapes=7b
+            for v in bf16 on lm0 tail0 ids0 both0; do
+                lm=1 tl=1 im=1 cfg=tern-i8 shapes=7b
                 case $v in bf16) cfg=bf16 shapes=7b,27b ;; on | both0) shapes=7b,27b ;; esac
-                case $v in lm0) lm=0 ;; tail0) tl=0 ;; both0) lm=0 tl=0 ;; esac
-                run e2e_${v}_$i env TERNLAB_CUDA_LM_GEMV=$lm TERNLAB_CUDA_TAIL=$tl /tmp/tl/bin/ternlab bench-e2e \
+                case $v in lm0) lm=0 ;; tail0) tl=0 ;; ids0) im=0 ;; both0) lm=0 tl=0 im=0 ;; esac
+                run e2e_${v}_$i env TERNLAB_CUDA_LM_GEMV=$lm TERNLAB_CUDA_TAIL=$tl TERNLAB_CUDA_IDS_MAPPED=$im \
+                    /tmp/tl/bin/ternlab bench-e2e \
                     --shapes $shapes --configs $cfg --batches 1 --prefill 16 --out "$out/e2e_${v}_$i.h5" \
                     --md "$out/e2e_${v}_$i.md"
             done
