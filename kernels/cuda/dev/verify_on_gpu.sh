@@ -40,6 +40,8 @@ run() { # name command...: output to $out/name.log, status to status.txt
     "$@" > "$out/$name.log" 2>&1
     local rc=$?
     echo "$name rc=$rc $((SECONDS - t0))s: $(tail -1 "$out/$name.log")" | tee -a "$out/status.txt"
+    # (after every command: a call cut off at its time limit still returns what ran)
+    tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
 }
 
 for s in "${steps[@]}"; do
@@ -100,10 +102,10 @@ for s in "${steps[@]}"; do
         # add in the final norm, the step's first kernel doing the embedding (test_gpu and bench_gpu
         # from the bundle: scripts/device_bundle.sh ... build/gpu/test_gpu build/gpu/bench_gpu)
         run test_gpu_dense /tmp/tl/bin/test_gpu dense
-        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
         # batch 1: the BF16 reference, then tern-i8 with the changes, each alone off, all off (the
-        # 27B with all and with none); same call, two rounds
+        # 27B with all and with none); two rounds, the engine's GPU tests between them
         for i in 1 2; do
+            [ "$i" = 2 ] && run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
             for v in bf16 on lm0 tail0 ids0 both0; do
                 lm=1 tl=1 im=1 cfg=tern-i8 shapes=7b
                 case $v in bf16) cfg=bf16 shapes=7b,27b ;; on | both0) shapes=7b,27b ;; esac
