@@ -1374,6 +1374,38 @@ TEST(gpu_fused_o_warp_bit_identical) {
     free(a), free(b);
 }
 
+/* The 16-head synthetic decode three times: with `knob` set to 0 into a,
+ * then by default into b and c. */
+static void decode_knob_off_on_on(const char *knob, int steps, float *a, float *b, float *c, CudaEngineInfo *ia,
+                                  CudaEngineInfo *ib, CudaEngineInfo *ic) {
+    char cfg[96];
+    setenv(knob, "0", 1);
+    synth_decode_h(16, 1, 1, -1, steps, a, cfg, sizeof cfg, ia);
+    unsetenv(knob);
+    synth_decode_h(16, 1, 1, -1, steps, b, cfg, sizeof cfg, ib);
+    synth_decode_h(16, 1, 1, -1, steps, c, cfg, sizeof cfg, ic);
+}
+
+/* b's logits (rows x SYN_V) within rel L2 `bound` of a's, the same greedy
+ * tokens, and c the same bits as b (what: the default's form, printed) */
+static void check_close_deterministic(const float *a, const float *b, const float *c, int rows, double bound,
+                                      const char *what) {
+    int same_top = 0;
+    for (int r = 0; r < rows; r++)
+        same_top += argmax_f32(a + (int64_t)r * SYN_V, SYN_V) == argmax_f32(b + (int64_t)r * SYN_V, SYN_V);
+    const double rel = rel_l2(b, a, (int64_t)rows * SYN_V);
+    double mag = 0.0, dmax = 0.0;
+    for (int64_t i = 0; i < (int64_t)rows * SYN_V; i++)
+        mag += fabs((double)a[i]), dmax = fmax(dmax, fabs((double)a[i] - (double)b[i]));
+    printf("    %s: logits rel L2 %.3g against the knob off (max |diff| %.3g, mean |logit| %.3g), %d of %d greedy "
+           "tokens the same\n",
+           what, rel, dmax, mag / ((double)rows * SYN_V), same_top, rows);
+    CHECK_MSG(mag > 0.0, "all logits zero");
+    CHECK_MSG(rel <= bound, "%s: rel L2 %.3g > %.3g", what, rel, bound);
+    CHECK_MSG(same_top == rows, "%s: %d of %d greedy tokens the same", what, same_top, rows);
+    CHECK_MSG(memcmp(b, c, sizeof(float) * (size_t)rows * SYN_V) == 0, "%s: two runs differ", what);
+}
+
 /* The norm between a one-warp o projection and the fused MLP folded into
  * both GEMVs (by default; TERNLAB_CUDA_NORM_FOLD=0 keeps the norm kernel; 16
  * heads: o 256 x 2048; the synthetic norm weights 1 +- 0.5, so a wrong weight
@@ -1389,32 +1421,14 @@ TEST(gpu_norm_fold_close) {
     const int steps = 4, rows = 3 * steps + 3;
     const size_t bytes = sizeof(float) * (size_t)rows * SYN_V;
     float *a = xcalloc(1, bytes), *b = xcalloc(1, bytes), *c = xcalloc(1, bytes);
-    char cfg[96];
     CudaEngineInfo ia, ib, ic;
-    setenv("TERNLAB_CUDA_NORM_FOLD", "0", 1);
-    synth_decode_h(16, 1, 1, -1, steps, a, cfg, sizeof cfg, &ia);
-    unsetenv("TERNLAB_CUDA_NORM_FOLD");
-    synth_decode_h(16, 1, 1, -1, steps, b, cfg, sizeof cfg, &ib);
-    synth_decode_h(16, 1, 1, -1, steps, c, cfg, sizeof cfg, &ic);
+    decode_knob_off_on_on("TERNLAB_CUDA_NORM_FOLD", steps, a, b, c, &ia, &ib, &ic);
     CHECK_MSG(ia.norm_folded == 0 && ia.fused_o >= 2, "NORM_FOLD=0: %lld norms folded, o fused in %lld layers",
               (long long)ia.norm_folded, (long long)ia.fused_o);
     CHECK_MSG(ib.norm_folded == ib.fused_o && ib.norm_folded >= 2 && ib.fused_mlp >= ib.norm_folded,
               "default: %lld norms folded, o fused in %lld layers, MLP in %lld", (long long)ib.norm_folded,
               (long long)ib.fused_o, (long long)ib.fused_mlp);
-    int same_top = 0;
-    for (int r = 0; r < rows; r++)
-        same_top += argmax_f32(a + (int64_t)r * SYN_V, SYN_V) == argmax_f32(b + (int64_t)r * SYN_V, SYN_V);
-    const double rel = rel_l2(b, a, (int64_t)rows * SYN_V);
-    double mag = 0.0, dmax = 0.0;
-    for (int64_t i = 0; i < (int64_t)rows * SYN_V; i++)
-        mag += fabs((double)a[i]), dmax = fmax(dmax, fabs((double)a[i] - (double)b[i]));
-    printf("    norm folded: logits rel L2 %.3g against the norm kernel (max |diff| %.3g, mean |logit| %.3g), %d of %d "
-           "greedy tokens the same\n",
-           rel, dmax, mag / ((double)rows * SYN_V), same_top, rows);
-    CHECK_MSG(mag > 0.0, "all logits zero");
-    CHECK_MSG(rel <= 1e-4, "rel L2 %.3g > 1e-4", rel);
-    CHECK_MSG(same_top == rows, "%d of %d greedy tokens the same", same_top, rows);
-    CHECK_MSG(memcmp(b, c, bytes) == 0, "two runs with the norm folded differ");
+    check_close_deterministic(a, b, c, rows, 1e-4, "norm folded");
     free(a), free(b), free(c);
 }
 /* The end of a decode step where the logit rows are the tokens' own: the
@@ -1450,26 +1464,11 @@ TEST(gpu_tail_norm_exact_lm_gemv_close) {
     for (int i = 0; i < rows * SYN_V; i++) bad += memcmp(a + i, b + i, 4) != 0;
     CHECK_MSG(bad == 0, "tail in the final norm: %d of %d logits differ", bad, rows * SYN_V);
     /* the LM head: cuBLAS against the GEMV (and the GEMV twice) */
-    setenv("TERNLAB_CUDA_LM_GEMV", "0", 1);
-    synth_decode_h(16, 1, 1, -1, steps, a, cfg, sizeof cfg, &ia);
-    unsetenv("TERNLAB_CUDA_LM_GEMV");
-    synth_decode_h(16, 1, 1, -1, steps, b, cfg, sizeof cfg, &ib);
-    synth_decode_h(16, 1, 1, -1, steps, c, cfg, sizeof cfg, &ic);
+    decode_knob_off_on_on("TERNLAB_CUDA_LM_GEMV", steps, a, b, c, &ia, &ib, &ic);
     /* every call's logit rows (1 .. 3) fit the GEMV: the 2 prompts and each decode shape, enqueued */
     CHECK_MSG(ia.lm_gemv == 0 && ib.lm_gemv >= 5, "LM heads on the GEMV: %lld with it off, %lld on",
               (long long)ia.lm_gemv, (long long)ib.lm_gemv);
-    int same_top = 0;
-    for (int r = 0; r < rows; r++)
-        same_top += argmax_f32(a + (int64_t)r * SYN_V, SYN_V) == argmax_f32(b + (int64_t)r * SYN_V, SYN_V);
-    const double rel = rel_l2(b, a, (int64_t)rows * SYN_V);
-    printf("    LM head on the bf16 GEMV: logits rel L2 %.3g against cuBLAS's, %d of %d greedy tokens the same\n", rel,
-           same_top, rows);
-    double mag = 0.0;
-    for (int64_t i = 0; i < (int64_t)rows * SYN_V; i++) mag += fabs((double)a[i]);
-    CHECK_MSG(mag > 0.0, "all logits zero");
-    CHECK_MSG(rel <= 1e-5, "rel L2 %.3g > 1e-5", rel);
-    CHECK_MSG(same_top == rows, "%d of %d greedy tokens the same", same_top, rows);
-    CHECK_MSG(memcmp(b, c, bytes) == 0, "two runs with the LM head on the GEMV differ");
+    check_close_deterministic(a, b, c, rows, 1e-5, "LM head on the bf16 GEMV (off: cuBLAS)");
     free(a), free(b), free(c);
 }
 
