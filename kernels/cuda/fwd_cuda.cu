@@ -1510,13 +1510,6 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t c
         out[i] = x[(int64_t)idx[i / dim] * dim + i % dim];
 }
 
-/* One CTA: dst[0 .. cnt) = src (pinned host memory the device maps: a
- * step's inputs read over the bus by the kernel, where a copy on the stream
- * had cost ~7 us of the device's time for a few hundred bytes) */
-__global__ void copy_in_kernel(const int32_t *src, int32_t *dst, int64_t cnt) {
-    for (int64_t i = threadIdx.x; i < cnt; i += blockDim.x) dst[i] = src[i];
-}
-
 /* (embed non-NULL: x (n, H) = embed[tok[t]] too, embed_kernel's copies — a
  * step's first kernel does all three) */
 __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
@@ -2229,13 +2222,6 @@ int fwdc_step_begin(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pai
 int fwdc_table_update_z(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
                         unsigned *d_zero, int64_t nzero, cudaStream_t stream) {
     return fwdc_step_begin(d_tab, d_count, d_pairs, cap, d_zero, nzero, nullptr, nullptr, 0, 0, nullptr, stream);
-}
-
-int fwdc_copy_in(const int32_t *src, int32_t *d_dst, int64_t cnt, cudaStream_t stream) {
-    if (cnt <= 0) return 0;
-    copy_in_kernel<<<1, 256, 0, stream>>>(src, d_dst, cnt);
-    CUDA_CHECK_LAUNCH("copy_in_kernel");
-    return 0;
 }
 
 int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,

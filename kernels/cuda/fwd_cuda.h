@@ -207,9 +207,6 @@ int fwdc_to_bf16(const float *d_x, int64_t cnt, uint16_t *d_y, cudaStream_t stre
 /* out (cnt, dim) = x[idx[j]] rows. */
 int fwdc_gather_rows(const float *d_x, const int32_t *d_idx, int64_t cnt, int64_t dim,
                      float *d_out, cudaStream_t stream);
-/* d_dst[0 .. cnt) = src[0 .. cnt) by one small kernel; src: pinned host
- * memory's device address (cudaHostGetDevicePointer) or device memory. */
-int fwdc_copy_in(const int32_t *src, int32_t *d_dst, int64_t cnt, cudaStream_t stream);
 /* Applies *d_count (<= cap) updates tab[pairs[2u]] = pairs[2u+1]. */
 int fwdc_table_update(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pairs, int64_t cap,
                       cudaStream_t stream);

@@ -99,9 +99,8 @@ struct CE {
     std::vector<uint32_t> seen;
     uint32_t stamp = 0;
     /* step inputs (pinned host, device): tok, pos, slot, row, lidx (n each),
-     * count, the ids' host slot, then (index, value) pairs of table updates;
-     * h_in_own: the engine's own h_in (the chain swaps in h_in2 by turns) */
-    int32_t *h_in = nullptr, *d_in = nullptr, *h_in_own = nullptr;
+     * count, then (index, value) pairs of table updates */
+    int32_t *h_in = nullptr, *d_in = nullptr;
     int64_t u_cap = 0;
     float *d_cos = nullptr, *d_sin = nullptr;
     int64_t rope_len = 0;
@@ -188,11 +187,6 @@ struct CE {
      * (TERNLAB_CUDA_IDS_MAPPED=0: the copy, as before) */
     int32_t *h_map = nullptr, *d_map = nullptr;
     int ids_mapped = 1, ids_slot = 0;
-    /* a step's inputs read from h_in / h_in2 by a kernel through their device
-     * addresses (d_hin / d_hin2), not copied up on the stream
-     * (upload_inputs; TERNLAB_CUDA_IN_MAPPED=0: the copy) */
-    int in_mapped = 1;
-    int32_t *d_hin = nullptr, *d_hin2 = nullptr;
     cudaEvent_t chain_ev[2] = {nullptr, nullptr};
     int64_t n_chained = 0;
     /* TERNLAB_CUDA_STEP_TIME=1 (measurement, one GPU): per graph replay of a
@@ -966,10 +960,6 @@ size_t input_bytes(const StepPlan *p) { return sizeof(int32_t) * (size_t)(5 * p-
 /* The step's inputs up (all but the tokens where skip_tok) */
 int upload_inputs(CE *g, const StepPlan *p) {
     const size_t skip = p->skip_tok ? (size_t)p->n : 0;
-    /* (the buffer h_in is now: the engine's own or the chain's second one) */
-    const int32_t *dev = !g->in_mapped ? nullptr : g->h_in == g->h_in_own ? g->d_hin : g->h_in == g->h_in2 ? g->d_hin2 : nullptr;
-    if (dev)
-        return fwdc_copy_in(dev + skip, g->d_in + skip, (int64_t)(input_bytes(p) / sizeof(int32_t) - skip), g->st);
     CUDA_CHECK(cudaMemcpyAsync(g->d_in + skip, g->h_in + skip, input_bytes(p) - sizeof(int32_t) * skip,
                                cudaMemcpyHostToDevice, g->st));
     return 0;
@@ -1301,24 +1291,12 @@ int ce_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const int *t
     return 0;
 }
 
-/* The device address of pinned host memory p (NULL where it has none: the
- * inputs are then copied up, the ids copied back) */
-int32_t *host_alias(int32_t *p) {
-    void *d = nullptr;
-    if (cudaHostGetDevicePointer(&d, p, 0) == cudaSuccess) return static_cast<int32_t *>(d);
-    (void)cudaGetLastError();
-    return nullptr;
-}
-
 /* The chain's ids come through h_map (written by the argmax kernels), not a copy */
 bool chain_mapped(const CE *g) { return g->ids_mapped && g->d_map; }
 
 /* cuda_engine_decode_chain's buffers: h_in2 as h_in, two slots of B ids */
 int chain_buffers(CE *g, int64_t B) {
-    if (!g->h_in2) {
-        CUDA_CHECK(cudaMallocHost(&g->h_in2, input_count(g) * 4));
-        g->d_hin2 = host_alias(g->h_in2);
-    }
+    if (!g->h_in2) CUDA_CHECK(cudaMallocHost(&g->h_in2, input_count(g) * 4));
     if (g->h_chain_cap < B) {
         if (g->h_chain) cudaFreeHost(g->h_chain);
         g->h_chain = nullptr;
@@ -1560,13 +1538,13 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
     g->u_cap = g->n_blocks;
     const size_t in_cnt = input_count(g);
     CUDA_CHECK(cudaMallocHost(&g->h_in, in_cnt * 4));
-    g->h_in_own = g->h_in;
-    g->d_hin = host_alias(g->h_in);
     if (dalloc(g, &g->d_in, in_cnt, "step inputs") != 0) return -1;
     if (g->max_tok <= 65535) { /* (the argmax's host slots: fwdc_argmax_rows_to) */
         CUDA_CHECK(cudaMallocHost(&g->h_map, sizeof(int32_t) * 2 * (size_t)g->max_tok));
         memset(g->h_map, 0, sizeof(int32_t) * 2 * (size_t)g->max_tok);
-        g->d_map = host_alias(g->h_map); /* (none on this system: the chain copies its ids back) */
+        void *dm = nullptr; /* (no mapping on this system: the chain copies its ids back) */
+        if (cudaHostGetDevicePointer(&dm, g->h_map, 0) == cudaSuccess) g->d_map = static_cast<int32_t *>(dm);
+        else (void)cudaGetLastError();
     }
     const int64_t T = g->max_tok, qd = (int64_t)c.n_heads * c.head_dim,
                   kvd = (int64_t)c.n_kv_heads * c.head_dim;
@@ -1658,9 +1636,7 @@ int open_front(Engine *e, Model *m, const EngineOpts *o) {
  * LM head on cuBLAS too (lm_own_gemv); TERNLAB_CUDA_TAIL=0: the last layer's
  * residual add, the logit rows' gather and the final norm as three kernels
  * (run_device's rows_ident); TERNLAB_CUDA_IDS_MAPPED=0: a chained step's ids
- * copied back on the stream instead of read where its argmax wrote them;
- * TERNLAB_CUDA_IN_MAPPED=0: a step's inputs copied up on the stream instead
- * of read from pinned host memory by a kernel. */
+ * copied back on the stream instead of read where its argmax wrote them. */
 bool env_on(const char *name) {
     const char *v = getenv(name);
     return !(v && strcmp(v, "0") == 0);
@@ -1676,8 +1652,7 @@ int env_switches_check(void) {
                                         "TERNLAB_CUDA_DEFER",    "TERNLAB_CUDA_OMAX",      "TERNLAB_CUDA_NORM_FOLD",
                                         "TERNLAB_CUDA_CHAIN",    "TERNLAB_CUDA_ARGMAX_GRAPH", "TERNLAB_CUDA_STEP_TIME",
                                         "TERNLAB_CUDA_O_FUSE",   "TERNLAB_CUDA_PDL",       "TERNLAB_CUDA_L2EF",
-                                        "TERNLAB_CUDA_LM_GEMV",  "TERNLAB_CUDA_TAIL",     "TERNLAB_CUDA_IDS_MAPPED",
-                                        "TERNLAB_CUDA_IN_MAPPED"};
+                                        "TERNLAB_CUDA_LM_GEMV",  "TERNLAB_CUDA_TAIL",     "TERNLAB_CUDA_IDS_MAPPED"};
     for (const char *n : names) {
         const char *v = getenv(n);
         if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
@@ -1729,7 +1704,6 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->lm_gemv = env_on("TERNLAB_CUDA_LM_GEMV");
     g->tail_norm = env_on("TERNLAB_CUDA_TAIL");
     g->ids_mapped = env_on("TERNLAB_CUDA_IDS_MAPPED");
-    g->in_mapped = env_on("TERNLAB_CUDA_IN_MAPPED");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
     *out = g;
@@ -2377,7 +2351,6 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused, info->ids_mapped = chain_mapped(g);
-    info->in_mapped = g->in_mapped && g->d_hin;
     info->chained = g->n_chained;
     info->kv_ternary = g->n_kv_tern;
     info->attn_split = g->n_split;

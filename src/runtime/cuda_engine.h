@@ -127,9 +127,6 @@ typedef struct {
      * (mapped host memory), 0 where they are copied back on the stream
      * (TERNLAB_CUDA_IDS_MAPPED=0, or no mapping) */
     int64_t ids_mapped;
-    /* 1 where a step's inputs are read from pinned host memory by a kernel,
-     * 0 where they are copied up on the stream (TERNLAB_CUDA_IN_MAPPED=0) */
-    int64_t in_mapped;
     /* decode steps cuda_engine_decode_chain enqueued before the previous
      * step's ids were back (their tokens taken on the device) */
     int64_t chained;

@@ -106,12 +106,11 @@ for s in "${steps[@]}"; do
         # 27B with all and with none); two rounds, the engine's GPU tests between them
         for i in 1 2; do
             [ "$i" = 2 ] && run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
-            for v in bf16 on lm0 tail0 ids0 in0 both0; do
-                lm=1 tl=1 im=1 in=1 cfg=tern-i8 shapes=7b
+            for v in bf16 on lm0 tail0 ids0 both0; do
+                lm=1 tl=1 im=1 cfg=tern-i8 shapes=7b
                 case $v in bf16) cfg=bf16 shapes=7b,27b ;; on | both0) shapes=7b,27b ;; esac
-                case $v in lm0) lm=0 ;; tail0) tl=0 ;; ids0) im=0 ;; in0) in=0 ;; both0) lm=0 tl=0 im=0 in=0 ;; esac
+                case $v in lm0) lm=0 ;; tail0) tl=0 ;; ids0) im=0 ;; both0) lm=0 tl=0 im=0 ;; esac
                 run e2e_${v}_$i env TERNLAB_CUDA_LM_GEMV=$lm TERNLAB_CUDA_TAIL=$tl TERNLAB_CUDA_IDS_MAPPED=$im \
-                    TERNLAB_CUDA_IN_MAPPED=$in \
                     /tmp/tl/bin/ternlab bench-e2e \
                     --shapes $shapes --configs $cfg --batches 1 --prefill 16 --out "$out/e2e_${v}_$i.h5" \
                     --md "$out/e2e_${v}_$i.md"
