@@ -99,7 +99,8 @@ struct CE {
     std::vector<uint32_t> seen;
     uint32_t stamp = 0;
     /* step inputs (pinned host, device): tok, pos, slot, row, lidx (n each),
-     * count, then (index, value) pairs of table updates */
+     * count, the ids' host slot (h_map), then (index, value) pairs of table
+     * updates */
     int32_t *h_in = nullptr, *d_in = nullptr;
     int64_t u_cap = 0;
     float *d_cos = nullptr, *d_sin = nullptr;
