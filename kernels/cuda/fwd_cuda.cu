@@ -79,15 +79,6 @@ __device__ float block_max(float v, float *red) {
     return warp_max(r);
 }
 
-__global__ void embed_kernel(const float *embed, const int32_t *tok, int64_t n, int64_t H, float *x) {
-    const int64_t total = n * H;
-    for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
-         i += (int64_t)gridDim.x * blockDim.x) {
-        const int64_t t = i / H, c = i % H;
-        x[i] = embed[(int64_t)tok[t] * H + c];
-    }
-}
-
 constexpr int kRowThreads = 1024; /* row kernels: a decode step has few rows, so one
                                     * CTA per row must keep many loads in flight */
 
@@ -1510,8 +1501,9 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t c
         out[i] = x[(int64_t)idx[i / dim] * dim + i % dim];
 }
 
-/* (embed non-NULL: x (n, H) = embed[tok[t]] too, embed_kernel's copies — a
- * step's first kernel does all three) */
+/* The step's first kernel: the table updates (cap 0: none, count not read),
+ * the zeroing and, where embed is non-NULL, x (n, H) = embed[tok[t]]
+ * (fwdc_embed alone, or all three) */
 __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
                                     int64_t cap, unsigned *zero, int64_t nzero, const float *embed,
                                     const int32_t *tok, int64_t n, int64_t H, float *x) {
@@ -1521,7 +1513,7 @@ __global__ void table_update_kernel(int32_t *tab, const int32_t *count, const in
              i += (int64_t)gridDim.x * blockDim.x)
             x[i] = embed[(int64_t)tok[i / H] * H + i % H];
     }
-    const int64_t c = *count < cap ? *count : cap;
+    const int64_t c = cap <= 0 ? 0 : *count < cap ? *count : cap;
     for (int64_t u = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; u < c;
          u += (int64_t)gridDim.x * blockDim.x)
         tab[pairs[2 * u]] = pairs[2 * u + 1];
@@ -1873,10 +1865,7 @@ extern "C" {
 
 int fwdc_embed(const float *d_embed, const int32_t *d_tok, int64_t n, int64_t H, float *d_x,
                cudaStream_t stream) {
-    if (n <= 0) return 0;
-    embed_kernel<<<grid1(n * H, 256), 256, 0, stream>>>(d_embed, d_tok, n, H, d_x);
-    CUDA_CHECK_LAUNCH("embed_kernel");
-    return 0;
+    return fwdc_step_begin(nullptr, nullptr, nullptr, 0, nullptr, 0, d_embed, d_tok, n, H, d_x, stream);
 }
 
 /* The norms' outputs: at least one, int8 codes with their scales */

@@ -512,8 +512,7 @@ bool norm_folded(const CE *g, const DLayer &L, bool of, bool mf) {
  * tern_cuda_gemv_bf16 where the model's linears are ternary and nl rows fit
  * it.  H200, 7B tern-i8 at batch 1: see dev/NOTES.md (sixtieth session). */
 bool lm_own_gemv(const CE *g, int64_t nl) {
-    return g->lm_gemv && g->tern_model && g->lm.kind == LIN_DENSE16 && g->bf16 &&
-           tern_cuda_gemv_bf16_ok(g->lm.out, g->lm.in, nl);
+    return g->lm_gemv && g->tern_model && g->lm.kind == LIN_DENSE16 && tern_cuda_gemv_bf16_ok(g->lm.out, g->lm.in, nl);
 }
 
 /* The whole forward on the device for n tokens whose inputs are in d_in
