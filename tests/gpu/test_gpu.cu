@@ -1572,7 +1572,8 @@ static void test_dense(void) {
 /* tern_cuda_gemv_bf16 (a ternary model's LM head) against tern_dense_bf16_ref
  * on awkward shapes: rows past the grid's warps (a warp's second row), rows
  * of 1 .. 48 pieces (a lane's last batch partly past the row), 1 .. 4
- * tokens, x at the shared-memory bound (4 x 12288); every element within
+ * tokens (a warp's second row at 3 tokens too), x at the shared-memory
+ * bound (4 x 12288); every element within
  * cols x 2^-24 x sum |w x| of the double sum (f32 sums), the output's guards
  * intact, the same bits in a second call, with PDL and the L2 hint off, and
  * refusals of what it does not take. */
@@ -1581,7 +1582,8 @@ static void test_dense_gemv(void) {
         int64_t rows, cols, n;
     };
     static const Case cases[] = {{1, 8, 1},     {37, 200, 1},   {37, 200, 4},  {517, 264, 3},  {2113, 4096, 1},
-                                 {3000, 4608, 2}, {33, 12288, 4}, {40000, 256, 1}, {5, 2056, 4},   {4099, 384, 2}};
+                                 {3000, 4608, 2}, {33, 12288, 4}, {40000, 256, 1}, {5, 2056, 4},   {4099, 384, 2},
+                                 {40000, 256, 3}};
     for (const Case &c : cases) {
         const int64_t R = c.rows, K = c.cols, n = c.n;
         std::vector<uint16_t> w((size_t)(R * K)), x((size_t)(n * K));

@@ -11,7 +11,7 @@
 # engine  bfe2e; for the host changes of sessions without a GPU: host, which
 # needs only the bundle of ternlab, test_runner and the exp_* programs; on two
 # GPUs: tp; the LM head GEMV and the step's ends: lmhead, with test_gpu and
-# bench_gpu built here and in the bundle).  Logs and tables are written under
+# bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -122,7 +122,45 @@ for s in "${steps[@]}"; do
         for sh in 32000x4096 256000x4608; do
             run bench_lm_$sh /tmp/tl/bin/bench_gpu --out "$out/bench_lm_$sh" --shape "$sh" --ms 1,4
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead)" | tee -a "$out/status.txt" ;;
+    sideup) # sixty-first session: a chained step's inputs up on a side stream into one of two
+        # buffers while the step before runs (TERNLAB_CUDA_SIDE_UP; bundle built with
+        # dev/side_upload.patch applied, not kept: no gain on an H100): the engine's GPU tests, then
+        # the 7B and 27B at batch 1 with and without, three rounds, and the BF16 reference once
+        # (and the dense GEMV's 2 .. 4 tokens on the tensor cores: its tests, the LM heads' shapes)
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        for sh in 32000x4096 256000x4608; do
+            run bench_lm_$sh /tmp/tl/bin/bench_gpu --out "$out/bench_lm_$sh" --shape "$sh" --ms 1,2,3,4
+        done
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
+        run e2e_bf16 /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16 --batches 1 --prefill 16 \
+            --out "$out/e2e_bf16.h5" --md "$out/e2e_bf16.md"
+        for i in 1 2 3; do
+            for su in 1 0; do
+                run e2e_su${su}_$i env TERNLAB_CUDA_SIDE_UP=$su /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+                    --configs tern-i8 --batches 1 --prefill 16 --out "$out/e2e_su${su}_$i.h5" --md "$out/e2e_su${su}_$i.md"
+            done
+        done ;;
+    gemv) # sixty-first session: the dense GEMV (as built; with dev/dense_gemv_mma.patch applied,
+        # its 2 .. 4 tokens on the tensor cores): its tests, the LM heads' shapes at 1 .. 4 tokens
+        # twice, the engine's LM-head and chain tests, the 7B and 27B at batch 1 twice
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        for i in 1 2; do
+            for sh in 32000x4096 256000x4608; do
+                run bench_lm_${sh}_$i /tmp/tl/bin/bench_gpu --out "$out/bench_lm_${sh}_$i" --shape "$sh" --ms 1,2,3,4
+            done
+        done
+        run engine_lm /tmp/tl/bin/test_runner gpu_tail gpu_decode_chain bench_e2e
+        for i in 1 2; do
+            run e2e_b1_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16,tern-i8 --batches 1 \
+                --prefill 16 --out "$out/e2e_b1_$i.h5" --md "$out/e2e_b1_$i.md"
+        done ;;
+    tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
+        # times each, alternating (the middle of three goes to paper/tables, paper/data)
+        for i in 1 2 3; do
+            run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
+            run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
+        done ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
