@@ -154,13 +154,27 @@ for s in "${steps[@]}"; do
             run e2e_b1_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16,tern-i8 --batches 1 \
                 --prefill 16 --out "$out/e2e_b1_$i.h5" --md "$out/e2e_b1_$i.md"
         done ;;
+    h200) # only on an H200 (else nothing more runs): the tensor-core form of the dense GEMV's 2 .. 4
+        # tokens (bench_gpu_mma: bench_gpu built with dev/dense_gemv_mma.patch, carried in the
+        # bundle) against the form kept, twice, on the LM heads' shapes
+        if ! grep -q H200 "$out/gpu.txt"; then
+            echo "h200: not an H200 ($(sed -n 2p "$out/gpu.txt")): the remaining steps skipped" | tee -a "$out/status.txt"
+            break
+        fi
+        for i in 1 2; do
+            for b in bench_gpu bench_gpu_mma; do
+                for sh in 32000x4096 256000x4608; do
+                    run lm_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/lm_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
+                done
+            done
+        done ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
