@@ -467,3 +467,18 @@ TEST(tern_kernels_refuse_misaligned_codes) {
     mem_free(raw);
     tern_free(&m);
 }
+
+/* The dense bf16 twin (tern_dense_bf16_ref, the GPU LM-head GEMV's oracle) on
+ * a hand case: bf16 bits of exactly representable values, y (n, rows) =
+ * x @ W^T with W row-major (rows, cols); a transposed index, a token's row
+ * taken for another's or a product rounded to bf16 would each change a value. */
+TEST(tern_dense_bf16_ref_hand) {
+    /* W = [[1, 2, -0.5], [4, -3, 0.125]], x = [[3, 0.25, 2], [1 + 2^-7, 1, 1]] */
+    const uint16_t w[6] = {0x3f80, 0x4000, 0xbf00, 0x4080, 0xc040, 0x3e00};
+    const uint16_t x[6] = {0x4040, 0x3e80, 0x4000, 0x3f81, 0x3f80, 0x3f80};
+    const float want[4] = {2.5f, 11.5f, /* 3 + 0.5 - 1; 12 - 0.75 + 0.25 */
+                           (float)(1.0 + 1.0 / 128 + 2 - 0.5), (float)(4.0 * (1.0 + 1.0 / 128) - 3 + 0.125)};
+    float y[4] = {0};
+    tern_dense_bf16_ref(w, 2, 3, x, 2, y);
+    for (int i = 0; i < 4; i++) CHECK_MSG(y[i] == want[i], "y[%d] = %.9g, want %.9g", i, y[i], want[i]);
+}

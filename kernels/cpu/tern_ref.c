@@ -3,8 +3,7 @@
  * through the ternary_format.h accessor. */
 #include "cpu/tern_kernels.h"
 
-#include <string.h>
-
+#include "core/dtype.h"
 #include "ternary_format.h"
 
 int tern_matmul_f32_ref(const TernaryMatrix *W, const float *x, int64_t n, float *y) {
@@ -50,19 +49,12 @@ int tern_matmul_i8_ref(const TernaryMatrix *W, const int8_t *xq, const float *sx
     return 0;
 }
 
-static double bf16_value(uint16_t h) {
-    const uint32_t b = (uint32_t)h << 16;
-    float f;
-    memcpy(&f, &b, sizeof f);
-    return f;
-}
-
 void tern_dense_bf16_ref(const uint16_t *w, int64_t rows, int64_t cols, const uint16_t *x, int64_t n,
                          float *y) {
     for (int64_t t = 0; t < n; t++)
         for (int64_t r = 0; r < rows; r++) {
             double a = 0.0;
-            for (int64_t k = 0; k < cols; k++) a += bf16_value(w[r * cols + k]) * bf16_value(x[t * cols + k]);
+            for (int64_t k = 0; k < cols; k++) a += (double)bf16_to_f32(w[r * cols + k]) * bf16_to_f32(x[t * cols + k]);
             y[t * rows + r] = (float)a;
         }
 }

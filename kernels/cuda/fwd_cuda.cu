@@ -1504,9 +1504,9 @@ __global__ void gather_rows_kernel(const float *x, const int32_t *idx, int64_t c
 /* The step's first kernel: the table updates (cap 0: none, count not read),
  * the zeroing and, where embed is non-NULL, x (n, H) = embed[tok[t]]
  * (fwdc_embed alone, or all three) */
-__global__ void table_update_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
-                                    int64_t cap, unsigned *zero, int64_t nzero, const float *embed,
-                                    const int32_t *tok, int64_t n, int64_t H, float *x) {
+__global__ void step_begin_kernel(int32_t *tab, const int32_t *count, const int32_t *pairs,
+                                  int64_t cap, unsigned *zero, int64_t nzero, const float *embed,
+                                  const int32_t *tok, int64_t n, int64_t H, float *x) {
     if (embed) {
         const int64_t total = n * H;
         for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < total;
@@ -2202,9 +2202,9 @@ int fwdc_step_begin(int32_t *d_tab, const int32_t *d_count, const int32_t *d_pai
     if (!d_embed || n <= 0) d_embed = nullptr, n = 0;
     const int64_t big = cap > nzero ? cap : nzero, cnt = big > n * H ? big : n * H;
     if (cnt <= 0) return 0;
-    table_update_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap, d_zero, nzero, d_embed,
-                                                             d_tok, n, H, d_x);
-    CUDA_CHECK_LAUNCH("table_update_kernel");
+    step_begin_kernel<<<grid1(cnt, 256), 256, 0, stream>>>(d_tab, d_count, d_pairs, cap, d_zero, nzero, d_embed,
+                                                           d_tok, n, H, d_x);
+    CUDA_CHECK_LAUNCH("step_begin_kernel");
     return 0;
 }
 

@@ -326,14 +326,14 @@ static E2eRow *job_row(const E2eJob *j, E2eOut *o, const char *mode) {
     return r;
 }
 
-/* Opens the synthetic engine and times decode at each batch and the prefill;
- * the rows' roofline fraction and ratio to bf16 are the caller's. */
 /* LM heads e enqueued on ternlab's bf16 GEMV so far (CudaEngineInfo.lm_gemv) */
 static int64_t lm_heads_on_gemv(const Engine *e) {
     CudaEngineInfo info;
     return cuda_engine_info(e, &info) == 0 ? info.lm_gemv : 0;
 }
 
+/* Opens the synthetic engine and times decode at each batch and the prefill;
+ * the rows' roofline fraction and ratio to bf16 are the caller's. */
 static int measure_config(const E2eJob *j, E2eOut *o) {
     const E2eOpts *eo = j->eo;
     Model m;
