@@ -11,7 +11,8 @@
 # engine  bfe2e; for the host changes of sessions without a GPU: host, which
 # needs only the bundle of ternlab, test_runner and the exp_* programs; on two
 # GPUs: tp; the LM head GEMV and the step's ends: lmhead, with test_gpu and
-# bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup).  Logs and tables are written under
+# bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
+# dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -168,13 +169,29 @@ for s in "${steps[@]}"; do
                 done
             done
         done ;;
+    r2) # sixty-second session: the dense GEMV's 2 .. 4 tokens with two rows a warp (bench_gpu,
+        # test_gpu as built) against the form before (bench_gpu_r1: one row a warp, built at
+        # d9fcf83) and the tensor-core form (bench_gpu_mma), twice, on the LM heads' shapes; any card
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        for i in 1 2; do
+            for b in bench_gpu bench_gpu_r1 bench_gpu_mma; do
+                for sh in 32000x4096 256000x4608; do
+                    [ -x /tmp/tl/bin/$b ] && run lm_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/lm_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
+                done
+            done
+        done
+        # the 7B and 27B decoding 2 and 4 sequences, the LM head on the GEMV and on cuBLAS
+        for lm in 1 0; do
+            run e2e_b24_lm$lm env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+                --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/e2e_b24_lm$lm.h5" --md "$out/e2e_b24_lm$lm.md"
+        done ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 r2 tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
