@@ -12,7 +12,8 @@
 # needs only the bundle of ternlab, test_runner and the exp_* programs; on two
 # GPUs: tp; the LM head GEMV and the step's ends: lmhead, with test_gpu and
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
-# dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too).  Logs and tables are written under
+# dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
+# x staged as f32: xf, with bench_gpu_r2).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -185,13 +186,29 @@ for s in "${steps[@]}"; do
             run e2e_b24_lm$lm env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
                 --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/e2e_b24_lm$lm.h5" --md "$out/e2e_b24_lm$lm.md"
         done ;;
+    xf) # sixty-second session: the dense GEMV's 2 .. 4 tokens with x staged as f32 (bench_gpu,
+        # test_gpu as built) against two rows a warp with bf16 x (bench_gpu_r2, built at 8296009),
+        # twice, on the LM heads' shapes; the 7B and 27B decoding 2 and 4 sequences, LM head on
+        # the GEMV and on cuBLAS
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        for i in 1 2; do
+            for b in bench_gpu bench_gpu_r2; do
+                for sh in 32000x4096 256000x4608; do
+                    run xf_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/xf_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
+                done
+            done
+        done
+        for lm in 1 0; do
+            run xf_e2e_b24_lm$lm env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+                --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/xf_e2e_b24_lm$lm.h5" --md "$out/xf_e2e_b24_lm$lm.md"
+        done ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 r2 tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 r2 xf tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
