@@ -34,10 +34,6 @@ constexpr size_t kDgMaxSmem = 96 * 1024; /* x staged: n x cols x 2 bytes at most
 /* rows a warp takes at once for M tokens (dense_gemv_bf16_kernel's R) */
 template <int M>
 constexpr int kDgRows = M >= 2 ? 2 : 1;
-/* x staged as f32 for M tokens (dense_gemv_bf16_kernel's XF; at most 2 x
- * kDgMaxSmem bytes, under the 227 KB a CTA may take) */
-template <int M>
-constexpr bool kDgXf32 = M >= 2;
 
 __device__ __forceinline__ float bf_lo(uint32_t v) { return __uint_as_float(v << 16); }
 __device__ __forceinline__ float bf_hi(uint32_t v) { return __uint_as_float(v & 0xffff0000u); }
@@ -54,37 +50,20 @@ __device__ __forceinline__ void dot8(const uint4 &w, const uint4 &x, float &a0, 
     a1 = fmaf(bf_hi(w.w), bf_hi(x.w), a1);
 }
 
-/* the same with x's eight columns as f32: lo columns 0 .. 3, hi 4 .. 7 (the same order of sums) */
-__device__ __forceinline__ void dot8f(const uint4 &w, const float4 &lo, const float4 &hi, float &a0, float &a1) {
-    a0 = fmaf(bf_lo(w.x), lo.x, a0);
-    a1 = fmaf(bf_hi(w.x), lo.y, a1);
-    a0 = fmaf(bf_lo(w.y), lo.z, a0);
-    a1 = fmaf(bf_hi(w.y), lo.w, a1);
-    a0 = fmaf(bf_lo(w.z), hi.x, a0);
-    a1 = fmaf(bf_hi(w.z), hi.y, a1);
-    a0 = fmaf(bf_lo(w.w), hi.z, a0);
-    a1 = fmaf(bf_hi(w.w), hi.w, a1);
-}
-
 /* w (rows, cpr pieces of 16 bytes), x (M, cpr pieces), y (M, rows) f32.
  * EF: the weights read with an L2 evict-first policy (tern_cuda_l2ef).
  * R: rows a warp takes at once (R consecutive rows, each piece of x read
  * from shared memory once for all R: at 2 .. 4 tokens the shared-memory
  * reads and x's unpacking, not the stream, would bound the kernel on a card
  * with the H200's bandwidth); a batch is kDgU / R pieces of each, so the
- * bytes in flight a lane stay kDgU x 16.  XF: x staged as f32 (two planes
- * of float4 a token, columns 0 .. 3 and 4 .. 7 of each piece, so that a
- * warp's reads are contiguous), unpacked once a CTA instead of once a row
- * and piece — twice the shared-memory reads for a quarter fewer
- * instructions a weight at four tokens.  A row's sums are taken in the
- * same order for every R and XF: the same bits. */
-template <int M, bool EF, int R, bool XF>
+ * bytes in flight a lane stay kDgU x 16.  A row's sums are taken in the
+ * same order for every R: the same bits. */
+template <int M, bool EF, int R>
 __global__ void __launch_bounds__(kDgThreads, 1)
 dense_gemv_bf16_kernel(const uint4 *__restrict__ w, int64_t rows, int cpr, const uint4 *x,
                        float *__restrict__ y) {
     constexpr int U = kDgU / R;  /* pieces a row and lane a batch */
-    extern __shared__ uint4 xs[]; /* (M, cpr); XF: float4 (M, 2, cpr) */
-    float4 *xf = reinterpret_cast<float4 *>(xs);
+    extern __shared__ uint4 xs[]; /* (M, cpr) */
     const int lane = threadIdx.x & 31;
     const int64_t tw = (int64_t)gridDim.x * kDgWarps * R; /* the rows all warps take at once */
     const int nb = (cpr + 32 * U - 1) / (32 * U); /* batches a row */
@@ -107,16 +86,7 @@ dense_gemv_bf16_kernel(const uint4 *__restrict__ w, int64_t rows, int cpr, const
     load(va, row, 0);
     pdl_wait();
     pdl_trigger();
-    for (int i = threadIdx.x; i < M * cpr; i += kDgThreads) { /* (x written by the kernel before) */
-        const uint4 v = __ldcg(x + i);
-        if constexpr (XF) {
-            const int m = i / cpr, c = i - m * cpr;
-            xf[(2 * m) * cpr + c] = make_float4(bf_lo(v.x), bf_hi(v.x), bf_lo(v.y), bf_hi(v.y));
-            xf[(2 * m + 1) * cpr + c] = make_float4(bf_lo(v.z), bf_hi(v.z), bf_lo(v.w), bf_hi(v.w));
-        } else {
-            xs[i] = v;
-        }
-    }
+    for (int i = threadIdx.x; i < M * cpr; i += kDgThreads) xs[i] = __ldcg(x + i); /* (written by the kernel before) */
     __syncthreads();
     float acc[R][M][2];
 #pragma unroll
@@ -137,15 +107,9 @@ dense_gemv_bf16_kernel(const uint4 *__restrict__ w, int64_t rows, int cpr, const
             if (c < cpr) {
 #pragma unroll
                 for (int m = 0; m < M; m++) {
-                    if constexpr (XF) {
-                        const float4 lo = xf[(2 * m) * cpr + c], hi = xf[(2 * m + 1) * cpr + c];
+                    const uint4 xv = xs[m * cpr + c];
 #pragma unroll
-                        for (int q = 0; q < R; q++) dot8f(cur[q][u], lo, hi, acc[q][m][0], acc[q][m][1]);
-                    } else {
-                        const uint4 xv = xs[m * cpr + c];
-#pragma unroll
-                        for (int q = 0; q < R; q++) dot8(cur[q][u], xv, acc[q][m][0], acc[q][m][1]);
-                    }
+                    for (int q = 0; q < R; q++) dot8(cur[q][u], xv, acc[q][m][0], acc[q][m][1]);
                 }
             }
         }
@@ -173,12 +137,11 @@ int launch_m(const uint16_t *w, int64_t rows, int64_t cols, const uint16_t *x, f
     int dev = 0, sms = 0;
     CUDA_CHECK(cudaGetDevice(&dev));
     CUDA_CHECK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev));
-    constexpr bool XF = kDgXf32<M>;
-    const size_t smem = (size_t)M * (size_t)cols * (XF ? 4 : 2);
+    const size_t smem = (size_t)M * (size_t)cols * 2;
     const int cpr = (int)(cols / 8);
     const bool ef = tern_cuda_l2ef_get() != 0;
     constexpr int R = kDgRows<M>;
-    auto k = ef ? dense_gemv_bf16_kernel<M, true, R, XF> : dense_gemv_bf16_kernel<M, false, R, XF>;
+    auto k = ef ? dense_gemv_bf16_kernel<M, true, R> : dense_gemv_bf16_kernel<M, false, R>;
     if (smem > 48 * 1024) CUDA_CHECK(cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)smem));
     const int res = tern_cuda_tbm_reserve_get(), use = res > 0 && res < sms ? sms - res : sms;
     const int64_t need = (rows + kDgWarps * R - 1) / (kDgWarps * R); /* CTAs that have a row */

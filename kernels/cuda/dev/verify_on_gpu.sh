@@ -187,7 +187,8 @@ for s in "${steps[@]}"; do
                 --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/e2e_b24_lm$lm.h5" --md "$out/e2e_b24_lm$lm.md"
         done ;;
     xf) # sixty-second session: the dense GEMV's 2 .. 4 tokens with x staged as f32 (bench_gpu,
-        # test_gpu as built) against two rows a warp with bf16 x (bench_gpu_r2, built at 8296009),
+        # test_gpu and ternlab built with dev/dense_gemv_xf.patch applied) against two rows a warp
+        # with bf16 x (bench_gpu_r2: the kept form, as built),
         # twice, on the LM heads' shapes; the 7B and 27B decoding 2 and 4 sequences, LM head on
         # the GEMV and on cuBLAS
         run test_gpu_dense /tmp/tl/bin/test_gpu dense
