@@ -46,6 +46,32 @@ run() { # name command...: output to $out/name.log, status to status.txt
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
 }
 
+lm_heads() { # name binary [tokens]: a bench_gpu binary on the LM heads' shapes (default 1 .. 4 tokens)
+    local name=$1 bin=$2 ms=${3:-1,2,3,4} sh
+    for sh in 32000x4096 256000x4608; do
+        run "${name}_$sh" "$bin" --out "$out/${name}_$sh" --shape "$sh" --ms "$ms"
+    done
+}
+e2e_b24() { # name: the 7B and 27B decoding 2 and 4 sequences, the LM head on the GEMV (lm1) and on cuBLAS (lm0)
+    local lm
+    for lm in 1 0; do
+        run "${1}_lm$lm" env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+            --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/${1}_lm$lm.h5" --md "$out/${1}_lm$lm.md"
+    done
+}
+gemv_ab() { # prefix binary...: the dense GEMV's tests, each binary (where in the bundle) on the LM
+    # heads' shapes, twice, then e2e_b24 (the logs named prefix + binary + round + shape)
+    local p=$1 i b
+    shift
+    run test_gpu_dense /tmp/tl/bin/test_gpu dense
+    for i in 1 2; do
+        for b in "$@"; do
+            [ -x "/tmp/tl/bin/$b" ] && lm_heads "$p${b}_$i" "/tmp/tl/bin/$b"
+        done
+    done
+    e2e_b24 "${p}e2e_b24"
+}
+
 for s in "${steps[@]}"; do
     case $s in
     tests) # the GPU tests, the engine's (gpu_failed_launch_resends_tables is new)
@@ -121,18 +147,14 @@ for s in "${steps[@]}"; do
         # where a step's time goes outside its graph: the inputs' upload, the graph, the ids back
         run step_time env TERNLAB_CUDA_STEP_TIME=1 /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs tern-i8 \
             --batches 1 --prefill 16 --sync-steps --same-process --out "$out/e2e_sync.h5" --md "$out/e2e_sync.md"
-        for sh in 32000x4096 256000x4608; do
-            run bench_lm_$sh /tmp/tl/bin/bench_gpu --out "$out/bench_lm_$sh" --shape "$sh" --ms 1,4
-        done ;;
+        lm_heads bench_lm /tmp/tl/bin/bench_gpu 1,4 ;;
     sideup) # sixty-first session: a chained step's inputs up on a side stream into one of two
         # buffers while the step before runs (TERNLAB_CUDA_SIDE_UP; bundle built with
         # dev/side_upload.patch applied, not kept: no gain on an H100): the engine's GPU tests, then
         # the 7B and 27B at batch 1 with and without, three rounds, and the BF16 reference once
         # (and the dense GEMV's 2 .. 4 tokens on the tensor cores: its tests, the LM heads' shapes)
         run test_gpu_dense /tmp/tl/bin/test_gpu dense
-        for sh in 32000x4096 256000x4608; do
-            run bench_lm_$sh /tmp/tl/bin/bench_gpu --out "$out/bench_lm_$sh" --shape "$sh" --ms 1,2,3,4
-        done
+        lm_heads bench_lm /tmp/tl/bin/bench_gpu
         run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
         run e2e_bf16 /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16 --batches 1 --prefill 16 \
             --out "$out/e2e_bf16.h5" --md "$out/e2e_bf16.md"
@@ -147,9 +169,7 @@ for s in "${steps[@]}"; do
         # twice, the engine's LM-head and chain tests, the 7B and 27B at batch 1 twice
         run test_gpu_dense /tmp/tl/bin/test_gpu dense
         for i in 1 2; do
-            for sh in 32000x4096 256000x4608; do
-                run bench_lm_${sh}_$i /tmp/tl/bin/bench_gpu --out "$out/bench_lm_${sh}_$i" --shape "$sh" --ms 1,2,3,4
-            done
+            lm_heads bench_lm_$i /tmp/tl/bin/bench_gpu
         done
         run engine_lm /tmp/tl/bin/test_runner gpu_tail gpu_decode_chain bench_e2e
         for i in 1 2; do
@@ -165,44 +185,19 @@ for s in "${steps[@]}"; do
         fi
         for i in 1 2; do
             for b in bench_gpu bench_gpu_mma; do
-                for sh in 32000x4096 256000x4608; do
-                    run lm_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/lm_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
-                done
+                lm_heads "lm_${b}_$i" /tmp/tl/bin/$b
             done
         done ;;
     r2) # sixty-second session: the dense GEMV's 2 .. 4 tokens with two rows a warp (bench_gpu,
         # test_gpu as built) against the form before (bench_gpu_r1: one row a warp, built at
         # d9fcf83) and the tensor-core form (bench_gpu_mma), twice, on the LM heads' shapes; any card
-        run test_gpu_dense /tmp/tl/bin/test_gpu dense
-        for i in 1 2; do
-            for b in bench_gpu bench_gpu_r1 bench_gpu_mma; do
-                for sh in 32000x4096 256000x4608; do
-                    [ -x /tmp/tl/bin/$b ] && run lm_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/lm_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
-                done
-            done
-        done
-        # the 7B and 27B decoding 2 and 4 sequences, the LM head on the GEMV and on cuBLAS
-        for lm in 1 0; do
-            run e2e_b24_lm$lm env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
-                --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/e2e_b24_lm$lm.h5" --md "$out/e2e_b24_lm$lm.md"
-        done ;;
+        gemv_ab lm_ bench_gpu bench_gpu_r1 bench_gpu_mma ;;
     xf) # sixty-second session: the dense GEMV's 2 .. 4 tokens with x staged as f32 (bench_gpu,
         # test_gpu and ternlab built with dev/dense_gemv_xf.patch applied) against two rows a warp
         # with bf16 x (bench_gpu_r2: the kept form, as built),
         # twice, on the LM heads' shapes; the 7B and 27B decoding 2 and 4 sequences, LM head on
         # the GEMV and on cuBLAS
-        run test_gpu_dense /tmp/tl/bin/test_gpu dense
-        for i in 1 2; do
-            for b in bench_gpu bench_gpu_r2; do
-                for sh in 32000x4096 256000x4608; do
-                    run xf_${b}_${sh}_$i /tmp/tl/bin/$b --out "$out/xf_${b}_${sh}_$i" --shape "$sh" --ms 1,2,3,4
-                done
-            done
-        done
-        for lm in 1 0; do
-            run xf_e2e_b24_lm$lm env TERNLAB_CUDA_LM_GEMV=$lm /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
-                --configs tern-i8 --batches 2,4 --prefill 16 --out "$out/xf_e2e_b24_lm$lm.h5" --md "$out/xf_e2e_b24_lm$lm.md"
-        done ;;
+        gemv_ab xf_ bench_gpu bench_gpu_r2 ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
