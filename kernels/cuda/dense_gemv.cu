@@ -8,8 +8,8 @@
  * takes rows w, w + W, ... (W the grid's warps; at 2 .. 4 tokens two
  * adjacent rows at a time: 2w, 2w + 1, then 2(w + W), ...), a lane the
  * row's 16-byte pieces lane, lane + 32, ...; the pieces come in batches of
- * kDgU a lane,
- * the next batch's loads issued before the current one is summed (a batch
+ * kDgU a lane (kDgU / 2 of each row where two), the next batch's loads
+ * issued before the current one is summed (a batch
  * in flight a lane while the one before is summed: 16 warps x 32 lanes x
  * kDgU x 16 B = 64 KB a SM in flight).  The grid leaves out the SMs
  * tern_cuda_tbm_reserve keeps for the row kernel before (the final norm: a
