@@ -176,21 +176,10 @@ for s in "${steps[@]}"; do
             run e2e_b1_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs bf16,tern-i8 --batches 1 \
                 --prefill 16 --out "$out/e2e_b1_$i.h5" --md "$out/e2e_b1_$i.md"
         done ;;
-    h200) # only on an H200 (else nothing more runs): the tensor-core form of the dense GEMV's 2 .. 4
-        # tokens (bench_gpu_mma: bench_gpu built with dev/dense_gemv_mma.patch, carried in the
-        # bundle) against the form kept, twice, on the LM heads' shapes
-        if ! grep -q H200 "$out/gpu.txt"; then
-            echo "h200: not an H200 ($(sed -n 2p "$out/gpu.txt")): the remaining steps skipped" | tee -a "$out/status.txt"
-            break
-        fi
-        for i in 1 2; do
-            for b in bench_gpu bench_gpu_mma; do
-                lm_heads "lm_${b}_$i" /tmp/tl/bin/$b
-            done
-        done ;;
     r2) # sixty-second session: the dense GEMV's 2 .. 4 tokens with two rows a warp (bench_gpu,
         # test_gpu as built) against the form before (bench_gpu_r1: one row a warp, built at
         # d9fcf83) and the tensor-core form (bench_gpu_mma), twice, on the LM heads' shapes; any card
+        # (it replaces the sixty-first session's h200 step, which compared the last two on an H200 only)
         gemv_ab lm_ bench_gpu bench_gpu_r1 bench_gpu_mma ;;
     xf) # sixty-second session: the dense GEMV's 2 .. 4 tokens with x staged as f32 (bench_gpu,
         # test_gpu and ternlab built with dev/dense_gemv_xf.patch applied) against two rows a warp
@@ -204,7 +193,7 @@ for s in "${steps[@]}"; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv h200 r2 xf tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
