@@ -408,6 +408,30 @@ TEST(gpu_act_quant_bit_identical) {
     CHECK(quant_ok);
     CHECK(dev_done(&bx) && dev_done(&bq) && dev_done(&bs));
     free(x), free(qr), free(qg), free(xs[0]), free(xs[1]);
+    /* rows of 9000 columns (whole float4s: the maxima given, the row spread over three CTAs,
+     * the last partial), the largest |x| negative in the last CTA's columns */
+    const int64_t n2 = 3, c2 = 9000;
+    float *x2 = xmalloc(sizeof(float) * (size_t)(n2 * c2)), m2[3], s2r[3], s2g[3];
+    for (int64_t i = 0; i < n2 * c2; i++) x2[i] = 3.0f * frand(&s);
+    for (int64_t t = 0; t < n2; t++) {
+        x2[t * c2 + 8500 + t] = -9.0f - (float)t;
+        m2[t] = 0.0f;
+        for (int64_t k = 0; k < c2; k++) m2[t] = fabsf(x2[t * c2 + k]) > m2[t] ? fabsf(x2[t * c2 + k]) : m2[t];
+    }
+    int8_t *q2r = xmalloc((size_t)(n2 * c2)), *q2g = xmalloc((size_t)(n2 * c2));
+    act_quant_int8_ref(x2, n2, c2, q2r, s2r);
+    DevBuf b2x, b2m, b2q, b2s;
+    float *d2x = dev_new(&b2x, sizeof(float) * (size_t)(n2 * c2), x2), *d2m = dev_new(&b2m, sizeof m2, m2);
+    int8_t *d2q = dev_new(&b2q, (size_t)(n2 * c2), NULL);
+    float *d2s = dev_new(&b2s, sizeof s2g, NULL);
+    REQUIRE(fwdc_act_quant_i8_max(d2x, n2, c2, d2m, d2q, d2s, 0) == 0);
+    REQUIRE(cudaDeviceSynchronize() == cudaSuccess);
+    dev_get(&b2q, q2g);
+    dev_get(&b2s, s2g);
+    CHECK_MSG(memcmp(q2r, q2g, (size_t)(n2 * c2)) == 0 && memcmp(s2r, s2g, sizeof s2r) == 0,
+              "rows of 9000 columns with their maxima given: codes or scales differ from the reference");
+    CHECK(dev_done(&b2x) && dev_done(&b2m) && dev_done(&b2q) && dev_done(&b2s));
+    free(x2), free(q2r), free(q2g);
 }
 
 TEST(gpu_glu_add_bf16_match_cpu) {
@@ -1214,6 +1238,10 @@ TEST(gpu_fused_decode_bit_identical) {
                       (att ? ib.fused_att > ib.fused_o : ib.fused_att == 0),
                   "glu %d att %d o %d: fused layers: MLP %lld, o %lld, attention %lld", glu, att, ofu,
                   (long long)ib.fused_mlp, (long long)ib.fused_o, (long long)ib.fused_att);
+        /* the two-token steps (distinct sequences) on the multi-token kernel's fused forms */
+        CHECK_MSG(ia.mt_o == 0 && ia.mt_mlp == 0 && (ib.mt_mlp > 0) == glu && (ib.mt_o > 0) == (att && ofu),
+                  "glu %d att %d o %d: multi-token fused layers: MLP %lld, o %lld", glu, att, ofu,
+                  (long long)ib.mt_mlp, (long long)ib.mt_o);
         CHECK_MSG(ia.graphs >= 2 && ib.graphs >= 2, "decode graphs captured: %lld / %lld",
                   (long long)ia.graphs, (long long)ib.graphs);
         int bad = 0, first = -1;
@@ -1223,6 +1251,113 @@ TEST(gpu_fused_decode_bit_identical) {
                   bad, rows * SYN_V, first);
     }
     free(a), free(b);
+}
+
+/* Decode steps of 2, 3, 5, 8 and 9 tokens of distinct sequences of a
+ * synthetic ternary int8 model (hidden 256, MLP 8192, 64 heads of 128: o of
+ * 8192 columns), each size `steps` times (eager, captured, replayed), with
+ * the multi-token kernel's fused forms on or off (TERNLAB_CUDA_MT_FUSE);
+ * logits of every token into lg (steps x 27 rows of vocab). */
+enum { MT_SIZES = 5, MT_ROWS = 27 };
+static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) {
+    static const int sizes[MT_SIZES] = {2, 3, 5, 8, 9};
+    Model m;
+    memset(&m, 0, sizeof m);
+    ModelConfig *c = &m.cfg;
+    c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
+    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 64, c->n_kv_heads = 4;
+    c->head_dim = 128, c->vocab = SYN_V;
+    snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+    setenv("TERNLAB_CUDA_MT_FUSE", mt ? "8" : "0", 1);
+    EngineOpts o = {.max_tok = 16, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 32};
+    CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 7};
+    Engine e;
+    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
+    unsetenv("TERNLAB_CUDA_MT_FUSE");
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc != 0) return;
+    int tok[16], seq[16], sq[9];
+    int64_t pos[16], li[16], np[9], last = 3;
+    float *out = lg;
+    for (int q = 0; q < 9; q++) { /* a prompt of 4 tokens for each sequence (its logits overwritten) */
+        sq[q] = kv_seq_new(&e.kv);
+        for (int i = 0; i < 4; i++) tok[i] = (i * 37 + 5 + q * 11) % SYN_V, seq[i] = sq[q], pos[i] = i;
+        REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, 4, &last, 1, out) == 0);
+        np[q] = 4;
+    }
+    for (int i = 0; i < 16; i++) li[i] = i;
+    e.rs.decode = 1;
+    const float *prev = lg; /* the last call's logits (rows prev_n): the next tokens */
+    int prev_n = 1;
+    for (int z = 0; z < MT_SIZES; z++)
+        for (int s = 0; s < steps; s++) {
+            const int n = sizes[z];
+            for (int i = 0; i < n; i++) {
+                seq[i] = sq[i];
+                tok[i] = (int)argmax_f32(prev + (i < prev_n ? i : 0) * SYN_V, SYN_V) ^ i;
+                pos[i] = np[i]++;
+            }
+            REQUIRE(forward(e.m, &e.kv, &e.rs, tok, seq, pos, n, li, n, out) == 0);
+            prev = out, prev_n = n;
+            out += (size_t)n * SYN_V;
+        }
+    e.rs.decode = 0;
+    CHECK(cuda_engine_info(&e, info) == 0);
+    engine_free(&e);
+    mem_free(m.rope_cos);
+    mem_free(m.rope_sin);
+}
+
+/* The multi-token kernel's fused forms at 2 .. 8 tokens of distinct
+ * sequences (o from the attention's f32 output, each token's max|att| raised
+ * by the attention; the GLU in the gate|up GEMV, h coded by the down GEMV)
+ * give the same logits, bit for bit, as the separate kernels, eagerly and in
+ * decode graphs; every layer of those steps takes them, none at 9 tokens. */
+TEST(gpu_mt_fused_decode_bit_identical) {
+    SKIP_WITHOUT_GPU();
+    const int steps = 3, rows = steps * MT_ROWS;
+    float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
+    CudaEngineInfo ia, ib;
+    synth_mt_decode(0, steps, a, &ia);
+    synth_mt_decode(1, steps, b, &ib);
+    /* o: every layer enqueued at 2 .. 8 tokens (four of the five step sizes, each enqueued as
+     * often: eagerly, into its graph), none at 9; the MLP also in the prompts of 4 tokens of
+     * one sequence (2 layers x 9 prompts), whose attention is not the decode kernel */
+    CHECK_MSG(ia.mt_o == 0 && ia.mt_mlp == 0 && ib.mt_o > 0 && ib.mt_o * MT_SIZES == ib.fused_att * 4 &&
+                  ib.mt_mlp == ib.mt_o + 2 * 9,
+              "layers on the fused multi-token forms: off o %lld MLP %lld, on o %lld MLP %lld (attention fused "
+              "%lld)",
+              (long long)ia.mt_o, (long long)ia.mt_mlp, (long long)ib.mt_o, (long long)ib.mt_mlp,
+              (long long)ib.fused_att);
+    CHECK_MSG(ia.graphs >= MT_SIZES && ib.graphs >= MT_SIZES, "decode graphs captured: %lld / %lld",
+              (long long)ia.graphs, (long long)ib.graphs);
+    int bad = 0, first = -1;
+    for (int i = 0; i < rows * SYN_V; i++)
+        if (memcmp(a + i, b + i, 4) != 0) bad++, first = first < 0 ? i / SYN_V : first;
+    CHECK_MSG(bad == 0, "%d of %d logits differ (first in row %d)", bad, rows * SYN_V, first);
+    free(a), free(b);
+    /* a malformed bound: the engine does not open, and says why */
+    static const char *const badv[] = {"9", "-1", "x", ""};
+    for (int k = 0; k < 4; k++) {
+        Model m;
+        memset(&m, 0, sizeof m);
+        ModelConfig *c = &m.cfg;
+        c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
+        c->hidden = 256, c->inter = 512, c->n_layers = 1, c->n_heads = 2, c->n_kv_heads = 2;
+        c->head_dim = 128, c->vocab = SYN_V;
+        snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+        EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
+        CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
+        Engine e;
+        setenv("TERNLAB_CUDA_MT_FUSE", badv[k], 1);
+        const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
+        unsetenv("TERNLAB_CUDA_MT_FUSE");
+        CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_MT_FUSE") != NULL,
+                  "TERNLAB_CUDA_MT_FUSE=\"%s\": rc %d, \"%s\"", badv[k], rc, rc ? err_msg() : "");
+        if (rc == 0) engine_free(&e);
+        mem_free(m.rope_cos);
+        mem_free(m.rope_sin);
+    }
 }
 
 /* The CUDA engine leaves one SM to the row kernel before its one-token int8

@@ -1487,6 +1487,34 @@ act_quant_kernel(const float *x, int64_t cols, const float *mx_in, int8_t *xq, f
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
+/* act_quant_kernel with the rows' max given, spread over the row: CTA
+ * (blockIdx.x, row blockIdx.y) codes columns [kWideCols blockIdx.x, +
+ * kWideCols), each thread its kWideU float4 loaded at once (cols % 4 == 0, x
+ * 16-byte aligned); the same codes and scale (a decode step has few rows, and
+ * one CTA a row left a few SMs streaming the whole row) */
+constexpr int kWideThreads = 256, kWideU = 4, kWideCols = kWideThreads * kWideU * 4;
+__global__ void __launch_bounds__(kWideThreads)
+act_quant_wide_kernel(const float *x, int64_t cols, const float *mx_in, int8_t *xq, float *sx) {
+    pdl_trigger();
+    pdl_wait();
+    const int64_t row = blockIdx.y, c0 = (int64_t)blockIdx.x * kWideCols;
+    const float s = tern_act_scale(mx_in[row]);
+    float4 v[kWideU];
+#pragma unroll
+    for (int u = 0; u < kWideU; u++) {
+        const int64_t c = c0 + 4 * (threadIdx.x + u * kWideThreads);
+        v[u] = c < cols ? *reinterpret_cast<const float4 *>(x + row * cols + c) : make_float4(0.f, 0.f, 0.f, 0.f);
+    }
+#pragma unroll
+    for (int u = 0; u < kWideU; u++) {
+        const int64_t c = c0 + 4 * (threadIdx.x + u * kWideThreads);
+        if (c < cols)
+            *reinterpret_cast<char4 *>(xq + row * cols + c) = make_char4(
+                tern_quant1(v[u].x, s), tern_quant1(v[u].y, s), tern_quant1(v[u].z, s), tern_quant1(v[u].w, s));
+    }
+    if (blockIdx.x == 0 && threadIdx.x == 0) sx[row] = s;
+}
+
 __global__ void to_bf16_kernel(const float *x, int64_t cnt, __nv_bfloat16 *y) {
     for (int64_t i = blockIdx.x * (int64_t)blockDim.x + threadIdx.x; i < cnt;
          i += (int64_t)gridDim.x * blockDim.x)
@@ -2163,6 +2191,11 @@ int fwdc_act_quant_i8_max(const float *d_x, int64_t n, int64_t cols, const float
                           float *d_sx, cudaStream_t stream) {
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8%s: %lld rows", d_mx ? "_max" : "", (long long)n);
+    if (d_mx && n <= 65535 && cols % 4 == 0 && ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_xq & 3) == 0 &&
+        cols <= (int64_t)kWideCols * 65535)
+        return tern_launch_pdl("act_quant_wide_kernel", act_quant_wide_kernel,
+                               dim3((unsigned)((cols + kWideCols - 1) / kWideCols), (unsigned)n), dim3(kWideThreads),
+                               stream, d_x, cols, d_mx, d_xq, d_sx);
     return tern_launch_pdl("act_quant_kernel", act_quant_kernel, dim3((unsigned)n), dim3(kRowThreads),
                            stream, d_x, cols, d_mx, d_xq, d_sx);
 }

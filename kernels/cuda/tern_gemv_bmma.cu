@@ -349,8 +349,14 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
  * GLU form from the folded norm's input (tern_gemv_i8_glu_norm: f32 x * w
  * coded, the outputs times r) */
 enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5, TBM_BF1 = 6, TBM_BF8 = 7,
-       TBM_BF16 = 8 };
-__host__ __device__ constexpr bool tbm_paired(int mode) { return mode == TBM_GLU || mode == TBM_GLU_N; }
+       TBM_BF16 = 8, TBM_MTG8 = 9, TBM_MTX8 = 10 };
+/* (TBM_MTG8 / TBM_MTX8: the multi-token kernel's fused forms for 2 .. 8 tokens —
+ * the GLU epilogue over paired gate / up tiles, h and each token's max|h| as
+ * tern_gemv_i8_glu's; f32 x coded in the kernel with each token's 127 / max|x|,
+ * as tern_gemv_i8_bmma_f32x's: tern_gemv_i8_glu_mt, tern_gemv_i8_mt_f32x) */
+__host__ __device__ constexpr bool tbm_paired(int mode) {
+    return mode == TBM_GLU || mode == TBM_GLU_N || mode == TBM_MTG8;
+}
 /* The GLU forms let the next kernel (the down GEMV, whose CTAs start
  * streaming its matrix at once) in only after their x is coded into planes,
  * not right after their wait: 7B B = 1 853-858 -> 866-871 tok/s with the
@@ -361,8 +367,12 @@ __host__ __device__ constexpr bool tbm_late_trigger(int mode) { return tbm_paire
  * two 8-token MMA tiles: gemv_i8_tbm_mt below; TBM_BF1 / TBM_BF8 / TBM_BF16: 1,
  * up to 8, up to 16 tokens of bf16 activations on the bf16 tensor cores:
  * gemv_bf16_tbm below) */
-__host__ __device__ constexpr bool tbm_mt(int mode) { return mode == TBM_MT8 || mode == TBM_MT16; }
-__host__ __device__ constexpr bool tbm_bf(int mode) { return mode >= TBM_BF1; }
+__host__ __device__ constexpr bool tbm_mt(int mode) {
+    return mode == TBM_MT8 || mode == TBM_MT16 || mode == TBM_MTG8 || mode == TBM_MTX8;
+}
+/* the multi-token kernel's 8-token MMA tiles */
+__host__ __device__ constexpr int tbm_mt_tiles(int mode) { return mode == TBM_MT16 ? 2 : 1; }
+__host__ __device__ constexpr bool tbm_bf(int mode) { return mode >= TBM_BF1 && mode <= TBM_BF16; }
 
 struct TbArgs {
     BmArgs b;
@@ -403,7 +413,7 @@ __host__ __device__ constexpr int bf_xrows(int mode) { return mode == TBM_BF1 ? 
  * (bf_xrow); the row scales and stages follow */
 __host__ __device__ constexpr size_t tbm_x_bytes(int mode, int ks) {
     return tbm_bf(mode)   ? bf_xrows(mode) * bf_xrow(ks)
-           : tbm_mt(mode) ? 8 * (mode - TBM_MT8 + 1) * mt_xrow(ks)
+           : tbm_mt(mode) ? 8 * tbm_mt_tiles(mode) * mt_xrow(ks)
                           : (size_t)ks * 512;
 }
 
@@ -429,14 +439,14 @@ __device__ __forceinline__ bool tbm_last_slice(int *ctr, int *s_last, int tid) {
  * times the folded norm's r (rn). */
 template <bool NX>
 __device__ __forceinline__ float glu_pair(const TbArgs &q, int64_t r, int dg, int du, float sx, const float *ssc,
-                                          int64_t sbase, int64_t nr, float m, float rn) {
+                                          int64_t sbase, int64_t nr, float m, float rn, int64_t hoff = 0) {
     const BmArgs &p = q.b;
     /* (up row half + r sits at ssc[nr + r - sbase]: an offset sbase + half - nr) */
     const float sg = row_scale(p, r, ssc, sbase), su = row_scale(p, q.half + r, ssc, sbase + q.half - nr);
     float yg = tern_i8_out(sg, (float)dg, sx), yu = tern_i8_out(su, (float)du, sx);
     if (NX) yg = __fmul_rn(yg, rn), yu = __fmul_rn(yu, rn);
     const float hv = tern_glu1(q.act, yg, yu);
-    q.h[r] = hv;
+    q.h[hoff + r] = hv;
     return fmaxf(m, fabsf(hv));
 }
 
@@ -878,7 +888,7 @@ __device__ __forceinline__ void tile_mma_mt(int (&d)[NS][MN][4], const uint8_t *
  * part + n rows) of rows r and r + 8 for tokens n, n + 1 from v[0..3] (D's
  * order: (r, n), (r, n + 1), (r + 8, n), (r + 8, n + 1)) less the slice's sums */
 __device__ __forceinline__ void store_mt(const TbArgs &q, int64_t r, int n, const int (&v)[4], const int *sumx,
-                                         bool split, const float *ssc, int64_t sbase) {
+                                         bool split, const float *ssc, int64_t sbase, const float *sxv) {
     const BmArgs &p = q.b;
 #pragma unroll
     for (int j = 0; j < 4; j++) {
@@ -887,7 +897,30 @@ __device__ __forceinline__ void store_mt(const TbArgs &q, int64_t r, int n, cons
         if (rr >= p.rows || nn >= q.ntok) continue;
         const int d = v[j] - sumx[nn];
         if (split) atomicAdd(&p.part[(int64_t)nn * p.rows + rr], d);
-        else p.y[(int64_t)nn * p.rows + rr] = tern_i8_out(row_scale(p, rr, ssc, sbase), (float)d, p.sx[nn]);
+        else p.y[(int64_t)nn * p.rows + rr] = tern_i8_out(row_scale(p, rr, ssc, sbase), (float)d, sxv[nn]);
+    }
+}
+
+/* The paired form's h of gate rows r, r + 8 (this warp's v) and their up rows
+ * (vu, the up warp's) for tokens n, n + 1 (D's order as store_mt's); split K:
+ * both exact partials into the scratch (token nn's rows at part + nn rows, up
+ * rows at half + r).  hm[j & 1]: the largest |h| of token n + (j & 1). */
+__device__ __forceinline__ void glu_mt(const TbArgs &q, int64_t r, int n, const int (&v)[4], const int (&vu)[4],
+                                       const int *sumx, bool split, const float *ssc, int64_t sbase, int64_t nr,
+                                       const float *sxv, float (&hm)[2]) {
+    const BmArgs &p = q.b;
+#pragma unroll
+    for (int j = 0; j < 4; j++) {
+        const int64_t rr = r + (j >> 1) * 8;
+        const int nn = n + (j & 1);
+        if (nn >= q.ntok) continue; /* (gate tiles are whole: rr < half) */
+        const int dg = v[j] - sumx[nn], du = vu[j] - sumx[nn];
+        if (split) {
+            atomicAdd(&p.part[(int64_t)nn * p.rows + rr], dg);
+            atomicAdd(&p.part[(int64_t)nn * p.rows + q.half + rr], du);
+        } else {
+            hm[j & 1] = glu_pair<false>(q, rr, dg, du, sxv[nn], ssc, sbase, nr, hm[j & 1], 1.0f, nn * q.half);
+        }
     }
 }
 
@@ -927,21 +960,41 @@ __device__ __forceinline__ bool unit_sums(T (&v)[MN][4], const T (&d)[NS][MN][4]
     return true;
 }
 
-template <int RT, int KH, int MN>
+/* TBM_MTX8: a thread's f32 items (4 columns) loaded at once before they are coded */
+#ifndef TERN_MTX_U
+#define TERN_MTX_U 8
+#endif
+constexpr int kMtxU = TERN_MTX_U;
+
+/* MODE: TBM_MT8 / TBM_MT16 (int8 x), TBM_MTG8 (int8 x, the GLU over paired
+ * gate / up tiles: a unit's warps tw < RT / 2 take its gate tiles, the others
+ * the same tiles' up rows, whose sums reach the gate warps through shared
+ * memory), TBM_MTX8 (f32 x, each token's codes formed here with 127 /
+ * max|x|: act_quant_int8_ref's codes, so the same bits as the int8 form after
+ * fwdc_act_quant_i8_max). */
+template <int RT, int KH, int MODE>
 __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArgs q) {
     const BmArgs &p = q.b;
+    constexpr int MN = tbm_mt_tiles(MODE);
+    constexpr bool paired = tbm_paired(MODE), XF = MODE == TBM_MTX8;
     constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
+    constexpr int RH = RT / 2;                /* paired: gate tiles per unit (their up tiles follow) */
+    static_assert(!paired || (RT % 2 == 0 && MN == 1), "the GLU form: whole gate / up tile pairs, <= 8 tokens");
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8], s_xbar;
     __shared__ int s_sumx[16], s_last;
+    __shared__ float s_sx[16]; /* XF: each token's 127 / max|x| */
     /* parts 1..'s accumulators by unit parity, per tile and lane */
     __shared__ int s_part[2][KH > 1 ? KH - 1 : 1][RT][32][4 * MN];
+    /* paired: the up tiles' sums by unit parity, per tile and lane */
+    __shared__ int s_up[paired ? 2 : 1][paired ? RH : 1][32][4];
     const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, t = lane & 3;
     const int tw = warp % RT, part = warp / RT;
+    const int step = paired ? RH : RT; /* tiles of the range per unit */
     const int ST = q.st;
     const uint32_t xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
     TbmCta c;
-    if (tbm_start<RT, TBM_MT8 + MN - 1>(q, smem, s_full, s_empty, &s_xbar, NW, c)) return; /* (the producer) */
+    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, XF ? nullptr : &s_xbar, NW, c)) return; /* (the producer) */
     const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
     const int nkb = c.nkb;
     const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
@@ -950,21 +1003,57 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const float *ssc = c.ssc;
     uint8_t *stages = c.stages;
     /* the slice of each token's x (zeros past xcols), then its sum */
-    const int64_t c0 = kb0 * 256, avail = p.xcols - c0;
-    const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
-    if (tid == 0) {
-        tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
-        const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
-        for (int n = 0; n < q.ntok; n++)
-            tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * p.xcols + c0, xb, xbar);
-    }
-    if (xb < (uint32_t)nkb * 256)
-        for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
-            const int w = nkb * 256 - (int)xb, n = i / w;
-            xs[n * xrow + xb + (i - n * w)] = 0;
+    const int64_t c0 = kb0 * 256;
+    if constexpr (XF) {
+        /* 4 columns an item, token n's items [n per, (n + 1) per); a thread's items in batches of
+         * kMtxU loads in flight (one L2 round trip a batch), the first batch issued before the
+         * scales are read */
+        const int per = nkb * 64, total = q.ntok * per;
+        auto ld = [&](int i) {
+            const int n = i / per;
+            const int64_t col = c0 + 4 * (i - n * per);
+            return i < total && col < p.xcols ? __ldcg(reinterpret_cast<const float4 *>(p.xf + n * p.xcols + col))
+                                              : make_float4(0.f, 0.f, 0.f, 0.f);
+        };
+        float4 v[kMtxU];
+#pragma unroll
+        for (int k = 0; k < kMtxU; k++) v[k] = ld(tid + k * NT);
+        if (tid < q.ntok) s_sx[tid] = tern_act_scale(__uint_as_float(__ldcg(p.xmax + tid)));
+        asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* s_sx */
+        for (int base = tid; base < total; base += kMtxU * NT) {
+            if (base != tid)
+#pragma unroll
+                for (int k = 0; k < kMtxU; k++) v[k] = ld(base + k * NT);
+#pragma unroll
+            for (int k = 0; k < kMtxU; k++) {
+                const int i = base + k * NT;
+                if (i >= total) break;
+                const int n = i / per;
+                const float sc = s_sx[n];
+                const uint32_t w = (uint32_t)(uint8_t)tern_quant1(v[k].x, sc) |
+                                   (uint32_t)(uint8_t)tern_quant1(v[k].y, sc) << 8 |
+                                   (uint32_t)(uint8_t)tern_quant1(v[k].z, sc) << 16 |
+                                   (uint32_t)(uint8_t)tern_quant1(v[k].w, sc) << 24;
+                *reinterpret_cast<uint32_t *>(xs + n * xrow + 4 * (i - n * per)) = w;
+            }
         }
-    tern_mbar::wait(xbar, 0);
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* the zeroed tails */
+    } else {
+        const int64_t avail = p.xcols - c0;
+        const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
+        if (tid == 0) {
+            tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
+            const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
+            for (int n = 0; n < q.ntok; n++)
+                tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * p.xcols + c0, xb, xbar);
+        }
+        if (xb < (uint32_t)nkb * 256)
+            for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
+                const int w = nkb * 256 - (int)xb, n = i / w;
+                xs[n * xrow + xb + (i - n * w)] = 0;
+            }
+        tern_mbar::wait(xbar, 0);
+    }
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* the zeroed tails, the coded rows */
     for (int n = warp; n < q.ntok; n += NW) {
         int sum = 0;
         for (int c = lane; c < nkb * 16; c += 32) {
@@ -979,14 +1068,18 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
         if (lane == 0) s_sumx[n] = sum;
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* s_sumx and ssc complete */
+    if (tbm_late_trigger(MODE)) pdl_trigger();
+    const float *sxv = XF ? s_sx : p.sx;
     const bool split = gridDim.y > 1;
     const uint8_t *xl = xs + g * xrow + 16 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
+    const int64_t nrange = (te - tb) * 16; /* paired: the range's gate rows */
+    float hm[2] = {0.0f, 0.0f};            /* paired: this thread's largest |h| of tokens 2t, 2t + 1 */
     int slot = 0, u = 0;
     uint32_t phase = 0;
-    for (int64_t t0 = tb; t0 < te; t0 += RT, u ^= 1) {
+    for (int64_t t0 = tb; t0 < te; t0 += step, u ^= 1) {
         tern_mbar::wait(full_s + 8 * slot, phase);
-        const int64_t my = t0 + tw;
+        const int64_t my = t0 + (paired ? tw % RH : tw); /* this warp's tile (paired: of the gate half) */
 #if defined(TERN_TBM_PROBE) && TERN_TBM_PROBE != 3 /* timing probes (results wrong): no MMAs */
         const bool mine = false;
 #else
@@ -1000,14 +1093,51 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
         if (lane == 0) tern_mbar::arrive(empty_s + 8 * slot);
         if (++slot == ST) slot = 0, phase ^= 1;
         int v[MN][4];
-        if (!unit_sums<NT, KH, RT, MN, NS>(v, d, s_part[u], part, tw, lane, mine)) continue;
-        if (!mine) continue;
+        const bool first = unit_sums<NT, KH, RT, MN, NS>(v, d, s_part[u], part, tw, lane, mine);
+        if constexpr (paired) { /* the up tiles' sums to their gate warps */
+            if (first && mine && tw >= RH)
 #pragma unroll
-        for (int nt = 0; nt < MN; nt++) store_mt(q, my * 16 + g, 8 * nt + 2 * t, v[nt], s_sumx, split, ssc, tb * 16);
+                for (int j = 0; j < 4; j++) s_up[u][tw - RH][lane][j] = v[0][j];
+            asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory");
+            if (!first || !mine || tw >= RH) continue;
+            int vu[4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) vu[j] = s_up[u][tw][lane][j];
+            glu_mt(q, my * 16 + g, 2 * t, v[0], vu, s_sumx, split, ssc, tb * 16, nrange, sxv, hm);
+            continue;
+        }
+        if (!first || !mine) continue;
+#pragma unroll
+        for (int nt = 0; nt < MN; nt++)
+            store_mt(q, my * 16 + g, 8 * nt + 2 * t, v[nt], s_sumx, split, ssc, tb * 16, sxv);
     }
-    /* the last of the K slices of this CTA's tiles writes their y */
+    if constexpr (paired) {
+        if (!split) { /* each token's max over the warp's lanes of one t, then one atomic */
+#pragma unroll
+            for (int k = 0; k < 2; k++) {
+                float m = hm[k];
+#pragma unroll
+                for (int o = 4; o < 32; o <<= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
+                if (g == 0 && 2 * t + k < q.ntok && m > 0.0f) atomicMax(q.hmax + 2 * t + k, __float_as_uint(m));
+            }
+        }
+    }
+    /* the last of the K slices of this CTA's tiles writes their y (paired: h) */
     if (!split || !tbm_last_slice<NT>(p.ctr, &s_last, tid)) return;
-    tbm_finish(p, c, q.ntok, tid, NT, [&p](int n) { return p.sx[n]; });
+    if constexpr (paired) {
+        for (int n = 0; n < q.ntok; n++) {
+            float m = 0.0f;
+            for (int64_t r = tb * 16 + tid; r < te * 16; r += NT) {
+                const int64_t at = (int64_t)n * p.rows + r;
+                const int dg = atomicExch(&p.part[at], 0), du = atomicExch(&p.part[at + q.half], 0);
+                m = glu_pair<false>(q, r, dg, du, sxv[n], ssc, tb * 16, nrange, m, 1.0f, n * q.half);
+            }
+            tern_raise_absmax(q.hmax + n, m);
+        }
+        if (tid == 0) atomicExch(&p.ctr[blockIdx.x], 0);
+    } else {
+        tbm_finish(p, c, q.ntok, tid, NT, [sxv](int n) { return sxv[n]; });
+    }
 }
 
 /* ---- 1 .. 16 tokens of bf16 activations, the codes streamed the same way ----
@@ -1193,7 +1323,7 @@ __host__ __device__ constexpr bool tbm_rs(int mode) { return mode == TBM_I8 || m
 template <int RT, int KH, int MODE>
 constexpr auto tbm_kernel(bool rs = false) {
     if constexpr (tbm_bf(MODE)) return gemv_bf16_tbm<RT, KH, MODE>;
-    else if constexpr (tbm_mt(MODE)) return gemv_i8_tbm_mt<RT, KH, MODE - TBM_MT8 + 1>;
+    else if constexpr (tbm_mt(MODE)) return gemv_i8_tbm_mt<RT, KH, MODE>;
     else if constexpr (tbm_rs(MODE)) return rs ? gemv_i8_tbm<RT, KH, MODE, true> : gemv_i8_tbm<RT, KH, MODE>;
     else return gemv_i8_tbm<RT, KH, MODE>;
 }
@@ -1554,6 +1684,43 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
     if (bm_args(who, W, d_x, ldx, d_sx, d_y, q.b, &sms) < 0) return -1;
     q.ntok = (int)n; /* (x rows ldx = q.b.xcols apart) */
     return n <= 8 ? launch_variant<TBM_MT8>(q, variant, sms, s, who) : launch_variant<TBM_MT16>(q, variant, sms, s, who);
+}
+
+/* The multi-token kernel's fused forms (2 .. 8 tokens; 1 is taken too):
+ * the GLU over W's gate | up halves (int8 x rows ldx apart, h token n's
+ * half values at d_h + n half, its max|h| raised into d_hmax[n]) and y = W x
+ * from f32 x (rows of W->cols, each token's max|x| in d_xmax[n]) */
+int tern_gemv_i8_glu_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
+                        int act, float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
+    const char *who = "tern_gemv_i8_glu_mt";
+    if (n < 1 || n > 8) return err_set("%s: %lld tokens (1 .. 8)", who, (long long)n);
+    if (!d_x || !d_sx || !d_h || !d_hmax) return err_set("%s: NULL argument", who);
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args(who, W, d_x, ldx, d_sx, nullptr, q.b, &sms) < 0) return -1;
+    if (W->rows % 32 != 0)
+        return err_set("%s: %lld rows: gate and up halves of whole 16-row tiles needed", who, (long long)W->rows);
+    q.ntok = (int)n;
+    q.half = W->rows / 2;
+    q.act = act;
+    q.h = d_h;
+    q.hmax = d_hmax;
+    return launch_variant<TBM_MTG8>(q, variant, sms, s, who);
+}
+
+int tern_gemv_i8_mt_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, int64_t n, float *d_y,
+                         int variant, cudaStream_t s) {
+    const char *who = "tern_gemv_i8_mt_f32x";
+    if (n < 1 || n > 8) return err_set("%s: %lld tokens (1 .. 8)", who, (long long)n);
+    if (!d_x || !d_xmax || !d_y) return err_set("%s: NULL argument", who);
+    int sms = 0;
+    TbArgs q = {};
+    if (bm_args(who, W, d_x, W->cols, nullptr, d_y, q.b, &sms) < 0) return -1;
+    q.b.x = nullptr; /* f32 activations instead */
+    q.b.xf = d_x;
+    q.b.xmax = d_xmax;
+    q.ntok = (int)n;
+    return launch_variant<TBM_MTX8>(q, variant, sms, s, who);
 }
 
 /* 1 .. 16 tokens of bf16 activations (rows ldx apart), the bulk-copy kernel

@@ -72,6 +72,10 @@ struct DLayer {
     std::array<const DLin *, 9> lins() const { return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &gu}; }
 };
 
+/* the most tokens of a decode call that take the multi-token fused forms
+ * (o_mt, mlp_mt), and the maxima's words a layer and kind (CE::hmax) */
+constexpr int kMtTok = 8;
+
 struct CE {
     int gpu = 0, bf16 = 0, graphs = 1, synthetic = 0;
     cudaStream_t st = nullptr;
@@ -117,8 +121,15 @@ struct CE {
      * projection's int8 pass in the o GEMV (o_fused: o_fuse 1 on the one-warp
      * GEMV, 2 on any, 0 off; TERNLAB_CUDA_O_FUSE, o_fuse_mode).
      * hmax: per layer, max|h| of the GLU output, then max|attention output|,
-     * then the folded norm's max|x' w| (float bits) */
+     * then the folded norm's max|x' w| (float bits), kMtTok words each (one a
+     * token: hslot) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
+    /* 2 .. mt_fuse (<= kMtTok) tokens: o from f32 and the MLP as two GEMVs on
+     * the multi-token kernel's fused forms (o_mt, mlp_mt; TERNLAB_CUDA_MT_FUSE=N
+     * sets the bound, 0 turns both off; TERNLAB_CUDA_O_FUSE=0 and
+     * TERNLAB_CUDA_GLU_FUSE=0 each its own): mt_fuse_env */
+    int mt_fuse = kMtTok;
+    int dev_knobs = 0; /* (dev A/B, TERNLAB_CUDA_DEV_KNOBS: 1 o_max_given at 2 .. kMtTok tokens, 2 h coded apart) */
     /* the KV policy of the cache (kv_set_policy) and the call's phase
      * (RunState.decode), as host_prepare found them: a layer whose tokens of
      * this phase are ternary codes them (fwdc_kv_code_rows into ternary pages,
@@ -147,6 +158,7 @@ struct CE {
     float *nss = nullptr;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
+    int64_t n_mt[2] = {0, 0};       /* layers enqueued at 2 .. kMtTok tokens fused: o, MLP */
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
     int scratch_dirty = 0;          /* a K split's sums could not be cleared after an error */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
@@ -216,6 +228,10 @@ struct CE {
     int8_t *xq_full = nullptr;
     char name[128] = {0};
 };
+
+/* token 0's word of kind k (0: max|h| of the GLU, 1: max|attention output|, 2:
+ * the folded norm's max|x' w|) of layer l in CE::hmax; token t's at + t */
+unsigned *hslot(const CE *g, int k, int l) { return g->hmax + ((size_t)k * g->c.n_layers + l) * kMtTok; }
 
 int dmalloc(CE *g, void **p, size_t bytes, const char *what) {
     *p = nullptr;
@@ -493,7 +509,28 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
  * max|output| too, and the int8 pass before o takes it instead of a block
  * reduction of its own (the same max, so the same codes). */
 bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool of) {
+    if (n >= 2 && n <= kMtTok) /* (each token's max in its own word: hslot) */
+        return att_fused && !of && g->omax_given && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN &&
+               L.o.act_int8 && (g->dev_knobs & 1);
     return att_fused && !of && g->omax_given && o_int8_one_token(g, L, n);
+}
+
+/* 2 .. kMtTok tokens of distinct sequences (a decode batch), one GPU: o from
+ * the attention's f32 output, each token's max|att| raised by the fused
+ * attention (tern_cuda_matmul_i8_f32x_mt: the int8 pass gone); the MLP as the
+ * gate|up GEMV with the GLU in it (each token's max|h| raised) and the down
+ * GEMV from f32 h (tern_cuda_glu_i8_mt, tern_cuda_matmul_i8_f32x_mt: the GLU
+ * kernel and its int8 pass gone).  The same bits as the separate kernels. */
+bool o_mt(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
+    return att_fused && g->o_fuse && n >= 2 && n <= g->mt_fuse && g->tp == 1 && !L.attn_sub &&
+           L.o.kind == LIN_TERN && L.o.act_int8 && tern_cuda_matmul_i8_f32x_mt_ok(&L.o.tm, n);
+}
+
+bool mlp_mt(const CE *g, const DLayer &L, int64_t n) {
+    return g->glu_fuse && n >= 2 && n <= g->mt_fuse && g->tp == 1 && L.fgu && !L.ffn_sub &&
+           L.gu.kind == LIN_TERN && L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 &&
+           L.gu.tm.rows == 2 * g->c.inter && tern_cuda_glu_i8_mt_ok(&L.gu.tm, n) &&
+           tern_cuda_matmul_i8_f32x_mt_ok(&L.down.tm, n);
 }
 
 /* One token, o fused on the one-warp f32 form and the MLP fused (mlp_fused:
@@ -538,7 +575,8 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
     const bool tail = c.n_layers > 0 && g->tail_norm && rows_ident && nl == n && nl > 0;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
     std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
-        nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers);
+        nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers), otl((size_t)c.n_layers),
+        mtl((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
         tkv[(size_t)l] = kv_policy_ternary(&g->pol, l, g->decode) != 0;
@@ -547,11 +585,13 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
         afl[(size_t)l] = g->att_fuse && distinct;
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
         ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, afl[(size_t)l]);
-        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l]);
+        otl[(size_t)l] = o_mt(g, g->L[(size_t)l], n, afl[(size_t)l]);
+        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l] || otl[(size_t)l]);
         nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
-        fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l];
+        mtl[(size_t)l] = mlp_mt(g, g->L[(size_t)l], n);
+        fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l] || otl[(size_t)l] || mtl[(size_t)l];
     }
-    TRY(fwdc_step_begin(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers,
+    TRY(fwdc_step_begin(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers * kMtTok,
                         g->embed, tok, n, H, g->x, g->st));
     for (int l = 0; l < c.n_layers; l++) {
         const DLayer &L = g->L[(size_t)l];
@@ -575,18 +615,18 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
             q = g->q, k = g->k, v = g->v;
             ldq = qd, ldk = ldv = kvd;
         }
-        unsigned *omax = g->hmax + c.n_layers + l;
-        const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l];
-        g->n_fused[0] += att_fused, g->n_fused[1] += of;
+        unsigned *omax = hslot(g, 1, l);
+        const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l], omt = otl[(size_t)l];
+        g->n_fused[0] += att_fused, g->n_fused[1] += of, g->n_mt[0] += omt;
         if (att_fused && (tkv[(size_t)l] || tpg.kc)) { /* the token's K / V coded (into ternary pages where tpg.kc) */
             g->n_kv_tern++;
             TRY(fwdc_attention_rope_coded(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp, tpg,
                                           g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd, g->bs,
-                                          c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
+                                          c.n_heads * g->tp, g->att, of || om || omt ? omax : nullptr, splits, g->st));
         } else if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
-                                    g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
+                                    g->bs, c.n_heads * g->tp, g->att, of || om || omt ? omax : nullptr, splits, g->st));
         } else if (tpg.kc) { /* ternary pages: K rotated in place, both rows coded into the pages */
             g->n_kv_tern++;
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads, (int)hd,
@@ -608,13 +648,15 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
         const Need no = need_of(g, {&L.o});
         const float *ao = g->att;
         const bool nf = nfl[(size_t)l];
-        unsigned *nmax = g->hmax + 2 * c.n_layers + l;
+        unsigned *nmax = hslot(g, 2, l);
         TernNormOut nout = {g->x, L.ffn_norm, nmax, g->nss, 0};
         if (nf) { /* one token: o from f32, its y added to x, the MLP norm's statistics raised */
             g->n_norm_folded++;
             TRY(tern_cuda_matmul_i8_f32x_norm(&L.o.tm, g->att, omax, &nout, g->st));
         } else if (of) { /* one token: the attention raised max|att|; the GEMV forms the int8 codes */
             TRY(tern_cuda_matmul_i8_f32x(&L.o.tm, g->att, omax, g->hout, g->st));
+        } else if (omt) { /* 2 .. kMtTok tokens: the same, each token's max */
+            TRY(tern_cuda_matmul_i8_f32x_mt(&L.o.tm, g->att, omax, n, g->hout, g->st));
         } else if (g->tp > 1) {
             TRY(row_parallel(g, L.o, L.o_scale, L.o_sstride, g->att, n, qd, g->qd_full, g->att_lo,
                              L.attn_sub, g->hout));
@@ -644,14 +686,25 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
             g->n_fused[2]++;
             if (nf) {
                 const TernNormIn nin = {g->x, L.ffn_norm, nmax, g->nss, nout.n_ss, c.eps};
-                TRY(tern_cuda_glu_i8_norm(&L.gu.tm, &nin, act, g->hb, g->hmax + l, g->st));
+                TRY(tern_cuda_glu_i8_norm(&L.gu.tm, &nin, act, g->hb, hslot(g, 0, l), g->st));
             } else {
-                TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, g->hmax + l, g->st));
+                TRY(tern_cuda_glu_i8(&L.gu.tm, g->xq, g->sx, act, g->hb, hslot(g, 0, l), g->st));
             }
             /* the next layer's norm (the next kernel) finishes a K split */
-            TRY(tern_cuda_matmul_i8_f32x_defer(&L.down.tm, g->hb, g->hmax + l, g->hout,
+            TRY(tern_cuda_matmul_i8_f32x_defer(&L.down.tm, g->hb, hslot(g, 0, l), g->hout,
                                                g->defer && (l + 1 < c.n_layers || tail) ? &hdef : nullptr,
                                                g->st));
+        } else if (mtl[(size_t)l]) { /* 2 .. kMtTok tokens: h and each token's max|h| in the gate|up
+                                      * GEMV, coded by down */
+            g->n_mt[1]++;
+            TRY(tern_cuda_glu_i8_mt(&L.gu.tm, g->xq, g->sx, n, act, g->hb, hslot(g, 0, l), g->st));
+            if (g->dev_knobs & 2) { /* (dev: h coded by its own pass with the GEMV's maxima) */
+                TRY(fwdc_act_quant_i8_max(g->hb, n, I, reinterpret_cast<const float *>(hslot(g, 0, l)), g->xq,
+                                          g->sx, g->st));
+                TRY(dlin_run(g, L.down, g->hb, g->x16, n, g->hout));
+            } else {
+                TRY(tern_cuda_matmul_i8_f32x_mt(&L.down.tm, g->hb, hslot(g, 0, l), n, g->hout, g->st));
+            }
         } else {
             const float *gp, *up;
             int64_t ldg;
@@ -1563,7 +1616,7 @@ int ce_common(CE *g, const Engine *e, const EngineOpts *o) {
         dalloc(g, &g->hout, (size_t)(T * c.hidden), "activations") != 0 ||
         dalloc(g, &g->logits, (size_t)(T * c.vocab), "logits") != 0 ||
         dalloc(g, &g->ids, (size_t)T, "argmax ids") != 0 ||
-        dalloc(g, &g->hmax, (size_t)(3 * c.n_layers), "GLU / attention / norm maxima") != 0 ||
+        dalloc(g, &g->hmax, (size_t)(3 * c.n_layers * kMtTok), "GLU / attention / norm maxima") != 0 ||
         dalloc(g, &g->nss, (size_t)TERN_NORM_SLOTS, "norm slots") != 0)
         return -1;
     return 0;
@@ -1689,8 +1742,22 @@ int engine_tbm_reserve(void) {
     return 0;
 }
 
+/* TERNLAB_CUDA_MT_FUSE=N: the most tokens of a call that take the
+ * multi-token fused forms (o_mt, mlp_mt), 0 .. kMtTok (0: none); unset, kMtTok. */
+int mt_fuse_env(int *out) {
+    const char *v = getenv("TERNLAB_CUDA_MT_FUSE");
+    int64_t n = kMtTok;
+    if (v && str_to_i64(v, 0, kMtTok, &n) < 0)
+        return err_set("TERNLAB_CUDA_MT_FUSE=\"%s\": expected the most tokens of a call on the fused multi-token "
+                       "forms, 0 .. %d",
+                       v, kMtTok);
+    *out = (int)n;
+    return 0;
+}
+
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
-    if (engine_tbm_reserve() != 0 || open_front(e, m, o) != 0) return -1;
+    int mt_fuse = 0;
+    if (mt_fuse_env(&mt_fuse) != 0 || engine_tbm_reserve() != 0 || open_front(e, m, o) != 0) return -1;
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
@@ -1698,6 +1765,8 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = o_fuse_mode();
+    g->mt_fuse = mt_fuse;
+    g->dev_knobs = getenv("TERNLAB_CUDA_DEV_KNOBS") ? atoi(getenv("TERNLAB_CUDA_DEV_KNOBS")) : 0;
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
@@ -2349,6 +2418,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->graph_launches = g->launches;
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
+    info->mt_o = g->n_mt[0], info->mt_mlp = g->n_mt[1];
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused, info->ids_mapped = chain_mapped(g);
     info->chained = g->n_chained;

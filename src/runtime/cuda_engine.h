@@ -99,6 +99,10 @@ typedef struct {
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
      * runs the separate kernels), o projection from f32, MLP as two GEMVs */
     int64_t fused_att, fused_o, fused_mlp;
+    /* layers enqueued (the same way) at 2 .. 8 tokens of distinct sequences
+     * with o from f32 and the MLP as two GEMVs on the multi-token kernel's
+     * fused forms (tern_cuda_matmul_i8_f32x_mt, tern_cuda_glu_i8_mt) */
+    int64_t mt_o, mt_mlp;
     /* layers enqueued (the same way) whose fused MLP's down GEMV leaves its K
      * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
