@@ -1224,8 +1224,9 @@ TEST(gpu_fused_decode_bit_identical) {
         CHECK_MSG(v == 4 ? ib.deferred > 0 && ib.deferred == ib.fused_mlp : ib.deferred == 0,
                   "set %d: %lld down GEMVs deferred of %lld fused MLPs", v, (long long)ib.deferred,
                   (long long)ib.fused_mlp);
-        /* the int8 pass before an unfused o takes the attention's max at one token */
-        CHECK_MSG((ib.omax_given > 0) == (att && !ofu), "set %d: %lld int8 passes took the attention's max", v,
+        /* the int8 pass before an unfused o takes the attention's max at one token, and at two
+         * tokens (distinct sequences) whether or not o is fused at one */
+        CHECK_MSG((ib.omax_given > 0) == att, "set %d: %lld int8 passes took the attention's max", v,
                   (long long)ib.omax_given);
         /* (o, 256 x 8192, is no one-warp shape: the MLP norm is never folded here — gpu_norm_fold_close) */
         CHECK_MSG(ib.norm_folded == 0, "set %d: %lld norms folded", v, (long long)ib.norm_folded);
@@ -1238,10 +1239,9 @@ TEST(gpu_fused_decode_bit_identical) {
                       (att ? ib.fused_att > ib.fused_o : ib.fused_att == 0),
                   "glu %d att %d o %d: fused layers: MLP %lld, o %lld, attention %lld", glu, att, ofu,
                   (long long)ib.fused_mlp, (long long)ib.fused_o, (long long)ib.fused_att);
-        /* the two-token steps (distinct sequences) on the multi-token kernel's fused forms */
-        CHECK_MSG(ia.mt_o == 0 && ia.mt_mlp == 0 && (ib.mt_mlp > 0) == glu && (ib.mt_o > 0) == (att && ofu),
-                  "glu %d att %d o %d: multi-token fused layers: MLP %lld, o %lld", glu, att, ofu,
-                  (long long)ib.mt_mlp, (long long)ib.mt_o);
+        /* the two-token steps' MLPs on the multi-token kernel's GLU form (16384 x 256 gate|up) */
+        CHECK_MSG(ia.mt_mlp == 0 && (ib.mt_mlp > 0) == glu, "glu %d att %d o %d: GLU form at two tokens in %lld layers",
+                  glu, att, ofu, (long long)ib.mt_mlp);
         CHECK_MSG(ia.graphs >= 2 && ib.graphs >= 2, "decode graphs captured: %lld / %lld",
                   (long long)ia.graphs, (long long)ib.graphs);
         int bad = 0, first = -1;
@@ -1256,8 +1256,9 @@ TEST(gpu_fused_decode_bit_identical) {
 /* Decode steps of 2, 3, 5, 8 and 9 tokens of distinct sequences of a
  * synthetic ternary int8 model (hidden 256, MLP 8192, 64 heads of 128: o of
  * 8192 columns), each size `steps` times (eager, captured, replayed), with
- * the multi-token kernel's fused forms on or off (TERNLAB_CUDA_MT_FUSE);
- * logits of every token into lg (steps x 27 rows of vocab). */
+ * the few-token forms on (the default) or off (TERNLAB_CUDA_MT_FUSE=0,
+ * TERNLAB_CUDA_OMAX=0); logits of every token into lg (steps x 27 rows of
+ * vocab). */
 enum { MT_SIZES = 5, MT_ROWS = 27 };
 static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) {
     static const int sizes[MT_SIZES] = {2, 3, 5, 8, 9};
@@ -1268,12 +1269,13 @@ static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) 
     c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 64, c->n_kv_heads = 4;
     c->head_dim = 128, c->vocab = SYN_V;
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
-    setenv("TERNLAB_CUDA_MT_FUSE", mt ? "8" : "0", 1);
+    if (!mt) setenv("TERNLAB_CUDA_MT_FUSE", "0", 1), setenv("TERNLAB_CUDA_OMAX", "0", 1);
     EngineOpts o = {.max_tok = 16, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 32};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 7};
     Engine e;
     const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
     unsetenv("TERNLAB_CUDA_MT_FUSE");
+    unsetenv("TERNLAB_CUDA_OMAX");
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[16], seq[16], sq[9];
@@ -1308,26 +1310,26 @@ static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) 
     mem_free(m.rope_sin);
 }
 
-/* The multi-token kernel's fused forms at 2 .. 8 tokens of distinct
- * sequences (o from the attention's f32 output, each token's max|att| raised
- * by the attention; the GLU in the gate|up GEMV, h coded by the down GEMV)
+/* The few-token forms at 2 .. 8 tokens of distinct sequences (o's int8 pass
+ * from each token's max|att| raised by the attention; the GLU in the gate|up
+ * GEMV, each token's max|h| raised there, h's int8 pass from those maxima)
  * give the same logits, bit for bit, as the separate kernels, eagerly and in
  * decode graphs; every layer of those steps takes them, none at 9 tokens. */
-TEST(gpu_mt_fused_decode_bit_identical) {
+TEST(gpu_few_token_forms_bit_identical) {
     SKIP_WITHOUT_GPU();
     const int steps = 3, rows = steps * MT_ROWS;
     float *a = xcalloc((size_t)rows * SYN_V, sizeof(float)), *b = xcalloc((size_t)rows * SYN_V, sizeof(float));
     CudaEngineInfo ia, ib;
     synth_mt_decode(0, steps, a, &ia);
     synth_mt_decode(1, steps, b, &ib);
-    /* o: every layer enqueued at 2 .. 8 tokens (four of the five step sizes, each enqueued as
-     * often: eagerly, into its graph), none at 9; the MLP also in the prompts of 4 tokens of
-     * one sequence (2 layers x 9 prompts), whose attention is not the decode kernel */
-    CHECK_MSG(ia.mt_o == 0 && ia.mt_mlp == 0 && ib.mt_o > 0 && ib.mt_o * MT_SIZES == ib.fused_att * 4 &&
-                  ib.mt_mlp == ib.mt_o + 2 * 9,
-              "layers on the fused multi-token forms: off o %lld MLP %lld, on o %lld MLP %lld (attention fused "
-              "%lld)",
-              (long long)ia.mt_o, (long long)ia.mt_mlp, (long long)ib.mt_o, (long long)ib.mt_mlp,
+    /* o's pass: every layer enqueued at 2 .. 8 tokens (four of the five step sizes, each
+     * enqueued as often: eagerly, into its graph), none at 9; the GLU form (16384 x 256: not a
+     * multi-token GEMV shape) in the same layers and in the prompts of 4 tokens of one sequence
+     * (2 layers x 9 prompts), whose attention is not the decode kernel */
+    CHECK_MSG(ia.omax_given == 0 && ia.mt_mlp == 0 && ib.omax_given > 0 &&
+                  ib.omax_given * MT_SIZES == ib.fused_att * 4 && ib.mt_mlp == ib.omax_given + 2 * 9,
+              "layers on the few-token forms: off o %lld MLP %lld, on o %lld MLP %lld (attention fused %lld)",
+              (long long)ia.omax_given, (long long)ia.mt_mlp, (long long)ib.omax_given, (long long)ib.mt_mlp,
               (long long)ib.fused_att);
     CHECK_MSG(ia.graphs >= MT_SIZES && ib.graphs >= MT_SIZES, "decode graphs captured: %lld / %lld",
               (long long)ia.graphs, (long long)ib.graphs);
@@ -1481,10 +1483,10 @@ TEST(gpu_l2_evict_first_bit_identical) {
 }
 
 /* The o projection on the one-warp GEMV (16 heads: 256 x 2048) codes its f32
- * input itself by default (tern_cuda_matmul_i8_f32x's one-warp form, the int8
- * pass gone): the same logits, bit for bit, as with TERNLAB_CUDA_O_FUSE=0 (the
- * int8 pass with the attention's max, then the int8 GEMV), and o fused in
- * every one-token layer only without it. */
+ * input itself by default at one token (tern_cuda_matmul_i8_f32x's one-warp
+ * form, the int8 pass gone): the same logits, bit for bit, as with
+ * TERNLAB_CUDA_O_FUSE=0 (the int8 pass with the attention's max, then the int8
+ * GEMV), and o fused in every one-token layer only without it. */
 TEST(gpu_fused_o_warp_bit_identical) {
     SKIP_WITHOUT_GPU();
     const int steps = 4, rows = 3 * steps + 3;
@@ -1497,8 +1499,11 @@ TEST(gpu_fused_o_warp_bit_identical) {
     unsetenv("TERNLAB_CUDA_NORM_FOLD");
     CHECK_MSG(ia.fused_o == 0 && ia.omax_given > 0, "O_FUSE=0: o fused in %lld layers, %lld int8 passes took "
               "the attention's max", (long long)ia.fused_o, (long long)ia.omax_given);
-    /* one-token steps: `steps` eager or captured calls of 2 layers each, at least */
-    CHECK_MSG(ib.fused_o >= 2 && ib.omax_given == 0 && ib.fused_mlp > 0,
+    /* one-token steps: `steps` eager or captured calls of 2 layers each, at least; the int8 pass
+     * with the attention's max stays only at two tokens (distinct sequences), where o is never
+     * fused: the one-token layers that pass before o without it are the ones fused with it */
+    CHECK_MSG(ib.fused_o >= 2 && ib.omax_given > 0 && ia.omax_given == ib.omax_given + ib.fused_o &&
+                  ib.fused_mlp > 0,
               "default: o fused in %lld layers, %lld int8 passes before o, MLP fused in %lld",
               (long long)ib.fused_o, (long long)ib.omax_given, (long long)ib.fused_mlp);
     int bad = 0, first = -1;

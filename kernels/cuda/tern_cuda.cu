@@ -837,53 +837,41 @@ int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act
     return 0;
 }
 
-/* The fused forms of a decode step of 2 .. 8 tokens on the multi-token
+/* The GLU form of a decode step of 2 .. 8 tokens on the multi-token
  * bulk-copy kernel (tern_cuda.h): its variant by mt_variant (a development
- * variant 6abcd where one is set), recorded as "gemv_tbm mt <form> v=V". */
-static bool mt_fused_shape_ok(const TernCudaMatrix *W, int64_t n) {
-    return W && W->d_codes && W->n_groups == 1 && W->cols % 16 == 0 && W->cols <= 4194304 &&
-           W->row_bytes % 64 == 0 && n >= 1 && n <= 8;
-}
+ * variant 6abcd where one is set), recorded as "gemv_tbm mt glu v=V". */
+static bool glu_mt_shape_ok(const TernCudaMatrix *W, int64_t n) { return glu_shape_ok(W) && n >= 1 && n <= 8; }
 
-static int mt_fused_start(const TernCudaMatrix *W, int64_t n, bool glu, const char *who, int *v) {
-    const int off = fused_off();
-    if (off) return fused_off_err(off, who);
-    if (n < 1 || n > 8) return err_set("%s: %lld tokens (1 .. 8)", who, (long long)n);
-    if (!mt_fused_shape_ok(W, n) || (glu && !glu_shape_ok(W)))
-        return err_set("%s: %lld x %lld (%lld scale groups per row): not a %smatrix of 16-column blocks with one "
-                       "scale per row",
-                       who, W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
-                       W ? (long long)W->n_groups : 0LL, glu ? "gate|up " : "");
-    const int dv = tern_cuda_decode_variant_get();
-    *v = dv >= 60000 && dv < 70000 ? dv : mt_variant(W);
-    bmma_config(*v, glu ? "mt glu" : "mt f32x");
-    return 0;
-}
+int tern_cuda_glu_i8_mt_ok(const TernCudaMatrix *W, int64_t n) { return fused_off() == 0 && glu_mt_shape_ok(W, n); }
 
-int tern_cuda_glu_i8_mt_ok(const TernCudaMatrix *W, int64_t n) {
-    return fused_off() == 0 && mt_fused_shape_ok(W, n) && glu_shape_ok(W);
+/* Where the engine takes it (tern_cuda.h): where the int8 dispatch would not
+ * put the gate|up matrix on the multi-token GEMV itself (mt_rule), i.e. on
+ * the wgmma GEMM.  H100, bench-e2e tern-i8, ms a step, the GLU form (with
+ * h's int8 pass spread over its rows) against the GEMV / GEMM and the GLU
+ * kernel (one CTA a row) at 2 / 4 / 8 sequences: 27B (73728 x 4608, the
+ * wgmma GEMM) 4.80 / 4.90 / 5.04 against 4.94 / 5.06 / 5.20; 7B (22016 x
+ * 4096, the multi-token GEMV) 1.667 / 1.772 / 1.857 against 1.662 / 1.728 /
+ * 1.822 (dev/NOTES.md, sixty-third session). */
+int tern_cuda_glu_i8_mt_rule(const TernCudaMatrix *W, int64_t n) {
+    return tern_cuda_glu_i8_mt_ok(W, n) && n >= 2 && !mt_rule(W, n);
 }
 
 int tern_cuda_glu_i8_mt(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int64_t n, int act,
                         float *d_h, unsigned *d_hmax, cudaStream_t stream) {
     const char *who = "tern_cuda_glu_i8_mt";
-    int v = 0;
-    if (mt_fused_start(W, n, true, who, &v) < 0) return -1;
+    const int off = fused_off();
+    if (off) return fused_off_err(off, who);
+    if (n < 1 || n > 8) return err_set("%s: %lld tokens (1 .. 8)", who, (long long)n);
+    if (!glu_mt_shape_ok(W, n))
+        return err_set("%s: %lld x %lld (%lld scale groups per row): not a gate|up matrix of whole 16-row tiles "
+                       "with one scale per row",
+                       who, W ? (long long)W->rows : 0LL, W ? (long long)W->cols : 0LL,
+                       W ? (long long)W->n_groups : 0LL);
+    const int dv = tern_cuda_decode_variant_get();
+    const int v = dv >= 60000 && dv < 70000 ? dv : mt_variant(W);
+    bmma_config(v, "mt glu");
     if (tern_gemv_i8_glu_mt(W, d_xq, W->cols, d_sx, n, act, d_h, d_hmax, v, stream) < 0)
         return err_prefix("%s: ", who);
-    return 0;
-}
-
-int tern_cuda_matmul_i8_f32x_mt_ok(const TernCudaMatrix *W, int64_t n) {
-    return fused_off() == 0 && mt_fused_shape_ok(W, n);
-}
-
-int tern_cuda_matmul_i8_f32x_mt(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, int64_t n,
-                                float *d_y, cudaStream_t stream) {
-    const char *who = "tern_cuda_matmul_i8_f32x_mt";
-    int v = 0;
-    if (mt_fused_start(W, n, false, who, &v) < 0) return -1;
-    if (tern_gemv_i8_mt_f32x(W, d_x, d_xmax, n, d_y, v, stream) < 0) return err_prefix("%s: ", who);
     return 0;
 }
 

@@ -177,26 +177,19 @@ int tern_cuda_matmul_i8_f32x_norm(const TernCudaMatrix *W, const float *d_x, con
 int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
                           cudaStream_t stream);
 
-/* The fused forms for a decode step of n = 1 .. 8 tokens (the engine takes
- * them at 2 .. 8, where the one-token forms above do not apply), on the
- * multi-token bulk-copy GEMV (int8 activations, one scale per row):
- * tern_cuda_glu_i8_mt: W holds gate rows [0, half) over up rows [half, 2
- *   half) (rows % 32 == 0); for token k (x rows of W->cols, d_sx[k]) d_h[k
- *   half + j] = act(y_k[j]) * y_k[half + j], the same bits as
- *   tern_cuda_matmul_i8 and then the GLU, and max|h_k| raised into
- *   d_hmax[k] (float bits; zero before the call).
- * tern_cuda_matmul_i8_f32x_mt: y_k = W x_k for f32 x (n rows of W->cols,
- *   16-byte aligned) whose int8 codes and scale (act_quant_int8_ref's: 127 /
- *   max|x_k|, from d_xmax[k]'s float bits) the kernel forms itself: the same
- *   bits as fwdc_act_quant_i8_max and tern_cuda_matmul_i8.
- * _ok: 1 where W's format and n allow the call (cols % 16 == 0, one scale per
- * row, 1 <= n <= 8) and no kernel is forced (as for the one-token forms). */
+/* The GLU form for a decode step of n = 1 .. 8 tokens on the multi-token
+ * bulk-copy GEMV (int8 activations, one scale per row): W holds gate rows
+ * [0, half) over up rows [half, 2 half) (rows % 32 == 0); for token k (x rows
+ * of W->cols, d_sx[k]) d_h[k half + j] = act(y_k[j]) * y_k[half + j], the
+ * same bits as tern_cuda_matmul_i8 and then the GLU, and max|h_k| raised into
+ * d_hmax[k] (float bits; zero before the call).  _ok: 1 where W's format and
+ * n allow the call (as tern_cuda_glu_i8_ok, and 1 <= n <= 8); _rule: 1 where
+ * _ok and the engine takes it at 2 .. 8 tokens (where tern_cuda_matmul_i8
+ * would not run W on the multi-token GEMV: tern_cuda.cu). */
 int tern_cuda_glu_i8_mt_ok(const TernCudaMatrix *W, int64_t n);
+int tern_cuda_glu_i8_mt_rule(const TernCudaMatrix *W, int64_t n);
 int tern_cuda_glu_i8_mt(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int64_t n, int act,
                         float *d_h, unsigned *d_hmax, cudaStream_t stream);
-int tern_cuda_matmul_i8_f32x_mt_ok(const TernCudaMatrix *W, int64_t n);
-int tern_cuda_matmul_i8_f32x_mt(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, int64_t n,
-                                float *d_y, cudaStream_t stream);
 
 /* Forces a kernel family for tests/bench: 0 = automatic (by n), 1 = GEMV
  * (n in 16-token chunks, any n), 2 = the mma.sync GEMM (tern_gemm.cu);

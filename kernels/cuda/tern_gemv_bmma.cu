@@ -349,11 +349,10 @@ __host__ __device__ constexpr size_t tbm_scale_bytes(int sc) { return ((size_t)s
  * GLU form from the folded norm's input (tern_gemv_i8_glu_norm: f32 x * w
  * coded, the outputs times r) */
 enum { TBM_I8 = 0, TBM_F32X = 1, TBM_GLU = 2, TBM_GLU_N = 3, TBM_MT8 = 4, TBM_MT16 = 5, TBM_BF1 = 6, TBM_BF8 = 7,
-       TBM_BF16 = 8, TBM_MTG8 = 9, TBM_MTX8 = 10 };
-/* (TBM_MTG8 / TBM_MTX8: the multi-token kernel's fused forms for 2 .. 8 tokens —
- * the GLU epilogue over paired gate / up tiles, h and each token's max|h| as
- * tern_gemv_i8_glu's; f32 x coded in the kernel with each token's 127 / max|x|,
- * as tern_gemv_i8_bmma_f32x's: tern_gemv_i8_glu_mt, tern_gemv_i8_mt_f32x) */
+       TBM_BF16 = 8, TBM_MTG8 = 9 };
+/* (TBM_MTG8: the multi-token kernel's GLU form for up to 8 tokens — the GLU
+ * epilogue over paired gate / up tiles, h and each token's max|h| as
+ * tern_gemv_i8_glu's: tern_gemv_i8_glu_mt) */
 __host__ __device__ constexpr bool tbm_paired(int mode) {
     return mode == TBM_GLU || mode == TBM_GLU_N || mode == TBM_MTG8;
 }
@@ -368,7 +367,7 @@ __host__ __device__ constexpr bool tbm_late_trigger(int mode) { return tbm_paire
  * up to 8, up to 16 tokens of bf16 activations on the bf16 tensor cores:
  * gemv_bf16_tbm below) */
 __host__ __device__ constexpr bool tbm_mt(int mode) {
-    return mode == TBM_MT8 || mode == TBM_MT16 || mode == TBM_MTG8 || mode == TBM_MTX8;
+    return mode == TBM_MT8 || mode == TBM_MT16 || mode == TBM_MTG8;
 }
 /* the multi-token kernel's 8-token MMA tiles */
 __host__ __device__ constexpr int tbm_mt_tiles(int mode) { return mode == TBM_MT16 ? 2 : 1; }
@@ -960,30 +959,20 @@ __device__ __forceinline__ bool unit_sums(T (&v)[MN][4], const T (&d)[NS][MN][4]
     return true;
 }
 
-/* TBM_MTX8: a thread's f32 items (4 columns) loaded at once before they are coded */
-#ifndef TERN_MTX_U
-#define TERN_MTX_U 8
-#endif
-constexpr int kMtxU = TERN_MTX_U;
-
-/* MODE: TBM_MT8 / TBM_MT16 (int8 x), TBM_MTG8 (int8 x, the GLU over paired
- * gate / up tiles: a unit's warps tw < RT / 2 take its gate tiles, the others
- * the same tiles' up rows, whose sums reach the gate warps through shared
- * memory), TBM_MTX8 (f32 x, each token's codes formed here with 127 /
- * max|x|: act_quant_int8_ref's codes, so the same bits as the int8 form after
- * fwdc_act_quant_i8_max). */
+/* MODE: TBM_MT8 / TBM_MT16, or TBM_MTG8: the GLU over paired gate / up tiles
+ * (a unit's warps tw < RT / 2 take its gate tiles, the others the same
+ * tiles' up rows, whose sums reach the gate warps through shared memory). */
 template <int RT, int KH, int MODE>
 __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArgs q) {
     const BmArgs &p = q.b;
     constexpr int MN = tbm_mt_tiles(MODE);
-    constexpr bool paired = tbm_paired(MODE), XF = MODE == TBM_MTX8;
+    constexpr bool paired = tbm_paired(MODE);
     constexpr int NW = RT * KH, NT = 32 * NW; /* consumer warps, threads */
     constexpr int RH = RT / 2;                /* paired: gate tiles per unit (their up tiles follow) */
     static_assert(!paired || (RT % 2 == 0 && MN == 1), "the GLU form: whole gate / up tile pairs, <= 8 tokens");
     extern __shared__ __align__(128) uint8_t smem[];
     __shared__ __align__(8) uint64_t s_full[8], s_empty[8], s_xbar;
     __shared__ int s_sumx[16], s_last;
-    __shared__ float s_sx[16]; /* XF: each token's 127 / max|x| */
     /* parts 1..'s accumulators by unit parity, per tile and lane */
     __shared__ int s_part[2][KH > 1 ? KH - 1 : 1][RT][32][4 * MN];
     /* paired: the up tiles' sums by unit parity, per tile and lane */
@@ -994,7 +983,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const int ST = q.st;
     const uint32_t xbar = (uint32_t)__cvta_generic_to_shared(&s_xbar);
     TbmCta c;
-    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, XF ? nullptr : &s_xbar, NW, c)) return; /* (the producer) */
+    if (tbm_start<RT, MODE>(q, smem, s_full, s_empty, &s_xbar, NW, c)) return; /* (the producer) */
     const int64_t kb0 = c.kb0, tb = c.tb, te = c.te;
     const int nkb = c.nkb;
     const uint32_t stage_bytes = c.stage_bytes, full_s = c.full_s, empty_s = c.empty_s;
@@ -1003,57 +992,21 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     const float *ssc = c.ssc;
     uint8_t *stages = c.stages;
     /* the slice of each token's x (zeros past xcols), then its sum */
-    const int64_t c0 = kb0 * 256;
-    if constexpr (XF) {
-        /* 4 columns an item, token n's items [n per, (n + 1) per); a thread's items in batches of
-         * kMtxU loads in flight (one L2 round trip a batch), the first batch issued before the
-         * scales are read */
-        const int per = nkb * 64, total = q.ntok * per;
-        auto ld = [&](int i) {
-            const int n = i / per;
-            const int64_t col = c0 + 4 * (i - n * per);
-            return i < total && col < p.xcols ? __ldcg(reinterpret_cast<const float4 *>(p.xf + n * p.xcols + col))
-                                              : make_float4(0.f, 0.f, 0.f, 0.f);
-        };
-        float4 v[kMtxU];
-#pragma unroll
-        for (int k = 0; k < kMtxU; k++) v[k] = ld(tid + k * NT);
-        if (tid < q.ntok) s_sx[tid] = tern_act_scale(__uint_as_float(__ldcg(p.xmax + tid)));
-        asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* s_sx */
-        for (int base = tid; base < total; base += kMtxU * NT) {
-            if (base != tid)
-#pragma unroll
-                for (int k = 0; k < kMtxU; k++) v[k] = ld(base + k * NT);
-#pragma unroll
-            for (int k = 0; k < kMtxU; k++) {
-                const int i = base + k * NT;
-                if (i >= total) break;
-                const int n = i / per;
-                const float sc = s_sx[n];
-                const uint32_t w = (uint32_t)(uint8_t)tern_quant1(v[k].x, sc) |
-                                   (uint32_t)(uint8_t)tern_quant1(v[k].y, sc) << 8 |
-                                   (uint32_t)(uint8_t)tern_quant1(v[k].z, sc) << 16 |
-                                   (uint32_t)(uint8_t)tern_quant1(v[k].w, sc) << 24;
-                *reinterpret_cast<uint32_t *>(xs + n * xrow + 4 * (i - n * per)) = w;
-            }
-        }
-    } else {
-        const int64_t avail = p.xcols - c0;
-        const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
-        if (tid == 0) {
-            tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
-            const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
-            for (int n = 0; n < q.ntok; n++)
-                tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * p.xcols + c0, xb, xbar);
-        }
-        if (xb < (uint32_t)nkb * 256)
-            for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
-                const int w = nkb * 256 - (int)xb, n = i / w;
-                xs[n * xrow + xb + (i - n * w)] = 0;
-            }
-        tern_mbar::wait(xbar, 0);
+    const int64_t c0 = kb0 * 256, avail = p.xcols - c0;
+    const uint32_t xb = (uint32_t)(avail < (int64_t)nkb * 256 ? avail : (int64_t)nkb * 256);
+    if (tid == 0) {
+        tern_mbar::expect_tx(xbar, q.ntok * (int)xb);
+        const uint32_t xs_s = (uint32_t)__cvta_generic_to_shared(xs);
+        for (int n = 0; n < q.ntok; n++)
+            tern_mbar::bulk_load(xs_s + (uint32_t)(n * xrow), p.x + n * p.xcols + c0, xb, xbar);
     }
-    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* the zeroed tails, the coded rows */
+    if (xb < (uint32_t)nkb * 256)
+        for (int i = tid; i < q.ntok * (nkb * 256 - (int)xb); i += NT) {
+            const int w = nkb * 256 - (int)xb, n = i / w;
+            xs[n * xrow + xb + (i - n * w)] = 0;
+        }
+    tern_mbar::wait(xbar, 0);
+    asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* the zeroed tails */
     for (int n = warp; n < q.ntok; n += NW) {
         int sum = 0;
         for (int c = lane; c < nkb * 16; c += 32) {
@@ -1069,7 +1022,7 @@ __global__ void __launch_bounds__(32 * (RT * KH + 1)) gemv_i8_tbm_mt(const TbArg
     }
     asm volatile("bar.sync 1, %0;" ::"n"(NT) : "memory"); /* s_sumx and ssc complete */
     if (tbm_late_trigger(MODE)) pdl_trigger();
-    const float *sxv = XF ? s_sx : p.sx;
+    const float *sxv = p.sx;
     const bool split = gridDim.y > 1;
     const uint8_t *xl = xs + g * xrow + 16 * t;
     const int kbeg = part * nkb / KH, kend = (part + 1) * nkb / KH;
@@ -1686,10 +1639,9 @@ int tern_gemv_i8_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, con
     return n <= 8 ? launch_variant<TBM_MT8>(q, variant, sms, s, who) : launch_variant<TBM_MT16>(q, variant, sms, s, who);
 }
 
-/* The multi-token kernel's fused forms (2 .. 8 tokens; 1 is taken too):
- * the GLU over W's gate | up halves (int8 x rows ldx apart, h token n's
- * half values at d_h + n half, its max|h| raised into d_hmax[n]) and y = W x
- * from f32 x (rows of W->cols, each token's max|x| in d_xmax[n]) */
+/* The multi-token kernel's GLU form (1 .. 8 tokens): over W's gate | up
+ * halves (int8 x rows ldx apart, h token n's half values at d_h + n half, its
+ * max|h| raised into d_hmax[n]) */
 int tern_gemv_i8_glu_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
                         int act, float *d_h, unsigned *d_hmax, int variant, cudaStream_t s) {
     const char *who = "tern_gemv_i8_glu_mt";
@@ -1706,21 +1658,6 @@ int tern_gemv_i8_glu_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx,
     q.h = d_h;
     q.hmax = d_hmax;
     return launch_variant<TBM_MTG8>(q, variant, sms, s, who);
-}
-
-int tern_gemv_i8_mt_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, int64_t n, float *d_y,
-                         int variant, cudaStream_t s) {
-    const char *who = "tern_gemv_i8_mt_f32x";
-    if (n < 1 || n > 8) return err_set("%s: %lld tokens (1 .. 8)", who, (long long)n);
-    if (!d_x || !d_xmax || !d_y) return err_set("%s: NULL argument", who);
-    int sms = 0;
-    TbArgs q = {};
-    if (bm_args(who, W, d_x, W->cols, nullptr, d_y, q.b, &sms) < 0) return -1;
-    q.b.x = nullptr; /* f32 activations instead */
-    q.b.xf = d_x;
-    q.b.xmax = d_xmax;
-    q.ntok = (int)n;
-    return launch_variant<TBM_MTX8>(q, variant, sms, s, who);
 }
 
 /* 1 .. 16 tokens of bf16 activations (rows ldx apart), the bulk-copy kernel

@@ -210,18 +210,12 @@ int tern_gemv_i8_glu(const TernCudaMatrix *W, const int8_t *d_x, int64_t xcols, 
 /* tern_gemv_i8_glu from the folded norm's input (TernNormIn, tern_cuda.h) */
 int tern_gemv_i8_glu_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act, float *d_h, unsigned *d_hmax,
                           int variant, cudaStream_t s);
-/* tern_gemv_bmma.cu, the multi-token kernel's fused forms (1 .. 8 tokens,
- * int8, one scale per row or per tensor; variant 6abcd with an even number of
- * row tiles): tern_gemv_i8_glu_mt, the GLU of tern_gemv_i8_glu for n tokens
- * (x rows ldx apart; h token k's half values at d_h + k half, its max|h|
- * raised into d_hmax[k]); tern_gemv_i8_mt_f32x, y = W x for n tokens of f32
- * x (rows of W->cols, 16-byte aligned) coded in the kernel with 127 /
- * d_xmax[k] (float bits) — act_quant_int8_ref's codes; y token k's rows at
- * d_y + k rows. */
+/* tern_gemv_bmma.cu, the multi-token kernel's GLU form (1 .. 8 tokens, int8,
+ * one scale per row or per tensor; variant 6abcd with an even number of row
+ * tiles): tern_gemv_i8_glu's GLU for n tokens (x rows ldx apart; h token k's
+ * half values at d_h + k half, its max|h| raised into d_hmax[k]). */
 int tern_gemv_i8_glu_mt(const TernCudaMatrix *W, const int8_t *d_x, int64_t ldx, const float *d_sx, int64_t n,
                         int act, float *d_h, unsigned *d_hmax, int variant, cudaStream_t s);
-int tern_gemv_i8_mt_f32x(const TernCudaMatrix *W, const float *d_x, const unsigned *d_xmax, int64_t n, float *d_y,
-                         int variant, cudaStream_t s);
 /* tern_gemv_i8.cu: the one-warp GEMV from f32 x (max|x| *d_xmax), y = W x;
  * with no, the folded norm's producer (TernNormOut: y added to no->res, not
  * written; no->n_ss set) */

@@ -124,12 +124,11 @@ struct CE {
      * then the folded norm's max|x' w| (float bits), kMtTok words each (one a
      * token: hslot) */
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
-    /* 2 .. mt_fuse (<= kMtTok) tokens: o from f32 and the MLP as two GEMVs on
-     * the multi-token kernel's fused forms (o_mt, mlp_mt; TERNLAB_CUDA_MT_FUSE=N
-     * sets the bound, 0 turns both off; TERNLAB_CUDA_O_FUSE=0 and
-     * TERNLAB_CUDA_GLU_FUSE=0 each its own): mt_fuse_env */
+    /* 2 .. mt_fuse (<= kMtTok) tokens: the GLU in the gate|up GEMV where the
+     * multi-token kernel's GLU form is taken (mlp_mt; TERNLAB_CUDA_MT_FUSE=N
+     * sets the bound, 0 turns it off, as TERNLAB_CUDA_GLU_FUSE=0 does):
+     * mt_fuse_env */
     int mt_fuse = kMtTok;
-    int dev_knobs = 0; /* (dev A/B, TERNLAB_CUDA_DEV_KNOBS: 1 o_max_given at 2 .. kMtTok tokens, 2 h coded apart) */
     /* the KV policy of the cache (kv_set_policy) and the call's phase
      * (RunState.decode), as host_prepare found them: a layer whose tokens of
      * this phase are ternary codes them (fwdc_kv_code_rows into ternary pages,
@@ -140,8 +139,8 @@ struct CE {
     /* the fused MLP's down GEMV leaves its K split to the next layer's norm
      * (tern_cuda_matmul_i8_f32x_defer; TERNLAB_CUDA_DEFER=0 turns it off) */
     int defer = 1;
-    /* one token, o not fused: the int8 pass before o takes the attention's max
-     * (o_max_given; TERNLAB_CUDA_OMAX=0 turns it off) */
+    /* one token with o not fused, or 2 .. kMtTok tokens: the int8 pass before o
+     * takes the attention's max (o_max_given; TERNLAB_CUDA_OMAX=0 turns it off) */
     int omax_given = 1;
     /* one token, o on the one-warp f32 form and the MLP fused: the norm
      * between them folded into both (norm_folded; TERNLAB_CUDA_NORM_FOLD=0
@@ -158,7 +157,7 @@ struct CE {
     float *nss = nullptr;
     unsigned *hmax = nullptr;
     int64_t n_fused[3] = {0, 0, 0}; /* layers enqueued fused: attention, o, MLP */
-    int64_t n_mt[2] = {0, 0};       /* layers enqueued at 2 .. kMtTok tokens fused: o, MLP */
+    int64_t n_mt = 0;               /* layers enqueued with the GLU form at 2 .. kMtTok tokens */
     int64_t n_deferred = 0;         /* down GEMVs whose K split the next norm finished */
     int scratch_dirty = 0;          /* a K split's sums could not be cleared after an error */
     int64_t n_omax = 0;             /* int8 passes before o that took the attention's max */
@@ -505,32 +504,28 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
     return k == 4 || (k == 6 && g->o_fuse == 2);
 }
 
-/* One token, the o projection not fused but int8: the fused attention raises
- * max|output| too, and the int8 pass before o takes it instead of a block
- * reduction of its own (the same max, so the same codes). */
+/* One token with the o projection not fused, or 2 .. kMtTok tokens (a decode
+ * batch), o int8: the fused attention raises each token's max|output| too,
+ * and the int8 pass before o takes it instead of a block reduction of its own
+ * (the same max, so the same codes; with the maxima given the pass spreads
+ * each row over several CTAs: fwdc_act_quant_i8_max).  H100, bench-e2e
+ * tern-i8 at 2 / 4 / 8 sequences, ms a step: 7B 1.662 / 1.728 / 1.822
+ * against 1.697 / 1.749 / 1.845, 27B 4.94 / 5.06 / 5.20 against 4.97 / 5.10 /
+ * 5.25 (dev/NOTES.md, sixty-third session). */
 bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool of) {
     if (n >= 2 && n <= kMtTok) /* (each token's max in its own word: hslot) */
-        return att_fused && !of && g->omax_given && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN &&
-               L.o.act_int8 && (g->dev_knobs & 1);
+        return att_fused && g->omax_given && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8;
     return att_fused && !of && g->omax_given && o_int8_one_token(g, L, n);
 }
 
-/* 2 .. kMtTok tokens of distinct sequences (a decode batch), one GPU: o from
- * the attention's f32 output, each token's max|att| raised by the fused
- * attention (tern_cuda_matmul_i8_f32x_mt: the int8 pass gone); the MLP as the
- * gate|up GEMV with the GLU in it (each token's max|h| raised) and the down
- * GEMV from f32 h (tern_cuda_glu_i8_mt, tern_cuda_matmul_i8_f32x_mt: the GLU
- * kernel and its int8 pass gone).  The same bits as the separate kernels. */
-bool o_mt(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
-    return att_fused && g->o_fuse && n >= 2 && n <= g->mt_fuse && g->tp == 1 && !L.attn_sub &&
-           L.o.kind == LIN_TERN && L.o.act_int8 && tern_cuda_matmul_i8_f32x_mt_ok(&L.o.tm, n);
-}
-
+/* 2 .. mt_fuse tokens, one GPU: the gate|up GEMV with the GLU in it, each
+ * token's max|h| raised (tern_cuda_glu_i8_mt, where its rule takes the
+ * matrix), then h's int8 pass from those maxima (spread over the rows) and
+ * the down GEMV: the GLU kernel gone.  The same bits as the separate kernels. */
 bool mlp_mt(const CE *g, const DLayer &L, int64_t n) {
     return g->glu_fuse && n >= 2 && n <= g->mt_fuse && g->tp == 1 && L.fgu && !L.ffn_sub &&
            L.gu.kind == LIN_TERN && L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 &&
-           L.gu.tm.rows == 2 * g->c.inter && tern_cuda_glu_i8_mt_ok(&L.gu.tm, n) &&
-           tern_cuda_matmul_i8_f32x_mt_ok(&L.down.tm, n);
+           L.gu.tm.rows == 2 * g->c.inter && tern_cuda_glu_i8_mt_rule(&L.gu.tm, n);
 }
 
 /* One token, o fused on the one-warp f32 form and the MLP fused (mlp_fused:
@@ -575,8 +570,7 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
     const bool tail = c.n_layers > 0 && g->tail_norm && rows_ident && nl == n && nl > 0;
     /* each layer's fused forms, decided once per call (the rules read the environment) */
     std::vector<char> mfl((size_t)c.n_layers), ofl((size_t)c.n_layers), oml((size_t)c.n_layers),
-        nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers), otl((size_t)c.n_layers),
-        mtl((size_t)c.n_layers);
+        nfl((size_t)c.n_layers), tkv((size_t)c.n_layers), afl((size_t)c.n_layers), mtl((size_t)c.n_layers);
     bool fused = false; /* the fused GLUs and attentions raise g->hmax: zero before the first */
     for (int l = 0; l < c.n_layers; l++) {
         tkv[(size_t)l] = kv_policy_ternary(&g->pol, l, g->decode) != 0;
@@ -585,11 +579,10 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
         afl[(size_t)l] = g->att_fuse && distinct;
         mfl[(size_t)l] = mlp_fused(g, g->L[(size_t)l], n);
         ofl[(size_t)l] = o_fused(g, g->L[(size_t)l], n, afl[(size_t)l]);
-        otl[(size_t)l] = o_mt(g, g->L[(size_t)l], n, afl[(size_t)l]);
-        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l] || otl[(size_t)l]);
+        oml[(size_t)l] = o_max_given(g, g->L[(size_t)l], n, afl[(size_t)l], ofl[(size_t)l]);
         nfl[(size_t)l] = norm_folded(g, g->L[(size_t)l], ofl[(size_t)l], mfl[(size_t)l]);
         mtl[(size_t)l] = mlp_mt(g, g->L[(size_t)l], n);
-        fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l] || otl[(size_t)l] || mtl[(size_t)l];
+        fused = fused || mfl[(size_t)l] || ofl[(size_t)l] || oml[(size_t)l] || mtl[(size_t)l];
     }
     TRY(fwdc_step_begin(g->d_tab, cnt, pairs, g->u_cap, fused ? g->hmax : nullptr, 3 * (int64_t)c.n_layers * kMtTok,
                         g->embed, tok, n, H, g->x, g->st));
@@ -616,17 +609,17 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
             ldq = qd, ldk = ldv = kvd;
         }
         unsigned *omax = hslot(g, 1, l);
-        const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l], omt = otl[(size_t)l];
-        g->n_fused[0] += att_fused, g->n_fused[1] += of, g->n_mt[0] += omt;
+        const bool of = ofl[(size_t)l], om = oml[(size_t)l], att_fused = afl[(size_t)l];
+        g->n_fused[0] += att_fused, g->n_fused[1] += of;
         if (att_fused && (tkv[(size_t)l] || tpg.kc)) { /* the token's K / V coded (into ternary pages where tpg.kc) */
             g->n_kv_tern++;
             TRY(fwdc_attention_rope_coded(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp, tpg,
                                           g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd, g->bs,
-                                          c.n_heads * g->tp, g->att, of || om || omt ? omax : nullptr, splits, g->st));
+                                          c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
         } else if (att_fused) {
             TRY(fwdc_attention_rope(q, ldq, k, ldk, v, ldv, pos, slot, g->d_cos, g->d_sin, kp, vp,
                                     g->d_tab, g->stride, row, n, c.n_heads, c.n_kv_heads, (int)hd,
-                                    g->bs, c.n_heads * g->tp, g->att, of || om || omt ? omax : nullptr, splits, g->st));
+                                    g->bs, c.n_heads * g->tp, g->att, of || om ? omax : nullptr, splits, g->st));
         } else if (tpg.kc) { /* ternary pages: K rotated in place, both rows coded into the pages */
             g->n_kv_tern++;
             TRY(fwdc_rope_kv_write(q, ldq, k, ldk, v, ldv, pos, slot, n, c.n_heads, c.n_kv_heads, (int)hd,
@@ -655,8 +648,6 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
             TRY(tern_cuda_matmul_i8_f32x_norm(&L.o.tm, g->att, omax, &nout, g->st));
         } else if (of) { /* one token: the attention raised max|att|; the GEMV forms the int8 codes */
             TRY(tern_cuda_matmul_i8_f32x(&L.o.tm, g->att, omax, g->hout, g->st));
-        } else if (omt) { /* 2 .. kMtTok tokens: the same, each token's max */
-            TRY(tern_cuda_matmul_i8_f32x_mt(&L.o.tm, g->att, omax, n, g->hout, g->st));
         } else if (g->tp > 1) {
             TRY(row_parallel(g, L.o, L.o_scale, L.o_sstride, g->att, n, qd, g->qd_full, g->att_lo,
                              L.attn_sub, g->hout));
@@ -695,16 +686,12 @@ int run_device(CE *g, int64_t n, int64_t nl, bool one_seq, bool distinct, bool r
                                                g->defer && (l + 1 < c.n_layers || tail) ? &hdef : nullptr,
                                                g->st));
         } else if (mtl[(size_t)l]) { /* 2 .. kMtTok tokens: h and each token's max|h| in the gate|up
-                                      * GEMV, coded by down */
-            g->n_mt[1]++;
+                                      * GEMV, then h's int8 pass from those maxima */
+            g->n_mt++;
             TRY(tern_cuda_glu_i8_mt(&L.gu.tm, g->xq, g->sx, n, act, g->hb, hslot(g, 0, l), g->st));
-            if (g->dev_knobs & 2) { /* (dev: h coded by its own pass with the GEMV's maxima) */
-                TRY(fwdc_act_quant_i8_max(g->hb, n, I, reinterpret_cast<const float *>(hslot(g, 0, l)), g->xq,
-                                          g->sx, g->st));
-                TRY(dlin_run(g, L.down, g->hb, g->x16, n, g->hout));
-            } else {
-                TRY(tern_cuda_matmul_i8_f32x_mt(&L.down.tm, g->hb, hslot(g, 0, l), n, g->hout, g->st));
-            }
+            TRY(fwdc_act_quant_i8_max(g->hb, n, I, reinterpret_cast<const float *>(hslot(g, 0, l)), g->xq, g->sx,
+                                      g->st));
+            TRY(dlin_run(g, L.down, g->hb, g->x16, n, g->hout));
         } else {
             const float *gp, *up;
             int64_t ldg;
@@ -1766,7 +1753,6 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = o_fuse_mode();
     g->mt_fuse = mt_fuse;
-    g->dev_knobs = getenv("TERNLAB_CUDA_DEV_KNOBS") ? atoi(getenv("TERNLAB_CUDA_DEV_KNOBS")) : 0;
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
@@ -2418,7 +2404,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->graph_launches = g->launches;
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
-    info->mt_o = g->n_mt[0], info->mt_mlp = g->n_mt[1];
+    info->mt_mlp = g->n_mt;
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused, info->ids_mapped = chain_mapped(g);
     info->chained = g->n_chained;

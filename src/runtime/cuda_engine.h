@@ -99,10 +99,9 @@ typedef struct {
      * attention with RoPE + KV write (under TERNLAB_CUDA_ATTN=block the call
      * runs the separate kernels), o projection from f32, MLP as two GEMVs */
     int64_t fused_att, fused_o, fused_mlp;
-    /* layers enqueued (the same way) at 2 .. 8 tokens of distinct sequences
-     * with o from f32 and the MLP as two GEMVs on the multi-token kernel's
-     * fused forms (tern_cuda_matmul_i8_f32x_mt, tern_cuda_glu_i8_mt) */
-    int64_t mt_o, mt_mlp;
+    /* layers enqueued (the same way) at 2 .. 8 tokens with the GLU in the
+     * gate|up GEMV (tern_cuda_glu_i8_mt) */
+    int64_t mt_mlp;
     /* layers enqueued (the same way) whose fused MLP's down GEMV leaves its K
      * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
@@ -114,7 +113,8 @@ typedef struct {
      * each token's keys over several CTAs (fwdc_attention_splits > 1) */
     int64_t attn_split;
     /* layers enqueued (the same way) whose int8 pass before the o projection
-     * takes the fused attention's max|output| (one token, o not fused) */
+     * takes the fused attention's max|output| (one token with o not fused,
+     * or 2 .. 8 tokens) */
     int64_t omax_given;
     /* layers enqueued (the same way) whose MLP norm was folded into the o and
      * gate|up GEMVs (one token; TERNLAB_CUDA_NORM_FOLD=0 turns it off) */

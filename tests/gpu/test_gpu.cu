@@ -1254,126 +1254,107 @@ static void test_fused_mlp(void) {
     }
 }
 
-/* The decode step's fused forms at several tokens (the multi-token kernel):
+/* The decode step's GLU form at several tokens (the multi-token kernel):
  * tern_cuda_glu_i8_mt's h and each token's max|h| bit-identical to
  * tern_cuda_matmul_i8 of the same tokens (itself against the reference)
- * followed by the GLU, for both activations; tern_cuda_matmul_i8_f32x_mt
- * bit-identical to act_quant_int8_ref + tern_matmul_i8_ref per token, each
- * token's largest |x| negative, one token all zeros.  1, 2, 3, 5 and 8
- * tokens; the default variant and forced ones: 2 / 4 tiles a unit, 1 / 2 /
- * 4 K parts, slices of 4 blocks (a K split whose last slice forms h or y),
- * rows of the last unit partial; sentinels; 9 tokens, gate|up rows not of
- * whole tile pairs and groups of scales refused. */
+ * followed by the GLU, for both activations, at 1, 2, 3, 5 and 8 tokens, on
+ * the default variant and forced ones (2 / 4 tiles a unit, 1 / 2 / 4 K parts,
+ * slices of 4 blocks: a K split whose last slice forms h), the last unit
+ * partial; sentinels; 9 tokens, gate|up rows not of whole tile pairs and
+ * groups of scales refused; the engine's rule (not where the int8 dispatch
+ * takes the multi-token GEMV itself). */
 static void test_fused_mt(void) {
-    const Shape2 glu_shapes[] = {{2048, 4096}, {1440, 1040}, {64, 256}, {2016, 36864}};
-    const Shape2 f32_shapes[] = {{4096, 11008}, {4100, 1040}, {300, 8192}, {40, 256}};
+    const Shape2 shapes[] = {{2048, 4096}, {1440, 1040}, {64, 256}, {2016, 36864}};
     const int vars[] = {0, 65540, 68520, 65420, 62540, 64140, 65140, 63140, 68140};
     const int toks[] = {1, 2, 3, 5, 8};
-    for (int glu = 1; glu >= 0; glu--) {
-        const Shape2 *shapes = glu ? glu_shapes : f32_shapes;
-        for (int si = 0; si < 4; si++) {
-            const Shape2 sh = shapes[si];
-            TernaryMatrix W;
-            TernCudaMatrix dW;
-            if (!upload_shape(glu ? "fused mt glu" : "fused mt f32x", sh, &W, &dW)) continue;
-            const int64_t N = sh.rows, K = sh.cols, half = N / 2, NT = 8;
-            GBuf dx = gbuf((size_t)(NT * K * 4), 4), dsx = gbuf(NT * 4, 4), dy = gbuf((size_t)(NT * N * 4), 4),
-                 dh = gbuf((size_t)(NT * half * 4), 4), dhr = gbuf((size_t)(NT * half * 4), 4),
-                 dm = gbuf(NT * 4, 4), dmr = gbuf(NT * 4, 4);
-            for (int n : toks) {
-                /* the tokens' inputs: int8 codes and scales (glu), f32 values and their max|x| (f32x) */
-                std::vector<int8_t> xq((size_t)(n * K));
-                std::vector<float> sx((size_t)n), xf((size_t)(n * K)), yref((size_t)(n * N)), got;
-                std::vector<unsigned> mb((size_t)n);
-                if (glu) {
-                    for (auto &v : xq) v = (int8_t)((int)(rnd() % 256) - 128);
-                    for (int k = 0; k < n; k++) sx[(size_t)k] = 0.37f + 0.11f * (float)k;
-                    CK(cudaMemcpy(dx.ptr(), xq.data(), (size_t)(n * K), cudaMemcpyHostToDevice));
-                    CK(cudaMemcpy(dsx.ptr(), sx.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
-                } else {
-                    for (int k = 0; k < n; k++) {
-                        float *x = xf.data() + (size_t)k * K, mx = 0.0f;
-                        const bool zero = k == 2;
-                        for (int64_t j = 0; j < K; j++) x[j] = zero ? 0.0f : (1.0f + (float)k) * nrand();
-                        if (!zero) x[(K / 3 + 7 * k) % K] = -40.0f * (1.0f + (float)k);
-                        for (int64_t j = 0; j < K; j++) mx = std::max(mx, fabsf(x[j]));
-                        memcpy(&mb[(size_t)k], &mx, 4);
-                        act_quant_int8_ref(x, 1, K, xq.data() + (size_t)k * K, &sx[(size_t)k]);
-                    }
-                    CK(cudaMemcpy(dx.ptr(), xf.data(), (size_t)(n * K) * 4, cudaMemcpyHostToDevice));
-                    CK(cudaMemcpy(dm.ptr(), mb.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+    for (const Shape2 &sh : shapes) {
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (!upload_shape("fused mt glu", sh, &W, &dW)) continue;
+        const int64_t N = sh.rows, K = sh.cols, half = N / 2, NT = 8;
+        GBuf dx = gbuf((size_t)(NT * K), 1), dsx = gbuf(NT * 4, 4), dy = gbuf((size_t)(NT * N * 4), 4),
+             dh = gbuf((size_t)(NT * half * 4), 4), dhr = gbuf((size_t)(NT * half * 4), 4), dm = gbuf(NT * 4, 4),
+             dmr = gbuf(NT * 4, 4);
+        for (int n : toks) {
+            const int act = n & 1; /* SiLU at 2 and 8 tokens, ReLU^2 at 1, 3 and 5 */
+            std::vector<int8_t> xq((size_t)(n * K));
+            std::vector<float> sx((size_t)n), yref((size_t)(n * N)), y((size_t)(n * N)), hr((size_t)(n * half)),
+                got((size_t)(n * half));
+            for (auto &v : xq) v = (int8_t)((int)(rnd() % 256) - 128);
+            for (int k = 0; k < n; k++) sx[(size_t)k] = 0.37f + 0.11f * (float)k;
+            CK(cudaMemcpy(dx.ptr(), xq.data(), (size_t)(n * K), cudaMemcpyHostToDevice));
+            CK(cudaMemcpy(dsx.ptr(), sx.data(), (size_t)n * 4, cudaMemcpyHostToDevice));
+            tern_matmul_i8_ref(&W, xq.data(), sx.data(), n, yref.data());
+            /* the separate kernels: the GEMV (against the reference), then the GLU */
+            CK(cudaMemset(dmr.ptr(), 0, (size_t)n * 4));
+            const bool ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n,
+                                                (float *)dy.ptr(), 0) == 0;
+            for (int k = 0; k < n; k++)
+                glu_ref_kernel<<<64, 256>>>((const float *)dy.ptr() + k * N, half, act, (float *)dhr.ptr() + k * half,
+                                            (unsigned *)dmr.ptr() + k);
+            CK(cudaDeviceSynchronize());
+            std::vector<unsigned> mr((size_t)n), m((size_t)n);
+            CK(cudaMemcpy(y.data(), dy.ptr(), (size_t)(n * N) * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(hr.data(), dhr.ptr(), hr.size() * 4, cudaMemcpyDeviceToHost));
+            CK(cudaMemcpy(mr.data(), dmr.ptr(), (size_t)n * 4, cudaMemcpyDeviceToHost));
+            int bad_y = 0;
+            for (int64_t i = 0; i < n * N; i++) bad_y += memcmp(&y[(size_t)i], &yref[(size_t)i], 4) != 0;
+            for (int v : vars) {
+                const int oldv = tern_cuda_decode_variant(v);
+                CK(cudaMemset(dh.ptr(), 0xff, (size_t)(n * half) * 4));
+                CK(cudaMemset(dm.ptr(), 0, (size_t)n * 4));
+                const bool takes = tern_cuda_glu_i8_mt_ok(&dW, n);
+                const int rc = tern_cuda_glu_i8_mt(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n, act,
+                                                   (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+                char cfg[64];
+                snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
+                tern_cuda_decode_variant(oldv);
+                CK(cudaDeviceSynchronize());
+                CK(cudaMemcpy(got.data(), dh.ptr(), got.size() * 4, cudaMemcpyDeviceToHost));
+                CK(cudaMemcpy(m.data(), dm.ptr(), (size_t)n * 4, cudaMemcpyDeviceToHost));
+                int bad = 0, badm = 0;
+                for (int64_t i = 0; i < n * half; i++) bad += memcmp(&got[(size_t)i], &hr[(size_t)i], 4) != 0;
+                for (int k = 0; k < n; k++) { /* each token's max: the separate GLU's and the host's over h */
+                    float hmx = 0.0f;
+                    for (int64_t j = 0; j < half; j++) hmx = std::max(hmx, fabsf(got[(size_t)(k * half + j)]));
+                    unsigned hb;
+                    memcpy(&hb, &hmx, 4);
+                    badm += m[(size_t)k] != mr[(size_t)k] || m[(size_t)k] != hb || hb == 0;
                 }
-                tern_matmul_i8_ref(&W, xq.data(), sx.data(), n, yref.data());
-                std::vector<float> hr, y((size_t)(n * N));
-                std::vector<unsigned> mr((size_t)n);
-                bool ok = true;
-                if (glu) { /* the separate kernels: the GEMV (against the reference), then the GLU */
-                    CK(cudaMemset(dmr.ptr(), 0, (size_t)n * 4));
-                    ok = tern_cuda_matmul_i8(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n,
-                                             (float *)dy.ptr(), 0) == 0;
-                    for (int k = 0; k < n; k++)
-                        glu_ref_kernel<<<64, 256>>>((const float *)dy.ptr() + k * N, half, n & 1,
-                                                    (float *)dhr.ptr() + k * half, (unsigned *)dmr.ptr() + k);
-                    CK(cudaDeviceSynchronize());
-                    CK(cudaMemcpy(y.data(), dy.ptr(), (size_t)(n * N) * 4, cudaMemcpyDeviceToHost));
-                    int bad = 0;
-                    for (int64_t i = 0; i < n * N; i++) bad += memcmp(&y[(size_t)i], &yref[(size_t)i], 4) != 0;
-                    ok = ok && bad == 0;
-                    hr.resize((size_t)(n * half));
-                    CK(cudaMemcpy(hr.data(), dhr.ptr(), hr.size() * 4, cudaMemcpyDeviceToHost));
-                    CK(cudaMemcpy(mr.data(), dmr.ptr(), (size_t)n * 4, cudaMemcpyDeviceToHost));
-                }
-                const int64_t outs = glu ? n * half : n * N;
-                const int act = n & 1; /* SiLU at 2 and 8 tokens, ReLU^2 at 1, 3 and 5 */
-                for (int v : vars) {
-                    const int oldv = tern_cuda_decode_variant(v);
-                    GBuf &out = glu ? dh : dy;
-                    CK(cudaMemset(out.ptr(), 0xff, (size_t)outs * 4));
-                    if (glu) CK(cudaMemset(dm.ptr(), 0, (size_t)n * 4));
-                    const bool takes = glu ? tern_cuda_glu_i8_mt_ok(&dW, n) : tern_cuda_matmul_i8_f32x_mt_ok(&dW, n);
-                    const int rc = glu ? tern_cuda_glu_i8_mt(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), n,
-                                                             act, (float *)dh.ptr(), (unsigned *)dm.ptr(), 0)
-                                       : tern_cuda_matmul_i8_f32x_mt(&dW, (const float *)dx.ptr(),
-                                                                     (const unsigned *)dm.ptr(), n, (float *)dy.ptr(), 0);
-                    char cfg[64];
-                    snprintf(cfg, sizeof cfg, "%s", tern_cuda_last_config());
-                    tern_cuda_decode_variant(oldv);
-                    CK(cudaDeviceSynchronize());
-                    got.resize((size_t)outs);
-                    CK(cudaMemcpy(got.data(), out.ptr(), (size_t)outs * 4, cudaMemcpyDeviceToHost));
-                    int bad = 0, badm = 0;
-                    const float *want = glu ? hr.data() : yref.data();
-                    for (int64_t i = 0; i < outs; i++) bad += memcmp(&got[(size_t)i], &want[(size_t)i], 4) != 0;
-                    if (glu) { /* each token's max: the separate GLU's and the host's over the fused h */
-                        std::vector<unsigned> m((size_t)n);
-                        CK(cudaMemcpy(m.data(), dm.ptr(), (size_t)n * 4, cudaMemcpyDeviceToHost));
-                        for (int k = 0; k < n; k++) {
-                            float hmx = 0.0f;
-                            for (int64_t j = 0; j < half; j++) hmx = std::max(hmx, fabsf(got[(size_t)(k * half + j)]));
-                            unsigned hb;
-                            memcpy(&hb, &hmx, 4);
-                            badm += m[(size_t)k] != mr[(size_t)k] || m[(size_t)k] != hb || hb == 0;
-                        }
-                    }
-                    const char *pre = glu ? "gemv_tbm mt glu v=" : "gemv_tbm mt f32x v=";
-                    const bool cfg_ok = strncmp(cfg, pre, strlen(pre)) == 0 && (v == 0 || atoi(cfg + strlen(pre)) == v);
-                    report(ok && takes && rc == 0 && cfg_ok && bad == 0 && badm == 0,
-                           "fused mt %s %lldx%lld n=%d variant %d (%s): %d of %lld outputs differ, %d maxima%s%s",
-                           glu ? "glu" : "f32x", (long long)N, (long long)K, n, v, cfg, bad, (long long)outs, badm,
-                           rc ? ": " : "", rc ? err_msg() : "");
-                }
+                const char *pre = "gemv_tbm mt glu v=";
+                const bool cfg_ok = strncmp(cfg, pre, strlen(pre)) == 0 && (v == 0 || atoi(cfg + strlen(pre)) == v);
+                report(ok && bad_y == 0 && takes && rc == 0 && cfg_ok && bad == 0 && badm == 0,
+                       "fused mt glu %lldx%lld n=%d act %d variant %d (%s): GEMV %d of %lld y differ, %d of %lld h, "
+                       "%d maxima%s%s",
+                       (long long)N, (long long)K, n, act, v, cfg, bad_y, (long long)(n * N), bad,
+                       (long long)(n * half), badm, rc ? ": " : "", rc ? err_msg() : "");
             }
-            report(guards_ok(dx) && guards_ok(dy) && guards_ok(dh) && guards_ok(dm) && guards_ok(dhr),
-                   "fused mt %s %lldx%lld: sentinels intact", glu ? "glu" : "f32x", (long long)N, (long long)K);
-            /* 9 tokens: refused */
-            const int rc = glu ? tern_cuda_glu_i8_mt(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 9, 0,
-                                                     (float *)dh.ptr(), (unsigned *)dm.ptr(), 0)
-                               : tern_cuda_matmul_i8_f32x_mt(&dW, (const float *)dx.ptr(), (const unsigned *)dm.ptr(), 9,
-                                                             (float *)dy.ptr(), 0);
-            const bool ok9 = glu ? !tern_cuda_glu_i8_mt_ok(&dW, 9) : !tern_cuda_matmul_i8_f32x_mt_ok(&dW, 9);
-            report(rc < 0 && ok9 && strstr(err_msg(), "9 tokens (1 .. 8)"), "fused mt %s %lldx%lld: 9 tokens refused: %s",
-                   glu ? "glu" : "f32x", (long long)N, (long long)K, rc < 0 ? err_msg() : "(taken)");
-            gfree(dx), gfree(dsx), gfree(dy), gfree(dh), gfree(dhr), gfree(dm), gfree(dmr);
+        }
+        report(guards_ok(dx) && guards_ok(dy) && guards_ok(dh) && guards_ok(dm) && guards_ok(dhr),
+               "fused mt glu %lldx%lld: sentinels intact", (long long)N, (long long)K);
+        const int rc = tern_cuda_glu_i8_mt(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 9, 0,
+                                           (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
+        report(rc < 0 && !tern_cuda_glu_i8_mt_ok(&dW, 9) && strstr(err_msg(), "9 tokens (1 .. 8)"),
+               "fused mt glu %lldx%lld: 9 tokens refused: %s", (long long)N, (long long)K,
+               rc < 0 ? err_msg() : "(taken)");
+        /* the engine's rule: 2048 x 4096 (8M weights) is no multi-token GEMV shape of the int8
+         * dispatch, so the GLU form takes it at 2 .. 8 tokens, not at one */
+        if (sh.rows == 2048)
+            report(tern_cuda_glu_i8_mt_rule(&dW, 2) && tern_cuda_glu_i8_mt_rule(&dW, 8) &&
+                       !tern_cuda_glu_i8_mt_rule(&dW, 1) && !tern_cuda_glu_i8_mt_rule(&dW, 9),
+                   "fused mt glu 2048x4096: the engine's rule at 1 / 2 / 8 / 9 tokens");
+        gfree(dx), gfree(dsx), gfree(dy), gfree(dh), gfree(dhr), gfree(dm), gfree(dmr);
+        tern_cuda_free(&dW);
+        tern_free(&W);
+    }
+    { /* a gate|up matrix the int8 dispatch runs on the multi-token GEMV at 2 and 8 tokens
+       * (the 7B's 22016 x 4096): the rule leaves it there */
+        TernaryMatrix W;
+        TernCudaMatrix dW;
+        if (upload_shape("fused mt rule", {22016, 4096}, &W, &dW)) {
+            report(tern_cuda_glu_i8_mt_ok(&dW, 2) && !tern_cuda_glu_i8_mt_rule(&dW, 2) &&
+                       !tern_cuda_glu_i8_mt_rule(&dW, 8),
+                   "fused mt glu 22016x4096: taken, but not by the engine's rule");
             tern_cuda_free(&dW);
             tern_free(&W);
         }
@@ -1385,16 +1366,14 @@ static void test_fused_mt(void) {
             GBuf dx = gbuf(512, 1), dsx = gbuf(8, 4), dh = gbuf(48 * 4, 4), dm = gbuf(8, 4);
             const int rc = tern_cuda_glu_i8_mt(&dW, (const int8_t *)dx.ptr(), (const float *)dsx.ptr(), 2, 0,
                                                (float *)dh.ptr(), (unsigned *)dm.ptr(), 0);
-            report(!tern_cuda_glu_i8_mt_ok(&dW, 2) && tern_cuda_matmul_i8_f32x_mt_ok(&dW, 2) && rc < 0 &&
-                       strstr(err_msg(), "not a gate|up matrix"),
+            report(!tern_cuda_glu_i8_mt_ok(&dW, 2) && rc < 0 && strstr(err_msg(), "not a gate|up matrix"),
                    "fused mt glu 48 x 256 refused for its shape: %s", rc < 0 ? err_msg() : "(taken)");
             gfree(dx), gfree(dsx), gfree(dh), gfree(dm);
             tern_cuda_free(&dW);
             tern_free(&W);
         }
         if (upload_shape("fused mt refusal, groups of 128", {2048, 4096}, &W, &dW, QG_128)) {
-            report(!tern_cuda_glu_i8_mt_ok(&dW, 2) && !tern_cuda_matmul_i8_f32x_mt_ok(&dW, 2),
-                   "fused mt forms: 2048 x 4096 in groups of 128 columns refused");
+            report(!tern_cuda_glu_i8_mt_ok(&dW, 2), "fused mt glu: 2048 x 4096 in groups of 128 columns refused");
             tern_cuda_free(&dW);
             tern_free(&W);
         }
@@ -2224,7 +2203,7 @@ int main(int argc, char **argv) {
         {"dense", {test_dense, test_dense_gemv}}, /* dense bf16: cuBLAS, and ternlab's GEMV */
         {"gemv", {test_bmma_grid, test_mt_grid, test_mt_default, test_gemv_default, test_tbm_reserve,
                   test_tbm_rowsum, test_fused_mlp, test_fused_mt, test_norm_fold, test_bf_grid}}, /* the one-token and few-token GEMVs */
-        {"fusedmt", {test_fused_mt}}, /* the multi-token kernel's fused forms */
+        {"fusedmt", {test_fused_mt}}, /* the multi-token kernel's GLU form */
         {"rowsum", {test_tbm_rowsum}}, /* the one-token K split through tbm_row_add */
     };
     const Part *part = nullptr;

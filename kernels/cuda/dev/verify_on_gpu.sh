@@ -187,44 +187,30 @@ for s in "${steps[@]}"; do
         # twice, on the LM heads' shapes; the 7B and 27B decoding 2 and 4 sequences, LM head on
         # the GEMV and on cuBLAS
         gemv_ab xf_ bench_gpu bench_gpu_r2 ;;
-    mt) # sixty-third session: decode steps of 2 .. 8 sequences on the multi-token kernel's fused
-        # forms (o from f32, the MLP as two GEMVs; TERNLAB_CUDA_MT_FUSE): their kernel tests, the
-        # engine's GPU tests, the 7B and 27B at batches 2, 3, 4, 8 with both, neither, the MLP's only
-        # (o0) and o's only (g0), two rounds, then
-        # the multi-token and one-token GEMVs' whole tests (test_gpu from the bundle)
+    mt) # sixty-third session: decode steps of 2 .. 8 sequences: o's int8 pass from the attention's
+        # maxima (TERNLAB_CUDA_OMAX) and the GLU in the gate|up GEMV where the int8 dispatch would
+        # not take the multi-token GEMV (TERNLAB_CUDA_MT_FUSE): their kernel tests, the engine's
+        # GPU tests, the 7B and 27B at batches 2, 3, 4, 8 with both, neither and each alone (two
+        # rounds), then the multi-token and one-token GEMVs' whole tests (test_gpu from the bundle)
         run test_gpu_fusedmt /tmp/tl/bin/test_gpu fusedmt
         run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
         for i in 1 2; do
-            for v in mt8 mt0 o0 g0; do
-                ev=(TERNLAB_CUDA_MT_FUSE=8)
-                case $v in mt0) ev=(TERNLAB_CUDA_MT_FUSE=0) ;; o0) ev+=(TERNLAB_CUDA_O_FUSE=0) ;;
-                g0) ev+=(TERNLAB_CUDA_GLU_FUSE=0) ;; esac
+            for v in on off om mt; do
+                case $v in on) ev=() ;; off) ev=(TERNLAB_CUDA_MT_FUSE=0 TERNLAB_CUDA_OMAX=0) ;;
+                om) ev=(TERNLAB_CUDA_MT_FUSE=0) ;; mt) ev=(TERNLAB_CUDA_OMAX=0) ;; esac
                 run e2e_${v}_$i env "${ev[@]}" \
                     /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs tern-i8 --batches 2,3,4,8 --prefill 16 \
                     --out "$out/e2e_${v}_$i.h5" --md "$out/e2e_${v}_$i.md"
             done
         done
         run test_gpu_gemv /tmp/tl/bin/test_gpu gemv ;;
-    mtab) # sixty-third session: where the multi-token fused forms lose (TERNLAB_CUDA_DEV_KNOBS): the
-        # separate kernels (mt0), the GLU form with h coded by down (mlpC) or by a pass of its own
-        # (mlpB, the separate kernels' count), o's int8 pass from the attention's maxima (om)
-        for i in 1 2; do
-            for v in mt0 om mlpB mlpC; do
-                case $v in mt0) ev=(TERNLAB_CUDA_MT_FUSE=0) ;; mlpC) ev=(TERNLAB_CUDA_O_FUSE=0 TERNLAB_CUDA_DEV_KNOBS=1) ;;
-                mlpB) ev=(TERNLAB_CUDA_O_FUSE=0 TERNLAB_CUDA_DEV_KNOBS=3) ;;
-                om) ev=(TERNLAB_CUDA_MT_FUSE=0 TERNLAB_CUDA_DEV_KNOBS=1) ;; esac
-                run e2e_${v}_$i env "${ev[@]}" \
-                    /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs tern-i8 --batches 2,4,8 --prefill 16 \
-                    --out "$out/e2e_${v}_$i.h5" --md "$out/e2e_${v}_$i.md"
-            done
-        done ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
