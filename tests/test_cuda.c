@@ -1140,15 +1140,20 @@ TEST(gpu_embed_gather_table_update_exact) {
  * every decode token into lg (steps x 3 + 3 rows of vocab); the config of the
  * first decode step's last ternary matmul into cfg. */
 enum { SYN_V = 512 };
+/* A synthetic Llama of hidden 256, heads of 128 and vocab SYN_V into *m */
+static void synth_model(Model *m, int64_t inter, int layers, int heads, int kv_heads) {
+    memset(m, 0, sizeof *m);
+    ModelConfig *c = &m->cfg;
+    c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
+    c->hidden = 256, c->inter = inter, c->n_layers = layers, c->n_heads = heads, c->n_kv_heads = kv_heads;
+    c->head_dim = 128, c->vocab = SYN_V;
+    snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+}
+
 static void synth_decode_h(int heads, int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
                            CudaEngineInfo *info) {
     Model m;
-    memset(&m, 0, sizeof m);
-    ModelConfig *c = &m.cfg;
-    c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = heads, c->n_kv_heads = 4;
-    c->head_dim = 128, c->vocab = SYN_V; /* o: 256 x 128 heads columns */
-    snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+    synth_model(&m, 8192, 2, heads, 4); /* o: 256 x 128 heads columns */
     setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
     setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
     if (ofu >= 0) setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
@@ -1253,6 +1258,24 @@ TEST(gpu_fused_decode_bit_identical) {
     free(a), free(b);
 }
 
+/* A synthetic engine (one layer) opened with environment variable name set
+ * to the malformed value v: refused, its message naming the variable. */
+static void env_refused_at_open(const char *name, const char *v) {
+    Model m;
+    synth_model(&m, 512, 1, 2, 2);
+    EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
+    CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
+    Engine e;
+    setenv(name, v, 1);
+    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
+    unsetenv(name);
+    CHECK_MSG(rc != 0 && strstr(err_msg(), name) != NULL, "%s=\"%s\": rc %d, \"%s\"", name, v, rc,
+              rc ? err_msg() : "");
+    if (rc == 0) engine_free(&e);
+    mem_free(m.rope_cos);
+    mem_free(m.rope_sin);
+}
+
 /* Decode steps of 2, 3, 5, 8 and 9 tokens of distinct sequences of a
  * synthetic ternary int8 model (hidden 256, MLP 8192, 64 heads of 128: o of
  * 8192 columns), each size `steps` times (eager, captured, replayed), with
@@ -1263,12 +1286,7 @@ enum { MT_SIZES = 5, MT_ROWS = 27 };
 static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) {
     static const int sizes[MT_SIZES] = {2, 3, 5, 8, 9};
     Model m;
-    memset(&m, 0, sizeof m);
-    ModelConfig *c = &m.cfg;
-    c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-    c->hidden = 256, c->inter = 8192, c->n_layers = 2, c->n_heads = 64, c->n_kv_heads = 4;
-    c->head_dim = 128, c->vocab = SYN_V;
-    snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
+    synth_model(&m, 8192, 2, 64, 4);
     if (!mt) setenv("TERNLAB_CUDA_MT_FUSE", "0", 1), setenv("TERNLAB_CUDA_OMAX", "0", 1);
     EngineOpts o = {.max_tok = 16, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 32};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 7};
@@ -1340,26 +1358,7 @@ TEST(gpu_few_token_forms_bit_identical) {
     free(a), free(b);
     /* a malformed bound: the engine does not open, and says why */
     static const char *const badv[] = {"9", "-1", "x", ""};
-    for (int k = 0; k < 4; k++) {
-        Model m;
-        memset(&m, 0, sizeof m);
-        ModelConfig *c = &m.cfg;
-        c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-        c->hidden = 256, c->inter = 512, c->n_layers = 1, c->n_heads = 2, c->n_kv_heads = 2;
-        c->head_dim = 128, c->vocab = SYN_V;
-        snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
-        EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
-        CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
-        Engine e;
-        setenv("TERNLAB_CUDA_MT_FUSE", badv[k], 1);
-        const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
-        unsetenv("TERNLAB_CUDA_MT_FUSE");
-        CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_MT_FUSE") != NULL,
-                  "TERNLAB_CUDA_MT_FUSE=\"%s\": rc %d, \"%s\"", badv[k], rc, rc ? err_msg() : "");
-        if (rc == 0) engine_free(&e);
-        mem_free(m.rope_cos);
-        mem_free(m.rope_sin);
-    }
+    for (int k = 0; k < 4; k++) env_refused_at_open("TERNLAB_CUDA_MT_FUSE", badv[k]);
 }
 
 /* The CUDA engine leaves one SM to the row kernel before its one-token int8
@@ -1395,26 +1394,7 @@ TEST(gpu_tbm_reserve_bit_identical) {
     }
     /* a malformed value: the engine does not open, and says why */
     static const char *const bad[] = {"", "x", "-1", "2x", "99999999999"};
-    for (int k = 0; k < 5; k++) {
-        Model m;
-        memset(&m, 0, sizeof m);
-        ModelConfig *c = &m.cfg;
-        c->arch = ARCH_LLAMA, c->act = ACT_SILU, c->eps = 1e-5f, c->rope_theta = 10000.0;
-        c->hidden = 256, c->inter = 512, c->n_layers = 1, c->n_heads = 2, c->n_kv_heads = 2;
-        c->head_dim = 128, c->vocab = SYN_V;
-        snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
-        EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
-        CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
-        Engine e;
-        setenv("TERNLAB_CUDA_TBM_RESERVE", bad[k], 1);
-        const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
-        unsetenv("TERNLAB_CUDA_TBM_RESERVE");
-        CHECK_MSG(rc != 0 && strstr(err_msg(), "TERNLAB_CUDA_TBM_RESERVE") != NULL,
-                  "TERNLAB_CUDA_TBM_RESERVE=\"%s\": rc %d, \"%s\"", bad[k], rc, rc ? err_msg() : "");
-        if (rc == 0) engine_free(&e);
-        mem_free(m.rope_cos);
-        mem_free(m.rope_sin);
-    }
+    for (int k = 0; k < 5; k++) env_refused_at_open("TERNLAB_CUDA_TBM_RESERVE", bad[k]);
     /* the q|k|v shape alone under the engine's reserve: its config names the reserve and the grid */
     {
         const int64_t R = 9216, K = 256;
