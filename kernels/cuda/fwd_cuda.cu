@@ -1487,7 +1487,7 @@ act_quant_kernel(const float *x, int64_t cols, const float *mx_in, int8_t *xq, f
     if (threadIdx.x == 0) sx[blockIdx.x] = s;
 }
 
-/* act_quant_kernel with the rows' max given, spread over the row: CTA
+/* act_quant_kernel with the rows' max given (two rows or more), spread over the row: CTA
  * (blockIdx.x, row blockIdx.y) codes columns [kWideCols blockIdx.x, +
  * kWideCols), each thread its kWideU float4 loaded at once (cols % 4 == 0, x
  * 16-byte aligned); the same codes and scale (a decode step has few rows, and
@@ -2191,8 +2191,9 @@ int fwdc_act_quant_i8_max(const float *d_x, int64_t n, int64_t cols, const float
                           float *d_sx, cudaStream_t stream) {
     if (n <= 0) return 0;
     if (n > 0x7fffffff) return err_set("fwdc_act_quant_i8%s: %lld rows", d_mx ? "_max" : "", (long long)n);
-    if (d_mx && n <= 65535 && cols % 4 == 0 && ((uintptr_t)d_x & 15) == 0 && ((uintptr_t)d_xq & 3) == 0 &&
-        cols <= (int64_t)kWideCols * 65535)
+    /* (one row keeps the one-CTA kernel: a one-token step's GEMV leaves it one SM, tern_cuda_tbm_reserve) */
+    if (d_mx && n >= 2 && n <= 65535 && cols > 0 && cols % 4 == 0 && ((uintptr_t)d_x & 15) == 0 &&
+        ((uintptr_t)d_xq & 3) == 0 && cols <= (int64_t)kWideCols * 65535)
         return tern_launch_pdl("act_quant_wide_kernel", act_quant_wide_kernel,
                                dim3((unsigned)((cols + kWideCols - 1) / kWideCols), (unsigned)n), dim3(kWideThreads),
                                stream, d_x, cols, d_mx, d_xq, d_sx);

@@ -72,8 +72,9 @@ struct DLayer {
     std::array<const DLin *, 9> lins() const { return {&q, &k, &v, &o, &gate, &up, &down, &qkv, &gu}; }
 };
 
-/* the most tokens of a decode call that take the multi-token fused forms
- * (o_mt, mlp_mt), and the maxima's words a layer and kind (CE::hmax) */
+/* the most tokens of a call whose maxima have a word each (CE::hmax: a
+ * layer's words of a kind), so the most that take o's int8 pass from the
+ * attention's maxima (o_max_given) and the MLP's GLU form (mlp_mt) */
 constexpr int kMtTok = 8;
 
 struct CE {
@@ -508,7 +509,7 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
  * batch), o int8: the fused attention raises each token's max|output| too,
  * and the int8 pass before o takes it instead of a block reduction of its own
  * (the same max, so the same codes; with the maxima given the pass spreads
- * each row over several CTAs: fwdc_act_quant_i8_max).  H100, bench-e2e
+ * each of two or more rows over several CTAs: fwdc_act_quant_i8_max).  H100, bench-e2e
  * tern-i8 at 2 / 4 / 8 sequences, ms a step: 7B 1.662 / 1.728 / 1.822
  * against 1.697 / 1.749 / 1.845, 27B 4.94 / 5.06 / 5.20 against 4.97 / 5.10 /
  * 5.25 (dev/NOTES.md, sixty-third session). */
@@ -1729,8 +1730,10 @@ int engine_tbm_reserve(void) {
     return 0;
 }
 
-/* TERNLAB_CUDA_MT_FUSE=N: the most tokens of a call that take the
- * multi-token fused forms (o_mt, mlp_mt), 0 .. kMtTok (0: none); unset, kMtTok. */
+/* TERNLAB_CUDA_MT_FUSE=N: the most tokens of a call whose MLP takes the
+ * multi-token GLU form (mlp_mt), 0 .. kMtTok (0: none); unset, kMtTok.  (o's
+ * int8 pass from the attention's maxima at 2 .. kMtTok tokens follows
+ * TERNLAB_CUDA_OMAX.) */
 int mt_fuse_env(int *out) {
     const char *v = getenv("TERNLAB_CUDA_MT_FUSE");
     int64_t n = kMtTok;
