@@ -477,14 +477,20 @@ int row_parallel(CE *g, const DLin &d, const float *true_scale, int64_t sstride,
 #endif
 }
 
+/* (the GLU forms' common ground, mlp_fused's and mlp_mt's: one GPU, gate|up
+ * one ternary int8 matrix of 2 x inter rows, down ternary int8, no sub-norm) */
+bool mlp_int8_pair(const CE *g, const DLayer &L) {
+    return g->glu_fuse && g->tp == 1 && L.fgu && !L.ffn_sub && L.gu.kind == LIN_TERN && L.gu.act_int8 &&
+           L.down.kind == LIN_TERN && L.down.act_int8 && L.gu.tm.rows == 2 * g->c.inter;
+}
+
 /* One token's MLP as two fused GEMVs (tern_cuda_glu_i8, then
  * tern_cuda_matmul_i8_f32x: the GLU kernel and its int8 pass gone, the same
  * bits): one GPU, gate|up as one ternary matrix of 2 x inter rows, int8
  * activations, no sub-norm, shapes both kernels take. */
 bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
-    return n == 1 && g->glu_fuse && g->tp == 1 && L.fgu && !L.ffn_sub && L.gu.kind == LIN_TERN &&
-           L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 && L.gu.tm.rows == 2 * g->c.inter &&
-           tern_cuda_glu_i8_ok(&L.gu.tm) && tern_cuda_matmul_i8_f32x_kernel(&L.down.tm) == 6;
+    return n == 1 && mlp_int8_pair(g, L) && tern_cuda_glu_i8_ok(&L.gu.tm) &&
+           tern_cuda_matmul_i8_f32x_kernel(&L.down.tm) == 6;
 }
 
 /* The o projection's input as f32 with its max|x| raised by the attention
@@ -493,11 +499,13 @@ bool mlp_fused(const CE *g, const DLayer &L, int64_t n) {
  * (o_fuse 1) where o takes the one-warp GEMV (its f32 form codes x into
  * shared memory in every CTA), with TERNLAB_CUDA_O_FUSE=1 (o_fuse 2) on the
  * binary tensor-core GEMVs too. */
-/* one token on one GPU, o ternary with int8 activations and no sub-norm
- * before it (o_fused's and o_max_given's common ground) */
-bool o_int8_one_token(const CE *g, const DLayer &L, int64_t n) {
-    return n == 1 && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8;
+/* one GPU, o ternary with int8 activations and no sub-norm before it
+ * (o_fused's and o_max_given's common ground; they take it at one token,
+ * o_max_given at 2 .. kMtTok too) */
+bool o_int8(const CE *g, const DLayer &L) {
+    return g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8;
 }
+bool o_int8_one_token(const CE *g, const DLayer &L, int64_t n) { return n == 1 && o_int8(g, L); }
 
 bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
     if (!(att_fused && g->o_fuse && o_int8_one_token(g, L, n))) return false;
@@ -515,7 +523,7 @@ bool o_fused(const CE *g, const DLayer &L, int64_t n, bool att_fused) {
  * 5.25 (dev/NOTES.md, sixty-third session). */
 bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool of) {
     if (n >= 2 && n <= kMtTok) /* (each token's max in its own word: hslot) */
-        return att_fused && g->omax_given && g->tp == 1 && !L.attn_sub && L.o.kind == LIN_TERN && L.o.act_int8;
+        return att_fused && g->omax_given && o_int8(g, L);
     return att_fused && !of && g->omax_given && o_int8_one_token(g, L, n);
 }
 
@@ -524,9 +532,7 @@ bool o_max_given(const CE *g, const DLayer &L, int64_t n, bool att_fused, bool o
  * matrix), then h's int8 pass from those maxima (spread over the rows) and
  * the down GEMV: the GLU kernel gone.  The same bits as the separate kernels. */
 bool mlp_mt(const CE *g, const DLayer &L, int64_t n) {
-    return g->glu_fuse && n >= 2 && n <= g->mt_fuse && g->tp == 1 && L.fgu && !L.ffn_sub &&
-           L.gu.kind == LIN_TERN && L.gu.act_int8 && L.down.kind == LIN_TERN && L.down.act_int8 &&
-           L.gu.tm.rows == 2 * g->c.inter && tern_cuda_glu_i8_mt_rule(&L.gu.tm, n);
+    return n >= 2 && n <= g->mt_fuse && mlp_int8_pair(g, L) && tern_cuda_glu_i8_mt_rule(&L.gu.tm, n);
 }
 
 /* One token, o fused on the one-warp f32 form and the MLP fused (mlp_fused:
