@@ -2676,6 +2676,18 @@ TEST(cuda_refusals_are_clear) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 1 && strstr(out, "TERNLAB_CUDA_L2EF=\"no\""), "rc %d: %s", rc, out);
     free(out);
+    /* the numeric settings likewise, on every open: --tp 2 (which reads neither) refuses them
+     * before it counts the GPUs */
+    static const char *const numeric[][2] = {{"TERNLAB_CUDA_MT_FUSE", "9"}, {"TERNLAB_CUDA_TBM_RESERVE", "x"}};
+    for (int k = 0; k < 2; k++) {
+        snprintf(cmd, sizeof cmd, "%s=%s %s ppl --model %s --tokens %s --max-windows 1 --device cuda --tp 2",
+                 numeric[k][0], numeric[k][1], bin_path("ternlab"), test_path(LLAMA_DIR), test_path(TOKENS_FILE));
+        rc = test_run(cmd, &out);
+        char want[96];
+        snprintf(want, sizeof want, "%s=\"%s\": expected", numeric[k][0], numeric[k][1]);
+        CHECK_MSG(rc == 1 && strstr(out, want), "%s: rc %d: %s", want, rc, out);
+        free(out);
+    }
 #endif
     if (!gpu) { /* no GPU here: --device cuda is an error with the reason, not a crash */
         snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2,3 --max-new 2 --device cuda",

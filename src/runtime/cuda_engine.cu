@@ -1689,11 +1689,16 @@ bool env_on(const char *name) {
     return !(v && strcmp(v, "0") == 0);
 }
 
+int mt_fuse_env(int *out);
+int tbm_reserve_env(int64_t *out);
+
 /* The engine's on/off switches (env_on's above, TERNLAB_CUDA_ARGMAX_GRAPH,
  * TERNLAB_CUDA_STEP_TIME, TERNLAB_CUDA_O_FUSE, and tern_cuda's
  * TERNLAB_CUDA_PDL / TERNLAB_CUDA_L2EF) take 0 or 1 where set (empty: the
  * default): any other value (off, no, false) is refused when an engine
- * opens, where it would otherwise have meant the default. */
+ * opens, where it would otherwise have meant the default; so are a malformed
+ * TERNLAB_CUDA_MT_FUSE and TERNLAB_CUDA_TBM_RESERVE (mt_fuse_env,
+ * tbm_reserve_env). */
 int env_switches_check(void) {
     static const char *const names[] = {"TERNLAB_CUDA_GRAPHS",   "TERNLAB_CUDA_GLU_FUSE",  "TERNLAB_CUDA_ATT_FUSE",
                                         "TERNLAB_CUDA_DEFER",    "TERNLAB_CUDA_OMAX",      "TERNLAB_CUDA_NORM_FOLD",
@@ -1705,7 +1710,11 @@ int env_switches_check(void) {
         if (v && *v && strcmp(v, "0") != 0 && strcmp(v, "1") != 0)
             return err_set("%s=\"%s\": expected 0 or 1", n, v);
     }
-    return 0;
+    /* the numeric settings too, so that every open (one GPU, synthetic, --tp N)
+     * refuses a malformed one before the device, whether or not it reads it */
+    int mt = 0;
+    int64_t reserve = 0;
+    return mt_fuse_env(&mt) != 0 || tbm_reserve_env(&reserve) != 0 ? -1 : 0;
 }
 
 /* TERNLAB_CUDA_O_FUSE: where the o projection codes its f32 input itself
@@ -1724,14 +1733,17 @@ int o_fuse_mode(void) {
  * them (tern_cuda_tbm_reserve): 1, or TERNLAB_CUDA_TBM_RESERVE=N.  H200,
  * same binary, three rounds, tok/s at batch 1: 27B 312-316 with 0, 320-323
  * with 1; the 7B (its q|k|v CTA fits beside its norm) 922-931 / 917-933. */
-int engine_tbm_reserve(void) {
+int tbm_reserve_env(int64_t *out) {
     const char *v = getenv("TERNLAB_CUDA_TBM_RESERVE");
     int64_t n = 1;
-    if (v) {
-        if (str_to_i64(v, 0, 1024, &n) < 0)
-            return err_set("TERNLAB_CUDA_TBM_RESERVE=\"%s\": expected the number of SMs to leave out, 0 .. 1024",
-                           v);
-    }
+    if (v && str_to_i64(v, 0, 1024, &n) < 0)
+        return err_set("TERNLAB_CUDA_TBM_RESERVE=\"%s\": expected the number of SMs to leave out, 0 .. 1024", v);
+    *out = n;
+    return 0;
+}
+int engine_tbm_reserve(void) {
+    int64_t n = 1;
+    if (tbm_reserve_env(&n) != 0) return -1;
     tern_cuda_tbm_reserve((int)n);
     return 0;
 }
