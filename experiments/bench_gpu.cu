@@ -830,8 +830,8 @@ int main(int argc, char **argv) {
         for (auto &r : rows) {
             if (r.kernel != "dense_gemv_bf16") continue;
             if (!any)
-                fprintf(o, "\nDense bf16 weights, 1 .. 4 tokens: ternlab's GEMV (tern_cuda_gemv_bf16, a ternary "
-                           "model's LM head in the engine) against cuBLAS on the same weights; GEMV: its calls "
+                fprintf(o, "\nDense bf16 weights at the token counts this run measured: ternlab's GEMV (tern_cuda_gemv_bf16, a "
+                           "ternary model's LM head at 1 .. 4 tokens in the engine) against cuBLAS on the same weights; GEMV: its calls "
                            "launched as programmatic dependents (each reads its first weights while the call "
                            "before ends, as the engine launches it), plain: launched as cuBLAS's are.\n\n"
                            "| N x K | M | cuBLAS bf16 us | cuBLAS %% copy | GEMV us | GEMV %% copy | GEMV x cuBLAS | "
