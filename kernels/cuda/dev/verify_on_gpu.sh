@@ -14,7 +14,7 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64).  Logs and tables are written under
+# their last commits: v64; every kernel test and the engine's: full).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -216,13 +216,17 @@ for s in "${steps[@]}"; do
             run e2e_$v env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs tern-i8 \
                 --batches 1,2,4,8 --prefill 16 --out "$out/e2e_$v.h5" --md "$out/e2e_$v.md"
         done ;;
+    full) # every kernel test (test_gpu with no group: the whole suite, from the bundle) and the
+        # engine's GPU tests: the full GPU verification at the bundle's commit
+        run test_gpu_all /tmp/tl/bin/test_gpu
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt v64 tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt v64 full tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
