@@ -218,8 +218,10 @@ for s in "${steps[@]}"; do
         done ;;
     full) # every kernel test (test_gpu with no group: the whole suite, from the bundle) and the
         # engine's GPU tests: the full GPU verification at the bundle's commit
-        run test_gpu_all /tmp/tl/bin/test_gpu
-        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e ;;
+        # (the engine's first, then the kernels' under a limit, FULL_LIMIT seconds: a call that
+        # would run past the device's own limit still returns the log of what ran)
+        run engine_tests /tmp/tl/bin/test_runner gpu_ cuda_ exp_device bench_e2e
+        run test_gpu_all timeout "${FULL_LIMIT:-360}" /tmp/tl/bin/test_gpu ;;
     tables) # the paper's tables (sixty-first session): bench-e2e's default run and bench_gpu's, three
         # times each, alternating (the middle of three goes to paper/tables, paper/data)
         for i in 1 2 3; do
