@@ -7,6 +7,7 @@
  * (CI); the refusals at the end run everywhere. */
 #include "test.h"
 #include "fixtures.h"
+#include "core/blas_setup.h"
 #include "core/err.h"
 #include "core/mem.h"
 #include "eval/ppl.h"
@@ -1728,8 +1729,12 @@ static void gpu_vs_cpu(const char *dir, const char *quant) {
         for (int b = 0; b < batch; b++) {
             int same = 0;
             while (same < 100 && gpu[b][same] == cpu[b][same]) same++;
-            CHECK_MSG(same == 100, "%s quant=%s batch %d seq %d: first difference at %d", dir,
-                      quant ? quant : "(native)", batch, b, same);
+            /* (the CPU's dense sums — attention, LM head — come from OpenBLAS, whose kernels
+             * round by core: a core forced through OPENBLAS_CORETYPE can move the CPU's logits
+             * across a near-tie; the message names the core the CPU run had) */
+            CHECK_MSG(same == 100, "%s quant=%s batch %d seq %d: first difference at %d (CPU: %s, OpenBLAS core %s, "
+                      "OPENBLAS_CORETYPE %s)", dir, quant ? quant : "(native)", batch, b, same, cpu_model_report(),
+                      blas_core_report(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
             free(gpu[b]);
             free(cpu[b]);
         }

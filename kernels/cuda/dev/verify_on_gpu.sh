@@ -31,6 +31,12 @@ tar xJf .devlibs/bundle.tar.xz -C /tmp/tl || { echo "no .devlibs/bundle.tar.xz (
 export LD_LIBRARY_PATH=/tmp/tl/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export TERNLAB_BIN=/tmp/tl/bin/ternlab TERNLAB_BUILD=/tmp/tl/bin TERNLAB_TEST_TIMEOUT=200
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+# Some device images set OPENBLAS_CORETYPE=Haswell on AVX-512 CPUs: the CPU side of the GPU-vs-CPU
+# greedy tests then runs Haswell sgemm kernels whose rounding moved bitnet-tiny's and llama-tiny's
+# ternary CPU logits across a near-tie (tokens 30 and 62; sixty-fourth session). The programs
+# respect a user's core, so the script drops the image's (KEEP_CORETYPE=1 keeps it) and records it.
+echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-unset} (kept: ${KEEP_CORETYPE:-0}); $(grep -m1 'model name' /proc/cpuinfo)" >> "$out/gpu.txt"
+[ "${KEEP_CORETYPE:-0}" = 1 ] || unset OPENBLAS_CORETYPE
 # (test_gpu and bench_gpu built here only for the steps that run them)
 if [[ " ${steps[*]} " =~ \ (tests|bench|chain|bf|bfsweep)\  ]]; then
     make -f kernels/cuda/gpu.mk GPU_BUILD=/tmp/g /tmp/g/test_gpu /tmp/g/bench_gpu -j16 > "$out/build.log" 2>&1
