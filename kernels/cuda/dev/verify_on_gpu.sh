@@ -32,8 +32,8 @@ export LD_LIBRARY_PATH=/tmp/tl/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-g
 export TERNLAB_BIN=/tmp/tl/bin/ternlab TERNLAB_BUILD=/tmp/tl/bin TERNLAB_TEST_TIMEOUT=200
 nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
 # Some device images set OPENBLAS_CORETYPE=Haswell on AVX-512 CPUs: the CPU side of the GPU-vs-CPU
-# greedy tests then runs Haswell sgemm kernels whose rounding moved bitnet-tiny's and llama-tiny's
-# ternary CPU logits across a near-tie (tokens 30 and 62; sixty-fourth session). The programs
+# greedy tests then runs Haswell sgemm kernels whose rounding parted bitnet-tiny's and llama-tiny's
+# ternary greedy tokens from the GPU's (tokens 30 and 62; sixty-fourth session). The programs
 # respect a user's core, so the script drops the image's (KEEP_CORETYPE=1 keeps it) and records it.
 echo "OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE-unset} (kept: ${KEEP_CORETYPE:-0}); $(grep -m1 'model name' /proc/cpuinfo)" >> "$out/gpu.txt"
 [ "${KEEP_CORETYPE:-0}" = 1 ] || unset OPENBLAS_CORETYPE
