@@ -1151,20 +1151,27 @@ static void synth_model(Model *m, int64_t inter, int layers, int heads, int kv_h
     snprintf(c->model_type, sizeof c->model_type, "synthetic-test");
 }
 
+/* cuda_engine_open_synthetic with the n environment variables names[i] set to
+ * vals[i] (NULL: not set) for the open only; all n unset after it. */
+static int synth_open_env(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn, int n,
+                          const char *const *names, const char *const *vals) {
+    for (int i = 0; i < n; i++)
+        if (vals[i]) setenv(names[i], vals[i], 1);
+    const int rc = cuda_engine_open_synthetic(e, m, o, syn);
+    for (int i = 0; i < n; i++) unsetenv(names[i]);
+    return rc;
+}
+
 static void synth_decode_h(int heads, int glu, int att, int ofu, int steps, float *lg, char *cfg, size_t cap,
                            CudaEngineInfo *info) {
     Model m;
     synth_model(&m, 8192, 2, heads, 4); /* o: 256 x 128 heads columns */
-    setenv("TERNLAB_CUDA_GLU_FUSE", glu ? "1" : "0", 1);
-    setenv("TERNLAB_CUDA_ATT_FUSE", att ? "1" : "0", 1);
-    if (ofu >= 0) setenv("TERNLAB_CUDA_O_FUSE", ofu ? "1" : "0", 1);
+    static const char *const names[] = {"TERNLAB_CUDA_GLU_FUSE", "TERNLAB_CUDA_ATT_FUSE", "TERNLAB_CUDA_O_FUSE"};
+    const char *const vals[] = {glu ? "1" : "0", att ? "1" : "0", ofu < 0 ? NULL : ofu ? "1" : "0"};
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
-    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
-    unsetenv("TERNLAB_CUDA_GLU_FUSE");
-    unsetenv("TERNLAB_CUDA_ATT_FUSE");
-    unsetenv("TERNLAB_CUDA_O_FUSE");
+    const int rc = synth_open_env(&e, &m, &o, &syn, 3, names, vals);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[8], seq[8];
@@ -1267,9 +1274,7 @@ static void env_refused_at_open(const char *name, const char *v) {
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
-    setenv(name, v, 1);
-    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
-    unsetenv(name);
+    const int rc = synth_open_env(&e, &m, &o, &syn, 1, &name, &v);
     CHECK_MSG(rc != 0 && strstr(err_msg(), name) != NULL, "%s=\"%s\": rc %d, \"%s\"", name, v, rc,
               rc ? err_msg() : "");
     if (rc == 0) engine_free(&e);
@@ -1288,13 +1293,12 @@ static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) 
     static const int sizes[MT_SIZES] = {2, 3, 5, 8, 9};
     Model m;
     synth_model(&m, 8192, 2, 64, 4);
-    if (!mt) setenv("TERNLAB_CUDA_MT_FUSE", "0", 1), setenv("TERNLAB_CUDA_OMAX", "0", 1);
+    static const char *const names[] = {"TERNLAB_CUDA_MT_FUSE", "TERNLAB_CUDA_OMAX"};
+    const char *const vals[] = {mt ? NULL : "0", mt ? NULL : "0"};
     EngineOpts o = {.max_tok = 16, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 32};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 7};
     Engine e;
-    const int rc = cuda_engine_open_synthetic(&e, &m, &o, &syn);
-    unsetenv("TERNLAB_CUDA_MT_FUSE");
-    unsetenv("TERNLAB_CUDA_OMAX");
+    const int rc = synth_open_env(&e, &m, &o, &syn, 2, names, vals);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[16], seq[16], sq[9];
