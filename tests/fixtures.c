@@ -148,6 +148,44 @@ int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_
     return rc;
 }
 
+float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
+                             const int32_t *gen, int64_t n_gen, int *vocab) {
+    Model m;
+    Engine e;
+    if (np < 1 || n_gen < 0) return NULL;
+    if (fixture_engine(dir, opts, 64, 16, 1, np + n_gen + 1, &m, &e) != 0) return NULL;
+    const int64_t cap = e.rs.max_tok < 64 ? e.rs.max_tok : 64;
+    *vocab = m.cfg.vocab;
+    float *out = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
+    int sid = kv_seq_new(&e.kv), rc = 0;
+    int tok[64], seq[64];
+    int64_t pos[64];
+    /* the prompt in chunks of the run state, as engine_generate; the last
+     * chunk's last logits */
+    for (int64_t p0 = 0; p0 < np && rc == 0; p0 += cap) {
+        int64_t cnt = np - p0 < cap ? np - p0 : cap, li = cnt - 1;
+        for (int64_t i = 0; i < cnt; i++) tok[i] = prompt[p0 + i], seq[i] = sid, pos[i] = p0 + i;
+        rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, cnt, &li, 1, p0 + cnt == np ? out : NULL);
+    }
+    /* then the given tokens a decode step each (the decode path's kernels) */
+    e.rs.decode = 1;
+    for (int64_t t = 0; t < n_gen && rc == 0; t++) {
+        int64_t li = 0;
+        tok[0] = gen[t], seq[0] = sid, pos[0] = np + t;
+        rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, 1, &li, 1, out);
+    }
+    e.rs.decode = 0;
+    if (rc) {
+        fprintf(stderr, "    %s\n", err_msg());
+        free(out);
+        out = NULL;
+    }
+    kv_seq_free(&e.kv, sid);
+    engine_free(&e);
+    model_free(&m);
+    return out;
+}
+
 const char *bin_path(const char *prog) {
     static _Thread_local char buf[8][512];
     static _Thread_local int k;

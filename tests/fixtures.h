@@ -42,6 +42,12 @@ int fixture_greedy(const char *dir, const ModelLoadOpts *opts, const int32_t *pr
 /* The same with a prompt of its own for each sequence (prompts[b], lens[b]). */
 int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_t *const *prompts,
                         const int64_t *lens, int64_t n_new, int batch, int32_t **out, CudaEngineInfo *info);
+/* The logits after the prompt and then the n_gen tokens of gen fed as decode
+ * steps, one sequence on a fixture_backend engine (as fixture_greedy's, one
+ * token a step): they predict the token after gen[n_gen-1] (after the prompt
+ * where n_gen = 0).  *vocab floats, heap; NULL on an error (printed). */
+float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
+                             const int32_t *gen, int64_t n_gen, int *vocab);
 /* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
  * sanitizer suite runs its own binaries. */
 const char *bin_path(const char *prog);

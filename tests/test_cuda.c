@@ -1709,6 +1709,30 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
     oracle(BITNET_DIR, 1, 1.0, 0.95);
 }
 
+/* Where GPU and CPU greedy tokens part (after `same` common tokens, hist):
+ * each path's logits at that step, fed the common history as decode steps,
+ * for the two tokens (g: the GPU's, c: the CPU's) — a near-tie shows as a
+ * small difference, in both paths.  Printed with the failure; not a check. */
+static void report_parting(const char *dir, const ModelLoadOpts *lo, const int32_t *prompt, int64_t np,
+                           const int32_t *hist, int same, int32_t g, int32_t c) {
+    const EngineDevice saved = fixture_backend.device;
+    const EngineDevice devs[2] = {ENGINE_CUDA, ENGINE_CPU};
+    for (int i = 0; i < 2; i++) {
+        int V = 0;
+        fixture_backend.device = devs[i];
+        float *lg = fixture_forced_logits(dir, lo, prompt, np, hist, same, &V);
+        if (!lg || g < 0 || g >= V || c < 0 || c >= V) {
+            printf("    (the %s logits at token %d: not available)\n", i ? "CPU" : "GPU", same);
+            free(lg);
+            continue;
+        }
+        printf("    %s logits at token %d: argmax %lld; the GPU's token %d %.6f, the CPU's %d %.6f (GPU's - CPU's "
+               "%.3g)\n", i ? "CPU" : "GPU", same, (long long)argmax_f32(lg, V), g, lg[g], c, lg[c], lg[g] - lg[c]);
+        free(lg);
+    }
+    fixture_backend.device = saved;
+}
+
 /* 100 greedy tokens GPU (fp32 activations, decode graphs) vs CPU on the same
  * ternary weights, batch 1 and 8. */
 static void gpu_vs_cpu(const char *dir, const char *quant) {
@@ -1730,6 +1754,7 @@ static void gpu_vs_cpu(const char *dir, const char *quant) {
         CHECK_MSG(info.graphs >= 1 && info.graph_launches >= 90,
                   "decode graphs: %lld captured, %lld launches", (long long)info.graphs,
                   (long long)info.graph_launches);
+        int parted = 0; /* the first parting sequence's logits are reported */
         for (int b = 0; b < batch; b++) {
             int same = 0;
             while (same < 100 && gpu[b][same] == cpu[b][same]) same++;
@@ -1739,6 +1764,7 @@ static void gpu_vs_cpu(const char *dir, const char *quant) {
             CHECK_MSG(same == 100, "%s quant=%s batch %d seq %d: first difference at %d (CPU: %s, OpenBLAS core %s, "
                       "OPENBLAS_CORETYPE %s)", dir, quant ? quant : "(native)", batch, b, same, cpu_model_report(),
                       blas_core_report(), getenv("OPENBLAS_CORETYPE") ? getenv("OPENBLAS_CORETYPE") : "unset");
+            if (same < 100 && !parted++) report_parting(dir, &lo, prompt, np, cpu[b], same, gpu[b][same], cpu[b][same]);
             free(gpu[b]);
             free(cpu[b]);
         }

@@ -169,6 +169,45 @@ TEST(ternary_fast_path_equals_dense_llama_ptq) {
     check_fast_vs_dense(LLAMA_DIR, "rule=absmean,group=128,scale=bf16,act=int8");
 }
 
+/* fixture_forced_logits (the GPU tests' diagnostic where greedy tokens part)
+ * on the CPU: fed greedy's own tokens as decode steps, its logits pick greedy's
+ * next token at every step tried (the same path, so exactly); and a prompt
+ * longer than one run-state chunk (64) gives the logits that the shorter
+ * prompt's decode steps give at the same position (llama-tiny; prefill and
+ * decode sum in other orders: rel L2 1e-4, the fixture's f32 logits bound). */
+TEST(forced_logits_follow_greedy) {
+    int32_t *prompt, *out[1];
+    int64_t np = fixture_ref_ints(BITNET_DIR, "greedy_prompt", &prompt);
+    REQUIRE(np > 0 && np < 64);
+    out[0] = xmalloc(sizeof(int32_t) * 100);
+    REQUIRE(fixture_greedy(BITNET_DIR, NULL, prompt, np, 100, 1, out, NULL) == 0);
+    const int ks[] = {0, 1, 29, 30, 63, 99};
+    int V = 0;
+    for (int i = 0; i < 6; i++) {
+        float *lg = fixture_forced_logits(BITNET_DIR, NULL, prompt, np, out[0], ks[i], &V);
+        REQUIRE(lg != NULL);
+        int64_t best = argmax_f32(lg, V);
+        CHECK_MSG(best == out[0][ks[i]], "after %d fed tokens: argmax %lld, greedy's token %d", ks[i],
+                  (long long)best, out[0][ks[i]]);
+        free(lg);
+    }
+    free(out[0]), free(prompt);
+    /* llama-tiny (f32 activations: no int8 rounding to tip): the prompt and 70
+     * tokens (two chunks), then 10 decode steps */
+    np = fixture_ref_ints(LLAMA_DIR, "greedy_prompt", &prompt);
+    REQUIRE(np > 0 && np < 64);
+    int32_t *toks = xmalloc(sizeof(int32_t) * (size_t)(np + 80));
+    memcpy(toks, prompt, sizeof(int32_t) * (size_t)np);
+    for (int i = 0; i < 80; i++) toks[np + i] = (int32_t)((i * 37 + 11) % 256);
+    float *a = fixture_forced_logits(LLAMA_DIR, NULL, toks, np + 70, toks + np + 70, 10, &V);
+    float *b = fixture_forced_logits(LLAMA_DIR, NULL, toks, np, toks + np, 80, &V);
+    REQUIRE(a && b);
+    double rel = rel_l2(a, b, V);
+    printf("    forced logits after an %lld-token prompt vs decode steps: rel L2 %.3g\n", (long long)(np + 70), rel);
+    CHECK_MSG(rel <= 1e-4, "rel L2 %.3g", rel);
+    free(a), free(b), free(toks), free(prompt);
+}
+
 /* ppl over the first 100 windows under `spec` vs ptq_reference.json. */
 static void check_ptq_spec(const char *spec, const cJSON *specs) {
     const cJSON *ent = cJSON_GetObjectItem(specs, spec);

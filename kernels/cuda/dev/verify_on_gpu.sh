@@ -14,7 +14,8 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64; every kernel test and the engine's: full).  Logs and tables are written under
+# their last commits: v64; every kernel test and the engine's: full; the greedy tests under a
+# forced OpenBLAS core: tie).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
 # Each step records its exit status; the script goes on after a failure so
@@ -221,6 +222,12 @@ for s in "${steps[@]}"; do
             case $v in on) ev=() ;; off) ev=(TERNLAB_CUDA_MT_FUSE=0 TERNLAB_CUDA_OMAX=0) ;; esac
             run e2e_$v env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b --configs tern-i8 \
                 --batches 1,2,4,8 --prefill 16 --out "$out/e2e_$v.h5" --md "$out/e2e_$v.md"
+        done ;;
+    tie) # sixty-fifth session: the GPU-vs-CPU greedy tests with the CPU's OpenBLAS core forced to
+        # Haswell (TIE_CORES overrides), where the sixty-fourth session's card parted; a failure
+        # now prints each path's logits at the parting step (fixture_forced_logits)
+        for c in ${TIE_CORES:-Haswell}; do
+            run tie_$c env OPENBLAS_CORETYPE=$c /tmp/tl/bin/test_runner gpu_greedy_equals_cpu
         done ;;
     full) # every kernel test (test_gpu with no group: the whole suite, from the bundle) and the
         # engine's GPU tests: the full GPU verification at the bundle's commit
