@@ -152,27 +152,19 @@ float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const i
                              const int32_t *gen, int64_t n_gen, int *vocab) {
     Model m;
     Engine e;
-    if (np < 1 || n_gen < 0) return NULL;
+    if (n_gen < 0) return NULL;
     if (fixture_engine(dir, opts, 64, 16, 1, np + n_gen + 1, &m, &e) != 0) return NULL;
-    const int64_t cap = e.rs.max_tok < 64 ? e.rs.max_tok : 64;
     *vocab = m.cfg.vocab;
     float *out = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
-    int sid = kv_seq_new(&e.kv), rc = 0;
-    int tok[64], seq[64];
-    int64_t pos[64];
-    /* the prompt in chunks of the run state, as engine_generate; the last
-     * chunk's last logits */
-    for (int64_t p0 = 0; p0 < np && rc == 0; p0 += cap) {
-        int64_t cnt = np - p0 < cap ? np - p0 : cap, li = cnt - 1;
-        for (int64_t i = 0; i < cnt; i++) tok[i] = prompt[p0 + i], seq[i] = sid, pos[i] = p0 + i;
-        rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, cnt, &li, 1, p0 + cnt == np ? out : NULL);
-    }
-    /* then the given tokens a decode step each (the decode path's kernels) */
+    const int sid = kv_seq_new(&e.kv);
+    /* the prompt as engine_generate prefills it, then the given tokens a
+     * decode step each (the decode path's kernels) */
+    int rc = engine_prefill(&e, sid, prompt, np, out);
     e.rs.decode = 1;
     for (int64_t t = 0; t < n_gen && rc == 0; t++) {
-        int64_t li = 0;
-        tok[0] = gen[t], seq[0] = sid, pos[0] = np + t;
-        rc = forward(e.m, &e.kv, &e.rs, tok, seq, pos, 1, &li, 1, out);
+        const int tok = gen[t];
+        const int64_t pos = np + t, li = 0;
+        rc = forward(e.m, &e.kv, &e.rs, &tok, &sid, &pos, 1, &li, 1, out);
     }
     e.rs.decode = 0;
     if (rc) {

@@ -56,39 +56,47 @@ int64_t argmax_f32(const float *x, int64_t n) {
     return best;
 }
 
+int engine_prefill(Engine *e, int sid, const int32_t *prompt, int64_t len, float *logits) {
+    if (len < 1) return err_set("generate: empty prompt");
+    const int64_t cap = e->rs.max_tok;
+    const int64_t n = len < cap ? len : cap;
+    int *tok = xmalloc(sizeof(int) * (size_t)n), *seq = xmalloc(sizeof(int) * (size_t)n);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)n);
+    int rc = 0;
+    for (int64_t p0 = 0; p0 < len && rc == 0; p0 += cap) {
+        int64_t cnt = len - p0 < cap ? len - p0 : cap;
+        for (int64_t i = 0; i < cnt; i++) {
+            tok[i] = prompt[p0 + i];
+            seq[i] = sid;
+            pos[i] = p0 + i;
+        }
+        int last = p0 + cnt == len;
+        int64_t li = cnt - 1;
+        rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, cnt, &li, 1, last ? logits : NULL);
+    }
+    free(tok);
+    free(seq);
+    free(pos);
+    return rc;
+}
+
 int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *prompt_len, int n_seq,
                     int64_t max_new, int32_t **out) {
     const int64_t V = e->m->cfg.vocab, cap = e->rs.max_tok;
     if (n_seq > cap) return err_set("generate: batch %d exceeds the run state (%lld tokens)", n_seq,
                                     (long long)cap);
     int rc = 0;
-    int *seq = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
-    int *ids = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
-    int *tok = xmalloc(sizeof(int) * (size_t)(n_seq + cap));
-    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)(n_seq + cap));
+    int *seq = xmalloc(sizeof(int) * (size_t)n_seq);
+    int *ids = xmalloc(sizeof(int) * (size_t)n_seq);
+    int *tok = xmalloc(sizeof(int) * (size_t)n_seq);
+    int64_t *pos = xmalloc(sizeof(int64_t) * (size_t)n_seq);
     int64_t *lidx = xmalloc(sizeof(int64_t) * (size_t)n_seq);
     float *logits = mem_alloc(sizeof(float) * (size_t)(n_seq * V), "logits");
     if (!logits) rc = -1;
     for (int s = 0; s < n_seq; s++) ids[s] = kv_seq_new(&e->kv);
-    /* prefill each prompt in chunks; keep the last chunk's last logits */
-    for (int s = 0; s < n_seq && rc == 0; s++) {
-        if (prompt_len[s] < 1) {
-            rc = err_set("generate: empty prompt");
-            break;
-        }
-        for (int64_t p0 = 0; p0 < prompt_len[s] && rc == 0; p0 += cap) {
-            int64_t cnt = prompt_len[s] - p0 < cap ? prompt_len[s] - p0 : cap;
-            for (int64_t i = 0; i < cnt; i++) {
-                tok[i] = prompts[s][p0 + i];
-                seq[i] = ids[s];
-                pos[i] = p0 + i;
-            }
-            int last = p0 + cnt == prompt_len[s];
-            int64_t li = cnt - 1;
-            rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, cnt, &li, 1,
-                         last ? logits + s * V : NULL);
-        }
-    }
+    /* prefill each prompt; keep its last logits */
+    for (int s = 0; s < n_seq && rc == 0; s++)
+        rc = engine_prefill(e, ids[s], prompts[s], prompt_len[s], logits + s * V);
     /* batched greedy decode; a backend that can (the GPU) takes the argmax where
      * the logits are and only the token ids come back (RunState.argmax_out) */
     int32_t *next = NULL;

@@ -41,6 +41,11 @@ int engine_open(Engine *e, Model *m, const EngineOpts *o);
 int engine_init(Engine *e, Model *m, const EngineOpts *o);
 void engine_free(Engine *e);
 
+/* Prefills prompt (len >= 1 tokens) into KV sequence sid in chunks of at most
+ * max_tok tokens, positions 0 .. len-1; the last token's logits (vocab floats)
+ * into logits.  Returns 0 or -1 (err_set). */
+int engine_prefill(Engine *e, int sid, const int32_t *prompt, int64_t len, float *logits);
+
 /* Greedy generation for n_seq prompts at once (batched decode: one forward per
  * step with one token of every sequence).  out[s] receives max_new ids.
  * Prompts are prefilled in chunks of at most max_tok tokens. */
