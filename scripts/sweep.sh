@@ -61,7 +61,8 @@
 # Files kept in RESULTS/EXP/: jobs (one command per line, the grid; also what
 # scripts/slurm/sweep.sbatch runs), joblog (GNU Parallel's --joblog: one line
 # per finished job; entries whose file is gone or invalid are dropped before
-# a resume so that they run again; the previous log is kept as joblog.prev),
+# a resume so that they run again, and a finished point left without a line
+# gets one from a job that skips it; the previous log is kept as joblog.prev),
 # sweep.log (this script's messages), config/ (the settings' snapshots).
 #
 # environment:
@@ -453,8 +454,8 @@ done
 # values) but the old joblog's sequence numbers no longer mean the same jobs.
 printf '%s\n' "${lines[@]}" > "$dir/jobs.new"
 if [ -f "$dir/jobs" ] && ! cmp -s "$dir/jobs" "$dir/jobs.new"; then
-  log "note: the job list differs from the previous sweep in $(rel "$dir") (settings, models or values changed);"
-  log "      finished files of other settings are moved into misplaced/ and their points rerun (files made by hand, without sweep_point, are kept)"
+  log "note: the job list differs from the previous sweep in $(rel "$dir") (settings, models, values or a path's spelling changed):"
+  log "      the joblog keeps only lines of unchanged commands; a file of other settings was moved into misplaced/ above, if any (files made by hand, without sweep_point, are kept)"
 fi
 mv "$dir/jobs.new" "$dir/jobs"
 
@@ -468,12 +469,20 @@ if [ -f "$dir/joblog" ]; then
   awk -F '\t' -v ok="$ok_seqs" -v jobs="$dir/jobs" '
     BEGIN { while ((getline l < jobs) > 0) cmd[++n] = l }
     NR == 1 { print; next }
-    index(ok, " " $1 " ") && $7 == 0 && $9 == cmd[$1] && !printed[$1]++ { print }
+    index(ok, " " $1 " ") && $7 == 0 && $8 == 0 && $9 == cmd[$1] && !printed[$1]++ { print }
   ' "$dir/joblog.prev" > "$dir/joblog"
   kept=$(($(wc -l < "$dir/joblog") - 1))
   [ "$kept" -lt 0 ] && kept=0
   log "resume: joblog keeps $kept finished job(s); $((n - done_n)) point(s) to run"
 fi
+# Finished points without a kept line (their job killed by a signal while the
+# run it started went on to write the file; Parallel killed under its jobs; the
+# same point under a command spelt differently) go through Parallel too: their
+# job finds the file complete and skips it, and the joblog gets its line.
+# Without that, a sweep with every file present ran nothing and the next one
+# copied a joblog short of those points over joblog.prev, losing them.
+kept=0
+[ -f "$dir/joblog" ] && kept=$(awk 'NR > 1' "$dir/joblog" | wc -l)
 
 if [ $prepare -eq 1 ]; then
   log "prepared $(rel "$dir")/jobs ($n lines, $((n - done_n)) to run); on Slurm, from $root:"
@@ -481,8 +490,12 @@ if [ $prepare -eq 1 ]; then
   exit 0
 fi
 
-if [ "$done_n" -lt "$n" ]; then
-  log "running $((n - done_n)) point(s) with $jobs job(s) at a time: joblog $(rel "$dir")/joblog"
+if [ "$done_n" -lt "$n" ] || [ "$kept" -lt "$n" ]; then
+  if [ "$done_n" -lt "$n" ]; then
+    log "running $((n - done_n)) point(s) with $jobs job(s) at a time: joblog $(rel "$dir")/joblog"
+  else
+    log "all $n points have their files; $((n - kept)) of them have no joblog line: their jobs skip them and record it"
+  fi
   # A signal to this script is forwarded to GNU Parallel.  (Without it the
   # shell died alone and Parallel ran the rest of the grid headless, holding
   # the folder's lock.)  GNU Parallel 20221122 (man parallel, --term-seq): TERM

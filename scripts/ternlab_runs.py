@@ -8,6 +8,7 @@ import argparse
 import glob
 import os
 import re
+import shlex
 import subprocess
 import sys
 
@@ -202,10 +203,11 @@ def load(results_dir, exp, configs_dir="configs"):
 
 
 def load_with_missing(results_dir, exp, configs_dir="configs"):
-    """(runs, missing): load's runs and missing_points against the config's
-    values.  A file of another experiment (its `experiment` attribute) is
-    skipped with a warning; a model that lacks some of the config's values
-    is named with them on stderr."""
+    """(runs, missing): load's runs, and missing_points against the config's
+    values followed by unrun_models against the last sweep's plan
+    (RESULTS/EXP/jobs).  A file of another experiment (its `experiment`
+    attribute) is skipped with a warning; a model that lacks some of the
+    config's values, or every planned one, is named with them on stderr."""
     runs = []
     for p in crash_free(sorted(glob.glob(os.path.join(results_dir, exp, "*.h5")))):
         r = read_run(p)
@@ -223,6 +225,12 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
     for m, gone in missing:
         print(f"warning: {exp}: {m} has no run for {', '.join(gone)} "
               f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
+    jobs = os.path.join(results_dir, exp, "jobs")
+    unrun = unrun_models(runs, planned_points(jobs), values)
+    for m, gone in unrun:
+        print(f"warning: {exp}: {m} has no run file at all (the last sweep in {os.path.dirname(jobs)} "
+              f"planned {', '.join(gone)})", file=sys.stderr)
+    missing = missing + unrun
     rank = {v: i for i, v in enumerate(values)}
     for r in runs:
         r["value_rank"] = rank.get(r["value"], len(rank))
@@ -286,6 +294,48 @@ def missing_points(runs, values):
         missing = [v for v in values if v not in have]
         if missing:
             out.append((f"{m[0]} ({m[1]})" if devices else m[0], missing))
+    return out
+
+
+def planned_points(jobs_path):
+    """[(model, value)] of the points a sweep planned: its RESULTS/EXP/jobs file
+    (scripts/sweep.sh; each line runs sweep_point.sh with --expect model/=NAME
+    and --expect factor_value=VALUE); [] where there is none or it cannot be read."""
+    try:
+        with open(jobs_path, encoding="utf-8") as f:
+            lines = f.read().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return []
+    out = []
+    for line in lines:
+        try:
+            words = shlex.split(line)
+        except ValueError:
+            continue
+        exp = {}
+        for i, w in enumerate(words[:-1]):
+            if w == "--":
+                break
+            if w == "--expect":
+                k, _, v = words[i + 1].partition("=")
+                exp[k] = v
+        if exp.get("model/") and "factor_value" in exp and (exp["model/"], exp["factor_value"]) not in out:
+            out.append((exp["model/"], exp["factor_value"]))
+    return out
+
+
+def unrun_models(runs, planned, values):
+    """[(model, [values])] for the models a sweep planned (planned_points) of
+    which no run file was read: missing_points sees only models with runs, and a
+    sweep stopped before its last model's points had left a table of the others
+    saying nothing.  Values in the config's order, then the others."""
+    have = {r["model_name"] for r in runs}
+    out = []
+    for m in dict.fromkeys(m for m, _ in planned):
+        if m in have:
+            continue
+        vs = [v for mm, v in planned if mm == m]
+        out.append((m, [v for v in values if v in vs] + [v for v in vs if v not in values]))
     return out
 
 
@@ -370,7 +420,8 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     """The command line shared by figures.py and tables.py: --results, --out,
     --configs and optional experiment names; calls per_experiment(exp, runs,
     out_dir, missing) for every experiment that has complete run files
-    (missing: missing_points against the config's values)."""
+    (missing: missing_points against the config's values, and unrun_models:
+    the models of the last sweep's plan with no run file)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--results", default=None, help="results folder (default results/)")
     ap.add_argument("--out", default=default_out)

@@ -118,7 +118,8 @@ static int deps_ok(void) {
     return 1;
 }
 
-/* Seq -> count of successful joblog lines; returns the number of lines. */
+/* Seq -> count of successful joblog lines (exit 0, no signal); returns the
+ * number of lines. */
 static int read_joblog(const char *path, int *ok_count, int max_seq) {
     FILE *f = fopen(path, "r");
     if (!f) return -1;
@@ -130,15 +131,16 @@ static int read_joblog(const char *path, int *ok_count, int max_seq) {
         return -1;
     }
     while (fgets(line, sizeof line, f)) {
-        int seq = 0, exitval = -1;
-        /* Seq Host Starttime JobRuntime Send Receive Exitval ... (tabs) */
+        int seq = 0, exitval = -1, sig = -1;
+        /* Seq Host Starttime JobRuntime Send Receive Exitval Signal Command (tabs) */
         char *fld[8] = {0}, *save = NULL, *p = strtok_r(line, "\t", &save);
         for (int i = 0; p && i < 8; i++, p = strtok_r(NULL, "\t", &save)) fld[i] = p;
-        if (!fld[6]) continue;
+        if (!fld[7]) continue;
         seq = atoi(fld[0]);
         exitval = atoi(fld[6]);
+        sig = atoi(fld[7]);
         lines++;
-        if (seq >= 1 && seq <= max_seq && exitval == 0) ok_count[seq]++;
+        if (seq >= 1 && seq <= max_seq && exitval == 0 && sig == 0) ok_count[seq]++;
     }
     fclose(f);
     return lines;
@@ -325,6 +327,66 @@ TEST(sweep_reruns_corrupt_and_failed_points) {
     snprintf(jl, sizeof jl, "%s/exp-fake/joblog", res);
     CHECK(read_joblog(jl, okc, 4) == 4);
     for (int s = 1; s <= 4; s++) CHECK_MSG(okc[s] == 1, "joblog: seq %d ok %d times", s, okc[s]);
+}
+
+/* The joblog keeps one successful line for every finished point, whatever
+ * left a point's line out: its job killed by a signal while the run it
+ * started went on to finish the file (Parallel logs exit 0, signal 9; it had
+ * been kept, so --resume-failed ran the point again and logged it twice), a
+ * line lost with Parallel killed under its jobs, or one of a command spelt
+ * differently.  With every file present nothing had run, and the next sweep
+ * copied the short joblog over joblog.prev: the points' record was gone.
+ * Finished files are not rewritten. */
+TEST(sweep_joblog_keeps_every_finished_point) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[3000], jl[800], *out = NULL;
+    fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' --jobs 2 2>&1",
+             test_path("scripts/sweep.sh"), conf, res);
+    snprintf(jl, sizeof jl, "%s/joblog", out_dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "all 6 points complete"), "first sweep (rc %d):\n%s", rc, out);
+    free(out);
+    int okc[7];
+    REQUIRE(read_joblog(jl, okc, 6) == 6);
+    struct stat before[6];
+    for (int i = 0; POINTS6[i]; i++) {
+        char p[800];
+        snprintf(p, sizeof p, "%s/%s", out_dir, POINTS6[i]);
+        REQUIRE(stat(p, &before[i]) == 0);
+    }
+    /* seq 2 killed by SIGKILL (its file finished anyway), seq 5's line lost,
+     * seq 6's command spelt otherwise */
+    REQUIRE(run_bash(dir, "edit_joblog.sh", NULL,
+                     "awk -F '\\t' -v OFS='\\t' 'NR == 1 { print; next } $1 == 2 { $8 = 9 } $1 == 5 { next }"
+                     " $1 == 6 { $9 = $9 \" --old-spelling\" } { print }' '%s' > '%s.new' && mv '%s.new' '%s'\n",
+                     jl, jl, jl, jl) == 0);
+    REQUIRE(read_joblog(jl, okc, 6) == 5 && okc[2] == 0 && okc[5] == 0 && okc[6] == 1);
+
+    for (int round = 0; round < 2; round++) {
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 0 && strstr(out, "6 points, 6 already complete") && strstr(out, "all 6 points complete"),
+                  "round %d (rc %d):\n%s", round, rc, out);
+        /* the first round records the three points (each job skips its file); the second has nothing to do */
+        CHECK_MSG(round == 0 ? strstr(out, "3 of them have no joblog line") != NULL
+                             : strstr(out, "no joblog line") == NULL && strstr(out, "joblog keeps 6 finished"),
+                  "round %d:\n%s", round, out);
+        free(out);
+        const int lines = read_joblog(jl, okc, 6);
+        CHECK_MSG(lines == 6, "round %d: joblog has %d job lines (want 6)", round, lines);
+        for (int s = 1; s <= 6; s++)
+            CHECK_MSG(okc[s] == 1, "round %d: joblog: seq %d succeeded %d times", round, s, okc[s]);
+    }
+    for (int i = 0; POINTS6[i]; i++) {
+        char p[800];
+        struct stat now;
+        snprintf(p, sizeof p, "%s/%s", out_dir, POINTS6[i]);
+        CHECK_MSG(stat(p, &now) == 0 && now.st_ino == before[i].st_ino &&
+                      now.st_mtim.tv_sec == before[i].st_mtim.tv_sec &&
+                      now.st_mtim.tv_nsec == before[i].st_mtim.tv_nsec,
+                  "%s was rewritten", POINTS6[i]);
+    }
 }
 
 TEST(sweep_grid_and_overrides) {
@@ -637,6 +699,20 @@ TEST(sweep_results_to_figures_tables_paper) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "m1__a.h5 is the same point as") && strstr(out, "m1__a_copy.h5") &&
                   strstr(out, "differ in window (16: ") && strstr(out, "32: m2__a.h5") && strstr(out, "\n1\n"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+
+    /* a model of the sweep's plan (RESULTS/EXP/jobs) with no run file left at all: named
+     * with its values, on stderr and under the table (it had been left out silently, the
+     * caption counting the other model's runs as if they were all) */
+    snprintf(cmd, sizeof cmd,
+             "cd '%s' && mv '%s/exp-fake/m2__a.h5' '%s/gone_a.h5' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/paper/tables' --configs '%s/configs' "
+             "exp-fake 2>&1 && cat '%s/paper/tables/exp-fake.md'",
+             test_path(""), res, dir, res, dir, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "m2 has no run file at all") && strstr(out, "planned a, b") &&
+                  strstr(out, "*No run file for m2: a, b.*") && !strstr(out, "| m2 |"),
               "rc %d:\n%s", rc, out);
     free(out);
 }

@@ -38,6 +38,19 @@ check(tr.conf_list(cdir, "exp-x", "values") == ["a", "b"], "conf_list kept an in
 check(tr.conf_list(cdir, "exp-x", "models") == ["m#1", "m2"], "conf_list cut a value at a '#' inside it")
 check(tr.conf_list(cdir, "exp-none", "values") == [], "conf_list of a missing config is not empty")
 
+# planned_points: a sweep's jobs file, paths quoted by the shell; the program's own
+# arguments after "--" are not the point's; a line that does not parse is skipped
+jobs = os.path.join(TMP, "jobs")
+with open(jobs, "w", encoding="utf-8") as f:
+    f.write("bash scripts/sweep_point.sh 'r s/m 1__a.h5' --device cpu --expect experiment=exp-x "
+            "--expect factor_value=a --expect 'model/=m 1' --tag t -- prog --expect model/=other\n"
+            "bash scripts/sweep_point.sh 'unclosed\n"
+            "bash scripts/sweep_point.sh o.h5 --expect factor_value=b --expect model/=m2 -- prog\n")
+check(tr.planned_points(jobs) == [("m 1", "a"), ("m2", "b")], f"planned_points read {tr.planned_points(jobs)}")
+check(tr.planned_points(os.path.join(TMP, "nojobs")) == [], "planned_points of a missing jobs file is not empty")
+check(tr.unrun_models([{"model_name": "m2"}], [("m 1", "z"), ("m 1", "a"), ("m2", "b")], ["a", "b"]) ==
+      [("m 1", ["a", "z"])], "unrun_models named a model with runs, or lost a value or its order")
+
 # read_run: a file without complete = 1 is skipped (sweep.sh reruns it), not read as a run
 good = os.path.join(TMP, "m1__a.h5")
 fake_run(good, "a")
