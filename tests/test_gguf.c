@@ -1431,6 +1431,39 @@ TEST(gguf_write_required_keys_without_their_sources) {
     }
 }
 
+/* A tokenizer.json that is there but broken is an error naming it, and no GGUF is
+ * written: cut short, empty, a vocab id outside the model's vocab_size (llama.cpp's
+ * converter asserts it), a merge of another shape.  (A broken file had been taken
+ * for none: the GGUF written with tokenizer.ggml.model "none", exit 0.) */
+TEST(gguf_write_refuses_a_broken_tokenizer_json) {
+    const char *d = test_tmpdir();
+    const char *edits[] = {"t = open(p).read(); open(p, 'w').write(t[:100])", "open(p, 'w').close()",
+                           "t = json.load(open(p)); t['model']['vocab']['ternlab-x'] = 999999; json.dump(t, open(p, 'w'))",
+                           "t = json.load(open(p)); t['model']['vocab']['ternlab-x'] = -1; json.dump(t, open(p, 'w'))",
+                           "t = json.load(open(p)); t['model']['vocab']['ternlab-x'] = 'x'; json.dump(t, open(p, 'w'))",
+                           "t = json.load(open(p)); t['model']['merges'].append(3); json.dump(t, open(p, 'w'))"};
+    const char *want[] = {"not valid JSON (at byte 100 of 100)", "not valid JSON (at byte 0 of 0)",
+                          "vocab entry 'ternlab-x': id 999999 is not an integer in [0, ",
+                          "vocab entry 'ternlab-x': id -1 is not", "vocab entry 'ternlab-x': its id is not a number",
+                          "is neither \"a b\" nor"};
+    for (int i = 0; i < 6; i++) {
+        char cmd[2400], src[600], path[700];
+        snprintf(src, sizeof src, "%s/btk%d", d, i);
+        snprintf(cmd, sizeof cmd,
+                 "rm -rf %1$s && cp -r %2$s %1$s && /usr/bin/python3 -c \"import json; "
+                 "p = '%1$s/tokenizer.json'; %3$s\"", src, test_path(LLAMA_DIR), edits[i]);
+        REQUIRE(test_run(cmd, NULL) == 0);
+        snprintf(path, sizeof path, "%s/btk%d.gguf", d, i);
+        Model m;
+        REQUIRE(model_load(src, NULL, &m) == 0);
+        const int rc = gguf_write_model(&m, path, 0);
+        CHECK_MSG(rc != 0 && strstr(err_msg(), "tokenizer.json") && strstr(err_msg(), want[i]),
+                  "edit %d: rc %d, '%s'", i, rc, rc ? err_msg() : "");
+        CHECK_MSG(access(path, F_OK) != 0, "edit %d: %s written", i, path);
+        model_free(&m);
+    }
+}
+
 /* A GGUF from quantize is exactly its recorded spec (ternlab.quant_spec), from
  * an audit of round trips:
  *  - linears kept int8 as stored (a ternlab checkpoint of act=int8 quantised

@@ -17,6 +17,7 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Writes a safetensors file: 8-byte length, header text, then `data_len` bytes. */
 static void write_st(const char *path, const char *header, size_t data_len) {
@@ -570,6 +571,25 @@ TEST(loader_refuses_nonfinite_weights_and_scales) {
     REQUIRE(rewrite_checkpoint(test_path(LLAMA_DIR), odir, 0, &big, 1) == 0);
     snprintf(args, sizeof args, "ppl --model %s --tokens %s --window 32 --max-windows 1", odir, test_path(TOKENS_FILE));
     expect_cli_error(args, "non-finite logits");
+    /* and so do logits, generate and the experiment programs, writing nothing (logits
+     * had written the matrix of infinities, generate printed 0,0,0,0 -- the argmax of
+     * all-inf rows -- and an experiment wrote ppl NaN, KL 0 and top-1 1 as a run file,
+     * all with exit 0) */
+    char outp[700], cmd[2600], *log = NULL;
+    snprintf(outp, sizeof outp, "%s/overflow.f32", test_tmpdir());
+    snprintf(args, sizeof args, "logits --model %s --tokens %s --window 32 --windows 0:1 --out %s", odir,
+             test_path(TOKENS_FILE), outp);
+    expect_cli_error(args, "non-finite logits");
+    CHECK_MSG(access(outp, F_OK) != 0, "logits wrote %s", outp);
+    snprintf(args, sizeof args, "generate --model %s --prompt 1,2,3 --max-new 4", odir);
+    expect_cli_error(args, "non-finite logits");
+    snprintf(outp, sizeof outp, "%s/overflow.h5", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s --model %s --value all --out %s tokens=%s window=32 max_windows=1 2>&1",
+             bin_path("exp_kv_ternary"), odir, outp, test_path(TOKENS_FILE));
+    const int erc = test_run(cmd, &log);
+    CHECK_MSG(erc == 1 && log && strstr(log, "non-finite logits") && access(outp, F_OK) != 0,
+              "exp_kv_ternary on an overflowing model: exit %d:\n%s", erc, log ? log : "");
+    free(log);
     free(w);
     /* BitNet: a subnormal BF16 weight_scale (positive, but 1 / ws is inf) */
     char dir[600];

@@ -88,6 +88,12 @@ static void report_tp(const Engine *e) {
 /* --dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 — embedding
  * output, residual stream after each layer, after the final norm — the rows of
  * the fixtures' ref_layers.f32. */
+/* 0 where the perplexity is finite; else an error (the loader refuses non-finite
+ * weights: this is the forward's overflow, which no result is written from). */
+static int ppl_finite(double ppl) {
+    return isfinite(ppl) ? 0 : err_set("perplexity is %g: the forward produced non-finite logits", ppl);
+}
+
 static int dump_layers(Engine *e, const int32_t *tok, int64_t n, int T, const char *path) {
     const ModelConfig *c = &e->m->cfg;
     if (n < T) return err_set("--dump-layers: the token file is shorter than one window");
@@ -206,8 +212,7 @@ int cmd_ppl(int argc, char **argv) {
     PplResult r;
     int rc = o.dump_layers ? dump_layers(&e, tok, n, o.window, o.dump_layers) : 0;
     if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
-    if (rc == 0 && !isfinite(r.ppl)) /* (the loader refuses non-finite weights; this is the forward's overflow) */
-        rc = err_set("perplexity is %g: the forward produced non-finite logits", r.ppl);
+    if (rc == 0) rc = ppl_finite(r.ppl);
     if (rc == 0) {
         fprintf(stderr, "ppl: %lld windows in %.2fs, %.2fs of it in the forward (%.0f tokens/s there, BLAS core %s)\n",
                 (long long)r.n_windows, r.seconds, r.forward_seconds, r.tok_per_s, blas_core_report());
@@ -296,6 +301,7 @@ int cmd_logits(int argc, char **argv) {
         PplResult r;
         if (rc == 0 && o.dump_layers) rc = dump_layers(&e, tok, n, o.window, o.dump_layers);
         if (rc == 0) rc = eval_ppl(&e, tok, n, &po, &r);
+        if (rc == 0) rc = ppl_finite(r.ppl); /* (an overflowed forward's logits are not written as a result) */
         /* on disk before the rename, as every other writer (a crash then leaves
          * the old file or the whole new one) */
         if (sink.f && rc == 0 && (fflush(sink.f) != 0 || fsync(fileno(sink.f)) != 0))

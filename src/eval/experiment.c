@@ -710,6 +710,13 @@ static int run_point(const RunCfg *rc, const char *out) {
         ctx.logit_test = xmalloc(sizeof(float) * (size_t)ctx.logit_rows * (size_t)R.V + 4);
         st = evaluate(&m, rc->tp, dev, &pol, tok, n, &R, &ctx, &res, &tps);
     }
+    /* as `ternlab ppl`: a forward that overflowed is an error, not a run (its KL and top-1
+     * over non-finite logits had read 0 and 1, perfect agreement; the loader refuses
+     * non-finite weights) */
+    if (st == 0 && !(isfinite(res.ppl) && isfinite(R.ppl) && isfinite(ctx.kl_sum) && isfinite(ctx.rel_sum)))
+        st = err_set("perplexity %g (dense reference %g), KL sum %g, logit rel. L2 sum %g: the forward produced "
+                     "non-finite logits",
+                     res.ppl, R.ppl, ctx.kl_sum, ctx.rel_sum);
 
     /* throughput rows */
     int nb = 0;

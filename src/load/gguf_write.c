@@ -15,6 +15,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 typedef struct {
     uint8_t *p;
@@ -287,17 +288,30 @@ static void writer_i32_array(GgufWriter *w, const char *key, const int32_t *v, u
     w->n_kv++;
 }
 
-static cJSON *read_json(const char *dir, const char *file) {
+/* dir/file parsed into *out; a file that is not there: 0 and *out NULL; one that is
+ * there but cannot be read or is not JSON: -1 with err_set (a broken tokenizer.json
+ * had been taken for none, and the GGUF written without a vocabulary, exit 0). */
+static int read_json(const char *dir, const char *file, cJSON **out) {
     size_t l = strlen(dir) + strlen(file) + 2;
     char *p = xmalloc(l);
     snprintf(p, l, "%s/%s", dir, file);
     char *text = NULL;
-    cJSON *j = NULL;
-    if (file_read_all(p, &text, NULL) == 0) j = cJSON_Parse(text);
-    err_clear();
+    int rc = 0;
+    *out = NULL;
+    struct stat st;
+    if (stat(p, &st) != 0 && errno == ENOENT) {
+        free(p);
+        return 0;
+    }
+    if (file_read_all(p, &text, NULL) != 0) rc = -1;
+    else if (!(*out = cJSON_Parse(text))) {
+        const char *at = cJSON_GetErrorPtr();
+        rc = err_set("%s: not valid JSON (at byte %lld of %lld)", p, at ? (long long)(at - text) : -1LL,
+                     (long long)strlen(text));
+    }
     free(text);
     free(p);
-    return j;
+    return rc;
 }
 
 /* 1 when tokenizer.json's pre-tokenizer is GPT-2's byte-level one alone (or a
@@ -323,7 +337,8 @@ static int byte_level_pre(const cJSON *pre) {
  * (*written stays 0): the weights are still complete, llama.cpp then needs a
  * tokenizer from elsewhere (gguf_write_model says "none"). */
 static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
-    cJSON *tj = read_json(m->path, "tokenizer.json");
+    cJSON *tj;
+    if (read_json(m->path, "tokenizer.json", &tj) != 0) return -1;
     const cJSON *model = tj ? cJSON_GetObjectItemCaseSensitive(tj, "model") : NULL;
     const cJSON *type = model ? cJSON_GetObjectItemCaseSensitive(model, "type") : NULL;
     const cJSON *vocab = model ? cJSON_GetObjectItemCaseSensitive(model, "vocab") : NULL;
@@ -339,11 +354,19 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
     int32_t *tt = xcalloc((size_t)n, sizeof *tt);
     char **pads = xcalloc((size_t)n, sizeof *pads);
     const cJSON *e;
+    int rc = 0;
+    /* (llama.cpp's converter asserts every id below the model's vocab_size too) */
     cJSON_ArrayForEach(e, vocab) {
-        if (cJSON_IsNumber(e) && e->valueint >= 0 && e->valueint < n) {
-            tok[e->valueint] = e->string;
-            tt[e->valueint] = 1;
+        if (!cJSON_IsNumber(e) || e->valuedouble != (double)e->valueint || e->valueint < 0 || e->valueint >= n) {
+            rc = cJSON_IsNumber(e)
+                     ? err_set("%s/tokenizer.json: vocab entry '%s': id %g is not an integer in [0, %d) "
+                               "(the model's vocab_size)", m->path, e->string ? e->string : "?", e->valuedouble, n)
+                     : err_set("%s/tokenizer.json: vocab entry '%s': its id is not a number", m->path,
+                               e->string ? e->string : "?");
+            break;
         }
+        tok[e->valueint] = e->string;
+        tt[e->valueint] = 1;
     }
     cJSON_ArrayForEach(e, cJSON_GetObjectItemCaseSensitive(tj, "added_tokens")) {
         const cJSON *id = cJSON_GetObjectItemCaseSensitive(e, "id");
@@ -363,6 +386,7 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
     int nm = cJSON_GetArraySize(merges), k = 0;
     char **mg = xcalloc((size_t)(nm ? nm : 1), sizeof *mg);
     cJSON_ArrayForEach(e, merges) {
+        if (rc != 0) break;
         if (cJSON_IsString(e)) {
             mg[k++] = xstrdup(e->valuestring);
         } else if (cJSON_IsArray(e) && cJSON_GetArraySize(e) == 2 &&
@@ -371,22 +395,27 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
             size_t l = strlen(a) + strlen(b) + 2;
             mg[k] = xmalloc(l);
             snprintf(mg[k++], l, "%s %s", a, b);
+        } else {
+            rc = err_set("%s/tokenizer.json: merge %d is neither \"a b\" nor [\"a\", \"b\"]", m->path, k);
         }
     }
-    gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
-    gguf_writer_str(w, "tokenizer.ggml.pre", "gpt-2");
-    gguf_writer_str_array(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
-    writer_i32_array(w, "tokenizer.ggml.token_type", tt, (uint64_t)n);
-    gguf_writer_str_array(w, "tokenizer.ggml.merges", (const char *const *)mg, (uint64_t)k);
-    cJSON *cfg = read_json(m->path, "config.json");
-    const char *ids[2][2] = {{"bos_token_id", "tokenizer.ggml.bos_token_id"},
-                             {"eos_token_id", "tokenizer.ggml.eos_token_id"}};
-    for (int i = 0; i < 2; i++) {
-        const cJSON *v = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, ids[i][0]) : NULL;
-        if (cJSON_IsNumber(v) && v->valueint >= 0 && v->valueint < n)
-            gguf_writer_u32(w, ids[i][1], (uint32_t)v->valueint);
+    cJSON *cfg = NULL;
+    if (rc == 0) rc = read_json(m->path, "config.json", &cfg);
+    if (rc == 0) {
+        gguf_writer_str(w, "tokenizer.ggml.model", "gpt2");
+        gguf_writer_str(w, "tokenizer.ggml.pre", "gpt-2");
+        gguf_writer_str_array(w, "tokenizer.ggml.tokens", tok, (uint64_t)n);
+        writer_i32_array(w, "tokenizer.ggml.token_type", tt, (uint64_t)n);
+        gguf_writer_str_array(w, "tokenizer.ggml.merges", (const char *const *)mg, (uint64_t)k);
+        const char *ids[2][2] = {{"bos_token_id", "tokenizer.ggml.bos_token_id"},
+                                 {"eos_token_id", "tokenizer.ggml.eos_token_id"}};
+        for (int i = 0; i < 2; i++) {
+            const cJSON *v = cfg ? cJSON_GetObjectItemCaseSensitive(cfg, ids[i][0]) : NULL;
+            if (cJSON_IsNumber(v) && v->valueint >= 0 && v->valueint < n)
+                gguf_writer_u32(w, ids[i][1], (uint32_t)v->valueint);
+        }
+        *written = 1;
     }
-    *written = 1;
     cJSON_Delete(cfg);
     for (int i = 0; i < k; i++) free(mg[i]);
     for (int i = 0; i < n; i++) free(pads[i]);
@@ -395,7 +424,7 @@ static int hf_tokenizer(GgufWriter *w, const Model *m, int *written) {
     free(tt);
     free(tok);
     cJSON_Delete(tj);
-    return 0;
+    return rc;
 }
 
 /* Tokenizer metadata (llama.cpp needs it to load the file): copied from the

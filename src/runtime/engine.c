@@ -4,6 +4,7 @@
 #include "runtime/cuda_engine.h" /* engine_open */
 #include "runtime/preflight.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -56,6 +57,18 @@ int64_t argmax_f32(const float *x, int64_t n) {
     return best;
 }
 
+/* Greedy's token from a sequence's logits row into *id; an error where the row
+ * holds a non-finite logit (an overflowed forward: the argmax of all-inf logits
+ * had been token 0 at every step, printed as a result). */
+static int greedy_id(const float *x, int64_t V, int s, int64_t step, int32_t *id) {
+    for (int64_t i = 0; i < V; i++)
+        if (!isfinite(x[i]))
+            return err_set("generate: sequence %d, token %lld: logit %lld is %g (the forward produced "
+                           "non-finite logits)", s, (long long)step, (long long)i, x[i]);
+    *id = (int32_t)argmax_f32(x, V);
+    return 0;
+}
+
 int engine_prefill(Engine *e, int sid, const int32_t *prompt, int64_t len, float *logits) {
     if (len < 1) return err_set("generate: empty prompt");
     const int64_t cap = e->rs.max_tok;
@@ -102,7 +115,7 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
     int32_t *next = NULL;
     if (rc == 0 && e->rs.argmax_capable) {
         next = xmalloc(sizeof(int32_t) * (size_t)n_seq);
-        for (int s = 0; s < n_seq; s++) next[s] = (int32_t)argmax_f32(logits + s * V, V);
+        for (int s = 0; s < n_seq && rc == 0; s++) rc = greedy_id(logits + s * V, V, s, 0, &next[s]);
     }
     /* on one GPU the decode steps are chained (cuda_engine_decode_chain): each
      * step's tokens are the last one's argmax on the device, and the next step
@@ -121,14 +134,15 @@ int engine_generate(Engine *e, const int32_t *const *prompts, const int64_t *pro
     } else {
         e->rs.decode = 1;
         for (int64_t step = 0; step < max_new && rc == 0; step++) {
-            for (int s = 0; s < n_seq; s++) {
-                out[s][step] = next ? next[s] : (int32_t)argmax_f32(logits + s * V, V);
+            for (int s = 0; s < n_seq && rc == 0; s++) {
+                if (next) out[s][step] = next[s];
+                else rc = greedy_id(logits + s * V, V, s, step, &out[s][step]);
                 tok[s] = out[s][step];
                 seq[s] = ids[s];
                 pos[s] = prompt_len[s] + step;
                 lidx[s] = s;
             }
-            if (step + 1 < max_new) {
+            if (rc == 0 && step + 1 < max_new) {
                 e->rs.argmax_out = next;
                 rc = forward(e->m, &e->kv, &e->rs, tok, seq, pos, n_seq, lidx, n_seq,
                              next ? NULL : logits);
