@@ -624,6 +624,9 @@ TEST(diag_cli_empty_option_value) {
                {"logits --model /nonexistent-model --tokens y --window 8 --windows 0:1 --out /nonexistent-dir/l.f32",
                 "folder /nonexistent-dir: No such file or directory (create it first)", 1},
                {"diff --model '' --tokens y --b quant=loaded", "empty value for --model", 2},
+               /* each list option named alone (one message for both had given contradictory bounds) */
+               {"bench-e2e --batches 0", "--batches 0: expected 1 to 8 comma-separated batch sizes, each 1..4096", 2},
+               {"bench-e2e --tp 1,2,3,4,5", "--tp 1,2,3,4,5: expected 1 to 4 comma-separated GPU counts", 2},
                /* an option given twice (the last had won: --kv all ... --kv none ran none) */
                {"ppl --model x --tokens y --kv all --kv none", "--kv is given more than once", 2},
                {"generate --model x --prompt 1 --max-new 2 --max-new 3", "--max-new is given more than once", 2},
@@ -1027,6 +1030,15 @@ TEST(cli_bounds_at_their_edges) {
         {"%1$.0s%2$.0s%3$.0s%4$.0s", 2, "usage: ternlab COMMAND", NULL},
         {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --out %3$s/nodir/x.h5%4$.0s", 1,
          "create it first", "windows in"},
+        /* the other outputs' folders before any work too (found when the result was written) */
+        {"ppl --model %1$s --tokens %2$s --window 32 --max-windows 1 --dump-layers %3$s/nodir/x.f32%4$.0s", 1,
+         "nodir/x.f32: folder", "windows in"},
+        {"diff --model %1$s --tokens %2$s --window 32 --b rule=twn --out %3$s/nodir/d.h5%4$.0s", 1,
+         "nodir/d.h5: folder", NULL},
+        {"quantize --model %1$s --quant rule=twn --out %3$s/nodir/q.gguf%2$.0s%4$.0s", 1,
+         "nodir/q.gguf: folder", NULL},
+        {"quantize --model %1$s --quant rule=twn --out %3$s/dump.f32/q.gguf%2$.0s%4$.0s", 1,
+         "dump.f32 is not a folder", NULL},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         static char args[16384];

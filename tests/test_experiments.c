@@ -14,6 +14,7 @@
 #include "runtime/cuda_engine.h"
 
 #include <hdf5.h>
+#include <limits.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -341,6 +342,55 @@ TEST(exp_bad_input_is_an_error) {
              "test ! -e %s/u1 && test ! -e %s/u2/exp-kv-ternary && test ! -e %s/u5 && test ! -e %s/u6 && test ! -e %s/u7",
              dir, dir, dir, dir, dir);
     CHECK(test_run(cmd, NULL) == 0);
+}
+
+/* The programs' bounds are the ones they say: window 2 and 3 run (the config check
+ * and ppl --window take 2; the run had refused below 4 with "window 2 out of range"),
+ * with ppl's own perplexity on the same windows; exp-throughput's gen_len 1 on the CPU
+ * (its request latencies need two output tokens) is refused before any work (after
+ * the reference and the timed runs, it had been); --model . inside the checkpoint
+ * names the point and the run file's model after the folder (a hidden ".__all.h5"
+ * whose model "." failed verify --expect model/=). */
+TEST(exp_bounds_and_model_dot) {
+    const char *dir = test_tmpdir();
+    static char cmd[6 * PATH_MAX];
+    char f[700], *log = NULL;
+    for (int w = 2; w <= 3; w++) {
+        snprintf(f, sizeof f, "%s/w%d.h5", dir, w);
+        snprintf(cmd, sizeof cmd, "%s --model %s --value all --out %s window=%d max_windows=3 2>&1 && %s ppl --model %s "
+                 "--tokens %s --window %d --max-windows 3 --kv all 2>/dev/null",
+                 bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), f, w, bin_path("ternlab"), test_path(LLAMA_DIR),
+                 test_path(TOKENS_FILE), w);
+        const int rc = test_run(cmd, &log);
+        double ppl_file = NAN;
+        const char *line = log ? strstr(log, "\nppl ") : NULL;
+        CHECK_MSG(rc == 0 && h5log_verify_schema(f) == 0 && h5_read_f64s(f, "/metrics/ppl", &ppl_file, 1) == 0 &&
+                      line && fabs(strtod(line + 5, NULL) - ppl_file) <= 1e-4 * ppl_file,
+                  "window %d: rc %d, file ppl %g:\n%s", w, rc, ppl_file, log ? log : "");
+        free(log);
+        log = NULL;
+    }
+    snprintf(f, sizeof f, "%s/g1.h5", dir);
+    snprintf(cmd, sizeof cmd, "%s --model %s --value ternary --out %s gen_len=1 2>&1", bin_path("exp_throughput"),
+             test_path(LLAMA_DIR), f);
+    int rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 1 && log && strstr(log, "gen_len = 1: expected 2 .. 65536") && !strstr(log, "reference") &&
+                  access(f, F_OK) != 0,
+              "gen_len=1: rc %d:\n%s", rc, log ? log : "");
+    free(log);
+    log = NULL;
+    char m[PATH_MAX], t[PATH_MAX], ex[PATH_MAX], tl[PATH_MAX], cf[PATH_MAX];
+    REQUIRE(realpath(test_path(LLAMA_DIR), m) && realpath(test_path(TOKENS_FILE), t) &&
+            realpath(bin_path("exp_kv_ternary"), ex) && realpath(bin_path("ternlab"), tl) &&
+            realpath(test_path("configs/exp-kv-ternary.conf"), cf));
+    snprintf(cmd, sizeof cmd, "cd %s && %s --config %s --model . --value all --results %s/dot tokens=%s window=16 "
+             "max_windows=1 2>&1 && ls -A %s/dot/exp-kv-ternary && %s verify --expect model/=llama-tiny "
+             "%s/dot/exp-kv-ternary/llama-tiny__all.h5",
+             m, ex, cf, dir, t, dir, tl, dir);
+    rc = test_run(cmd, &log);
+    CHECK_MSG(rc == 0 && log && strstr(log, "\nllama-tiny__all.h5\n") && !strstr(log, ".__all"), "--model .: rc %d:\n%s",
+              rc, log ? log : "");
+    free(log);
 }
 
 /* A program stopped by TERM (a sweep stopping a point, scancel) while it

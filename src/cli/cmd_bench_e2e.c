@@ -532,9 +532,14 @@ int cmd_bench_e2e(int argc, char **argv) {
     }
     int batches[8], tps[4];
     int nb = parse_list(batches_s, batches, 8), ntp = parse_list(tps_s, tps, 4);
-    if (nb < 1 || ntp < 1) {
-        fprintf(stderr, "ternlab bench-e2e: bad --batches (at most 8) or --tp (at most 4): comma-separated "
-                        "values 1..4096\n");
+    /* (each option named alone: one message for both had given contradictory bounds) */
+    if (nb < 1) {
+        fprintf(stderr, "ternlab bench-e2e: --batches %s: expected 1 to 8 comma-separated batch sizes, each 1..4096\n",
+                batches_s);
+        return 2;
+    }
+    if (ntp < 1) {
+        fprintf(stderr, "ternlab bench-e2e: --tp %s: expected 1 to 4 comma-separated GPU counts\n", tps_s);
         return 2;
     }
     if (strlen(shapes) >= 64 || strlen(configs) >= 96) {

@@ -157,7 +157,9 @@ int cmd_ppl(int argc, char **argv) {
     /* what the run file would refuse, refused before the evaluation (which had
      * run to the end first, or created a missing --out folder) */
     if (o.out && exp_check_out(o.out) != 0) return fail("ppl");
-    if (o.dump_layers && file_out_check(o.dump_layers) != 0) return fail("ppl");
+    if (o.dump_layers && (file_out_folder_check(o.dump_layers, "--dump-layers") != 0 ||
+                          file_out_check(o.dump_layers) != 0))
+        return fail("ppl");
     if (outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0) return fail("ppl");
 
     Model m;
@@ -271,7 +273,9 @@ int cmd_logits(int argc, char **argv) {
     }
     /* (--out's folder checked here too: a missing one had been found only after the
      * model loaded, the message naming the temporary) */
-    if (exp_check_out(o.out) != 0 || (o.dump_layers && file_out_check(o.dump_layers) != 0) ||
+    if (exp_check_out(o.out) != 0 ||
+        (o.dump_layers && (file_out_folder_check(o.dump_layers, "--dump-layers") != 0 ||
+                           file_out_check(o.dump_layers) != 0)) ||
         outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0)
         return fail("logits");
     Model m;

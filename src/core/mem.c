@@ -147,6 +147,19 @@ int file_out_check(const char *path) {
                                                 : S_ISFIFO(st.st_mode) ? "a pipe" : "not a file");
 }
 
+int file_out_folder_check(const char *path, const char *opt) {
+    char dir[4096];
+    struct stat st;
+    snprintf(dir, sizeof dir, "%s", path);
+    path_parent(dir);
+    if (stat(dir, &st) != 0)
+        return err_set("%s %s: folder %s: %s (create it first)", opt, path, dir, strerror(errno));
+    if (!S_ISDIR(st.st_mode)) return err_set("%s %s: %s is not a folder", opt, path, dir);
+    if (access(dir, W_OK | X_OK) != 0)
+        return err_set("%s %s: folder %s: cannot create files there: %s", opt, path, dir, strerror(errno));
+    return 0;
+}
+
 void path_parent(char *p) {
     char *s = strrchr(p, '/');
     if (!s) strcpy(p, ".");

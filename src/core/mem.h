@@ -97,6 +97,12 @@ void tmp_cleanup_on_signals(void);
  * replace it with a file). */
 int file_out_check(const char *path);
 
+/* The folder a result at path goes into exists, is a folder and this process may
+ * create files in it: 0, else -1 with err_set naming opt (the option, "--out")
+ * and the path (checked before any work: a missing or read-only folder had been
+ * found only when the finished result was written). */
+int file_out_folder_check(const char *path, const char *opt);
+
 /* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
 void path_parent(char *p);
 

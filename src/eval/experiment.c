@@ -20,6 +20,7 @@
 #include <ctype.h>
 #include <errno.h>
 #include <hdf5.h>
+#include <limits.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -458,13 +459,7 @@ int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windo
 }
 
 int exp_check_out(const char *out) {
-    char dir[4096];
-    struct stat st;
-    snprintf(dir, sizeof dir, "%s", out);
-    path_parent(dir);
-    if (stat(dir, &st) != 0)
-        return err_set("--out %s: folder %s: %s (create it first)", out, dir, strerror(errno));
-    if (!S_ISDIR(st.st_mode)) return err_set("--out %s: %s is not a folder", out, dir);
+    if (file_out_folder_check(out, "--out") != 0) return -1;
     return file_out_check(out) != 0 ? err_prefix("--out: ") : 0;
 }
 
@@ -640,6 +635,14 @@ static int run_point(const RunCfg *rc, const char *out) {
     const EngineDevice dev = (EngineDevice)dev_i;
     if (rc->tp < 1 || rc->tp > TP_MAX_RANKS)
         return err_set("tp %d: expected 1..%d (CPU threads or GPUs)", rc->tp, TP_MAX_RANKS);
+    /* exp-throughput's lengths before any work (a gen_len the CPU's request latencies
+     * cannot time, 1, had been found after the reference and the timed runs) */
+    int64_t pl = 128, gl = 32, wu = 1, rp = 3;
+    if (rc->kind == EXP_THROUGHPUT &&
+        (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &pl) != 0 ||
+         conf_i64_opt(rc->conf, "gen_len", dev == ENGINE_CPU ? 2 : 1, 1 << 16, &gl) != 0 ||
+         conf_i64_opt(rc->conf, "warmup", 0, 1000, &wu) != 0 || conf_i64_opt(rc->conf, "repeats", 1, 1000, &rp) != 0))
+        return -1;
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
     if (dev == ENGINE_CUDA && pol.kind != KVP_NONE && rc->tp > 1)
@@ -735,13 +738,7 @@ static int run_point(const RunCfg *rc, const char *out) {
     double *lt[LT_N] = {0};
     if (st == 0 && rc->kind == EXP_THROUGHPUT) {
         char **bl = expconf_list(rc->conf, "batches", &nb);
-        int64_t pl = 128, gl = 32, wu = 1, rp = 3;
-        if (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &pl) != 0 ||
-            conf_i64_opt(rc->conf, "gen_len", 1, 1 << 16, &gl) != 0 ||
-            conf_i64_opt(rc->conf, "warmup", 0, 1000, &wu) != 0 ||
-            conf_i64_opt(rc->conf, "repeats", 1, 1000, &rp) != 0)
-            st = -1;
-        if (st == 0 && nb == 0) st = err_set("batches: no batch size given");
+        if (nb == 0) st = err_set("batches: no batch size given");
         batches = xcalloc((size_t)nb + 1, sizeof(int64_t));
         pre = xcalloc((size_t)nb + 1, sizeof(double));
         dec = xcalloc((size_t)nb + 1, sizeof(double));
@@ -1023,9 +1020,22 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
 
 /* ---- main ---------------------------------------------------------------- */
 
+/* mp, or where its last component names no folder ("." or "..": --model . inside the
+ * checkpoint) its resolved path in buf (PATH_MAX bytes): the run file's model and the
+ * point's name are then the folder's (they had been "." and a hidden ".__VALUE.h5"). */
+static const char *model_path_named(const char *mp, char *buf) {
+    size_t ml = strlen(mp);
+    while (ml > 1 && mp[ml - 1] == '/') ml--;
+    size_t b = ml;
+    while (b > 0 && mp[b - 1] != '/') b--;
+    const int dots = (ml - b == 1 && mp[b] == '.') || (ml - b == 2 && mp[b] == '.' && mp[b + 1] == '.');
+    return dots && realpath(mp, buf) ? buf : mp;
+}
+
 /* A point file's model part: the model folder's (or file's) name, file-safe. */
-static void model_file_name(const char *mp, char *mn, size_t n) {
-    char mdir[4096];
+static void model_file_name(const char *mp0, char *mn, size_t n) {
+    char mdir[4096], res[PATH_MAX];
+    const char *mp = model_path_named(mp0, res);
     size_t ml = strlen(mp);
     while (ml > 1 && mp[ml - 1] == '/') ml--;
     snprintf(mdir, sizeof mdir, "%.*s", (int)ml, mp);
@@ -1198,7 +1208,8 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
     int failed = 0;
     for (int mi = 0; mi < nm; mi++)
         for (int vi = 0; vi < nv; vi++) {
-            const char *mp = model ? model : models[mi];
+            char mres[PATH_MAX];
+            const char *mp = model_path_named(model ? model : models[mi], mres);
             const char *v = value ? value : values[vi];
             ExpConf c;
             char tmp_over[4096];
@@ -1239,7 +1250,9 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
                 rc.max_windows = mw;
                 rc.tp = (int)tp;
                 rc.logit_rows = (int)(lr < 0 ? 0 : lr);
-                if (T < 4 || T > (1 << 20)) st = err_set("window %lld out of range", (long long)T);
+                /* (2 as the config check and ppl --window: the bound had been 4, unsaid) */
+                if (T < 2 || T > (1 << 20))
+                    st = err_set("window %lld: expected 2 .. %d tokens", (long long)T, 1 << 20);
             }
             char outp[4096] = "";
             if (st == 0) {
