@@ -1371,7 +1371,8 @@ TEST(exp_reference_cache_keys_the_tokens) {
 
 /* A run file's /weights/rel_err is each linear's ternary error against its own
  * dense weights (gate's had stood in for up's, unseen), for the spec the run
- * file records; a window under 4 is refused by the program. */
+ * file records; a window under 2 is refused by the program (windows of 2 and 3 run:
+ * exp_bounds_and_model_dot). */
 TEST(exp_weights_rel_err_by_linear) {
     const char *f = run_exp("exp_threshold", LLAMA_DIR, "twn", "max_windows=1");
     char spec[256] = "";
@@ -1398,9 +1399,9 @@ TEST(exp_weights_rel_err_by_linear) {
     model_free(&mq);
     model_free(&md);
     char cmd[2048], *log = NULL;
-    snprintf(cmd, sizeof cmd, "%s --model %s --value twn --out %s/w3.h5 window=3 max_windows=1 2>&1",
+    snprintf(cmd, sizeof cmd, "%s --model %s --value twn --out %s/w1.h5 window=1 max_windows=1 2>&1",
              bin_path("exp_threshold"), test_path(LLAMA_DIR), test_tmpdir());
     const int rc = test_run(cmd, &log);
-    CHECK_MSG(rc == 1 && strstr(log, "window 3 out of range"), "rc %d: %s", rc, log);
+    CHECK_MSG(rc == 2 && strstr(log, "window = 1, must be at least 2"), "rc %d: %s", rc, log);
     free(log);
 }
