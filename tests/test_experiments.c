@@ -350,10 +350,10 @@ TEST(exp_bad_input_is_an_error) {
  * (its request latencies need two output tokens) is refused before any work (after
  * the reference and the timed runs, it had been); --model . inside the checkpoint
  * names the point and the run file's model after the folder (a hidden ".__all.h5"
- * whose model "." failed verify --expect model/=). */
+ * whose model "." failed verify --expect model/=), as does ppl --out's run file. */
 TEST(exp_bounds_and_model_dot) {
     const char *dir = test_tmpdir();
-    static char cmd[6 * PATH_MAX];
+    static char cmd[12 * PATH_MAX];
     char f[700], *log = NULL;
     for (int w = 2; w <= 3; w++) {
         snprintf(f, sizeof f, "%s/w%d.h5", dir, w);
@@ -385,8 +385,9 @@ TEST(exp_bounds_and_model_dot) {
             realpath(test_path("configs/exp-kv-ternary.conf"), cf));
     snprintf(cmd, sizeof cmd, "cd %s && %s --config %s --model . --value all --results %s/dot tokens=%s window=16 "
              "max_windows=1 2>&1 && ls -A %s/dot/exp-kv-ternary && %s verify --expect model/=llama-tiny "
-             "%s/dot/exp-kv-ternary/llama-tiny__all.h5",
-             m, ex, cf, dir, t, dir, tl, dir);
+             "%s/dot/exp-kv-ternary/llama-tiny__all.h5 && %s ppl --model . --tokens %s --window 16 --max-windows 1 "
+             "--out %s/pdot.h5 && %s verify --expect model/=llama-tiny %s/pdot.h5",
+             m, ex, cf, dir, t, dir, tl, dir, tl, t, dir, tl, dir);
     rc = test_run(cmd, &log);
     CHECK_MSG(rc == 0 && log && strstr(log, "\nllama-tiny__all.h5\n") && !strstr(log, ".__all"), "--model .: rc %d:\n%s",
               rc, log ? log : "");
@@ -509,6 +510,13 @@ TEST(kv_policy_parse_and_select) {
     CHECK(kv_policy_parse("sometimes", &p) != 0 && strstr(err_msg(), "encoder"));
     CHECK(kv_policy_parse("all@layers=3-1", &p) != 0);
     CHECK(kv_policy_parse("all@heads=1", &p) != 0);
+    /* numbers as the QuantSpec takes them, digits only (" 1", "+1", "-0" had been taken
+     * and recorded as another string: all@layers=1, all@layers=0) */
+    const char *bad[] = {"all@layers= 1", "all@layers=+1", "all@layers=-0", "all@layers=1-+2", "all@layers=1- 2",
+                         "all@layers=-0--0", "all@layers=", "all@layers=1-", "all@layers=1-2x"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
+        CHECK_MSG(kv_policy_parse(bad[i], &p) != 0 && strstr(err_msg(), "bad layer range"), "'%s' taken", bad[i]);
+    REQUIRE(kv_policy_parse("all@layers=0-07", &p) == 0 && p.layer_lo == 0 && p.layer_hi == 7);
     /* none with a layer range means nothing: refused (it had been recorded as given) */
     CHECK(kv_policy_parse("none@layers=0-1", &p) != 0 && strstr(err_msg(), "none keeps every layer"));
 }

@@ -90,8 +90,22 @@ TEST(quant_spec_errors) {
     CHECK(quant_spec_parse("layers=4294967296", &s) < 0 && strstr(err_msg(), "0-1+3"));
     CHECK(quant_spec_parse("layers=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15+16", &s) < 0 &&
           strstr(err_msg(), "more than 16 ranges"));
-    CHECK(QUANT_MAX_RANGES == 16 && quant_spec_parse("layers=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15", &s) == 0 &&
-          s.n_ranges == 16 && s.range_lo[15] == 15 && s.range_hi[0] == 0);
+    CHECK(QUANT_MAX_RANGES == 16 &&
+          quant_spec_parse("layers=0+2+4+6+8+10+12+14+16+18+20+22+24+26+28+30", &s) == 0 && s.n_ranges == 16 &&
+          s.range_lo[15] == 30 && s.range_hi[0] == 0);
+    /* one string for one set of layers: sorted, overlapping and touching ranges merged
+     * ("3+0-1" and "0-1+3" had been recorded as given, two quant_specs for one run) */
+    const char *same[][2] = {{"layers=3+0-1", "0-1+3"}, {"layers=0-1+3", "0-1+3"}, {"layers=0+0", "0"},
+                             {"layers=1+0", "0-1"}, {"layers=0-1+1-2", "0-2"}, {"layers=5-9+0-2+3", "0-3+5-9"},
+                             {"layers=0+1+2+3+4+5+6+7+8+9+10+11+12+13+14+15", "0-15"}, {"layers=2-4+3", "2-4"},
+                             {"layers=01", "1"}};
+    for (size_t i = 0; i < sizeof same / sizeof same[0]; i++) {
+        char buf[256], want[64];
+        snprintf(want, sizeof want, ",layers=%s", same[i][1]);
+        REQUIRE(quant_spec_parse(same[i][0], &s) == 0 && quant_spec_format(&s, buf, sizeof buf) > 0);
+        const char *l = strstr(buf, ",layers=");
+        CHECK_MSG(l && strcmp(l, want) == 0, "%s -> %s (want %s)", same[i][0], buf, want);
+    }
     /* an empty item is refused ("" alone is every default) */
     const char *empty_items[] = {",", "rule=twn,", ",rule=twn", "rule=twn,,group=row", ",,"};
     for (size_t i = 0; i < sizeof empty_items / sizeof empty_items[0]; i++)

@@ -36,7 +36,7 @@ static const char *usage_text =
     "  quantize  --model PATH --quant SPEC --out DIR|FILE.gguf [--format safetensors|gguf-tq2_0|gguf-tq1_0]\n"
     "            (an --out ending in .gguf without --format writes gguf-tq2_0)\n"
     "  verify    [--device D] [--expect K=V] FILE.h5 ...  is a run file whole (complete, schema)?\n"
-    "  diff      --model PATH --tokens FILE --a SETTINGS (--b SETTINGS | --b-dump FILE)\n"
+    "  diff      --model PATH --tokens FILE [--a SETTINGS] (--b SETTINGS | --b-dump FILE)\n"
     "            per-layer / per-sub-block / per-linear divergence of two runs\n"
     "  bench     CPU kernel benchmarks (ternlab bench --help)\n"
     "  bench-e2e end-to-end decode/prefill throughput of synthetic 7B/27B models on the\n"

@@ -458,6 +458,18 @@ int exp_check_windows(int window, int vocab, int64_t n_tokens, int64_t max_windo
     return ref_size_check(ppl_window_count(n_tokens, &cnt) * per_w, vocab, per_w, "--max-windows ");
 }
 
+/* mp, or where its last component names no folder ("." or "..": --model . inside the
+ * checkpoint) its resolved path in buf (PATH_MAX bytes): the run file's model and the
+ * point's name are then the folder's (they had been "." and a hidden ".__VALUE.h5"). */
+static const char *model_path_named(const char *mp, char *buf) {
+    size_t ml = strlen(mp);
+    while (ml > 1 && mp[ml - 1] == '/') ml--;
+    size_t b = ml;
+    while (b > 0 && mp[b - 1] != '/') b--;
+    const int dots = (ml - b == 1 && mp[b] == '.') || (ml - b == 2 && mp[b] == '.' && mp[b + 1] == '.');
+    return dots && realpath(mp, buf) ? buf : mp;
+}
+
 int exp_check_out(const char *out) {
     if (file_out_folder_check(out, "--out") != 0) return -1;
     return file_out_check(out) != 0 ? err_prefix("--out: ") : 0;
@@ -862,7 +874,8 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_str(lg, "/", "experiment", rc->experiment);
         e |= h5log_attr_str(lg, "/", "factor", rc->factor);
         e |= h5log_attr_str(lg, "/", "factor_value", rc->value);
-        e |= h5log_attr_str(lg, "/", "model", rc->model);
+        char mres[PATH_MAX]; /* (ppl --out --model . as the programs: the folder's path) */
+        e |= h5log_attr_str(lg, "/", "model", model_path_named(rc->model, mres));
         e |= h5log_attr_str(lg, "/", "model_sha256", model_sha);
         e |= h5log_attr_str(lg, "/", "tokens", rc->tokens_path);
         e |= h5log_attr_i64(lg, "/", "window", R.T);
@@ -1019,18 +1032,6 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
 }
 
 /* ---- main ---------------------------------------------------------------- */
-
-/* mp, or where its last component names no folder ("." or "..": --model . inside the
- * checkpoint) its resolved path in buf (PATH_MAX bytes): the run file's model and the
- * point's name are then the folder's (they had been "." and a hidden ".__VALUE.h5"). */
-static const char *model_path_named(const char *mp, char *buf) {
-    size_t ml = strlen(mp);
-    while (ml > 1 && mp[ml - 1] == '/') ml--;
-    size_t b = ml;
-    while (b > 0 && mp[b - 1] != '/') b--;
-    const int dots = (ml - b == 1 && mp[b] == '.') || (ml - b == 2 && mp[b] == '.' && mp[b + 1] == '.');
-    return dots && realpath(mp, buf) ? buf : mp;
-}
 
 /* A point file's model part: the model folder's (or file's) name, file-safe. */
 static void model_file_name(const char *mp0, char *mn, size_t n) {

@@ -2,6 +2,7 @@
 #include "core/dtype.h"
 #include "core/err.h"
 
+#include <ctype.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -36,12 +37,14 @@ int kv_policy_parse(const char *s, KvPolicy *p) {
         char *end;
         if (strncmp(at, "@layers=", 8) != 0)
             return err_set("KV policy '%s': after '@' expected layers=a-b", s);
+        /* (digits first, as the QuantSpec's layers=: strtol had taken " 1", "+1" and "-0",
+         * recorded as another string than given) */
+        if (!isdigit((unsigned char)at[8])) return err_set("KV policy '%s': bad layer range", s);
         long lo = strtol(at + 8, &end, 10), hi = lo;
-        if (end == at + 8 || lo < 0) return err_set("KV policy '%s': bad layer range", s);
         if (*end == '-') {
             const char *h = end + 1;
+            if (!isdigit((unsigned char)*h)) return err_set("KV policy '%s': bad layer range", s);
             hi = strtol(h, &end, 10);
-            if (end == h) return err_set("KV policy '%s': bad layer range", s);
         }
         if (*end || hi < lo || hi > 1 << 20) return err_set("KV policy '%s': bad layer range", s);
         p->layer_lo = (int)lo;

@@ -50,7 +50,33 @@ static int find(const char *v, const char *const *names, int n) {
     return -1;
 }
 
-/* "0-1+3+7-9" -> ranges; every item a non-negative integer or lo-hi, lo <= hi. */
+/* The ranges sorted and merged where they overlap or touch ("3+0-1+2" -> 0-3): one
+ * string for one set of layers in the recorded spec (run files' quant_spec is the
+ * canonical spec; "3+0-1" and "0-1+3" had been recorded as given). */
+static void normalise_ranges(QuantSpec *q) {
+    for (int i = 1; i < q->n_ranges; i++)
+        for (int j = i; j > 0 && q->range_lo[j - 1] > q->range_lo[j]; j--) {
+            int lo = q->range_lo[j], hi = q->range_hi[j];
+            q->range_lo[j] = q->range_lo[j - 1];
+            q->range_hi[j] = q->range_hi[j - 1];
+            q->range_lo[j - 1] = lo;
+            q->range_hi[j - 1] = hi;
+        }
+    int n = 0;
+    for (int i = 0; i < q->n_ranges; i++) {
+        if (n > 0 && q->range_lo[i] <= q->range_hi[n - 1] + 1) {
+            if (q->range_hi[i] > q->range_hi[n - 1]) q->range_hi[n - 1] = q->range_hi[i];
+        } else {
+            q->range_lo[n] = q->range_lo[i];
+            q->range_hi[n] = q->range_hi[i];
+            n++;
+        }
+    }
+    q->n_ranges = n;
+}
+
+/* "0-1+3+7-9" -> ranges; every item a non-negative integer or lo-hi, lo <= hi;
+ * normalised (normalise_ranges). */
 static int parse_ranges(const char *v, QuantSpec *out) {
     const char *p = v;
     out->n_ranges = 0;
@@ -71,7 +97,10 @@ static int parse_ranges(const char *v, QuantSpec *out) {
         out->range_lo[out->n_ranges] = (int)lo;
         out->range_hi[out->n_ranges] = (int)hi;
         out->n_ranges++;
-        if (*p == '\0') return 0;
+        if (*p == '\0') {
+            normalise_ranges(out);
+            return 0;
+        }
         if (*p != '+') goto bad;
         p++;
     }
