@@ -462,6 +462,7 @@ mv "$dir/jobs.new" "$dir/jobs"
 # Keep in the joblog only the jobs that succeeded, are still the same
 # command, and whose file verifies: GNU Parallel's --resume-failed then runs
 # every other point (and each point appears once in the joblog).
+kept=0
 if [ -f "$dir/joblog" ]; then
   cp "$dir/joblog" "$dir/joblog.prev"
   ok_seqs=" "
@@ -481,8 +482,6 @@ fi
 # job finds the file complete and skips it, and the joblog gets its line.
 # Without that, a sweep with every file present ran nothing and the next one
 # copied a joblog short of those points over joblog.prev, losing them.
-kept=0
-[ -f "$dir/joblog" ] && kept=$(awk 'NR > 1' "$dir/joblog" | wc -l)
 
 if [ $prepare -eq 1 ]; then
   log "prepared $(rel "$dir")/jobs ($n lines, $((n - done_n)) to run); on Slurm, from $root:"

@@ -106,8 +106,7 @@ int cmd_diff(int argc, char **argv) {
     for (size_t i = 0; i < sizeof given / sizeof given[0]; i++)
         if (given[i].v && !*given[i].v) return usage_err("an empty value for ", given[i].name);
     /* the output written over an input (the model's files, the tokens, the B dump) refused before any work */
-    int bad_out = out && (file_out_folder_check(out, "--out") != 0 || file_out_check(out) != 0 ||
-                          model_out_not_input(out, "--out", model, tokens) != 0);
+    int bad_out = out && (file_out_path_check(out, "--out") != 0 || model_out_not_input(out, "--out", model, tokens) != 0);
     if (!bad_out && out && bdump && file_same(out, bdump))
         bad_out = err_set("--out %s is the --b-dump file", out);
     if (bad_out) {

@@ -85,15 +85,15 @@ static void report_tp(const Engine *e) {
             st.tokens ? 1e6 * st.rank[0].comm_seconds / (double)st.tokens : 0.0);
 }
 
-/* --dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 — embedding
- * output, residual stream after each layer, after the final norm — the rows of
- * the fixtures' ref_layers.f32. */
 /* 0 where the perplexity is finite; else an error (the loader refuses non-finite
  * weights: this is the forward's overflow, which no result is written from). */
 static int ppl_finite(double ppl) {
     return isfinite(ppl) ? 0 : err_set("perplexity is %g: the forward produced non-finite logits", ppl);
 }
 
+/* --dump-layers FILE: raw f32 (n_layers+2, T, hidden) of window 0 — embedding
+ * output, residual stream after each layer, after the final norm — the rows of
+ * the fixtures' ref_layers.f32. */
 static int dump_layers(Engine *e, const int32_t *tok, int64_t n, int T, const char *path) {
     const ModelConfig *c = &e->m->cfg;
     if (n < T) return err_set("--dump-layers: the token file is shorter than one window");
@@ -157,9 +157,7 @@ int cmd_ppl(int argc, char **argv) {
     /* what the run file would refuse, refused before the evaluation (which had
      * run to the end first, or created a missing --out folder) */
     if (o.out && exp_check_out(o.out) != 0) return fail("ppl");
-    if (o.dump_layers && (file_out_folder_check(o.dump_layers, "--dump-layers") != 0 ||
-                          file_out_check(o.dump_layers) != 0))
-        return fail("ppl");
+    if (o.dump_layers && file_out_path_check(o.dump_layers, "--dump-layers") != 0) return fail("ppl");
     if (outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0) return fail("ppl");
 
     Model m;
@@ -273,9 +271,7 @@ int cmd_logits(int argc, char **argv) {
     }
     /* (--out's folder checked here too: a missing one had been found only after the
      * model loaded, the message naming the temporary) */
-    if (exp_check_out(o.out) != 0 ||
-        (o.dump_layers && (file_out_folder_check(o.dump_layers, "--dump-layers") != 0 ||
-                           file_out_check(o.dump_layers) != 0)) ||
+    if (exp_check_out(o.out) != 0 || (o.dump_layers && file_out_path_check(o.dump_layers, "--dump-layers") != 0) ||
         outs_check(o.out, o.dump_layers, o.model, o.tokens) != 0)
         return fail("logits");
     Model m;

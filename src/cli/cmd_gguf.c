@@ -133,8 +133,7 @@ int cmd_quantize_gguf(const char *model, const char *quant, const char *format, 
     }
     /* what the writer would refuse, refused before the model is loaded and
      * quantised (a folder at --out had been found only after that) */
-    if (file_out_folder_check(out, "--out") != 0 || file_out_check(out) != 0 ||
-        model_out_not_input(out, "--out", model, NULL) != 0) {
+    if (file_out_path_check(out, "--out") != 0 || model_out_not_input(out, "--out", model, NULL) != 0) {
         fprintf(stderr, "ternlab quantize: %s\n", err_msg());
         return 1;
     }

@@ -160,6 +160,11 @@ int file_out_folder_check(const char *path, const char *opt) {
     return 0;
 }
 
+int file_out_path_check(const char *path, const char *opt) {
+    if (file_out_folder_check(path, opt) != 0) return -1;
+    return file_out_check(path) != 0 ? err_prefix("%s: ", opt) : 0;
+}
+
 void path_parent(char *p) {
     char *s = strrchr(p, '/');
     if (!s) strcpy(p, ".");

@@ -103,6 +103,10 @@ int file_out_check(const char *path);
  * found only when the finished result was written). */
 int file_out_folder_check(const char *path, const char *opt);
 
+/* Both checks of an output path before any work: file_out_folder_check, then
+ * file_out_check with its message prefixed "opt: ". 0, or -1 with err_set. */
+int file_out_path_check(const char *path, const char *opt);
+
 /* p (a path) cut to its folder in place: "a/b" -> "a", "/b" -> "/", "b" -> "." */
 void path_parent(char *p);
 

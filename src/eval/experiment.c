@@ -470,10 +470,7 @@ static const char *model_path_named(const char *mp, char *buf) {
     return dots && realpath(mp, buf) ? buf : mp;
 }
 
-int exp_check_out(const char *out) {
-    if (file_out_folder_check(out, "--out") != 0) return -1;
-    return file_out_check(out) != 0 ? err_prefix("--out: ") : 0;
-}
+int exp_check_out(const char *out) { return file_out_path_check(out, "--out"); }
 
 static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
                          RefData *R) {
@@ -874,8 +871,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_str(lg, "/", "experiment", rc->experiment);
         e |= h5log_attr_str(lg, "/", "factor", rc->factor);
         e |= h5log_attr_str(lg, "/", "factor_value", rc->value);
-        char mres[PATH_MAX]; /* (ppl --out --model . as the programs: the folder's path) */
-        e |= h5log_attr_str(lg, "/", "model", model_path_named(rc->model, mres));
+        e |= h5log_attr_str(lg, "/", "model", rc->model);
         e |= h5log_attr_str(lg, "/", "model_sha256", model_sha);
         e |= h5log_attr_str(lg, "/", "tokens", rc->tokens_path);
         e |= h5log_attr_i64(lg, "/", "window", R.T);
@@ -1019,8 +1015,9 @@ int exp_run_single(const char *model, const char *tokens, int window, int64_t ma
     char results[4096];
     snprintf(results, sizeof results, "%s", out);
     path_parent(results);
+    char mres[PATH_MAX]; /* (--model . as the programs name it: the folder's path) */
     RunCfg rc = {.experiment = "ppl", .factor = "quant", .value = quant ? quant : "loaded",
-                 .model = model, .tokens_path = tokens, .quant = quant ? quant : "loaded",
+                 .model = model_path_named(model, mres), .tokens_path = tokens, .quant = quant ? quant : "loaded",
                  .kv = kv ? kv : "none", .split = kv != NULL, .device = device ? device : "cpu", .results = results,
                  .windows_opt = "--max-windows ",
                  .T = window,

@@ -61,11 +61,14 @@ int64_t argmax_f32(const float *x, int64_t n) {
  * holds a non-finite logit (an overflowed forward: the argmax of all-inf logits
  * had been token 0 at every step, printed as a result). */
 static int greedy_id(const float *x, int64_t V, int s, int64_t step, int32_t *id) {
-    for (int64_t i = 0; i < V; i++)
+    int64_t best = 0; /* (argmax_f32's first maximum, in the same pass as the check) */
+    for (int64_t i = 0; i < V; i++) {
         if (!isfinite(x[i]))
             return err_set("generate: sequence %d, token %lld: logit %lld is %g (the forward produced "
                            "non-finite logits)", s, (long long)step, (long long)i, x[i]);
-    *id = (int32_t)argmax_f32(x, V);
+        if (x[i] > x[best]) best = i;
+    }
+    *id = (int32_t)best;
     return 0;
 }
 
