@@ -14,7 +14,7 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64; every kernel test and the engine's: full; the greedy tests under a
+# their last commits: v64; the few-token forms' A/B on an H200: mtab; every kernel test and the engine's: full; the greedy tests under a
 # forced OpenBLAS core: tie).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
@@ -212,6 +212,19 @@ for s in "${steps[@]}"; do
             done
         done
         run test_gpu_gemv /tmp/tl/bin/test_gpu gemv ;;
+    mtab) # sixty-seventh session: the few-token forms on an H200, where one round had the 27B
+        # slower with them (B = 2 4.287 against 4.198 ms with both off) and the 7B faster: both
+        # shapes at batches 2, 4, 8, three rounds of both on, off, each alone and the GLU form's
+        # bound at 2 and 4 tokens (TERNLAB_CUDA_MT_FUSE=N, o's maxima on)
+        for i in 1 2 3; do
+            for v in on off om mt f2 f4; do
+                case $v in on) ev=() ;; off) ev=(TERNLAB_CUDA_MT_FUSE=0 TERNLAB_CUDA_OMAX=0) ;;
+                om) ev=(TERNLAB_CUDA_MT_FUSE=0) ;; mt) ev=(TERNLAB_CUDA_OMAX=0) ;;
+                f2) ev=(TERNLAB_CUDA_MT_FUSE=2) ;; f4) ev=(TERNLAB_CUDA_MT_FUSE=4) ;; esac
+                run ab_${v}_$i env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+                    --configs tern-i8 --batches 2,4,8 --prefill 16 --out "$out/ab_${v}_$i.h5" --md "$out/ab_${v}_$i.md"
+            done
+        done ;;
     v64) # sixty-fourth session: the sixty-third's last three commits (test helpers, one row on the
         # one-CTA int8 kernel, the engine's int8 conditions in helpers) on a GPU: the few-token and
         # multi-token GEMV tests, the engine's GPU tests, one round of the few-token A/B
@@ -241,7 +254,7 @@ for s in "${steps[@]}"; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt v64 full tie tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab v64 full tie tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
