@@ -14,7 +14,7 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64; the few-token forms' A/B on an H200: mtab; every kernel test and the engine's: full; the greedy tests under a
+# their last commits: v64; the few-token forms' A/B on an H200: mtab; the KV and head_dim tables: kvhd; every kernel test and the engine's: full; the greedy tests under a
 # forced OpenBLAS core: tie).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
@@ -225,6 +225,15 @@ for s in "${steps[@]}"; do
                     --configs tern-i8 --batches 2,4,8 --prefill 16 --out "$out/ab_${v}_$i.h5" --md "$out/ab_${v}_$i.md"
             done
         done ;;
+    kvhd) # sixty-seventh session: the ternary-KV and head_dim tables (make bench-e2e-kv / -hd, last
+        # run at 9c68763 before the step's ends and the few-token forms changed), three runs each,
+        # alternating (the middle of three goes to paper/tables, paper/data)
+        for i in 1 2 3; do
+            run kv_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --kv none,all \
+                --batches 1,8,64 --prompt 1024 --prefill 64 --out "$out/kv_$i.h5" --md "$out/kv_$i.md"
+            run hd_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,7b-hd256 --configs bf16,tern-i8 --kv none,all \
+                --batches 1,8,64 --prompt 1024 --prefill 64 --out "$out/hd_$i.h5" --md "$out/hd_$i.md"
+        done ;;
     v64) # sixty-fourth session: the sixty-third's last three commits (test helpers, one row on the
         # one-CTA int8 kernel, the engine's int8 conditions in helpers) on a GPU: the few-token and
         # multi-token GEMV tests, the engine's GPU tests, one round of the few-token A/B
@@ -254,7 +263,7 @@ for s in "${steps[@]}"; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab v64 full tie tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab kvhd v64 full tie tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
