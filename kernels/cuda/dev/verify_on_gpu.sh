@@ -14,7 +14,8 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64; the few-token forms' A/B on an H200: mtab; the KV and head_dim tables: kvhd; every kernel test and the engine's: full; the greedy tests under a
+# their last commits: v64; the few-token forms' A/B on an H200: mtab; the KV and head_dim tables: kvhd;
+# the LM head kept in L2 (dev/lm_keep.patch applied): keep; every kernel test and the engine's: full; the greedy tests under a
 # forced OpenBLAS core: tie).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
 # device tool returns few files).
@@ -234,6 +235,19 @@ for s in "${steps[@]}"; do
             run hd_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b,7b-hd256 --configs bf16,tern-i8 --kv none,all \
                 --batches 1,8,64 --prompt 1024 --prefill 64 --out "$out/hd_$i.h5" --md "$out/hd_$i.md"
         done ;;
+    keep) # sixty-eighth session: a ternary model's LM head kept in L2 between steps (its first
+        # rows read evict-last into the persisting set-aside; TERNLAB_CUDA_LM_KEEP=MiB, default the
+        # device's most; not kept: the bundle built with dev/lm_keep.patch applied): the tests,
+        # then 7B / 27B tern-i8 at batch 1 and 8, three rounds of the default, none (0), 8 and 16 MiB
+        run test_gpu_dense /tmp/tl/bin/test_gpu dense
+        run engine_keep /tmp/tl/bin/test_runner gpu_lm_keep gpu_tail bench_e2e
+        for i in 1 2 3; do
+            for v in def 0 8 16; do
+                case $v in def) ev=() ;; *) ev=(TERNLAB_CUDA_LM_KEEP=$v) ;; esac
+                run keep_${v}_$i env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 7b,27b \
+                    --configs tern-i8 --batches 1,8 --prefill 16 --out "$out/keep_${v}_$i.h5" --md "$out/keep_${v}_$i.md"
+            done
+        done ;;
     v64) # sixty-fourth session: the sixty-third's last three commits (test helpers, one row on the
         # one-CTA int8 kernel, the engine's int8 conditions in helpers) on a GPU: the few-token and
         # multi-token GEMV tests, the engine's GPU tests, one round of the few-token A/B
@@ -263,7 +277,7 @@ for s in "${steps[@]}"; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab kvhd v64 full tie tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab kvhd keep v64 full tie tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
