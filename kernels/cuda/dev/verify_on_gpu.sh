@@ -228,7 +228,9 @@ for s in "${steps[@]}"; do
         done ;;
     kvhd) # sixty-seventh session: the ternary-KV and head_dim tables (make bench-e2e-kv / -hd, last
         # run at 9c68763 before the step's ends and the few-token forms changed), three runs each,
-        # alternating (the middle of three goes to paper/tables, paper/data)
+        # alternating (the middle of three goes to paper/tables, paper/data). An H200's memory: at
+        # batch 64 the 1024-token prompts' f32 pages are ~73 GB beside the BF16 7B's 13.5 GB (an
+        # H100 80GB refuses the activations, "out of memory")
         for i in 1 2 3; do
             run kv_$i /tmp/tl/bin/ternlab bench-e2e --shapes 7b --configs bf16,tern-i8 --kv none,all \
                 --batches 1,8,64 --prompt 1024 --prefill 64 --out "$out/kv_$i.h5" --md "$out/kv_$i.md"
