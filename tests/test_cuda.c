@@ -1166,12 +1166,14 @@ static void synth_decode_h(int heads, int glu, int att, int ofu, int steps, floa
                            CudaEngineInfo *info) {
     Model m;
     synth_model(&m, 8192, 2, heads, 4); /* o: 256 x 128 heads columns */
-    static const char *const names[] = {"TERNLAB_CUDA_GLU_FUSE", "TERNLAB_CUDA_ATT_FUSE", "TERNLAB_CUDA_O_FUSE"};
-    const char *const vals[] = {glu ? "1" : "0", att ? "1" : "0", ofu < 0 ? NULL : ofu ? "1" : "0"};
+    /* (the GLU form's bound named, 8: unset, it is the device's — gpu_glu_form_default_by_memory) */
+    static const char *const names[] = {"TERNLAB_CUDA_GLU_FUSE", "TERNLAB_CUDA_ATT_FUSE", "TERNLAB_CUDA_O_FUSE",
+                                        "TERNLAB_CUDA_MT_FUSE"};
+    const char *const vals[] = {glu ? "1" : "0", att ? "1" : "0", ofu < 0 ? NULL : ofu ? "1" : "0", "8"};
     EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
     Engine e;
-    const int rc = synth_open_env(&e, &m, &o, &syn, 3, names, vals);
+    const int rc = synth_open_env(&e, &m, &o, &syn, 4, names, vals);
     CHECK_MSG(rc == 0, "%s", err_msg());
     if (rc != 0) return;
     int tok[8], seq[8];
@@ -1285,16 +1287,16 @@ static void env_refused_at_open(const char *name, const char *v) {
 /* Decode steps of 2, 3, 5, 8 and 9 tokens of distinct sequences of a
  * synthetic ternary int8 model (hidden 256, MLP 8192, 64 heads of 128: o of
  * 8192 columns), each size `steps` times (eager, captured, replayed), with
- * the few-token forms on (the default) or off (TERNLAB_CUDA_MT_FUSE=0,
- * TERNLAB_CUDA_OMAX=0); logits of every token into lg (steps x 27 rows of
- * vocab). */
+ * the few-token forms on (TERNLAB_CUDA_MT_FUSE=8, o's maxima by default) or
+ * off (TERNLAB_CUDA_MT_FUSE=0, TERNLAB_CUDA_OMAX=0); logits of every token
+ * into lg (steps x 27 rows of vocab). */
 enum { MT_SIZES = 5, MT_ROWS = 27 };
 static void synth_mt_decode(int mt, int steps, float *lg, CudaEngineInfo *info) {
     static const int sizes[MT_SIZES] = {2, 3, 5, 8, 9};
     Model m;
     synth_model(&m, 8192, 2, 64, 4);
     static const char *const names[] = {"TERNLAB_CUDA_MT_FUSE", "TERNLAB_CUDA_OMAX"};
-    const char *const vals[] = {mt ? NULL : "0", mt ? NULL : "0"};
+    const char *const vals[] = {mt ? "8" : "0", mt ? NULL : "0"}; /* (the GLU form's bound named: unset, the device's) */
     EngineOpts o = {.max_tok = 16, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 32};
     CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 7};
     Engine e;
@@ -1364,6 +1366,44 @@ TEST(gpu_few_token_forms_bit_identical) {
     /* a malformed bound: the engine does not open, and says why */
     static const char *const badv[] = {"9", "-1", "x", ""};
     for (int k = 0; k < 4; k++) env_refused_at_open("TERNLAB_CUDA_MT_FUSE", badv[k]);
+}
+
+/* The GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset is the device's:
+ * 8 where its memory's peak is under 16 bytes a cycle an SM (memory clock x 2
+ * x bus width / 8 over SMs x SM clock: an H100 SXM's 12.8), 0 where it is
+ * wider (an H200's 18.8), where the form measured slower; a value given is
+ * taken on any device. */
+TEST(gpu_glu_form_default_by_memory) {
+    SKIP_WITHOUT_GPU();
+    int mem = 0, bus = 0, clk = 0, sms = 0;
+    REQUIRE(cudaDeviceGetAttribute(&mem, cudaDevAttrMemoryClockRate, 0) == cudaSuccess &&
+            cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess &&
+            cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0) == cudaSuccess &&
+            cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
+    const double b = 2.0 * mem * 1e3 * bus / 8.0, per = b / ((double)sms * clk * 1e3);
+    printf("    memory %d kHz x %d bits: %.0f GB/s peak, %d SMs at %d kHz: %.1f bytes a cycle an SM\n", mem, bus,
+           b / 1e9, sms, clk, per);
+    static const char *const given[] = {NULL, "3", "0", "8"};
+    const int64_t want[] = {per < 16.0 ? 8 : 0, 3, 0, 8};
+    for (int k = 0; k < 4; k++) {
+        Model m;
+        synth_model(&m, 512, 1, 2, 2);
+        EngineOpts o = {.max_tok = 8, .block_size = 16, .device = ENGINE_CUDA, .bf16 = 1, .n_blocks = 8};
+        CudaSynthetic syn = {.ternary = 1, .act_int8 = 1, .seed = 5};
+        Engine e;
+        const char *name = "TERNLAB_CUDA_MT_FUSE";
+        const int rc = synth_open_env(&e, &m, &o, &syn, 1, &name, &given[k]);
+        CHECK_MSG(rc == 0, "%s", err_msg());
+        if (rc == 0) {
+            CudaEngineInfo info;
+            CHECK(cuda_engine_info(&e, &info) == 0);
+            CHECK_MSG(info.mt_fuse == want[k], "TERNLAB_CUDA_MT_FUSE %s: bound %lld, want %lld",
+                      given[k] ? given[k] : "unset", (long long)info.mt_fuse, (long long)want[k]);
+            engine_free(&e);
+        }
+        mem_free(m.rope_cos);
+        mem_free(m.rope_sin);
+    }
 }
 
 /* The CUDA engine leaves one SM to the row kernel before its one-token int8

@@ -127,8 +127,8 @@ struct CE {
     int glu_fuse = 1, att_fuse = 1, o_fuse = 1;
     /* 2 .. mt_fuse (<= kMtTok) tokens: the GLU in the gate|up GEMV where the
      * multi-token kernel's GLU form is taken (mlp_mt; TERNLAB_CUDA_MT_FUSE=N
-     * sets the bound, 0 turns it off, as TERNLAB_CUDA_GLU_FUSE=0 does):
-     * mt_fuse_env */
+     * sets the bound, 0 turns it off, as TERNLAB_CUDA_GLU_FUSE=0 does; unset,
+     * the device's: mt_fuse_env, mt_fuse_default) */
     int mt_fuse = kMtTok;
     /* the KV policy of the cache (kv_set_policy) and the call's phase
      * (RunState.decode), as host_prepare found them: a layer whose tokens of
@@ -1749,12 +1749,12 @@ int engine_tbm_reserve(void) {
 }
 
 /* TERNLAB_CUDA_MT_FUSE=N: the most tokens of a call whose MLP takes the
- * multi-token GLU form (mlp_mt), 0 .. kMtTok (0: none); unset, kMtTok.  (o's
- * int8 pass from the attention's maxima at 2 .. kMtTok tokens follows
- * TERNLAB_CUDA_OMAX.) */
+ * multi-token GLU form (mlp_mt), 0 .. kMtTok (0: none); unset, -1: the
+ * device's (mt_fuse_default).  (o's int8 pass from the attention's maxima at
+ * 2 .. kMtTok tokens follows TERNLAB_CUDA_OMAX.) */
 int mt_fuse_env(int *out) {
     const char *v = getenv("TERNLAB_CUDA_MT_FUSE");
-    int64_t n = kMtTok;
+    int64_t n = -1;
     if (v && str_to_i64(v, 0, kMtTok, &n) < 0)
         return err_set("TERNLAB_CUDA_MT_FUSE=\"%s\": expected the most tokens of a call on the fused multi-token "
                        "forms, 0 .. %d",
@@ -1763,9 +1763,35 @@ int mt_fuse_env(int *out) {
     return 0;
 }
 
+/* The GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset: kMtTok where the
+ * device's memory is narrow for its SMs — under 16 bytes a cycle an SM at
+ * peak (memory clock x 2 x bus width over SMs x SM clock): an H100 SXM's
+ * 3.35 TB/s is 12.8 —, 0 where it is wider (an H200's 4.9 TB/s, 18.8).  The
+ * form gates the 27B's gate|up (73 728 x 4608, on the wgmma GEMM otherwise)
+ * at 2 .. 8 tokens; ms a step at 2 / 4 / 8 sequences, form on / off (o's
+ * maxima on), three rounds: H100 4.634-4.654 / 4.796-4.826 / 4.917-4.986
+ * against 4.869-4.879 / 4.978-4.985 / 5.124-5.130; H200 4.288-4.299 /
+ * 4.478-4.504 / 4.536-4.538 against 4.162-4.166 / 4.360-4.365 /
+ * 4.425-4.429 (dev/NOTES.md, sixty-seventh and sixty-eighth sessions).  A
+ * device whose figures cannot be read keeps kMtTok. */
+int mt_fuse_default(int gpu) {
+    int mem_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
+    if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, gpu) != cudaSuccess ||
+        cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, gpu) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return kMtTok;
+    }
+    if (mem_khz <= 0 || bus_bits <= 0 || sm_khz <= 0 || sms <= 0) return kMtTok;
+    const double per_sm_cycle = 2.0 * (double)mem_khz * (double)bus_bits / 8.0 / ((double)sms * (double)sm_khz);
+    return per_sm_cycle < 16.0 ? kMtTok : 0;
+}
+
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     int mt_fuse = 0;
     if (mt_fuse_env(&mt_fuse) != 0 || engine_tbm_reserve() != 0 || open_front(e, m, o) != 0) return -1;
+    if (mt_fuse < 0) mt_fuse = mt_fuse_default(o->gpu);
     CE *g = new CE();
     g->gpu = o->gpu;
     g->bf16 = o->bf16;
@@ -2426,6 +2452,7 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     info->argmax_in_graph = g->n_argmax_graph;
     info->fused_att = g->n_fused[0], info->fused_o = g->n_fused[1], info->fused_mlp = g->n_fused[2];
     info->mt_mlp = g->n_mt;
+    info->mt_fuse = g->mt_fuse;
     info->deferred = g->n_deferred, info->omax_given = g->n_omax, info->norm_folded = g->n_norm_folded;
     info->lm_gemv = g->n_lm_gemv, info->tail_fused = g->n_tail_fused, info->ids_mapped = chain_mapped(g);
     info->chained = g->n_chained;

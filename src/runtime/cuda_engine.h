@@ -102,6 +102,10 @@ typedef struct {
     /* layers enqueued (the same way) at 2 .. 8 tokens with the GLU in the
      * gate|up GEMV (tern_cuda_glu_i8_mt) */
     int64_t mt_mlp;
+    /* the most tokens of a call on that GLU form (TERNLAB_CUDA_MT_FUSE; unset,
+     * the device's: 8 where its memory is narrow for its SMs, an H100's, 0 where
+     * it is wide, an H200's) */
+    int64_t mt_fuse;
     /* layers enqueued (the same way) whose fused MLP's down GEMV leaves its K
      * split for the next layer's norm to finish (tern_cuda_matmul_i8_f32x_defer) */
     int64_t deferred;
