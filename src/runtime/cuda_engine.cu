@@ -1767,7 +1767,7 @@ int mt_fuse_env(int *out) {
  * device's memory is narrow for its SMs — under 16 bytes a cycle an SM at
  * peak (memory clock x 2 x bus width over SMs x SM clock): an H100 SXM's
  * 3.35 TB/s is 12.8 —, 0 where it is wider (an H200's 4.9 TB/s, 18.8).  The
- * form gates the 27B's gate|up (73 728 x 4608, on the wgmma GEMM otherwise)
+ * form takes the 27B's gate|up (73 728 x 4608, on the wgmma GEMM otherwise)
  * at 2 .. 8 tokens; ms a step at 2 / 4 / 8 sequences, form on / off (o's
  * maxima on), three rounds: H100 4.634-4.654 / 4.796-4.826 / 4.917-4.986
  * against 4.869-4.879 / 4.978-4.985 / 5.124-5.130; H200 4.288-4.299 /
