@@ -1368,11 +1368,21 @@ TEST(gpu_few_token_forms_bit_identical) {
     for (int k = 0; k < 4; k++) env_refused_at_open("TERNLAB_CUDA_MT_FUSE", badv[k]);
 }
 
-/* The GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset is the device's:
- * 8 where its memory's peak is under 16 bytes a cycle an SM (memory clock x 2
- * x bus width / 8 over SMs x SM clock: an H100 SXM's 12.8), 0 where it is
- * wider (an H200's 18.8), where the form measured slower; a value given is
- * taken on any device. */
+/* The GLU form's bound from a device's figures (cuda_mt_fuse_for; no GPU
+ * needed): an H100 SXM's (12.8 bytes a cycle an SM) keeps it at 8, an H200's
+ * (18.8) turns it off, the 16-byte line between, figures not read keep 8. */
+TEST(cuda_glu_form_bound_from_figures) {
+    CHECK(cuda_mt_fuse_for(2619000, 5120, 1980000, 132) == 8);
+    CHECK(cuda_mt_fuse_for(3201000, 6144, 1980000, 132) == 0);
+    /* exactly 16 bytes a cycle an SM (1e6 kHz x 2 x 1024 bits / 8 over 16 SMs at 1e6 kHz): wide */
+    CHECK(cuda_mt_fuse_for(1000000, 1024, 1000000, 16) == 0);
+    CHECK(cuda_mt_fuse_for(999999, 1024, 1000000, 16) == 8);
+    CHECK(cuda_mt_fuse_for(0, 6144, 1980000, 132) == 8 && cuda_mt_fuse_for(3201000, 6144, 1980000, 0) == 8);
+}
+
+/* The engine's bound where TERNLAB_CUDA_MT_FUSE is unset is the one of this
+ * device's figures (cudaDeviceGetAttribute, cuda_mt_fuse_for); a value given
+ * is taken on any device. */
 TEST(gpu_glu_form_default_by_memory) {
     SKIP_WITHOUT_GPU();
     int mem = 0, bus = 0, clk = 0, sms = 0;
@@ -1380,11 +1390,10 @@ TEST(gpu_glu_form_default_by_memory) {
             cudaDeviceGetAttribute(&bus, cudaDevAttrGlobalMemoryBusWidth, 0) == cudaSuccess &&
             cudaDeviceGetAttribute(&clk, cudaDevAttrClockRate, 0) == cudaSuccess &&
             cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0) == cudaSuccess);
-    const double b = 2.0 * mem * 1e3 * bus / 8.0, per = b / ((double)sms * clk * 1e3);
-    printf("    memory %d kHz x %d bits: %.0f GB/s peak, %d SMs at %d kHz: %.1f bytes a cycle an SM\n", mem, bus,
-           b / 1e9, sms, clk, per);
+    printf("    memory %d kHz x %d bits, %d SMs at %d kHz: bound %d\n", mem, bus, sms, clk,
+           cuda_mt_fuse_for(mem, bus, clk, sms));
     static const char *const given[] = {NULL, "3", "0", "8"};
-    const int64_t want[] = {per < 16.0 ? 8 : 0, 3, 0, 8};
+    const int64_t want[] = {cuda_mt_fuse_for(mem, bus, clk, sms), 3, 0, 8};
     for (int k = 0; k < 4; k++) {
         Model m;
         synth_model(&m, 512, 1, 2, 2);

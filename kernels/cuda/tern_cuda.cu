@@ -851,7 +851,8 @@ int tern_cuda_glu_i8_mt_ok(const TernCudaMatrix *W, int64_t n) { return fused_of
  * kernel (one CTA a row) at 2 / 4 / 8 sequences: 27B (73728 x 4608, the
  * wgmma GEMM) 4.80 / 4.90 / 5.04 against 4.94 / 5.06 / 5.20; 7B (22016 x
  * 4096, the multi-token GEMV) 1.667 / 1.772 / 1.857 against 1.662 / 1.728 /
- * 1.822 (dev/NOTES.md, sixty-third session). */
+ * 1.822 (dev/NOTES.md, sixty-third session).  On an H200 the 27B is faster
+ * without it: the engine's bound there is 0 (cuda_mt_fuse_for). */
 int tern_cuda_glu_i8_mt_rule(const TernCudaMatrix *W, int64_t n) {
     return tern_cuda_glu_i8_mt_ok(W, n) && n >= 2 && !mt_rule(W, n);
 }

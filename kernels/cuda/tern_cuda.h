@@ -185,7 +185,9 @@ int tern_cuda_glu_i8_norm(const TernCudaMatrix *W, const TernNormIn *ni, int act
  * d_hmax[k] (float bits; zero before the call).  _ok: 1 where W's format and
  * n allow the call (as tern_cuda_glu_i8_ok, and 1 <= n <= 8); _rule: 1 where
  * _ok and the engine takes it at 2 .. 8 tokens (where tern_cuda_matmul_i8
- * would not run W on the multi-token GEMV: tern_cuda.cu). */
+ * would not run W on the multi-token GEMV: tern_cuda.cu), within the
+ * engine's bound (TERNLAB_CUDA_MT_FUSE; unset, cuda_mt_fuse_for in
+ * runtime/cuda_engine.h: none on a device whose memory is wide for its SMs). */
 int tern_cuda_glu_i8_mt_ok(const TernCudaMatrix *W, int64_t n);
 int tern_cuda_glu_i8_mt_rule(const TernCudaMatrix *W, int64_t n);
 int tern_cuda_glu_i8_mt(const TernCudaMatrix *W, const int8_t *d_xq, const float *d_sx, int64_t n, int act,

@@ -1763,18 +1763,17 @@ int mt_fuse_env(int *out) {
     return 0;
 }
 
-/* The GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset: kMtTok where the
- * device's memory is narrow for its SMs — under 16 bytes a cycle an SM at
- * peak (memory clock x 2 x bus width over SMs x SM clock): an H100 SXM's
- * 3.35 TB/s is 12.8 —, 0 where it is wider (an H200's 4.9 TB/s, 18.8).  The
- * form takes the 27B's gate|up (73 728 x 4608, on the wgmma GEMM otherwise)
- * at 2 .. 8 tokens; ms a step at 2 / 4 / 8 sequences, form on / off (o's
- * maxima on), three rounds: H100 4.634-4.654 / 4.796-4.826 / 4.917-4.986
- * against 4.869-4.879 / 4.978-4.985 / 5.124-5.130; H200 4.288-4.299 /
- * 4.478-4.504 / 4.536-4.538 against 4.162-4.166 / 4.360-4.365 /
- * 4.425-4.429 (dev/NOTES.md, sixty-seventh and sixty-eighth sessions).  A
- * device whose figures cannot be read keeps kMtTok. */
+/* The GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset: the device's
+ * figures through cuda_mt_fuse_for (cuda_engine.h).  The form takes the
+ * 27B's gate|up (73 728 x 4608, on the wgmma GEMM otherwise) at 2 .. 8
+ * tokens; ms a step at 2 / 4 / 8 sequences, form on / off (o's maxima on),
+ * three rounds: H100 4.634-4.654 / 4.796-4.826 / 4.917-4.986 against
+ * 4.869-4.879 / 4.978-4.985 / 5.124-5.130; H200 4.288-4.299 / 4.478-4.504 /
+ * 4.536-4.538 against 4.162-4.166 / 4.360-4.365 / 4.425-4.429
+ * (dev/NOTES.md, sixty-seventh and sixty-eighth sessions).  A device whose
+ * figures cannot be read keeps kMtTok. */
 int mt_fuse_default(int gpu) {
+    static_assert(kMtTok == 8, "cuda_mt_fuse_for's bound");
     int mem_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
     if (cudaDeviceGetAttribute(&mem_khz, cudaDevAttrMemoryClockRate, gpu) != cudaSuccess ||
         cudaDeviceGetAttribute(&bus_bits, cudaDevAttrGlobalMemoryBusWidth, gpu) != cudaSuccess ||
@@ -1783,9 +1782,7 @@ int mt_fuse_default(int gpu) {
         (void)cudaGetLastError();
         return kMtTok;
     }
-    if (mem_khz <= 0 || bus_bits <= 0 || sm_khz <= 0 || sms <= 0) return kMtTok;
-    const double per_sm_cycle = 2.0 * (double)mem_khz * (double)bus_bits / 8.0 / ((double)sms * (double)sm_khz);
-    return per_sm_cycle < 16.0 ? kMtTok : 0;
+    return cuda_mt_fuse_for(mem_khz, bus_bits, sm_khz, sms);
 }
 
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {

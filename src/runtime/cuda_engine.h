@@ -140,6 +140,18 @@ typedef struct {
     int64_t chained;
     char device_name[128];
 } CudaEngineInfo;
+
+/* The multi-token GLU form's bound where TERNLAB_CUDA_MT_FUSE is unset, from
+ * a device's figures (cudaDeviceGetAttribute: memory clock and SM clock in
+ * kHz, bus width in bits, SM count): 8 where the memory's peak is under 16
+ * bytes a cycle an SM (an H100 SXM's 2 619 000 kHz x 5120 bits over 132 SMs
+ * at 1 980 000 kHz: 12.8), 0 where it is wider (an H200's 3 201 000 x 6144:
+ * 18.8), where the form measured slower; 8 where a figure is not positive. */
+static inline int cuda_mt_fuse_for(int mem_khz, int bus_bits, int sm_khz, int sms) {
+    if (mem_khz <= 0 || bus_bits <= 0 || sm_khz <= 0 || sms <= 0) return 8;
+    const double per_sm_cycle = 2.0 * (double)mem_khz * (double)bus_bits / 8.0 / ((double)sms * (double)sm_khz);
+    return per_sm_cycle < 16.0 ? 8 : 0;
+}
 int cuda_engine_info(const Engine *e, CudaEngineInfo *info);
 
 /* Greedy decode pipelined one step deep, on one GPU: `steps` decode steps of
