@@ -14,7 +14,7 @@
 # bench_gpu built here and in the bundle; the paper's tables: tables, with the same bundle; the side uploads: sideup; the
 # dense GEMV's two rows a warp: r2, with bench_gpu_r1 and bench_gpu_mma in the bundle too;
 # x staged as f32: xf, with bench_gpu_r2; the fused forms at 2 .. 8 tokens: mt, with test_gpu;
-# their last commits: v64; the few-token forms' A/B on an H200: mtab; the KV and head_dim tables: kvhd;
+# their last commits: v64; the few-token forms' A/B on an H200: mtab; the GLU form's device default: dflt; the KV and head_dim tables: kvhd;
 # the LM head kept in L2 (dev/lm_keep.patch applied): keep; every kernel test and the engine's: full; the greedy tests under a
 # forced OpenBLAS core: tie).  Logs and tables are written under
 # /tmp/verify-gpu and come back as $OUT/verify.tgz and $OUT/status.txt (the
@@ -213,6 +213,15 @@ for s in "${steps[@]}"; do
             done
         done
         run test_gpu_gemv /tmp/tl/bin/test_gpu gemv ;;
+    dflt) # sixty-ninth session: the GLU form's device default on the card at hand: the 27B at
+        # batches 2 and 8 with TERNLAB_CUDA_MT_FUSE unset (the device's bound), 8 and 0, two rounds
+        for i in 1 2; do
+            for v in unset 8 0; do
+                ev=(); [ $v = unset ] || ev=(TERNLAB_CUDA_MT_FUSE=$v)
+                run dflt_${v}_$i env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 27b \
+                    --configs tern-i8 --batches 2,8 --prefill 16 --out "$out/dflt_${v}_$i.h5" --md "$out/dflt_${v}_$i.md"
+            done
+        done ;;
     mtab) # sixty-seventh session: the few-token forms on an H200, where one round had the 27B
         # slower with them (B = 2 4.287 against 4.198 ms with both off) and the 7B faster: both
         # shapes at batches 2, 4, 8, three rounds of both on, off, each alone and the GLU form's
@@ -279,7 +288,7 @@ for s in "${steps[@]}"; do
             run tables_e2e_$i /tmp/tl/bin/ternlab bench-e2e --out "$out/tables_e2e_$i.h5" --md "$out/tables_e2e_$i.md"
             run tables_gpu_$i /tmp/tl/bin/bench_gpu --out "$out/tables_gpu_$i"
         done ;;
-    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab kvhd keep v64 full tie tables)" | tee -a "$out/status.txt" ;;
+    *) echo "unknown step $s (tests bench e2e chain bf bfsweep engine bfe2e host tp lmhead sideup gemv r2 xf mt mtab dflt kvhd keep v64 full tie tables)" | tee -a "$out/status.txt" ;;
     esac
     # (after every step: a call cut off at its time limit still returns what ran)
     tar czf "$dest/verify.tgz" -C "$out" . && cp "$out/status.txt" "$dest/"
