@@ -215,13 +215,15 @@ for s in "${steps[@]}"; do
         run test_gpu_gemv /tmp/tl/bin/test_gpu gemv ;;
     dflt) # sixty-ninth session: the GLU form's device default on the card at hand: the 27B at
         # batches 2 and 8 with TERNLAB_CUDA_MT_FUSE unset (the device's bound), 8 and 0, two rounds
-        for i in 1 2; do
+        # (DFLT_ROUNDS), then the bound's own test
+        for i in $(seq "${DFLT_ROUNDS:-2}"); do
             for v in unset 8 0; do
                 ev=(); [ $v = unset ] || ev=(TERNLAB_CUDA_MT_FUSE=$v)
                 run dflt_${v}_$i env "${ev[@]}" /tmp/tl/bin/ternlab bench-e2e --shapes 27b \
                     --configs tern-i8 --batches 2,8 --prefill 16 --out "$out/dflt_${v}_$i.h5" --md "$out/dflt_${v}_$i.md"
             done
-        done ;;
+        done
+        run dflt_test /tmp/tl/bin/test_runner gpu_glu_form_default_by_memory ;;
     mtab) # sixty-seventh session: the few-token forms on an H200, where one round had the 27B
         # slower with them (B = 2 4.287 against 4.198 ms with both off) and the 7B faster: both
         # shapes at batches 2, 4, 8, three rounds of both on, off, each alone and the GLU form's
