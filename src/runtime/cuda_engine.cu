@@ -1771,7 +1771,8 @@ int mt_fuse_env(int *out) {
  * 4.869-4.879 / 4.978-4.985 / 5.124-5.130; H200 4.288-4.299 / 4.478-4.504 /
  * 4.536-4.538 against 4.162-4.166 / 4.360-4.365 / 4.425-4.429
  * (dev/NOTES.md, sixty-seventh and sixty-eighth sessions).  A device whose
- * figures cannot be read keeps kMtTok. */
+ * figures cannot be read keeps kMtTok (cuda_mt_fuse_for's bound for a figure
+ * that is not positive). */
 int mt_fuse_default(int gpu) {
     static_assert(kMtTok == 8, "cuda_mt_fuse_for's bound");
     int mem_khz = 0, bus_bits = 0, sm_khz = 0, sms = 0;
@@ -1780,7 +1781,7 @@ int mt_fuse_default(int gpu) {
         cudaDeviceGetAttribute(&sm_khz, cudaDevAttrClockRate, gpu) != cudaSuccess ||
         cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, gpu) != cudaSuccess) {
         (void)cudaGetLastError();
-        return kMtTok;
+        sms = 0; /* (a figure not read: cuda_mt_fuse_for's 8) */
     }
     return cuda_mt_fuse_for(mem_khz, bus_bits, sm_khz, sms);
 }
