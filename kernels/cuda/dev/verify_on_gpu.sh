@@ -32,7 +32,7 @@ steps=("$@")
 tar xJf .devlibs/bundle.tar.xz -C /tmp/tl || { echo "no .devlibs/bundle.tar.xz (see the header)"; exit 2; }
 export LD_LIBRARY_PATH=/tmp/tl/lib:/usr/local/cuda/lib64:/usr/lib/x86_64-linux-gnu:${LD_LIBRARY_PATH:-}
 export TERNLAB_BIN=/tmp/tl/bin/ternlab TERNLAB_BUILD=/tmp/tl/bin TERNLAB_TEST_TIMEOUT=200
-nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,power.limit --format=csv > "$out/gpu.txt" 2>&1
+nvidia-smi --query-gpu=name,driver_version,clocks.max.sm,clocks.max.memory,power.limit --format=csv > "$out/gpu.txt" 2>&1
 # Some device images set OPENBLAS_CORETYPE=Haswell on AVX-512 CPUs: the CPU side of the GPU-vs-CPU
 # greedy tests then runs Haswell sgemm kernels whose rounding parted bitnet-tiny's and llama-tiny's
 # ternary greedy tokens from the GPU's (tokens 30 and 62; sixty-fourth session). The programs
@@ -215,7 +215,8 @@ for s in "${steps[@]}"; do
         run test_gpu_gemv /tmp/tl/bin/test_gpu gemv ;;
     dflt) # sixty-ninth session: the GLU form's device default on the card at hand: the 27B at
         # batches 2 and 8 with TERNLAB_CUDA_MT_FUSE unset (the device's bound), 8 and 0, two rounds
-        # (DFLT_ROUNDS), then the bound's own test
+        # (DFLT_ROUNDS), then the bound's own test (its memory clock read through the CUDA
+        # attribute; gpu.txt has nvidia-smi's clocks.max.memory, an independent reading, to set beside it)
         for i in $(seq "${DFLT_ROUNDS:-2}"); do
             for v in unset 8 0; do
                 ev=(); [ $v = unset ] || ev=(TERNLAB_CUDA_MT_FUSE=$v)
