@@ -1088,6 +1088,27 @@ TEST(gguf_tensor_spec_over_row_scales_reads_blocks) {
     model_free(&b);
 }
 
+/* A TQ linear that the file's ternlab.quant_spec leaves out contradicts the
+ * spec and is refused by name (it had loaded ternary under a spec that says
+ * its layers are dense); the same file whose spec names every linear loads. */
+TEST(gguf_tq_linear_outside_its_spec_refused) {
+    ModelLoadOpts o = {.quant = "rule=absmax,group=256,scale=f16"};
+    Model a, b;
+    REQUIRE(model_load(test_path(LLAMA_DIR), &o, &a) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    char path[512];
+    for (int k = 0; k < 2; k++) {
+        a.quant.layers = k ? QL_ALL : QL_MLP; /* the spec the file records; every linear stays TQ */
+        snprintf(path, sizeof path, "%s/spec-%d.gguf", test_tmpdir(), k);
+        REQUIRE(gguf_write_model(&a, path, 0) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        const int rc = model_load_gguf(path, NULL, &b);
+        if (rc == 0) model_free(&b);
+        if (k) CHECK_MSG(rc == 0, "layers=all: %s", err_msg());
+        else CHECK_MSG(rc != 0 && strstr(err_msg(), "tensor 'blk.0.attn_q.weight' is TQ2_0, but ternlab.quant_spec "
+                                                    "leaves it out"), "layers=mlp: rc %d: %s", rc, rc ? err_msg() : "");
+    }
+    model_free(&a);
+}
+
 /* ternlab.quant_spec of a GGUF file into buf ("" when absent). */
 static void file_quant_spec(const char *path, char *buf, size_t n) {
     GgufFile g;

@@ -10,6 +10,7 @@
 #include "quant/quant.h"
 #include "runtime/linear.h"
 #include "runtime/model.h"
+#include "runtime/report.h"
 #include "ternary_format.h"
 
 #include <cJSON.h>
@@ -1454,4 +1455,85 @@ TEST(loader_shapes_scales_and_spec_edges) {
     free(out);
     snprintf(cmd, sizeof cmd, "cmp %s %s", test_path("data/gguf/llama-tiny-tq2_0.gguf"), gg);
     CHECK(test_run(cmd, NULL) == 0);
+}
+
+/* A ternlab checkpoint is what its quantization_config.spec says, or it is
+ * refused naming the tensor: a stored scale that is not a value of the spec's
+ * scale dtype (it had been rounded to one: another model, exit 0), a dense
+ * linear the spec makes ternary (it had run dense) and a packed one the spec
+ * leaves out (it had run ternary under a spec that does not say so), an empty
+ * spec (read as the defaults); a BitNet config whose linears are float
+ * weights (online, autobitlinear) over packed ones (run with that form's scale
+ * convention; transformers does not load them).  quantize writes no file of
+ * the kind: a native ternary linear that --quant's layers= leaves out is
+ * refused (its spec had said layers=mlp over packed attention linears).  The
+ * load report gives the whole spec (it had cut it at 40 characters). */
+TEST(loader_ternlab_checkpoint_is_its_spec) {
+    char q[600], dir[600], cmd[2400], *out = NULL;
+    const char *d = test_tmpdir(), *tl = bin_path("ternlab");
+    snprintf(q, sizeof q, "%s/qattn", d);
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant rule=absmean,group=128,scale=f16,layers=attn --out %s "
+             "> /dev/null 2>&1", tl, test_path(LLAMA_DIR), q);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    Model m;
+    REQUIRE(model_load(q, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    ReportRow *rows;
+    int n;
+    REQUIRE(report_rows(&m, &rows, &n) == 0);
+    const char *want = "native ternary packed (ternlab rule=absmean,group=128,scale=f16,act=f32,layers=attn)";
+    CHECK_MSG(n > 1 && strcmp(rows[1].stored, want) == 0, "row 1 stored '%s'", n > 1 ? rows[1].stored : "");
+    free(rows);
+    model_free(&m);
+#define TL_QC(spec) "{\"quant_method\": \"ternlab\", \"spec\": \"" spec "\"}"
+    const struct {
+        const char *src, *qc, *err; /* err NULL: loads */
+    } cases[] = {
+        {q, TL_QC("rule=absmean,group=128,scale=f32,act=f32,layers=attn"), NULL}, /* f16 values are f32 ones */
+        {q, TL_QC("rule=absmean,group=128,scale=e8m0,act=f32,layers=attn"),
+         "q_proj.weight_scales': scale 0 is"},
+        {q, TL_QC("rule=absmean,group=128,scale=f16,act=f32,layers=mlp"),
+         "tensor 'model.layers.0.self_attn.q_proj.weight' is U8 (packed ternary), but quantization_config.spec"},
+        {q, TL_QC("rule=absmean,group=128,scale=f16,act=f32,layers=all"),
+         "tensor 'model.layers.0.mlp.gate_proj.weight' is BF16, but quantization_config.spec"},
+        {test_path(LLAMA_DIR), TL_QC("rule=absmean,group=128,scale=f16,act=f32,layers=all"),
+         "tensor 'model.layers.0.self_attn.q_proj.weight' is BF16, but quantization_config.spec"},
+        {q, TL_QC(""), "needs a 'spec' string (not empty"},
+        {test_path(BITNET_DIR),
+         "{\"quant_method\": \"bitnet\", \"linear_class\": \"autobitlinear\", \"quantization_mode\": \"online\"}",
+         "tensor 'model.layers.0.self_attn.q_proj.weight' is U8 (packed ternary), but this checkpoint's linears "
+         "are float weights"},
+    };
+#undef TL_QC
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/spec%zu", d, i);
+        REQUIRE(rewrite_checkpoint(cases[i].src, dir, 0, NULL, 0) == 0);
+        REQUIRE(set_quant_config(dir, cases[i].src, cases[i].qc) == 0);
+        if (cases[i].err) expect_load_error(dir, cases[i].err);
+        else expect_loads(dir);
+    }
+    /* the stored scale named with its dtype */
+    snprintf(dir, sizeof dir, "%s/spec1", d);
+    expect_load_error(dir, "not a value of the spec's scale dtype (quantization_config.spec says scale=e8m0)");
+    /* quantize: native ternary linears left out by layers= refused, nothing written; layers=all writes */
+    const struct {
+        const char *src, *quant, *err;
+    } qz[] = {{test_path(BITNET_DIR), "rule=twn,group=tensor,scale=f32,layers=mlp",
+               "model.layers.0.self_attn.q_proj is ternary as stored (a native ternary checkpoint), but --quant's "
+               "layers= leaves it out"},
+              {q, "rule=twn,group=128,scale=f16,layers=mlp", "self_attn.q_proj is ternary as stored"},
+              {q, "rule=twn,group=128,scale=f16", NULL}};
+    for (size_t i = 0; i < sizeof qz / sizeof qz[0]; i++) {
+        snprintf(dir, sizeof dir, "%s/qz%zu", d, i);
+        snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant %s --out %s 2>&1", tl, qz[i].src, qz[i].quant, dir);
+        const int rc = test_run(cmd, &out);
+        if (qz[i].err) {
+            CHECK_MSG(rc == 1 && out && strstr(out, qz[i].err), "%s: rc %d: %s", qz[i].quant, rc, out ? out : "");
+            CHECK_MSG(access(dir, F_OK) != 0, "%s: %s written", qz[i].quant, dir);
+        } else {
+            CHECK_MSG(rc == 0, "%s: rc %d: %s", qz[i].quant, rc, out ? out : "");
+            expect_loads(dir);
+        }
+        free(out);
+        out = NULL;
+    }
 }

@@ -88,6 +88,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        static const char *const kinds[] = {"q", "k", "v", "o", "gate", "up", "down"};
         for (int i = 0; i < 7; i++) {
             const Linear *lin = lins[i];
             if (!lin->t) continue;
@@ -95,6 +96,15 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
                 return err_set("%s is ternary in another format than --quant gives (a native ternary "
                                "checkpoint with some layers left as stored); a ternlab checkpoint holds "
                                "one QuantSpec: use layers=all", lin->name);
+            /* the spec written names the file's ternary linears (the loader refuses a file
+             * whose linears are stored otherwise); a native one it leaves out had been
+             * written packed under a spec whose layers= and rule did not describe it */
+            const int sel = quant_layer_selected(&m->quant, l, kinds[i]);
+            if (sel < 0) return -1;
+            if (!sel)
+                return err_set("%s is ternary as stored (a native ternary checkpoint), but --quant's layers= "
+                               "leaves it out; a ternlab checkpoint holds one QuantSpec, which names its "
+                               "ternary linears: use layers=all", lin->name);
             if (act_int8 >= 0 && act_int8 != lin->act_int8)
                 return err_set("linears differ in activation mode: give act= in --quant");
             act_int8 = lin->act_int8;

@@ -266,8 +266,10 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     const cJSON *qm = qcfg ? cJSON_GetObjectItemCaseSensitive(qcfg, "quant_method") : NULL;
     if (cJSON_IsString(qm) && strcmp(qm->valuestring, "ternlab") == 0) {
         const cJSON *sp = cJSON_GetObjectItemCaseSensitive(qcfg, "spec");
-        if (!cJSON_IsString(sp) || strlen(sp->valuestring) >= sizeof cfg->ternlab_spec) {
-            err_set("%s: quantization_config of a ternlab checkpoint needs a 'spec' string", path);
+        if (!cJSON_IsString(sp) || !sp->valuestring[0] || strlen(sp->valuestring) >= sizeof cfg->ternlab_spec) {
+            /* (an empty one had been read as the defaults) */
+            err_set("%s: quantization_config of a ternlab checkpoint needs a 'spec' string (not empty, "
+                    "under %zu bytes)", path, sizeof cfg->ternlab_spec);
             goto done;
         }
         cfg->ternlab_packed = 1;

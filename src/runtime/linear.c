@@ -5,6 +5,7 @@
 #include "ternary_format.h"
 
 #include <cblas.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -189,6 +190,18 @@ int model_load_ternlab_linear(Model *m, Linear *lin) {
         for (int64_t k = 0; k < lin->in; k++) q[r * lin->in + k] = (int8_t)tern_get(codes + r * rb, k);
     float *scales = xmalloc(sizeof(float) * (size_t)ns);
     memcpy(scales, sc->data, sizeof(float) * (size_t)ns);
+    /* the stored scales are values of the spec's scale dtype (quantize writes them
+     * rounded); one that is not contradicts the spec (rounding it had run another
+     * model, exit 0).  Non-finite ones are tern_from_codes' to refuse. */
+    for (int64_t i = 0; i < ns; i++)
+        if (isfinite(scales[i]) && dtype_round(spec.scale, scales[i]) != scales[i]) {
+            const double v = scales[i];
+            free(q);
+            free(scales);
+            return err_set("tensor '%s': scale %lld is %.9g, not a value of the spec's scale dtype "
+                           "(quantization_config.spec says scale=%s): the file contradicts its spec", name,
+                           (long long)i, v, quant_scale_name(spec.scale));
+        }
     lin->t = xcalloc(1, sizeof(TernaryMatrix));
     int rc = tern_from_codes(q, scales, lin->out, lin->in, spec.group, spec.scale, lin->t);
     free(q);

@@ -216,6 +216,23 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
     char wname[160];
     snprintf(wname, sizeof wname, "%s.weight", name);
     const StTensor *t = st_find(&m->st, wname);
+    if (m->cfg.ternlab_packed && t) {
+        /* a ternlab checkpoint's spec names its ternary linears (quantize writes
+         * those packed, the rest as the source held them): a linear stored the
+         * other way contradicts it (a dense one had run dense under a spec that
+         * says ternary, a packed one under a spec that leaves it out) */
+        QuantSpec ts;
+        if (quant_spec_parse(m->cfg.ternlab_spec, &ts) != 0)
+            return err_prefix("%s: quantization_config.spec: ", m->path);
+        const int sel = quant_layer_selected(&ts, layer, kind);
+        if (sel < 0) return -1;
+        if (sel != (t->dtype == DT_U8))
+            return err_set(sel ? "tensor '%s' is %s, but quantization_config.spec '%s' makes it ternary "
+                                 "(U8 codes + weight_scales): the file contradicts its spec"
+                               : "tensor '%s' is %s (packed ternary), but quantization_config.spec '%s' "
+                                 "leaves it out: the file contradicts its spec",
+                           wname, st_dtype_name(t->dtype), m->cfg.ternlab_spec);
+    }
     if (m->cfg.ternlab_packed && t && t->dtype == DT_U8) {
         if (model_load_ternlab_linear(m, lin) != 0) return -1;
     } else if (m->cfg.bitnet_linears && t && t->dtype == DT_U8) {
@@ -271,7 +288,9 @@ static const char *const layer_linears[] = {"self_attn.q_proj", "self_attn.k_pro
  *  - a bitnet checkpoint stores its linears packed (U8), or as floats only
  *    where it is online with autobitlinear (load_linear ternarises those):
  *    offline float linears had run as a dense model, without ternary weights
- *    or int8 activations (transformers' BitLinear loads packed ones only).
+ *    or int8 activations (transformers' BitLinear loads packed ones only);
+ *    online ones (and 1bitLLM's) store floats only: packed linears there had
+ *    run with the scale convention of a form that does not read them.
  * Returns 0, or -1 with a message naming the tensor. */
 static int check_checkpoint(const Model *m) {
     const ModelConfig *c = &m->cfg;
@@ -310,12 +329,21 @@ static int check_checkpoint(const Model *m) {
                                     "the config's num_hidden_layers") != 0 ||
             model_refuse_unknown_layer_tensor(st->tensors[i].name, "model.layers.", known, ignored) != 0)
             return -1;
-    if (c->bitnet_linears && !bitnet_online(c)) {
+    if (c->bitnet_linears) {
+        const int online = bitnet_online(c);
         for (int l = 0; l < c->n_layers; l++)
             for (size_t i = 0; i < N_LAYER_LINEARS; i++) {
                 snprintf(name, sizeof name, "model.layers.%d.%s.weight", l, layer_linears[i]);
                 const StTensor *t = st_find(st, name);
-                if (!t || t->dtype == DT_U8) continue; /* a missing one is reported at its load */
+                if (!t || (t->dtype == DT_U8) != online) continue; /* a missing one is reported at its load */
+                if (online)
+                    return err_set(
+                        "tensor '%s' is U8 (packed ternary), but this checkpoint's linears are float "
+                        "weights ternarised in every forward (%s): transformers' AutoBitLinear in online "
+                        "mode has no unpacking of packed weights; packed linears need quantization_mode "
+                        "offline", name,
+                        c->bitnet_1bitllm ? "1bitLLM's BitnetForCausalLM"
+                                          : "quantization_mode online with linear_class autobitlinear");
                 return err_set(
                     "tensor '%s' is %s, but this is a bitnet checkpoint (quantization_config "
                     "linear_class %s, quantization_mode %s), whose linears are read packed "

@@ -191,6 +191,13 @@ static int load_linear(Model *m, const GgufFile *g, Linear *lin, int layer, cons
     /* a file this writer made from an act=int8 model: restore int8 activations */
     int act_int8 = rec && rec->act_explicit && rec->act == QA_INT8;
     if (t->type == GGML_TYPE_TQ1_0 || t->type == GGML_TYPE_TQ2_0) {
+        /* a ternary linear that the recorded spec leaves out contradicts it (quantize
+         * writes no such file: quantized_spec) */
+        const int sel = rec ? quant_layer_selected(rec, layer, kind) : 1;
+        if (sel < 0) return err_prefix("%s: ternlab.quant_spec: ", g->path);
+        if (!sel)
+            return err_set("tensor '%s' is %s, but ternlab.quant_spec leaves it out (the file contradicts "
+                           "its spec)", name, t->type == GGML_TYPE_TQ1_0 ? "TQ1_0" : "TQ2_0");
         if (load_ternary(t, out, in, perm_hd, rec, &lin->t) != 0) return -1;
         lin->act_int8 = act_int8;
         m->native_ternary = 1;

@@ -32,7 +32,7 @@ static void stored_format(const Model *m, const char *base, const Linear *lin, c
     const StTensor *t = m->st.n_tensors ? st_find(&m->st, wn) : NULL;
     if (t && t->dtype == DT_U8) {
         if (m->cfg.ternlab_packed)
-            snprintf(buf, n, "native ternary packed (ternlab %.40s)", m->cfg.ternlab_spec);
+            snprintf(buf, n, "native ternary packed (ternlab %s)", m->cfg.ternlab_spec);
         else snprintf(buf, n, "native ternary packed (BitNet U8 + weight_scale)");
     } else if (t) {
         snprintf(buf, n, "dense %s", st_dtype_name(t->dtype));

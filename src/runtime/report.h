@@ -16,7 +16,7 @@
 typedef struct {
     char name[96];
     int layer;        /* decoder layer, -1 for embedding / lm_head */
-    char stored[96];  /* checkpoint format: "dense BF16", "native ternary packed (BitNet U8)", ... */
+    char stored[300]; /* checkpoint format: "dense BF16", "native ternary packed (BitNet U8)", ... */
     char run_as[48];  /* "dense f32", "ternary packed (native)", "ternary packed (ternarised)",
                        * "dense twin of ternary", "tied to embedding" */
     char rule[40];    /* threshold/scale rule, "-" for dense */
