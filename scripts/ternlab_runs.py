@@ -266,9 +266,10 @@ def drop_duplicates(runs, exp):
 
 def warn_mixed_settings(runs, exp):
     """A warning on stderr where the runs of one experiment were evaluated
-    differently (window, number of windows, token file): their rows side by
-    side in a table compare unlike things."""
-    for key, show in (("window", str), ("windows", str), ("tokens", lambda t: os.path.basename(str(t)))):
+    differently (window, number of windows, token file, its contents): their
+    rows side by side in a table compare unlike things."""
+    for key, show in (("window", str), ("windows", str), ("tokens", lambda t: os.path.basename(str(t))),
+                      ("tokens_sha256", lambda t: str(t)[:12])):
         seen = {}
         for r in runs:
             if key in r["attrs"]:

@@ -914,7 +914,8 @@ TEST(run_files_record_the_source_commit) {
  * two sharded copies with the same index differing only in a shard's contents
  * (down_proj negated), each got another model's cached reference (wrong
  * ppl_ref, kl, top1) and the same model_sha256 when only model.safetensors or
- * the index was hashed.  The hash is the documented one (paper/SCHEMA.md). */
+ * the index was hashed.  The hash is the documented one (paper/SCHEMA.md);
+ * tokens_sha256 is the token file's sha256sum. */
 TEST(exp_reference_key_is_every_model_file) {
     const char *d = test_tmpdir();
     char cmd[16384], *log = NULL, llama[2048];
@@ -990,6 +991,14 @@ TEST(exp_reference_key_is_every_model_file) {
                   sha[2 * i], log);
         free(log);
     }
+    /* tokens_sha256: the SHA-256 of the token file the run read (its path in tokens) */
+    char tpath[1024], tsha[128];
+    CHECK(read_attr_str(files[1], "tokens", tpath, sizeof tpath) == 0 &&
+          read_attr_str(files[1], "tokens_sha256", tsha, sizeof tsha) == 0);
+    snprintf(cmd, sizeof cmd, "cd '%s' && sha256sum '%s'", test_path(""), tpath);
+    REQUIRE(test_run(cmd, &log) == 0);
+    CHECK_MSG(strlen(tsha) == 64 && strncmp(log, tsha, 64) == 0, "tokens_sha256 %s, sha256sum %.64s", tsha, log);
+    free(log);
     /* the files' hashes are kept beside the reference cache, by version: a's config.json
      * rewritten in place (same inode and size, another rope_theta) is read again */
     snprintf(cmd, sizeof cmd,

@@ -688,17 +688,19 @@ TEST(sweep_results_to_figures_tables_paper) {
     CHECK_MSG(test_run(cmd, NULL) == 0, "paper.md was rewritten by a failed paper.py");
 
     /* one point in two files (a copy by hand): one row, the other named; runs
-     * evaluated differently (a window changed by hand): said on stderr */
+     * evaluated differently (a window changed by hand; another token file's contents
+     * under the same path): said on stderr */
     snprintf(cmd, sizeof cmd,
              "cd '%s' && cp '%s/exp-fake/m1__a.h5' '%s/exp-fake/m1__a_copy.h5' && "
              "/usr/bin/python3 -c \"import h5py, numpy; f = h5py.File('%s/exp-fake/m2__a.h5', 'r+'); "
-             "f.attrs['window'] = numpy.int64(32); f.close()\" && "
+             "f.attrs['window'] = numpy.int64(32); f.attrs['tokens_sha256'] = 'f' * 64; f.close()\" && "
              "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/paper/tables' --configs '%s/configs' "
              "exp-fake 2>&1 && grep -c '^| m1 | a |' '%s/paper/tables/exp-fake.md'",
              test_path(""), res, res, res, res, dir, dir, dir);
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "m1__a.h5 is the same point as") && strstr(out, "m1__a_copy.h5") &&
-                  strstr(out, "differ in window (16: ") && strstr(out, "32: m2__a.h5") && strstr(out, "\n1\n"),
+                  strstr(out, "differ in window (16: ") && strstr(out, "32: m2__a.h5") && strstr(out, "\n1\n") &&
+                  strstr(out, "differ in tokens_sha256 (000000000000: ") && strstr(out, "ffffffffffff: m2__a.h5"),
               "rc %d:\n%s", rc, out);
     free(out);
 

@@ -472,10 +472,10 @@ static const char *model_path_named(const char *mp, char *buf) {
 
 int exp_check_out(const char *out) { return file_out_path_check(out, "--out"); }
 
-static int get_reference(const RunCfg *rc, const char *model_sha, const int32_t *tok, int64_t n,
-                         RefData *R) {
-    char tok_sha[65], key[1024], khash[65], path[4096];
-    if (sha256_file(rc->tokens_path, tok_sha) != 0) return -1;
+/* tok_sha: the token file's SHA-256 (the run's tokens_sha256) */
+static int get_reference(const RunCfg *rc, const char *model_sha, const char *tok_sha, const int32_t *tok,
+                         int64_t n, RefData *R) {
+    char key[1024], khash[65], path[4096];
     /* the program's own bytes and the BLAS kernels too: another build, or
      * another kernel set (dense results round differently), is another
      * reference (the program's hash once a process: exp_main runs every
@@ -697,6 +697,10 @@ static int run_point(const RunCfg *rc, const char *out) {
     /* the policy's layers against the model before the reference is made (the engine checks too) */
     int st = kv_policy_check_layers(&pol, m.cfg.n_layers);
     if (st == 0) st = tokens_load(rc->tokens_path, m.cfg.vocab, &tok, &n);
+    /* the file's contents, recorded beside its path: two runs of one path over other tokens
+     * are told apart (scripts/ternlab_runs.py), as their cached references are */
+    char tok_sha[65] = "";
+    if (st == 0) st = sha256_file(rc->tokens_path, tok_sha);
     RefData R = {.T = rc->T, .V = m.cfg.vocab};
     R.split = pol.kind != KVP_NONE || strcmp(rc->factor, "kv") == 0 || rc->split;
     R.per_w = ppl_scored_per_window(R.T, R.split);
@@ -711,7 +715,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         R.nll = xmalloc(sizeof(float) * (size_t)R.N);
         if (!R.logits) st = -1;
     }
-    if (st == 0) st = get_reference(rc, model_sha, tok, n, &R);
+    if (st == 0) st = get_reference(rc, model_sha, tok_sha, tok, n, &R);
 
     TpStats tps = {0};
     EvalCtx ctx = {.ref = &R, .logit_rows = rc->logit_rows < R.N ? rc->logit_rows : (int)R.N};
@@ -874,6 +878,7 @@ static int run_point(const RunCfg *rc, const char *out) {
         e |= h5log_attr_str(lg, "/", "model", rc->model);
         e |= h5log_attr_str(lg, "/", "model_sha256", model_sha);
         e |= h5log_attr_str(lg, "/", "tokens", rc->tokens_path);
+        e |= h5log_attr_str(lg, "/", "tokens_sha256", tok_sha);
         e |= h5log_attr_i64(lg, "/", "window", R.T);
         e |= h5log_attr_str(lg, "/", "quant_spec", spec_str);
         e |= h5log_attr_str(lg, "/", "kv_policy", pol_str);

@@ -45,7 +45,7 @@ def main(argv):
     a = f.attrs
     for k, v in {"ternlab_version": "fake", "git_commit": "none", "experiment": "exp-fake",
                  "factor": "value", "factor_value": args["value"], "model": args["model"],
-                 "model_sha256": "0" * 64, "tokens": "none", "quant_spec": "none",
+                 "model_sha256": "0" * 64, "tokens": "none", "tokens_sha256": "0" * 64, "quant_spec": "none",
                  "kv_policy": "none", "device": os.environ.get("FAKE_DEVICE", "cpu"), "host": os.uname().nodename,
                  "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
                  "overrides": " ".join(overrides)}.items():
