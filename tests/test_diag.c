@@ -474,7 +474,8 @@ TEST(diag_latency_stats) {
     CHECK(r.step_ms > 0 && r.linear_ms > 0 && r.ternary_ms > 0 && r.ternary_ms <= r.linear_ms);
     CHECK(isfinite(r.twin_ms) && r.twin_ms > 0 && isfinite(r.unpack_share));
     CHECK(fabs(r.unpack_ms - (r.ternary_ms - r.twin_ms)) < 1e-9);
-    CHECK(r.act_quant_ms > 0 && r.attention_ms >= 0);
+    CHECK(r.act_quant_ms > 0 && r.step_ctx1_ms > 0);
+    CHECK(r.attention_ms == r.step_ms - r.step_ctx1_ms); /* signed, not clamped */
     /* without a twin the unpack share is unknown, not made up */
     REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
     CHECK(isnan(r.twin_ms) && isnan(r.unpack_share));
@@ -857,6 +858,21 @@ TEST(cli_ppl_fits_windows_to_kv_blocks) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 1 && strstr(out, "hold less than the 65 tokens a window feeds"), "--dump-layers: rc %d: %s", rc, out);
     free(out);
+    /* generate: a pool short of what the run caches (two sequences of 5 + 60 - 1 tokens: 4
+     * blocks each) is refused before the decode (it had run until the pool ran out, its
+     * tokens lost); one that holds them runs */
+    for (int k = 7; k <= 8; k++) {
+        snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2,3,4,5 --max-new 60 --batch 2 --kv-blocks %d 2>&1",
+                 bin, test_path(LLAMA_DIR), k);
+        rc = test_run(cmd, &out);
+        if (k == 8) CHECK_MSG(rc == 0, "--kv-blocks 8: rc %d: %s", rc, out);
+        else
+            CHECK_MSG(rc == 1 && strstr(out, "--kv-blocks 7 of 16 tokens hold less than the run caches: 2 sequences "
+                                             "of 64 tokens (the prompt's 5 + --max-new 60 - 1) take 8 blocks") &&
+                          !strstr(out, "out of blocks"),
+                      "--kv-blocks 7: rc %d: %s", rc, out);
+        free(out);
+    }
     snprintf(tiny, sizeof tiny, "%s/ten.i32", test_tmpdir());
     snprintf(cmd, sizeof cmd, "head -c 40 %s > %s && %s ppl --model %s --tokens %s --window 1000000 2>&1",
              test_path(TOKENS_FILE), tiny, bin, test_path(LLAMA_DIR), tiny);

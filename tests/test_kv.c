@@ -227,8 +227,11 @@ TEST(kv_set_policy_on_tables_only_cache) {
     REQUIRE(kv_init_tables(&kv, 3, 2, 8, 4, 6) == 0);
     KvPolicy enc, bad;
     REQUIRE(kv_policy_parse("encoder@layers=1-2", &enc) == 0 && kv_policy_parse("all@layers=2-3", &bad) == 0);
-    CHECK(kv_set_policy(&kv, &bad) == -1 && strstr(err_msg(), "the model has 3 layers"));
+    CHECK(kv_set_policy(&kv, &bad) == -1 && strstr(err_msg(), "--kv all@layers=2-3: the model has 3 layers"));
     CHECK(kv.policy.kind == KVP_NONE);
+    /* one layer past the model, named as the policy is written (it had read "@layers=3-3") */
+    REQUIRE(kv_policy_parse("decoder@layers=3", &bad) == 0);
+    CHECK(kv_set_policy(&kv, &bad) == -1 && strstr(err_msg(), "--kv decoder@layers=3: the model has 3 layers (0-2)"));
     REQUIRE(kv_set_policy(&kv, &enc) == 0);
     CHECK(memcmp(&kv.policy, &enc, sizeof enc) == 0);
     CHECK(!kv.fmt && !kv.kq && !kv.vq && !kv.ks && !kv.vs);

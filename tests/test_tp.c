@@ -609,6 +609,21 @@ TEST(tp_engine_refusals_and_state) {
         wide.cfg.n_heads = wide.cfg.n_kv_heads = 128;
         CHECK(tp_engine_open(&e, &wide, &eo, 128) != 0 && strstr(err_msg(), "between 1 and 64"));
     }
+    /* engine_init's memory check at every tp (the ranks share the process; at tp > 1 it had
+     * been skipped: a 64M-token pool opened under an 8 GiB budget) */
+    {
+        setenv("TERNLAB_MEM_LIMIT", "8G", 1);
+        EngineOpts big = eo;
+        big.n_blocks = 1 << 22;
+        for (int tp = 1; tp <= 2; tp++) {
+            const int rc = tp_engine_open(&e, &m, &big, tp);
+            if (rc == 0) tp_engine_close(&e);
+            CHECK_MSG(rc != 0 && strstr(err_msg(), "not enough memory") &&
+                          (tp == 1 || strstr(err_msg(), "--tp 2: ")),
+                      "tp %d: rc %d: %s", tp, rc, rc ? err_msg() : "");
+        }
+        unsetenv("TERNLAB_MEM_LIMIT");
+    }
     float *logits = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);
     REQUIRE(tp_engine_open(&e, &m, &eo, 2) == 0);
     int sid = kv_seq_new(&e.kv);

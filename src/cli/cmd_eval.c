@@ -68,6 +68,7 @@ static int open_engine(Engine *e, Model *m, const CliOpts *o, int64_t max_tok, i
                      .device = engine_device_parse(o->device), .bf16 = o->bf16};
     eo.n_blocks = o->kv_blocks ? o->kv_blocks
                                : seqs * ((seq_len + o->block_size - 1) / o->block_size);
+    eo.max_ctx = seq_len; /* (the memory check's scratch: a sequence's context, not the pool's) */
     /* the policy from the start: the GPU allocates the pages it needs */
     KvPolicy kp;
     if (kv_policy_parse(o->kv, &kp) != 0) return -1;
@@ -357,6 +358,20 @@ int cmd_generate(int argc, char **argv) {
     if (tokens_parse_list(o.prompt, m.cfg.vocab, &prompt, &plen) != 0) {
         model_free(&m);
         return fail("generate");
+    }
+    if (o.kv_blocks) { /* the pool against what the run caches, before any work (as ppl checks it):
+                        * a short one had failed once the decode ran out of blocks, the tokens lost */
+        /* (each sequence caches its prompt and every generated token but the last) */
+        const int64_t per_seq = (plen + o.max_new - 1 + o.block_size - 1) / o.block_size;
+        if (o.kv_blocks < per_seq * o.batch) {
+            err_set("--kv-blocks %lld of %d tokens hold less than the run caches: %d sequence%s of %lld tokens "
+                    "(the prompt's %lld + --max-new %lld - 1) take %lld blocks", (long long)o.kv_blocks,
+                    o.block_size, o.batch, o.batch == 1 ? "" : "s", (long long)(plen + o.max_new - 1),
+                    (long long)plen, (long long)o.max_new, (long long)(per_seq * o.batch));
+            free(prompt);
+            model_free(&m);
+            return fail("generate");
+        }
     }
     Engine e;
     int64_t max_tok = plen > o.batch ? plen : o.batch;

@@ -14,7 +14,8 @@
  * `repeats`, after one warm-up):
  *   step_ms        one batched decode forward (the packed model as loaded)
  *   step_ctx1_ms   the same at context 1 (fresh sequences): attention ~ 0
- *   attention_ms   step_ms - step_ctx1_ms (clamped at 0)
+ *   attention_ms   step_ms - step_ctx1_ms (signed: negative where the two medians'
+ *                  noise exceeds the attention's share, as at short contexts)
  *   linear_ms      every linear_forward of the step (7 per layer + lm_head) timed
  *                  alone on the same (batch, in) inputs
  *   ternary_ms     the packed ternary linears among them (unpack + GEMV)

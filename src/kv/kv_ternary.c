@@ -9,9 +9,11 @@
 #include <string.h>
 
 int kv_policy_check_layers(const KvPolicy *p, int n_layers) {
-    if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= n_layers || p->layer_lo > p->layer_hi))
-        return err_set("--kv @layers=%d-%d: the model has %d layers (0-%d)", p->layer_lo, p->layer_hi,
-                       n_layers, n_layers - 1);
+    if (p->kind != KVP_NONE && p->layer_lo >= 0 && (p->layer_hi >= n_layers || p->layer_lo > p->layer_hi)) {
+        char s[64]; /* (the policy as given: "@layers=4-4" had stood for all@layers=4) */
+        kv_policy_format(p, s, sizeof s);
+        return err_set("--kv %s: the model has %d layers (0-%d)", s, n_layers, n_layers - 1);
+    }
     return 0;
 }
 

@@ -20,6 +20,8 @@ typedef struct {
     int64_t max_tok;  /* tokens per forward call (batch of windows / prompt chunk) */
     int block_size;   /* KV block size in tokens (default 16) */
     int64_t n_blocks; /* KV pool size in blocks */
+    int64_t max_ctx;  /* the longest context one sequence reaches (0: the whole pool), for
+                       * the memory check's attention scratch and RoPE tables */
     EngineDevice device; /* ENGINE_CPU (default) or ENGINE_CUDA (cuda_engine_open) */
     int bf16;         /* cuda: activations into the linears and dense weights in bf16
                        * (0 = fp32, the reference) */

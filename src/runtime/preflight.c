@@ -232,8 +232,9 @@ int preflight_available(size_t *avail, char *source, size_t n) {
 
 /* ---- the check ----------------------------------------------------------------- */
 
-int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
-                   int64_t max_tok, int block_size, PreflightPlan *p) {
+/* preflight_plan with the longest context max_ctx (<= 0 or past the pool: the pool) */
+static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
+                    int64_t max_ctx, int64_t max_tok, int block_size, PreflightPlan *p) {
     memset(p, 0, sizeof *p);
     int bs = block_size > 0 ? block_size : 16;
     int64_t blocks = kv_tokens > 0 ? (kv_tokens + bs - 1) / bs : 0;
@@ -245,9 +246,9 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
     p->kv = sat_mul(per_tok, pos_sz(p->kv_tokens));
     if (blocks <= (1 << 30)) /* the allocator's own arithmetic, when it can be asked */
         p->kv = kv_bytes_needed(c->n_layers, c->n_kv_heads, c->head_dim, bs, (int)blocks);
-    /* the longest context one sequence can reach is the whole pool */
-    p->workspace = max_tok > 0 || kv_tokens > 0 ? preflight_workspace_bytes(c, max_tok, p->kv_tokens)
-                                                : 0;
+    /* the longest context one sequence can reach: the whole pool, unless told */
+    const int64_t ctx = max_ctx > 0 && max_ctx < p->kv_tokens ? max_ctx : p->kv_tokens;
+    p->workspace = max_tok > 0 || kv_tokens > 0 ? preflight_workspace_bytes(c, max_tok, ctx) : 0;
     p->margin = PREFLIGHT_MARGIN_BYTES;
     p->needed = sat_add(sat_add(sat_add(p->weights, p->load_extra), sat_add(p->kv, p->workspace)),
                         p->margin);
@@ -262,18 +263,13 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
     size_t o = 0;
     size_t room = p->available > p->margin ? p->available - p->margin : 0;
     size_t wtot = sat_add(p->weights, p->load_extra);
+    /* (no --tp advice: this process holds every rank's shards and KV pages on the CPU, and
+     * the whole model before a GPU gets its shards; --tp had been advised and ran over) */
     if (wtot > room) {
-        size_t shards = room ? (size_t)((wtot + room - 1) / room) : 0;
-        if (shards >= 2 && shards <= 4096)
-            o += (size_t)snprintf(advice + o, sizeof advice - o,
-                                  " The weights alone need %s: split them with --tp %zu or more, "
-                                  "or ternarise with --quant (2 bits instead of 32 per weight).",
-                                  preflight_fmt_bytes(wtot, w, sizeof w), shards);
-        else
-            o += (size_t)snprintf(advice + o, sizeof advice - o,
-                                  " The weights alone need %s: ternarise with --quant (2 bits "
-                                  "instead of 32 per weight) or use a machine with more memory.",
-                                  preflight_fmt_bytes(wtot, w, sizeof w));
+        o += (size_t)snprintf(advice + o, sizeof advice - o,
+                              " The weights alone need %s: ternarise with --quant (2 bits "
+                              "instead of 32 per weight) or use a machine with more memory.",
+                              preflight_fmt_bytes(wtot, w, sizeof w));
     } else {
         size_t left = room - wtot;
         size_t ws_fixed = max_tok > 0 ? preflight_workspace_bytes(c, max_tok, 0) : 0;
@@ -293,7 +289,7 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
             o += (size_t)snprintf(advice + o, sizeof advice - o,
                                   " The KV cache needs %s for %lld tokens (%s per token), and not "
                                   "one block of %d tokens fits beside the rest: lower the tokens "
-                                  "per call first, or spread the KV heads with --tp.",
+                                  "per call first.",
                                   preflight_fmt_bytes(p->kv, kv, sizeof kv), (long long)p->kv_tokens,
                                   preflight_fmt_bytes(per_tok, ex, sizeof ex), bs);
         else if (p->kv_tokens > 0)
@@ -302,8 +298,8 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
                                   "the sequence length (--window for ppl and logits; the prompt + "
                                   "--max-new, or --batch, for generate) so that at most %lld tokens "
                                   "are cached "
-                                  "(--kv-blocks %lld at block size %d), or spread the KV heads "
-                                  "with --tp.", preflight_fmt_bytes(p->kv, kv, sizeof kv),
+                                  "(--kv-blocks %lld at block size %d).",
+                                  preflight_fmt_bytes(p->kv, kv, sizeof kv),
                                   (long long)p->kv_tokens,
                                   preflight_fmt_bytes(per_tok, ex, sizeof ex),
                                   (long long)(fit_blocks * bs), (long long)fit_blocks, bs);
@@ -326,10 +322,20 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
                    preflight_fmt_bytes(p->margin, mg, sizeof mg), advice);
 }
 
+int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
+                   int64_t max_tok, int block_size, PreflightPlan *p) {
+    return plan_ctx(c, weight_bytes, load_extra, kv_tokens, 0, max_tok, block_size, p);
+}
+
 int preflight_check(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_tok,
                     int block_size, char *report, size_t n) {
+    return preflight_check_ctx(c, weight_bytes, kv_tokens, 0, max_tok, block_size, report, n);
+}
+
+int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_ctx,
+                        int64_t max_tok, int block_size, char *report, size_t n) {
     PreflightPlan p;
-    int rc = preflight_plan(c, weight_bytes, 0, kv_tokens, max_tok, block_size, &p);
+    int rc = plan_ctx(c, weight_bytes, 0, kv_tokens, max_ctx, max_tok, block_size, &p);
     if (report && n) {
         char need[32], avail[32], w[32], kv[32], ws[32];
         snprintf(report, n,

@@ -65,7 +65,7 @@ int preflight_available(size_t *avail, char *source, size_t n);
  * excludes it).  kv_tokens: tokens the KV pool must hold (e.g. batch x
  * max-seq; rounded up to whole blocks of block_size); max_tok: tokens per
  * forward call.  Returns 0 when it fits, else -1 with err_set giving needed vs
- * available, the breakdown and what to change (--window / --max-new, --batch, --tp,
+ * available, the breakdown and what to change (--window / --max-new, --batch,
  * --kv-blocks, --quant). */
 int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
                    int64_t max_tok, int block_size, PreflightPlan *plan);
@@ -75,6 +75,13 @@ int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra,
  * fits. */
 int preflight_check(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_tok,
                     int block_size, char *report, size_t n);
+
+/* preflight_check where no sequence's context exceeds max_ctx tokens (0 or
+ * more than the pool: the pool, as preflight_check assumes): the attention
+ * scratch and RoPE tables are sized for it (a batch's pool had been taken as
+ * one sequence's context, and a run that fits refused). */
+int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_ctx,
+                        int64_t max_tok, int block_size, char *report, size_t n);
 
 /* "1.5 GiB", "312 MiB", "4 KiB", "17 B" into buf; returns buf. */
 const char *preflight_fmt_bytes(size_t b, char *buf, size_t n);

@@ -5,6 +5,7 @@
 #include "core/timer.h"
 #include "runtime/forward_internal.h"
 #include "runtime/linear.h"
+#include "runtime/preflight.h"
 #include "tp/comm.h"
 #include "tp/shard.h"
 #include "tp/tp_linear.h"
@@ -351,6 +352,19 @@ int tp_engine_open(Engine *e, Model *m, const EngineOpts *o, int tp) {
         return err_set("KV cache: %lld blocks is out of range", (long long)o->n_blocks);
     EngineOpts eo = *o;
     if (eo.max_tok <= 0) eo.max_tok = 256;
+    /* engine_init's check (it had been skipped here: a pool over the budget opened): the
+     * ranks share this process, so their KV pages together are one model's pool, and
+     * their shards are one more copy of the linears and the LM head (the loaded model
+     * is resident already, counted as used) */
+    size_t shards = linear_bytes(&m->lm_head);
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) shards += linear_bytes(ls[i]);
+    }
+    char rep[512];
+    if (preflight_check_ctx(&m->cfg, shards, eo.n_blocks * bs, eo.max_ctx, eo.max_tok, bs, rep, sizeof rep) != 0)
+        return err_prefix("--tp %d: ", tp);
     TpEngine *te = xcalloc(1, sizeof *te);
     te->tp = tp;
     te->m = m;
