@@ -547,6 +547,18 @@ TEST(diag_cli) {
     CHECK(test_run(cmd, &out) == 0);
     CHECK_MSG(out && strstr(out, "first_layer none"), "%s", out ? out : "");
     free(out);
+    /* a dump of ppl --kv P --dump-layers (one prefill of the window) against A under the same
+     * policy: no divergence (A had run the split protocol and parted at layer 0 under encoder) */
+    for (int k = 0; k < 2; k++) {
+        const char *pol = k ? "all" : "encoder";
+        snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --kv %s "
+                 "--dump-layers %s/kv.f32 > /dev/null && %s diff --model %s --tokens %s --window 32 --a kv=%s "
+                 "--b-dump %s/kv.f32 2>&1", bin, test_path(BITNET_DIR), test_path(TOKENS_FILE), pol, test_tmpdir(),
+                 bin, test_path(BITNET_DIR), test_path(TOKENS_FILE), pol, test_tmpdir());
+        CHECK(test_run(cmd, &out) == 0);
+        CHECK_MSG(out && strstr(out, "first_layer none"), "kv=%s: %s", pol, out ? out : "");
+        free(out);
+    }
     /* a dump of the same size from another model (bitnet-tiny's, same shape) or of other
      * tokens: refused at its embedding rows (it had been reported as a divergence there,
      * "first_layer -1 block embed rel_l2 1.48", exit 0) */

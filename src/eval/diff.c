@@ -298,7 +298,10 @@ int diff_compare(Model *a, const KvPolicy *pa, Model *b, const KvPolicy *pb, con
         return err_set("diff: A and B have different configurations (same model expected)");
     if (!(threshold > 0)) return err_set("diff: threshold %g must be positive", threshold);
     int64_t H = c->hidden, L = c->n_layers, rows = L + 2;
-    int split = pa->kind != KVP_NONE || (b && pb->kind != KVP_NONE);
+    /* a KV policy runs the split protocol (half prefilled, half decoded), as ppl --kv; against a
+     * dump, A runs the window as one prefill, as ppl --dump-layers makes it (a split A had
+     * parted from a dump of the same policy at layer 0) */
+    int split = b && (pa->kind != KVP_NONE || pb->kind != KVP_NONE);
     r->n_layers = (int)L;
     r->T = T;
     r->hidden = (int)H;
