@@ -10,6 +10,7 @@
 #include "eval/metrics.h"
 #include "load/tokens.h"
 #include "runtime/linear.h"
+#include "runtime/preflight.h"
 #include "runtime/report.h"
 
 #include <hdf5.h>
@@ -475,7 +476,8 @@ TEST(diag_latency_stats) {
     CHECK(isfinite(r.twin_ms) && r.twin_ms > 0 && isfinite(r.unpack_share));
     CHECK(fabs(r.unpack_ms - (r.ternary_ms - r.twin_ms)) < 1e-9);
     CHECK(r.act_quant_ms > 0 && r.step_ctx1_ms > 0);
-    CHECK(r.attention_ms == r.step_ms - r.step_ctx1_ms); /* signed, not clamped */
+    CHECK(r.attention_ms == r.step_ms - r.step_ctx1_ms);
+    CHECK(latency_attention_ms(1.0, 1.5) == -0.5); /* signed: noise is not clamped away */
     /* without a twin the unpack share is unknown, not made up */
     REQUIRE(latency_measure(&m, NULL, tok, n, &o, &r) == 0);
     CHECK(isnan(r.twin_ms) && isnan(r.unpack_share));
@@ -883,6 +885,27 @@ TEST(cli_ppl_fits_windows_to_kv_blocks) {
                                              "of 64 tokens (the prompt's 5 + --max-new 60 - 1) take 8 blocks") &&
                           !strstr(out, "out of blocks"),
                       "--kv-blocks 7: rc %d: %s", rc, out);
+        free(out);
+    }
+    /* the memory check sizes the attention scratch for the longest sequence (a prompt of 3 +
+     * 2 new tokens), not the pool: a 512K-token pool (2 GiB of KV) under a budget of the KV, one
+     * sequence's workspaces and 400 MiB runs; with the pool taken as one context (the scratch
+     * and RoPE rows of 1M positions, ~0.9 GiB more) it had been refused */
+    {
+        Model m;
+        REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+        const int64_t pool = (int64_t)32768 * 16;
+        setenv("TERNLAB_MEM_LIMIT", "1T", 1);
+        PreflightPlan p;
+        REQUIRE(preflight_plan(&m.cfg, 0, 0, pool, 3, 16, &p) == 0);
+        unsetenv("TERNLAB_MEM_LIMIT");
+        const size_t ws_seq = preflight_workspace_bytes(&m.cfg, 3, 5), slack = (size_t)400 << 20;
+        model_free(&m);
+        REQUIRE(p.workspace > ws_seq + slack + ((size_t)256 << 20));
+        snprintf(cmd, sizeof cmd, "TERNLAB_MEM_LIMIT=%zu %s generate --model %s --prompt 1,2,3 --max-new 2 "
+                 "--kv-blocks 32768 2>&1", p.kv + ws_seq + p.margin + slack, bin, test_path(LLAMA_DIR));
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 0, "rc %d: %s", rc, out);
         free(out);
     }
     snprintf(tiny, sizeof tiny, "%s/ten.i32", test_tmpdir());

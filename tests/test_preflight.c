@@ -274,8 +274,8 @@ TEST(preflight_workspace_for_the_longest_context) {
     char lim[64]; /* the pool, one context's workspaces, the margin and 1 GiB for what is resident */
     snprintf(lim, sizeof lim, "%zu", p.kv + ws_ctx + p.margin + ((size_t)1 << 30));
     setenv("TERNLAB_MEM_LIMIT", lim, 1);
-    CHECK_MSG(preflight_check_ctx(&c, 0, pool, ctx, 256, 16, NULL, 0) == 0, "%s", err_msg());
-    CHECK(preflight_check_ctx(&c, 0, pool, 0, 256, 16, NULL, 0) == -1 && strstr(err_msg(), "not enough memory"));
+    CHECK_MSG(preflight_check_ctx(&c, 0, 0, pool, ctx, 256, 16, NULL, 0) == 0, "%s", err_msg());
+    CHECK(preflight_check_ctx(&c, 0, 0, pool, 0, 256, 16, NULL, 0) == -1 && strstr(err_msg(), "not enough memory"));
     CHECK(preflight_check(&c, 0, pool, 256, 16, NULL, 0) == -1);
     unsetenv("TERNLAB_MEM_LIMIT");
 }

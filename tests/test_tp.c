@@ -10,6 +10,7 @@
 #include "eval/ppl.h"
 #include "load/tokens.h"
 #include "runtime/linear.h"
+#include "runtime/preflight.h"
 #include "tp/comm.h"
 #include "tp/shard.h"
 #include "tp/tp_engine.h"
@@ -622,6 +623,45 @@ TEST(tp_engine_refusals_and_state) {
                           (tp == 1 || strstr(err_msg(), "--tp 2: ")),
                       "tp %d: rc %d: %s", tp, rc, rc ? err_msg() : "");
         }
+        unsetenv("TERNLAB_MEM_LIMIT");
+    }
+    /* the ranks' own run states, logits slices and communicator count too, not their shards
+     * alone (those had been all it added: a tp 2 run over the budget passed): a budget that
+     * holds the tp 1 engine, the shards and half the ranks' buffers opens tp 1, refuses tp 2 */
+    {
+        EngineOpts e2 = {.max_tok = 4096, .block_size = 16, .n_blocks = 64};
+        size_t shards = linear_bytes(&m.lm_head);
+        for (int l = 0; l < m.cfg.n_layers; l++)
+            for (int j = 0; j < 7; j++) {
+                const Layer *L = &m.layers[l];
+                const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+                shards += linear_bytes(ls[j]);
+            }
+        const size_t ranks = preflight_tp_ranks_bytes(&m.cfg, 2, shards, e2.max_tok, 64 * 16);
+        REQUIRE(ranks > shards + ((size_t)64 << 20));
+        setenv("TERNLAB_MEM_LIMIT", "1T", 1);
+        PreflightPlan p;
+        REQUIRE(preflight_plan(&m.cfg, 0, 0, 64 * 16, e2.max_tok, 16, &p) == 0);
+        size_t rss_kb = 0;
+        char line[256];
+        FILE *f = fopen("/proc/self/status", "r");
+        REQUIRE(f != NULL);
+        while (fgets(line, sizeof line, f))
+            if (sscanf(line, "VmRSS: %zu kB", &rss_kb) == 1) break;
+        fclose(f);
+        REQUIRE(rss_kb > 0);
+        char lim[64];
+        snprintf(lim, sizeof lim, "%zu", rss_kb * 1024 + p.needed + shards + (ranks - shards) / 2);
+        setenv("TERNLAB_MEM_LIMIT", lim, 1);
+        int rc = tp_engine_open(&e, &m, &e2, 2);
+        if (rc == 0) tp_engine_close(&e);
+        CHECK_MSG(rc != 0 && strstr(err_msg(), "--tp 2: not enough memory") &&
+                      strstr(err_msg(), "the --tp ranks' shards and buffers") &&
+                      strstr(err_msg(), "--tp 1 needs none of the ranks'"),
+                  "tp 2: rc %d: %s", rc, rc ? err_msg() : "");
+        rc = tp_engine_open(&e, &m, &e2, 1);
+        CHECK_MSG(rc == 0, "tp 1: %s", err_msg());
+        if (rc == 0) tp_engine_close(&e);
         unsetenv("TERNLAB_MEM_LIMIT");
     }
     float *logits = xmalloc(sizeof(float) * (size_t)m.cfg.vocab);

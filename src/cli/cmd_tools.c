@@ -83,6 +83,13 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
 static const char *const copied_files[] = {"tokenizer.json", "generation_config.json"};
 #define N_COPIED ((int)(sizeof copied_files / sizeof copied_files[0]))
 
+/* (what a mix of stored and new ternary linears leaves the user: layers=all is
+ * another model for the stored ones unless the rule reproduces them) */
+static const char kQuantMixAdvice[] =
+    "layers=all re-ternarises the stored linears too, by --quant's rule from their values (another "
+    "model unless the rule keeps their codes and scales); to keep them as stored and ternarise the "
+    "rest, run the source with --quant instead of writing a file";
+
 int quantized_spec(const Model *m, QuantSpec *spec) {
     int act_int8 = -1;
     for (int l = 0; l < m->cfg.n_layers; l++) {
@@ -95,7 +102,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
             if (lin->t->group != m->quant.group || lin->t->scale_dtype != m->quant.scale)
                 return err_set("%s is ternary in another format than --quant gives (a native ternary "
                                "checkpoint with some layers left as stored); a ternlab checkpoint holds "
-                               "one QuantSpec: use layers=all", lin->name);
+                               "one QuantSpec: %s", lin->name, kQuantMixAdvice);
             /* the spec written names the file's ternary linears (the loader refuses a file
              * whose linears are stored otherwise); a native one it leaves out had been
              * written packed under a spec whose layers= and rule did not describe it */
@@ -104,7 +111,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
             if (!sel)
                 return err_set("%s is ternary as stored (a native ternary checkpoint), but --quant's layers= "
                                "leaves it out; a ternlab checkpoint holds one QuantSpec, which names its "
-                               "ternary linears: use layers=all", lin->name);
+                               "ternary linears: %s", lin->name, kQuantMixAdvice);
             if (act_int8 >= 0 && act_int8 != lin->act_int8)
                 return err_set("linears differ in activation mode: give act= in --quant");
             act_int8 = lin->act_int8;

@@ -80,6 +80,10 @@ static int time_linears(const Linear **lins, const Linear **kinds, int nl, int b
     return rc;
 }
 
+/* signed, as other_ms and unpack_ms: a clamp at 0 had shown timing noise at a short
+ * context as an attention that costs nothing */
+double latency_attention_ms(double step_ms, double step_ctx1_ms) { return step_ms - step_ctx1_ms; }
+
 int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
                     const LatencyOpts *o, LatencyResult *r) {
     memset(r, 0, sizeof *r);
@@ -228,9 +232,7 @@ int latency_measure(Model *m, const Model *twin, const int32_t *tok, int64_t n,
     if (rc == 0) {
         r->step_ms = median(ts, R);
         r->step_ctx1_ms = median(t1s, R);
-        /* signed, as other_ms and unpack_ms: a clamp at 0 had shown timing noise at a short
-         * context as an attention that costs nothing */
-        r->attention_ms = r->step_ms - r->step_ctx1_ms;
+        r->attention_ms = latency_attention_ms(r->step_ms, r->step_ctx1_ms);
     }
     if (rc == 0 && tp > 1) { /* the tp engine's linears are shards: no unsharded split */
         r->linear_ms = r->ternary_ms = r->act_quant_ms = r->twin_ms = r->unpack_ms = r->unpack_share =

@@ -68,6 +68,9 @@ typedef struct {
     double kv_alloc_bytes; /* the requests' KV pool bytes per token slot under o->kv, all ranks together */
 } LatencyResult;
 
+/* attention_ms from the two medians: step_ms - step_ctx1_ms, signed */
+double latency_attention_ms(double step_ms, double step_ctx1_ms);
+
 /* tok[0..n) supplies the prompts (request i starts at (i * prompt_len) mod
  * (n - prompt_len)).  twin may be NULL (twin_ms, unpack_* NaN); it must have
  * m's configuration.  Returns 0, or -1 with err_set (bad options, out of

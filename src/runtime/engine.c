@@ -18,7 +18,7 @@ int engine_init(Engine *e, Model *m, const EngineOpts *o) {
      * weights are resident already, so they count as used, not needed */
     char rep[512];
     int64_t mt = o->max_tok > 0 ? o->max_tok : 256;
-    if (preflight_check_ctx(&m->cfg, 0, o->n_blocks * bs, o->max_ctx, mt, bs, rep, sizeof rep) != 0) return -1;
+    if (preflight_check_ctx(&m->cfg, 0, 0, o->n_blocks * bs, o->max_ctx, mt, bs, rep, sizeof rep) != 0) return -1;
     if (kv_init(&e->kv, m->cfg.n_layers, m->cfg.n_kv_heads, m->cfg.head_dim, bs,
                 (int)o->n_blocks) != 0)
         return -1;

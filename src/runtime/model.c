@@ -339,11 +339,12 @@ static int check_checkpoint(const Model *m) {
                 if (online)
                     return err_set(
                         "tensor '%s' is U8 (packed ternary), but this checkpoint's linears are float "
-                        "weights ternarised in every forward (%s): transformers' AutoBitLinear in online "
-                        "mode has no unpacking of packed weights; packed linears need quantization_mode "
-                        "offline", name,
-                        c->bitnet_1bitllm ? "1bitLLM's BitnetForCausalLM"
-                                          : "quantization_mode online with linear_class autobitlinear");
+                        "weights ternarised in every forward (%s)", name,
+                        c->bitnet_1bitllm ? "1bitLLM's BitnetForCausalLM, whose modeling code reads "
+                                            "float linears only"
+                                          : "quantization_mode online with linear_class autobitlinear: "
+                                            "transformers' AutoBitLinear unpacks packed weights only in "
+                                            "offline mode; packed linears need quantization_mode offline");
                 return err_set(
                     "tensor '%s' is %s, but this is a bitnet checkpoint (quantization_config "
                     "linear_class %s, quantization_mode %s), whose linears are read packed "

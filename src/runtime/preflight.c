@@ -233,8 +233,8 @@ int preflight_available(size_t *avail, char *source, size_t n) {
 /* ---- the check ----------------------------------------------------------------- */
 
 /* preflight_plan with the longest context max_ctx (<= 0 or past the pool: the pool) */
-static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
-                    int64_t max_ctx, int64_t max_tok, int block_size, PreflightPlan *p) {
+static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra, size_t ranks,
+                    int64_t kv_tokens, int64_t max_ctx, int64_t max_tok, int block_size, PreflightPlan *p) {
     memset(p, 0, sizeof *p);
     int bs = block_size > 0 ? block_size : 16;
     int64_t blocks = kv_tokens > 0 ? (kv_tokens + bs - 1) / bs : 0;
@@ -249,9 +249,10 @@ static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra
     /* the longest context one sequence can reach: the whole pool, unless told */
     const int64_t ctx = max_ctx > 0 && max_ctx < p->kv_tokens ? max_ctx : p->kv_tokens;
     p->workspace = max_tok > 0 || kv_tokens > 0 ? preflight_workspace_bytes(c, max_tok, ctx) : 0;
+    p->ranks = ranks;
     p->margin = PREFLIGHT_MARGIN_BYTES;
     p->needed = sat_add(sat_add(sat_add(p->weights, p->load_extra), sat_add(p->kv, p->workspace)),
-                        p->margin);
+                        sat_add(p->ranks, p->margin));
     if (preflight_available(&p->available, p->source, sizeof p->source) != 0) {
         if (getenv("TERNLAB_MEM_LIMIT")) return -1; /* a malformed override is the user's error */
         return 0; /* nothing to compare with: let the allocations decide */
@@ -262,9 +263,13 @@ static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra
     char advice[768];
     size_t o = 0;
     size_t room = p->available > p->margin ? p->available - p->margin : 0;
-    size_t wtot = sat_add(p->weights, p->load_extra);
+    size_t wtot = sat_add(sat_add(p->weights, p->load_extra), p->ranks);
     /* (no --tp advice: this process holds every rank's shards and KV pages on the CPU, and
      * the whole model before a GPU gets its shards; --tp had been advised and ran over) */
+    if (p->ranks)
+        o += (size_t)snprintf(advice + o, sizeof advice - o,
+                              " --tp 1 needs none of the ranks' %s (on the CPU they share this process: "
+                              "--tp adds memory).", preflight_fmt_bytes(p->ranks, w, sizeof w));
     if (wtot > room) {
         o += (size_t)snprintf(advice + o, sizeof advice - o,
                               " The weights alone need %s: ternarise with --quant (2 bits "
@@ -305,18 +310,24 @@ static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra
                                   (long long)(fit_blocks * bs), (long long)fit_blocks, bs);
     }
     /* (weights 0: the engine's check, after the load — they are not in either figure) */
-    char wpart[96] = "";
+    char wpart[160] = "";
+    size_t wl = 0;
     if (p->weights || p->load_extra) {
         char w2[32], ex2[32];
-        snprintf(wpart, sizeof wpart, "weights %s + load peak %s + ",
-                 preflight_fmt_bytes(p->weights, w2, sizeof w2),
-                 preflight_fmt_bytes(p->load_extra, ex2, sizeof ex2));
+        wl += (size_t)snprintf(wpart, sizeof wpart, "weights %s + load peak %s + ",
+                               preflight_fmt_bytes(p->weights, w2, sizeof w2),
+                               preflight_fmt_bytes(p->load_extra, ex2, sizeof ex2));
+    }
+    if (p->ranks) {
+        char r2[32];
+        snprintf(wpart + wl, sizeof wpart - wl, "the --tp ranks' shards and buffers %s + ",
+                 preflight_fmt_bytes(p->ranks, r2, sizeof r2));
     }
     return err_set("not enough memory: need %s, %s available (%s%s): %sKV cache %s (%lld tokens) + "
                    "workspaces %s + margin %s.%s",
                    preflight_fmt_bytes(p->needed, need, sizeof need),
                    preflight_fmt_bytes(p->available, avail, sizeof avail), p->source,
-                   wpart[0] ? "" : ", with the model loaded", wpart,
+                   p->weights || p->load_extra ? "" : ", with the model loaded", wpart,
                    preflight_fmt_bytes(p->kv, kv, sizeof kv), (long long)p->kv_tokens,
                    preflight_fmt_bytes(p->workspace, ws, sizeof ws),
                    preflight_fmt_bytes(p->margin, mg, sizeof mg), advice);
@@ -324,25 +335,42 @@ static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra
 
 int preflight_plan(const ModelConfig *c, size_t weight_bytes, size_t load_extra, int64_t kv_tokens,
                    int64_t max_tok, int block_size, PreflightPlan *p) {
-    return plan_ctx(c, weight_bytes, load_extra, kv_tokens, 0, max_tok, block_size, p);
+    return plan_ctx(c, weight_bytes, load_extra, 0, kv_tokens, 0, max_tok, block_size, p);
 }
 
 int preflight_check(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_tok,
                     int block_size, char *report, size_t n) {
-    return preflight_check_ctx(c, weight_bytes, kv_tokens, 0, max_tok, block_size, report, n);
+    return preflight_check_ctx(c, weight_bytes, 0, kv_tokens, 0, max_tok, block_size, report, n);
 }
 
-int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_ctx,
-                        int64_t max_tok, int block_size, char *report, size_t n) {
+size_t preflight_tp_ranks_bytes(const ModelConfig *c, int tp, size_t shard_bytes, int64_t max_tok,
+                                int64_t max_ctx) {
+    if (tp <= 1) return 0;
+    ModelConfig r = *c; /* a rank's share (tp divides them: tp_plan_check) */
+    r.n_heads = c->n_heads / tp;
+    r.n_kv_heads = c->n_kv_heads / tp;
+    r.inter = c->inter / tp;
+    r.vocab = (c->vocab + tp - 1) / tp;
+    size_t b = sat_add(shard_bytes, sat_mul(pos_sz(tp), preflight_workspace_bytes(&r, max_tok, max_ctx)));
+    /* the communicator: two float and one int32 buffer of max_tok x hidden */
+    return sat_add(b, sat_mul3(3 * sizeof(float), pos_sz(max_tok), pos_sz(c->hidden)));
+}
+
+int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, size_t ranks_bytes, int64_t kv_tokens,
+                        int64_t max_ctx, int64_t max_tok, int block_size, char *report, size_t n) {
     PreflightPlan p;
-    int rc = plan_ctx(c, weight_bytes, 0, kv_tokens, max_ctx, max_tok, block_size, &p);
+    int rc = plan_ctx(c, weight_bytes, 0, ranks_bytes, kv_tokens, max_ctx, max_tok, block_size, &p);
     if (report && n) {
-        char need[32], avail[32], w[32], kv[32], ws[32];
+        char need[32], avail[32], w[32], kv[32], ws[32], rk[64] = "";
+        if (p.ranks) {
+            char r2[32];
+            snprintf(rk, sizeof rk, " + --tp ranks %s", preflight_fmt_bytes(p.ranks, r2, sizeof r2));
+        }
         snprintf(report, n,
-                 "memory: weights %s + KV cache %s (%lld tokens) + workspaces %s + margin = %s "
+                 "memory: weights %s + KV cache %s (%lld tokens) + workspaces %s%s + margin = %s "
                  "needed, %s available (%s)%s",
                  preflight_fmt_bytes(p.weights, w, sizeof w), preflight_fmt_bytes(p.kv, kv, sizeof kv),
-                 (long long)p.kv_tokens, preflight_fmt_bytes(p.workspace, ws, sizeof ws),
+                 (long long)p.kv_tokens, preflight_fmt_bytes(p.workspace, ws, sizeof ws), rk,
                  preflight_fmt_bytes(p.needed, need, sizeof need),
                  p.available == SIZE_MAX ? "unknown" : preflight_fmt_bytes(p.available, avail,
                                                                            sizeof avail),

@@ -37,6 +37,7 @@ typedef struct {
     size_t kv;         /* paged KV cache */
     int64_t kv_tokens; /* tokens the KV pool holds (whole blocks) */
     size_t workspace;  /* run state, linear scratch, attention scratch, RoPE tables, logits */
+    size_t ranks;      /* what CPU tensor-parallel ranks add (their shards and buffers; 0 at tp 1) */
     size_t margin;     /* PREFLIGHT_MARGIN_BYTES */
     size_t needed;     /* the sum of the above */
     size_t available;
@@ -79,9 +80,17 @@ int preflight_check(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens
 /* preflight_check where no sequence's context exceeds max_ctx tokens (0 or
  * more than the pool: the pool, as preflight_check assumes): the attention
  * scratch and RoPE tables are sized for it (a batch's pool had been taken as
- * one sequence's context, and a run that fits refused). */
-int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens, int64_t max_ctx,
-                        int64_t max_tok, int block_size, char *report, size_t n);
+ * one sequence's context, and a run that fits refused); ranks_bytes: what
+ * CPU tensor-parallel ranks add besides (preflight_tp_ranks_bytes; 0 at tp 1). */
+int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, size_t ranks_bytes, int64_t kv_tokens,
+                        int64_t max_ctx, int64_t max_tok, int block_size, char *report, size_t n);
+
+/* What tp CPU ranks in this process add to one engine's needs: their shards of
+ * the linears and LM head (shard_bytes: one more copy), each rank's run state,
+ * attention scratch and RoPE tables for contexts up to max_ctx tokens and its
+ * slice of the logits, and the communicator's three max_tok x hidden buffers. */
+size_t preflight_tp_ranks_bytes(const ModelConfig *c, int tp, size_t shard_bytes, int64_t max_tok,
+                                int64_t max_ctx);
 
 /* "1.5 GiB", "312 MiB", "4 KiB", "17 B" into buf; returns buf. */
 const char *preflight_fmt_bytes(size_t b, char *buf, size_t n);

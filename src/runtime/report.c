@@ -249,12 +249,14 @@ void report_print(const Model *m, FILE *f) {
     ReportKernels k;
     report_kernels(m, &k);
     fprintf(f, "load report:\n");
-    fprintf(f, "  %-38s %-36s %-30s %-22s %-7s %-9s %-5s %7s %12s\n", "weight", "stored", "runs as",
+    int sw = 36; /* the stored column as wide as its longest entry (a ternlab spec runs long) */
+    for (int i = 0; i < n; i++) sw = (int)strlen(rows[i].stored) > sw ? (int)strlen(rows[i].stored) : sw;
+    fprintf(f, "  %-38s %-*s %-30s %-22s %-7s %-9s %-5s %7s %12s\n", "weight", sw, "stored", "runs as",
             "rule", "group", "scale", "act", "bits/w", "bytes");
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
         const ReportRow *r = &rows[i];
-        fprintf(f, "  %-38s %-36s %-30s %-22s %-7s %-9s %-5s %7.3f %12lld\n", r->name, r->stored,
+        fprintf(f, "  %-38s %-*s %-30s %-22s %-7s %-9s %-5s %7.3f %12lld\n", r->name, sw, r->stored,
                 r->run_as, r->rule, r->group, r->scale, r->act, r->bits_per_weight,
                 (long long)r->bytes);
         total += r->bytes;
