@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
-    static const ExpDef def = {"exp-group-size", EXP_QUALITY, "how many weights share one scale (rule absmean, scale f16)"};
+    static const ExpDef def = {"exp-group-size", EXP_QUALITY, "how many weights share one scale (rule absmean, scale f16)",
+                               "group", "quant", "group="};
     return exp_main(&def, argc, argv);
 }

@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
-    static const ExpDef def = {"exp-kv-ternary", EXP_QUALITY, "ternary KV pages for prompt (encoder) vs generated (decoder) tokens, per layer range (weights as loaded)"};
+    static const ExpDef def = {"exp-kv-ternary", EXP_QUALITY, "ternary KV pages for prompt (encoder) vs generated (decoder) tokens, per layer range (weights as loaded)",
+                               "kv", "kv", NULL};
     return exp_main(&def, argc, argv);
 }

@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
-    static const ExpDef def = {"exp-scale-dtype", EXP_QUALITY, "how the dtype that stores the ternary scales changes quality (rule absmean, group 128)"};
+    static const ExpDef def = {"exp-scale-dtype", EXP_QUALITY, "how the dtype that stores the ternary scales changes quality (rule absmean, group 128)",
+                               "scale", "quant", "scale="};
     return exp_main(&def, argc, argv);
 }

@@ -5,6 +5,7 @@
 
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
-    static const ExpDef def = {"exp-threshold", EXP_QUALITY, "which threshold/scale rule ternarises a model best (rule varies; group 128, scale f16)"};
+    static const ExpDef def = {"exp-threshold", EXP_QUALITY, "which threshold/scale rule ternarises a model best (rule varies; group 128, scale f16)",
+                               "rule", "quant", "rule="};
     return exp_main(&def, argc, argv);
 }

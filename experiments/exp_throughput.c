@@ -8,6 +8,7 @@
 int main(int argc, char **argv) {
     blas_setup(argc, argv);
     static const ExpDef def = {"exp-throughput", EXP_THROUGHPUT,
-                               "dense BF16 vs ternary weights: prefill and decode tokens/s per batch size"};
+                               "dense BF16 vs ternary weights: prefill and decode tokens/s per batch size",
+                               "weights", NULL, NULL};
     return exp_main(&def, argc, argv);
 }

@@ -203,9 +203,24 @@ TEST(cli_bad_values_are_clear) {
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 tp=abc", "not an integer", 1},
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 logit_rows=4294967295", "logit_rows", 1},
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=", "key 'factor' has an empty value", 2},
+        /* each program its one factor, its value in the one setting that carries it (exp-threshold
+         * with kv={} had run the KV policy as its factor, the file saying factor=rule) */
+        {"%B/exp_threshold --model %L --value all --out %D/t.h5 'kv={}'", "kv = {}: exp-threshold's value goes into "
+         "quant as rule={} alone", 2},
+        {"%B/exp_threshold --model %L --value f16 --out %D/t.h5 'quant=rule=twn,group=128,scale={}'",
+         "goes into quant as rule={} alone", 2},
+        {"%B/exp_threshold --model %L --value twn --out %D/t.h5 factor=scale", "exp-threshold varies rule alone", 2},
+        {"%B/exp_group_size --model %L --value 64 --out %D/t.h5 'quant=rule={},group=64'",
+         "goes into quant as group={} alone", 2},
+        {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=policy", "exp-kv-ternary varies kv alone", 2},
+        {"%B/exp_kv_ternary --model %L --value all --out %D/t.h5 'kv=x{}'", "goes into kv as {} alone", 2},
+        {"%B/exp_throughput --model %L --value ternary --out %D/t.h5 'quant=rule={}'",
+         "exp-throughput reads its value itself", 2},
         {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --kv all@layers=0-9", "has 4 layers", 1},
         {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --quant rule=twn,layers=4", "past the model", 1},
         {"%B/ternlab generate --model %L --prompt 1,2,3", "--max-new", 2},
+        /* logits' rows are laid out by the window: given, not defaulted (it had been 256, unsaid) */
+        {"%B/ternlab logits --model %L --tokens %T --windows 0:1 --out %D/x.f32", "--window T is required", 2},
         {"%B/ternlab diff --model %L --tokens %T --a quant=rule=twn,quant=loaded --b quant=loaded",
          "given twice", 2},
         {"cp -r %L %D/lt && %B/ternlab quantize --model %D/lt --quant rule=twn --out %D/lt/", "itself", 2},

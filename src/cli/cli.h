@@ -11,7 +11,7 @@ typedef struct {
     const char *mem; /* --mem 24GiB (info: capacity at that budget) */
     const char *dtype; /* --dtype f32|bf16: GPU activations and dense weights */
     int bf16;
-    int window, tp, block_size, batch, have_windows;
+    int window, tp, block_size, batch, have_windows, have_window;
     int64_t max_windows, max_new, win_a, win_b, kv_blocks;
     int help;
     int kv_given; /* --kv was given (ppl: the split-window protocol, also for none) */

@@ -270,6 +270,10 @@ int cmd_logits(int argc, char **argv) {
         fprintf(stderr, "ternlab logits: --windows A:B is required\n");
         return 2;
     }
+    if (!o.have_window) { /* (the rows' layout depends on it: it had defaulted to 256, unsaid) */
+        fprintf(stderr, "ternlab logits: --window T is required\n");
+        return 2;
+    }
     /* (--out's folder checked here too: a missing one had been found only after the
      * model loaded, the message naming the temporary) */
     if (exp_check_out(o.out) != 0 || (o.dump_layers && file_out_path_check(o.dump_layers, "--dump-layers") != 0) ||

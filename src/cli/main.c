@@ -138,7 +138,7 @@ int cli_parse(int argc, char **argv, const char *allowed, CliOpts *o) {
         case 'M': o->mem = optarg; break;
         case 'T': o->dtype = optarg; break;
         case 'h': o->help = 1; break;
-        case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; break;
+        case 'w': if (parse_i64(name, optarg, 2, 1 << 20, &v)) return -1; o->window = (int)v; o->have_window = 1; break;
         case 'n': if (parse_i64(name, optarg, 1, INT64_MAX, &o->max_windows)) return -1; break;
         case 'p': if (parse_i64(name, optarg, 1, TP_MAX_RANKS, &v)) return -1; o->tp = (int)v; break;
         case 'N': if (parse_i64(name, optarg, 0, 1 << 24, &o->max_new)) return -1; break;

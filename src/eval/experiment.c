@@ -18,6 +18,7 @@
 #include "runtime/report.h"
 
 #include <ctype.h>
+#include <stddef.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <limits.h>
@@ -1090,6 +1091,38 @@ static int override_key_eq(const char *a, const char *b) {
     return la == lb && !strncmp(a, b, la);
 }
 
+/* The program's one factor, and its value carried by the one setting the program
+ * names (ExpDef): an override of `factor`, or a {} moved into another setting or
+ * another item of the QuantSpec, had run another factor under this program's name
+ * (exp-threshold with kv={}: rule twn, the KV policy varied, the file saying
+ * factor=rule).  0, or -1 with err_set. */
+static int factor_carried(const ExpDef *def, const ExpConf *c) {
+    const char *f = expconf_get_or(c, "factor", "");
+    if (def->factor && strcmp(f, def->factor) != 0)
+        return err_set("factor = %s: %s varies %s alone (each factor has a program of its own)", f, def->name,
+                       def->factor);
+    for (int k = 0; k < c->n; k++) {
+        const char *key = c->entries[k].key, *v = c->entries[k].value, *at = strstr(v, "{}");
+        if (!at) continue;
+        int ok = def->carrier && strcmp(key, def->carrier) == 0 && !strstr(at + 2, "{}");
+        if (ok && def->item) { /* one comma item "<item>{}" of the QuantSpec */
+            const size_t il = strlen(def->item);
+            ok = at - v >= (ptrdiff_t)il && strncmp(at - il, def->item, il) == 0 &&
+                 (at - il == v || at[-(ptrdiff_t)il - 1] == ',') && (at[2] == '\0' || at[2] == ',');
+        } else if (ok) { /* the whole policy, optionally with its layer range */
+            ok = at == v && (at[2] == '\0' || at[2] == '@');
+        }
+        if (!ok && !def->carrier)
+            return err_set("%s = %s: %s reads its value itself (it varies %s): no setting takes a {}", key, v,
+                           def->name, def->factor ? def->factor : "its factor");
+        if (!ok)
+            return err_set("%s = %s: %s's value goes into %s as %s{} alone (it varies %s); a {} elsewhere would "
+                           "vary another factor under this program's name", key, v, def->name, def->carrier,
+                           def->item ? def->item : "", def->factor ? def->factor : "its factor");
+    }
+    return 0;
+}
+
 static int exp_run(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
@@ -1166,7 +1199,7 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
         return 2;
     }
     /* the keys the experiment programs read (run_point, exp_run): every
-     * experiment's, then mem (the capacity budget) where the factor is kv, the
+     * experiment's, then mem (the capacity budget) in the program whose factor is kv, the
      * throughput experiment's own */
     static const char *const known[] = {"factor", "values", "models", "tokens", "window", "max_windows",
                                         "quant", "kv", "device", "tp", "logit_rows", NULL};
@@ -1176,9 +1209,10 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
     uint64_t mem_budget = 0;
     if (expconf_apply_args(&conf, n_over, over, NULL) != 0 || expconf_check(&conf) != 0 ||
         expconf_check_keys(&conf, known,
-                           def->kind == EXP_THROUGHPUT                            ? thr_keys
-                           : !strcmp(expconf_get_or(&conf, "factor", ""), "kv") ? kv_keys
-                                                                                : NULL) != 0 ||
+                           def->kind == EXP_THROUGHPUT                      ? thr_keys
+                           : def->factor && !strcmp(def->factor, "kv") ? kv_keys
+                                                                       : NULL) != 0 ||
+        factor_carried(def, &conf) != 0 ||
         /* (a bad budget had failed the run file's write, after the whole evaluation) */
         (expconf_get(&conf, "mem") && parse_bytes(expconf_get(&conf, "mem"), &mem_budget) != 0 &&
          err_prefix("%s: mem: ", conf.path))) {

@@ -31,6 +31,11 @@ typedef struct {
     const char *name; /* "exp-threshold" */
     ExpKind kind;
     const char *summary; /* one line for --help */
+    /* the one factor the program varies (its config's `factor`) and the setting whose
+     * {} takes the value: carrier "quant" with item "rule=" (the QuantSpec's rule={}), or
+     * carrier "kv" with item NULL (kv = {} or {}@layers=a-b); carrier NULL: the program
+     * reads the value itself and no setting may hold a {} */
+    const char *factor, *carrier, *item;
 } ExpDef;
 
 /* main() of an experiment program: 0 ok, 1 a run failed, 2 usage. */
