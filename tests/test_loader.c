@@ -1537,3 +1537,59 @@ TEST(loader_ternlab_checkpoint_is_its_spec) {
         out = NULL;
     }
 }
+
+/* --quant act=... alone changes the activations of linears already ternary as
+ * loaded and keeps their codes and scales (a native checkpoint's linears had
+ * been re-ternarised with the default rule, absmean per tensor, which keeps
+ * the codes and multiplies each scale by the share of non-zero weights: act
+ * could not be varied on its own); the spec reads back as given; the load
+ * report calls them native; quantize writes them as stored under a full spec
+ * of their format.  A spec naming another key still re-ternarises. */
+TEST(loader_act_only_spec_keeps_ternary_weights) {
+    Model base, m;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &base) == 0);
+    const Linear *b0 = &base.layers[0].q;
+    REQUIRE(b0->t && b0->act_int8);
+    const char *specs[] = {"act=f32", "act=int8", "rule=absmean,act=int8"};
+    for (int k = 0; k < 3; k++) {
+        ModelLoadOpts o = {.quant = specs[k]};
+        REQUIRE(model_load(test_path(BITNET_DIR), &o, &m) == 0);
+        int64_t moved = 0, scales = 0, acts = 0;
+        for (int l = 0; l < m.cfg.n_layers; l++)
+            for (int j = 0; j < 7; j++) {
+                const Linear *a = layer_linear(&base.layers[l], j), *b = layer_linear(&m.layers[l], j);
+                REQUIRE(b->t);
+                moved += codes_differ(a, b);
+                scales += a->t->n_scales != b->t->n_scales ||
+                          memcmp(a->t->scales, b->t->scales, sizeof(float) * (size_t)a->t->n_scales) != 0;
+                acts += b->act_int8 != (k != 0);
+            }
+        if (k < 2) CHECK_MSG(moved == 0 && scales == 0 && acts == 0, "%s: %lld codes moved, %lld linears' scales "
+                             "changed, %lld linears of another act", specs[k], (long long)moved, (long long)scales,
+                             (long long)acts);
+        else CHECK_MSG(scales > 0, "%s: the scales kept (re-ternarised: absmean's scale)", specs[k]);
+        char buf[256];
+        REQUIRE(quant_spec_format(&m.quant, buf, sizeof buf) > 0);
+        if (k < 2) CHECK_MSG(strcmp(buf, specs[k]) == 0, "formatted '%s'", buf);
+        ReportRow *rows;
+        int n;
+        REQUIRE(report_rows(&m, &rows, &n) == 0);
+        CHECK_MSG(n > 1 && strstr(rows[1].run_as, k < 2 ? "(native)" : "(ternarised)"), "%s: row 1 runs as '%s'",
+                  specs[k], n > 1 ? rows[1].run_as : "");
+        free(rows);
+        model_free(&m);
+    }
+    /* quantize: the linears as stored, the file's spec their format with the act given */
+    char dir[600], cmd[1600], *out = NULL;
+    snprintf(dir, sizeof dir, "%s/actonly", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s quantize --model %s --quant act=f32 --out %s 2>&1 && grep '\"spec\"' %s/config.json",
+             bin_path("ternlab"), test_path(BITNET_DIR), dir, dir);
+    CHECK_MSG(test_run(cmd, &out) == 0 && out && strstr(out, "rule=absmean,group=tensor,scale=f32,act=f32,layers=all"),
+              "%s", out ? out : "");
+    free(out);
+    REQUIRE(model_load(dir, NULL, &m) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+    CHECK(codes_differ(&base.layers[1].down, &m.layers[1].down) == 0 && !m.layers[1].down.act_int8 &&
+          memcmp(base.layers[1].down.t->scales, m.layers[1].down.t->scales, sizeof(float)) == 0);
+    model_free(&m);
+    model_free(&base);
+}

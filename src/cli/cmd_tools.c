@@ -92,6 +92,20 @@ static const char kQuantMixAdvice[] =
 
 int quantized_spec(const Model *m, QuantSpec *spec) {
     int act_int8 = -1;
+    /* act= alone kept the ternary linears as loaded: the file's spec takes their format
+     * (the first one's; every one must share it), its rule the default's (informative) */
+    QuantSpec want = m->quant;
+    for (int l = 0; want.act_only && l < m->cfg.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; want.act_only && i < 7; i++)
+            if (lins[i]->t) {
+                want.group = lins[i]->t->group;
+                want.scale = lins[i]->t->scale_dtype;
+                want.act_only = 0;
+            }
+    }
+    want.act_only = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
@@ -99,14 +113,14 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
         for (int i = 0; i < 7; i++) {
             const Linear *lin = lins[i];
             if (!lin->t) continue;
-            if (lin->t->group != m->quant.group || lin->t->scale_dtype != m->quant.scale)
+            if (lin->t->group != want.group || lin->t->scale_dtype != want.scale)
                 return err_set("%s is ternary in another format than --quant gives (a native ternary "
                                "checkpoint with some layers left as stored); a ternlab checkpoint holds "
                                "one QuantSpec: %s", lin->name, kQuantMixAdvice);
             /* the spec written names the file's ternary linears (the loader refuses a file
              * whose linears are stored otherwise); a native one it leaves out had been
              * written packed under a spec whose layers= and rule did not describe it */
-            const int sel = quant_layer_selected(&m->quant, l, kinds[i]);
+            const int sel = quant_layer_selected(&want, l, kinds[i]);
             if (sel < 0) return -1;
             if (!sel)
                 return err_set("%s is ternary as stored (a native ternary checkpoint), but --quant's layers= "
@@ -118,7 +132,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
         }
     }
     if (act_int8 < 0) return err_set("--quant selected no linear to ternarise");
-    *spec = m->quant;
+    *spec = want;
     spec->act = act_int8 ? QA_INT8 : QA_F32;
     spec->act_explicit = 1;
     return 0;

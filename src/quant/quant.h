@@ -30,6 +30,9 @@ typedef struct {
     QuantAct act;        /* default f32 */
     int act_explicit;    /* 1 when the spec named act=; else the model may choose
                           * (int8 for native BitNet checkpoints) */
+    int act_only;        /* 1 when act= is the spec's only key: linears already ternary as
+                          * loaded keep their codes and scales (not re-ternarised), only their
+                          * activations change; dense ones are ternarised with the defaults */
     QuantLayersKind layers;
     int n_ranges;        /* QL_RANGES: inclusive layer index ranges */
     int range_lo[QUANT_MAX_RANGES], range_hi[QUANT_MAX_RANGES];

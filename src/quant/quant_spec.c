@@ -180,6 +180,7 @@ int quant_spec_parse(const char *s, QuantSpec *out) {
         if (seen & bit) return err_set("quant spec: key '%s' given twice", k);
         seen |= bit;
     }
+    q.act_only = seen == 8;
     *out = q;
     return 0;
 }
@@ -204,6 +205,12 @@ int quant_spec_format(const QuantSpec *s, char *buf, size_t n) {
     }
     char act[16] = "";
     if (s->act_explicit) snprintf(act, sizeof act, ",act=%s", act_names[s->act]);
+    if (s->act_only) { /* (the weights as loaded: no rule, group or scale of this spec's) */
+        int len = snprintf(buf, n, "act=%s", act_names[s->act]);
+        if (len < 0 || (size_t)len >= n)
+            return err_set("quant_spec_format: buffer of %zu bytes too small (need %d)", n, len + 1);
+        return len;
+    }
     int len = snprintf(buf, n, "rule=%s,group=%s,scale=%s%s,layers=%s", quant_rule_name(s->rule),
                        quant_group_name(s->group), scale, act, layers);
     if (len < 0 || (size_t)len >= n)

@@ -231,7 +231,11 @@ int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
     if (m->has_quant) {
         int sel = quant_layer_selected(&m->quant, layer, kind);
         if (sel < 0) return -1;
-        if (sel) {
+        if (sel && lin->t && m->quant.act_only) {
+            /* act= alone: a ternary linear keeps its weights (it had been re-ternarised with
+             * the default rule, so act could not be varied on a native checkpoint alone) */
+            lin->act_int8 = m->quant.act == QA_INT8;
+        } else if (sel) {
             /* re-ternarise: from the dense weights, or (native ternary) from their dequantised
              * values, because the spec asks for it */
             if (lin->t && linear_densify(lin) != 0) return -1;

@@ -52,7 +52,8 @@ static void fill_linear_row(const Model *m, const Linear *lin, int layer, const 
     r->layer = layer;
     stored_format(m, lin->name, lin, r->stored, sizeof r->stored);
     int native = strstr(r->stored, "native") != NULL;
-    int selected = layer >= 0 && m->has_quant && quant_layer_selected(&m->quant, layer, kind) == 1;
+    int selected = layer >= 0 && m->has_quant && quant_layer_selected(&m->quant, layer, kind) == 1 &&
+                   !(m->quant.act_only && native); /* (act= alone keeps ternary weights as stored) */
     snprintf(r->act, sizeof r->act, "%s", lin->act_int8 ? "int8" : "f32");
     if (lin->t) {
         const char *origin = selected ? "ternarised" : native ? "native" : "?";
