@@ -948,6 +948,20 @@ TEST(tables_escape_cells) {
     free(out);
 }
 
+/* make exp-<name> draws its own figure and table only (it had redrawn every
+ * experiment's from whatever run files RESULTS held, overwriting the committed
+ * ones of the others); make figures / tables draw them all. */
+TEST(make_experiment_draws_its_own_figure_and_table) {
+    char cmd[1024], *out = NULL;
+    snprintf(cmd, sizeof cmd, "make -s -n -C '%s' exp-group-size RESULTS=r 2>&1 | grep -E 'figures.py|tables.py'",
+             test_path(""));
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "scripts/figures.py --results 'r' --out paper/figures exp-group-size\n") &&
+                  strstr(out, "scripts/tables.py --results 'r' --out paper/tables exp-group-size\n"),
+              "rc %d: %s", rc, out ? out : "");
+    free(out);
+}
+
 /* sweep_point.sh given the point's device and expectations: a finished file
  * under the point's name that is another device's run (one the sweep could
  * not move, its lock held then) is moved into misplaced/ and the point runs
