@@ -213,7 +213,7 @@ TEST(cli_bad_values_are_clear) {
         {"%B/exp_group_size --model %L --value 64 --out %D/t.h5 'quant=rule={},group=64'",
          "goes into quant as group={} alone", 2},
         {"%B/exp_kv_ternary --model %L --value none --out %D/t.h5 factor=policy", "exp-kv-ternary varies kv alone", 2},
-        {"%B/exp_kv_ternary --model %L --value all --out %D/t.h5 'kv=x{}'", "goes into kv as {} alone", 2},
+        {"%B/exp_kv_ternary --model %L --value all --out %D/t.h5 'kv=x{}'", "goes into kv as {} or {}@layers=a-b alone", 2},
         {"%B/exp_throughput --model %L --value ternary --out %D/t.h5 'quant=rule={}'",
          "exp-throughput reads its value itself", 2},
         {"%B/ternlab ppl --model %L --tokens %T --max-windows 1 --kv all@layers=0-9", "has 4 layers", 1},
@@ -596,6 +596,29 @@ TEST(kv_ternary_pool_allocation) {
 
 /* ternlab ppl --kv POLICY uses the split-window protocol; --out writes a run
  * file; the last stdout line keeps its contract. */
+/* A run file under an act-only --quant says what ran: bitnet-tiny's own weights ("native
+ * ternary", the spec as given; it had said "ternarised"), llama-tiny's ternarised with the
+ * defaults (the full spec: "act=int8" alone had hidden rule, group and scale). */
+TEST(ppl_run_file_of_an_act_only_spec) {
+    const struct {
+        const char *model, *spec, *weights;
+    } cases[] = {{BITNET_DIR, "act=f32", "native ternary"},
+                 {LLAMA_DIR, "rule=absmean,group=tensor,scale=f32,act=int8,layers=all", "ternarised"}};
+    for (int i = 0; i < 2; i++) {
+        char cmd[4096], *log = NULL, out[600], spec[256] = "", w[64] = "";
+        snprintf(out, sizeof out, "%s/act%d.h5", test_tmpdir(), i);
+        snprintf(cmd, sizeof cmd, "%s ppl --model %s --tokens %s --window 32 --max-windows 1 --quant %s --out %s 2>&1",
+                 bin_path("ternlab"), test_path(cases[i].model), test_path(TOKENS_FILE), i ? "act=int8" : "act=f32",
+                 out);
+        CHECK_MSG(test_run(cmd, &log) == 0, "%s", log ? log : "");
+        free(log);
+        CHECK(h5log_root_attr_str(out, "quant_spec", spec, sizeof spec) == 0 &&
+              h5log_root_attr_str(out, "weights", w, sizeof w) == 0);
+        CHECK_MSG(strcmp(spec, cases[i].spec) == 0 && strcmp(w, cases[i].weights) == 0, "%s: quant_spec '%s', weights '%s'",
+                  cases[i].model, spec, w);
+    }
+}
+
 TEST(ppl_cli_kv_policy_and_run_file) {
     char cmd[4096], *log = NULL, out[600];
     snprintf(out, sizeof out, "%s/ppl/run.h5", test_tmpdir());

@@ -92,20 +92,7 @@ static const char kQuantMixAdvice[] =
 
 int quantized_spec(const Model *m, QuantSpec *spec) {
     int act_int8 = -1;
-    /* act= alone kept the ternary linears as loaded: the file's spec takes their format
-     * (the first one's; every one must share it), its rule the default's (informative) */
-    QuantSpec want = m->quant;
-    for (int l = 0; want.act_only && l < m->cfg.n_layers; l++) {
-        const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        for (int i = 0; want.act_only && i < 7; i++)
-            if (lins[i]->t) {
-                want.group = lins[i]->t->group;
-                want.scale = lins[i]->t->scale_dtype;
-                want.act_only = 0;
-            }
-    }
-    want.act_only = 0;
+    const QuantSpec want = m->quant; /* (never act-only here: cmd_quantize refuses it) */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
@@ -319,6 +306,16 @@ int cmd_quantize(int argc, char **argv) {
     if (!o.model || !o.quant || !o.out) {
         fprintf(stderr, "ternlab quantize: --model, --quant and --out are required\n");
         return 2;
+    }
+    {   /* act= alone keeps the loaded weights (ppl, logits, the experiments); a file needs the
+         * spec of its weights, which such a spec does not give (its rule had been written as the
+         * default's over another rule's codes, and a GGUF's f16 fallback re-ternarised them) */
+        QuantSpec qs;
+        if (quant_spec_parse(o.quant, &qs) == 0 && qs.act_only) {
+            fprintf(stderr, "ternlab quantize: --quant %s: act= alone changes activations, not weights; quantize "
+                            "writes the weights a full spec makes: give rule=, group=, scale= too\n", o.quant);
+            return 2;
+        }
     }
     /* ternlab (and llama.cpp) tell a GGUF from a folder by its name: an --out
      * ending in .gguf is a GGUF file (a safetensors folder of that name had been

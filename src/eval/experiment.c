@@ -844,7 +844,12 @@ static int run_point(const RunCfg *rc, const char *out) {
     if (st == 0) {
         exp_git_commit(commit, sizeof commit);
         if (loaded || !m.has_quant) snprintf(spec_str, sizeof spec_str, "loaded");
-        else quant_spec_format(&m.quant, spec_str, sizeof spec_str);
+        else { /* an act-only spec that kept no linear (a dense model's, all ternarised with the
+                * defaults) in the full form that says so */
+            QuantSpec qs = m.quant;
+            if (qs.act_only && model_act_only_kept(&m) == 0) qs.act_only = 0;
+            quant_spec_format(&qs, spec_str, sizeof spec_str);
+        }
         kv_policy_format(&pol, pol_str, sizeof pol_str);
         double N = (double)R.N;
         int64_t P = ctx.logit_rows;
@@ -891,7 +896,10 @@ static int run_point(const RunCfg *rc, const char *out) {
          * of other settings under the point's name is not taken as this point's */
         const char *swp = getenv("TERNLAB_SWEEP_POINT");
         if (swp && swp[0]) e |= h5log_attr_str(lg, "/", "sweep_point", swp);
-        e |= h5log_attr_str(lg, "/", "weights", m.native_ternary && !m.has_quant && !mo.dense
+        e |= h5log_attr_str(lg, "/", "weights", m.native_ternary &&
+                                                         (!m.has_quant ||
+                                                          model_act_only_kept(&m) == 7 * m.cfg.n_layers) &&
+                                                         !mo.dense
                                                      ? "native ternary" : m.has_quant ? "ternarised" : "dense");
         e |= h5log_scalar_f64(lg, "/metrics/ppl", res.ppl);
         e |= h5log_scalar_f64(lg, "/metrics/ppl_ref", R.ppl);
@@ -1073,7 +1081,8 @@ static void usage(const ExpDef *def, FILE *f) {
             "%s: %s\n\n"
             "usage: build/exp_%s [--model PATH] [--value V] [--out FILE.h5] [--config FILE]\n"
             "                    [--results DIR] [key=value ...]\n\n"
-            "Settings come from configs/%s.conf; key=value overrides any of them.\n"
+            "Settings come from configs/%s.conf; key=value overrides any of them (but the\n"
+            "program's factor, whose value's {} stays in its setting: paper/SCHEMA.md, \"Configs\").\n"
             "With --model and --value: one run written to --out (default\n"
             "RESULTS/%s/<model>__<value>.h5, <model>__<value>__<device>.h5 for a\n"
             "device other than cpu); otherwise every model x value of the config.\n"
@@ -1103,7 +1112,7 @@ static int factor_carried(const ExpDef *def, const ExpConf *c) {
                        def->factor);
     for (int k = 0; k < c->n; k++) {
         const char *key = c->entries[k].key, *v = c->entries[k].value, *at = strstr(v, "{}");
-        if (!at) continue;
+        if (!at || !strcmp(key, "values")) continue; /* (values are not bound: expconf_bind) */
         int ok = def->carrier && strcmp(key, def->carrier) == 0 && !strstr(at + 2, "{}");
         if (ok && def->item) { /* one comma item "<item>{}" of the QuantSpec */
             const size_t il = strlen(def->item);
@@ -1116,9 +1125,13 @@ static int factor_carried(const ExpDef *def, const ExpConf *c) {
             return err_set("%s = %s: %s reads its value itself (it varies %s): no setting takes a {}", key, v,
                            def->name, def->factor ? def->factor : "its factor");
         if (!ok)
-            return err_set("%s = %s: %s's value goes into %s as %s{} alone (it varies %s); a {} elsewhere would "
+            return err_set("%s = %s: %s's value goes into %s as %s alone (it varies %s); a {} elsewhere would "
                            "vary another factor under this program's name", key, v, def->name, def->carrier,
-                           def->item ? def->item : "", def->factor ? def->factor : "its factor");
+                           def->item ? (strcmp(def->item, "rule=") == 0   ? "rule={}"
+                                        : strcmp(def->item, "scale=") == 0 ? "scale={}"
+                                                                           : "group={}")
+                                     : "{} or {}@layers=a-b",
+                           def->factor ? def->factor : "its factor");
     }
     return 0;
 }

@@ -205,7 +205,7 @@ int quant_spec_format(const QuantSpec *s, char *buf, size_t n) {
     }
     char act[16] = "";
     if (s->act_explicit) snprintf(act, sizeof act, ",act=%s", act_names[s->act]);
-    if (s->act_only) { /* (the weights as loaded: no rule, group or scale of this spec's) */
+    if (s->act_only) { /* (as given: the linears ternary as loaded keep their weights) */
         int len = snprintf(buf, n, "act=%s", act_names[s->act]);
         if (len < 0 || (size_t)len >= n)
             return err_set("quant_spec_format: buffer of %zu bytes too small (need %d)", n, len + 1);

@@ -235,6 +235,7 @@ int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
             /* act= alone: a ternary linear keeps its weights (it had been re-ternarised with
              * the default rule, so act could not be varied on a native checkpoint alone) */
             lin->act_int8 = m->quant.act == QA_INT8;
+            lin->kept = 1;
         } else if (sel) {
             /* re-ternarise: from the dense weights, or (native ternary) from their dequantised
              * values, because the spec asks for it */
@@ -255,6 +256,16 @@ int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
     }
     if (opts->dense && lin->t) return linear_make_twin(lin);
     return 0;
+}
+
+int model_act_only_kept(const Model *m) {
+    int kept = 0;
+    for (int l = 0; l < m->cfg.n_layers; l++) {
+        const Layer *L = &m->layers[l];
+        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        for (int i = 0; i < 7; i++) kept += lins[i]->kept;
+    }
+    return kept;
 }
 
 size_t model_weight_bytes(const Model *m) {

@@ -14,6 +14,12 @@ size_t linear_scratch_bytes(int64_t n, int64_t in);
 void linear_free(Linear *lin);
 /* Bytes the forward reads for this linear's weights (packed codes + scales, or f32). */
 size_t linear_bytes(const Linear *lin);
+
+/* How many decoder linears an act-only --quant (QuantSpec.act_only) kept as
+ * loaded (ternary already: their activations alone changed); 7 x n_layers when
+ * the weights are all the checkpoint's own, 0 when every one was dense and got
+ * ternarised with the defaults. */
+int model_act_only_kept(const Model *m);
 /* "dense f32", "ternary (rule=..., act int8)", ... for load reports. */
 void linear_describe(const Linear *lin, char *buf, size_t n);
 

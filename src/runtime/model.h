@@ -19,6 +19,8 @@ typedef struct {
     float *w;                /* dense (out, in), owned; NULL when ternary */
     TernaryMatrix *t;        /* ternary, owned; NULL when dense */
     int act_int8;            /* quantise activations per token (BitNet) before this linear */
+    int kept;                /* ternary as loaded and kept so under an act-only --quant (its
+                              * activations alone changed: QuantSpec.act_only) */
     /* Dense reference twin of a ternary linear (ModelLoadOpts.dense): `t` keeps the
      * groups and scales, the forward runs OpenBLAS instead of the packed kernels.
      * f32 activations: w = dequantised weights.  int8 activations: qf = codes as

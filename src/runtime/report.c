@@ -38,8 +38,8 @@ static void stored_format(const Model *m, const char *base, const Linear *lin, c
         snprintf(buf, n, "dense %s", st_dtype_name(t->dtype));
     } else if (is_gguf(m)) {
         /* the GGUF loader keeps no per-tensor type; what it turned the tensor into tells it */
-        snprintf(buf, n, lin && lin->t && !m->has_quant ? "GGUF TQ1_0/TQ2_0 (native ternary)"
-                                                         : "GGUF dense (F32/F16/BF16/Q8_0)");
+        snprintf(buf, n, lin && lin->t && (!m->has_quant || lin->kept) ? "GGUF TQ1_0/TQ2_0 (native ternary)"
+                                                                        : "GGUF dense (F32/F16/BF16/Q8_0)");
     } else {
         snprintf(buf, n, "unknown (tensor not in the checkpoint index)");
     }
@@ -53,7 +53,7 @@ static void fill_linear_row(const Model *m, const Linear *lin, int layer, const 
     stored_format(m, lin->name, lin, r->stored, sizeof r->stored);
     int native = strstr(r->stored, "native") != NULL;
     int selected = layer >= 0 && m->has_quant && quant_layer_selected(&m->quant, layer, kind) == 1 &&
-                   !(m->quant.act_only && native); /* (act= alone keeps ternary weights as stored) */
+                   !lin->kept; /* (act= alone keeps ternary weights as stored) */
     snprintf(r->act, sizeof r->act, "%s", lin->act_int8 ? "int8" : "f32");
     if (lin->t) {
         const char *origin = selected ? "ternarised" : native ? "native" : "?";
