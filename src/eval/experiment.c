@@ -18,10 +18,10 @@
 #include "runtime/report.h"
 
 #include <ctype.h>
-#include <stddef.h>
 #include <errno.h>
 #include <hdf5.h>
 #include <limits.h>
+#include <stddef.h>
 #include <math.h>
 #include <omp.h>
 #include <stdio.h>
@@ -1125,12 +1125,9 @@ static int factor_carried(const ExpDef *def, const ExpConf *c) {
             return err_set("%s = %s: %s reads its value itself (it varies %s): no setting takes a {}", key, v,
                            def->name, def->factor ? def->factor : "its factor");
         if (!ok)
-            return err_set("%s = %s: %s's value goes into %s as %s alone (it varies %s); a {} elsewhere would "
+            return err_set("%s = %s: %s's value goes into %s as %s{}%s alone (it varies %s); a {} elsewhere would "
                            "vary another factor under this program's name", key, v, def->name, def->carrier,
-                           def->item ? (strcmp(def->item, "rule=") == 0   ? "rule={}"
-                                        : strcmp(def->item, "scale=") == 0 ? "scale={}"
-                                                                           : "group={}")
-                                     : "{} or {}@layers=a-b",
+                           def->item ? def->item : "", def->item ? "" : " or {}@layers=a-b",
                            def->factor ? def->factor : "its factor");
     }
     return 0;
