@@ -630,13 +630,7 @@ TEST(tp_engine_refusals_and_state) {
      * holds the tp 1 engine, the shards and half the ranks' buffers opens tp 1, refuses tp 2 */
     {
         EngineOpts e2 = {.max_tok = 4096, .block_size = 16, .n_blocks = 64};
-        size_t shards = linear_bytes(&m.lm_head);
-        for (int l = 0; l < m.cfg.n_layers; l++)
-            for (int j = 0; j < 7; j++) {
-                const Layer *L = &m.layers[l];
-                const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-                shards += linear_bytes(ls[j]);
-            }
+        const size_t shards = model_layer_linear_bytes(&m) + linear_bytes(&m.lm_head);
         const size_t ranks = preflight_tp_ranks_bytes(&m.cfg, 2, shards, e2.max_tok, 64 * 16);
         REQUIRE(ranks > shards + ((size_t)64 << 20));
         setenv("TERNLAB_MEM_LIMIT", "1T", 1);

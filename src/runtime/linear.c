@@ -168,10 +168,8 @@ int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts) {
  * ternary_format.h layout + F32 `weight_scales` (already rounded to the spec's
  * scale dtype).  Unpacked and re-packed through tern_from_codes, which rejects
  * invalid codes. */
-int model_load_ternlab_linear(Model *m, Linear *lin) {
-    QuantSpec spec;
-    if (quant_spec_parse(m->cfg.ternlab_spec, &spec) != 0)
-        return err_prefix("%s: quantization_config.spec: ", m->path);
+int model_load_ternlab_linear(Model *m, Linear *lin, const QuantSpec *sp) {
+    const QuantSpec spec = *sp; /* (the checkpoint's, parsed by load_linear) */
     char name[160];
     snprintf(name, sizeof name, "%s.weight", lin->name);
     const StTensor *t = st_find(&m->st, name);
@@ -268,13 +266,18 @@ int model_act_only_kept(const Model *m) {
     return kept;
 }
 
-size_t model_weight_bytes(const Model *m) {
-    size_t b = m->lm_head_tied ? 0 : linear_bytes(&m->lm_head);
-    b += sizeof(float) * (size_t)m->cfg.vocab * (size_t)m->cfg.hidden;
+size_t model_layer_linear_bytes(const Model *m) {
+    size_t b = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
         for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) b += linear_bytes(lins[i]);
     }
     return b;
+}
+
+size_t model_weight_bytes(const Model *m) {
+    size_t b = m->lm_head_tied ? 0 : linear_bytes(&m->lm_head);
+    b += sizeof(float) * (size_t)m->cfg.vocab * (size_t)m->cfg.hidden;
+    return b + model_layer_linear_bytes(m);
 }

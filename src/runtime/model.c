@@ -70,7 +70,7 @@ static int load_dense(const SafeTensors *st, const char *name, int64_t d0, int64
 }
 
 int model_load_bitnet_linear(Model *m, Linear *lin, const ModelLoadOpts *opts);
-int model_load_ternlab_linear(Model *m, Linear *lin);
+int model_load_ternlab_linear(Model *m, Linear *lin, const QuantSpec *spec);
 int model_quantise_linear(Model *m, Linear *lin, int layer, const char *kind,
                           const ModelLoadOpts *opts);
 
@@ -216,12 +216,12 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
     char wname[160];
     snprintf(wname, sizeof wname, "%s.weight", name);
     const StTensor *t = st_find(&m->st, wname);
+    QuantSpec ts; /* a ternlab checkpoint's spec, parsed once for the checks and the load */
     if (m->cfg.ternlab_packed && t) {
         /* a ternlab checkpoint's spec names its ternary linears (quantize writes
          * those packed, the rest as the source held them): a linear stored the
          * other way contradicts it (a dense one had run dense under a spec that
          * says ternary, a packed one under a spec that leaves it out) */
-        QuantSpec ts;
         if (quant_spec_parse(m->cfg.ternlab_spec, &ts) != 0)
             return err_prefix("%s: quantization_config.spec: ", m->path);
         const int sel = quant_layer_selected(&ts, layer, kind);
@@ -234,7 +234,7 @@ static int load_linear(Model *m, Linear *lin, const char *name, int64_t out, int
                            wname, st_dtype_name(t->dtype), m->cfg.ternlab_spec);
     }
     if (m->cfg.ternlab_packed && t && t->dtype == DT_U8) {
-        if (model_load_ternlab_linear(m, lin) != 0) return -1;
+        if (model_load_ternlab_linear(m, lin, &ts) != 0) return -1;
     } else if (m->cfg.bitnet_linears && t && t->dtype == DT_U8) {
         if (model_load_bitnet_linear(m, lin, opts) != 0) return -1;
     } else if (load_dense(&m->st, wname, out, in, &lin->w) != 0) {

@@ -107,5 +107,7 @@ void model_for_each_linear(Model *m, linear_visit_fn fn, void *ctx);
 
 /* Bytes held by the model's weights as the forward reads them. */
 size_t model_weight_bytes(const Model *m);
+/* Bytes of the decoder layers' linears alone (7 a layer), as linear_bytes counts them. */
+size_t model_layer_linear_bytes(const Model *m);
 
 #endif

@@ -356,12 +356,7 @@ int tp_engine_open(Engine *e, Model *m, const EngineOpts *o, int tp) {
      * ranks share this process, so their KV pages together are one model's pool, and
      * they add their shards (one more copy of the linears and the LM head) and each its
      * run state and logits slice (the loaded model is resident already, counted as used) */
-    size_t shards = linear_bytes(&m->lm_head);
-    for (int l = 0; l < m->cfg.n_layers; l++) {
-        const Layer *L = &m->layers[l];
-        const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        for (int i = 0; i < 7; i++) shards += linear_bytes(ls[i]);
-    }
+    const size_t shards = model_layer_linear_bytes(m) + linear_bytes(&m->lm_head);
     const int64_t pool = eo.n_blocks * bs, ctx = eo.max_ctx > 0 && eo.max_ctx < pool ? eo.max_ctx : pool;
     char rep[512];
     if (preflight_check_ctx(&m->cfg, 0, preflight_tp_ranks_bytes(&m->cfg, tp, shards, eo.max_tok, ctx), pool,
