@@ -270,6 +270,15 @@ for m in "${models[@]}"; do
 done
 n=${#outs[@]}
 
+# ---- every value's settings, once, before any point -------------------------
+# (the program's --check: the config after the overrides, each value's QuantSpec,
+# KV policy, device and lengths.  A setting the program refuses, a `factor=`
+# override say, had failed every point in turn, each after its start.)
+if [ -z "${TERNLAB_EXP_CMD:-}" ] && [ -x "build/exp_$name" ]; then
+  "build/exp_$name" --check --config "$config" "${overrides[@]+"${overrides[@]}"}" >/dev/null ||
+    die "build/exp_$name refuses these settings (above); no point ran"
+fi
+
 # ---- plan: what is finished, what runs --------------------------------------
 # A finished file under a point's name that says it ran on another device
 # (written before CUDA runs had __cuda in their names, or by hand) is not

@@ -1151,8 +1151,8 @@ TEST(gguf_write_read_rows_not_whole_tq_blocks) {
         }
         for (int l = 0; l < a.cfg.n_layers; l++) {
             const Layer *La = &a.layers[l], *Lb = &b.layers[l];
-            const Linear *la[] = {&La->q, &La->k, &La->v, &La->o, &La->gate, &La->up, &La->down};
-            const Linear *lb[] = {&Lb->q, &Lb->k, &Lb->v, &Lb->o, &Lb->gate, &Lb->up, &Lb->down};
+            const Linear *la[] = LAYER_LINEARS(La);
+            const Linear *lb[] = LAYER_LINEARS(Lb);
             for (int i = 0; i < 7; i++)
                 CHECK_MSG(!!la[i]->t == !!lb[i]->t && la[i]->act_int8 == lb[i]->act_int8,
                           "%s: %s: ternary %d act_int8 %d written, ternary %d act_int8 %d read",
@@ -1662,10 +1662,29 @@ TEST(gguf_bitnet_architecture) {
     Model c;
     REQUIRE(model_load_gguf(plain, NULL, &c) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
     CHECK(c.cfg.arch == ARCH_BITNET && c.cfg.act == ACT_RELU2 && c.layers[1].down.t && !c.layers[1].down.act_int8 &&
-          c.layers[1].down.t->group == QG_256 && strstr(c.load_notes, "f32 activations"));
+          c.layers[1].down.t->group == QG_256 && strstr(c.load_notes, "f32 activations into every ternary linear"));
+    /* the note says what runs (it had followed the recorded spec alone): nothing of it under
+     * --quant act=int8; under act=f32 over a file that records int8, every linear's */
+    {
+        Model d;
+        ModelLoadOpts qo = {.quant = "act=int8"};
+        REQUIRE(model_load_gguf(plain, &qo, &d) == 0);
+        CHECK_MSG(d.layers[1].down.act_int8 && !strstr(d.load_notes, "f32 activations"), "notes: %s",
+                  d.load_notes);
+        model_free(&d);
+        qo.quant = "act=f32";
+        REQUIRE(model_load_gguf(path, &qo, &d) == 0);
+        CHECK_MSG(!d.layers[1].down.act_int8 && strstr(d.load_notes, "f32 activations into every ternary linear"),
+                  "notes: %s", d.load_notes);
+        model_free(&d);
+        REQUIRE(model_load_gguf(path, NULL, &d) == 0);
+        CHECK_MSG(d.layers[1].down.act_int8 && !strstr(d.load_notes, "f32 activations"), "notes: %s",
+                  d.load_notes);
+        model_free(&d);
+    }
     for (int l = 0; l < b.cfg.n_layers; l++) {
         Layer *L = &b.layers[l];
-        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        Linear *lins[] = LAYER_LINEARS(L);
         for (int j = 0; j < 7; j++) lins[j]->act_int8 = 0;
     }
     const double e = logits_rel(&c, &b, 64);

@@ -631,7 +631,7 @@ TEST(loader_bitnet_float_linears) {
     char (*names)[160] = xcalloc((size_t)nl, sizeof *names);
     for (int l = 0, i = 0; l < pk.cfg.n_layers; l++) {
         Layer *L = &pk.layers[l];
-        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        Linear *lins[] = LAYER_LINEARS(L);
         for (int j = 0; j < 7; j++, i++) {
             const Linear *lin = lins[j];
             REQUIRE(lin->t);
@@ -658,8 +658,8 @@ TEST(loader_bitnet_float_linears) {
     CHECK(m.native_ternary);
     for (int l = 0, i = 0; l < m.cfg.n_layers; l++) {
         Layer *L = &m.layers[l], *P = &pk.layers[l];
-        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
-        Linear *plins[] = {&P->q, &P->k, &P->v, &P->o, &P->gate, &P->up, &P->down};
+        Linear *lins[] = LAYER_LINEARS(L);
+        Linear *plins[] = LAYER_LINEARS(P);
         for (int j = 0; j < 7; j++, i++) {
             const Linear *lin = lins[j], *pl = plins[j];
             CHECK_MSG(lin->t && lin->act_int8, "%s: ternary %d, int8 activations %d", lin->name, lin->t != NULL,
@@ -955,7 +955,7 @@ TEST(loader_tied_lm_head_names_the_unused_tensor) {
 
 /* Linear j of a layer in the checkpoint's order: q k v o gate up down. */
 static const Linear *layer_linear(const Layer *L, int j) {
-    const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    const Linear *lins[] = LAYER_LINEARS(L);
     return lins[j];
 }
 
@@ -1427,7 +1427,7 @@ TEST(loader_shapes_scales_and_spec_edges) {
     size_t lin = 0;
     for (int l = 0; l < b.cfg.n_layers; l++) {
         const Layer *L = &b.layers[l];
-        const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *ls[] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) lin += linear_bytes(ls[i]);
     }
     CHECK_MSG(b.lm_head_tied && model_weight_bytes(&b) == lin + nh && model_weight_bytes(&a) == lin + 2 * nh,

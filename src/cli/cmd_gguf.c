@@ -107,7 +107,7 @@ int cmd_gguf_info(const char *path) {
 static int tq_scales_exact_in_f16(const Model *m) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *lins[] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) {
             const TernaryMatrix *t = lins[i]->t;
             if (!t || lins[i]->in % GGUF_QK_K != 0) continue; /* dense, or written as float */

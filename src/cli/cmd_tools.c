@@ -69,7 +69,7 @@ static int stage_safetensors(const char *path, const OutTensor *t, int n, char *
 static Linear *find_linear(Model *m, const char *tensor_name) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         Layer *L = &m->layers[l];
-        Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        Linear *lins[] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) {
             size_t n = strlen(lins[i]->name);
             if (strncmp(tensor_name, lins[i]->name, n) == 0 && tensor_name[n] == '.') return lins[i];
@@ -95,7 +95,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
     const QuantSpec want = m->quant; /* (never act-only here: cmd_quantize refuses it) */
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *lins[] = LAYER_LINEARS(L);
         static const char *const kinds[] = {"q", "k", "v", "o", "gate", "up", "down"};
         for (int i = 0; i < 7; i++) {
             const Linear *lin = lins[i];

@@ -205,7 +205,7 @@ static void acts_free(LayerActs *a) {
 }
 
 static const Linear *layer_linear(const Layer *L, int k) {
-    const Linear *ls[7] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    const Linear *ls[LAYER_N_LINEARS] = LAYER_LINEARS(L);
     return ls[k];
 }
 

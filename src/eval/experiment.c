@@ -635,11 +635,10 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
     }
 }
 
-static int run_point(const RunCfg *rc, const char *out) {
-    char model_sha[65], spec_str[256], pol_str[96], commit[64];
-    /* --out's folder before any work (a missing one had been created, with cache/ in
-     * it, by the reference cache, or found missing only when the file was written) */
-    if (exp_check_out(out) != 0) return -1;
+/* The settings a point reads before its model loads (device, tp, exp-throughput's value and
+ * lengths, the KV policy, the QuantSpec), each checked: 0, or -1 (err_set).  The throughput
+ * lengths into *len (prompt_len, gen_len, warmup, repeats) where len is not NULL. */
+static int point_settings_check_len(const RunCfg *rc, int64_t len[4]) {
     const int dev_i = engine_device_parse(rc->device);
     if (dev_i < 0) return err_set("device '%s': expected cpu or cuda", rc->device);
     const EngineDevice dev = (EngineDevice)dev_i;
@@ -647,17 +646,38 @@ static int run_point(const RunCfg *rc, const char *out) {
         return err_set("tp %d: expected 1..%d (CPU threads or GPUs)", rc->tp, TP_MAX_RANKS);
     /* exp-throughput's lengths before any work (a gen_len the CPU's request latencies
      * cannot time, 1, had been found after the reference and the timed runs) */
-    int64_t pl = 128, gl = 32, wu = 1, rp = 3;
+    int64_t l[4] = {128, 32, 1, 3};
     if (rc->kind == EXP_THROUGHPUT &&
-        (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &pl) != 0 ||
-         conf_i64_opt(rc->conf, "gen_len", dev == ENGINE_CPU ? 2 : 1, 1 << 16, &gl) != 0 ||
-         conf_i64_opt(rc->conf, "warmup", 0, 1000, &wu) != 0 || conf_i64_opt(rc->conf, "repeats", 1, 1000, &rp) != 0))
+        (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &l[0]) != 0 ||
+         conf_i64_opt(rc->conf, "gen_len", dev == ENGINE_CPU ? 2 : 1, 1 << 16, &l[1]) != 0 ||
+         conf_i64_opt(rc->conf, "warmup", 0, 1000, &l[2]) != 0 || conf_i64_opt(rc->conf, "repeats", 1, 1000, &l[3]) != 0))
         return -1;
+    if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "bf16") != 0 && strcmp(rc->value, "ternary") != 0)
+        return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
     if (dev == ENGINE_CUDA && pol.kind != KVP_NONE && rc->tp > 1)
         return err_set("device cuda, tp %d, kv %s: ternary KV pages run on one GPU or on the CPU", rc->tp,
                        rc->kv);
+    QuantSpec qs; /* (found at the model's load, after the reference's path was hashed) */
+    if (strcmp(rc->quant, "loaded") != 0 && quant_spec_parse(rc->quant, &qs) != 0) return err_prefix("quant: ");
+    if (len) memcpy(len, l, sizeof l);
+    return 0;
+}
+
+static int point_settings_check(const RunCfg *rc) { return point_settings_check_len(rc, NULL); }
+
+static int run_point(const RunCfg *rc, const char *out) {
+    char model_sha[65], spec_str[256], pol_str[96], commit[64];
+    /* --out's folder before any work (a missing one had been created, with cache/ in
+     * it, by the reference cache, or found missing only when the file was written) */
+    if (exp_check_out(out) != 0) return -1;
+    int64_t len[4];
+    if (point_settings_check_len(rc, len) != 0) return -1;
+    const EngineDevice dev = (EngineDevice)engine_device_parse(rc->device);
+    const int64_t pl = len[0], gl = len[1], wu = len[2], rp = len[3];
+    KvPolicy pol;
+    kv_policy_parse(rc->kv, &pol); /* (checked above) */
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
     if (model_out_not_input(out, "--out", rc->model, rc->tokens_path) != 0) return -1;
     int loaded = strcmp(rc->quant, "loaded") == 0;
@@ -672,8 +692,6 @@ static int run_point(const RunCfg *rc, const char *out) {
         mo.quant = NULL;
         mo.dense = 1;
         loaded = 1;
-    } else if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "ternary") != 0) {
-        return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
     }
     if (model_load(rc->model, &mo, &m) != 0) return -1;
     /* exp-throughput on CUDA times the engine's bf16 form for every value, as bench-e2e
@@ -1080,13 +1098,15 @@ static void usage(const ExpDef *def, FILE *f) {
     fprintf(f,
             "%s: %s\n\n"
             "usage: build/exp_%s [--model PATH] [--value V] [--out FILE.h5] [--config FILE]\n"
-            "                    [--results DIR] [key=value ...]\n\n"
+            "                    [--results DIR] [--check] [key=value ...]\n\n"
             "Settings come from configs/%s.conf; key=value overrides any of them (but the\n"
             "program's factor, whose value's {} stays in its setting: paper/SCHEMA.md, \"Configs\").\n"
             "With --model and --value: one run written to --out (default\n"
             "RESULTS/%s/<model>__<value>.h5, <model>__<value>__<device>.h5 for a\n"
             "device other than cpu); otherwise every model x value of the config.\n"
-            "For sweeps across cores or nodes: scripts/sweep.sh %s.\n",
+            "--check: check the settings of every value (the config, the overrides, each value's\n"
+            "QuantSpec / KV policy / device / lengths), run nothing; exit 2 naming each bad one.\n"
+            "For sweeps across cores or nodes: scripts/sweep.sh %s (it runs --check first).\n",
             def->name, def->summary, prog, def->name, def->name, def->name);
 }
 
@@ -1133,16 +1153,63 @@ static int factor_carried(const ExpDef *def, const ExpConf *c) {
     return 0;
 }
 
+/* Point (model mp, value v): `c` a fresh copy of `config` with conf's settings (the
+ * overrides), bound to v, and rc's settings read from it.  0, or -1 (err_set); the caller
+ * frees c (expconf_free) whatever the result. */
+static int point_cfg(const ExpDef *def, const char *config, const ExpConf *conf, const char *mp, const char *v,
+                     const char *results, ExpConf *c, RunCfg *rc) {
+    *rc = (RunCfg){.experiment = def->name, .kind = def->kind, .conf = c, .model = mp, .value = v,
+                   .results = results};
+    if (expconf_load(config, c) != 0) return -1; /* (this had failed the point without a word) */
+    char tmp_over[4096];
+    for (int k = 0; k < conf->n; k++) {
+        snprintf(tmp_over, sizeof tmp_over, "%s=%s", conf->entries[k].key, conf->entries[k].value);
+        expconf_override(c, tmp_over);
+    }
+    int64_t T = 0, mw = 0, tp = 1, lr = 8;
+    int st = expconf_bind(c, v);
+    /* a quality experiment's value reaches the run only through a "{}" (the
+     * throughput one reads it itself): none left means an override replaced
+     * the setting that carried it, and every point would be the same run */
+    if (st == 0 && def->kind != EXP_THROUGHPUT)
+        st = err_set("no setting takes the value '%s' (no \"{}\" left in %s and its overrides: "
+                     "an override such as %s=... replaced the one that had it), so the run "
+                     "would not be the point it is named after",
+                     v, config, strcmp(def->name, "exp-kv-ternary") == 0 ? "kv" : "quant");
+    if (st > 0) st = 0;
+    if (st == 0 && (expconf_get_i64(c, "window", &T) != 0 || expconf_get_i64(c, "max_windows", &mw) != 0))
+        st = -1;
+    if (st == 0 && (conf_i64_opt(c, "tp", 1, 64, &tp) != 0 || conf_i64_opt(c, "logit_rows", 0, 1 << 20, &lr) != 0))
+        st = -1;
+    if (st != 0) return -1;
+    rc->factor = expconf_get(c, "factor");
+    rc->tokens_path = expconf_get(c, "tokens");
+    rc->quant = expconf_get_or(c, "quant", "loaded");
+    rc->kv = expconf_get_or(c, "kv", "none");
+    rc->device = expconf_get_or(c, "device", "cpu");
+    rc->T = (int)T;
+    rc->max_windows = mw;
+    rc->tp = (int)tp;
+    rc->logit_rows = (int)(lr < 0 ? 0 : lr);
+    /* (2 as the config check and ppl --window: the bound had been 4, unsaid) */
+    if (T < 2 || T > (1 << 20)) return err_set("window %lld: expected 2 .. %d tokens", (long long)T, 1 << 20);
+    return 0;
+}
+
 static int exp_run(const ExpDef *def, int argc, char **argv) {
     signal(SIGXFSZ, SIG_IGN); /* (a file size limit: EFBIG, an error, not a kill) */
     signal(SIGPIPE, SIG_IGN); /* (a closed pipe: EPIPE, an error, not a kill) */
     tmp_cleanup_on_signals(); /* (stopped: the run file's and the reference cache's temporaries go) */
     const char *model = NULL, *value = NULL, *out = NULL, *config = NULL, *results = "results";
     char cfgpath[4096];
-    int n_over = 0;
+    int n_over = 0, check = 0;
     char **over = xcalloc((size_t)argc + 1, sizeof(char *));
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
+        if (!strcmp(a, "--check")) {
+            check = 1;
+            continue;
+        }
         const char **slot = !strcmp(a, "--model") ? &model : !strcmp(a, "--value") ? &value
                           : !strcmp(a, "--out") ? &out : !strcmp(a, "--config") ? &config
                           : !strcmp(a, "--results") ? &results : NULL;
@@ -1253,54 +1320,30 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
         return 2;
     }
     int failed = 0;
+    if (check) { /* every value's settings, no run (scripts/sweep.sh, before its points) */
+        for (int vi = 0; vi < nv; vi++) {
+            const char *v = value ? value : values[vi];
+            ExpConf c;
+            RunCfg rc;
+            if (point_cfg(def, config, &conf, "", v, results, &c, &rc) != 0 || point_settings_check(&rc) != 0) {
+                fprintf(stderr, "%s: %s=%s: %s\n", def->name, def->factor ? def->factor : "value", v, err_msg());
+                failed++;
+            }
+            expconf_free(&c);
+        }
+        expconf_free_list(values);
+        expconf_free_list(models);
+        expconf_free(&conf);
+        return failed ? 2 : 0;
+    }
     for (int mi = 0; mi < nm; mi++)
         for (int vi = 0; vi < nv; vi++) {
             char mres[PATH_MAX];
             const char *mp = model_path_named(model ? model : models[mi], mres);
             const char *v = value ? value : values[vi];
             ExpConf c;
-            char tmp_over[4096];
-            /* a fresh copy of the config for this point, bound to its value */
-            if (expconf_load(config, &c) != 0) {
-                failed++;
-                continue;
-            }
-            for (int k = 0; k < conf.n; k++) {
-                snprintf(tmp_over, sizeof tmp_over, "%s=%s", conf.entries[k].key, conf.entries[k].value);
-                expconf_override(&c, tmp_over);
-            }
-            int64_t T = 0, mw = 0, tp = 1, lr = 8;
-            RunCfg rc = {.experiment = def->name, .kind = def->kind, .conf = &c, .model = mp,
-                         .value = v, .results = results};
-            int st = expconf_bind(&c, v);
-            /* a quality experiment's value reaches the run only through a "{}" (the
-             * throughput one reads it itself): none left means an override replaced
-             * the setting that carried it, and every point would be the same run */
-            if (st == 0 && def->kind != EXP_THROUGHPUT)
-                st = err_set("no setting takes the value '%s' (no \"{}\" left in %s and its overrides: "
-                             "an override such as %s=... replaced the one that had it), so the run "
-                             "would not be the point it is named after",
-                             v, config, strcmp(def->name, "exp-kv-ternary") == 0 ? "kv" : "quant");
-            if (st > 0) st = 0;
-            if (st == 0 && (expconf_get_i64(&c, "window", &T) != 0 || expconf_get_i64(&c, "max_windows", &mw) != 0))
-                st = -1;
-            if (st == 0 && (conf_i64_opt(&c, "tp", 1, 64, &tp) != 0 ||
-                            conf_i64_opt(&c, "logit_rows", 0, 1 << 20, &lr) != 0))
-                st = -1;
-            if (st == 0) {
-                rc.factor = expconf_get(&c, "factor");
-                rc.tokens_path = expconf_get(&c, "tokens");
-                rc.quant = expconf_get_or(&c, "quant", "loaded");
-                rc.kv = expconf_get_or(&c, "kv", "none");
-                rc.device = expconf_get_or(&c, "device", "cpu");
-                rc.T = (int)T;
-                rc.max_windows = mw;
-                rc.tp = (int)tp;
-                rc.logit_rows = (int)(lr < 0 ? 0 : lr);
-                /* (2 as the config check and ppl --window: the bound had been 4, unsaid) */
-                if (T < 2 || T > (1 << 20))
-                    st = err_set("window %lld: expected 2 .. %d tokens", (long long)T, 1 << 20);
-            }
+            RunCfg rc;
+            int st = point_cfg(def, config, &conf, mp, v, results, &c, &rc);
             char outp[4096] = "";
             if (st == 0) {
                 if (out) snprintf(outp, sizeof outp, "%s", out);

@@ -30,7 +30,7 @@ static int model_linears(const Model *m, const Linear **out) {
     int k = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *ls[7] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *ls[LAYER_N_LINEARS] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) out[k++] = ls[i];
     }
     out[k++] = &m->lm_head;

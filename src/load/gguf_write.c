@@ -467,7 +467,7 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     int any_ternary = 0;
     for (int l = 0; l < c->n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *lins[] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) /* (written as TQ blocks: rows of whole blocks; add_linear) */
             any_ternary |= lins[i]->t && lins[i]->in % GGUF_QK_K == 0;
     }

@@ -260,7 +260,7 @@ int model_act_only_kept(const Model *m) {
     int kept = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *lins[] = LAYER_LINEARS(L);
         for (int i = 0; i < 7; i++) kept += lins[i]->kept;
     }
     return kept;
@@ -270,7 +270,7 @@ size_t model_layer_linear_bytes(const Model *m) {
     size_t b = 0;
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *lins[] = LAYER_LINEARS(L);
         for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) b += linear_bytes(lins[i]);
     }
     return b;

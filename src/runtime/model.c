@@ -483,7 +483,7 @@ void model_free(Model *m) {
             mem_free(L->ffn_norm);
             mem_free(L->attn_sub_norm);
             mem_free(L->ffn_sub_norm);
-            Linear *lins[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+            Linear *lins[] = LAYER_LINEARS(L);
             for (size_t i = 0; i < sizeof lins / sizeof lins[0]; i++) linear_free(lins[i]);
         }
         free(m->layers);

@@ -101,6 +101,11 @@ int model_refuse_layer_past(const char *name, const char *prefix, int n_layers, 
                             const char *count);
 void model_free(Model *m);
 
+/* A layer's linears in the order q k v o gate up down, as an initializer: `const Linear
+ * *ls[] = LAYER_LINEARS(L);` (TpLayer names its shards alike). */
+#define LAYER_N_LINEARS 7
+#define LAYER_LINEARS(L) {&(L)->q, &(L)->k, &(L)->v, &(L)->o, &(L)->gate, &(L)->up, &(L)->down}
+
 /* Calls fn for each linear of the decoder (layer index, kind "q".."down"). */
 typedef void (*linear_visit_fn)(Linear *lin, int layer, const char *kind, void *ctx);
 void model_for_each_linear(Model *m, linear_visit_fn fn, void *ctx);

@@ -522,9 +522,25 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
                                     : "TQ1_0/TQ2_0 linears read as packed ternary (group 256, f16 scales)");
             break;
         }
-    if (rc == 0 && c->arch == ARCH_BITNET && !(rec && rec->act_explicit && rec->act == QA_INT8))
-        model_note(m, "%s", "bitnet GGUF: f32 activations into every linear, as llama.cpp runs the file (BitNet "
-                            "b1.58 trains with int8 activations per token; a file ternlab wrote records them)");
+    if (rc == 0 && c->arch == ARCH_BITNET) {
+        /* what the ternary linears run as loaded, --quant's act= included (the note had
+         * followed the recorded spec alone: "every linear" under --quant act=int8, nothing
+         * under act=f32 over a file that records int8) */
+        int n_t = 0, n8 = 0;
+        for (int l = 0; l < c->n_layers; l++) {
+            const Linear *ls[] = LAYER_LINEARS(&m->layers[l]);
+            for (int j = 0; j < LAYER_N_LINEARS; j++) {
+                n_t += ls[j]->t != NULL;
+                n8 += ls[j]->t && ls[j]->act_int8;
+            }
+        }
+        char which[64] = "every ternary linear";
+        if (n8) snprintf(which, sizeof which, "%d of the %d ternary linears", n_t - n8, n_t);
+        if (n8 < n_t)
+            model_note(m, "bitnet GGUF: f32 activations into %s, as llama.cpp runs the file (BitNet b1.58 "
+                          "trains with int8 activations per token; a file ternlab wrote records them)",
+                       which);
+    }
     gguf_close(&g);
     if (rc != 0) {
         err_prefix("loading %s: ", path);

@@ -16,7 +16,7 @@
 static const char *const KINDS[7] = {"q", "k", "v", "o", "gate", "up", "down"};
 
 static const Linear *layer_lin(const Layer *L, int k) {
-    const Linear *ls[7] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    const Linear *ls[LAYER_N_LINEARS] = LAYER_LINEARS(L);
     return ls[k];
 }
 

@@ -262,7 +262,7 @@ static int tp_forward(void *ctx, const Model *m, KvCache *kv, RunState *s, const
 /* ---- open / close ---------------------------------------------------------- */
 
 static void layer_free(TpLayer *L) {
-    TpLinear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+    TpLinear *ls[] = LAYER_LINEARS(L);
     for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) tp_linear_free(ls[i]);
 }
 
@@ -427,7 +427,7 @@ void tp_engine_close(Engine *e) {
 static void full_bytes(const Model *m, TpStats *st) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
-        const Linear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+        const Linear *ls[] = LAYER_LINEARS(L);
         for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
             st->full_layer_bytes += linear_bytes(ls[i]);
             st->full_layer_weights += ls[i]->out * ls[i]->in;
@@ -479,7 +479,7 @@ int tp_engine_stats(const Engine *e, TpStats *st) {
         TpRankStats *rs = &st->rank[r];
         for (int l = 0; l < e->m->cfg.n_layers; l++) {
             const TpLayer *L = &R->layers[l];
-            const TpLinear *ls[] = {&L->q, &L->k, &L->v, &L->o, &L->gate, &L->up, &L->down};
+            const TpLinear *ls[] = LAYER_LINEARS(L);
             for (size_t i = 0; i < sizeof ls / sizeof ls[0]; i++) {
                 rs->layer_bytes += tp_linear_bytes(ls[i]);
                 rs->layer_weights += ls[i]->out * ls[i]->in;
