@@ -2065,6 +2065,47 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
 #endif
 }
 
+/* A tied head (bitnet-tiny's) reads the embedding's device copy with f32 activations: the
+ * engine holds vocab x hidden f32 fewer than with the same matrix untied, and the logits are
+ * the same bits (it had been uploaded a second time). */
+TEST(gpu_tied_head_uploaded_once) {
+    SKIP_WITHOUT_GPU();
+    Model m;
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &m) == 0);
+    REQUIRE(m.lm_head_tied && m.lm_head.w == m.embed);
+    const int64_t V = m.cfg.vocab, H = m.cfg.hidden;
+    float *lg[2];
+    size_t wb[2] = {0, 0};
+    for (int u = 0; u < 2; u++) {
+        if (u) { /* the same matrix, untied */
+            m.lm_head.w = mem_alloc(sizeof(float) * (size_t)(V * H), "untied head");
+            REQUIRE(m.lm_head.w);
+            memcpy(m.lm_head.w, m.embed, sizeof(float) * (size_t)(V * H));
+            m.lm_head_tied = 0;
+        }
+        EngineOpts eo = {.max_tok = 8, .block_size = 16, .n_blocks = 4, .device = ENGINE_CUDA};
+        Engine e;
+        REQUIRE(engine_open(&e, &m, &eo) == 0 || (fprintf(stderr, "    %s\n", err_msg()), 0));
+        int tok[8], seq[8];
+        int64_t pos[8];
+        const int sid = kv_seq_new(&e.kv);
+        for (int i = 0; i < 8; i++) tok[i] = 100 + 7 * i, seq[i] = sid, pos[i] = i;
+        lg[u] = xmalloc(sizeof(float) * (size_t)V * 8);
+        CHECK(forward(&m, &e.kv, &e.rs, tok, seq, pos, 8, NULL, 0, lg[u]) == 0);
+        CudaEngineInfo info;
+        CHECK(cuda_engine_info(&e, &info) == 0);
+        wb[u] = info.weight_bytes;
+        engine_free(&e);
+    }
+    printf("    device weights: tied %zu B, untied %zu B (the head %zu B)\n", wb[0], wb[1],
+           sizeof(float) * (size_t)(V * H));
+    CHECK_MSG(wb[1] - wb[0] == sizeof(float) * (size_t)(V * H), "tied %zu, untied %zu", wb[0], wb[1]);
+    CHECK(memcmp(lg[0], lg[1], sizeof(float) * (size_t)V * 8) == 0);
+    free(lg[0]);
+    free(lg[1]);
+    model_free(&m);
+}
+
 /* A new sequence of tok[0..n) at positions 0..n-1 prefilled through e; its id in *sid. */
 static int prefill_new_seq(Model *m, Engine *e, const int *tok, int n, float *logits, int *sid) {
     int seq[8];
@@ -2599,6 +2640,31 @@ TEST(gpu_tp2_int8_bit_identical) {
     tp_check(LLAMA_DIR, "rule=absmean,group=row,act=int8", 0);
 }
 
+/* The switches a tp rank's step reads (TERNLAB_CUDA_ATT_FUSE, _LM_GEMV, _TAIL) reach every
+ * rank: off, none of their forms ran; unset, the fused attention did (the ranks had kept
+ * the defaults whatever the environment said). */
+TEST(gpu_tp2_switches_reach_every_rank) {
+    SKIP_WITHOUT_GPUS(2);
+    static const char *const sw[] = {"TERNLAB_CUDA_ATT_FUSE", "TERNLAB_CUDA_LM_GEMV", "TERNLAB_CUDA_TAIL"};
+    for (int off = 0; off < 2; off++) {
+        for (int i = 0; i < 3; i++) off ? setenv(sw[i], "0", 1) : unsetenv(sw[i]);
+        float *l;
+        int32_t *g;
+        CudaEngineInfo info;
+        const int rc = tp_run(BITNET_DIR, NULL, 2, &l, &g, &info);
+        for (int i = 0; i < 3; i++) unsetenv(sw[i]);
+        REQUIRE(rc == 0);
+        printf("    tp 2, switches %s: fused attention %lld, LM-head GEMVs %lld, tail norms %lld\n",
+               off ? "off" : "unset", (long long)info.fused_att, (long long)info.lm_gemv,
+               (long long)info.tail_fused);
+        if (off)
+            CHECK(info.fused_att == 0 && info.lm_gemv == 0 && info.tail_fused == 0);
+        else
+            CHECK(info.fused_att > 0);
+        free(l), free(g);
+    }
+}
+
 /* A rank whose step launch fails (TERNLAB_CUDA_FAIL_LAUNCH=2:1: rank 1's
  * second) while the other has enqueued its all-reduces: every rank aborts its
  * communicator, the call fails naming the rank that failed (no hang), later
@@ -2778,6 +2844,13 @@ TEST(cuda_refusals_are_clear) {
                  bin_path("ternlab"), test_path(LLAMA_DIR));
         rc = test_run(cmd, &out);
         CHECK_MSG(rc == 1 && strstr(out, "--device cuda:"), "rc %d: %s", rc, out);
+        free(out);
+        /* before the model: a path that does not exist is not what it reports (the model
+         * had loaded, however long, before the device was looked at) */
+        snprintf(cmd, sizeof cmd, "%s ppl --model %s/no-such-model --tokens %s --device cuda",
+                 bin_path("ternlab"), test_tmpdir(), test_path(TOKENS_FILE));
+        rc = test_run(cmd, &out);
+        CHECK_MSG(rc == 1 && strstr(out, "--device cuda:") && !strstr(out, "no-such-model"), "rc %d: %s", rc, out);
         free(out);
     }
 }

@@ -459,6 +459,38 @@ TEST(exp_usage_names_the_program_and_stdout_is_checked) {
     free(out);
 }
 
+/* --check: every value's settings, no run; the sweep runs it before any point, so that a
+ * setting the program refuses fails once, up front (a `factor=` override had failed every
+ * point in turn, each after its start). */
+TEST(exp_check_and_the_sweep_refuse_settings_up_front) {
+    char cmd[4096], *out = NULL;
+    const char *d = test_tmpdir();
+    snprintf(cmd, sizeof cmd, "%s --check window=32 2>&1", bin_path("exp_threshold"));
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && (!out || !*out), "rc %d: %s", rc, out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --check 'values=twn bogus std' 2>&1", bin_path("exp_threshold"));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "rule=bogus: quant: ") && strstr(out, "unknown rule 'bogus'") &&
+                  !strstr(out, "rule=twn") && !strstr(out, "rule=std"),
+              "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "%s --check window=abc 2>&1", bin_path("exp_kv_ternary"));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "window"), "rc %d: %s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "bash scripts/sweep.sh exp-kv-ternary --results %s/chk --model %s window=32 "
+                              "max_windows=1 factor=rule 2>&1", d, test_path(LLAMA_DIR));
+    rc = test_run(cmd, &out);
+    const char *first = out ? strstr(out, "varies kv alone") : NULL;
+    CHECK_MSG(rc == 2 && first && !strstr(first + 1, "varies kv alone") && strstr(out, "no point ran"), "rc %d: %s",
+              rc, out ? out : "");
+    free(out);
+    char jl[1024];
+    snprintf(jl, sizeof jl, "%s/chk/exp-kv-ternary/joblog", d);
+    CHECK_MSG(access(jl, F_OK) != 0, "%s exists: the sweep started its points", jl);
+}
+
 /* A real sweep: a truncated run file is detected and rerun; complete ones are kept. */
 TEST(exp_sweep_reruns_truncated_file) {
     char cmd[4096], *log = NULL;

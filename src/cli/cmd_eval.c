@@ -6,6 +6,7 @@
 #include "eval/experiment.h"
 #include "eval/ppl.h"
 #include "load/tokens.h"
+#include "runtime/cuda_engine.h"
 #include "runtime/engine.h"
 #include "runtime/report.h"
 #include "tp/tp_engine.h"
@@ -58,6 +59,9 @@ static int check_kv_policy(const char *cmd, const CliOpts *o) {
 
 
 static int open_model(const CliOpts *o, Model *m) {
+    /* --device cuda: the GPU before the model (its load had come first, however long) */
+    if (engine_device_parse(o->device) == ENGINE_CUDA && cuda_engine_precheck(o->tp > 1 ? o->tp : 1) != 0)
+        return -1;
     ModelLoadOpts lo = {.quant = o->quant};
     return model_load(o->model, &lo, m);
 }

@@ -679,6 +679,9 @@ static int run_point(const RunCfg *rc, const char *out) {
     KvPolicy pol;
     kv_policy_parse(rc->kv, &pol); /* (checked above) */
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
+    /* (the GPU before the model's hash, its load and the reference, as the commands do;
+     * not in point_settings_check: a sweep checks on a machine that may have none) */
+    if (dev == ENGINE_CUDA && cuda_engine_precheck(rc->tp) != 0) return -1;
     if (model_out_not_input(out, "--out", rc->model, rc->tokens_path) != 0) return -1;
     int loaded = strcmp(rc->quant, "loaded") == 0;
     /* (the checkpoint's file hashes kept with the reference cache: RESULTS/cache) */

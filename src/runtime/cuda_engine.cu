@@ -1786,6 +1786,14 @@ int mt_fuse_default(int gpu) {
     return cuda_mt_fuse_for(mem_khz, bus_bits, sm_khz, sms);
 }
 
+/* The switches a tp rank's step reads too (tp_open sets no others: the rest apply at tp 1
+ * alone); the ranks had kept these at their defaults, whatever the environment said. */
+void rank_switches(CE *g) {
+    g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
+    g->lm_gemv = env_on("TERNLAB_CUDA_LM_GEMV");
+    g->tail_norm = env_on("TERNLAB_CUDA_TAIL");
+}
+
 int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     int mt_fuse = 0;
     if (mt_fuse_env(&mt_fuse) != 0 || engine_tbm_reserve() != 0 || open_front(e, m, o) != 0) return -1;
@@ -1795,14 +1803,12 @@ int open_begin(Engine *e, Model *m, const EngineOpts *o, CE **out) {
     g->bf16 = o->bf16;
     g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
     g->glu_fuse = env_on("TERNLAB_CUDA_GLU_FUSE");
-    g->att_fuse = env_on("TERNLAB_CUDA_ATT_FUSE");
     g->o_fuse = o_fuse_mode();
     g->mt_fuse = mt_fuse;
     g->defer = env_on("TERNLAB_CUDA_DEFER");
     g->omax_given = env_on("TERNLAB_CUDA_OMAX");
     g->norm_fold = env_on("TERNLAB_CUDA_NORM_FOLD");
-    g->lm_gemv = env_on("TERNLAB_CUDA_LM_GEMV");
-    g->tail_norm = env_on("TERNLAB_CUDA_TAIL");
+    rank_switches(g);
     g->ids_mapped = env_on("TERNLAB_CUDA_IDS_MAPPED");
     g->c = m->cfg;
     g->L.resize((size_t)m->cfg.n_layers);
@@ -1884,7 +1890,17 @@ int upload_model(CE *g, const Model *m) {
     if (upload_f32(g, &g->embed, m->embed, (size_t)c.vocab * H, "embedding") != 0 ||
         upload_f32(g, &g->final_norm, m->final_norm, H, "final norm") != 0)
         return -1;
-    if (dlin_upload(g, &m->lm_head, &g->lm) != 0) return -1;
+    if (m->lm_head_tied && !g->bf16 && m->lm_head.w == m->embed && !m->lm_head.t && !m->lm_head.act_int8) {
+        /* a tied head reads the embedding's copy (it had been uploaded a second time: 4.7 GB
+         * more for a 256000 x 4608 vocabulary in f32); bf16 holds its own bf16 form */
+        g->lm.out = m->lm_head.out;
+        g->lm.in = m->lm_head.in;
+        g->lm.act_int8 = 0;
+        g->lm.w32 = g->embed;
+        g->lm.kind = LIN_DENSE32;
+    } else if (dlin_upload(g, &m->lm_head, &g->lm) != 0) {
+        return -1;
+    }
     for (int l = 0; l < c.n_layers; l++) {
         const Layer *S = &m->layers[l];
         DLayer &D = g->L[(size_t)l];
@@ -2228,12 +2244,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
 #ifndef TL_HAVE_NCCL
     return err_set("--tp %d with --device cuda: this build has no NCCL", tp);
 #else
-    int ngpu = 0;
-    if (cudaGetDeviceCount(&ngpu) != cudaSuccess) ngpu = 0;
-    if (ngpu < tp)
-        return err_set("--tp %d with --device cuda needs %d GPUs; %d visible (one rank per GPU; "
-                       "use --tp %d or fewer, or --device cpu)",
-                       tp, tp, ngpu, ngpu > 0 ? ngpu : 1);
+    if (cuda_engine_precheck(tp) != 0) return -1;
     if (tp_plan_check(&m->cfg, tp, m->path ? m->path : "(unnamed)") != 0) return -1;
     if (!syn && (!m->layers || !m->embed))
         return err_set("--device cuda: the model has no weights loaded");
@@ -2265,6 +2276,7 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
         g->gpu = r;
         g->bf16 = o->bf16;
         g->graphs = !o->no_graphs && env_on("TERNLAB_CUDA_GRAPHS");
+        rank_switches(g);
         if (r == 0 && (rc = engine_tbm_reserve()) != 0) break;
         g->c = t->rm[(size_t)r].cfg;
         g->L.resize((size_t)m->cfg.n_layers);
@@ -2383,7 +2395,11 @@ int cuda_backend_available(char *why, size_t n) {
     int cnt = 0;
     cudaError_t e = cudaGetDeviceCount(&cnt);
     if (e != cudaSuccess || cnt < 1) {
-        if (why) snprintf(why, n, "no CUDA device (%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        if (why)
+            snprintf(why, n, "no CUDA device (%s%s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices",
+                     e == cudaErrorInsufficientDriver ? ": no NVIDIA driver here, or one older than this build's CUDA "
+                                                        "runtime"
+                                                      : "");
         return 0;
     }
     return 1;
@@ -2415,10 +2431,20 @@ int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const C
 
 int cuda_engine_is(const Engine *e) { return e->rs.hook == ce_forward || e->rs.hook == ce_tp_forward; }
 
-int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
+int cuda_engine_precheck(int tp) {
     char why[256];
     if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
     if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+    const int ngpu = cuda_device_count();
+    if (tp > 1 && ngpu < tp)
+        return err_set("--tp %d with --device cuda needs %d GPUs; %d visible (one rank per GPU; "
+                       "use --tp %d or fewer, or --device cpu)",
+                       tp, tp, ngpu, ngpu > 0 ? ngpu : 1);
+    return 0;
+}
+
+int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
+    if (cuda_engine_precheck(tp) != 0) return -1;
     if (tp == 1) return cuda_engine_open(e, m, o);
     return tp_open(e, m, o, tp, nullptr);
 }

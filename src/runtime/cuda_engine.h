@@ -58,6 +58,11 @@ int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o);
  * GPUs than tp, a shard boundary that cuts a scale group, int8 activations
  * with several scale groups per row. */
 int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp);
+/* What an open checks before it reads the model: the TERNLAB_CUDA_* settings, a GPU
+ * visible (a CUDA build), tp of them.  0, or -1 (err_set, "--device cuda: ..." where no GPU
+ * is). The commands call it before loading the model (a 27B had loaded, --quant and all,
+ * before "no CUDA device"). */
+int cuda_engine_precheck(int tp);
 /* Call before the process's first CUDA call when it will run tp > 1 on the
  * GPU: sets CUDA_MODULE_LOADING=EAGER (unless the user set it).  With lazy
  * module loading a rank's first launch of a kernel can wait on the driver

@@ -25,6 +25,7 @@ int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
     memset(e, 0, sizeof *e);
     return err_set("--device cuda: %s", NO_CUDA);
 }
+int cuda_engine_precheck(int tp) { return err_set("--device cuda: %s", NO_CUDA); }
 int cuda_engine_is(const Engine *e) { return 0; }
 int cuda_device_count(void) { return 0; }
 void cuda_prepare_multi_gpu(void) {}
