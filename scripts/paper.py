@@ -44,6 +44,7 @@ def sweep_count(all_runs):
 
 
 def setup_section(all_runs):
+    made = tr.uniq(all_runs, 'created_utc')  # (runs without it had made min() of [] a traceback)
     lines = ["## Setup", ""]
     if not all_runs:
         return lines + ["No run files yet: run `make exp-threshold` (and the other "
@@ -83,9 +84,10 @@ def setup_section(all_runs):
                  if tr.uniq(all_runs, "blas_core") else "") + ".",
               "",
               f"**Software.** ternlab {', '.join(tr.uniq(all_runs, 'ternlab_version'))}, commit(s) "
-              f"{', '.join(f'`{c}`' for c in tr.uniq(all_runs, 'git_commit'))}; runs made "
-              f"{min(tr.uniq(all_runs, 'created_utc'))} to {max(tr.uniq(all_runs, 'created_utc'))} "
-              f"(UTC)." + (" Sweeps ran under scripts/sweep.sh (GNU Parallel [1], or a Slurm array)." if swept else
+              f"{', '.join(f'`{c}`' for c in tr.uniq(all_runs, 'git_commit'))}"
+              + (f"; runs made {min(made)} to {max(made)} (UTC)." if made else
+                 "; the runs record no date (created_utc).")
+              + (" Sweeps ran under scripts/sweep.sh (GNU Parallel [1], or a Slurm array)." if swept else
                            " The runs were made one by one (none records a sweep point).")
               + (f" {swept} of {len(all_runs)} runs made by sweeps." if 0 < swept < len(all_runs) else ""),
               ""]
@@ -169,9 +171,13 @@ def main():
               ] + (["## References", "",
                     "[1] O. Tange, *GNU Parallel 20221122 ('Херсо́н')*, Zenodo, 2022. "
                     "doi:10.5281/zenodo.7347980.", ""] if swept else [])
-    os.makedirs(a.paper, exist_ok=True)
     out = os.path.join(a.paper, "paper.md")
-    tr.write_atomic(out, "\n".join(lines))
+    try:  # (a --paper that is a file, a read-only folder: said, not a traceback)
+        os.makedirs(a.paper, exist_ok=True)
+        tr.write_atomic(out, "\n".join(lines))
+    except OSError as e:
+        print(f"paper.py: {e}", file=sys.stderr)
+        return 1
     print(f"paper: {out} ({len(all_runs)} runs, {len(exps)} experiments)")
     return 0
 

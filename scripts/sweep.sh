@@ -143,7 +143,13 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
 # Models given on the command line are paths from where the user stands.
-from_here() { [ -e "$1" ] && printf '%s/%s' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")" || printf '%s' "$1"; }
+# (a folder by its own path: `--model .` had named the points ".__<value>.h5", hidden from the
+# tables, and its runs, recording the folder's name, had been taken for another point's)
+from_here() {
+  if [ -d "$1" ]; then (cd "$1" && pwd)
+  elif [ -e "$1" ]; then printf '%s/%s' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")"
+  else printf '%s' "$1"; fi
+}
 for i in "${!models[@]}"; do models[$i]=$(from_here "${models[$i]}"); done
 # So are the paths in overrides (the points run from the repository root, where
 # a relative tokens= had been looked up): tokens= becomes a path from the root
@@ -158,6 +164,8 @@ for i in "${!overrides[@]}"; do
       [ -f "$v" ] || die "override '$kv': no token file $(abspath "$v") (a relative path is from the current directory, $PWD)"
       overrides[$i]="tokens=$(rel "$(from_here "$v")")" ;;
     models)
+      # (with --model too, the override had been dropped without a word)
+      [ ${#models[@]} -eq 0 ] || die "override '$kv' and --model both name the models: give one of them"
       read -r -a ms <<< "$v"
       for j in "${!ms[@]}"; do ms[$j]=$(from_here "${ms[$j]}"); done
       overrides[$i]="models=${ms[*]}" ;;
@@ -202,7 +210,10 @@ for kv in "${overrides[@]+"${overrides[@]}"}"; do
   k=${kv%%=*}; k=${k%"${k##*[![:space:]]}"}
   conf_get "$k" >/dev/null || die "override '$kv': unknown key '$k' ($config defines: $(printf '%s\n' "$pairs" | cut -f1 | tr '\n' ' '))"
   v=${kv#*=}; v=${v#"${v%%[![:space:]]*}"}
-  pairs=$(printf '%s\n' "$pairs" | awk -F '\t' -v k="$k" -v v="$v" 'BEGIN { OFS = "\t" } $1 == k { $0 = k OFS v } { print }')
+  # (the value through the environment: awk -v reads backslash escapes, and window=C:\new had
+  # put a line "ew = ..." into the settings)
+  pairs=$(printf '%s\n' "$pairs" | K=$k V=$v awk -F '\t' 'BEGIN { OFS = "\t"; k = ENVIRON["K"]; v = ENVIRON["V"] }
+                                                       $1 == k { $0 = k OFS v } { print }')
 done
 factor=$(conf_get factor) || die "$config: no 'factor'"
 read -r -a values <<< "$(conf_get values || true)"
@@ -476,8 +487,8 @@ if [ -f "$dir/joblog" ]; then
   cp "$dir/joblog" "$dir/joblog.prev"
   ok_seqs=" "
   for i in "${!outs[@]}"; do [ "${state[$i]}" = done ] && ok_seqs+="$((i + 1)) "; done
-  awk -F '\t' -v ok="$ok_seqs" -v jobs="$dir/jobs" '
-    BEGIN { while ((getline l < jobs) > 0) cmd[++n] = l }
+  OK=$ok_seqs JOBS=$dir/jobs awk -F '\t' '
+    BEGIN { ok = ENVIRON["OK"]; jobs = ENVIRON["JOBS"]; while ((getline l < jobs) > 0) cmd[++n] = l }
     NR == 1 { print; next }
     index(ok, " " $1 " ") && $7 == 0 && $8 == 0 && $9 == cmd[$1] && !printed[$1]++ { print }
   ' "$dir/joblog.prev" > "$dir/joblog"

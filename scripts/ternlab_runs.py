@@ -122,6 +122,11 @@ for line in sys.stdin:
 """
 
 
+# root attributes the readers take as text (paper/SCHEMA.md "Root attributes")
+STR_ATTRS = ("experiment", "factor", "factor_value", "model", "tokens", "quant_spec", "kv_policy",
+             "device", "created_utc", "host", "git_commit", "ternlab_version")
+
+
 def crash_free(paths):
     """The paths whose reading does not crash the HDF5 library.  A damaged
     file can make libhdf5 itself segfault (a flipped byte in a global heap,
@@ -169,13 +174,21 @@ def _read_run(path):
             print(f"warning: skipping {path}: incomplete (no complete = 1)", file=sys.stderr)
             return None
         attrs = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in attrs.items()}
+        # the types the tables and figures rely on (paper/SCHEMA.md): a file of another form
+        # had stopped every later experiment's table with a traceback
+        for k in STR_ATTRS:
+            if k in attrs and not isinstance(attrs[k], str):
+                raise ValueError(f"root attribute {k} is {type(attrs[k]).__name__}, not a string")
         run = {"path": path, "attrs": attrs, "metrics": {}, "throughput": {}, "kv": {}}
         if "metrics" in f:
             for k in f["metrics"]:
                 run["metrics"][k] = float(f["metrics"][k][()])
         if "throughput" in f:
             for k in f["throughput"]:
-                run["throughput"][k] = f["throughput"][k][()].tolist()
+                v = f["throughput"][k][()]
+                if getattr(v, "ndim", 0) != 1:
+                    raise ValueError(f"/throughput/{k} is not a 1-D dataset")
+                run["throughput"][k] = v.tolist()
             # the timed runs' precision (bf16: the CUDA engine's bf16 form)
             dd = f["throughput"].attrs.get("dtype")
             if dd is not None:
@@ -184,6 +197,9 @@ def _read_run(path):
             for k in f["kv"]:
                 v = f["kv"][k][()]
                 run["kv"][k] = text(v) if isinstance(v, (bytes, str)) else scalar(v)
+                if (k == "policy") != isinstance(run["kv"][k], str):
+                    raise ValueError(f"/kv/{k} is {type(run['kv'][k]).__name__}"
+                                     + (", not a string" if k == "policy" else ", not a number"))
         if "weights" in f and "name" in f["weights"]:
             run["n_linears"] = len(f["weights"]["name"])
         if "load_report" in f and "run_as" in f["load_report"] and "name" in f["load_report"]:
@@ -209,7 +225,7 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
     attribute) is skipped with a warning; a model that lacks some of the
     config's values, or every planned one, is named with them on stderr."""
     runs = []
-    for p in crash_free(sorted(glob.glob(os.path.join(results_dir, exp, "*.h5")))):
+    for p in crash_free(sorted(glob.glob(os.path.join(glob.escape(results_dir), glob.escape(exp), "*.h5")))):
         r = read_run(p)
         if r is None:
             continue
@@ -341,7 +357,7 @@ def unrun_models(runs, planned, values):
 
 
 def experiments(results_dir):
-    found = sorted(os.path.basename(d) for d in glob.glob(os.path.join(results_dir, "exp-*"))
+    found = sorted(os.path.basename(d) for d in glob.glob(os.path.join(glob.escape(results_dir), "exp-*"))
                    if os.path.isdir(d))
     return [e for e in EXPERIMENTS if e in found] + [e for e in found if e not in EXPERIMENTS]
 
@@ -447,7 +463,13 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
                       file=sys.stderr if a.exps else sys.stdout)
                 rc = 1 if a.exps else rc  # (an experiment asked for by name and not there)
                 continue
-            per_experiment(exp, runs, a.out, missing)
+            try:
+                per_experiment(exp, runs, a.out, missing)
+            except (TypeError, ValueError, KeyError) as e:  # (a run of a form the checks let by:
+                # said, and the other experiments' tables still written)
+                print(f"{tool}: {exp}: skipped: a run file of an unexpected form ({type(e).__name__}: {e})",
+                      file=sys.stderr)
+                rc = 1
     except OSError as e:  # (a full disk, a read-only folder, an unreadable config: said, not a traceback)
         print(f"{tool}: {e}", file=sys.stderr)
         return 1
@@ -465,7 +487,7 @@ def check_results_arg(tool, results, exps, configs, given=True, required=False):
               file=sys.stderr)
         return 2
     # (run files are named <model>__<value>[__<device>].h5; bench_cpu.h5 / bench_e2e.h5 live here too)
-    if not exps and not experiments(results) and glob.glob(os.path.join(results, "*__*.h5")):
+    if not exps and not experiments(results) and glob.glob(os.path.join(glob.escape(results), "*__*.h5")):
         print(f"{tool}: --results {results} holds run files itself: give the folder above it "
               f"(the one that holds exp-*/)", file=sys.stderr)
         return 2

@@ -826,6 +826,29 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     snprintf(want, sizeof want, "--model %s/mdir --value a", dir);
     CHECK_MSG(out && strstr(out, want), "want '%s' in:\n%s", want, out);
     free(out);
+    /* --model . inside the model's folder: the folder by its own path, so its points are named
+     * after it (they had been ".__a.h5", hidden from the tables, and their runs taken for
+     * another point's) */
+    snprintf(cmd, sizeof cmd, "cd '%s/mdir' && bash '%s' exp-fake --config ../fake.conf --results ../res --dry-run "
+             "--model .", dir, sweep);
+    rc = test_run(cmd, &out);
+    snprintf(want, sizeof want, "--model %s/mdir --value a --out ", dir);
+    CHECK_MSG(rc == 0 && strstr(out, want) && strstr(out, "/exp-fake/mdir__a.h5") && !strstr(out, ".__a"),
+              "want '%s': rc %d:\n%s", want, rc, out);
+    free(out);
+    /* a value with backslashes reaches the settings as written (awk -v had read "\n" in
+     * C:\new as a line break, a new key "ew") */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --results bs --prepare "
+             "'window=C:\\new\\table' >/dev/null 2>&1; cat bs/exp-fake/config/*.conf", dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "\nwindow = C:\\new\\table\n") && !strstr(out, "ew = "), "rc %d:\n%s", rc, out);
+    free(out);
+    /* models= with --model: refused (the override had been dropped without a word) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run --model mdir 'models=mdir'",
+             dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "both name the models"), "rc %d:\n%s", rc, out);
+    free(out);
     /* a token file that is not there from here: a usage error naming where it looked */
     snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run tokens=nope.i32", dir, sweep);
     rc = test_run(cmd, &out);

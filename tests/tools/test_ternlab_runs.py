@@ -64,6 +64,54 @@ with h5py.File(nocomp, "r+") as f:
     f.attrs["complete"] = 2
 check(tr.read_run(nocomp) is None, "read_run took complete = 2 (only 1 is complete)")
 
+# read_run: a complete file of another form (paper/SCHEMA.md's types) is skipped with a
+# warning; each of these had stopped make tables with a traceback, and every later table
+# with it
+def put(f, path, v):
+    if path in f:
+        del f[path]
+    f[path] = v
+
+
+for name, edit in (("scalarbatch", lambda f: put(f, "/throughput/batch", 1)),
+                   ("kvstr", lambda f: (put(f, "/kv/policy", "none"), put(f, "/kv/bytes_per_token", "many"))),
+                   ("numfactor", lambda f: f.attrs.__setitem__("factor", 3)),
+                   ("numkvpolicy", lambda f: put(f, "/kv/policy", 3.0))):
+    odd = os.path.join(TMP, f"m1__{name}.h5")
+    fake_run(odd, name)
+    with h5py.File(odd, "r+") as f:
+        edit(f)
+    check(tr.read_run(odd) is None, f"read_run took a file with {name}")
+kvok = os.path.join(TMP, "m1__kvok.h5")
+fake_run(kvok, "kvok")
+with h5py.File(kvok, "r+") as f:
+    put(f, "/kv/policy", "none")
+    put(f, "/kv/bytes_per_token", 12.5)
+r = tr.read_run(kvok)
+check(r is not None and r["kv"] == {"policy": "none", "bytes_per_token": 12.5}, f"read_run of /kv gave {r and r['kv']}")
+
+# a results folder whose name holds glob characters ([, ], *, ?) is read as it is named (it
+# had been read as empty: "no results", exit 0)
+rdir = os.path.join(TMP, "res[2]*")
+os.makedirs(os.path.join(rdir, "exp-fake"), exist_ok=True)
+fake_run(os.path.join(rdir, "exp-fake", "m1__a.h5"), "a")
+check(tr.experiments(rdir) == ["exp-fake"], f"experiments() of a folder named res[2]* gave {tr.experiments(rdir)}")
+check(len(tr.load(rdir, "exp-fake", cdir)) == 1, "load() of a folder named res[2]* found no run")
+
+# paper.py: a --paper that is a file is said in a line (it had been a traceback); runs that
+# record no created_utc give a paper that says so (min() of no dates had been a traceback)
+with h5py.File(os.path.join(rdir, "exp-fake", "m1__a.h5"), "r+") as f:
+    del f.attrs["created_utc"]
+afile = os.path.join(TMP, "afile")
+open(afile, "w", encoding="utf-8").close()
+paper = [sys.executable, os.path.join(ROOT, "scripts/paper.py"), "--results", rdir, "--configs", cdir, "--paper"]
+pr = subprocess.run(paper + [afile], capture_output=True, text=True, check=False)
+check(pr.returncode == 1 and pr.stderr.startswith("paper.py: ") and "Traceback" not in pr.stderr,
+      f"paper.py --paper FILE: rc {pr.returncode}, {pr.stderr!r}")
+pr = subprocess.run(paper + [os.path.join(TMP, "pp")], capture_output=True, text=True, check=False)
+with open(os.path.join(TMP, "pp", "paper.md"), encoding="utf-8") as f:
+    check(pr.returncode == 0 and "record no date" in f.read(), f"paper.py without dates: rc {pr.returncode}, {pr.stderr!r}")
+
 # replace_atomic: a writer that fails half way leaves the old file and no temporary
 target = os.path.join(TMP, "table.md")
 with open(target, "w", encoding="utf-8") as f:
