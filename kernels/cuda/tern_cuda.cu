@@ -189,6 +189,7 @@ int ws_get(int slot, size_t bytes, void **out) {
             e = cudaMemset(p, 0, want);
             if (e == cudaSuccess) e = cudaDeviceSynchronize();
             if (e != cudaSuccess) {
+                (void)cudaGetLastError(); /* (not left for the next launch check, as above) */
                 cudaFree(p);
                 return err_set("tern_cuda: zeroing the split-K counters: %s", cudaGetErrorString(e));
             }

@@ -242,8 +242,8 @@ int dmalloc(CE *g, void **p, size_t bytes, const char *what) {
         size_t fr = 0, tot = 0;
         cudaMemGetInfo(&fr, &tot);
         *p = nullptr;
-        return err_set("cuda: %s needs %zu bytes of device memory, %zu of %zu free (%s); use a "
-                       "smaller --batch/--kv-blocks or another model",
+        return err_set("cuda: %s needs %zu bytes of device memory, %zu of %zu free (%s); use fewer "
+                       "sequences or tokens (generate's --batch, --kv-blocks, a shorter --window) or another model",
                        what, bytes, fr, tot, cudaGetErrorString(e));
     }
     g->allocs.push_back(*p);
@@ -368,6 +368,9 @@ int dlin_run(CE *g, const DLin &d, const float *x32, const uint16_t *x16, int64_
         return tern_cuda_matmul_f32(&d.tm, x32, n, y, g->st);
     case LIN_DENSE32: {
         const float one = 1.0f, zero = 0.0f;
+        if (d.out > INT_MAX || d.in > INT_MAX || n > INT_MAX) /* (cuBLAS's int sizes, as the bf16 path checks) */
+            return err_set("cuda: f32 linear %lld x %lld at %lld tokens: a size past cuBLAS's int", (long long)d.out,
+                           (long long)d.in, (long long)n);
         CUBLAS_CHECK(cublasSgemm(g->cb, CUBLAS_OP_T, CUBLAS_OP_N, (int)d.out, (int)n, (int)d.in,
                                  &one, d.w32, (int)d.in, x32, (int)d.in, &zero, y, (int)d.out));
         return 0;
@@ -930,7 +933,8 @@ int host_prepare(CE *g, const Model *m, KvCache *kv, RunState *s, const int *tok
                        (long long)g->max_tok);
     if (g->scratch_dirty)
         return err_set("forward: the CUDA engine's split-K scratch could not be cleared after an earlier "
-                       "error (its sums would be added to the next results): open the engine again");
+                       "error (its sums would be added to the next results): start the program again (the scratch is "
+                       "the process's, which another engine on this GPU would share)");
     if (kv_tp_refused(&kv->policy, g->tp) != 0) return -1;
     if (memcmp(&kv->policy, &g->pol, sizeof g->pol) != 0) { /* (a graph holds the old policy's kernels) */
         if (kv_pages_for_policy(g, kv) != 0) return -1;
@@ -2229,6 +2233,13 @@ int unit_scales(CE *g, DLin *d, float **keep, int64_t *stride) {
         return err_set("--tp on cuda: int8 activations with %lld scale groups per row are not "
                        "supported (one scale per row or tensor; use --device cpu)",
                        (long long)d->tm.n_groups);
+    /* the ranks' integer sums go through an f32 all-reduce, exact (bit for bit one GPU's)
+     * while |sum| <= 127 x the full row's inputs stays under 2^24 */
+    const int64_t full_in = d->tm.cols * g->tp;
+    if (127 * full_in >= ((int64_t)1 << 24))
+        return err_set("--tp on cuda: int8 activations over rows of %lld inputs: their integer sums could pass "
+                       "2^24, past which the f32 all-reduce is not exact (at most %lld inputs; use --device cpu)",
+                       (long long)full_in, (long long)((((int64_t)1 << 24) - 1) / 127));
     if (dalloc(g, keep, (size_t)d->tm.n_scales, "tp scales") != 0) return -1;
     /* (on g->st, ordered before the fill: a cudaMemcpy on the legacy stream was not,
      * and the kept scales could have been the fill's ones) */
