@@ -143,11 +143,14 @@ fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
 # Models given on the command line are paths from where the user stands.
-# (a folder by its own path: `--model .` had named the points ".__<value>.h5", hidden from the
-# tables, and its runs, recording the folder's name, had been taken for another point's)
+# (a path ending in . or .. as the folder it names, physically, as the programs open it:
+# `--model .` had named the points ".__<value>.h5", hidden from the tables, and its runs,
+# recording the folder's name, had been taken for another point's; CDPATH is not consulted)
 from_here() {
-  if [ -d "$1" ]; then (cd "$1" && pwd)
-  elif [ -e "$1" ]; then printf '%s/%s' "$(cd "$(dirname "$1")" && pwd)" "$(basename "$1")"
+  case ${1%/} in
+    .|..|*/.|*/..) if [ -d "$1" ]; then (CDPATH='' cd -P -- "$1" && pwd -P); return; fi ;;
+  esac
+  if [ -e "$1" ]; then printf '%s/%s' "$(CDPATH='' cd -- "$(dirname -- "$1")" && pwd)" "$(basename -- "$1")"
   else printf '%s' "$1"; fi
 }
 for i in "${!models[@]}"; do models[$i]=$(from_here "${models[$i]}"); done

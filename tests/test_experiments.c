@@ -475,6 +475,10 @@ TEST(exp_check_and_the_sweep_refuse_settings_up_front) {
                   !strstr(out, "rule=twn") && !strstr(out, "rule=std"),
               "rc %d: %s", rc, out);
     free(out);
+    snprintf(cmd, sizeof cmd, "%s --check 'batches=1 99999' 2>&1", bin_path("exp_throughput"));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "batches: '99999'"), "rc %d: %s", rc, out);
+    free(out);
     snprintf(cmd, sizeof cmd, "%s --check window=abc 2>&1", bin_path("exp_kv_ternary"));
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "window"), "rc %d: %s", rc, out);

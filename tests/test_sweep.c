@@ -829,8 +829,8 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     /* --model . inside the model's folder: the folder by its own path, so its points are named
      * after it (they had been ".__a.h5", hidden from the tables, and their runs taken for
      * another point's) */
-    snprintf(cmd, sizeof cmd, "cd '%s/mdir' && bash '%s' exp-fake --config ../fake.conf --results ../res --dry-run "
-             "--model .", dir, sweep);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/cdp/mdir' && cd '%s/mdir' && CDPATH='%s/cdp' bash '%s' exp-fake "
+             "--config ../fake.conf --results ../res --dry-run --model .", dir, dir, dir, sweep);
     rc = test_run(cmd, &out);
     snprintf(want, sizeof want, "--model %s/mdir --value a --out ", dir);
     CHECK_MSG(rc == 0 && strstr(out, want) && strstr(out, "/exp-fake/mdir__a.h5") && !strstr(out, ".__a"),
@@ -842,6 +842,13 @@ TEST(sweep_override_paths_from_the_callers_directory) {
              "'window=C:\\new\\table' >/dev/null 2>&1; cat bs/exp-fake/config/*.conf", dir, sweep);
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, "\nwindow = C:\\new\\table\n") && !strstr(out, "ew = "), "rc %d:\n%s", rc, out);
+    free(out);
+    /* a folder named from here with CDPATH set: this folder's, not CDPATH's */
+    snprintf(cmd, sizeof cmd, "cd '%s' && CDPATH='%s/cdp' bash '%s' exp-fake --config fake.conf --results res --dry-run "
+             "--model mdir", dir, dir, sweep);
+    rc = test_run(cmd, &out);
+    snprintf(want, sizeof want, "--model %s/mdir --value a --out ", dir);
+    CHECK_MSG(rc == 0 && strstr(out, want) && !strstr(out, "/cdp/"), "want '%s': rc %d:\n%s", want, rc, out);
     free(out);
     /* models= with --model: refused (the override had been dropped without a word) */
     snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run --model mdir 'models=mdir'",

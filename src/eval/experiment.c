@@ -654,6 +654,17 @@ static int point_settings_check_len(const RunCfg *rc, int64_t len[4]) {
         return -1;
     if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "bf16") != 0 && strcmp(rc->value, "ternary") != 0)
         return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
+    if (rc->kind == EXP_THROUGHPUT) { /* (found after the model's loads and the reference) */
+        int nb = 0, bad = 0;
+        char **bl = expconf_list(rc->conf, "batches", &nb);
+        int64_t b;
+        for (int i = 0; i < nb && !bad; i++)
+            if (str_to_i64(bl[i], 1, 4096, &b) < 0)
+                bad = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
+        expconf_free_list(bl);
+        if (bad) return -1;
+        if (nb == 0) return err_set("batches: no batch size given");
+    }
     KvPolicy pol;
     if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
     if (dev == ENGINE_CUDA && pol.kind != KVP_NONE && rc->tp > 1)

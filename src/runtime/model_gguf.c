@@ -536,7 +536,7 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
         }
         char which[64] = "every ternary linear";
         if (n8) snprintf(which, sizeof which, "%d of the %d ternary linears", n_t - n8, n_t);
-        if (n8 < n_t)
+        if (n8 < n_t) /* (none without ternary linears) */
             model_note(m, "bitnet GGUF: f32 activations into %s, as llama.cpp runs the file (BitNet b1.58 "
                           "trains with int8 activations per token; a file ternlab wrote records them)",
                        which);
