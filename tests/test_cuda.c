@@ -2657,10 +2657,11 @@ TEST(gpu_tp2_switches_reach_every_rank) {
         printf("    tp 2, switches %s: fused attention %lld, LM-head GEMVs %lld, tail norms %lld\n",
                off ? "off" : "unset", (long long)info.fused_att, (long long)info.lm_gemv,
                (long long)info.tail_fused);
-        if (off)
-            CHECK(info.fused_att == 0 && info.lm_gemv == 0 && info.tail_fused == 0);
-        else
-            CHECK(info.fused_att > 0);
+        for (int r = 0; r < 2; r++) /* (every rank's: rank 0's alone had shown the default kept elsewhere) */
+            CHECK_MSG(off ? info.rank_fused_att[r] == 0 && info.rank_tail_fused[r] == 0 : info.rank_fused_att[r] > 0,
+                      "rank %d: fused attentions %lld, tail norms %lld", r, (long long)info.rank_fused_att[r],
+                      (long long)info.rank_tail_fused[r]);
+        if (off) CHECK(info.lm_gemv == 0); /* (the LM head runs on rank 0) */
         free(l), free(g);
     }
 }

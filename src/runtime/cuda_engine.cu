@@ -2477,6 +2477,8 @@ int cuda_engine_info(const Engine *e, CudaEngineInfo *info) {
     for (int r = 0; r < info->tp && r < 16; r++) {
         const CE *gr = t ? t->ce[(size_t)r] : g;
         info->rank_layer_bytes[r] = decoder_linear_bytes(gr);
+        info->rank_fused_att[r] = gr->n_fused[0];
+        info->rank_tail_fused[r] = gr->n_tail_fused;
         info->weight_bytes += gr->weight_bytes;
     }
     info->step_bytes = g->step_bytes;

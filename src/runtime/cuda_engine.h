@@ -97,6 +97,8 @@ typedef struct {
     int kv_ternary_pages;  /* layers whose KV pages are ternary (codes + f16 scales, not f32) */
     int tp;                /* ranks (GPUs) */
     size_t rank_layer_bytes[16]; /* decoder-linear bytes each rank holds */
+    /* each rank's fused attentions and fused final norms (the counters below are rank 0's) */
+    int64_t rank_fused_att[16], rank_tail_fused[16];
     int64_t graphs;        /* decode graphs captured (rank 0) */
     int64_t graph_launches;
     int64_t argmax_in_graph; /* of those launches, the ones whose argmax was in the graph */
