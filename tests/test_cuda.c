@@ -2065,14 +2065,18 @@ TEST(gpu_kv_ternary_pool_fits_where_f32_does_not) {
 #endif
 }
 
-/* A tied head (bitnet-tiny's) reads the embedding's device copy with f32 activations: the
- * engine holds vocab x hidden f32 fewer than with the same matrix untied, and the logits are
- * the same bits (it had been uploaded a second time). */
+/* A tied head reads the embedding's device copy with f32 activations: the engine holds
+ * vocab x hidden f32 fewer than with the same matrix untied, and the logits are the same bits
+ * (it had been uploaded a second time).  (llama-tiny tied to its embedding here: neither
+ * fixture ties its head.) */
 TEST(gpu_tied_head_uploaded_once) {
     SKIP_WITHOUT_GPU();
     Model m;
-    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &m) == 0);
-    REQUIRE(m.lm_head_tied && m.lm_head.w == m.embed);
+    REQUIRE(model_load(test_path(LLAMA_DIR), NULL, &m) == 0);
+    REQUIRE(!m.lm_head_tied && m.lm_head.w && !m.lm_head.t);
+    mem_free(m.lm_head.w);
+    m.lm_head.w = m.embed;
+    m.lm_head_tied = 1;
     const int64_t V = m.cfg.vocab, H = m.cfg.hidden;
     float *lg[2];
     size_t wb[2] = {0, 0};
