@@ -15,6 +15,7 @@
 #include <condition_variable>
 #include <initializer_list>
 #include <mutex>
+#include <new>
 #include <set>
 #include <string>
 #include <tuple>
@@ -2400,6 +2401,17 @@ int tp_open(Engine *e, Model *m, const EngineOpts *o, int tp, const CudaSyntheti
 
 } // namespace
 
+/* An open's body: host memory that runs out in it (a std::vector the size of a matrix, e.g. a
+ * 256000 x 4608 head's bf16 form) is an error, not std::terminate across the C callers' frames.
+ * (What the open had taken stays taken: the program ends on the error.) */
+template <typename F> int host_guard(F &&f) {
+    try {
+        return f();
+    } catch (const std::bad_alloc &) {
+        return err_set("--device cuda: host memory ran out while opening the engine");
+    }
+}
+
 extern "C" {
 
 int cuda_backend_available(char *why, size_t n) {
@@ -2417,27 +2429,31 @@ int cuda_backend_available(char *why, size_t n) {
 }
 
 int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
-    char why[256];
-    if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
-    if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
-    if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
-    CE *g = nullptr;
-    if (open_begin(e, m, o, &g) != 0) return -1;
-    if (ce_common(g, e, o) != 0 || upload_model(g, m) != 0) return open_fail(e, g, ce_destroy);
-    return engine_finish(e, g);
+    return host_guard([&] {
+        char why[256];
+        if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
+        if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+        if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
+        CE *g = nullptr;
+        if (open_begin(e, m, o, &g) != 0) return -1;
+        if (ce_common(g, e, o) != 0 || upload_model(g, m) != 0) return open_fail(e, g, ce_destroy);
+        return engine_finish(e, g);
+    });
 }
 
 int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn) {
-    char why[256];
-    if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
-    if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
-    if (!o->bf16) return err_set("synthetic CUDA models run with bf16 activations (EngineOpts.bf16)");
-    if (syn->tp > 1) return tp_open(e, m, o, syn->tp, syn);
-    CE *g = nullptr;
-    if (open_begin(e, m, o, &g) != 0) return -1;
-    g->synthetic = 1;
-    if (ce_common(g, e, o) != 0 || synth_model(g, syn) != 0) return open_fail(e, g, ce_destroy);
-    return engine_finish(e, g);
+    return host_guard([&] {
+        char why[256];
+        if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
+        if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+        if (!o->bf16) return err_set("synthetic CUDA models run with bf16 activations (EngineOpts.bf16)");
+        if (syn->tp > 1) return tp_open(e, m, o, syn->tp, syn);
+        CE *g = nullptr;
+        if (open_begin(e, m, o, &g) != 0) return -1;
+        g->synthetic = 1;
+        if (ce_common(g, e, o) != 0 || synth_model(g, syn) != 0) return open_fail(e, g, ce_destroy);
+        return engine_finish(e, g);
+    });
 }
 
 int cuda_engine_is(const Engine *e) { return e->rs.hook == ce_forward || e->rs.hook == ce_tp_forward; }
@@ -2457,7 +2473,7 @@ int cuda_engine_precheck(int tp) {
 int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
     if (cuda_engine_precheck(tp) != 0) return -1;
     if (tp == 1) return cuda_engine_open(e, m, o);
-    return tp_open(e, m, o, tp, nullptr);
+    return host_guard([&] { return tp_open(e, m, o, tp, nullptr); });
 }
 
 void cuda_prepare_multi_gpu(void) { setenv("CUDA_MODULE_LOADING", "EAGER", 0); }
