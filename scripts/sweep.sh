@@ -378,6 +378,11 @@ if [ $dry -eq 1 ]; then
 fi
 
 command -v parallel >/dev/null || die "GNU parallel is missing (scripts/deps.sh installs it)"
+# (another parallel first on PATH, moreutils' say, had failed every point with its own usage)
+case $(parallel --version 2>/dev/null </dev/null || true) in
+  "GNU parallel"*) ;;
+  *) die "$(command -v parallel) is not GNU Parallel (moreutils' parallel?): put GNU Parallel first on PATH" ;;
+esac
 [ ! -e "$results" ] || [ -d "$results" ] || die "--results $(rel "$results") is not a folder"
 mkdir -p "$dir" 2>/dev/null || die "cannot create $(rel "$dir") (read-only file system, or no permission?)"
 [ -w "$dir" ] || die "cannot write in $(rel "$dir") (read-only file system, or no permission?)"
@@ -508,7 +513,7 @@ fi
 
 if [ $prepare -eq 1 ]; then
   log "prepared $(rel "$dir")/jobs ($n lines, $((n - done_n)) to run); on Slurm, from $root:"
-  log "  sbatch --array=1-$n scripts/slurm/sweep.sbatch $(rel "$dir")/jobs"
+  log "  sbatch --array=1-$n scripts/slurm/sweep.sbatch $(q "$(rel "$dir")/jobs")"
   exit 0
 fi
 

@@ -850,6 +850,15 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     snprintf(want, sizeof want, "--model %s/mdir --value a --out ", dir);
     CHECK_MSG(rc == 0 && strstr(out, want) && !strstr(out, "/cdp/"), "want '%s': rc %d:\n%s", want, rc, out);
     free(out);
+    /* a parallel first on PATH that is not GNU Parallel (moreutils'): refused up front (every
+     * point had failed with its usage) */
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/fakebin' && printf '#!/bin/sh\\necho \"usage: parallel [OPTIONS] "
+             "command -- arguments\" >&2; exit 1\\n' > '%s/fakebin/parallel' && chmod +x '%s/fakebin/parallel' && "
+             "cd '%s' && PATH='%s/fakebin':\"$PATH\" bash '%s' exp-fake --config fake.conf --results mp", dir, dir, dir,
+             dir, dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "is not GNU Parallel"), "rc %d:\n%s", rc, out);
+    free(out);
     /* models= with --model: refused (the override had been dropped without a word) */
     snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run --model mdir 'models=mdir'",
              dir, sweep);
