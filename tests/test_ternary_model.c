@@ -22,9 +22,17 @@
  * 9e-3 from its own float64 twin): a loose bound plus top-1 agreement. */
 #define TOL_BITNET_LOGITS 3e-2
 #define MIN_BITNET_TOP1 0.97
-/* Perplexity vs the PyTorch references: different summation orders move a few
- * codes across a threshold; 0.5% as the issue sets. */
+/* Perplexity vs the PyTorch references: 0.5% as the issue sets, where codes can move:
+ * int8 activations flip a code on a last-bit tie (0.2 % seen), and l2opt scores its cuts in
+ * double where make_ptq_refs.py's fp32 cumsum picks another cut in a few rows (8 of 5632 in
+ * llama-tiny: 0.01-0.15 %; the double cut has the lower error).  Every other spec has the
+ * reference's codes and scales: within summation order (1e-7 seen), bounded at 1e-4 (dense
+ * kernels round differently by CPU), which the 0.5 % had hidden. */
 #define TOL_PPL_REL 5e-3
+#define TOL_PPL_SAME_CODES 1e-4
+static double ptq_tol(const char *spec) {
+    return strstr(spec, "act=int8") || strstr(spec, "rule=l2opt") ? TOL_PPL_REL : TOL_PPL_SAME_CODES;
+}
 
 static const int T = 256;
 
@@ -225,7 +233,8 @@ static void check_ptq_spec(const char *spec, const cJSON *specs) {
     REQUIRE(eval_ppl(&e, tok, n, &po, &r) == 0);
     double rel = fabs(r.ppl / want->valuedouble - 1);
     printf("    %-46s ppl %11.4f  ref %11.4f  rel %.2e\n", spec, r.ppl, want->valuedouble, rel);
-    CHECK_MSG(rel <= TOL_PPL_REL, "%s: ppl %.4f vs %.4f", spec, r.ppl, want->valuedouble);
+    CHECK_MSG(rel <= ptq_tol(spec), "%s: ppl %.4f vs %.4f (bound %.0e)", spec, r.ppl, want->valuedouble,
+              ptq_tol(spec));
     free(tok);
     engine_free(&e);
     model_free(&m);
