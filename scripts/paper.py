@@ -22,7 +22,13 @@ INTRO = {
     "exp-threshold": "Post-training ternarisation of each linear layer's weights with "
                      "different threshold/scale rules (BitNet b1.58 absmean, TWN, a "
                      "standard-deviation threshold, the exact L2-optimal threshold per "
-                     "group, TQ2_0-style absmax) at group 128 with f16 scales.",
+                     "group, TQ2_0-style absmax) at group 128 with f16 scales. On a checkpoint "
+                     "whose weights are already ternary (BitNet b1.58) every rule but absmean "
+                     "finds its codes again (scales rounded to f16 aside), so those rows repeat "
+                     "the reference; absmean rescales each group by its share of non-zero "
+                     "weights. Runs with int8 activations (BitNet's) move by up to ~0.2 % in "
+                     "perplexity when a last-bit difference flips one activation code: smaller "
+                     "differences between their rows are not resolved.",
     "exp-scale-dtype": "The same ternary codes with the per-group scales stored (and rounded) "
                        "as f32, bf16, f16, fp8 e4m3 or e8m0 (power of two); absmean rule, "
                        "group 128.",
@@ -31,7 +37,11 @@ INTRO = {
     "exp-kv-ternary": "Keys and values stored as ternary pages for the prompt ('encoder'), "
                       "for generated tokens ('decoder'), for both ('all'), or not at all; "
                       "weights as loaded. Each window's first half is prefilled and its second "
-                      "half decoded token by token and scored, for the reference as well.",
+                      "half decoded token by token and scored, for the reference as well. "
+                      "The decoded tokens are the text's own (teacher forced), not the model's; "
+                      "under 'encoder' and 'all' the prefill's attention already reads the "
+                      "prompt's ternary keys and values (stricter than engines that attend in "
+                      "full precision during prefill and store ternary afterwards).",
     "exp-throughput": "Prefill and decode throughput of the checkpoint's weights run dense "
                       "against packed ternary weights for several batch sizes (what each "
                       "config value ran as is taken from the runs' load reports below).",
