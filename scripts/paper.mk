@@ -27,6 +27,7 @@ paper: figures tables
 
 sweep:
 	@test -n "$(EXP)" || { echo "usage: make sweep EXP=exp-<name> [JOBS=N] [MODEL=path] [SSHLOGINFILE=file] [RESULTS=dir] [ARGS='key=value ...']"; exit 2; }
+	@test -f 'configs/$(EXP).conf' || { echo "make sweep: unknown experiment '$(EXP)' (experiments: $$(ls configs | sed -n 's/\.conf$$//p' | tr '\n' ' '))"; exit 2; }
 	$(MAKE) $(BUILD)/ternlab $(EXP_PROG)
 	bash scripts/sweep.sh $(EXP) --jobs $(JOBS) --results '$(RESULTS)' \
 	  $(foreach m,$(MODEL),--model $(m)) $(if $(SSHLOGINFILE),--sshloginfile $(SSHLOGINFILE)) $(ARGS)

@@ -999,6 +999,13 @@ TEST(make_experiment_draws_its_own_figure_and_table) {
                   strstr(out, "scripts/tables.py --results 'r' --out paper/tables exp-group-size\n"),
               "rc %d: %s", rc, out ? out : "");
     free(out);
+    /* make sweep with an experiment that is not one: said with the list (make's "No rule to
+     * make target 'build/exp_bogus'" had been all) */
+    snprintf(cmd, sizeof cmd, "make -s -C '%s' sweep EXP=exp-bogus 2>&1", test_path(""));
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc != 0 && out && strstr(out, "unknown experiment 'exp-bogus'") && strstr(out, "exp-kv-ternary"),
+              "rc %d: %s", rc, out ? out : "");
+    free(out);
 }
 
 /* sweep_point.sh given the point's device and expectations: a finished file
