@@ -330,6 +330,9 @@ point_check() {
 done_n=0
 declare -a state=() other_dev=()
 for i in "${!outs[@]}"; do
+  # (a folder there had been reported as a file another process is writing, and the point
+  # had failed on every run)
+  [ ! -d "${outs[$i]}" ] || die "${outs[$i]} is a folder where point $((i + 1))'s run file goes: move it away"
   if [ -e "${outs[$i]}" ]; then
     r=0
     point_check "$i" || r=$?

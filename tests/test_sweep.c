@@ -859,6 +859,13 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 2 && strstr(out, "is not GNU Parallel"), "rc %d:\n%s", rc, out);
     free(out);
+    /* a folder where a point's run file goes: refused, named (it had been reported as a file
+     * another process was writing, and the point failed on every run) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && mkdir -p fold/exp-fake/mdir__b.h5 && bash '%s' exp-fake --config fake.conf "
+             "--results fold --dry-run --model mdir", dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "mdir__b.h5 is a folder where point 2's run file goes"), "rc %d:\n%s", rc, out);
+    free(out);
     /* models= with --model: refused (the override had been dropped without a word) */
     snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config fake.conf --dry-run --model mdir 'models=mdir'",
              dir, sweep);
