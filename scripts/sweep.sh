@@ -268,11 +268,13 @@ for m in "${models[@]}"; do
     [ -z "${seen_out[$out]:-}" ] || die "two points write $out (models with the same folder name, or values that differ only in punctuation)"
     seen_out[$out]=1
     cmd=$template
-    cmd=${cmd//\{exp\}/$(q "$exp")}
-    cmd=${cmd//\{model\}/$(q "$m")}
-    cmd=${cmd//\{value\}/$(q "$v")}
-    cmd=${cmd//\{out\}/$(q "$out")}
-    cmd=${cmd//\{config\}/$(q "$snap")}
+    # (the replacements quoted: bash 5.2's patsub_replacement had read their backslashes and
+    # & — printf %q's escapes — so re\\t in a path lost its backslash and a value's & went unquoted)
+    cmd=${cmd//\{exp\}/"$(q "$exp")"}
+    cmd=${cmd//\{model\}/"$(q "$m")"}
+    cmd=${cmd//\{value\}/"$(q "$v")"}
+    cmd=${cmd//\{out\}/"$(q "$out")"}
+    cmd=${cmd//\{config\}/"$(q "$snap")"}
     if [[ $template != *'{config}'* ]]; then
       for kv in "${overrides[@]+"${overrides[@]}"}"; do cmd+=" $(q "$kv")"; done
     fi

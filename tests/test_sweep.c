@@ -337,6 +337,27 @@ TEST(sweep_reruns_corrupt_and_failed_points) {
  * differently.  With every file present nothing had run, and the next sweep
  * copied the short joblog over joblog.prev: the points' record was gone.
  * Finished files are not rewritten. */
+/* A results folder whose path holds a backslash, a value with an &: the points run as named
+ * (bash 5.2's patsub_replacement had taken printf %q's escapes out of the command: the
+ * backslash lost, the & unquoted), and the resume keeps the joblog's finished lines (awk -v
+ * had read "\\t" in the jobs file's path as a tab, found no jobs, and kept none). */
+TEST(sweep_joblog_kept_under_a_backslash_path) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[3000], *out = NULL;
+    fake_sweep_env(dir, "a x&y", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(res, sizeof res, "%s/re\\tsults", dir);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' 2>&1", test_path("scripts/sweep.sh"),
+             conf, res);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "all 4 points complete"), "first sweep (rc %d):\n%s", rc, out);
+    free(out);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "joblog keeps 4 finished") && !strstr(out, "no joblog line"), "again (rc %d):\n%s",
+              rc, out);
+    free(out);
+}
+
 TEST(sweep_joblog_keeps_every_finished_point) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
