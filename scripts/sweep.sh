@@ -615,7 +615,14 @@ done
 if [ ${#failed[@]} -gt 0 ]; then
   log "${#failed[@]} of $n point(s) have no finished file:"
   for f in "${failed[@]}"; do log "  $f"; done
-  log "see $(rel "$dir")/sweep.log and $(rel "$dir")/joblog; run the same command again to retry them"
+  # (points still holding the folder's lock once ours is closed: GNU Parallel ended before its
+  # jobs -- killed -- and they run on; "run again" had then been refused as another sweep)
+  exec 9>&-
+  if ! flock -n "$dir/.lock" true 2>/dev/null; then
+    log "points of this sweep are still running (GNU Parallel ended before them: was it killed?); they hold $(rel "$dir")/.lock: run the same command again once they end"
+  else
+    log "see $(rel "$dir")/sweep.log and $(rel "$dir")/joblog; run the same command again to retry them"
+  fi
   exit 1
 fi
 log "all $n points complete in $(rel "$dir")"

@@ -199,6 +199,42 @@ static pid_t sweep_running(const char *script, const char *conf, const char *res
     return pid;
 }
 
+/* GNU Parallel killed (SIGKILL) under its running point: the sweep says the point still runs
+ * and holds the folder's lock (it had said only "run the same command again", which was then
+ * refused as another sweep until the point ended). */
+TEST(sweep_says_points_outlive_a_killed_parallel) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    SweepFiles sf;
+    sweep_files(dir, &sf);
+    setenv("FAKE_SLEEP", "5.0", 1); /* (the point outlives the sweep's end by seconds) */
+    const pid_t pid = sweep_running(sf.script, sf.conf, sf.res, sf.logp, sf.out_dir, 0);
+    REQUIRE(pid > 0);
+    int h5 = 0, tmp = 0;
+    double t0 = now_s();
+    while (tmp == 0 && now_s() - t0 < 20) { /* a point writing its file */
+        count_files(sf.out_dir, &h5, &tmp);
+        usleep(50 * 1000);
+    }
+    char cmd[1024];
+    snprintf(cmd, sizeof cmd, "pkill -KILL -g %d -x parallel", (int)pid);
+    const int killed = tmp > 0 && test_run(cmd, NULL) == 0;
+    int st = 0;
+    t0 = now_s();
+    while (waitpid(pid, &st, WNOHANG) == 0 && now_s() - t0 < 20) usleep(50 * 1000);
+    const int ended = now_s() - t0 < 20;
+    char *log = NULL;
+    snprintf(cmd, sizeof cmd, "cat '%s'", sf.logp);
+    test_run(cmd, &log);
+    CHECK_MSG(killed && ended && WIFEXITED(st) && WEXITSTATUS(st) == 1 && log &&
+                  strstr(log, "points of this sweep are still running") && strstr(log, "was it killed?"),
+              "killed %d, ended %d, status %d:\n%s", killed, ended, st, log ? log : "");
+    free(log);
+    kill(-pid, SIGKILL); /* (the point that ran on) */
+    if (!ended) waitpid(pid, NULL, 0);
+    setenv("FAKE_SLEEP", "0", 1);
+}
+
 TEST(sweep_resume_after_kill) {
     if (!deps_ok()) return;
     const char *dir = test_tmpdir();
