@@ -447,6 +447,9 @@ done < <(find "$results/cache" -maxdepth 1 -name '*.tmp.*' -print0 2>/dev/null)
 # while a point runs: a point another process is writing — a Slurm task —
 # is left alone, and the file is looked at again under the lock)
 point_lock() { mkdir -p "$dir/.locks"; printf '%s/.locks/%s.lock' "$dir" "$(basename "$1")"; }
+# points_hold_lock: closes this sweep's hold on the folder's lock (fd 9) and says whether
+# others still hold it: the points, which inherited it, still running
+points_hold_lock() { exec 9>&-; ! flock -n "$dir/.lock" true 2>/dev/null; }
 for i in "${!outs[@]}"; do
   if [ "${state[$i]}" = invalid ]; then
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
@@ -576,8 +579,7 @@ if [ "$done_n" -lt "$n" ] || [ "$kept" -lt "$n" ]; then
     # which Parallel need not have waited for (a KILLed process can outlive its
     # parent by a moment).  Exit then, so that the same command run again right
     # away is not refused.
-    exec 9>&-
-    if ! flock -n "$dir/.lock" true 2>/dev/null; then
+    if points_hold_lock; then
       log "waiting (10 s at most) for the stopped points to let go of $(rel "$dir")/.lock" || true
       r=0
       flock -w 10 -E 75 "$dir/.lock" true 2>/dev/null || r=$?
@@ -617,8 +619,7 @@ if [ ${#failed[@]} -gt 0 ]; then
   for f in "${failed[@]}"; do log "  $f"; done
   # (points still holding the folder's lock once ours is closed: GNU Parallel ended before its
   # jobs -- killed -- and they run on; "run again" had then been refused as another sweep)
-  exec 9>&-
-  if ! flock -n "$dir/.lock" true 2>/dev/null; then
+  if points_hold_lock; then
     log "points of this sweep are still running (GNU Parallel ended before them: was it killed?); they hold $(rel "$dir")/.lock: run the same command again once they end"
   else
     log "see $(rel "$dir")/sweep.log and $(rel "$dir")/joblog; run the same command again to retry them"

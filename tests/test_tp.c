@@ -631,7 +631,7 @@ TEST(tp_engine_refusals_and_state) {
     {
         EngineOpts e2 = {.max_tok = 4096, .block_size = 16, .n_blocks = 64};
         const size_t shards = model_layer_linear_bytes(&m) + linear_bytes(&m.lm_head);
-        const size_t ranks = preflight_tp_ranks_bytes(&m.cfg, 2, shards, e2.max_tok, 64 * 16);
+        const size_t ranks = preflight_tp_ranks_bytes(&m.cfg, 2, shards, e2.max_tok, 0, 64 * 16);
         REQUIRE(ranks > shards + ((size_t)64 << 20));
         setenv("TERNLAB_MEM_LIMIT", "1T", 1);
         PreflightPlan p;

@@ -108,7 +108,7 @@ static int tq_scales_exact_in_f16(const Model *m) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = LAYER_LINEARS(L);
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < LAYER_N_LINEARS; i++) {
             const TernaryMatrix *t = lins[i]->t;
             if (!t || lins[i]->in % GGUF_QK_K != 0) continue; /* dense, or written as float */
             for (int64_t k = 0; k < t->n_scales; k++)

@@ -70,7 +70,7 @@ static Linear *find_linear(Model *m, const char *tensor_name) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         Layer *L = &m->layers[l];
         Linear *lins[] = LAYER_LINEARS(L);
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < LAYER_N_LINEARS; i++) {
             size_t n = strlen(lins[i]->name);
             if (strncmp(tensor_name, lins[i]->name, n) == 0 && tensor_name[n] == '.') return lins[i];
         }
@@ -97,7 +97,7 @@ int quantized_spec(const Model *m, QuantSpec *spec) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = LAYER_LINEARS(L);
         static const char *const kinds[] = {"q", "k", "v", "o", "gate", "up", "down"};
-        for (int i = 0; i < 7; i++) {
+        for (int i = 0; i < LAYER_N_LINEARS; i++) {
             const Linear *lin = lins[i];
             if (!lin->t) continue;
             if (lin->t->group != want.group || lin->t->scale_dtype != want.scale)

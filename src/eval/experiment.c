@@ -638,7 +638,7 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
 /* The settings a point reads before its model loads (device, tp, exp-throughput's value and
  * lengths, the KV policy, the QuantSpec), each checked: 0, or -1 (err_set).  The throughput
  * lengths into *len (prompt_len, gen_len, warmup, repeats) where len is not NULL. */
-static int point_settings_check_len(const RunCfg *rc, int64_t len[4]) {
+static int point_settings_check(const RunCfg *rc, int64_t len[4]) {
     const int dev_i = engine_device_parse(rc->device);
     if (dev_i < 0) return err_set("device '%s': expected cpu or cuda", rc->device);
     const EngineDevice dev = (EngineDevice)dev_i;
@@ -676,15 +676,13 @@ static int point_settings_check_len(const RunCfg *rc, int64_t len[4]) {
     return 0;
 }
 
-static int point_settings_check(const RunCfg *rc) { return point_settings_check_len(rc, NULL); }
-
 static int run_point(const RunCfg *rc, const char *out) {
     char model_sha[65], spec_str[256], pol_str[96], commit[64];
     /* --out's folder before any work (a missing one had been created, with cache/ in
      * it, by the reference cache, or found missing only when the file was written) */
     if (exp_check_out(out) != 0) return -1;
     int64_t len[4];
-    if (point_settings_check_len(rc, len) != 0) return -1;
+    if (point_settings_check(rc, len) != 0) return -1;
     const EngineDevice dev = (EngineDevice)engine_device_parse(rc->device);
     const int64_t pl = len[0], gl = len[1], wu = len[2], rp = len[3];
     KvPolicy pol;
@@ -1339,7 +1337,7 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
             const char *v = value ? value : values[vi];
             ExpConf c;
             RunCfg rc;
-            if (point_cfg(def, config, &conf, "", v, results, &c, &rc) != 0 || point_settings_check(&rc) != 0) {
+            if (point_cfg(def, config, &conf, "", v, results, &c, &rc) != 0 || point_settings_check(&rc, NULL) != 0) {
                 fprintf(stderr, "%s: %s=%s: %s\n", def->name, def->factor ? def->factor : "value", v, err_msg());
                 failed++;
             }

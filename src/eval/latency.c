@@ -31,7 +31,7 @@ static int model_linears(const Model *m, const Linear **out) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *ls[LAYER_N_LINEARS] = LAYER_LINEARS(L);
-        for (int i = 0; i < 7; i++) out[k++] = ls[i];
+        for (int i = 0; i < LAYER_N_LINEARS; i++) out[k++] = ls[i];
     }
     out[k++] = &m->lm_head;
     return k;

@@ -2430,9 +2430,7 @@ int cuda_backend_available(char *why, size_t n) {
 
 int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
     return host_guard([&] {
-        char why[256];
-        if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
-        if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+        if (cuda_engine_precheck(1) != 0) return -1;
         if (!m->layers || !m->embed) return err_set("--device cuda: the model has no weights loaded");
         CE *g = nullptr;
         if (open_begin(e, m, o, &g) != 0) return -1;
@@ -2443,9 +2441,7 @@ int cuda_engine_open(Engine *e, Model *m, const EngineOpts *o) {
 
 int cuda_engine_open_synthetic(Engine *e, Model *m, const EngineOpts *o, const CudaSynthetic *syn) {
     return host_guard([&] {
-        char why[256];
-        if (env_switches_check() != 0) return -1; /* (before the device: a setting's error first) */
-        if (!cuda_backend_available(why, sizeof why)) return err_set("--device cuda: %s", why);
+        if (cuda_engine_precheck(1) != 0) return -1;
         if (!o->bf16) return err_set("synthetic CUDA models run with bf16 activations (EngineOpts.bf16)");
         if (syn->tp > 1) return tp_open(e, m, o, syn->tp, syn);
         CE *g = nullptr;
@@ -2471,8 +2467,8 @@ int cuda_engine_precheck(int tp) {
 }
 
 int cuda_engine_open_tp(Engine *e, Model *m, const EngineOpts *o, int tp) {
-    if (cuda_engine_precheck(tp) != 0) return -1;
-    if (tp == 1) return cuda_engine_open(e, m, o);
+    if (tp == 1) return cuda_engine_open(e, m, o); /* (each open makes cuda_engine_precheck's checks) */
+    if (cuda_engine_precheck(tp) != 0) return -1;  /* (before a build without NCCL says so, as before) */
     return host_guard([&] { return tp_open(e, m, o, tp, nullptr); });
 }
 

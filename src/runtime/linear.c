@@ -261,7 +261,7 @@ int model_act_only_kept(const Model *m) {
     for (int l = 0; l < m->cfg.n_layers; l++) {
         const Layer *L = &m->layers[l];
         const Linear *lins[] = LAYER_LINEARS(L);
-        for (int i = 0; i < 7; i++) kept += lins[i]->kept;
+        for (int i = 0; i < LAYER_N_LINEARS; i++) kept += lins[i]->kept;
     }
     return kept;
 }

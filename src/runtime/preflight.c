@@ -232,6 +232,11 @@ int preflight_available(size_t *avail, char *source, size_t n) {
 
 /* ---- the check ----------------------------------------------------------------- */
 
+/* the longest context one sequence can reach: max_ctx, unless <= 0 or past the pool */
+static int64_t longest_ctx(int64_t max_ctx, int64_t kv_tokens) {
+    return max_ctx > 0 && max_ctx < kv_tokens ? max_ctx : kv_tokens;
+}
+
 /* preflight_plan with the longest context max_ctx (<= 0 or past the pool: the pool) */
 static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra, size_t ranks,
                     int64_t kv_tokens, int64_t max_ctx, int64_t max_tok, int block_size, PreflightPlan *p) {
@@ -246,8 +251,7 @@ static int plan_ctx(const ModelConfig *c, size_t weight_bytes, size_t load_extra
     p->kv = sat_mul(per_tok, pos_sz(p->kv_tokens));
     if (blocks <= (1 << 30)) /* the allocator's own arithmetic, when it can be asked */
         p->kv = kv_bytes_needed(c->n_layers, c->n_kv_heads, c->head_dim, bs, (int)blocks);
-    /* the longest context one sequence can reach: the whole pool, unless told */
-    const int64_t ctx = max_ctx > 0 && max_ctx < p->kv_tokens ? max_ctx : p->kv_tokens;
+    const int64_t ctx = longest_ctx(max_ctx, p->kv_tokens);
     p->workspace = max_tok > 0 || kv_tokens > 0 ? preflight_workspace_bytes(c, max_tok, ctx) : 0;
     p->ranks = ranks;
     p->margin = PREFLIGHT_MARGIN_BYTES;
@@ -344,14 +348,14 @@ int preflight_check(const ModelConfig *c, size_t weight_bytes, int64_t kv_tokens
 }
 
 size_t preflight_tp_ranks_bytes(const ModelConfig *c, int tp, size_t shard_bytes, int64_t max_tok,
-                                int64_t max_ctx) {
+                                int64_t max_ctx, int64_t kv_tokens) {
     if (tp <= 1) return 0;
     ModelConfig r = *c; /* a rank's share (tp divides them: tp_plan_check) */
     r.n_heads = c->n_heads / tp;
     r.n_kv_heads = c->n_kv_heads / tp;
     r.inter = c->inter / tp;
     r.vocab = (c->vocab + tp - 1) / tp;
-    size_t b = sat_add(shard_bytes, sat_mul(pos_sz(tp), preflight_workspace_bytes(&r, max_tok, max_ctx)));
+    size_t b = sat_add(shard_bytes, sat_mul(pos_sz(tp), preflight_workspace_bytes(&r, max_tok, longest_ctx(max_ctx, kv_tokens))));
     /* the communicator: two float and one int32 buffer of max_tok x hidden */
     return sat_add(b, sat_mul3(3 * sizeof(float), pos_sz(max_tok), pos_sz(c->hidden)));
 }

@@ -87,10 +87,11 @@ int preflight_check_ctx(const ModelConfig *c, size_t weight_bytes, size_t ranks_
 
 /* What tp CPU ranks in this process add to one engine's needs: their shards of
  * the linears and LM head (shard_bytes: one more copy), each rank's run state,
- * attention scratch and RoPE tables for contexts up to max_ctx tokens and its
- * slice of the logits, and the communicator's three max_tok x hidden buffers. */
+ * attention scratch and RoPE tables for contexts up to max_ctx tokens (0 or past
+ * the pool of kv_tokens: the pool, as preflight_check_ctx) and its slice of the
+ * logits, and the communicator's three max_tok x hidden buffers. */
 size_t preflight_tp_ranks_bytes(const ModelConfig *c, int tp, size_t shard_bytes, int64_t max_tok,
-                                int64_t max_ctx);
+                                int64_t max_ctx, int64_t kv_tokens);
 
 /* "1.5 GiB", "312 MiB", "4 KiB", "17 B" into buf; returns buf. */
 const char *preflight_fmt_bytes(size_t b, char *buf, size_t n);

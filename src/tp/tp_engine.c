@@ -357,10 +357,10 @@ int tp_engine_open(Engine *e, Model *m, const EngineOpts *o, int tp) {
      * they add their shards (one more copy of the linears and the LM head) and each its
      * run state and logits slice (the loaded model is resident already, counted as used) */
     const size_t shards = model_layer_linear_bytes(m) + linear_bytes(&m->lm_head);
-    const int64_t pool = eo.n_blocks * bs, ctx = eo.max_ctx > 0 && eo.max_ctx < pool ? eo.max_ctx : pool;
+    const int64_t pool = eo.n_blocks * bs;
+    const size_t ranks = preflight_tp_ranks_bytes(&m->cfg, tp, shards, eo.max_tok, eo.max_ctx, pool);
     char rep[512];
-    if (preflight_check_ctx(&m->cfg, 0, preflight_tp_ranks_bytes(&m->cfg, tp, shards, eo.max_tok, ctx), pool,
-                            eo.max_ctx, eo.max_tok, bs, rep, sizeof rep) != 0)
+    if (preflight_check_ctx(&m->cfg, 0, ranks, pool, eo.max_ctx, eo.max_tok, bs, rep, sizeof rep) != 0)
         return err_prefix("--tp %d: ", tp);
     TpEngine *te = xcalloc(1, sizeof *te);
     te->tp = tp;
