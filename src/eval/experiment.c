@@ -635,58 +635,68 @@ static void stat_linear(Linear *lin, int layer, const char *kind, void *vctx) {
     }
 }
 
-/* The settings a point reads before its model loads (device, tp, exp-throughput's value and
- * lengths, the KV policy, the QuantSpec), each checked: 0, or -1 (err_set).  The throughput
- * lengths into *len (prompt_len, gen_len, warmup, repeats) where len is not NULL. */
-static int point_settings_check(const RunCfg *rc, int64_t len[4]) {
+/* What point_settings_check reads: the device, the KV policy, exp-throughput's lengths
+ * and batch sizes (batches: nb of them, the caller's to free; NULL for the other
+ * experiments). */
+typedef struct {
+    EngineDevice dev;
+    KvPolicy pol;
+    int64_t pl, gl, wu, rp; /* prompt_len, gen_len, warmup, repeats */
+    int nb;
+    int64_t *batches;
+} PointSettings;
+
+/* The settings a point reads before its model loads (device, tp, exp-throughput's value,
+ * lengths and batch sizes, the KV policy, the QuantSpec), each checked, into *ps: 0, or
+ * -1 (err_set; nothing left to free). */
+static int point_settings_check(const RunCfg *rc, PointSettings *ps) {
+    *ps = (PointSettings){.pl = 128, .gl = 32, .wu = 1, .rp = 3};
     const int dev_i = engine_device_parse(rc->device);
     if (dev_i < 0) return err_set("device '%s': expected cpu or cuda", rc->device);
-    const EngineDevice dev = (EngineDevice)dev_i;
+    const EngineDevice dev = ps->dev = (EngineDevice)dev_i;
     if (rc->tp < 1 || rc->tp > TP_MAX_RANKS)
         return err_set("tp %d: expected 1..%d (CPU threads or GPUs)", rc->tp, TP_MAX_RANKS);
     /* exp-throughput's lengths before any work (a gen_len the CPU's request latencies
      * cannot time, 1, had been found after the reference and the timed runs) */
-    int64_t l[4] = {128, 32, 1, 3};
     if (rc->kind == EXP_THROUGHPUT &&
-        (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &l[0]) != 0 ||
-         conf_i64_opt(rc->conf, "gen_len", dev == ENGINE_CPU ? 2 : 1, 1 << 16, &l[1]) != 0 ||
-         conf_i64_opt(rc->conf, "warmup", 0, 1000, &l[2]) != 0 || conf_i64_opt(rc->conf, "repeats", 1, 1000, &l[3]) != 0))
+        (conf_i64_opt(rc->conf, "prompt_len", 1, 1 << 16, &ps->pl) != 0 ||
+         conf_i64_opt(rc->conf, "gen_len", dev == ENGINE_CPU ? 2 : 1, 1 << 16, &ps->gl) != 0 ||
+         conf_i64_opt(rc->conf, "warmup", 0, 1000, &ps->wu) != 0 || conf_i64_opt(rc->conf, "repeats", 1, 1000, &ps->rp) != 0))
         return -1;
     if (rc->kind == EXP_THROUGHPUT && strcmp(rc->value, "bf16") != 0 && strcmp(rc->value, "ternary") != 0)
         return err_set("exp-throughput: value '%s' (expected bf16 or ternary)", rc->value);
-    if (rc->kind == EXP_THROUGHPUT) { /* (found after the model's loads and the reference) */
-        int nb = 0, bad = 0;
-        char **bl = expconf_list(rc->conf, "batches", &nb);
-        int64_t b;
-        for (int i = 0; i < nb && !bad; i++)
-            if (str_to_i64(bl[i], 1, 4096, &b) < 0)
-                bad = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
-        expconf_free_list(bl);
-        if (bad) return -1;
-        if (nb == 0) return err_set("batches: no batch size given");
-    }
-    KvPolicy pol;
-    if (kv_policy_parse(rc->kv, &pol) != 0) return -1;
-    if (dev == ENGINE_CUDA && pol.kind != KVP_NONE && rc->tp > 1)
+    if (kv_policy_parse(rc->kv, &ps->pol) != 0) return -1;
+    if (dev == ENGINE_CUDA && ps->pol.kind != KVP_NONE && rc->tp > 1)
         return err_set("device cuda, tp %d, kv %s: ternary KV pages run on one GPU or on the CPU", rc->tp,
                        rc->kv);
     QuantSpec qs; /* (found at the model's load, after the reference's path was hashed) */
     if (strcmp(rc->quant, "loaded") != 0 && quant_spec_parse(rc->quant, &qs) != 0) return err_prefix("quant: ");
-    if (len) memcpy(len, l, sizeof l);
+    if (rc->kind == EXP_THROUGHPUT) { /* (found after the model's loads and the reference) */
+        int nb = 0, bad = 0;
+        char **bl = expconf_list(rc->conf, "batches", &nb);
+        int64_t *b = xcalloc((size_t)nb + 1, sizeof(int64_t));
+        for (int i = 0; i < nb && !bad; i++)
+            if (str_to_i64(bl[i], 1, 4096, &b[i]) < 0)
+                bad = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
+        expconf_free_list(bl);
+        if (!bad && nb == 0) bad = err_set("batches: no batch size given");
+        if (bad) {
+            free(b);
+            return -1;
+        }
+        ps->nb = nb, ps->batches = b;
+    }
     return 0;
 }
 
-static int run_point(const RunCfg *rc, const char *out) {
+/* One point with its checked settings (run_point's); ps->batches stays the caller's. */
+static int run_point_settled(const RunCfg *rc, const char *out, const PointSettings *ps) {
     char model_sha[65], spec_str[256], pol_str[96], commit[64];
-    /* --out's folder before any work (a missing one had been created, with cache/ in
-     * it, by the reference cache, or found missing only when the file was written) */
-    if (exp_check_out(out) != 0) return -1;
-    int64_t len[4];
-    if (point_settings_check(rc, len) != 0) return -1;
-    const EngineDevice dev = (EngineDevice)engine_device_parse(rc->device);
-    const int64_t pl = len[0], gl = len[1], wu = len[2], rp = len[3];
-    KvPolicy pol;
-    kv_policy_parse(rc->kv, &pol); /* (checked above) */
+    const EngineDevice dev = ps->dev;
+    const int64_t pl = ps->pl, gl = ps->gl, wu = ps->wu, rp = ps->rp;
+    const KvPolicy pol = ps->pol;
+    const int nb = ps->nb;
+    const int64_t *batches = ps->batches;
     if (dev == ENGINE_CUDA && rc->tp > 1) cuda_prepare_multi_gpu();
     /* (the GPU before the model's hash, its load and the reference, as the commands do;
      * not in point_settings_check: a sweep checks on a machine that may have none) */
@@ -766,8 +776,6 @@ static int run_point(const RunCfg *rc, const char *out) {
                      res.ppl, R.ppl, ctx.kl_sum, ctx.rel_sum);
 
     /* throughput rows */
-    int nb = 0;
-    int64_t *batches = NULL;
     double *pre = NULL, *dec = NULL, *p50 = NULL, *p95 = NULL, *p99 = NULL, *arus = NULL, *kva = NULL;
     /* latency statistics per batch (src/eval/latency.h), columns of /throughput/; the
      * step percentiles latency_ms_p50 / p95 / p99 all come from the throughput loop's
@@ -781,9 +789,6 @@ static int run_point(const RunCfg *rc, const char *out) {
         "step_act_quant_ms", "step_other_ms"};
     double *lt[LT_N] = {0};
     if (st == 0 && rc->kind == EXP_THROUGHPUT) {
-        char **bl = expconf_list(rc->conf, "batches", &nb);
-        if (nb == 0) st = err_set("batches: no batch size given");
-        batches = xcalloc((size_t)nb + 1, sizeof(int64_t));
         pre = xcalloc((size_t)nb + 1, sizeof(double));
         dec = xcalloc((size_t)nb + 1, sizeof(double));
         p50 = xcalloc((size_t)nb + 1, sizeof(double));
@@ -801,10 +806,6 @@ static int run_point(const RunCfg *rc, const char *out) {
             else have_twin = 1;
         }
         for (int i = 0; i < nb && st == 0; i++) {
-            if (str_to_i64(bl[i], 1, 4096, &batches[i]) < 0) {
-                st = err_set("batches: '%s' is not a batch size in [1, 4096]", bl[i]);
-                break;
-            }
             Throughput t = {0};
             st = measure_throughput(&m, rc->tp, dev, thr_bf16, &pol, tok, n, (int)batches[i], (int)pl, (int)gl,
                                     (int)wu, (int)rp, &t);
@@ -845,7 +846,6 @@ static int run_point(const RunCfg *rc, const char *out) {
             }
         }
         if (have_twin) model_free(&twin);
-        expconf_free_list(bl);
     }
 
     /* weight statistics */
@@ -1029,7 +1029,6 @@ static int run_point(const RunCfg *rc, const char *out) {
     free(ws.smin);
     free(ws.smax);
     free(ws.bytes);
-    free(batches);
     free(pre);
     free(dec);
     free(p50);
@@ -1044,6 +1043,17 @@ static int run_point(const RunCfg *rc, const char *out) {
     ref_free(&R);
     free(tok);
     model_free(&m);
+    return st;
+}
+
+static int run_point(const RunCfg *rc, const char *out) {
+    /* --out's folder before any work (a missing one had been created, with cache/ in
+     * it, by the reference cache, or found missing only when the file was written) */
+    if (exp_check_out(out) != 0) return -1;
+    PointSettings ps;
+    if (point_settings_check(rc, &ps) != 0) return -1;
+    const int st = run_point_settled(rc, out, &ps);
+    free(ps.batches);
     return st;
 }
 
@@ -1337,10 +1347,12 @@ static int exp_run(const ExpDef *def, int argc, char **argv) {
             const char *v = value ? value : values[vi];
             ExpConf c;
             RunCfg rc;
-            if (point_cfg(def, config, &conf, "", v, results, &c, &rc) != 0 || point_settings_check(&rc, NULL) != 0) {
+            PointSettings ps = {0};
+            if (point_cfg(def, config, &conf, "", v, results, &c, &rc) != 0 || point_settings_check(&rc, &ps) != 0) {
                 fprintf(stderr, "%s: %s=%s: %s\n", def->name, def->factor ? def->factor : "value", v, err_msg());
                 failed++;
             }
+            free(ps.batches);
             expconf_free(&c);
         }
         expconf_free_list(values);
