@@ -219,11 +219,11 @@ def load(results_dir, exp, configs_dir="configs"):
 
 
 def load_with_missing(results_dir, exp, configs_dir="configs"):
-    """(runs, missing): load's runs, and missing_points against the config's
-    values followed by unrun_models against the last sweep's plan
+    """(runs, missing): load's runs, and missing_points against each model's
+    grid followed by unrun_models against the last sweep's plan
     (RESULTS/EXP/jobs).  A file of another experiment (its `experiment`
-    attribute) is skipped with a warning; a model that lacks some of the
-    config's values, or every planned one, is named with them on stderr."""
+    attribute) is skipped with a warning; a model that lacks some of its
+    grid's values, or every planned one, is named with them on stderr."""
     runs = []
     for p in crash_free(sorted(glob.glob(os.path.join(glob.escape(results_dir), glob.escape(exp), "*.h5")))):
         r = read_run(p)
@@ -237,17 +237,20 @@ def load_with_missing(results_dir, exp, configs_dir="configs"):
     runs = drop_duplicates(runs, exp)
     warn_mixed_settings(runs, exp)
     values = conf_values(configs_dir, exp)
-    missing = missing_points(runs, values)
-    for m, gone in missing:
-        print(f"warning: {exp}: {m} has no run for {', '.join(gone)} "
-              f"(of {configs_dir}/{exp}.conf's values)", file=sys.stderr)
     jobs = os.path.join(results_dir, exp, "jobs")
-    unrun = unrun_models(runs, planned_points(jobs), values)
+    planned = planned_points(jobs)
+    missing = []
+    for m, gone, from_plan in missing_points(runs, values, planned):
+        grid = f"the last sweep's plan, {jobs}" if from_plan else f"{configs_dir}/{exp}.conf's values"
+        print(f"warning: {exp}: {m} has no run for {', '.join(gone)} (of {grid})", file=sys.stderr)
+        missing.append((m, gone))
+    unrun = unrun_models(runs, planned, values)
     for m, gone in unrun:
         print(f"warning: {exp}: {m} has no run file at all (the last sweep in {os.path.dirname(jobs)} "
               f"planned {', '.join(gone)})", file=sys.stderr)
     missing = missing + unrun
-    rank = {v: i for i, v in enumerate(values)}
+    # the config's order, then the values only a sweep's `values=` override planned, in its order
+    rank = {v: i for i, v in enumerate(dict.fromkeys(values + [v for _, v, _ in planned]))}
     for r in runs:
         r["value_rank"] = rank.get(r["value"], len(rank))
     mrank = {os.path.basename(m.rstrip("/")): i
@@ -297,27 +300,37 @@ def warn_mixed_settings(runs, exp):
                   f"side by side", file=sys.stderr)
 
 
-def missing_points(runs, values):
-    """[(model, [values it has no run for])] over the models that have runs;
-    where runs of several devices share the folder (<model>__<value>__cuda.h5
-    beside the CPU files), per model and device: "model (device)"."""
-    def dev(r):
-        return str(r["attrs"].get("device", "?")).split(":")[0]
+def run_device(run):
+    """The run's device without its index ("cuda:1" -> "cuda")."""
+    return str(run["attrs"].get("device", "?")).split(":")[0]
 
-    devices = len({dev(r) for r in runs}) > 1
+
+def missing_points(runs, values, planned=()):
+    """[(model, [values it has no run for], from_plan)] over the models that
+    have runs; where runs of several devices share the folder
+    (<model>__<value>__cuda.h5 beside the CPU files), per model and device:
+    "model (device)".  A model's grid is what the last sweep planned for it
+    on its runs' device (planned_points: under a `values=` override the grid
+    the sweep was asked for, the config's other values not missing; from_plan
+    True), else the config's values."""
+    devices = len({run_device(r) for r in runs}) > 1
     out = []
-    for m in sorted({(r["model_name"], dev(r) if devices else "") for r in runs}):
-        have = {r["value"] for r in runs if (r["model_name"], dev(r) if devices else "") == m}
-        missing = [v for v in values if v not in have]
+    for m in sorted({(r["model_name"], run_device(r) if devices else "") for r in runs}):
+        mine = [r for r in runs if (r["model_name"], run_device(r) if devices else "") == m]
+        have, devs = {r["value"] for r in mine}, {run_device(r) for r in mine}
+        # (a file without a device attribute, "?", takes the plan of any device)
+        grid = [v for pm, v, pd in planned if pm == m[0] and (pd in devs or "?" in devs)]
+        missing = [v for v in (grid or values) if v not in have]
         if missing:
-            out.append((f"{m[0]} ({m[1]})" if devices else m[0], missing))
+            out.append((f"{m[0]} ({m[1]})" if devices else m[0], missing, bool(grid)))
     return out
 
 
 def planned_points(jobs_path):
-    """[(model, value)] of the points a sweep planned: its RESULTS/EXP/jobs file
-    (scripts/sweep.sh; each line runs sweep_point.sh with --expect model/=NAME
-    and --expect factor_value=VALUE); [] where there is none or it cannot be read."""
+    """[(model, value, device)] of the points a sweep planned: its
+    RESULTS/EXP/jobs file (scripts/sweep.sh; each line runs sweep_point.sh
+    with --device DEV, --expect model/=NAME and --expect factor_value=VALUE;
+    the device without its index); [] where there is none or it cannot be read."""
     try:
         with open(jobs_path, encoding="utf-8") as f:
             lines = f.read().splitlines()
@@ -329,15 +342,18 @@ def planned_points(jobs_path):
             words = shlex.split(line)
         except ValueError:
             continue
-        exp = {}
+        exp, device = {}, "cpu"
         for i, w in enumerate(words[:-1]):
             if w == "--":
                 break
             if w == "--expect":
                 k, _, v = words[i + 1].partition("=")
                 exp[k] = v
-        if exp.get("model/") and "factor_value" in exp and (exp["model/"], exp["factor_value"]) not in out:
-            out.append((exp["model/"], exp["factor_value"]))
+            elif w == "--device":
+                device = words[i + 1].split(":")[0]
+        point = (exp.get("model/"), exp.get("factor_value"), device)
+        if point[0] and point[1] is not None and point not in out:
+            out.append(point)
     return out
 
 
@@ -348,10 +364,10 @@ def unrun_models(runs, planned, values):
     saying nothing.  Values in the config's order, then the others."""
     have = {r["model_name"] for r in runs}
     out = []
-    for m in dict.fromkeys(m for m, _ in planned):
+    for m in dict.fromkeys(m for m, _, _ in planned):
         if m in have:
             continue
-        vs = [v for mm, v in planned if mm == m]
+        vs = list(dict.fromkeys(v for mm, v, _ in planned if mm == m))
         out.append((m, [v for v in values if v in vs] + [v for v in vs if v not in values]))
     return out
 
@@ -437,7 +453,7 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     """The command line shared by figures.py and tables.py: --results, --out,
     --configs and optional experiment names; calls per_experiment(exp, runs,
     out_dir, missing) for every experiment that has complete run files
-    (missing: missing_points against the config's values, and unrun_models:
+    (missing: missing_points against each model's grid, and unrun_models:
     the models of the last sweep's plan with no run file)."""
     ap = argparse.ArgumentParser(description=doc.split("\n")[0])
     ap.add_argument("--results", default=None, help="results folder (default results/)")

@@ -1238,7 +1238,7 @@ TEST(scripts_label_what_ran) {
     /* a dense run timed in the CUDA engine's bf16 form (its /throughput dense_dtype) */
     CHECK_MSG(strstr(log, "cuda label: dense bf16\n"), "%s", log);
     /* a point missing on one device of two sharing the folder is reported with its device */
-    CHECK_MSG(strstr(log, "missing: [('a (cuda)', ['y'])]"), "%s", log);
+    CHECK_MSG(strstr(log, "missing: [('a (cuda)', ['y'], False)]"), "%s", log);
     free(log);
 }
 

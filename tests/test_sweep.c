@@ -1230,6 +1230,36 @@ TEST(scripts_value_order_provenance_and_bench_files) {
     free(out);
 }
 
+/* A sweep's `values=` override is the grid the tables hold the runs to: the
+ * config's other values had been named as missing for every model, and the
+ * override's values outside the config had been put in string order (here
+ * z y after a, not y z).  A planned point gone is still named, with the plan. */
+TEST(tables_grid_is_the_sweeps_values_override) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[4000], *out = NULL;
+    fake_sweep_env(dir, "a b c", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(cmd, sizeof cmd,
+             "bash '%s' exp-fake --config '%s' --results '%s' 'values=z y a' >/dev/null 2>&1 && cd '%s' && "
+             "mkdir -p '%s/configs' && cp '%s' '%s/configs/exp-fake.conf' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/t' --configs '%s/configs' exp-fake 2>&1 && "
+             "grep '^| m1 |' '%s/t/exp-fake.md' | cut -d '|' -f 3 | tr -d ' \n'",
+             test_path("scripts/sweep.sh"), conf, res, test_path(""), dir, conf, dir, res, dir, dir, dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && !strstr(out, "has no run") && strstr(out, "azy"), "rc %d:\n%s", rc,
+              out ? out : "");
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "rm '%s/m2__y.h5' && cd '%s' && "
+             "/usr/bin/python3 scripts/tables.py --results '%s' --out '%s/t' --configs '%s/configs' exp-fake 2>&1",
+             out_dir, test_path(""), res, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "m2 has no run for y (of the last sweep's plan") &&
+                  !strstr(out, "m1 has no run"),
+              "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+}
+
 /* The points read the settings the sweep planned: a config edited after
  * `--prepare` (a Slurm array waiting in the queue), or while a sweep runs,
  * had reached the points still to run, whose files then recorded the old

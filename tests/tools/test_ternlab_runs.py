@@ -45,11 +45,34 @@ with open(jobs, "w", encoding="utf-8") as f:
     f.write("bash scripts/sweep_point.sh 'r s/m 1__a.h5' --device cpu --expect experiment=exp-x "
             "--expect factor_value=a --expect 'model/=m 1' --tag t -- prog --expect model/=other\n"
             "bash scripts/sweep_point.sh 'unclosed\n"
-            "bash scripts/sweep_point.sh o.h5 --expect factor_value=b --expect model/=m2 -- prog\n")
-check(tr.planned_points(jobs) == [("m 1", "a"), ("m2", "b")], f"planned_points read {tr.planned_points(jobs)}")
+            "bash scripts/sweep_point.sh o.h5 --expect factor_value=b --expect model/=m2 -- prog\n"
+            "bash scripts/sweep_point.sh o.h5 --device cuda:1 --expect factor_value=b --expect model/=m2 -- prog\n")
+check(tr.planned_points(jobs) == [("m 1", "a", "cpu"), ("m2", "b", "cpu"), ("m2", "b", "cuda")],
+      f"planned_points read {tr.planned_points(jobs)}")
 check(tr.planned_points(os.path.join(TMP, "nojobs")) == [], "planned_points of a missing jobs file is not empty")
-check(tr.unrun_models([{"model_name": "m2"}], [("m 1", "z"), ("m 1", "a"), ("m2", "b")], ["a", "b"]) ==
+check(tr.unrun_models([{"model_name": "m2"}], [("m 1", "z", "cpu"), ("m 1", "a", "cpu"), ("m 1", "a", "cuda"),
+                                               ("m2", "b", "cpu")], ["a", "b"]) ==
       [("m 1", ["a", "z"])], "unrun_models named a model with runs, or lost a value or its order")
+
+
+# missing_points: a model's grid is the last sweep's plan for it (a `values=` override
+# planned a and z of the config's a b c: b and c are not missing, z is), per device
+# where runs of several share the folder; the config's values for a model the plan has not
+def runs_of(*points):
+    return [{"model_name": m, "value": v, "attrs": {"device": d}} for m, v, d in points]
+
+
+plan = [("m1", "a", "cpu"), ("m1", "z", "cpu")]
+got = tr.missing_points(runs_of(("m1", "a", "cpu"), ("m2", "a", "cpu")), ["a", "b", "c"], plan)
+check(got == [("m1", ["z"], True), ("m2", ["b", "c"], False)],
+      f"missing_points took the config's values for a planned model, or the plan for another: {got}")
+got = tr.missing_points(runs_of(("m1", "a", "cpu"), ("m1", "b", "cuda:0")), ["a", "b"], plan)
+check(got == [("m1 (cpu)", ["z"], True), ("m1 (cuda)", ["a"], False)],
+      f"missing_points applied a CPU sweep's plan to the CUDA runs: {got}")
+check(tr.missing_points(runs_of(("m1", "a", "cpu")), ["a", "b"]) == [("m1", ["b"], False)],
+      "missing_points without a plan did not fall back to the config's values")
+got = tr.missing_points(runs_of(("m1", "a", "cpu")), ["a", "b"], [("m1", "a", "cuda"), ("m1", "z", "cuda")])
+check(got == [("m1", ["b"], False)], f"missing_points held the CPU runs to a CUDA sweep's plan: {got}")
 
 # read_run: a file without complete = 1 is skipped (sweep.sh reruns it), not read as a run
 good = os.path.join(TMP, "m1__a.h5")
