@@ -193,11 +193,12 @@ TEST(strnum_strict_integers) {
 
 /* The strict decimal number of the command lines' real options (bench
  * --par-scale, diff --threshold): a whole finite value, neither overflowing nor
- * underflowing; *out untouched otherwise. */
+ * underflowing to zero (a subnormal value is taken); *out untouched otherwise. */
 TEST(strnum_strict_reals) {
     double v = 7;
     CHECK(str_to_f64("0.25", &v) == 0 && v == 0.25);
     CHECK(str_to_f64("-1e3", &v) == 0 && v == -1000.0);
+    CHECK(str_to_f64("1e-310", &v) == 0 && v > 0 && v < 1e-300); /* subnormal: still the number */
     v = 7;
     const char *bad[] = {"", "x", "1.5x", "nan", "inf", "1e400", "1e-400", "2 "};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)

@@ -17,7 +17,9 @@ int str_to_f64(const char *s, double *out) {
     char *end;
     errno = 0;
     const double v = strtod(s, &end);
-    if (errno || end == s || *end || !isfinite(v)) return -1;
+    /* (ERANGE on underflow too: a subnormal result is the number, one that
+     * rounded to zero is refused with overflow) */
+    if ((errno && !(errno == ERANGE && v != 0 && isfinite(v))) || end == s || *end || !isfinite(v)) return -1;
     *out = v;
     return 0;
 }
