@@ -1074,11 +1074,13 @@ TEST(exp_reference_key_is_every_model_file) {
     CHECK_MSG(strlen(tsha) == 64 && strncmp(log, tsha, 64) == 0, "tokens_sha256 %s, sha256sum %.64s", tsha, log);
     free(log);
     /* the files' hashes are kept beside the reference cache, by version: a's config.json
-     * rewritten in place (same inode and size, another rope_theta) is read again */
+     * rewritten in place (same inode and size, another rope_theta) with its modification
+     * time set back (as cp -p or rsync -t leave it) is read again */
     snprintf(cmd, sizeof cmd,
              "cd '%s' && ls res/cache/filehash-* | wc -l && "
              "sed 's/\"rope_theta\": *10000.0/\"rope_theta\": 20000.0/' a/config.json > c.tmp && "
-             "if cmp -s c.tmp a/config.json; then exit 1; fi && cat c.tmp > a/config.json", d);
+             "if cmp -s c.tmp a/config.json; then exit 1; fi && touch -r a/config.json c.stamp && "
+             "cat c.tmp > a/config.json && touch -r c.stamp a/config.json", d);
     REQUIRE(test_run(cmd, &log) == 0 || (fprintf(stderr, "%s\n", log ? log : ""), 0));
     CHECK_MSG(atoi(log) >= 7, "%s file hashes kept", log); /* a 2, b 2, sA 4 less the shared config.json */
     free(log);

@@ -127,11 +127,13 @@ static int model_files(const char *dir, char ***names, int *n) {
 }
 
 /* SHA-256 of the file at path, read once per version of the file: a version
- * is its (real path, device, inode, size, modification time), and its hash is
- * kept for the process and, where cache_dir is given, in
- * cache_dir/filehash-<key> (a sweep runs one process per point; a 27B
- * checkpoint is ~50 GB to read).  A file rewritten has another time, so
- * another key; the cache file holds the key's text and is checked. */
+ * is its (real path, device, inode, size, modification and status change
+ * times), and its hash is kept for the process and, where cache_dir is given,
+ * in cache_dir/filehash-<key> (a sweep runs one process per point; a 27B
+ * checkpoint is ~50 GB to read).  A file rewritten has another change time,
+ * so another key, even where its modification time was set back (cp -p,
+ * rsync -t, tar: that key alone had kept the old hash, and with it the old
+ * reference); the cache file holds the key's text and is checked. */
 static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) {
     static struct {
         char key[65], sha[65];
@@ -140,9 +142,9 @@ static int file_sha_memo(const char *path, const char *cache_dir, char out[65]) 
     struct stat st;
     char real[4096], key[4400], kh[65], cp[4300];
     if (stat(path, &st) != 0 || !realpath(path, real)) return sha256_file(path, out); /* (its error) */
-    snprintf(key, sizeof key, "%s|%llu|%llu|%lld|%lld.%09ld", real, (unsigned long long)st.st_dev,
+    snprintf(key, sizeof key, "%s|%llu|%llu|%lld|%lld.%09ld|%lld.%09ld", real, (unsigned long long)st.st_dev,
              (unsigned long long)st.st_ino, (long long)st.st_size, (long long)st.st_mtim.tv_sec,
-             (long)st.st_mtim.tv_nsec);
+             (long)st.st_mtim.tv_nsec, (long long)st.st_ctim.tv_sec, (long)st.st_ctim.tv_nsec);
     sha256_bytes(key, strlen(key), kh);
     for (int i = 0; i < n_memo; i++)
         if (strcmp(memo[i].key, kh) == 0) {
