@@ -316,7 +316,7 @@ point_check() {
   local r=0
   chk_dev=""
   if [ -n "${TERNLAB_VERIFY_CMD:-}" ] || [ ! -x "$bin" ]; then
-    bash scripts/verify_run.sh "${outs[$1]}" >/dev/null 2>&1 || return 1
+    bash scripts/verify_run.sh "${outs[$1]}" >/dev/null 2>&1 || { r=$?; [ $r -eq 5 ] && return 5; return 1; }
     [ -x "$bin" ] || return 0
   fi
   chk_dev=$("$bin" verify --device "$want_dev" --expect "experiment=$exp" \
@@ -326,6 +326,7 @@ point_check() {
     0) return 0 ;;
     3) [ -n "$chk_dev" ] && return 3 || return 0 ;;
     4) return 4 ;;
+    5) return 5 ;;
     *) return 1 ;;
   esac
 }
@@ -342,6 +343,7 @@ for i in "${!outs[@]}"; do
       0) state[$i]=done; done_n=$((done_n + 1)) ;;
       3) state[$i]=other; other_dev[$i]=$chk_dev ;;
       4) state[$i]=foreign ;;
+      5) state[$i]=busy ;;
       *) state[$i]=invalid ;;
     esac
   else
@@ -374,7 +376,8 @@ if [ $dry -eq 1 ]; then
     case ${state[$i]} in
       done) s="complete, skipped" ;; invalid) s="INVALID, rerun" ;;
       other) s="A ${other_dev[$i]} RUN: moved, run" ;;
-      foreign) s="ANOTHER POINT'S RUN: moved, run" ;; *) s="run" ;;
+      foreign) s="ANOTHER POINT'S RUN: moved, run" ;;
+      busy) s="OPEN IN ANOTHER PROCESS: left, fails" ;; *) s="run" ;;
     esac
     printf '%3d  %-18s %s\n' $((i + 1)) "$s" "${lines[$i]}"
   done
@@ -454,13 +457,20 @@ for i in "${!outs[@]}"; do
   if [ "${state[$i]}" = invalid ]; then
     reason=$(bash scripts/verify_run.sh "${outs[$i]}" 2>&1 || true)
     if flock -n "$(point_lock "${outs[$i]}")" bash -c \
-         'if bash scripts/verify_run.sh "$1" >/dev/null 2>&1; then exit 3; fi; rm -f -- "$1"' _ "${outs[$i]}"; then
+         'bash scripts/verify_run.sh "$1" >/dev/null 2>&1; r=$?; [ $r -eq 0 ] && exit 3; [ $r -eq 5 ] && exit 5
+          rm -f -- "$1"' _ "${outs[$i]}"; then
       log "removed ${outs[$i]}: $reason (will rerun)"
-    elif [ $? -eq 3 ]; then
+    elif r=$?; [ $r -eq 3 ]; then
       log "kept ${outs[$i]}: finished by another process meanwhile"
+    elif [ $r -eq 5 ]; then
+      log "left ${outs[$i]}: open for writing in another process meanwhile (its HDF5 file lock is held)"
     else
       log "left ${outs[$i]} ($reason): another process is writing it"
     fi
+  elif [ "${state[$i]}" = busy ]; then
+    # (not read, not removed: a finished run that h5py's "r+" or a viewer holds open fails
+    # a reader's open as a damaged file does, and had been removed and run again)
+    log "left ${outs[$i]}: open for writing in another process (its HDF5 file lock is held); its point fails until that process closes it"
   elif [ "${state[$i]}" = other ] || [ "${state[$i]}" = foreign ]; then
     why="a run on ${other_dev[$i]:-}, not $want_dev"
     if [ "${state[$i]}" = other ]; then to=$(dev_name "${bases[$i]}" "${other_dev[$i]}")

@@ -49,20 +49,26 @@ if ! flock -n 8; then
 fi
 
 if [ -e "$out" ]; then
-  # 0 finished and this point's, 3 / 4 another device's / point's, else not
-  # finished: one `ternlab verify` with the point's checks where it can run
+  # 0 finished and this point's, 3 / 4 another device's / point's, 5 open for
+  # writing in another process, else not finished: one `ternlab verify` with
+  # the point's checks where it can run
   # (not under TERNLAB_VERIFY_CMD), else verify_run.sh and then those checks
   r=0
   if [ ${#vargs[@]} -gt 0 ] && [ -x "$bin" ] && [ -z "${TERNLAB_VERIFY_CMD:-}" ]; then
     why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null) || r=$?
-    case $r in 0|3|4) ;; *) reason=$why; r=1 ;; esac
+    case $r in 0|3|4|5) ;; *) reason=$why; r=1 ;; esac
   elif reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
     if [ ${#vargs[@]} -gt 0 ] && [ -x "$bin" ]; then
       why=$("$bin" verify "${vargs[@]}" "$out" 2>&1 >/dev/null) || r=$?
       case $r in 3|4) ;; *) r=0 ;; esac # (not a mismatch: as verify_run.sh said)
     fi
   else
-    r=1
+    r=$?; [ $r -eq 5 ] || r=1
+  fi
+  if [ $r -eq 5 ]; then # (its HDF5 file lock held: h5py's "r+", a viewer; a reader's open fails)
+    echo "sweep: FAILED: $out is open for writing in another process (its HDF5 file lock is held):" \
+         "not checked, not replaced; rerun when it is closed" >&2
+    exit 75
   fi
   if [ $r -eq 0 ]; then
     echo "sweep: $out complete, skipped"

@@ -1,7 +1,10 @@
 #!/usr/bin/env bash
 # usage: scripts/verify_run.sh FILE...
 # Exit 0 when every FILE is a finished ternlab run file; otherwise print the
-# reason for the first that is not and exit 1.  The checker is, in order:
+# reason for the first that is not and exit 1 -- or 5 where that file is open
+# for writing in another process (its HDF5 file lock held: h5py's "r+", a
+# viewer), which is not read (a reader's open fails as on a damaged file, and
+# a sweep had removed the finished run).  The checker is, in order:
 #   $TERNLAB_VERIFY_CMD FILE            (a command prefix, e.g. for tests)
 #   ${TERNLAB_BIN:-build/ternlab} verify FILE   (h5log_verify_schema: opens, complete == 1,
 #                                        every schema dataset present and readable, the
@@ -21,6 +24,11 @@ fi
 
 for f in "$@"; do
   if [ ! -f "$f" ]; then echo "$f: no such file"; exit 1; fi
+  # (HDF5 takes flock's exclusive lock on a file it opens for writing)
+  flock -s -n -E 75 "$f" true 2>/dev/null
+  if [ $? -eq 75 ]; then
+    echo "$f: open for writing in another process (its HDF5 file lock is held): not checked"; exit 5
+  fi
   case $mode in
     custom)  out=$($TERNLAB_VERIFY_CMD "$f" 2>&1) || { echo "$f: ${out:-verification failed}"; exit 1; } ;;
     ternlab) out=$("$bin" verify "$f" 2>&1) || { echo "${out:-$f: verification failed}"; exit 1; } ;;

@@ -566,6 +566,58 @@ TEST(sweep_point_held_elsewhere) {
     CHECK_MSG(h5 == 4 && tmp == 0, "%d run files, %d temporaries after the point ended (want 4, 0)", h5, tmp);
 }
 
+/* A finished run another process holds open for writing (h5py's "r+", a
+ * viewer annotating it: HDF5's flock lock) fails a reader's open as a damaged
+ * file does, and the sweep had removed it and run the point again: now verify
+ * exits 5, the file is left as it is (same inode) and its point fails saying
+ * why; once closed, the next sweep finds every point complete. */
+TEST(sweep_leaves_a_run_open_for_writing) {
+    if (!deps_ok()) return;
+    const char *dir = test_tmpdir();
+    char conf[600], res[600], out_dir[700], cmd[6000], p[800], *out = NULL;
+    fake_sweep_env(dir, "a b", conf, sizeof conf, res, sizeof res, out_dir, sizeof out_dir);
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' >/dev/null 2>&1",
+             test_path("scripts/sweep.sh"), conf, res);
+    REQUIRE(test_run(cmd, NULL) == 0);
+    snprintf(p, sizeof p, "%s/hold.py", dir);
+    FILE *f = fopen(p, "w");
+    REQUIRE(f != NULL);
+    fprintf(f, "import h5py, os, sys, time\n"
+               "f = h5py.File(sys.argv[1], 'r+')\n"
+               "open(sys.argv[2] + '/held', 'w').close()\n"
+               "t = time.time()\n"
+               "while not os.path.exists(sys.argv[2] + '/release') and time.time() - t < 60:\n"
+               "    time.sleep(0.05)\n"
+               "f.close()\n"
+               "os.remove(sys.argv[2] + '/held')\n");
+    REQUIRE(fclose(f) == 0);
+    struct stat st0, st1;
+    snprintf(p, sizeof p, "%s/m1__a.h5", out_dir);
+    REQUIRE(stat(p, &st0) == 0);
+    snprintf(cmd, sizeof cmd,
+             "(/usr/bin/python3 '%s/hold.py' '%s' '%s' >/dev/null 2>&1 &); "
+             "for i in $(seq 200); do [ -e '%s/held' ] && break; sleep 0.05; done; "
+             "'%s' verify '%s' 2>&1; echo \"verify rc=$?\"; bash '%s' '%s'; echo \"verify_run rc=$?\"; "
+             "bash '%s' exp-fake --config '%s' --results '%s' 2>&1; echo \"sweep rc=$?\"; "
+             "touch '%s/release'; for i in $(seq 200); do [ -e '%s/held' ] || break; sleep 0.05; done",
+             dir, p, dir, dir, bin_path("ternlab"), p, test_path("scripts/verify_run.sh"), p,
+             test_path("scripts/sweep.sh"), conf, res, dir, dir);
+    int rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "verify rc=5") && strstr(out, "verify_run rc=5") &&
+                  strstr(out, "open for writing in another process (its HDF5 file lock is held): not checked") &&
+                  strstr(out, "left ") && strstr(out, "its point fails until that process closes it") &&
+                  strstr(out, "m1__a.h5 is open for writing in another process") && !strstr(out, "sweep rc=0") &&
+                  !strstr(out, "removed"),
+              "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+    CHECK_MSG(stat(p, &st1) == 0 && st1.st_ino == st0.st_ino, "the run held open was replaced");
+    snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' 2>&1",
+             test_path("scripts/sweep.sh"), conf, res);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "4 points, 4 already complete"), "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+}
+
 /* A second sweep on a results folder whose sweep lock is held is refused with
  * exit 2 and says why (its messages once went to /dev/null: the lock's exec
  * kept a 2>/dev/null for the rest of the script), and runs nothing. */

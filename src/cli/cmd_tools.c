@@ -10,11 +10,13 @@
 #include <cJSON.h>
 #include <dirent.h>
 #include <errno.h>
+#include <fcntl.h>
 #include <limits.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -437,10 +439,29 @@ static const char *last_component(char *v) {
     return b && b[1] ? b + 1 : v;
 }
 
+/* 1 where another process holds path's exclusive lock: HDF5 locks a file it
+ * has open for writing (flock, LOCK_EX; an h5py File(..., "r+"), a viewer
+ * annotating a run), and a reader's open then fails as a damaged file's does. */
+static int write_locked(const char *path) {
+    struct stat st;
+    if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0;
+    const int fd = open(path, O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+    if (fd < 0) return 0;
+    const int busy = flock(fd, LOCK_SH | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    close(fd); /* (and with it the shared lock, where taken) */
+    return busy;
+}
+
 /* One file's checks (cmd_verify): 0 finished and as expected, 1 not a finished
- * run file, 4 not as expected, 3 another device's (printed on stdout). */
+ * run file, 5 open for writing in another process (not checked), 4 not as
+ * expected, 3 another device's (printed on stdout). */
 static int verify_one(const char *path, const char *device, const char *const *expect, int n_expect) {
     char dev[128], val[512];
+    if (write_locked(path)) {
+        fprintf(stderr, "ternlab verify: %s: open for writing in another process (its HDF5 file lock is "
+                        "held): not checked\n", path);
+        return 5;
+    }
     if (h5log_verify_schema(path) != 0) {
         fprintf(stderr, "ternlab verify: %s\n", err_msg());
         return 1;
@@ -527,13 +548,15 @@ int cmd_verify(int argc, char **argv) {
                "KEY/=NAME: the last component of the path in KEY is NAME (model/=llama-tiny).\n"
                "--device D: also that its root attribute device is D; a finished file of\n"
                "another device prints that device on stdout (one line per such file) and\n"
-               "exits 3.  An invalid file (1) comes before 4, 4 before 3.\n");
+               "exits 3.  A file another process has open for writing (its HDF5 file lock\n"
+               "held: h5py's \"r+\", a viewer) is not read and exits 5.  An invalid file (1)\n"
+               "comes before 5, 5 before 4, 4 before 3.\n");
         return usage < 0 ? 0 : 2;
     }
     /* each file in a child process: a damaged file can crash the HDF5 library
      * itself (a flipped byte in a global heap: SIGSEGV in H5HG_read), and one
      * such file had killed verify, and with it a sweep's checks */
-    int bad = 0, other = 0, wrong = 0;
+    int bad = 0, other = 0, wrong = 0, busy = 0;
     for (int i = first; i < argc; i++) {
         fflush(stdout);
         fflush(stderr);
@@ -572,7 +595,8 @@ int cmd_verify(int argc, char **argv) {
         }
         if (r == 4) wrong = 1;
         else if (r == 3) other = 1;
+        else if (r == 5) busy = 1;
         else if (r != 0) bad = 1; /* (1, or the check's own failure: out of memory exits 2) */
     }
-    return bad ? 1 : wrong ? 4 : other ? 3 : 0;
+    return bad ? 1 : busy ? 5 : wrong ? 4 : other ? 3 : 0;
 }
