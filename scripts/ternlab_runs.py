@@ -157,7 +157,8 @@ def read_run(path):
     is skipped the same way: one bad file must not stop every table."""
     try:
         return _read_run(path)
-    except (OSError, KeyError, ValueError, TypeError) as e:
+    except (OSError, RuntimeError, KeyError, ValueError, TypeError) as e:
+        # (h5py raises RuntimeError for some damaged structures: "bad local heap signature")
         print(f"warning: skipping {path}: cannot be read ({e})", file=sys.stderr)
         return None
 
@@ -174,6 +175,12 @@ def _read_run(path):
             print(f"warning: skipping {path}: incomplete (no complete = 1)", file=sys.stderr)
             return None
         attrs = {k: (text(v) if isinstance(v, (str, bytes)) else v) for k, v in attrs.items()}
+        # (a complete HDF5 file of another kind in the folder -- a reference cache copied
+        # there -- had become a row "? | ?" and a missing point "?")
+        for k in ("model", "factor_value"):
+            if k not in attrs:
+                print(f"warning: skipping {path}: not a run file (no root attribute {k})", file=sys.stderr)
+                return None
         # the types the tables and figures rely on (paper/SCHEMA.md): a file of another form
         # had stopped every later experiment's table with a traceback
         for k in STR_ATTRS:
@@ -285,19 +292,38 @@ def drop_duplicates(runs, exp):
 
 def warn_mixed_settings(runs, exp):
     """A warning on stderr where the runs of one experiment were evaluated
-    differently (window, number of windows, token file, its contents): their
-    rows side by side in a table compare unlike things."""
-    for key, show in (("window", str), ("windows", str), ("tokens", lambda t: os.path.basename(str(t))),
-                      ("tokens_sha256", lambda t: str(t)[:12])):
-        seen = {}
+    differently (window, number of windows, token file, its contents; the KV
+    policy and tensor parallelism where the factor is not the KV policy; a
+    model's weight spec past the factor's own key, where the factor does not
+    choose the weights): their rows side by side in a table compare unlike
+    things.  (A `quant=` override on one sweep of a model's values had put
+    its re-ternarised row beside the others, unsaid.)"""
+    factor = str(runs[0]["attrs"].get("factor", "")) if runs else ""
+
+    def spec(s):  # the quant_spec with the factor's own key's value as {} (rule={}, group={})
+        return re.sub(r"(^|,)" + re.escape(factor) + r"=[^,]*", r"\g<1>" + factor.replace("\\", r"\\") + "={}",
+                      str(s))
+
+    keys = [("window", str), ("windows", str), ("tokens", lambda t: os.path.basename(str(t))),
+            ("tokens_sha256", lambda t: str(t)[:12]), ("tp", str)]
+    if factor != "kv":
+        keys.append(("kv_policy", str))
+    checks = [(key, show, None) for key, show in keys]
+    if factor != "weights":  # (exp-throughput's values are the weights: loaded, or ternarised)
+        checks.append(("quant_spec", spec, lambda r: r["model_name"]))
+    for key, show, per in checks:
+        groups = {}
         for r in runs:
             if key in r["attrs"]:
+                seen = groups.setdefault(per(r) if per else None, {})
                 seen.setdefault(show(r["attrs"][key]), []).append(os.path.basename(r["path"]))
-        if len(seen) > 1:
-            parts = "; ".join(f"{v}: {', '.join(files[:3])}{' ...' if len(files) > 3 else ''}"
-                              for v, files in seen.items())
-            print(f"warning: {exp}: the runs differ in {key} ({parts}): they are not comparable "
-                  f"side by side", file=sys.stderr)
+        for g, seen in groups.items():
+            if len(seen) > 1:
+                parts = "; ".join(f"{v}: {', '.join(files[:3])}{' ...' if len(files) > 3 else ''}"
+                                  for v, files in seen.items())
+                whose = f"{g}'s runs" if per else "the runs"
+                print(f"warning: {exp}: {whose} differ in {key} ({parts}): they are not comparable "
+                      f"side by side", file=sys.stderr)
 
 
 def run_device(run):
@@ -359,16 +385,20 @@ def planned_points(jobs_path):
 
 def unrun_models(runs, planned, values):
     """[(model, [values])] for the models a sweep planned (planned_points) of
-    which no run file was read: missing_points sees only models with runs, and a
-    sweep stopped before its last model's points had left a table of the others
-    saying nothing.  Values in the config's order, then the others."""
-    have = {r["model_name"] for r in runs}
+    which no run file of the planned device was read: missing_points sees only
+    models with runs, and a sweep stopped before its last model's points had
+    left a table of the others saying nothing -- so had a CUDA sweep's whole
+    plan beside a CPU sweep's files.  "model (device)" where runs or plan
+    span several devices; values in the config's order, then the others."""
+    have = {(r["model_name"], run_device(r)) for r in runs}
+    several = len({run_device(r) for r in runs} | {d for _, _, d in planned}) > 1
     out = []
-    for m in dict.fromkeys(m for m, _, _ in planned):
-        if m in have:
+    for m, d in dict.fromkeys((m, d) for m, _, d in planned):
+        if (m, d) in have or (m, "?") in have:  # (a file without a device attribute: any)
             continue
-        vs = list(dict.fromkeys(v for mm, v, _ in planned if mm == m))
-        out.append((m, [v for v in values if v in vs] + [v for v in vs if v not in values]))
+        vs = list(dict.fromkeys(v for mm, v, dd in planned if (mm, dd) == (m, d)))
+        out.append((f"{m} ({d})" if several else m,
+                    [v for v in values if v in vs] + [v for v in vs if v not in values]))
     return out
 
 
@@ -462,6 +492,9 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     ap.add_argument("exps", nargs="*", help="experiments (default: every one in --results)")
     a = ap.parse_args()
     given, a.results = a.results is not None, a.results or "results"
+    # (a name as a shell completes a folder, exp-kv-ternary/, had skipped every run as
+    # another experiment's and written nothing, exit 0)
+    a.exps = [e.rstrip("/") or e for e in a.exps]
     err = check_results_arg(tool, a.results, a.exps, a.configs, given)
     if err:
         return err
@@ -473,7 +506,13 @@ def run_per_experiment(tool, doc, default_out, per_experiment):
     try:
         os.makedirs(a.out, exist_ok=True)
         for exp in exps:
-            runs, missing = load_with_missing(a.results, exp, a.configs)
+            try:
+                runs, missing = load_with_missing(a.results, exp, a.configs)
+            except (RuntimeError, TypeError, ValueError, KeyError) as e:  # (said; the others go on)
+                print(f"{tool}: {exp}: skipped: its run files could not be read ({type(e).__name__}: {e})",
+                      file=sys.stderr)
+                rc = 1
+                continue
             if not runs:
                 print(f"{tool}: {exp}: no complete run files in {a.results}/{exp}, skipped",
                       file=sys.stderr if a.exps else sys.stdout)

@@ -5,6 +5,8 @@ C test scripts_ternlab_runs_helpers (tests/test_sweep.c) with Debian's
 exit 1 with the failed checks listed, 0 when all hold.
 
 usage: test_ternlab_runs.py REPO_ROOT TMPDIR"""
+import contextlib
+import io
 import os
 import subprocess
 import sys
@@ -50,9 +52,13 @@ with open(jobs, "w", encoding="utf-8") as f:
 check(tr.planned_points(jobs) == [("m 1", "a", "cpu"), ("m2", "b", "cpu"), ("m2", "b", "cuda")],
       f"planned_points read {tr.planned_points(jobs)}")
 check(tr.planned_points(os.path.join(TMP, "nojobs")) == [], "planned_points of a missing jobs file is not empty")
-check(tr.unrun_models([{"model_name": "m2"}], [("m 1", "z", "cpu"), ("m 1", "a", "cpu"), ("m 1", "a", "cuda"),
-                                               ("m2", "b", "cpu")], ["a", "b"]) ==
+m2b = [{"model_name": "m2", "value": "b", "attrs": {"device": "cpu"}}]
+check(tr.unrun_models(m2b, [("m 1", "z", "cpu"), ("m 1", "a", "cpu"), ("m2", "b", "cpu")], ["a", "b"]) ==
       [("m 1", ["a", "z"])], "unrun_models named a model with runs, or lost a value or its order")
+# a CUDA sweep's plan beside CPU files: its models named with the device (they had been
+# taken as run, having CPU files)
+got = tr.unrun_models(m2b, [("m 1", "a", "cpu"), ("m2", "b", "cpu"), ("m2", "b", "cuda")], ["a", "b"])
+check(got == [("m 1 (cpu)", ["a"]), ("m2 (cuda)", ["b"])], f"unrun_models ignored the plan's device: {got}")
 
 
 # missing_points: a model's grid is the last sweep's plan for it (a `values=` override
@@ -113,6 +119,53 @@ with h5py.File(kvok, "r+") as f:
 r = tr.read_run(kvok)
 check(r is not None and r["kv"] == {"policy": "none", "bytes_per_token": 12.5}, f"read_run of /kv gave {r and r['kv']}")
 
+# read_run: a file whose local heap is damaged (h5py raises RuntimeError, not OSError: "bad
+# local heap signature") is skipped with a warning; it had stopped every experiment's table
+heapbad = os.path.join(TMP, "m1__heapbad.h5")
+fake_run(heapbad, "heapbad")
+with open(heapbad, "rb") as f:
+    data = f.read()
+check(b"HEAP" in data, "the fake run file has no local heap to damage")
+with open(heapbad, "wb") as f:
+    f.write(data.replace(b"HEAP", b"XEAP", 1))
+try:
+    check(tr.read_run(heapbad) is None, "read_run took a file with a damaged local heap")
+except Exception as e:  # noqa: BLE001 - the failure this check is about
+    check(False, f"read_run raised on a damaged local heap: {type(e).__name__}: {e}")
+# read_run: a complete HDF5 file that is not a run (no model / factor_value: a reference
+# cache copied into the folder) is skipped, not a row "? | ?"
+notrun = os.path.join(TMP, "m1__notrun.h5")
+fake_run(notrun, "notrun")
+with h5py.File(notrun, "r+") as f:
+    del f.attrs["model"]
+check(tr.read_run(notrun) is None, "read_run took a complete file without a model attribute")
+
+
+# warn_mixed_settings: one model's runs under another weight spec past the factor's own key
+# (a quant= override on one sweep), or another KV policy or tp, are said; the factor's own
+# key differing (rule=) is not
+def mixed(factor, *specs):
+    rs = [{"model_name": m, "path": f"{m}__{i}.h5",
+           "attrs": {"factor": factor, "quant_spec": q, "kv_policy": kv, "tp": tp}}
+          for i, (m, q, kv, tp) in enumerate(specs)]
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        tr.warn_mixed_settings(rs, "exp-x")
+    return err.getvalue()
+
+
+w = mixed("rule", ("m1", "rule=twn,group=128", "none", 1), ("m1", "rule=std,group=128", "none", 1),
+          ("m2", "rule=twn,group=64", "none", 1))
+check(w == "", f"warn_mixed_settings warned on the factor's own key or across models: {w!r}")
+w = mixed("kv", ("m1", "loaded", "none", 1), ("m1", "rule=absmean,group=128", "all", 1))
+check("m1's runs differ in quant_spec" in w and "kv_policy" not in w,
+      f"warn_mixed_settings missed a model's mixed weights (or warned on the factor): {w!r}")
+w = mixed("rule", ("m1", "rule=twn", "none", 1), ("m1", "rule=std", "all", 2))
+check("the runs differ in kv_policy" in w and "the runs differ in tp" in w,
+      f"warn_mixed_settings missed a KV policy or tp that differ: {w!r}")
+check(mixed("weights", ("m1", "loaded", "none", 1), ("m1", "rule=absmean", "none", 1)) == "",
+      "warn_mixed_settings warned on exp-throughput's weights, its factor")
+
 # a results folder whose name holds glob characters ([, ], *, ?) is read as it is named (it
 # had been read as empty: "no results", exit 0)
 rdir = os.path.join(TMP, "res[2]*")
@@ -120,6 +173,12 @@ os.makedirs(os.path.join(rdir, "exp-fake"), exist_ok=True)
 fake_run(os.path.join(rdir, "exp-fake", "m1__a.h5"), "a")
 check(tr.experiments(rdir) == ["exp-fake"], f"experiments() of a folder named res[2]* gave {tr.experiments(rdir)}")
 check(len(tr.load(rdir, "exp-fake", cdir)) == 1, "load() of a folder named res[2]* found no run")
+# an experiment named as a shell completes its folder (exp-fake/) is that experiment (every
+# run had been skipped as another experiment's, no table written, exit 0)
+pr = subprocess.run([sys.executable, os.path.join(ROOT, "scripts/tables.py"), "--results", rdir, "--configs", cdir,
+                     "--out", os.path.join(TMP, "tslash"), "exp-fake/"], capture_output=True, text=True, check=False)
+check(pr.returncode == 0 and os.path.exists(os.path.join(TMP, "tslash", "exp-fake.md")) and "skipping" not in pr.stderr,
+      f"tables.py exp-fake/: rc {pr.returncode}, {pr.stderr!r}")
 
 # paper.py: a --paper that is a file is said in a line (it had been a traceback); runs that
 # record no created_utc give a paper that says so (min() of no dates had been a traceback)
