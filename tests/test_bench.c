@@ -270,7 +270,7 @@ TEST(bench_e2e_bad_arguments) {
                          "--batches 1,2,3,4,5,6,7,8,9", "--tp 1,2,3,4,1", "--prompt 32x", "--steps 4.5",
                          "--shapes 7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b,7b",
                          "--shapes ,", "--configs ''", "--kv bogus", "--kv all --tp 1,2", "--kv ,",
-                         "--kv none,all,encoder,decoder,all", "--kv none@layers=1"};
+                         "--kv none,all,encoder,decoder,all", "--kv all@layers=1-0"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         char cmd[1024], *out = NULL;
         snprintf(cmd, sizeof cmd, "%s bench-e2e %s", bin_path("ternlab"), bad[i]);

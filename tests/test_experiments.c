@@ -320,6 +320,19 @@ TEST(exp_bad_input_is_an_error) {
              bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), test_tmpdir());
     CHECK_MSG(test_run(cmd, &log) == 1 && strstr(log, "no setting takes the value 'all'"), "%s", log ? log : "");
     free(log);
+    /* the layer range of SCHEMA's `kv = {}@layers=a-b` over the config's values: its
+     * baseline point none@layers=a-b is none (it had been refused, failing the sweep's
+     * --check and the point), recorded as none */
+    snprintf(cmd, sizeof cmd,
+             "%1$s --check 'kv={}@layers=0-1' && %1$s --model %2$s --value none --out %3$s/kvl.h5 window=32 "
+             "max_windows=1 'kv={}@layers=0-1' 2>&1",
+             bin_path("exp_kv_ternary"), test_path(LLAMA_DIR), test_tmpdir());
+    CHECK_MSG(test_run(cmd, &log) == 0, "%s", log ? log : "");
+    free(log);
+    char kvl[600], pol[64] = "";
+    snprintf(kvl, sizeof kvl, "%s/kvl.h5", test_tmpdir());
+    CHECK_MSG(read_attr_str(kvl, "kv_policy", pol, sizeof pol) == 0 && strcmp(pol, "none") == 0, "kv_policy '%s'",
+              pol);
     /* usage errors before any run (exit 2, nothing written): two models of one folder
      * name or two values of one file name would write one file, the later over the
      * earlier (it had, exit 0); an empty path option or setting */
@@ -568,8 +581,13 @@ TEST(kv_policy_parse_and_select) {
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++)
         CHECK_MSG(kv_policy_parse(bad[i], &p) != 0 && strstr(err_msg(), "bad layer range"), "'%s' taken", bad[i]);
     REQUIRE(kv_policy_parse("all@layers=0-07", &p) == 0 && p.layer_lo == 0 && p.layer_hi == 7);
-    /* none with a layer range means nothing: refused (it had been recorded as given) */
-    CHECK(kv_policy_parse("none@layers=0-1", &p) != 0 && strstr(err_msg(), "none keeps every layer"));
+    /* none over a layer range is none, recorded as none (exp-kv-ternary's kv = {}@layers=a-b
+     * at its baseline value; refused, it had failed the sweep's --check); the range's syntax is
+     * still checked */
+    REQUIRE(kv_policy_parse("none@layers=0-1", &p) == 0 && p.kind == KVP_NONE && p.layer_lo < 0);
+    kv_policy_format(&p, buf, sizeof buf);
+    CHECK(strcmp(buf, "none") == 0);
+    CHECK(kv_policy_parse("none@layers=1-0", &p) != 0 && strstr(err_msg(), "bad layer range"));
 }
 
 /* ternlab quantize writes a checkpoint that loads back to identical logits. */
