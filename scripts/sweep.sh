@@ -170,7 +170,13 @@ for i in "${!overrides[@]}"; do
       # (with --model too, the override had been dropped without a word)
       [ ${#models[@]} -eq 0 ] || die "override '$kv' and --model both name the models: give one of them"
       read -r -a ms <<< "$v"
-      for j in "${!ms[@]}"; do ms[$j]=$(from_here "${ms[$j]}"); done
+      # (from the root where inside the repository, as tokens=: made absolute, a checkout under
+      # a folder with a blank had split each path in two in the blank-separated list)
+      for j in "${!ms[@]}"; do
+        ms[$j]=$(rel "$(from_here "${ms[$j]}")")
+        [[ ${ms[$j]} != *[[:space:]]* ]] ||
+          die "override '$kv': the model path ${ms[$j]} has a blank, and models= is a blank-separated list: give it with --model"
+      done
       overrides[$i]="models=${ms[*]}" ;;
   esac
 done

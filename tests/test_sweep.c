@@ -993,6 +993,19 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     rc = test_run(cmd, &out);
     CHECK_MSG(rc == 0 && strstr(out, " tokens=data/wikitext2-test.tokens.i32"), "rc %d:\n%s", rc, out);
     free(out);
+    /* models= the same way (made absolute, a checkout under a folder with a blank had split
+     * each model path in two in the blank-separated list); a path with a blank: refused */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run models=llama-tiny",
+             repo_abs("data", p), sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "--model data/llama-tiny --value a") && strstr(out, " models=data/llama-tiny"),
+              "rc %d:\n%s", rc, out);
+    free(out);
+    snprintf(cmd, sizeof cmd, "mkdir -p '%s/sp ace/mdir' && cd '%s/sp ace' && bash '%s' exp-fake --config ../fake.conf "
+             "--dry-run models=mdir", dir, dir, sweep);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 2 && strstr(out, "has a blank") && strstr(out, "give it with --model"), "rc %d:\n%s", rc, out);
+    free(out);
 
     /* --config reaches the programs (they read configs/EXP.conf otherwise), through the
      * snapshot of its settings after the overrides in RESULTS/EXP/config/, which the
