@@ -31,6 +31,9 @@ TEST(bench_quick_writes_every_column) {
                           "/bench/tern_f32_ref_err", "/bench/tern_f32_vs_blas_max_rel_diff", "/bench/reps", NULL};
     int v = h5log_verify(path, need);
     CHECK_MSG(v == 0, "%s", err_msg());
+    /* ternlab verify names it a benchmark's file (it had said only "missing dataset /metrics/ppl") */
+    CHECK_MSG(h5log_verify_schema(path) != 0 && strstr(err_msg(), "a benchmark file, ternlab bench's"), "%s",
+              err_msg());
     /* the fraction of the memory read bandwidth measured in the same run (the contract's
      * "fraction of the hardware limit": it had none), the twins' check, the rounds, the CPU */
     const double bw = h5_attr_f64(path, "/", "mem_read_gbs");

@@ -422,9 +422,10 @@ int cmd_info(int argc, char **argv) {
                "report: each linear's stored format, how it runs (rule, group, scale dtype,\n"
                "bits per weight, bytes), the kernel of each op on this machine and every\n"
                "fallback taken.  --mem: how many KV tokens fit in that budget for each KV\n"
-               "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB;\n"
-               "e.g. --mem 24GiB; no capacity table without it).  A .gguf file: its\n"
-               "metadata and tensors as stored first, then the rest as for a folder.\n");
+               "policy and weight format (units B, KiB, MiB, GiB, TiB; KB, MB, GB, TB; a\n"
+               "number alone is bytes; e.g. --mem 24GiB; no capacity table without it).\n"
+               "A .gguf file: its metadata and tensors as stored first, then the rest as\n"
+               "for a folder.\n");
         return 0;
     }
     if (need("info", "model", o.model)) return 2;

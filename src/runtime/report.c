@@ -339,7 +339,7 @@ int parse_bytes(const char *s, uint64_t *out) {
     if (!s || !*s) return err_set("memory size: empty (expected e.g. 24GiB, 512MiB, 100000)");
     const char *p = s;
     if (!isdigit((unsigned char)*p))
-        return err_set("memory size '%s': expected a non-negative number and a unit, e.g. 24GiB", s);
+        return err_set("memory size '%s': expected a number of bytes, with or without a unit, e.g. 24GiB", s);
     unsigned __int128 ip = 0, frac = 0, fden = 1;
     const unsigned __int128 lim = (unsigned __int128)UINT64_MAX;
     for (; isdigit((unsigned char)*p); p++) {
