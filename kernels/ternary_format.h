@@ -48,6 +48,18 @@
  * Bits per weight: 2 for the codes (plus padding up to a multiple of 256
  * columns), plus the scales, stored separately (see src/quant/quant.h): one
  * scale per group of the row (tensor / row / 32 / 64 / 128 / 256 columns).
+ *
+ * Layout "TKV" (ternary KV cache pages: one K or V row of head_dim values of a
+ * token and KV head; the rule that fills it: src/kv/kv_ternary.h)
+ * ------------------------------------------------------------------------
+ *     codes: tern_kv_code_bytes(head_dim) = ceil(head_dim / 4) bytes; value i
+ *            in bits 2*(i%4) of byte i/4 (tern_kv_byte_of, tern_kv_shift_of),
+ *            the same code c = q + 1 as the weights, padding code 1;
+ *     scales: f16, K one per TERN_KV_K_GROUP channels (the last group may be
+ *            short), V one per row (tern_kv_scales).
+ * Dense in the row (no 64-way lanes): attention reads a row whole, at
+ * head_dims of 64 .. 256, so a lane would pad most rows to 256 columns.  A K
+ * group owns TERN_KV_K_GROUP / 4 whole bytes.
  */
 #ifndef TL_TERNARY_FORMAT_H
 #define TL_TERNARY_FORMAT_H
@@ -66,11 +78,15 @@
 /* A byte of four zero codes: 0b01010101, the fill of padded columns. */
 #define TERN_BYTE_ZERO 0x55u
 
+#define TERN_KV_K_GROUP 16 /* key channels per f16 scale in a ternary KV row */
+
 #ifdef __cplusplus
+static_assert(TERN_KV_K_GROUP % TERN_FIELDS == 0, "a K scale group owns whole code bytes");
 static_assert(TERN_BLOCK_BYTES * 8 == TERN_BLOCK * 2, "2 bits per code");
 static_assert(TERN_FIELDS * TERN_LANE == TERN_BLOCK, "fields x lane = block");
 static_assert(TERN_BLOCK_BYTES % TERN_ALIGN == 0, "rows stay aligned");
 #else
+_Static_assert(TERN_KV_K_GROUP % TERN_FIELDS == 0, "a K scale group owns whole code bytes");
 _Static_assert(TERN_BLOCK_BYTES * 8 == TERN_BLOCK * 2, "2 bits per code");
 _Static_assert(TERN_FIELDS * TERN_LANE == TERN_BLOCK, "fields x lane = block");
 _Static_assert(TERN_BLOCK_BYTES % TERN_ALIGN == 0, "rows stay aligned");
@@ -103,6 +119,24 @@ TERN_HD int tern_get(const uint8_t *row, int64_t k) {
 TERN_HD void tern_set(uint8_t *row, int64_t k, int q) {
     uint8_t *b = row + tern_byte_of(k);
     int s = tern_shift_of(k);
+    *b = (uint8_t)((*b & ~(3u << s)) | ((uint32_t)(q + 1) << s));
+}
+
+/* Layout TKV: code bytes and f16 scales of one K (is_key) or V row of a ternary KV page. */
+TERN_HD int tern_kv_code_bytes(int head_dim) { return (head_dim + TERN_FIELDS - 1) / TERN_FIELDS; }
+TERN_HD int tern_kv_scales(int head_dim, int is_key) {
+    return is_key ? (head_dim + TERN_KV_K_GROUP - 1) / TERN_KV_K_GROUP : 1;
+}
+TERN_HD int tern_kv_byte_of(int i) { return i / TERN_FIELDS; }
+TERN_HD int tern_kv_shift_of(int i) { return 2 * (i % TERN_FIELDS); }
+/* Ternary value of channel i of a TKV row's codes (reference accessor). */
+TERN_HD int tern_kv_get(const uint8_t *codes, int i) {
+    return (int)((codes[tern_kv_byte_of(i)] >> tern_kv_shift_of(i)) & 3u) - 1;
+}
+/* Sets channel i to q in {-1, 0, 1}; the codes filled with TERN_BYTE_ZERO first. */
+TERN_HD void tern_kv_set(uint8_t *codes, int i, int q) {
+    uint8_t *b = codes + tern_kv_byte_of(i);
+    const int s = tern_kv_shift_of(i);
     *b = (uint8_t)((*b & ~(3u << s)) | ((uint32_t)(q + 1) << s));
 }
 

@@ -257,6 +257,31 @@ TEST(kv_set_policy_on_tables_only_cache) {
  * (the scale's storage) dequantises to finite values: the scale saturates at
  * 65504 (it had been inf, and the zero codes inf x 0 = NaN); a K row (one
  * scale per 16 channels) and a V row (one scale). */
+/* Layout TKV (kernels/ternary_format.h, the one definition the CPU and CUDA
+ * kernels share): channel i in bits 2*(i%4) of byte i/4, code q + 1, padding
+ * code 1; K one f16 scale per 16 channels, V one.  The bytes here are worked
+ * out by hand from that text, and kvt_quant_row writes the same. */
+TEST(kv_ternary_row_layout) {
+    CHECK(tern_kv_code_bytes(10) == 3 && tern_kv_code_bytes(128) == 32 && tern_kv_code_bytes(1) == 1);
+    CHECK(tern_kv_scales(10, 1) == 1 && tern_kv_scales(17, 1) == 2 && tern_kv_scales(128, 1) == 8 &&
+          tern_kv_scales(128, 0) == 1);
+    CHECK(kvt_n_scales(17, 1) == 2 && kvt_bytes_per_token_head(10, 1) == 2 * 3 + 2 * (1 + 1));
+    const int q[10] = {-1, 0, 1, 1, 0, 0, 0, -1, 1, -1};
+    uint8_t c[3];
+    memset(c, TERN_BYTE_ZERO, sizeof c);
+    for (int i = 0; i < 10; i++) tern_kv_set(c, i, q[i]);
+    /* codes 0 1 2 2 | 1 1 1 0 | 2 0 (1 1): 0xA4, 0x15, 0x52 */
+    CHECK_MSG(c[0] == 0xA4 && c[1] == 0x15 && c[2] == 0x52, "bytes %02x %02x %02x", c[0], c[1], c[2]);
+    for (int i = 0; i < 10; i++) CHECK(tern_kv_get(c, i) == q[i]);
+    /* the same row through the reference quantiser (a V row: one scale, mean |x| = 0.6) */
+    float x[10];
+    for (int i = 0; i < 10; i++) x[i] = (float)q[i];
+    uint8_t kc[3];
+    uint16_t vs;
+    kvt_quant_row(x, 10, 0, kc, &vs);
+    CHECK_MSG(memcmp(kc, c, sizeof c) == 0, "kvt_quant_row wrote %02x %02x %02x", kc[0], kc[1], kc[2]);
+}
+
 TEST(kv_ternary_scale_saturates) {
     for (int is_key = 1; is_key >= 0; is_key--) {
         float k[16], y[16];

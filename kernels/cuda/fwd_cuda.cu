@@ -487,7 +487,7 @@ __global__ void kv_ternarise_kernel(float *kp, float *vp, const int32_t *slot, i
     pdl_trigger();
     pdl_wait();
     const int64_t i = blockIdx.x;
-    const int h = blockIdx.y, t = threadIdx.x, nk = (hd + KV_K_GROUP - 1) / KV_K_GROUP;
+    const int h = blockIdx.y, t = threadIdx.x, nk = tern_kv_scales(hd, 1);
     if (t > nk) return;
     const int sl = slot[i];
     const int64_t off = (((int64_t)(sl / bs) * n_kv + h) * bs + sl % bs) * hd;
@@ -502,13 +502,13 @@ __global__ void kv_ternarise_kernel(float *kp, float *vp, const int32_t *slot, i
  * kv_ternarise_kernel (the same operations), its codes and f16 scale written
  * as kvt_quant_row writes them (padding code 1).  A K group of KV_K_GROUP
  * channels owns KV_K_GROUP / 4 whole bytes. */
-static_assert(KV_K_GROUP % 4 == 0, "a K scale group owns whole code bytes");
+/* (KV_K_GROUP % 4 == 0: asserted with layout TKV, kernels/ternary_format.h) */
 __global__ void kv_code_rows_kernel(const float *k, int64_t ldk, const float *v, int64_t ldv, const int32_t *slot,
                                     int n_kv, int hd, int bs, FwdcKvTern pg) {
     pdl_trigger();
     pdl_wait();
     const int64_t i = blockIdx.x;
-    const int h = blockIdx.y, t = threadIdx.x, nk = (hd + KV_K_GROUP - 1) / KV_K_GROUP, cb = (hd + 3) / 4;
+    const int h = blockIdx.y, t = threadIdx.x, nk = tern_kv_scales(hd, 1), cb = tern_kv_code_bytes(hd);
     if (t > nk) return;
     const int sl = slot[i];
     const int64_t r = ((int64_t)(sl / bs) * n_kv + h) * bs + sl % bs;
@@ -517,12 +517,12 @@ __global__ void kv_code_rows_kernel(const float *k, int64_t ldk, const float *v,
     const float gam = kvt_group_mean(x, cnt);
     uint8_t *codes = t < nk ? pg.kc + r * cb + t * (KV_K_GROUP / 4) : pg.vc + r * cb;
     for (int b = 0; b < (cnt + 3) / 4; b++) {
-        unsigned byte = 0x55u; /* code 1 (zero) where the row ends inside the byte */
+        unsigned byte = TERN_BYTE_ZERO; /* code 1 (zero) where the row ends inside the byte */
         for (int u = 0; u < 4 && 4 * b + u < cnt; u++)
             byte = (byte & ~(3u << (2 * u))) | ((unsigned)(kvt_code(x[4 * b + u], gam) + 1) << (2 * u));
         codes[b] = (uint8_t)byte;
     }
-    *(t < nk ? pg.ks + r * ((hd + KV_K_GROUP - 1) / KV_K_GROUP) + t : pg.vs + r) =
+    *(t < nk ? pg.ks + r * tern_kv_scales(hd, 1) + t : pg.vs + r) =
         __half_as_ushort(__float2half_rn(gam));
 }
 
@@ -794,7 +794,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
      * from shared memory, warp-uniform) where own; zeros past the end */
     float kr[kU][kE], vr[kU][kE];
     /* kTern: roff holds page rows (kv_row of head_dim 1), cb code bytes and nks K scales a row */
-    const int rhd = kTern ? 1 : hd, cb = (hd + 3) / 4, nks = (hd + KV_K_GROUP - 1) / KV_K_GROUP;
+    const int rhd = kTern ? 1 : hd, cb = tern_kv_code_bytes(hd), nks = tern_kv_scales(hd, 1);
     auto load_run = [&](int c0, int j0, int cn, bool glob, bool own_too) {
 #pragma unroll
         for (int u = 0; u < kU; u++) {
@@ -1102,7 +1102,7 @@ attention_warp_kernel(const float *q, int64_t ldq, const float *kp, const float 
 #pragma unroll
                         for (int e = 0; e < kE; e += 4) {
                             const int d = dim_of(e);
-                            vb[u][e / 4] = jj < nk && d < hd ? vcp[d / 4] : 0x55u; /* (past the keys: zeros) */
+                            vb[u][e / 4] = jj < nk && d < hd ? vcp[d / 4] : TERN_BYTE_ZERO; /* (past the keys: zeros) */
                         }
                     }
 #pragma unroll
@@ -1358,7 +1358,7 @@ attention_tile_kernel(const float *q, int64_t ldq, const float *kp, const float 
                 if (kk < kn) {
                     const int64_t r = roff[kk], cb = h4; /* hd % 4 == 0: hd / 4 code bytes a row */
                     k4 = kvt_val4(tz.kc[r * cb + d4],
-                                  kvt_scale(tz.ks + r * ((hd + KV_K_GROUP - 1) / KV_K_GROUP) + 4 * d4 / KV_K_GROUP));
+                                  kvt_scale(tz.ks + r * tern_kv_scales(hd, 1) + 4 * d4 / KV_K_GROUP));
                     v4 = kvt_val4(tz.vc[r * cb + d4], kvt_scale(tz.vs + r));
                 }
                 *reinterpret_cast<float4 *>(Ks + kk * LD + 4 * d4) = k4;

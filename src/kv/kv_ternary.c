@@ -75,13 +75,11 @@ int kv_policy_all_ternary(const KvPolicy *p, int layer) {
     return kv_policy_ternary(p, layer, 0) && kv_policy_ternary(p, layer, 1);
 }
 
-int kvt_n_scales(int head_dim, int is_key) {
-    return is_key ? (head_dim + KV_K_GROUP - 1) / KV_K_GROUP : 1;
-}
+int kvt_n_scales(int head_dim, int is_key) { return tern_kv_scales(head_dim, is_key); }
 
 void kvt_quant_row(const float *x, int head_dim, int is_key, uint8_t *codes, uint16_t *scales) {
     int gsz = is_key ? KV_K_GROUP : head_dim;
-    memset(codes, 0x55, (size_t)(head_dim + 3) / 4); /* code 1 = zero, also for padding */
+    memset(codes, TERN_BYTE_ZERO, (size_t)tern_kv_code_bytes(head_dim)); /* code 1 = zero, also for padding */
     for (int g0 = 0, gi = 0; g0 < head_dim; g0 += gsz, gi++) {
         int g1 = g0 + gsz < head_dim ? g0 + gsz : head_dim;
         float sum = 0.0f;
@@ -94,8 +92,7 @@ void kvt_quant_row(const float *x, int head_dim, int is_key, uint8_t *codes, uin
         for (int i = g0; i < g1; i++) {
             float q = rintf(x[i] / gam);
             q = q > 1.0f ? 1.0f : (q < -1.0f ? -1.0f : q);
-            int c = (int)q + 1;
-            codes[i / 4] = (uint8_t)((codes[i / 4] & ~(3u << (2 * (i % 4)))) | ((unsigned)c << (2 * (i % 4))));
+            tern_kv_set(codes, i, (int)q);
         }
         scales[gi] = f32_to_f16(gam);
     }
@@ -104,14 +101,11 @@ void kvt_quant_row(const float *x, int head_dim, int is_key, uint8_t *codes, uin
 void kvt_dequant_row(const uint8_t *codes, const uint16_t *scales, int head_dim, int is_key,
                      float *x) {
     int gsz = is_key ? KV_K_GROUP : head_dim;
-    for (int i = 0; i < head_dim; i++) {
-        int c = (codes[i / 4] >> (2 * (i % 4))) & 3;
-        x[i] = (float)(c - 1) * f16_to_f32(scales[i / gsz]);
-    }
+    for (int i = 0; i < head_dim; i++) x[i] = (float)tern_kv_get(codes, i) * f16_to_f32(scales[i / gsz]);
 }
 
 size_t kvt_bytes_per_token_head(int head_dim, int ternary) {
     if (!ternary) return 2 * (size_t)head_dim * sizeof(float);
-    return 2 * (size_t)((head_dim + 3) / 4) +
+    return 2 * (size_t)tern_kv_code_bytes(head_dim) +
            sizeof(uint16_t) * (size_t)(kvt_n_scales(head_dim, 1) + kvt_n_scales(head_dim, 0));
 }

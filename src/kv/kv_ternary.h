@@ -1,9 +1,10 @@
 /* Ternary KV pages: K and V rows of one token and head stored as 2-bit codes
  * with f16 scales, dequantised inside attention when a block is gathered.
  *
- * Format of one (token, head) row of head_dim values:
+ * Format of one (token, head) row of head_dim values: layout TKV of
+ * kernels/ternary_format.h (the one definition, shared with the CUDA kernels):
  *   codes: ceil(head_dim/4) bytes, value i in bits 2*(i%4) of byte i/4, code = q+1
- *          (the same 2-bit code as kernels/ternary_format.h; unused codes 1, value 0);
+ *          (unused codes 1, value 0);
  *   V: one scale per (token, head)            — values are per-token quantities;
  *   K: one scale per KV_K_GROUP channels      — keys carry outlier channels
  *      (KIVI, arXiv 2402.02750; KVQuant, arXiv 2401.18079), so they get finer
@@ -23,7 +24,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#define KV_K_GROUP 16 /* key channels per scale */
+#include "ternary_format.h"
+
+#define KV_K_GROUP TERN_KV_K_GROUP /* key channels per scale (layout TKV) */
 
 typedef enum { KVP_NONE = 0, KVP_ENCODER, KVP_DECODER, KVP_ALL } KvPolicyKind;
 

@@ -233,7 +233,7 @@ int kv_set_policy(KvCache *kv, const KvPolicy *p) {
     if (p->kind != KVP_NONE && !kv->fmt) {
         size_t tokens = (size_t)kv->n_layers * (size_t)kv->n_blocks * (size_t)kv->block_size;
         size_t rows = tokens * (size_t)kv->n_kv_heads;
-        kv->code_bytes = (kv->head_dim + 3) / 4;
+        kv->code_bytes = tern_kv_code_bytes(kv->head_dim);
         kv->k_scales = kvt_n_scales(kv->head_dim, 1);
         kv->fmt = mem_alloc(tokens, "KV page formats");
         kv->kq = mem_alloc(rows * (size_t)kv->code_bytes, "ternary KV pages");

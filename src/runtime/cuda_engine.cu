@@ -894,7 +894,7 @@ int kv_pages_for_policy(CE *g, const KvCache *kv) {
                        "holds %lld tokens; set the policy on an empty cache", pol, (long long)held);
     }
     const int64_t rows = (int64_t)g->n_blocks * g->c.n_kv_heads * g->bs;
-    const size_t cb = (size_t)(hd + 3) / 4, nks = (size_t)(hd + KV_K_GROUP - 1) / KV_K_GROUP;
+    const size_t cb = (size_t)tern_kv_code_bytes(hd), nks = (size_t)tern_kv_scales(hd, 1);
     std::vector<FwdcKvTern> fresh((size_t)L, FwdcKvTern{});
     std::vector<float *> fk((size_t)L, nullptr), fv((size_t)L, nullptr);
     int rc = 0;
