@@ -352,6 +352,40 @@ def missing_points(runs, values, planned=()):
     return out
 
 
+_ANSI_C = {"a": 7, "b": 8, "e": 27, "E": 27, "f": 12, "n": 10, "r": 13, "t": 9, "v": 11, "\\": 92,
+           "'": 39, '"': 34, "?": 63}
+
+
+def ansi_c_words(line):
+    """line with bash's $'...' words (printf %q writes bytes outside ASCII so
+    under the C locale, a cluster's usual one: $'mod\\303\\250le') as plain
+    quoted words shlex reads; shlex had failed on them and the model's plan
+    was dropped."""
+    def word(m):
+        body, out, i = m.group(1), bytearray(), 0
+        while i < len(body):
+            if body[i] == "\\" and i + 1 < len(body):
+                n = body[i + 1]
+                o = re.match(r"[0-7]{1,3}", body[i + 1:]) if n in "01234567" else None
+                h = re.match(r"x([0-9a-fA-F]{1,2})", body[i + 1:]) if n == "x" else None
+                if o:
+                    out.append(int(o.group(0), 8) & 0xFF)
+                    i += 1 + len(o.group(0))
+                    continue
+                if h:
+                    out.append(int(h.group(1), 16))
+                    i += 1 + len(h.group(0))
+                    continue
+                if n in _ANSI_C:
+                    out.append(_ANSI_C[n])
+                    i += 2
+                    continue
+            out += body[i].encode("utf-8")
+            i += 1
+        return shlex.quote(out.decode("utf-8", "surrogateescape"))
+    return re.sub(r"\$'((?:[^'\\]|\\.)*)'", word, line)
+
+
 def planned_points(jobs_path):
     """[(model, value, device)] of the points a sweep planned: its
     RESULTS/EXP/jobs file (scripts/sweep.sh; each line runs sweep_point.sh
@@ -365,7 +399,7 @@ def planned_points(jobs_path):
     out = []
     for line in lines:
         try:
-            words = shlex.split(line)
+            words = shlex.split(ansi_c_words(line))
         except ValueError:
             continue
         exp, device = {}, "cpu"

@@ -8,6 +8,7 @@ usage: test_ternlab_runs.py REPO_ROOT TMPDIR"""
 import contextlib
 import io
 import os
+import shlex
 import subprocess
 import sys
 
@@ -52,6 +53,19 @@ with open(jobs, "w", encoding="utf-8") as f:
 check(tr.planned_points(jobs) == [("m 1", "a", "cpu"), ("m2", "b", "cpu"), ("m2", "b", "cuda")],
       f"planned_points read {tr.planned_points(jobs)}")
 check(tr.planned_points(os.path.join(TMP, "nojobs")) == [], "planned_points of a missing jobs file is not empty")
+# bash's $'...' words, as printf %q writes bytes outside ASCII under the C locale (a
+# cluster's usual one): read back as the value (shlex had failed on the line and the model's
+# plan was dropped)
+for v in ("model/=mod\u00e8le", "factor_value=a\tb'c\\d e\u00e8"):
+    qv = subprocess.run(["bash", "-c", 'printf "%q" "$1"', "_", v], capture_output=True, text=True,
+                        env=dict(os.environ, LC_ALL="C"), check=True).stdout
+    check(qv.startswith("$'"), f"printf %q under LC_ALL=C wrote {qv!r}")
+    got = shlex.split(tr.ansi_c_words(f"x --expect {qv} -- y"))
+    check(got == ["x", "--expect", v, "--", "y"], f"ansi_c_words read {qv!r} as {got}")
+with open(jobs, "w", encoding="utf-8") as f:
+    f.write("bash scripts/sweep_point.sh o.h5 --device cpu --expect $'factor_value=\\303\\251' "
+            "--expect $'model/=mod\\303\\250le' -- prog\n")
+check(tr.planned_points(jobs) == [("mod\u00e8le", "\u00e9", "cpu")], f"planned_points read {tr.planned_points(jobs)}")
 m2b = [{"model_name": "m2", "value": "b", "attrs": {"device": "cpu"}}]
 check(tr.unrun_models(m2b, [("m 1", "z", "cpu"), ("m 1", "a", "cpu"), ("m2", "b", "cpu")], ["a", "b"]) ==
       [("m 1", ["a", "z"])], "unrun_models named a model with runs, or lost a value or its order")
