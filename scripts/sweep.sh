@@ -157,7 +157,7 @@ for i in "${!models[@]}"; do models[$i]=$(from_here "${models[$i]}"); done
 # So are the paths in overrides (the points run from the repository root, where
 # a relative tokens= had been looked up): tokens= becomes a path from the root
 # when the file is inside the repository (every machine of an --sshloginfile
-# sweep has it at that place), else absolute; models= as --model.
+# sweep has it at that place), else absolute; models= the same way.
 for i in "${!overrides[@]}"; do
   kv=${overrides[$i]}
   k=${kv%%=*}; k=${k%"${k##*[![:space:]]}"}; k=${k#"${k%%[![:space:]]*}"}
@@ -315,7 +315,8 @@ dev_name() { # base, device -> the point's file name for that device
 }
 # point_check I: point I's file, checked once — 0 a finished run file of this
 # point; 3 another device's (its device in $chk_dev); 4 another experiment's,
-# value's or settings'; 1 not a finished run file.  One `ternlab verify` with the
+# value's or settings'; 5 open for writing in another process (its HDF5 file
+# lock held; not read); 1 not a finished run file.  One `ternlab verify` with the
 # point's device and attributes; under TERNLAB_VERIFY_CMD (or without the
 # program) scripts/verify_run.sh first, then those checks where they can run.
 point_check() {
@@ -623,6 +624,7 @@ for i in "${!outs[@]}"; do
   case $r in
     0) ;;
     3|4) failed+=("${outs[$i]} (a run of another device or point)") ;;
+    5) failed+=("${outs[$i]} (open for writing in another process: its HDF5 file lock is held; not checked)") ;;
     *) if job_ok "$i"; then
          failed+=("${outs[$i]} (its job exited 0 without it: the command did not run there; over ssh, check that the login sets SHELL)")
        else

@@ -5,6 +5,9 @@
 #    with --device / --expect only if it is also this point's (ternlab verify
 #    with them): one of another device, experiment or value is moved into
 #    misplaced/ beside it and the point runs;
+#  - OUT open for writing in another process (its HDF5 file lock held: h5py's
+#    "r+", a viewer; verify_run.sh exits 5), before or after COMMAND -> left as
+#    it is, exit 75;
 #  - otherwise OUT and OUT.tmp.* left by an earlier, killed run are removed,
 #    COMMAND runs (it writes OUT through h5log: OUT.tmp.<host>.<pid>, renamed when
 #    complete), and OUT must verify afterwards (else it is removed, exit 3).
@@ -106,7 +109,14 @@ if [ $rc -ne 0 ]; then
   echo "sweep: FAILED (exit $rc): $*" >&2
   exit $rc
 fi
-if ! reason=$(bash "$here/verify_run.sh" "$out" 2>&1); then
+vr=0
+reason=$(bash "$here/verify_run.sh" "$out" 2>&1) || vr=$?
+if [ $vr -eq 5 ]; then # (opened for writing by another process since: left as it is)
+  echo "sweep: FAILED: $out is open for writing in another process (its HDF5 file lock is held):" \
+       "not checked, not replaced; rerun when it is closed" >&2
+  exit 75
+fi
+if [ $vr -ne 0 ]; then
   rm -f -- "$out" "$out".tmp.*
   echo "sweep: FAILED: the command exited 0 but $out does not verify: $reason" >&2
   exit 3

@@ -356,34 +356,66 @@ _ANSI_C = {"a": 7, "b": 8, "e": 27, "E": 27, "f": 12, "n": 10, "r": 13, "t": 9, 
            "'": 39, '"': 34, "?": 63}
 
 
+_ANSI_C_WORD = re.compile(r"\$'((?:[^'\\]|\\.)*)'")
+
+
+def _ansi_c_decode(m):
+    """One $'...' word's text as a shlex-quoted word (bash's escapes: octal,
+    \\xHH, the named ones; any other backslash kept as it is)."""
+    body, out, i = m.group(1), bytearray(), 0
+    while i < len(body):
+        if body[i] == "\\" and i + 1 < len(body):
+            n = body[i + 1]
+            o = re.match(r"[0-7]{1,3}", body[i + 1:]) if n in "01234567" else None
+            h = re.match(r"x([0-9a-fA-F]{1,2})", body[i + 1:]) if n == "x" else None
+            if o:
+                out.append(int(o.group(0), 8) & 0xFF)
+                i += 1 + len(o.group(0))
+                continue
+            if h:
+                out.append(int(h.group(1), 16))
+                i += 1 + len(h.group(0))
+                continue
+            if n in _ANSI_C:
+                out.append(_ANSI_C[n])
+                i += 2
+                continue
+        out += body[i].encode("utf-8")
+        i += 1
+    return shlex.quote(out.decode("utf-8", "surrogateescape"))
+
+
 def ansi_c_words(line):
     """line with bash's $'...' words (printf %q writes bytes outside ASCII so
     under the C locale, a cluster's usual one: $'mod\\303\\250le') as plain
-    quoted words shlex reads; shlex had failed on them and the model's plan
-    was dropped."""
-    def word(m):
-        body, out, i = m.group(1), bytearray(), 0
-        while i < len(body):
-            if body[i] == "\\" and i + 1 < len(body):
-                n = body[i + 1]
-                o = re.match(r"[0-7]{1,3}", body[i + 1:]) if n in "01234567" else None
-                h = re.match(r"x([0-9a-fA-F]{1,2})", body[i + 1:]) if n == "x" else None
-                if o:
-                    out.append(int(o.group(0), 8) & 0xFF)
-                    i += 1 + len(o.group(0))
-                    continue
-                if h:
-                    out.append(int(h.group(1), 16))
-                    i += 1 + len(h.group(0))
-                    continue
-                if n in _ANSI_C:
-                    out.append(_ANSI_C[n])
-                    i += 2
-                    continue
-            out += body[i].encode("utf-8")
-            i += 1
-        return shlex.quote(out.decode("utf-8", "surrogateescape"))
-    return re.sub(r"\$'((?:[^'\\]|\\.)*)'", word, line)
+    quoted words shlex reads -- shlex had failed on them and the model's plan
+    was dropped -- up to the first word "--": what follows is the program's
+    own command line (a template's sh -c 'x$'\\''y' is no such word), kept."""
+    out, i, n, start = [], 0, len(line), True
+    while i < n:
+        c = line[i]
+        if start and line.startswith("--", i) and (i + 2 == n or line[i + 2].isspace()):
+            out.append(line[i:])
+            break
+        m = _ANSI_C_WORD.match(line, i)
+        if m:
+            out.append(_ansi_c_decode(m))
+            i, start = m.end(), False
+            continue
+        if c == "\\":  # (an escaped character, a blank among them, is part of the word)
+            out.append(line[i:i + 2])
+            i, start = i + 2, False
+            continue
+        if c == "'" or c == '"':  # (a quoted part whole: no "--" or $' inside it counts)
+            j = i + 1
+            while j < n and line[j] != c:
+                j += 2 if c == '"' and line[j] == "\\" else 1
+            out.append(line[i:j + 1])
+            i, start = j + 1, False
+            continue
+        out.append(c)
+        i, start = i + 1, c.isspace()
+    return "".join(out)
 
 
 def planned_points(jobs_path):

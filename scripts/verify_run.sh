@@ -25,7 +25,9 @@ fi
 for f in "$@"; do
   if [ ! -f "$f" ]; then echo "$f: no such file"; exit 1; fi
   # (HDF5 takes flock's exclusive lock on a file it opens for writing)
-  flock -s -n -E 75 "$f" true 2>/dev/null
+  # (on a descriptor of the file as it is: flock FILE opens with O_CREAT, and a run file
+  # removed meanwhile came back empty)
+  { flock -s -n -E 75 9; } 2>/dev/null 9<"$f"
   if [ $? -eq 75 ]; then
     echo "$f: open for writing in another process (its HDF5 file lock is held): not checked"; exit 5
   fi

@@ -599,18 +599,39 @@ TEST(sweep_leaves_a_run_open_for_writing) {
              "for i in $(seq 200); do [ -e '%s/held' ] && break; sleep 0.05; done; "
              "'%s' verify '%s' 2>&1; echo \"verify rc=$?\"; bash '%s' '%s'; echo \"verify_run rc=$?\"; "
              "bash '%s' exp-fake --config '%s' --results '%s' 2>&1; echo \"sweep rc=$?\"; "
+             "TERNLAB_VERIFY_CMD='%s verify' bash '%s' exp-fake --config '%s' --results '%s' 2>&1; "
+             "echo \"sweep2 rc=$?\"; "
              "touch '%s/release'; for i in $(seq 200); do [ -e '%s/held' ] || break; sleep 0.05; done",
              dir, p, dir, dir, bin_path("ternlab"), p, test_path("scripts/verify_run.sh"), p,
-             test_path("scripts/sweep.sh"), conf, res, dir, dir);
+             test_path("scripts/sweep.sh"), conf, res, bin_path("ternlab"), test_path("scripts/sweep.sh"), conf, res,
+             dir, dir);
     int rc = test_run(cmd, &out);
+    /* (twice: with ternlab verify, and through verify_run.sh under TERNLAB_VERIFY_CMD) */
     CHECK_MSG(rc == 0 && out && strstr(out, "verify rc=5") && strstr(out, "verify_run rc=5") &&
                   strstr(out, "open for writing in another process (its HDF5 file lock is held): not checked") &&
                   strstr(out, "left ") && strstr(out, "its point fails until that process closes it") &&
                   strstr(out, "m1__a.h5 is open for writing in another process") && !strstr(out, "sweep rc=0") &&
-                  !strstr(out, "removed"),
+                  strstr(out, "(open for writing in another process: its HDF5 file lock is held; not checked)") &&
+                  !strstr(out, "sweep2 rc=0") && !strstr(out, "removed") && !strstr(out, "check that the login"),
               "rc %d:\n%s", rc, out ? out : "");
     free(out);
     CHECK_MSG(stat(p, &st1) == 0 && st1.st_ino == st0.st_ino, "the run held open was replaced");
+    /* opened for writing between the point's command and its check: left too (it had been
+     * removed as a file that does not verify) */
+    char p2[800];
+    snprintf(p2, sizeof p2, "%s/m9__z.h5", out_dir);
+    snprintf(cmd, sizeof cmd,
+             "rm -f '%s/release' && cd '%s' && bash scripts/sweep_point.sh '%s' -- bash -c \"/usr/bin/python3 tests/tools/fake_exp.py "
+             "--model data/m9 --value z --out '%s' && (/usr/bin/python3 '%s/hold.py' '%s' '%s' >/dev/null 2>&1 &) && "
+             "for i in \\$(seq 200); do [ -e '%s/held' ] && break; sleep 0.05; done\" 2>&1; echo \"point rc=$?\"; "
+             "ls '%s'; touch '%s/release'; for i in $(seq 200); do [ -e '%s/held' ] || break; sleep 0.05; done",
+             dir, test_path(""), p2, p2, dir, p2, dir, dir, p2, dir, dir);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && out && strstr(out, "point rc=75") && strstr(out, "m9__z.h5 is open for writing") &&
+                  !strstr(out, "No such file"),
+              "rc %d:\n%s", rc, out ? out : "");
+    free(out);
+    unlink(p2);
     snprintf(cmd, sizeof cmd, "bash '%s' exp-fake --config '%s' --results '%s' 2>&1",
              test_path("scripts/sweep.sh"), conf, res);
     rc = test_run(cmd, &out);

@@ -66,6 +66,13 @@ with open(jobs, "w", encoding="utf-8") as f:
     f.write("bash scripts/sweep_point.sh o.h5 --device cpu --expect $'factor_value=\\303\\251' "
             "--expect $'model/=mod\\303\\250le' -- prog\n")
 check(tr.planned_points(jobs) == [("mod\u00e8le", "\u00e9", "cpu")], f"planned_points read {tr.planned_points(jobs)}")
+# ... only before the word "--": a template's command after it is the program's own (its
+# sh -c 'x$'\''s', the usual quote-escape after a $, had been taken for such a word and the
+# line dropped)
+with open(jobs, "w", encoding="utf-8") as f:
+    f.write("bash scripts/sweep_point.sh 'a -- b.h5' --expect factor_value=a --expect model/=m1 -- "
+            "sh -c 'grep -c x$'\\''s' $'--'\n")
+check(tr.planned_points(jobs) == [("m1", "a", "cpu")], f"planned_points read {tr.planned_points(jobs)}")
 m2b = [{"model_name": "m2", "value": "b", "attrs": {"device": "cpu"}}]
 check(tr.unrun_models(m2b, [("m 1", "z", "cpu"), ("m 1", "a", "cpu"), ("m2", "b", "cpu")], ["a", "b"]) ==
       [("m 1", ["a", "z"])], "unrun_models named a model with runs, or lost a value or its order")
