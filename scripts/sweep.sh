@@ -142,7 +142,10 @@ if [ $ret -eq 1 ]; then # (it had been ignored without --sshloginfile, and faile
 fi
 root=$(cd "$(dirname "$0")/.." && pwd)
 rel() { case $1 in "$root"/*) printf '%s' "${1#"$root"/}" ;; *) printf '%s' "$1" ;; esac; }
-# Models given on the command line are paths from where the user stands.
+# Models given on the command line are paths from where the user stands, kept
+# from the repository root where inside it (the points run there, on every
+# machine of an --sshloginfile sweep: made absolute, a machine whose home path
+# differs had not found them), else absolute.
 # (a path ending in . or .. as the folder it names, physically, as the programs open it:
 # `--model .` had named the points ".__<value>.h5", hidden from the tables, and its runs,
 # recording the folder's name, had been taken for another point's; CDPATH is not consulted)
@@ -153,7 +156,7 @@ from_here() {
   if [ -e "$1" ]; then printf '%s/%s' "$(CDPATH='' cd -- "$(dirname -- "$1")" && pwd)" "$(basename -- "$1")"
   else printf '%s' "$1"; fi
 }
-for i in "${!models[@]}"; do models[$i]=$(from_here "${models[$i]}"); done
+for i in "${!models[@]}"; do models[$i]=$(rel "$(from_here "${models[$i]}")"); done
 # So are the paths in overrides (the points run from the repository root, where
 # a relative tokens= had been looked up): tokens= becomes a path from the root
 # when the file is inside the repository (every machine of an --sshloginfile

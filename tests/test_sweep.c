@@ -1022,6 +1022,13 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     CHECK_MSG(rc == 0 && strstr(out, "--model data/llama-tiny --value a") && strstr(out, " models=data/llama-tiny"),
               "rc %d:\n%s", rc, out);
     free(out);
+    /* --model too (absolute, a machine of an --sshloginfile sweep whose home path differs had
+     * not found it) */
+    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run --model llama-tiny",
+             repo_abs("data", p), sweep, conf);
+    rc = test_run(cmd, &out);
+    CHECK_MSG(rc == 0 && strstr(out, "--model data/llama-tiny --value a"), "rc %d:\n%s", rc, out);
+    free(out);
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/sp ace/mdir' && cd '%s/sp ace' && bash '%s' exp-fake --config ../fake.conf "
              "--dry-run models=mdir", dir, dir, sweep);
     rc = test_run(cmd, &out);
