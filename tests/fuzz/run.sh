@@ -37,7 +37,7 @@ CJSON_CFLAGS="$(pkg-config --cflags libcjson 2>/dev/null || echo -I/usr/include/
 CJSON_LIBS="$(pkg-config --libs libcjson 2>/dev/null || echo -lcjson)"
 CFLAGS=(-std=c11 -D_GNU_SOURCE -g -O1 -fno-omit-frame-pointer
         -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
-        -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -I. -Itests/fuzz $CJSON_CFLAGS)
+        -Wall -Wextra -Werror -Wno-unused-parameter -Isrc -Ikernels -I. -Itests/fuzz $CJSON_CFLAGS)
 CORE=(src/core/err.c src/core/mem.c src/core/dtype.c src/core/strnum.c)
 
 # harness -> library sources it needs (besides CORE)
