@@ -51,6 +51,14 @@ if ! flock -n 8; then
   exit 75
 fi
 
+# OUT open for writing in another process (verify_run.sh / ternlab verify exit 5: its HDF5
+# file lock held, h5py's "r+", a viewer; a reader's open fails as on a damaged file): left
+busy_exit() {
+  echo "sweep: FAILED: $out is open for writing in another process (its HDF5 file lock is held):" \
+       "not checked, not replaced; rerun when it is closed" >&2
+  exit 75
+}
+
 if [ -e "$out" ]; then
   # 0 finished and this point's, 3 / 4 another device's / point's, 5 open for
   # writing in another process, else not finished: one `ternlab verify` with
@@ -68,11 +76,7 @@ if [ -e "$out" ]; then
   else
     r=$?; [ $r -eq 5 ] || r=1
   fi
-  if [ $r -eq 5 ]; then # (its HDF5 file lock held: h5py's "r+", a viewer; a reader's open fails)
-    echo "sweep: FAILED: $out is open for writing in another process (its HDF5 file lock is held):" \
-         "not checked, not replaced; rerun when it is closed" >&2
-    exit 75
-  fi
+  [ $r -ne 5 ] || busy_exit
   if [ $r -eq 0 ]; then
     echo "sweep: $out complete, skipped"
     exit 0
@@ -111,11 +115,7 @@ if [ $rc -ne 0 ]; then
 fi
 vr=0
 reason=$(bash "$here/verify_run.sh" "$out" 2>&1) || vr=$?
-if [ $vr -eq 5 ]; then # (opened for writing by another process since: left as it is)
-  echo "sweep: FAILED: $out is open for writing in another process (its HDF5 file lock is held):" \
-       "not checked, not replaced; rerun when it is closed" >&2
-  exit 75
-fi
+[ $vr -ne 5 ] || busy_exit # (opened for writing by another process since: left as it is)
 if [ $vr -ne 0 ]; then
   rm -f -- "$out" "$out".tmp.*
   echo "sweep: FAILED: the command exited 0 but $out does not verify: $reason" >&2

@@ -1008,27 +1008,25 @@ TEST(sweep_override_paths_from_the_callers_directory) {
     CHECK_MSG(rc == 2 && strstr(out, "no token file") && strstr(out, "nope.i32") && strstr(out, dir), "rc %d:\n%s",
               rc, out);
     free(out);
-    /* inside the repository: a path from the root (the points run there, on every machine) */
-    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run tokens=wikitext2-test.tokens.i32",
-             repo_abs("data", p), sweep, conf);
-    rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, " tokens=data/wikitext2-test.tokens.i32"), "rc %d:\n%s", rc, out);
-    free(out);
-    /* models= the same way (made absolute, a checkout under a folder with a blank had split
-     * each model path in two in the blank-separated list); a path with a blank: refused */
-    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run models=llama-tiny",
-             repo_abs("data", p), sweep, conf);
-    rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "--model data/llama-tiny --value a") && strstr(out, " models=data/llama-tiny"),
-              "rc %d:\n%s", rc, out);
-    free(out);
-    /* --model too (absolute, a machine of an --sshloginfile sweep whose home path differs had
-     * not found it) */
-    snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run --model llama-tiny",
-             repo_abs("data", p), sweep, conf);
-    rc = test_run(cmd, &out);
-    CHECK_MSG(rc == 0 && strstr(out, "--model data/llama-tiny --value a"), "rc %d:\n%s", rc, out);
-    free(out);
+    /* inside the repository: a path from the root (the points run there, on every machine):
+     * tokens=, models= (made absolute, a checkout under a folder with a blank had split each
+     * model path in two in the blank-separated list) and --model (absolute, a machine of an
+     * --sshloginfile sweep whose home path differs had not found it) */
+    const struct {
+        const char *args, *want[2];
+    } inside[] = {{"tokens=wikitext2-test.tokens.i32", {" tokens=data/wikitext2-test.tokens.i32", NULL}},
+                  {"models=llama-tiny", {"--model data/llama-tiny --value a", " models=data/llama-tiny"}},
+                  {"--model llama-tiny", {"--model data/llama-tiny --value a", NULL}}};
+    for (size_t i = 0; i < sizeof inside / sizeof inside[0]; i++) {
+        snprintf(cmd, sizeof cmd, "cd '%s' && bash '%s' exp-fake --config '%s' --dry-run %s", repo_abs("data", p),
+                 sweep, conf, inside[i].args);
+        rc = test_run(cmd, &out);
+        const char *w1 = inside[i].want[1];
+        CHECK_MSG(rc == 0 && out && strstr(out, inside[i].want[0]) && (!w1 || strstr(out, w1)), "%s: rc %d:\n%s",
+                  inside[i].args, rc, out ? out : "");
+        free(out);
+    }
+    /* a model path with a blank in models=: refused */
     snprintf(cmd, sizeof cmd, "mkdir -p '%s/sp ace/mdir' && cd '%s/sp ace' && bash '%s' exp-fake --config ../fake.conf "
              "--dry-run models=mdir", dir, dir, sweep);
     rc = test_run(cmd, &out);
