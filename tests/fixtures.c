@@ -7,10 +7,13 @@
 #include "load/tokens.h"
 
 #include <cJSON.h>
+#include <errno.h>
 #include <hdf5.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 static cJSON *read_json(const char *path) {
     char *text;
@@ -18,6 +21,107 @@ static cJSON *read_json(const char *path) {
     cJSON *j = cJSON_Parse(text);
     free(text);
     return j;
+}
+
+#define ROPE_REF LLAMA_DIR "/rope.reference.json"
+
+const char *fixture_rope_dir(const char *variant, int legacy) {
+    static _Thread_local char dir[600];
+    char path[700];
+    snprintf(dir, sizeof dir, "%s/rope-%s%s", test_tmpdir(), variant, legacy ? "-legacy" : "");
+    cJSON *ref = read_json(ROPE_REF), *cfg = read_json(LLAMA_DIR "/config.json");
+    const cJSON *vs = ref ? cJSON_GetObjectItem(ref, "variants") : NULL, *v = vs ? cJSON_GetObjectItem(vs, variant) : NULL,
+                *rp = v ? cJSON_GetObjectItem(v, "rope_parameters") : NULL;
+    const char *rc = NULL;
+    if (!cfg || !cJSON_IsObject(rp)) {
+        fprintf(stderr, "    %s or %s/config.json: no variant '%s'\n", ROPE_REF, LLAMA_DIR, variant);
+        goto done;
+    }
+    cJSON *scal = cJSON_Duplicate(rp, 1);
+    if (legacy) { /* transformers 4: rope_theta at the top level, the scaling in rope_scaling */
+        cJSON *th = cJSON_DetachItemFromObject(scal, "rope_theta");
+        cJSON_DeleteItemFromObject(cfg, "rope_parameters");
+        cJSON_AddItemToObject(cfg, "rope_theta", th);
+        if (!strcmp(variant, "linear")) {
+            cJSON *t = cJSON_DetachItemFromObject(scal, "rope_type");
+            cJSON_AddItemToObject(scal, "type", t);
+        }
+        cJSON_AddItemToObject(cfg, "rope_scaling", scal);
+    } else {
+        cJSON_ReplaceItemInObject(cfg, "rope_parameters", scal);
+    }
+    char *text = cJSON_Print(cfg);
+    snprintf(path, sizeof path, "%s/config.json", dir);
+    /* (made again in the same test: the same folder) */
+    int ok = (mkdir(dir, 0777) == 0 || errno == EEXIST) && file_write_atomic(path, text, strlen(text)) == 0;
+    free(text);
+    static const char *const linked[] = {"model.safetensors", "tokenizer.json"};
+    for (int i = 0; i < 2 && ok; i++) {
+        char src[1200];
+        snprintf(src, sizeof src, "%s", test_path(LLAMA_DIR));
+        char *abs = realpath(src, NULL);
+        snprintf(src, sizeof src, "%s/%s", abs ? abs : "", linked[i]);
+        free(abs);
+        snprintf(path, sizeof path, "%s/%s", dir, linked[i]);
+        ok = symlink(src, path) == 0 || errno == EEXIST;
+    }
+    if (ok) rc = dir;
+    else fprintf(stderr, "    cannot make %s: %s\n", dir, strerror(errno));
+done:
+    cJSON_Delete(ref);
+    cJSON_Delete(cfg);
+    return rc;
+}
+
+int fixture_rope_oracle(const char *variant, double *all, double *worst, double *decode) {
+    enum { TW = 256, NP = 16, POS = 99 };
+    char path[256];
+    snprintf(path, sizeof path, "%s/rope_%s.ref_logits.f32", LLAMA_DIR, variant);
+    const char *dir = fixture_rope_dir(variant, 0);
+    float *ref = NULL, *got = NULL, *dec = NULL;
+    int32_t *tok = NULL;
+    int64_t nt = 0, n = dir ? fixture_read_f32(path, &ref) : -1;
+    Model m;
+    Engine e;
+    int rc = -1, V = 0;
+    if (n < 0 || fixture_engine(dir, NULL, TW, 16, 1, TW, &m, &e) != 0) goto done;
+    V = m.cfg.vocab;
+    got = fixture_window_logits(&e, TW, 0, 1);
+    engine_free(&e);
+    model_free(&m);
+    if (!got || n != (int64_t)TW * V || tokens_load(test_path(TOKENS_FILE), V, &tok, &nt) != 0 || nt <= POS) goto done;
+    /* the prompt's NP tokens prefilled, then tokens NP .. POS a decode step each */
+    int Vd = 0;
+    dec = fixture_forced_logits(dir, NULL, tok, NP, tok + NP, POS + 1 - NP, &Vd);
+    if (!dec || Vd != V) goto done;
+    *all = rel_l2(got, ref, n);
+    *worst = 0;
+    for (int r = 0; r < TW; r++) {
+        const double e_r = rel_l2(got + (int64_t)r * V, ref + (int64_t)r * V, V);
+        if (e_r > *worst) *worst = e_r;
+    }
+    *decode = rel_l2(dec, ref + (int64_t)POS * V, V);
+    rc = 0;
+done:
+    if (rc) fprintf(stderr, "    %s: the scaled model's logits or transformers' could not be had\n", variant);
+    free(ref);
+    free(got);
+    free(dec);
+    free(tok);
+    return rc;
+}
+
+int fixture_rope_inv_freq(const char *variant, float *inv, int cap) {
+    cJSON *ref = read_json(ROPE_REF);
+    const cJSON *vs = ref ? cJSON_GetObjectItem(ref, "variants") : NULL,
+                *v = vs ? cJSON_GetObjectItem(vs, variant) : NULL,
+                *a = !ref ? NULL : !strcmp(variant, "default") ? cJSON_GetObjectItem(ref, "default_inv_freq")
+                                                               : v ? cJSON_GetObjectItem(v, "inv_freq") : NULL;
+    int n = cJSON_IsArray(a) ? cJSON_GetArraySize(a) : -1;
+    if (n > cap) n = -1;
+    for (int i = 0; i < n; i++) inv[i] = (float)cJSON_GetArrayItem(a, i)->valuedouble; /* (float32's repr) */
+    cJSON_Delete(ref);
+    return n;
 }
 
 int64_t fixture_ref_ints(const char *dir, const char *field, int32_t **out) {

@@ -48,6 +48,22 @@ int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_
  * where n_gen = 0).  *vocab floats, heap; NULL on an error (printed). */
 float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
                              const int32_t *gen, int64_t n_gen, int *vocab);
+/* data/llama-tiny/rope.reference.json's RoPE scalings (transformers' logits of
+ * llama-tiny under them in rope_<variant>.ref_logits.f32): "llama3", "linear". */
+/* A checkpoint folder in the test's scratch directory: llama-tiny's weights and
+ * tokenizer (symlinked) under a config.json carrying the variant's scaling —
+ * in rope_parameters as transformers 5 writes it, or (legacy) as transformers
+ * 4 did: rope_scaling beside a top-level rope_theta, linear's type as "type".
+ * NULL on an error (printed). */
+const char *fixture_rope_dir(const char *variant, int legacy);
+/* The variant's inverse frequencies as transformers computed them into inv
+ * (head_dim / 2 of them; "default": llama-tiny's own); the count, or -1. */
+int fixture_rope_inv_freq(const char *variant, float *inv, int cap);
+/* Window 0's logits of fixture_rope_dir(variant, 0) on a fixture_backend
+ * engine against transformers' (rel L2 over all rows into *all, the worst row
+ * into *worst), and the logits after a 16-token prompt and 84 decode steps
+ * (position 99) against transformers' row 99 (*decode).  0, or -1 (printed). */
+int fixture_rope_oracle(const char *variant, double *all, double *worst, double *decode);
 /* Path of a built program: $TERNLAB_BUILD/<prog> (default build/), so the
  * sanitizer suite runs its own binaries. */
 const char *bin_path(const char *prog);

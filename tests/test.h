@@ -28,7 +28,8 @@ int test_failures(void);
 /* Marks the current test skipped (the caller returns right after): it counts
  * neither as passed nor as failed, e.g. a GPU test on a machine without one. */
 void test_skip(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-/* Path of a file under the repository root (TERNLAB_ROOT, default "."). */
+/* Path of a file under the repository root (TERNLAB_ROOT, default "."); an
+ * absolute path as it is. */
 const char *test_path(const char *rel);
 /* Path of a fresh scratch directory for this test (removed at exit). */
 const char *test_tmpdir(void);

@@ -1758,6 +1758,23 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
     oracle(BITNET_DIR, 1, 1.0, 0.95);
 }
 
+/* The GPU forward under scaled RoPE (transformers' llama3 and linear types; the
+ * device's rotation tables come from the host's) against transformers' logits:
+ * the prefill's window and a decode step through the fused attention, fp32
+ * activations, the CPU's bound. */
+TEST(gpu_rope_scaled_logits_match_transformers) {
+    SKIP_WITHOUT_GPU();
+    fixture_backend.device = ENGINE_CUDA;
+    static const char *const vs[] = {"llama3", "linear"};
+    for (int k = 0; k < 2; k++) {
+        double all, worst, dec;
+        REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
+        printf("    %s on the GPU: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n",
+               vs[k], all, worst, dec);
+        CHECK_MSG(worst <= 1e-4 && dec <= 1e-4, "%s: worst row %.3g, decode %.3g", vs[k], worst, dec);
+    }
+}
+
 /* Where GPU and CPU greedy tokens part (after `same` common tokens, hist):
  * each path's logits at that step, fed the common history as decode steps,
  * for the two tokens (g: the GPU's, c: the CPU's) — a near-tie shows as a

@@ -5,7 +5,9 @@
 #include "core/err.h"
 #include "core/mem.h"
 #include "eval/ppl.h"
+#include "load/config.h"
 #include "load/tokens.h"
+#include "runtime/forward.h"
 
 #include <math.h>
 #include <stdlib.h>
@@ -363,4 +365,45 @@ TEST(ppl_protocols_agree_position_by_position) {
     free(one), free(whole), free(split), free(tok);
     engine_free(&e);
     model_free(&m);
+}
+
+/* ---- scaled RoPE: transformers' linear and llama3 rope types ---------------- */
+
+/* The inverse frequencies equal transformers' bit for bit (its float32
+ * arithmetic; rope.reference.json holds the model's own inv_freq buffer), for
+ * the default rope and both spellings of each scaling. */
+TEST(rope_scaled_inv_freq_match_transformers) {
+    static const char *const vs[] = {"default", "llama3", "linear"};
+    for (int k = 0; k < 3; k++)
+        for (int legacy = 0; legacy < (k ? 2 : 1); legacy++) {
+            float want[64], got[64];
+            const int n = fixture_rope_inv_freq(vs[k], want, 64);
+            const char *dir = k ? fixture_rope_dir(vs[k], legacy) : test_path(LLAMA_DIR);
+            ModelConfig c;
+            REQUIRE(n == 16 && dir);
+            const int rc = config_load(dir, &c);
+            CHECK_MSG(rc == 0, "%s", err_msg());
+            if (rc) continue;
+            CHECK(c.head_dim == 2 * n);
+            rope_inv_freq(&c, got);
+            int same = 0;
+            while (same < n && got[same] == want[same]) same++;
+            CHECK_MSG(same == n, "%s%s: frequency %d is %.9g, transformers' %.9g", vs[k], legacy ? " (legacy)" : "",
+                      same, same < n ? (double)got[same] : 0.0, same < n ? (double)want[same] : 0.0);
+        }
+}
+
+/* The forward under each scaling against transformers' logits (data/llama-tiny/
+ * rope_*.ref_logits.f32: 0.49 and 0.83 rel L2 away from the unscaled model's),
+ * the prefill's window and a decode step's: the unscaled fixture's fp32 bound. */
+TEST(rope_scaled_logits_match_transformers) {
+    static const char *const vs[] = {"llama3", "linear"};
+    for (int k = 0; k < 2; k++) {
+        double all, worst, dec;
+        REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
+        printf("    %s: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n", vs[k], all,
+               worst, dec);
+        CHECK_MSG(worst <= TOL_LOGITS_FP32 && dec <= TOL_LOGITS_FP32, "%s: worst row %.3g, decode %.3g", vs[k], worst,
+                  dec);
+    }
 }

@@ -9,6 +9,7 @@
 #include "eval/ppl.h"
 #include "load/gguf.h"
 #include "load/tokens.h"
+#include "runtime/forward.h"
 #include "cpu/tern_kernels.h"
 #include "quant/quant.h"
 #include "ternary_format.h"
@@ -771,6 +772,8 @@ static const char *tiny_omit_key = NULL, *tiny_set_key = NULL;
 static uint32_t tiny_set_val = 0;
 static float tiny_eps = 1e-5f, tiny_scale_value = 2.0f;
 static float tiny_tern = 0.0f; /* > 0: the float linears hold -v, 0, +v (a ternary spec's rows) */
+static int tiny_rope_len = 16; /* an extra rope_freqs.weight: this many values tiny_scale_value (head_dim / 2) */
+static int tiny_rope_and_linear = 0; /* with it, llama.rope.scaling.factor 2 too */
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     const int H = tiny_hidden;
@@ -805,6 +808,8 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
         gguf_writer_str(w, key, eq + 1);
     } else if (extra_kv) {
         gguf_writer_f32(w, extra, tiny_kv_value);
+    } else if (extra && tiny_rope_and_linear && !strcmp(extra, "rope_freqs.weight")) {
+        gguf_writer_f32(w, "llama.rope.scaling.factor", 2.0f);
     }
     float *x = xmalloc(sizeof(float) * V * (size_t)H);
     uint32_t seed = 12345;
@@ -869,6 +874,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     }
     const size_t el = extra ? strlen(extra) : 0;
     if (extra && !extra_kv && el > 6 && !strcmp(extra + el - 6, ".scale")) ADD(extra, 1, tiny_scale_len, 1, 0.0f, tiny_scale_value);
+    else if (extra && !strcmp(extra, "rope_freqs.weight")) ADD(extra, 1, tiny_rope_len, 1, 0.0f, tiny_scale_value);
     else if (extra && !extra_kv) ADD(extra, 1, H, 1, 0.1f, 0.0f);
 #undef ADD
     if (rc == 0) rc = gguf_writer_write(w, path);
@@ -905,20 +911,18 @@ static void expect_tiny_refusals(const char *prefix, const TinyCase *cases, size
 }
 
 /* Tensors this llama would leave out are refused by name: a linear's bias
- * (they had been dropped silently), any other block tensor than its norms
- * and linears (blk.N.attn_rot_embd, derived from the metadata, is ignored)
- * and rope_freqs.weight (llama.cpp's RoPE
- * scaling factors for Llama 3.1+); so is a RoPE scaling factor without a
- * scaling type (linear scaling to llama.cpp; it had been ignored, exit 0); the
- * file without them loads. */
-TEST(gguf_refuses_biases_and_rope_freqs) {
+ * (they had been dropped silently) and any other block tensor than its norms
+ * and linears (blk.N.attn_rot_embd, derived from the metadata, is ignored);
+ * the file without them loads. */
+TEST(gguf_refuses_biases_and_unknown_block_tensors) {
     char path[512];
     Model m;
     snprintf(path, sizeof path, "%s/plain.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
     CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "%s", err_msg());
     /* no rope.freq_base: llama.cpp's default, noted */
-    CHECK(m.cfg.rope_theta == 10000.0 && strstr(m.load_notes, "rope.freq_base absent: 10000"));
+    CHECK(m.cfg.rope_theta == 10000.0 && strstr(m.load_notes, "rope.freq_base absent: 10000") &&
+          m.cfg.rope_kind == ROPE_DEFAULT);
     model_free(&m);
     snprintf(path, sizeof path, "%s/rot.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, "blk.0.attn_rot_embd") == 0);
@@ -926,27 +930,153 @@ TEST(gguf_refuses_biases_and_rope_freqs) {
     model_free(&m);
     const TinyCase cases[] = {{"blk.0.attn_q.bias", "tensor 'blk.0.attn_q.bias' is a bias"},
                               {"blk.0.ffn_down.bias", "tensor 'blk.0.ffn_down.bias' is a bias"},
-                              {"rope_freqs.weight", "'rope_freqs.weight' holds RoPE frequency factors"},
                               /* a block tensor a llama does not read (llama.cpp's bitnet sub-norm: the
                                * block had run without it, exit 0) */
                               {"blk.0.attn_sub_norm.weight",
                                "tensor 'blk.0.attn_sub_norm.weight' is not one this model's layers are run with"},
-                              {"llama.rope.scaling.factor", "llama.rope.scaling.factor 4 asks for linear RoPE scaling"},
                               /* a recorded spec that makes float rows ternary, over rows that are not */
-                              {"ternlab.quant_spec=rule=absmean,group=row,scale=f32", "(the file contradicts its spec)"},
-                              {"llama.rope.scale_linear", "llama.rope.scale_linear 4 asks for linear RoPE scaling"}};
+                              {"ternlab.quant_spec=rule=absmean,group=row,scale=f32", "(the file contradicts its spec)"}};
     expect_tiny_refusals("x", cases, sizeof cases / sizeof cases[0]);
-    /* a factor below 1 is scaling too (a check of > 1 alone had passed it), 1 and 0 none */
-    tiny_kv_value = 0.5f;
-    expect_tiny_refused("xh", "llama.rope.scaling.factor", "llama.rope.scaling.factor 0.5 asks for linear RoPE scaling");
-    for (int k = 0; k < 2; k++) {
-        tiny_kv_value = k ? 0.0f : 1.0f;
-        snprintf(path, sizeof path, "%s/xf%d.gguf", test_tmpdir(), k);
-        REQUIRE(tiny_llama_gguf(path, 1, 0, "llama.rope.scaling.factor") == 0);
-        CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "factor %g: %s", (double)tiny_kv_value, err_msg());
+}
+
+/* RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the legacy
+ * rope.scale_linear) without a type or with type linear scales linearly — any
+ * positive factor, 0 and 1 none; a negative one is refused —, and
+ * rope_freqs.weight divides each frequency (Llama 3.1+: both had been refused,
+ * the factor when it was not 0 or 1).  The frequencies: the defaults over
+ * the factor / the divisors (divisors of 2 give linear's factor 2 bit for
+ * bit).  Refused: divisors not head_dim / 2 of them or not positive, beside a
+ * linear factor, or in a bitnet file (llama.cpp reads them for llama only). */
+TEST(gguf_rope_scaling) {
+    char path[512];
+    Model m;
+    float lin[16], ff[16], dflt[16];
+    const struct {
+        const char *key;
+        float v;
+        RopeKind kind;
+    } ok[] = {{"llama.rope.scaling.factor", 4.0f, ROPE_LINEAR}, {"llama.rope.scale_linear", 4.0f, ROPE_LINEAR},
+              {"llama.rope.scaling.factor", 0.5f, ROPE_LINEAR}, {"llama.rope.scaling.factor", 1.0f, ROPE_DEFAULT},
+              {"llama.rope.scaling.factor", 0.0f, ROPE_DEFAULT}};
+    for (size_t i = 0; i < sizeof ok / sizeof ok[0]; i++) {
+        tiny_kv_value = ok[i].v;
+        snprintf(path, sizeof path, "%s/lin%zu.gguf", test_tmpdir(), i);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, ok[i].key) == 0);
+        const int rc = model_load_gguf(path, NULL, &m);
+        CHECK_MSG(rc == 0, "%s %g: %s", ok[i].key, (double)ok[i].v, err_msg());
+        if (rc) continue;
+        CHECK_MSG(m.cfg.rope_kind == ok[i].kind && (ok[i].kind == ROPE_DEFAULT || m.cfg.rope_factor == ok[i].v),
+                  "%s %g: kind %d factor %g", ok[i].key, (double)ok[i].v, (int)m.cfg.rope_kind, m.cfg.rope_factor);
+        if (i == 0) {
+            rope_inv_freq(&m.cfg, lin);
+            m.cfg.rope_kind = ROPE_DEFAULT;
+            rope_inv_freq(&m.cfg, dflt);
+            for (int k = 0; k < 16; k++) CHECK_MSG(lin[k] == dflt[k] / 4.0f, "frequency %d", k);
+        }
         model_free(&m);
     }
+    tiny_kv_value = -2.0f;
+    expect_tiny_refused("linneg", "llama.rope.scaling.factor", "llama.rope.scaling.factor -2 is not a RoPE scaling factor");
     tiny_kv_value = 4.0f;
+    /* rope_freqs.weight of 2s: linear scaling by 2 */
+    tiny_scale_value = 2.0f;
+    snprintf(path, sizeof path, "%s/ff.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, "rope_freqs.weight") == 0);
+    const int rc = model_load_gguf(path, NULL, &m);
+    CHECK_MSG(rc == 0, "%s", err_msg());
+    if (rc == 0) {
+        CHECK(m.cfg.rope_kind == ROPE_FACTORS && strstr(m.load_notes, "rope_freqs.weight"));
+        rope_inv_freq(&m.cfg, ff);
+        m.cfg.rope_kind = ROPE_LINEAR, m.cfg.rope_factor = 2.0;
+        rope_inv_freq(&m.cfg, lin);
+        CHECK(memcmp(ff, lin, sizeof ff) == 0);
+        model_free(&m);
+    }
+    tiny_scale_value = 0.0f;
+    expect_tiny_refused("ff0", "rope_freqs.weight", "factor 0 is 0 (RoPE frequency divisors are positive)");
+    tiny_scale_value = 2.0f;
+    tiny_rope_len = 5;
+    expect_tiny_refused("ff5", "rope_freqs.weight", "tensor 'rope_freqs.weight': ne [16] expected");
+    tiny_rope_len = 16;
+    tiny_rope_and_linear = 1;
+    expect_tiny_refused("ffl", "rope_freqs.weight", "'rope_freqs.weight' beside linear RoPE scaling (factor 2)");
+    tiny_rope_and_linear = 0;
+    tiny_arch = "bitnet";
+    expect_tiny_refused("ffb", "rope_freqs.weight", "'rope_freqs.weight' (RoPE frequency factors) in a bitnet file");
+    tiny_arch = "llama";
+    tiny_scale_value = 2.0f;
+}
+
+/* llama-tiny under each scaling of rope.reference.json, written as a GGUF and
+ * read back, against transformers' logits of the scaled model: linear as
+ * rope.scaling.type / factor, llama3 as the rope_freqs.weight llama.cpp's
+ * converter writes (each divisor the default frequency over transformers'
+ * scaled one, checked against the reference's frequencies); a BitNet model
+ * with llama3 scaling has no GGUF form (llama.cpp reads the divisors for llama
+ * only) and is refused, one with linear scaling writes its factor.  (The
+ * writer had written rope.freq_base alone: the file ran unscaled.) */
+TEST(gguf_rope_scaling_round_trip_matches_transformers) {
+    static const char *const vs[] = {"llama3", "linear"};
+    float dflt[16], want[16];
+    REQUIRE(fixture_rope_inv_freq("default", dflt, 16) == 16);
+    for (int k = 0; k < 2; k++) {
+        const char *dir = fixture_rope_dir(vs[k], 0);
+        char path[600], ref[256];
+        REQUIRE(dir && fixture_rope_inv_freq(vs[k], want, 16) == 16);
+        snprintf(path, sizeof path, "%s/%s.gguf", test_tmpdir(), vs[k]);
+        Model src, m;
+        REQUIRE(model_load(dir, NULL, &src) == 0);
+        const int wrc = gguf_write_model(&src, path, 0);
+        model_free(&src);
+        CHECK_MSG(wrc == 0, "%s", err_msg());
+        if (wrc) continue;
+        REQUIRE(model_load_gguf(path, NULL, &m) == 0);
+        if (k == 0) {
+            CHECK(m.cfg.rope_kind == ROPE_FACTORS);
+            for (int i = 0; i < 16; i++) {
+                const double r = (double)dflt[i] / want[i];
+                CHECK_MSG(fabs(m.cfg.rope_ff[i] - r) <= 1e-6 * r, "divisor %d: %.9g, transformers' ratio %.9g", i,
+                          (double)m.cfg.rope_ff[i], r);
+            }
+        } else {
+            CHECK(m.cfg.rope_kind == ROPE_LINEAR && m.cfg.rope_factor == 4.0);
+        }
+        float *got = fixture_model_logits(&m, T, 1), *r = NULL;
+        snprintf(ref, sizeof ref, "%s/rope_%s.ref_logits.f32", LLAMA_DIR, vs[k]);
+        const int64_t n = fixture_read_f32(ref, &r);
+        REQUIRE(got && n == (int64_t)T * m.cfg.vocab);
+        double worst = 0;
+        for (int i = 0; i < T; i++) {
+            const double e = rel_l2(got + (int64_t)i * m.cfg.vocab, r + (int64_t)i * m.cfg.vocab, m.cfg.vocab);
+            if (e > worst) worst = e;
+        }
+        printf("    %s through GGUF: worst row rel L2 %.3g against transformers\n", vs[k], worst);
+        CHECK_MSG(worst <= TOL_LOGITS_FP32, "%s: worst row %.3g", vs[k], worst);
+        free(got);
+        free(r);
+        model_free(&m);
+    }
+    Model b;
+    char path[600];
+    REQUIRE(model_load(test_path(BITNET_DIR), NULL, &b) == 0);
+    b.cfg.rope_kind = ROPE_LLAMA3, b.cfg.rope_factor = 8, b.cfg.rope_low = 1, b.cfg.rope_high = 4;
+    b.cfg.rope_orig_ctx = 256;
+    snprintf(path, sizeof path, "%s/b3.gguf", test_tmpdir());
+    CHECK(gguf_write_model(&b, path, 0) != 0 && strstr(err_msg(), "llama.cpp reads rope_freqs.weight for llama only"));
+    /* linear: bitnet's rope.scaling.factor carries it (it had been written as 1); bitnet-tiny's
+     * head as the embedding (llama.cpp's bitnet form has no other) */
+    b.cfg.rope_kind = ROPE_LINEAR;
+    b.lm_head_tied = 1;
+    snprintf(path, sizeof path, "%s/b1.gguf", test_tmpdir());
+    const int wrc = gguf_write_model(&b, path, 0);
+    CHECK_MSG(wrc == 0, "%s", err_msg());
+    b.lm_head_tied = 0; /* (its own head freed as loaded) */
+    model_free(&b);
+    if (wrc == 0) {
+        REQUIRE(model_load_gguf(path, NULL, &b) == 0);
+        CHECK(b.cfg.arch == ARCH_BITNET && b.cfg.rope_kind == ROPE_LINEAR && b.cfg.rope_factor == 8.0);
+        model_free(&b);
+    }
 }
 
 /* attention.head_count_kv: one KV head for two query heads loads as GQA (k and
@@ -1710,7 +1840,8 @@ TEST(gguf_bitnet_architecture) {
     a.lm_head_tied = 1;
     model_free(&a);
     /* what the reader refuses in a bitnet file: an output tensor (its graph reads none),
-     * an activation it does not know, a RoPE scaling factor other than 1 */
+     * an activation it does not know; a RoPE scaling factor scales linearly, as in a llama
+     * file (llama.cpp applies it to every architecture; it had been refused) */
     tiny_arch = "bitnet";
     snprintf(path, sizeof path, "%s/tb.gguf", test_tmpdir());
     REQUIRE(tiny_llama_gguf(path, 1, 0, NULL) == 0);
@@ -1720,9 +1851,15 @@ TEST(gguf_bitnet_architecture) {
         model_free(&b);
     }
     const TinyCase bad[] = {{"output.weight", "llama.cpp's bitnet architecture takes the logits from token_embd"},
-                            {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"},
-                            {"bitnet.rope.scaling.factor", "bitnet.rope.scaling.factor 4 asks for linear RoPE scaling"}};
+                            {"bitnet.hidden_activation=gelu", "bitnet.hidden_activation 'gelu' is not supported"}};
     expect_tiny_refusals("tb", bad, sizeof bad / sizeof bad[0]);
+    snprintf(path, sizeof path, "%s/tbf.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, "bitnet.rope.scaling.factor") == 0);
+    CHECK_MSG(model_load_gguf(path, NULL, &b) == 0, "%s", err_msg());
+    if (b.layers) {
+        CHECK(b.cfg.rope_kind == ROPE_LINEAR && b.cfg.rope_factor == 4.0);
+        model_free(&b);
+    }
     /* a linear's .scale (llama.cpp multiplies it into the output): folded into a TQ
      * linear's scales (0.5 -> 1) and a float linear's weights (x2), the rest as without
      * it; one of two values refused; in a llama file it is no tensor a block reads */

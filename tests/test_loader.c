@@ -246,10 +246,68 @@ TEST(loader_config_refuses_linear_biases) {
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg()); /* false is the plain llama */
 }
 
+/* The good config with `extra` (",..." members) added before its closing brace. */
+static int parse_with(const char *extra, ModelConfig *c) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, "%.*s%s}", (int)strlen(good_config) - 1, good_config, extra);
+    return config_parse(buf, "c.json", c);
+}
+
+/* RoPE scaling: transformers' linear and llama3 rope types, in rope_parameters
+ * (transformers 5) or rope_scaling (4.x; beside a top-level rope_theta), by
+ * rope_type or the legacy key type; both objects naming the same scaling
+ * agree, different ones are refused; a llama3 without one of its four
+ * parameters, or with an empty band, is refused by name (each had either been
+ * refused as a whole — "rope_scaling is not supported" — or, with a GGUF's
+ * rope_freqs.weight, refused too). */
+TEST(loader_config_rope_scaling) {
+    ModelConfig c;
+    static const char l3[] = "{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                             "\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192}";
+    char ex[512];
+    snprintf(ex, sizeof ex, ",\"rope_scaling\":%s", l3);
+    CHECK_MSG(parse_with(ex, &c) == 0 && c.rope_kind == ROPE_LLAMA3 && c.rope_factor == 8.0 && c.rope_low == 1.0 &&
+                  c.rope_high == 4.0 && c.rope_orig_ctx == 8192 && c.rope_theta == 10000.0,
+              "%s", err_msg());
+    CHECK_MSG(parse_with(",\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"linear\",\"factor\":4.0}", &c) == 0 &&
+                  c.rope_kind == ROPE_LINEAR && c.rope_factor == 4.0,
+              "%s", err_msg());
+    CHECK(parse_with("", &c) == 0 && c.rope_kind == ROPE_DEFAULT);
+    /* the same scaling in both: one; another in each: refused */
+    snprintf(ex, sizeof ex, ",\"rope_scaling\":%s,\"rope_parameters\":%s", l3, l3);
+    CHECK_MSG(parse_with(ex, &c) == 0 && c.rope_kind == ROPE_LLAMA3, "%s", err_msg());
+    static const struct {
+        const char *extra, *want;
+    } bad[] = {
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_type\":\"linear\","
+         "\"factor\":4.0}", "rope_parameters and rope_scaling describe different RoPE scalings"},
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_type\":\"default\"}",
+         "describe different RoPE scalings"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}",
+         "missing field 'rope_scaling.original_max_position_embeddings'"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"high_freq_factor\":4.0,"
+         "\"original_max_position_embeddings\":8192}", "missing field 'rope_scaling.low_freq_factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":4.0,\"high_freq_factor\":4.0,"
+         "\"original_max_position_embeddings\":8192}", "high_freq_factor 4 must be above low_freq_factor 4"},
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+         "\"original_max_position_embeddings\":8192.5}", "original_max_position_embeddings must be a positive integer"},
+        {",\"rope_scaling\":{\"rope_type\":\"linear\"}", "missing field 'rope_scaling.factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":0}", "'rope_scaling.factor' must be a positive number"},
+        {",\"rope_scaling\":{\"factor\":2.0}", "rope_scaling names no rope type"},
+        {",\"rope_scaling\":3", "rope_scaling must be an object or null"},
+        {",\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":7}", "the rope type in rope_parameters must be a string"},
+    };
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        CHECK_MSG(parse_with(bad[i].extra, &c) != 0, "accepted: %s", bad[i].extra);
+        CHECK_MSG(strstr(err_msg(), bad[i].want), "%s: message '%s' lacks '%s'", bad[i].extra, err_msg(), bad[i].want);
+    }
+}
+
 /* What transformers reads that a Llama or BitNet config may leave out or
  * spell another way: num_key_value_heads absent (LlamaConfig: the attention
  * heads; it had been refused), rope_parameters' legacy "type" key (a linear
- * scaling under it had run unscaled), quantization_config (bitnet on a llama
+ * scaling under it had run unscaled; a rope type without support is refused
+ * by name), quantization_config (bitnet on a llama
  * model, Falcon3-*-1.58bit's form, without linear_class: BitNetQuantConfig's
  * default bitlinear; other methods refused, not loaded as a plain model;
  * modules_to_not_convert naming a layer linear refused, a quantization_mode
@@ -263,10 +321,11 @@ TEST(loader_config_transformers_defaults) {
     snprintf(buf, sizeof buf, "%.*s%s", (int)(p - good_config), good_config, p + strlen(",\"num_key_value_heads\":4"));
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.n_kv_heads == 8 && c.n_heads == 8, "%s", err_msg());
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
-                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"linear\",\"factor\":2.0}",
-                        "rope type 'linear' is not supported");
+                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"yarn\",\"factor\":2.0}",
+                        "the rope type 'yarn' in rope_parameters is not supported");
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
-                        "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2.0}", "rope_scaling is not supported");
+                        "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}",
+                        "the rope type 'dynamic' in rope_scaling is not supported");
     snprintf(buf, sizeof buf, "%.*s,\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"default\"}}",
              (int)strlen(good_config) - 1, good_config);
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg());

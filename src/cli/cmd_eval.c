@@ -451,6 +451,12 @@ int cmd_info(int argc, char **argv) {
            c->hidden, c->n_layers, c->n_heads, c->n_kv_heads, c->head_dim, c->inter, c->vocab);
     printf("rms_norm_eps %g  rope_theta %g  hidden_act %s  max_position_embeddings %d\n",
            (double)c->eps, c->rope_theta, c->act == ACT_SILU ? "silu" : "relu2", c->max_pos);
+    if (c->rope_kind == ROPE_LINEAR) printf("rope scaling linear, factor %g\n", c->rope_factor);
+    else if (c->rope_kind == ROPE_LLAMA3)
+        printf("rope scaling llama3, factor %g, low_freq_factor %g, high_freq_factor %g, "
+               "original_max_position_embeddings %d\n", c->rope_factor, c->rope_low, c->rope_high, c->rope_orig_ctx);
+    else if (c->rope_kind == ROPE_FACTORS)
+        printf("rope scaling by rope_freqs.weight (a divisor per frequency)\n");
     if (c->bitnet_1bitllm)
         printf("bitnet linears: 1bitLLM's BitnetForCausalLM (float weights ternarised at load, per-tensor "
                "absmean; int8 activations per token)\n");

@@ -11,6 +11,17 @@
 
 const char *arch_name(Arch a) { return a == ARCH_BITNET ? "bitnet" : "llama"; }
 
+int rope_llama3_band(const ModelConfig *c, float freq, float *smooth) {
+    /* (the constants as torch holds python floats against a float32 tensor) */
+    const float wl = (1.0f / freq) * (float)(2.0 * M_PI);
+    if (wl < (float)((double)c->rope_orig_ctx / c->rope_high)) return 0;
+    if (wl > (float)((double)c->rope_orig_ctx / c->rope_low)) return 1;
+    float s = (1.0f / wl) * (float)c->rope_orig_ctx;
+    s = s - (float)c->rope_low;
+    *smooth = s / (float)(c->rope_high - c->rope_low);
+    return 2;
+}
+
 static int get_int(const cJSON *root, const char *key, int *out, int required, const char *path) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(root, key);
     if (!j || cJSON_IsNull(j)) {
@@ -29,6 +40,59 @@ static int get_num(const cJSON *j, const char *key, double *out, const char *pat
         return err_set("%s: field '%s' must be a positive number", path, key);
     *out = j->valuedouble;
     return 0;
+}
+
+/* A RoPE scaling from transformers' rope_parameters (5.x) or rope_scaling
+ * (4.x) object `o` (NULL: none; `where` names it in messages).  The type is
+ * rope_type, else the legacy key type (transformers reads both; a linear
+ * scaling written as "type" had run unscaled); linear and llama3 read their
+ * parameters from the same object, as transformers does.  given: a type was
+ * named.  0, or -1 with err_set. */
+typedef struct {
+    int given;
+    RopeKind kind;
+    double factor, low, high;
+    int orig;
+} RopeParams;
+
+static int rope_param(const cJSON *o, const char *where, const char *key, double *out, const char *path) {
+    char full[96];
+    snprintf(full, sizeof full, "%s.%s", where, key);
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (!j || cJSON_IsNull(j)) return err_set("%s: missing field '%s' (the rope type needs it)", path, full);
+    return get_num(j, full, out, path);
+}
+
+static int parse_rope(const cJSON *o, const char *where, const char *path, RopeParams *rp) {
+    memset(rp, 0, sizeof *rp);
+    const cJSON *rt = o ? cJSON_GetObjectItemCaseSensitive(o, "rope_type") : NULL;
+    if (o && (!rt || cJSON_IsNull(rt))) rt = cJSON_GetObjectItemCaseSensitive(o, "type");
+    if (!rt || cJSON_IsNull(rt)) return 0;
+    rp->given = 1;
+    if (!cJSON_IsString(rt)) return err_set("%s: the rope type in %s must be a string", path, where);
+    const char *t = rt->valuestring;
+    if (strcmp(t, "default") == 0) return 0;
+    if (strcmp(t, "linear") == 0) {
+        rp->kind = ROPE_LINEAR;
+        return rope_param(o, where, "factor", &rp->factor, path);
+    }
+    if (strcmp(t, "llama3") == 0) {
+        rp->kind = ROPE_LLAMA3;
+        double orig = 0;
+        if (rope_param(o, where, "factor", &rp->factor, path) != 0 ||
+            rope_param(o, where, "low_freq_factor", &rp->low, path) != 0 ||
+            rope_param(o, where, "high_freq_factor", &rp->high, path) != 0 ||
+            rope_param(o, where, "original_max_position_embeddings", &orig, path) != 0)
+            return -1;
+        if (orig != floor(orig) || orig > 1e9)
+            return err_set("%s: %s.original_max_position_embeddings must be a positive integer", path, where);
+        if (!(rp->high > rp->low))
+            return err_set("%s: %s.high_freq_factor %g must be above low_freq_factor %g (llama3's smooth band "
+                           "divides by their difference)", path, where, rp->high, rp->low);
+        rp->orig = (int)orig;
+        return 0;
+    }
+    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3)", path, t, where);
 }
 
 /* quantization_config.modules_to_not_convert (BitNet): transformers keeps a
@@ -178,26 +242,32 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     const cJSON *rp = cJSON_GetObjectItemCaseSensitive(root, "rope_parameters");
     const cJSON *nested = cJSON_IsObject(rp) ? cJSON_GetObjectItemCaseSensitive(rp, "rope_theta")
                                              : NULL;
-    if (cJSON_IsObject(rp)) {
-        /* transformers reads rope_type, else the legacy key type (a linear
-         * scaling written as "type" had run unscaled) */
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rp, "rope_type");
-        if (!rt || cJSON_IsNull(rt)) rt = cJSON_GetObjectItemCaseSensitive(rp, "type");
-        if (rt && !cJSON_IsNull(rt) && (!cJSON_IsString(rt) || strcmp(rt->valuestring, "default") != 0)) {
-            err_set("%s: rope_parameters' rope type '%s' is not supported (only 'default')", path,
-                    cJSON_IsString(rt) ? rt->valuestring : "(not a string)");
-            goto done;
-        }
-    }
+    /* the rope type: in rope_parameters (transformers 5) or rope_scaling (4.x); both
+     * naming a type must agree */
+    RopeParams rpa, rpb;
+    if (parse_rope(cJSON_IsObject(rp) ? rp : NULL, "rope_parameters", path, &rpa) != 0) goto done;
     const cJSON *rs = cJSON_GetObjectItemCaseSensitive(root, "rope_scaling");
-    if (rs && !cJSON_IsNull(rs)) {
-        const cJSON *rt = cJSON_GetObjectItemCaseSensitive(rs, "rope_type");
-        if (!rt || cJSON_IsNull(rt)) rt = cJSON_GetObjectItemCaseSensitive(rs, "type");
-        if (!cJSON_IsString(rt) || strcmp(rt->valuestring, "default") != 0) {
-            err_set("%s: rope_scaling is not supported", path);
-            goto done;
-        }
+    if (rs && !cJSON_IsNull(rs) && !cJSON_IsObject(rs)) {
+        err_set("%s: rope_scaling must be an object or null", path);
+        goto done;
     }
+    if (parse_rope(cJSON_IsObject(rs) ? rs : NULL, "rope_scaling", path, &rpb) != 0) goto done;
+    if (cJSON_IsObject(rs) && !rpb.given) {
+        err_set("%s: rope_scaling names no rope type (rope_type or type)", path);
+        goto done;
+    }
+    if (rpa.given && rpb.given &&
+        (rpa.kind != rpb.kind || rpa.factor != rpb.factor || rpa.low != rpb.low || rpa.high != rpb.high ||
+         rpa.orig != rpb.orig)) {
+        err_set("%s: rope_parameters and rope_scaling describe different RoPE scalings", path);
+        goto done;
+    }
+    const RopeParams *rpu = rpa.given ? &rpa : &rpb;
+    cfg->rope_kind = rpu->kind;
+    cfg->rope_factor = rpu->factor;
+    cfg->rope_low = rpu->low;
+    cfg->rope_high = rpu->high;
+    cfg->rope_orig_ctx = rpu->orig;
     double th_top = 0, th_nested = 0;
     if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
     if (nested && get_num(nested, "rope_parameters.rope_theta", &th_nested, path) < 0) goto done;

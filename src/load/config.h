@@ -13,6 +13,14 @@ typedef enum { BITNET_SCALE_NONE = 0, BITNET_BITLINEAR, BITNET_AUTOBITLINEAR } B
 /* tie_word_embeddings: given true/false, or absent (then decided by whether
  * the checkpoint has lm_head.weight, and reported). */
 typedef enum { TIE_ABSENT = -1, TIE_FALSE = 0, TIE_TRUE = 1 } Tie;
+/* RoPE's frequencies (rope_inv_freq, forward.h): transformers' rope types
+ * "default" (1 / theta^(2i/d)), "linear" (those over factor) and "llama3"
+ * (Llama 3.1+: frequencies of wavelength above original / low_freq_factor
+ * over factor, below original / high_freq_factor kept, a smooth blend
+ * between); ROPE_FACTORS: a GGUF's rope_freqs.weight, llama.cpp's divisor a
+ * frequency (its converter writes them for llama3). */
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS } RopeKind;
+#define ROPE_MAX_FACTORS 256 /* ROPE_FACTORS: head_dim / 2 at most */
 
 typedef struct {
     Arch arch;
@@ -27,6 +35,11 @@ typedef struct {
     int max_pos;      /* max_position_embeddings (informational; 0 if absent) */
     float eps;        /* rms_norm_eps */
     double rope_theta;
+    RopeKind rope_kind;
+    double rope_factor;                 /* linear, llama3: factor */
+    double rope_low, rope_high;         /* llama3: low_freq_factor, high_freq_factor */
+    int rope_orig_ctx;                  /* llama3: original_max_position_embeddings */
+    float rope_ff[ROPE_MAX_FACTORS];    /* ROPE_FACTORS: head_dim / 2 divisors */
     HiddenAct act;
     Tie tie;
     /* The linears are BitNet's BitLinear (quantization_config.quant_method
@@ -50,6 +63,14 @@ typedef struct {
     int ternlab_packed;
     char ternlab_spec[256];
 } ModelConfig;
+
+/* Where frequency `freq` (a default one, 1 / theta^(2i/d)) falls in c's llama3
+ * scaling, in transformers' float32 arithmetic (its wavelength 2 pi / freq
+ * as torch forms it: the reciprocal, then the product): 0 below original /
+ * high_freq_factor (kept), 1 above original / low_freq_factor (divided by
+ * factor), 2 between, with *smooth = (original / wavelength - low) / (high -
+ * low) — one operation a statement, so no fused multiply-add. */
+int rope_llama3_band(const ModelConfig *c, float freq, float *smooth);
 
 /* Parses JSON text; `path` is used in messages only. */
 int config_parse(const char *json, const char *path, ModelConfig *cfg);

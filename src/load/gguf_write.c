@@ -12,6 +12,7 @@
 
 #include <cJSON.h>
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -445,9 +446,38 @@ static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
     return 0;
 }
 
+/* The rope_freqs.weight llama.cpp's converter writes for transformers' llama3
+ * rope type (convert_hf_to_gguf.py, LlamaModel.generate_extra_tensors), in its
+ * float32 arithmetic: frequency i's divisor 1 where its wavelength 2 pi /
+ * freq_i is below original / high_freq_factor, factor above original /
+ * low_freq_factor, else 1 / ((1 - s) / factor + s) with s = (original /
+ * wavelength - low) / (high - low). */
+static void llama3_rope_factors(const ModelConfig *c, float *ff) {
+    for (int i = 0; i < c->head_dim / 2; i++) {
+        const float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        float s = 0.0f;
+        const int band = rope_llama3_band(c, freq, &s);
+        if (band < 2) {
+            ff[i] = band ? (float)c->rope_factor : 1.0f;
+        } else {
+            float d = 1.0f - s;
+            d = d / (float)c->rope_factor;
+            d = d + s;
+            ff[i] = 1.0f / d;
+        }
+    }
+}
+
 int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     const ModelConfig *c = &m->cfg;
     const int bitnet = c->arch == ARCH_BITNET;
+    const int rope_ff = c->rope_kind == ROPE_LLAMA3 || c->rope_kind == ROPE_FACTORS;
+    if (bitnet && rope_ff)
+        return err_set("%s: a BitNet model with per-frequency RoPE scaling (llama3) has no GGUF form: "
+                       "llama.cpp reads rope_freqs.weight for llama only", out_path);
+    if (rope_ff && c->head_dim / 2 > ROPE_MAX_FACTORS)
+        return err_set("%s: head_dim %d: more RoPE frequencies than %d (internal)", out_path, c->head_dim,
+                       ROPE_MAX_FACTORS);
     /* llama.cpp's bitnet architecture: logits from token_embd (no output tensor), sub-norms
      * of n_embd values (attn_sub_norm) */
     if (bitnet && !m->lm_head_tied)
@@ -497,8 +527,11 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
          * relu2 is recorded for ternlab's reader: llama.cpp's table has no such value
          * and runs it as SiLU (README) */
         gguf_writer_str(w, AK("rope.scaling.type"), "linear");
-        gguf_writer_f32(w, AK("rope.scaling.factor"), 1.0f);
+        gguf_writer_f32(w, AK("rope.scaling.factor"), c->rope_kind == ROPE_LINEAR ? (float)c->rope_factor : 1.0f);
         if (c->act == ACT_RELU2) gguf_writer_str(w, AK("hidden_activation"), "relu2");
+    } else if (c->rope_kind == ROPE_LINEAR) { /* (as llama.cpp's converter writes transformers' linear type) */
+        gguf_writer_str(w, AK("rope.scaling.type"), "linear");
+        gguf_writer_f32(w, AK("rope.scaling.factor"), (float)c->rope_factor);
     }
 #undef AK
     if (m->has_quant) {
@@ -518,6 +551,13 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
     int64_t H = c->hidden, hd = c->head_dim;
     if (rc == 0) rc = add_float(w, "token_embd.weight", m->embed, c->vocab, H, 0, 0);
     if (rc == 0) rc = add_float(w, "output_norm.weight", m->final_norm, 0, H, 0, 1);
+    if (rc == 0 && rope_ff) { /* llama3 (the converter's divisors), or a GGUF's own as read */
+        float ff[ROPE_MAX_FACTORS];
+        if (c->rope_kind == ROPE_LLAMA3) llama3_rope_factors(c, ff);
+        else memcpy(ff, c->rope_ff, sizeof(float) * (size_t)(c->head_dim / 2));
+        const int64_t ne[1] = {c->head_dim / 2};
+        rc = gguf_writer_tensor(w, "rope_freqs.weight", GGML_TYPE_F32, 1, ne, ff, sizeof(float) * (size_t)ne[0]);
+    }
     if (rc == 0 && !m->lm_head_tied) rc = add_linear(w, "output.weight", &m->lm_head, 0, 0);
     char name[96];
     for (int l = 0; l < c->n_layers && rc == 0; l++) {

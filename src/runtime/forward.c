@@ -117,8 +117,34 @@ void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t
     }
 }
 
+void rope_inv_freq(const ModelConfig *c, float *inv) {
+    const float f = (float)c->rope_factor;
+    for (int i = 0; i < c->head_dim / 2; i++) {
+        const float b = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        float v = b, s;
+        if (c->rope_kind == ROPE_LINEAR) {
+            v = b / f;
+        } else if (c->rope_kind == ROPE_FACTORS) {
+            v = b / c->rope_ff[i];
+        } else if (c->rope_kind == ROPE_LLAMA3) {
+            /* transformers' _compute_llama3_parameters: the low band divided by factor, the
+             * smooth one (1 - s) v / factor + s v, one operation a statement */
+            const int band = rope_llama3_band(c, b, &s);
+            if (band == 1) v = b / f;
+            if (band == 2) {
+                float a = 1.0f - s;
+                a = a * v;
+                a = a / f;
+                const float d = s * v;
+                v = a + d;
+            }
+        }
+        inv[i] = v;
+    }
+}
+
 /* RoPE tables cos/sin (len, head_dim/2) with transformers' arithmetic:
- * inv_freq_i = 1 / theta^(2i/d) in fp32, angle = pos * inv_freq_i in fp32. */
+ * inv_freq_i from rope_inv_freq in fp32, angle = pos * inv_freq_i in fp32. */
 static int rope_ensure(Model *m, int64_t len) {
     if (len <= m->rope_len) return 0;
     int64_t cap = max64(len, max64(2 * m->rope_len, 4096));
@@ -130,14 +156,21 @@ static int rope_ensure(Model *m, int64_t len) {
         mem_free(sn);
         return -1;
     }
+    float *inv = mem_alloc(sizeof(float) * (size_t)half, "RoPE frequencies");
+    if (!inv) {
+        mem_free(c);
+        mem_free(sn);
+        return -1;
+    }
+    rope_inv_freq(&m->cfg, inv);
     for (int i = 0; i < half; i++) {
-        float inv = 1.0f / powf((float)m->cfg.rope_theta, (float)(2 * i) / (float)m->cfg.head_dim);
         for (int64_t p = 0; p < cap; p++) {
-            float a = (float)p * inv;
+            float a = (float)p * inv[i];
             c[p * half + i] = (float)cos((double)a);
             sn[p * half + i] = (float)sin((double)a);
         }
     }
+    mem_free(inv);
     mem_free(m->rope_cos);
     mem_free(m->rope_sin);
     m->rope_cos = c;

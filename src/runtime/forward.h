@@ -45,6 +45,11 @@ typedef struct RunState {
     void *hook_ctx;
 } RunState;
 
+/* RoPE's inverse frequencies inv[0 .. head_dim / 2) of c's rope type
+ * (config.h RopeKind) in transformers' float32 arithmetic; ROPE_FACTORS: the
+ * default ones over llama.cpp's divisors. */
+void rope_inv_freq(const ModelConfig *c, float *inv);
+
 int runstate_init(RunState *s, const Model *m, int64_t max_tok);
 void runstate_free(RunState *s);
 

@@ -329,11 +329,12 @@ static int load_config(const GgufFile *g, Model *m) {
     if (!(c->rope_theta >= 1.0 && c->rope_theta <= 1e30))
         return err_set("%s: rope.freq_base %g is outside [1, 1e30]", g->path, c->rope_theta);
     if (r == 0) model_note(m, "%s", "rope.freq_base absent: 10000 (llama.cpp's default)");
-    /* RoPE scaling: type none, or linear by a factor of 1 (what llama.cpp's converter
-     * writes for bitnet: no scaling), else refused.  Without a type, or linear,
+    /* RoPE scaling: type none, or linear (what llama.cpp's converter writes for
+     * bitnet, by a factor of 1: none), else refused.  Without a type, or linear,
      * llama.cpp scales linearly by rope.scaling.factor (freq_scale = 1 / factor; 0 is
      * none), or by the legacy rope.scale_linear where the factor is absent (it had
-     * been ignored, exit 0) */
+     * been ignored, exit 0): transformers' linear rope type.  (Llama 3.1+'s scaling
+     * comes as the tensor rope_freqs.weight: model_load_gguf.) */
     char tkey[AKEY_LEN], fkey[AKEY_LEN];
     akey(tkey, c, "rope.scaling.type");
     if (gguf_get_str(g, tkey, &s, &len) < 0) return -1;
@@ -349,8 +350,15 @@ static int load_config(const GgufFile *g, Model *m) {
             f = 0.0;
             if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
         }
-        if (r > 0 && f != 0.0 && f != 1.0)
-            return err_set("%s: %s %g asks for linear RoPE scaling, which is not supported", g->path, fkey, f);
+        if (r > 0 && !(f >= 0.0 && isfinite(f)))
+            return err_set("%s: %s %g is not a RoPE scaling factor (0: none, else positive)", g->path, fkey, f);
+        if (r > 0 && f != 0.0 && f != 1.0) {
+            c->rope_kind = ROPE_LINEAR;
+            c->rope_factor = f;
+            char note[AKEY_LEN + 48];
+            snprintf(note, sizeof note, "RoPE scaled linearly by %s %g", fkey, f);
+            model_note(m, "%s", note);
+        }
     }
     int vocab = 0;
     if ((r = req_int(g, c, "vocab_size", 0, &vocab)) < 0) return -1;
@@ -391,8 +399,8 @@ static int n_blk_tensors(const ModelConfig *c) {
  *    index (model_refuse_layer_past, model.c);
  *  - no tensor that this model would silently leave out: a bias of any
  *    linear or norm (blk.N.attn_q.bias, ...: ternlab's have none), or
- *    rope_freqs.weight (the per-frequency factors llama.cpp writes for
- *    Llama 3.1+ RoPE scaling, which ternlab does not apply), nor any other
+ *    rope_freqs.weight outside a llama (the per-frequency factors llama.cpp
+ *    writes for Llama 3.1+ RoPE scaling; rope_factors reads them), nor any other
  *    blk.N.* than the block's norms and linears (model_refuse_unknown_layer_tensor:
  *    a bitnet sub-norm in a llama file; a linear's .scale outside a bitnet one).
  * Returns 0, or -1 with a message naming the tensor. */
@@ -431,12 +439,39 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
         if (model_refuse_bias(n) != 0 || model_refuse_layer_past(n, "blk.", c->n_layers, "block", count) != 0 ||
             model_refuse_unknown_layer_tensor(n, "blk.", known, ignored) != 0)
             return -1;
-        if (strcmp(n, "rope_freqs.weight") == 0)
-            return err_set("tensor 'rope_freqs.weight' holds RoPE frequency factors (llama.cpp "
-                           "writes them for Llama 3.1+ rope scaling), which ternlab does not "
-                           "apply: running without them would give wrong numbers (not "
-                           "supported)");
+        if (strcmp(n, "rope_freqs.weight") == 0 && c->arch != ARCH_LLAMA)
+            return err_set("tensor 'rope_freqs.weight' (RoPE frequency factors) in a %s file: llama.cpp "
+                           "reads it for llama only (not supported)", c->model_type);
     }
+    return 0;
+}
+
+/* rope_freqs.weight, where present (a llama: check_tensors): llama.cpp's
+ * divisor of each RoPE frequency, which its converter writes for Llama 3.1+
+ * (transformers' llama3 rope type) — head_dim / 2 positive values.  0, or -1
+ * with err_set. */
+static int rope_factors(const GgufFile *g, ModelConfig *c, Model *m) {
+    if (!gguf_find_tensor(g, "rope_freqs.weight")) return 0;
+    const int half = c->head_dim / 2;
+    if (half > ROPE_MAX_FACTORS)
+        return err_set("tensor 'rope_freqs.weight': head size %d has more than %d RoPE frequencies (not "
+                       "supported)", c->head_dim, ROPE_MAX_FACTORS);
+    if (c->rope_kind != ROPE_DEFAULT)
+        return err_set("tensor 'rope_freqs.weight' beside linear RoPE scaling (factor %g): the two together "
+                       "are not supported", c->rope_factor);
+    float *ff;
+    if (load_f32(g, "rope_freqs.weight", 0, half, 0, &ff) != 0) return -1;
+    for (int i = 0; i < half; i++)
+        if (!(ff[i] > 0.0f)) {
+            const double v = ff[i];
+            mem_free(ff);
+            return err_set("tensor 'rope_freqs.weight': factor %d is %g (RoPE frequency divisors are positive)",
+                           i, v);
+        }
+    memcpy(c->rope_ff, ff, sizeof(float) * (size_t)half);
+    mem_free(ff);
+    c->rope_kind = ROPE_FACTORS;
+    model_note(m, "%s", "RoPE frequencies divided by rope_freqs.weight (llama.cpp's form of Llama 3.1+ scaling)");
     return 0;
 }
 
@@ -452,6 +487,7 @@ int model_load_gguf(const char *path, const ModelLoadOpts *opts, Model *m) {
     }
     int rc = load_config(&g, m);
     if (rc == 0) rc = check_tensors(&g, &m->cfg);
+    if (rc == 0) rc = rope_factors(&g, &m->cfg, m);
     /* a file this writer made: the spec its ternary linears were made with
      * (which ones, activation mode) */
     QuantSpec rec_spec;
