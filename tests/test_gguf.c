@@ -774,6 +774,7 @@ static float tiny_eps = 1e-5f, tiny_scale_value = 2.0f;
 static float tiny_tern = 0.0f; /* > 0: the float linears hold -v, 0, +v (a ternary spec's rows) */
 static int tiny_rope_len = 16; /* an extra rope_freqs.weight: this many values tiny_scale_value (head_dim / 2) */
 static int tiny_rope_and_linear = 0; /* with it, llama.rope.scaling.factor 2 too */
+static const char *tiny_rope_type = NULL; /* llama.rope.scaling.type where set */
 
 static int tiny_llama_gguf(const char *path, int layers, int claimed, const char *extra) {
     const int H = tiny_hidden;
@@ -811,6 +812,7 @@ static int tiny_llama_gguf(const char *path, int layers, int claimed, const char
     } else if (extra && tiny_rope_and_linear && !strcmp(extra, "rope_freqs.weight")) {
         gguf_writer_f32(w, "llama.rope.scaling.factor", 2.0f);
     }
+    if (tiny_rope_type) gguf_writer_str(w, "llama.rope.scaling.type", tiny_rope_type);
     float *x = xmalloc(sizeof(float) * V * (size_t)H);
     uint32_t seed = 12345;
     int rc = 0;
@@ -941,7 +943,9 @@ TEST(gguf_refuses_biases_and_unknown_block_tensors) {
 
 /* RoPE scaling as llama.cpp reads it: rope.scaling.factor (or the legacy
  * rope.scale_linear) without a type or with type linear scales linearly — any
- * positive factor, 0 and 1 none; a negative one is refused —, and
+ * positive factor, 0 and 1 none, type none none whatever the factor; a
+ * negative or float-vanishing one is refused; an attention factor other than
+ * 1 (llama.cpp scales cos / sin by it) is refused —, and
  * rope_freqs.weight divides each frequency (Llama 3.1+: both had been refused,
  * the factor when it was not 0 or 1).  The frequencies: the defaults over
  * the factor / the divisors (divisors of 2 give linear's factor 2 bit for
@@ -975,8 +979,34 @@ TEST(gguf_rope_scaling) {
         }
         model_free(&m);
     }
+    /* type none: no scaling, whatever the factor (llama.cpp); linear: the factor */
+    const char *types[] = {"none", "linear"};
+    tiny_kv_value = 4.0f;
+    for (int t = 0; t < 2; t++) {
+        tiny_rope_type = types[t];
+        snprintf(path, sizeof path, "%s/ty%d.gguf", test_tmpdir(), t);
+        REQUIRE(tiny_llama_gguf(path, 1, 0, "llama.rope.scaling.factor") == 0);
+        const int trc = model_load_gguf(path, NULL, &m);
+        CHECK_MSG(trc == 0, "%s", err_msg());
+        if (trc == 0) {
+            CHECK_MSG(m.cfg.rope_kind == (t ? ROPE_LINEAR : ROPE_DEFAULT), "type %s: kind %d", types[t],
+                      (int)m.cfg.rope_kind);
+            model_free(&m);
+        }
+    }
+    tiny_rope_type = NULL;
     tiny_kv_value = -2.0f;
     expect_tiny_refused("linneg", "llama.rope.scaling.factor", "llama.rope.scaling.factor -2 is not a RoPE scaling factor");
+    tiny_kv_value = 1e-35f;
+    expect_tiny_refused("lintiny", "llama.rope.scaling.factor", "is not a RoPE scaling factor");
+    /* an attention factor on the rotation: refused unless 1 */
+    tiny_kv_value = 2.0f;
+    expect_tiny_refused("attnf", "llama.rope.scaling.attn_factor", "llama.rope.scaling.attn_factor 2 scales the RoPE rotation");
+    tiny_kv_value = 1.0f;
+    snprintf(path, sizeof path, "%s/attn1.gguf", test_tmpdir());
+    REQUIRE(tiny_llama_gguf(path, 1, 0, "llama.rope.scaling.attn_factor") == 0);
+    CHECK_MSG(model_load_gguf(path, NULL, &m) == 0, "attn_factor 1: %s", err_msg());
+    if (m.layers) model_free(&m);
     tiny_kv_value = 4.0f;
     /* rope_freqs.weight of 2s: linear scaling by 2 */
     tiny_scale_value = 2.0f;
@@ -1013,7 +1043,7 @@ TEST(gguf_rope_scaling) {
  * converter writes (each divisor the default frequency over transformers'
  * scaled one, checked against the reference's frequencies); a BitNet model
  * with llama3 scaling has no GGUF form (llama.cpp reads the divisors for llama
- * only) and is refused, one with linear scaling writes its factor.  (The
+ * only); a model read from such a file writes its divisors as read and is refused, one with linear scaling writes its factor.  (The
  * writer had written rope.freq_base alone: the file ran unscaled.) */
 TEST(gguf_rope_scaling_round_trip_matches_transformers) {
     static const char *const vs[] = {"llama3", "linear"};
@@ -1038,6 +1068,13 @@ TEST(gguf_rope_scaling_round_trip_matches_transformers) {
                 CHECK_MSG(fabs(m.cfg.rope_ff[i] - r) <= 1e-6 * r, "divisor %d: %.9g, transformers' ratio %.9g", i,
                           (double)m.cfg.rope_ff[i], r);
             }
+            /* the file's divisors written out again as read (a model from a Llama 3.1 GGUF) */
+            char again[640];
+            Model m2;
+            snprintf(again, sizeof again, "%s/%s-again.gguf", test_tmpdir(), vs[k]);
+            REQUIRE(gguf_write_model(&m, again, 0) == 0 && model_load_gguf(again, NULL, &m2) == 0);
+            CHECK(m2.cfg.rope_kind == ROPE_FACTORS && memcmp(m2.cfg.rope_ff, m.cfg.rope_ff, 16 * sizeof(float)) == 0);
+            model_free(&m2);
         } else {
             CHECK(m.cfg.rope_kind == ROPE_LINEAR && m.cfg.rope_factor == 4.0);
         }

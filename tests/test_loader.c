@@ -255,8 +255,9 @@ static int parse_with(const char *extra, ModelConfig *c) {
 
 /* RoPE scaling: transformers' linear and llama3 rope types, in rope_parameters
  * (transformers 5) or rope_scaling (4.x; beside a top-level rope_theta), by
- * rope_type or the legacy key type; both objects naming the same scaling
- * agree, different ones are refused; a llama3 without one of its four
+ * rope_type or the legacy key type (both differing refused); both objects
+ * naming the same scaling agree, different ones are refused, as is
+ * rope_scaling beside rope_parameters' own theta; a llama3 without one of its four
  * parameters, or with an empty band, is refused by name (each had either been
  * refused as a whole — "rope_scaling is not supported" — or, with a GGUF's
  * rope_freqs.weight, refused too). */
@@ -296,6 +297,18 @@ TEST(loader_config_rope_scaling) {
         {",\"rope_scaling\":{\"factor\":2.0}", "rope_scaling names no rope type"},
         {",\"rope_scaling\":3", "rope_scaling must be an object or null"},
         {",\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":7}", "the rope type in rope_parameters must be a string"},
+        /* another original length alone is another scaling */
+        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,"
+         "\"original_max_position_embeddings\":4096},\"rope_parameters\":{\"rope_type\":\"llama3\",\"factor\":8.0,"
+         "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0,\"original_max_position_embeddings\":8192}",
+         "describe different RoPE scalings"},
+        /* transformers 4 read type over rope_type, 5 the other way round */
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"type\":\"default\",\"factor\":2.0}",
+         "rope_scaling names two rope types"},
+        /* transformers 5 replaces rope_parameters (and its theta) with rope_scaling */
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_theta\":10000.0}",
+         "rope_scaling beside rope_parameters.rope_theta"},
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":1e-40}", "'rope_scaling.factor' 1e-40 is outside"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_MSG(parse_with(bad[i].extra, &c) != 0, "accepted: %s", bad[i].extra);

@@ -60,13 +60,21 @@ static int rope_param(const cJSON *o, const char *where, const char *key, double
     snprintf(full, sizeof full, "%s.%s", where, key);
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
     if (!j || cJSON_IsNull(j)) return err_set("%s: missing field '%s' (the rope type needs it)", path, full);
-    return get_num(j, full, out, path);
+    if (get_num(j, full, out, path) != 0) return -1;
+    if (*out < 1e-30 || *out > 1e30) /* (as a float32, as torch holds it: neither 0 nor infinite) */
+        return err_set("%s: field '%s' %g is outside [1e-30, 1e30]", path, full, *out);
+    return 0;
 }
 
 static int parse_rope(const cJSON *o, const char *where, const char *path, RopeParams *rp) {
     memset(rp, 0, sizeof *rp);
     const cJSON *rt = o ? cJSON_GetObjectItemCaseSensitive(o, "rope_type") : NULL;
-    if (o && (!rt || cJSON_IsNull(rt))) rt = cJSON_GetObjectItemCaseSensitive(o, "type");
+    const cJSON *lt = o ? cJSON_GetObjectItemCaseSensitive(o, "type") : NULL;
+    if (rt && !cJSON_IsNull(rt) && lt && !cJSON_IsNull(lt) &&
+        !(cJSON_IsString(rt) && cJSON_IsString(lt) && strcmp(rt->valuestring, lt->valuestring) == 0))
+        /* (transformers 4 took type over rope_type, 5 the other way round) */
+        return err_set("%s: %s names two rope types (rope_type and type differ)", path, where);
+    if (!rt || cJSON_IsNull(rt)) rt = lt;
     if (!rt || cJSON_IsNull(rt)) return 0;
     rp->given = 1;
     if (!cJSON_IsString(rt)) return err_set("%s: the rope type in %s must be a string", path, where);
@@ -254,6 +262,14 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     if (parse_rope(cJSON_IsObject(rs) ? rs : NULL, "rope_scaling", path, &rpb) != 0) goto done;
     if (cJSON_IsObject(rs) && !rpb.given) {
         err_set("%s: rope_scaling names no rope type (rope_type or type)", path);
+        goto done;
+    }
+    if (cJSON_IsObject(rs) && nested) {
+        /* transformers 5 takes rope_scaling for the whole of rope_parameters, its rope_theta
+         * then from the top level (or its default): which theta the checkpoint means is
+         * not clear */
+        err_set("%s: rope_scaling beside rope_parameters.rope_theta (transformers 5 replaces "
+                "rope_parameters with rope_scaling): give one of them", path);
         goto done;
     }
     if (rpa.given && rpb.given &&

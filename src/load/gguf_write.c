@@ -451,7 +451,9 @@ static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
  * float32 arithmetic: frequency i's divisor 1 where its wavelength 2 pi /
  * freq_i is below original / high_freq_factor, factor above original /
  * low_freq_factor, else 1 / ((1 - s) / factor + s) with s = (original /
- * wavelength - low) / (high - low). */
+ * wavelength - low) / (high - low).  original: the scaling's own
+ * original_max_position_embeddings, as transformers runs it (the converter
+ * reads a top-level one, 8192 where absent: the same for Llama 3.1 / 3.2). */
 static void llama3_rope_factors(const ModelConfig *c, float *ff) {
     for (int i = 0; i < c->head_dim / 2; i++) {
         const float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);

@@ -350,8 +350,9 @@ static int load_config(const GgufFile *g, Model *m) {
             f = 0.0;
             if ((r = gguf_get_float(g, fkey, &f)) < 0) return -1;
         }
-        if (r > 0 && !(f >= 0.0 && isfinite(f)))
-            return err_set("%s: %s %g is not a RoPE scaling factor (0: none, else positive)", g->path, fkey, f);
+        if (r > 0 && !(f == 0.0 || (f >= 1e-30 && f <= 1e30)))
+            return err_set("%s: %s %g is not a RoPE scaling factor (0: none, else in [1e-30, 1e30])", g->path,
+                           fkey, f);
         if (r > 0 && f != 0.0 && f != 1.0) {
             c->rope_kind = ROPE_LINEAR;
             c->rope_factor = f;
@@ -360,6 +361,14 @@ static int load_config(const GgufFile *g, Model *m) {
             model_note(m, "%s", note);
         }
     }
+    /* a factor on the rotation's cos / sin (llama.cpp multiplies its attention factor by
+     * it, whatever the type): not applied here, so refused unless 1 */
+    double af = 1.0;
+    akey(fkey, c, "rope.scaling.attn_factor");
+    if ((r = gguf_get_float(g, fkey, &af)) < 0) return -1;
+    if (r > 0 && af != 1.0)
+        return err_set("%s: %s %g scales the RoPE rotation, which ternlab does not (not supported)", g->path, fkey,
+                       af);
     int vocab = 0;
     if ((r = req_int(g, c, "vocab_size", 0, &vocab)) < 0) return -1;
     if (r == 0) {
