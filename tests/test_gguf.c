@@ -949,7 +949,7 @@ TEST(gguf_refuses_biases_and_unknown_block_tensors) {
  * rope_freqs.weight divides each frequency (Llama 3.1+: both had been refused,
  * the factor when it was not 0 or 1).  The frequencies: the defaults over
  * the factor / the divisors (divisors of 2 give linear's factor 2 bit for
- * bit).  Refused: divisors not head_dim / 2 of them or not positive, beside a
+ * bit).  Refused: divisors not head_dim / 2 of them or under 1e-30, beside a
  * linear factor, or in a bitnet file (llama.cpp reads them for llama only). */
 TEST(gguf_rope_scaling) {
     char path[512];
@@ -1023,7 +1023,9 @@ TEST(gguf_rope_scaling) {
         model_free(&m);
     }
     tiny_scale_value = 0.0f;
-    expect_tiny_refused("ff0", "rope_freqs.weight", "factor 0 is 0 (RoPE frequency divisors are positive)");
+    expect_tiny_refused("ff0", "rope_freqs.weight", "factor 0 is 0 (RoPE frequency divisors are at least 1e-30)");
+    tiny_scale_value = 1e-35f;
+    expect_tiny_refused("fft", "rope_freqs.weight", "factor 0 is 1e-35");
     tiny_scale_value = 2.0f;
     tiny_rope_len = 5;
     expect_tiny_refused("ff5", "rope_freqs.weight", "tensor 'rope_freqs.weight': ne [16] expected");

@@ -457,7 +457,7 @@ static int check_tensors(const GgufFile *g, const ModelConfig *c) {
 
 /* rope_freqs.weight, where present (a llama: check_tensors): llama.cpp's
  * divisor of each RoPE frequency, which its converter writes for Llama 3.1+
- * (transformers' llama3 rope type) — head_dim / 2 positive values.  0, or -1
+ * (transformers' llama3 rope type) — head_dim / 2 values of at least 1e-30.  0, or -1
  * with err_set. */
 static int rope_factors(const GgufFile *g, ModelConfig *c, Model *m) {
     if (!gguf_find_tensor(g, "rope_freqs.weight")) return 0;
@@ -471,11 +471,11 @@ static int rope_factors(const GgufFile *g, ModelConfig *c, Model *m) {
     float *ff;
     if (load_f32(g, "rope_freqs.weight", 0, half, 0, &ff) != 0) return -1;
     for (int i = 0; i < half; i++)
-        if (!(ff[i] > 0.0f)) {
+        if (!(ff[i] >= 1e-30f)) { /* (finite: load_f32) */
             const double v = ff[i];
             mem_free(ff);
-            return err_set("tensor 'rope_freqs.weight': factor %d is %g (RoPE frequency divisors are positive)",
-                           i, v);
+            return err_set("tensor 'rope_freqs.weight': factor %d is %g (RoPE frequency divisors are at least "
+                           "1e-30)", i, v);
         }
     memcpy(c->rope_ff, ff, sizeof(float) * (size_t)half);
     mem_free(ff);
