@@ -95,11 +95,7 @@ int fixture_rope_oracle(const char *variant, double *all, double *worst, double 
     dec = fixture_forced_logits(dir, NULL, tok, NP, tok + NP, POS + 1 - NP, &Vd);
     if (!dec || Vd != V) goto done;
     *all = rel_l2(got, ref, n);
-    *worst = 0;
-    for (int r = 0; r < TW; r++) {
-        const double e_r = rel_l2(got + (int64_t)r * V, ref + (int64_t)r * V, V);
-        if (e_r > *worst) *worst = e_r;
-    }
+    *worst = rel_l2_worst_row(got, ref, TW, V);
     *decode = rel_l2(dec, ref + (int64_t)POS * V, V);
     rc = 0;
 done:
@@ -157,6 +153,12 @@ int64_t fixture_read_f32(const char *path, float **out) {
 }
 
 double rel_l2(const float *a, const float *b, int64_t n) { return rel_l2_row(a, b, n); }
+
+double rel_l2_worst_row(const float *a, const float *b, int64_t rows, int64_t cols) {
+    double worst = 0;
+    for (int64_t r = 0; r < rows; r++) worst = fmax(worst, rel_l2(a + r * cols, b + r * cols, cols));
+    return worst;
+}
 
 EngineOpts fixture_backend;
 

@@ -19,6 +19,8 @@ double fixture_json_number(const char *path, const char *field);
 int64_t fixture_read_f32(const char *path, float **out);
 /* ||a-b|| / ||b|| */
 double rel_l2(const float *a, const float *b, int64_t n);
+/* The largest rel_l2 of the rows rows of width cols of a against b. */
+double rel_l2_worst_row(const float *a, const float *b, int64_t rows, int64_t cols);
 /* Backend of the engines fixture_engine opens (device, bf16, no_graphs; the
  * sizes are set per call).  Zero = the CPU.  Tests run in their own process,
  * so a test that sets it affects itself only. */

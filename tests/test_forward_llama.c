@@ -29,11 +29,7 @@ TEST(llama_logits_match_transformers) {
     int V;
     REQUIRE(fixture_oracle_logits(LLAMA_DIR, NULL, T, &got, &ref, &V) == 0);
     int64_t n = 2 * (int64_t)T * V;
-    double all = rel_l2(got, ref, n), worst = 0;
-    for (int r = 0; r < 2 * T; r++) {
-        double e_r = rel_l2(got + (int64_t)r * V, ref + (int64_t)r * V, V);
-        if (e_r > worst) worst = e_r;
-    }
+    const double all = rel_l2(got, ref, n), worst = rel_l2_worst_row(got, ref, 2 * T, V);
     printf("    logits rel L2 %.3g overall, worst row %.3g\n", all, worst);
     CHECK_MSG(all <= TOL_LOGITS_FP32, "overall rel L2 %.3g", all);
     CHECK_MSG(worst <= TOL_LOGITS_FP32, "worst row rel L2 %.3g", worst);
@@ -101,11 +97,7 @@ TEST(llama_decode_after_prefill_equals_prefill) {
         int64_t p = i;
         REQUIRE(forward(&m, &e.kv, &e.rs, &tok[i], &sid, &p, 1, NULL, 0, step + (int64_t)i * V) == 0);
     }
-    double worst = 0;
-    for (int i = 0; i < T; i++) {
-        double r = rel_l2(step + (int64_t)i * V, full + (int64_t)i * V, V);
-        if (r > worst) worst = r;
-    }
+    const double worst = rel_l2_worst_row(step, full, T, V);
     printf("    decode vs prefill worst row rel L2 %.3g\n", worst);
     CHECK_MSG(worst <= TOL_DECODE_VS_PREFILL, "worst row %.3g", worst);
     free(step);
@@ -295,11 +287,7 @@ TEST(llama_dump_layers_match_transformers) {
     REQUIRE(file_read_all(path, &buf, &nb) == 0);
     got = (float *)buf;
     REQUIRE(n == 6 * 256 * 256 && (int64_t)nb == n * 4);
-    double worst = 0;
-    for (int64_t r = 0; r < 6 * 256; r++) {
-        double e = rel_l2(got + r * 256, ref + r * 256, 256);
-        if (e > worst) worst = e;
-    }
+    const double worst = rel_l2_worst_row(got, ref, 6 * 256, 256);
     printf("    layer dump worst row rel L2 %.3g\n", worst);
     CHECK_MSG(worst <= TOL_LAYER_ROWS, "worst row %.3g", worst);
     free(got);

@@ -557,11 +557,7 @@ static void check_window0(const char *base, double tol, Model *m, Engine *e, flo
     int64_t n = fixture_read_f32(path, &ref);
     int V = m->cfg.vocab;
     REQUIRE(got && n == (int64_t)T * V);
-    double all = rel_l2(got, ref, n), worst = 0;
-    for (int r = 0; r < T; r++) {
-        double er = rel_l2(got + (int64_t)r * V, ref + (int64_t)r * V, V);
-        if (er > worst) worst = er;
-    }
+    const double all = rel_l2(got, ref, n), worst = rel_l2_worst_row(got, ref, T, V);
     printf("    %s window 0: logits rel L2 %.3g overall, worst row %.3g\n", base, all, worst);
     CHECK_MSG(all <= tol, "overall rel L2 %.3g > %.g", all, tol);
     free(ref);
@@ -1084,11 +1080,7 @@ TEST(gguf_rope_scaling_round_trip_matches_transformers) {
         snprintf(ref, sizeof ref, "%s/rope_%s.ref_logits.f32", LLAMA_DIR, vs[k]);
         const int64_t n = fixture_read_f32(ref, &r);
         REQUIRE(got && n == (int64_t)T * m.cfg.vocab);
-        double worst = 0;
-        for (int i = 0; i < T; i++) {
-            const double e = rel_l2(got + (int64_t)i * m.cfg.vocab, r + (int64_t)i * m.cfg.vocab, m.cfg.vocab);
-            if (e > worst) worst = e;
-        }
+        const double worst = rel_l2_worst_row(got, r, T, m.cfg.vocab);
         printf("    %s through GGUF: worst row rel L2 %.3g against transformers\n", vs[k], worst);
         CHECK_MSG(worst <= TOL_LOGITS_FP32, "%s: worst row %.3g", vs[k], worst);
         free(got);

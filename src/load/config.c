@@ -11,6 +11,10 @@
 
 const char *arch_name(Arch a) { return a == ARCH_BITNET ? "bitnet" : "llama"; }
 
+float rope_default_freq(const ModelConfig *c, int i) {
+    return 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+}
+
 int rope_llama3_band(const ModelConfig *c, float freq, float *smooth) {
     /* (the constants as torch holds python floats against a float32 tensor) */
     const float wl = (1.0f / freq) * (float)(2.0 * M_PI);

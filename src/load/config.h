@@ -64,7 +64,10 @@ typedef struct {
     char ternlab_spec[256];
 } ModelConfig;
 
-/* Where frequency `freq` (a default one, 1 / theta^(2i/d)) falls in c's llama3
+/* RoPE's default frequency i of c, 1 / theta^(2i / head_dim), in transformers'
+ * float32 arithmetic: what every rope type scales. */
+float rope_default_freq(const ModelConfig *c, int i);
+/* Where frequency `freq` (a default one, rope_default_freq) falls in c's llama3
  * scaling, in transformers' float32 arithmetic (its wavelength 2 pi / freq
  * as torch forms it: the reciprocal, then the product): 0 below original /
  * high_freq_factor (kept), 1 above original / low_freq_factor (divided by

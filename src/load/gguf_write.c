@@ -456,7 +456,7 @@ static int copy_tokenizer(GgufWriter *w, const Model *m, int *copied) {
  * reads a top-level one, 8192 where absent: the same for Llama 3.1 / 3.2). */
 static void llama3_rope_factors(const ModelConfig *c, float *ff) {
     for (int i = 0; i < c->head_dim / 2; i++) {
-        const float freq = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        const float freq = rope_default_freq(c, i);
         float s = 0.0f;
         const int band = rope_llama3_band(c, freq, &s);
         if (band < 2) {

@@ -120,7 +120,7 @@ void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t
 void rope_inv_freq(const ModelConfig *c, float *inv) {
     const float f = (float)c->rope_factor;
     for (int i = 0; i < c->head_dim / 2; i++) {
-        const float b = 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+        const float b = rope_default_freq(c, i);
         float v = b, s;
         if (c->rope_kind == ROPE_LINEAR) {
             v = b / f;
