@@ -1170,3 +1170,33 @@ TEST(cli_bounds_at_their_edges) {
     CHECK_MSG(out && strstr(out, "rc=1\n") && !strstr(out, "x.h5"), "%s", out ? out : "");
     free(out);
 }
+
+/* A small allocation that fails (xmalloc) says so and exits 1, a failed run as
+ * the CLI's exit status has it (it had exited 2, the usage error's status). */
+TEST(diag_out_of_memory_is_a_failed_run) {
+    if (TL_ASAN_BUILD) { /* (AddressSanitizer reports the refused malloc itself) */
+        test_skip("AddressSanitizer build");
+        return;
+    }
+    int fds[2];
+    REQUIRE(pipe(fds) == 0);
+    pid_t pid = fork();
+    REQUIRE(pid >= 0);
+    if (pid == 0) {
+        close(fds[0]);
+        dup2(fds[1], 2);
+        void *p = xmalloc((size_t)1 << 62); /* (past any address space: malloc refuses it) */
+        _exit(p ? 0 : 3);
+    }
+    close(fds[1]);
+    char msg[256] = {0};
+    size_t got = 0;
+    ssize_t r;
+    while (got < sizeof msg - 1 && (r = read(fds[0], msg + got, sizeof msg - 1 - got)) > 0) got += (size_t)r;
+    close(fds[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    CHECK_MSG(WIFEXITED(st) && WEXITSTATUS(st) == 1, "%s %d", WIFEXITED(st) ? "exit" : "signal",
+              WIFEXITED(st) ? WEXITSTATUS(st) : WTERMSIG(st));
+    CHECK_MSG(strstr(msg, "out of memory allocating 4611686018427387904 bytes"), "said: %s", msg);
+}

@@ -596,7 +596,7 @@ int cmd_verify(int argc, char **argv) {
         if (r == 4) wrong = 1;
         else if (r == 3) other = 1;
         else if (r == 5) busy = 1;
-        else if (r != 0) bad = 1; /* (1, or the check's own failure: out of memory exits 2) */
+        else if (r != 0) bad = 1; /* (1: the file, or the check's own failure) */
     }
     return bad ? 1 : busy ? 5 : wrong ? 4 : other ? 3 : 0;
 }

@@ -14,9 +14,10 @@
 #include <time.h>
 #include <unistd.h>
 
+/* Exit status 1, a failed run (2 is the CLI's usage error). */
 static void oom(size_t n) {
     fprintf(stderr, "ternlab: out of memory allocating %zu bytes\n", n);
-    exit(2);
+    exit(1);
 }
 
 void *xmalloc(size_t n) {

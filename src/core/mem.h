@@ -7,7 +7,8 @@
 #include <stdio.h>
 #include <sys/types.h>
 
-/* Small bookkeeping allocations: on failure print what was asked and exit(2).
+/* Small bookkeeping allocations: on failure print what was asked and exit(1)
+ * (a failed run, as the CLI's exit status says).
  * Big buffers (weights, KV cache, workspaces) use mem_alloc, which returns NULL
  * with err_set so the caller can report needed vs available. */
 void *xmalloc(size_t n);
