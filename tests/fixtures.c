@@ -107,6 +107,53 @@ done:
     return rc;
 }
 
+int fixture_rope_freq_case(int k, const char **name, const char **dir, float *inv, int cap) {
+    static _Thread_local char nm[64], d[600];
+    char path[700];
+    cJSON *ref = read_json(LLAMA_DIR "/rope_freq_cases.json"), *cfg = read_json(LLAMA_DIR "/config.json");
+    const cJSON *cs = ref ? cJSON_GetObjectItem(ref, "cases") : NULL;
+    const cJSON *c = cJSON_IsObject(cs) ? cJSON_GetArrayItem(cs, k) : NULL;
+    const cJSON *hd = c ? cJSON_GetObjectItem(c, "head_dim") : NULL, *rp = c ? cJSON_GetObjectItem(c, "rope_parameters") : NULL,
+                *a = c ? cJSON_GetObjectItem(c, "inv_freq") : NULL;
+    int n = -1;
+    if (!cfg || !cJSON_IsObject(cs)) {
+        fprintf(stderr, "    %s/rope_freq_cases.json or config.json unreadable\n", LLAMA_DIR);
+        goto done;
+    }
+    if (!c) { /* past the last case */
+        n = 0;
+        goto done;
+    }
+    if (!cJSON_IsNumber(hd) || !cJSON_IsObject(rp) || !cJSON_IsArray(a) || cJSON_GetArraySize(a) > cap ||
+        cJSON_GetArraySize(a) != hd->valueint / 2) {
+        fprintf(stderr, "    rope_freq_cases.json: case %d malformed\n", k);
+        goto done;
+    }
+    /* llama-tiny's config with the case's head size (8 heads of it) and scaling */
+    snprintf(nm, sizeof nm, "%s", c->string);
+    snprintf(d, sizeof d, "%s/rope-case-%d", test_tmpdir(), k);
+    cJSON_ReplaceItemInObject(cfg, "head_dim", cJSON_CreateNumber(hd->valueint));
+    cJSON_ReplaceItemInObject(cfg, "hidden_size", cJSON_CreateNumber(8 * hd->valueint));
+    cJSON_ReplaceItemInObject(cfg, "max_position_embeddings", cJSON_CreateNumber(131072));
+    cJSON_ReplaceItemInObject(cfg, "rope_parameters", cJSON_Duplicate(rp, 1));
+    char *text = cJSON_Print(cfg);
+    snprintf(path, sizeof path, "%s/config.json", d);
+    const int ok = (mkdir(d, 0777) == 0 || errno == EEXIST) && file_write_atomic(path, text, strlen(text)) == 0;
+    free(text);
+    if (!ok) {
+        fprintf(stderr, "    cannot make %s: %s\n", d, strerror(errno));
+        goto done;
+    }
+    n = cJSON_GetArraySize(a);
+    for (int i = 0; i < n; i++) inv[i] = (float)cJSON_GetArrayItem(a, i)->valuedouble;
+    *name = nm;
+    *dir = d;
+done:
+    cJSON_Delete(ref);
+    cJSON_Delete(cfg);
+    return n;
+}
+
 int fixture_rope_inv_freq(const char *variant, float *inv, int cap) {
     cJSON *ref = read_json(ROPE_REF);
     const cJSON *vs = ref ? cJSON_GetObjectItem(ref, "variants") : NULL,

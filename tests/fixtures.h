@@ -61,6 +61,12 @@ const char *fixture_rope_dir(const char *variant, int legacy);
 /* The variant's inverse frequencies as transformers computed them into inv
  * (head_dim / 2 of them; "default": llama-tiny's own); the count, or -1. */
 int fixture_rope_inv_freq(const char *variant, float *inv, int cap);
+/* data/llama-tiny/rope_freq_cases.json's case k (transformers' llama3 inv_freq
+ * of real checkpoints' scalings, computed without a model): its name, a folder
+ * whose config.json is llama-tiny's with the case's head_dim (8 heads of it)
+ * and rope_parameters (no weights: for config_load), and its frequencies in
+ * inv.  Their number; 0 past the last case; -1 (said) when unreadable. */
+int fixture_rope_freq_case(int k, const char **name, const char **dir, float *inv, int cap);
 /* Window 0's logits of fixture_rope_dir(variant, 0) on a fixture_backend
  * engine against transformers' (rel L2 over all rows into *all, the worst row
  * into *worst), and the logits after a 16-token prompt and 84 decode steps

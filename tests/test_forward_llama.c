@@ -381,6 +381,34 @@ TEST(rope_scaled_inv_freq_match_transformers) {
         }
 }
 
+/* Real checkpoints' llama3 scalings (Llama 3.1 and 3.2; data/llama-tiny/
+ * rope_freq_cases.json, transformers' inv_freq computed without a model): many
+ * more frequencies in the smooth band than llama-tiny's two, where the blend's
+ * order of operations shows.  Read through config.json; bit for bit. */
+TEST(rope_llama3_inv_freq_match_transformers_real_scalings) {
+    int k = 0, n;
+    const char *name = NULL, *dir = NULL;
+    float want[ROPE_MAX_FACTORS], got[ROPE_MAX_FACTORS];
+    while ((n = fixture_rope_freq_case(k, &name, &dir, want, ROPE_MAX_FACTORS)) > 0) {
+        ModelConfig c;
+        const int rc = config_load(dir, &c);
+        CHECK_MSG(rc == 0, "%s: %s", name, err_msg());
+        k++;
+        if (rc) continue;
+        CHECK(c.rope_kind == ROPE_LLAMA3 && c.head_dim == 2 * n);
+        rope_inv_freq(&c, got);
+        int same = 0, smooth = 0;
+        float s;
+        while (same < n && got[same] == want[same]) same++;
+        for (int i = 0; i < n; i++) smooth += rope_llama3_band(&c, rope_default_freq(&c, i), &s) == 2;
+        printf("    %s: %d frequencies, %d in the smooth band\n", name, n, smooth);
+        CHECK(smooth >= 2);
+        CHECK_MSG(same == n, "%s: frequency %d is %.9g, transformers' %.9g", name, same,
+                  same < n ? (double)got[same] : 0.0, same < n ? (double)want[same] : 0.0);
+    }
+    CHECK_MSG(n == 0 && k == 3, "%d cases read, then %d", k, n);
+}
+
 /* The forward under each scaling against transformers' logits (data/llama-tiny/
  * rope_*.ref_logits.f32: 0.49 and 0.83 rel L2 away from the unscaled model's),
  * the prefill's window and a decode step's: the unscaled fixture's fp32 bound. */

@@ -1,10 +1,12 @@
 # transformers' inv_freq for real checkpoints' llama3 RoPE scalings, computed on
 # the CPU without a model: more frequencies in llama3's smooth band than
 # llama-tiny's two (rope.reference.json), for a test of rope_inv_freq bit for
-# bit.  Runs on the GPU machine (PyTorch + transformers) from the repository root:
-#   python3 data/fixture-scripts/make_rope_freq_refs.py     (writes $OUT/rope_freq_cases.json)
-# Not run yet (no device came in the session that wrote it): its output goes to
-# data/llama-tiny/rope_freq_cases.json with a test in tests/test_forward_llama.c.
+# bit.  Runs wherever PyTorch + transformers are (no GPU needed), from the
+# repository root:
+#   OUT=DIR python3 data/fixture-scripts/make_rope_freq_refs.py   (writes DIR/rope_freq_cases.json)
+# data/llama-tiny/rope_freq_cases.json is its output (PyTorch 2.11.0 + transformers
+# 5.17.0 from PyPI, the versions of the other references, on an Intel Xeon CPU);
+# tests/test_forward_llama.c reads it.
 import json, os
 
 import torch
