@@ -42,10 +42,12 @@ const char *fixture_rope_dir(const char *variant, int legacy) {
         cJSON *th = cJSON_DetachItemFromObject(scal, "rope_theta");
         cJSON_DeleteItemFromObject(cfg, "rope_parameters");
         cJSON_AddItemToObject(cfg, "rope_theta", th);
-        if (!strcmp(variant, "linear")) {
+        if (!strcmp(variant, "linear") || !strcmp(variant, "yarn")) {
             cJSON *t = cJSON_DetachItemFromObject(scal, "rope_type");
             cJSON_AddItemToObject(scal, "type", t);
         }
+        /* (a key of YaRN checkpoints' configs that transformers ignores; so did its run) */
+        if (!strcmp(variant, "yarn")) cJSON_AddTrueToObject(scal, "finetuned");
         cJSON_AddItemToObject(cfg, "rope_scaling", scal);
     } else {
         cJSON_ReplaceItemInObject(cfg, "rope_parameters", scal);
@@ -105,6 +107,15 @@ done:
     free(dec);
     free(tok);
     return rc;
+}
+
+double fixture_rope_attention(const char *variant) {
+    cJSON *ref = read_json(ROPE_REF);
+    const cJSON *vs = ref ? cJSON_GetObjectItem(ref, "variants") : NULL, *v = vs ? cJSON_GetObjectItem(vs, variant) : NULL,
+                *a = v ? cJSON_GetObjectItem(v, "attention_scaling") : NULL;
+    const double r = cJSON_IsNumber(a) ? a->valuedouble : -1;
+    cJSON_Delete(ref);
+    return r;
 }
 
 int fixture_rope_freq_case(int k, const char **name, const char **dir, float *inv, int cap) {

@@ -51,16 +51,21 @@ int fixture_greedy_each(const char *dir, const ModelLoadOpts *opts, const int32_
 float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const int32_t *prompt, int64_t np,
                              const int32_t *gen, int64_t n_gen, int *vocab);
 /* data/llama-tiny/rope.reference.json's RoPE scalings (transformers' logits of
- * llama-tiny under them in rope_<variant>.ref_logits.f32): "llama3", "linear". */
+ * llama-tiny under them in rope_<variant>.ref_logits.f32): "llama3", "linear",
+ * "yarn" (original 256, the defaults), "yarn_opts" (every optional key). */
 /* A checkpoint folder in the test's scratch directory: llama-tiny's weights and
  * tokenizer (symlinked) under a config.json carrying the variant's scaling —
  * in rope_parameters as transformers 5 writes it, or (legacy) as transformers
- * 4 did: rope_scaling beside a top-level rope_theta, linear's type as "type".
+ * 4 did: rope_scaling beside a top-level rope_theta, linear's and yarn's type
+ * as "type" (yarn's with YaRN checkpoints' "finetuned": true beside it).
  * NULL on an error (printed). */
 const char *fixture_rope_dir(const char *variant, int legacy);
 /* The variant's inverse frequencies as transformers computed them into inv
  * (head_dim / 2 of them; "default": llama-tiny's own); the count, or -1. */
 int fixture_rope_inv_freq(const char *variant, float *inv, int cap);
+/* The variant's attention factor on cos and sin as transformers computed it
+ * (the rotary embedding's attention_scaling, a double); -1 where absent. */
+double fixture_rope_attention(const char *variant);
 /* data/llama-tiny/rope_freq_cases.json's case k (transformers' llama3 inv_freq
  * of real checkpoints' scalings, computed without a model): its name, a folder
  * whose config.json is llama-tiny's with the case's head_dim (8 heads of it)

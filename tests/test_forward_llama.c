@@ -355,14 +355,14 @@ TEST(ppl_protocols_agree_position_by_position) {
     model_free(&m);
 }
 
-/* ---- scaled RoPE: transformers' linear and llama3 rope types ---------------- */
+/* ---- scaled RoPE: transformers' linear, llama3 and yarn rope types ---------- */
 
 /* The inverse frequencies equal transformers' bit for bit (its float32
  * arithmetic; rope.reference.json holds the model's own inv_freq buffer), for
  * the default rope and both spellings of each scaling. */
 TEST(rope_scaled_inv_freq_match_transformers) {
-    static const char *const vs[] = {"default", "llama3", "linear"};
-    for (int k = 0; k < 3; k++)
+    static const char *const vs[] = {"default", "llama3", "linear", "yarn", "yarn_opts"};
+    for (int k = 0; k < 5; k++)
         for (int legacy = 0; legacy < (k ? 2 : 1); legacy++) {
             float want[64], got[64];
             const int n = fixture_rope_inv_freq(vs[k], want, 64);
@@ -378,6 +378,11 @@ TEST(rope_scaled_inv_freq_match_transformers) {
             while (same < n && got[same] == want[same]) same++;
             CHECK_MSG(same == n, "%s%s: frequency %d is %.9g, transformers' %.9g", vs[k], legacy ? " (legacy)" : "",
                       same, same < n ? (double)got[same] : 0.0, same < n ? (double)want[same] : 0.0);
+            /* the factor on cos and sin: yarn's, bit for bit in double, 1 elsewhere */
+            const double att = k ? fixture_rope_attention(vs[k]) : 1.0;
+            CHECK_MSG(att > 0 && rope_attention_factor(&c) == (float)att &&
+                          (c.rope_kind != ROPE_YARN || c.rope_attn == att),
+                      "%s: attention factor %.17g, transformers' %.17g", vs[k], (double)rope_attention_factor(&c), att);
         }
 }
 
@@ -413,8 +418,8 @@ TEST(rope_llama3_inv_freq_match_transformers_real_scalings) {
  * rope_*.ref_logits.f32: 0.49 and 0.83 rel L2 away from the unscaled model's),
  * the prefill's window and a decode step's: the unscaled fixture's fp32 bound. */
 TEST(rope_scaled_logits_match_transformers) {
-    static const char *const vs[] = {"llama3", "linear"};
-    for (int k = 0; k < 2; k++) {
+    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts"};
+    for (int k = 0; k < 4; k++) {
         double all, worst, dec;
         REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
         printf("    %s: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n", vs[k], all,
@@ -422,4 +427,37 @@ TEST(rope_scaled_logits_match_transformers) {
         CHECK_MSG(worst <= TOL_LOGITS_FP32 && dec <= TOL_LOGITS_FP32, "%s: worst row %.3g, decode %.3g", vs[k], worst,
                   dec);
     }
+}
+
+/* yarn under CPU tensor parallelism (each rank rotates with the model's tables,
+ * the attention factor in them): `ternlab logits --tp 2` of window 0 against
+ * transformers' logits, and `ternlab info` naming the scaling. */
+TEST(rope_yarn_tp2_logits_match_transformers) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    const char *dir = fixture_rope_dir("yarn", 1);
+    char cmd[4096], out[700];
+    char *said = NULL;
+    REQUIRE(dir);
+    snprintf(out, sizeof out, "%s/yarn-tp2.f32", test_tmpdir());
+    snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window 256 --windows 0:1 --tp 2 --out %s", bin, dir,
+             test_path(TOKENS_FILE), out);
+    const int rc = test_run(cmd, &said);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
+    free(said);
+    float *got = NULL, *ref = NULL;
+    const int64_t n = fixture_read_f32(out, &got), nr = fixture_read_f32(LLAMA_DIR "/rope_yarn.ref_logits.f32", &ref);
+    CHECK_MSG(n > 0 && n == nr && n % 256 == 0, "%lld logits, transformers' %lld", (long long)n, (long long)nr);
+    if (n > 0 && n == nr && n % 256 == 0) {
+        const double worst = rel_l2_worst_row(got, ref, 256, n / 256);
+        printf("    yarn, --tp 2: worst row rel L2 %.3g against transformers\n", worst);
+        CHECK_MSG(worst <= TOL_LOGITS_FP32, "worst row %.3g", worst);
+    }
+    free(got);
+    free(ref);
+    snprintf(cmd, sizeof cmd, "%s info --model %s", bin, dir);
+    said = NULL;
+    CHECK(test_run(cmd, &said) == 0 && said &&
+          strstr(said, "rope scaling yarn, factor 4, original_max_position_embeddings 256, correction dims 0 .. 7, "
+                       "attention factor 1.13862944"));
+    free(said);
 }

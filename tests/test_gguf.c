@@ -1094,6 +1094,17 @@ TEST(gguf_rope_scaling_round_trip_matches_transformers) {
     b.cfg.rope_orig_ctx = 256;
     snprintf(path, sizeof path, "%s/b3.gguf", test_tmpdir());
     CHECK(gguf_write_model(&b, path, 0) != 0 && strstr(err_msg(), "llama.cpp reads rope_freqs.weight for llama only"));
+    {   /* yarn: no GGUF form (ternlab's reader does not read llama.cpp's YaRN); nothing written */
+        Model y;
+        char yp[600];
+        const char *ydir = fixture_rope_dir("yarn", 0);
+        REQUIRE(ydir && model_load(ydir, NULL, &y) == 0);
+        snprintf(yp, sizeof yp, "%s/yarn.gguf", test_tmpdir());
+        CHECK_MSG(gguf_write_model(&y, yp, 0) != 0 && strstr(err_msg(), "yarn RoPE scaling is not written as GGUF"),
+                  "%s", err_msg());
+        CHECK(access(yp, F_OK) != 0);
+        model_free(&y);
+    }
     /* linear: bitnet's rope.scaling.factor carries it (it had been written as 1); bitnet-tiny's
      * head as the embedding (llama.cpp's bitnet form has no other) */
     b.cfg.rope_kind = ROPE_LINEAR;

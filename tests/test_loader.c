@@ -273,7 +273,39 @@ TEST(loader_config_rope_scaling) {
     CHECK_MSG(parse_with(",\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"linear\",\"factor\":4.0}", &c) == 0 &&
                   c.rope_kind == ROPE_LINEAR && c.rope_factor == 4.0,
               "%s", err_msg());
-    CHECK(parse_with("", &c) == 0 && c.rope_kind == ROPE_DEFAULT);
+    CHECK(parse_with("", &c) == 0 && c.rope_kind == ROPE_DEFAULT && rope_attention_factor(&c) == 1.0f);
+    /* llama3 / yarn without original_max_position_embeddings: max_position_embeddings,
+     * LlamaConfig's 2048 where that is absent too (transformers' standardize_rope_params) */
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
+                         "\"high_freq_factor\":4.0}", &c) == 0 && c.rope_orig_ctx == 2048,
+              "%s", err_msg());
+    CHECK_MSG(parse_with(",\"max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,"
+                         "\"original_max_position_embeddings\":null}", &c) == 0 && c.rope_orig_ctx == 4096,
+              "%s", err_msg());
+    /* yarn (head_dim 32, theta 1e4, original 256), by hand: correction dims at 32 and 1
+     * rotations 32 ln(256 / 64 pi) / (2 ln 1e4) = 0.4196 and 32 ln(256 / 2 pi) / (2 ln 1e4)
+     * = 6.440, floored / ceiled to 0 .. 7; attention factor 0.1 ln 4 + 1 */
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":256,"
+                         "\"finetuned\":true}", &c) == 0 && c.rope_kind == ROPE_YARN && c.rope_factor == 4.0 &&
+                  c.rope_orig_ctx == 256 && c.rope_low == 0 && c.rope_high == 7 &&
+                  fabs(c.rope_attn - 1.1386294361119891) < 1e-15 && rope_attention_factor(&c) == (float)c.rope_attn,
+              "%s: %g .. %g, %.17g", err_msg(), c.rope_low, c.rope_high, c.rope_attn);
+    /* betas 16 / 2 untruncated: 32 ln(256 / 32 pi) / 18.4207 = 1.6238, 32 ln(256 / 4 pi) /
+     * 18.4207 = 5.2361; attention (0.1 ln 4 + 1) / (0.05 ln 4 + 1) = 1.0648216 */
+    CHECK_MSG(parse_with(",\"rope_parameters\":{\"rope_theta\":10000.0,\"rope_type\":\"yarn\",\"factor\":4.0,"
+                         "\"original_max_position_embeddings\":256,\"beta_fast\":16,\"beta_slow\":2,\"mscale\":1,"
+                         "\"mscale_all_dim\":0.5,\"truncate\":false}", &c) == 0 &&
+                  fabs(c.rope_low - 1.6238) < 1e-3 && fabs(c.rope_high - 5.2361) < 1e-3 &&
+                  fabs(c.rope_attn - 1.0648216254) < 1e-9,
+              "%s: %.6g .. %.6g, %.12g", err_msg(), c.rope_low, c.rope_high, c.rope_attn);
+    /* an attention factor given is taken as it is; beta 0 is the default (Python's `or`) */
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"original_max_position_embeddings\":256,"
+                         "\"attention_factor\":1.5,\"beta_fast\":0,\"mscale\":1}", &c) == 0 && c.rope_attn == 1.5 &&
+                  c.rope_low == 0 && c.rope_high == 7,
+              "%s", err_msg());
+    CHECK_MSG(parse_with(",\"partial_rotary_factor\":1.0", &c) == 0, "%s", err_msg());
+    expect_config_error("\"rope_theta\":10000.0", "\"rope_theta\":1.0,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}",
+                        "yarn with rope_theta 1");
     /* the same scaling in both: one; another in each: refused */
     snprintf(ex, sizeof ex, ",\"rope_scaling\":%s,\"rope_parameters\":%s", l3, l3);
     CHECK_MSG(parse_with(ex, &c) == 0 && c.rope_kind == ROPE_LLAMA3, "%s", err_msg());
@@ -284,8 +316,25 @@ TEST(loader_config_rope_scaling) {
          "\"factor\":4.0}", "rope_parameters and rope_scaling describe different RoPE scalings"},
         {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_type\":\"default\"}",
          "describe different RoPE scalings"},
-        {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}",
-         "missing field 'rope_scaling.original_max_position_embeddings'"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"original_max_position_embeddings\":256}",
+         "missing field 'rope_scaling.factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"attention_factor\":0}",
+         "'rope_scaling.attention_factor' 0 must be positive"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"beta_fast\":-1}",
+         "'rope_scaling.beta_fast' -1 must be positive"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"truncate\":\"yes\"}",
+         "'rope_scaling.truncate' must be true or false"},
+        /* mscale over mscale_all_dim: 1.139 / (1 - ln 4) < 0 */
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"mscale\":1,\"mscale_all_dim\":-10}",
+         "yarn's attention factor -2.9"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"mscale\":\"1\"}",
+         "'rope_scaling.mscale' must be a number"},
+        {",\"partial_rotary_factor\":0.5", "partial_rotary_factor other than 1 is not supported"},
+        {",\"rope_parameters\":{\"rope_theta\":10000.0,\"partial_rotary_factor\":0.5}",
+         "partial_rotary_factor other than 1"},
+        /* the same type, another optional key */
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0},\"rope_parameters\":{\"rope_type\":\"yarn\","
+         "\"factor\":4.0,\"truncate\":false}", "describe different RoPE scalings"},
         {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"high_freq_factor\":4.0,"
          "\"original_max_position_embeddings\":8192}", "missing field 'rope_scaling.low_freq_factor'"},
         {",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":4.0,\"high_freq_factor\":4.0,"
@@ -334,8 +383,8 @@ TEST(loader_config_transformers_defaults) {
     snprintf(buf, sizeof buf, "%.*s%s", (int)(p - good_config), good_config, p + strlen(",\"num_key_value_heads\":4"));
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.n_kv_heads == 8 && c.n_heads == 8, "%s", err_msg());
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
-                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"yarn\",\"factor\":2.0}",
-                        "the rope type 'yarn' in rope_parameters is not supported");
+                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"longrope\",\"factor\":2.0}",
+                        "the rope type 'longrope' in rope_parameters is not supported");
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
                         "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}",
                         "the rope type 'dynamic' in rope_scaling is not supported");

@@ -1,11 +1,13 @@
-# Reference logits of llama-tiny under scaled RoPE (transformers' "llama3" and
-# "linear" rope types), computed by PyTorch + transformers, for the loader's
-# rope-scaling tests.  Runs on the GPU machine from the repository root:
-#   python3 data/fixture-scripts/make_rope_refs.py      (writes to $OUT)
+# Reference logits of llama-tiny under scaled RoPE (transformers' "llama3",
+# "linear" and "yarn" rope types), computed by PyTorch + transformers, for the
+# loader's rope-scaling tests.  Runs from the repository root (on a GPU where
+# there is one, else on the CPU; "made" in the JSON says which):
+#   OUT=DIR python3 data/fixture-scripts/make_rope_refs.py          (writes to DIR)
+#   OUT=DIR ONLY=yarn,yarn_opts python3 ...   (those variants; the others' entries kept)
 # Same weights as data/llama-tiny; only config.json changes.  Each variant's
 # logits of perplexity window 0 (tokens 0..255 of wikitext2-test.tokens.i32),
 # fp32 forward, and the model's own inv_freq buffer go into rope.reference.json
-# and <variant>.ref_logits.f32 (f32 [256, 2048]).
+# and rope_<variant>.ref_logits.f32 (f32 [256, 2048]).
 import json, os, shutil, sys, tempfile
 
 import torch
@@ -24,7 +26,17 @@ VARIANTS = {
     "llama3": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
                "original_max_position_embeddings": 256},
     "linear": {"rope_type": "linear", "factor": 4.0},
+    # yarn at original 256: head_dim 32's correction range is dims 0 .. 7 of 16 (beta 32 / 1,
+    # truncated), so frequencies kept, blended and interpolated; attention factor
+    # 0.1 ln 4 + 1 on cos and sin
+    "yarn": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256},
+    # every optional key: betas, no truncation, the factor from mscale / mscale_all_dim
+    "yarn_opts": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
+                  "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False},
 }
+# variants whose references were made earlier (on an H100, whose logits may differ from
+# a CPU's in the last bits): ONLY=yarn,yarn_opts runs the rest and keeps theirs
+ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
 
 raw = open("data/wikitext2-test.tokens.i32", "rb").read(4 * T)
 ids = torch.frombuffer(bytearray(raw), dtype=torch.int32).to(torch.long)[None].to(dev)
@@ -52,9 +64,25 @@ ref = {"torch": torch.__version__, "transformers": transformers.__version__, "wi
 lg0, inv0, _ = run(base_cfg)
 fix = torch.frombuffer(bytearray(open(os.path.join(SRC, "ref_logits.f32"), "rb").read(4 * T * 2048)),
                        dtype=torch.float32).view(T, 2048)
-ref["default_vs_fixture_max_abs"] = float((lg0 - fix).abs().max())
-print("default rope against the fixture's logits: max |diff|", ref["default_vs_fixture_max_abs"])
+here = float((lg0 - fix).abs().max())
+print("default rope against the fixture's logits: max |diff|", here)
+# (where each variant was made; the default rope's logits there against ref_logits.f32)
+made_on = "GPU (CUDA)" if dev == "cuda" else "CPU"
+if ONLY:
+    old = json.load(open(os.path.join(SRC, "rope.reference.json")))
+    ref["variants"] = {k: v for k, v in old["variants"].items() if k not in ONLY}
+    ref["made"] = old.get("made", {k: "H100 (CUDA)" for k in ref["variants"]})
+    ref["default_vs_fixture_max_abs"] = old.get("default_vs_fixture_max_abs", {})
+    if not isinstance(ref["default_vs_fixture_max_abs"], dict):
+        ref["default_vs_fixture_max_abs"] = {"H100 (CUDA)": ref["default_vs_fixture_max_abs"]}
+else:
+    ref["made"] = {}
+    ref["default_vs_fixture_max_abs"] = {}
+ref["default_vs_fixture_max_abs"][made_on] = here
 for name, rp in VARIANTS.items():
+    if ONLY and name not in ONLY:
+        continue
+    ref["made"][name] = made_on
     cfg = dict(base_cfg)
     cfg["rope_parameters"] = dict(rp, rope_theta=theta)
     lg, inv, att = run(cfg)
@@ -64,16 +92,18 @@ for name, rp in VARIANTS.items():
     del leg["rope_parameters"]
     leg["rope_theta"] = theta
     rs = dict(rp)
-    if name == "linear":
+    if name in ("linear", "yarn"):
         rs["type"] = rs.pop("rope_type")
+    if name == "yarn":
+        rs["finetuned"] = True  # (a key of YaRN checkpoints' configs that transformers ignores)
     leg["rope_scaling"] = rs
     lg_leg, inv_leg, _ = run(leg)
     same = bool(torch.equal(lg, lg_leg)) and inv == inv_leg
     rel = float((lg - lg0).norm() / lg0.norm())
     print(name, "inv_freq", inv, "attention_scaling", att, "legacy spelling same:", same,
           "rel L2 against default rope", rel)
-    assert same and att == 1.0
-    open(os.path.join(OUT, f"{name}.ref_logits.f32"), "wb").write(lg.contiguous().numpy().tobytes())
+    assert same and (att == 1.0) == (rp["rope_type"] != "yarn")
+    open(os.path.join(OUT, f"rope_{name}.ref_logits.f32"), "wb").write(lg.contiguous().numpy().tobytes())
     ref["variants"][name] = {"rope_parameters": cfg["rope_parameters"], "inv_freq": inv,
                              "attention_scaling": att, "rel_l2_vs_default_rope": rel}
 ref["default_inv_freq"] = inv0

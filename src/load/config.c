@@ -56,7 +56,11 @@ typedef struct {
     int given;
     RopeKind kind;
     double factor, low, high;
-    int orig;
+    int orig; /* 0: not given (transformers then takes max_position_embeddings) */
+    /* yarn's optional keys as given (0: not given, or given as transformers' defaults
+     * read them: null, 0); truncate 1 absent or true, 0 false or null */
+    double attn, beta_fast, beta_slow, mscale, mscale_all;
+    int truncate;
 } RopeParams;
 
 static int rope_param(const cJSON *o, const char *where, const char *key, double *out, const char *path) {
@@ -67,6 +71,89 @@ static int rope_param(const cJSON *o, const char *where, const char *key, double
     if (get_num(j, full, out, path) != 0) return -1;
     if (*out < 1e-30 || *out > 1e30) /* (as a float32, as torch holds it: neither 0 nor infinite) */
         return err_set("%s: field '%s' %g is outside [1e-30, 1e30]", path, full, *out);
+    return 0;
+}
+
+/* transformers' _compute_yarn_parameters in double as Python runs it, one
+ * operation a statement: get_mscale, 0.1 * m * ln(scale) + 1 (1 at scale <= 1) */
+static double yarn_mscale(double scale, double m) {
+    if (scale <= 1) return 1.0;
+    double a = 0.1 * m;
+    a = a * log(scale);
+    return a + 1.0;
+}
+
+/* find_correction_dim: (dim ln(original / (rotations 2 pi))) / (2 ln theta) */
+static double yarn_corr_dim(double rot, int dim, double theta, int orig) {
+    double d = rot * 2;
+    d = d * M_PI;
+    d = (double)orig / d;
+    d = (double)dim * log(d);
+    const double b = 2 * log(theta);
+    return d / b;
+}
+
+/* yarn's attention factor (given; else from mscale / mscale_all_dim where both
+ * are given; else get_mscale(factor)) and its correction range (dims at
+ * beta_fast .. beta_slow rotations over the original length, floored / ceiled
+ * under truncate, bounded to 0 .. head_dim - 1) into c.  0, or -1 with err_set. */
+static int yarn_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
+    double att = rp->attn;
+    if (att == 0) {
+        if (rp->mscale != 0 && rp->mscale_all != 0) {
+            const double num = yarn_mscale(rp->factor, rp->mscale), den = yarn_mscale(rp->factor, rp->mscale_all);
+            att = num / den;
+        } else {
+            att = yarn_mscale(rp->factor, 1);
+        }
+    }
+    if (!(att >= 1e-30 && att <= 1e30))
+        return err_set("%s: yarn's attention factor %g (from mscale / mscale_all_dim) is not a positive number",
+                       path, att);
+    if (c->rope_theta == 1.0) return err_set("%s: yarn with rope_theta 1 (its correction range divides by ln theta)", path);
+    const double bf = rp->beta_fast != 0 ? rp->beta_fast : 32, bs = rp->beta_slow != 0 ? rp->beta_slow : 1;
+    double low = yarn_corr_dim(bf, c->head_dim, c->rope_theta, c->rope_orig_ctx);
+    double high = yarn_corr_dim(bs, c->head_dim, c->rope_theta, c->rope_orig_ctx);
+    if (rp->truncate) {
+        low = floor(low);
+        high = ceil(high);
+    }
+    c->rope_low = low > 0 ? low : 0;
+    c->rope_high = high < c->head_dim - 1 ? high : c->head_dim - 1;
+    c->rope_attn = att;
+    return 0;
+}
+
+float rope_attention_factor(const ModelConfig *c) { return c->rope_kind == ROPE_YARN ? (float)c->rope_attn : 1.0f; }
+
+/* original_max_position_embeddings of a llama3 / yarn object: 0 where absent
+ * or null (transformers' standardize_rope_params then sets max_position_embeddings). */
+static int rope_orig(const cJSON *o, const char *where, const char *path, int *orig) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "original_max_position_embeddings");
+    *orig = 0;
+    if (!j || cJSON_IsNull(j)) return 0;
+    if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 1 || j->valuedouble > 1e9)
+        return err_set("%s: %s.original_max_position_embeddings must be a positive integer", path, where);
+    *orig = (int)j->valuedouble;
+    return 0;
+}
+
+/* An optional number of a yarn object: 0 where absent or null (not given, as
+ * transformers reads None); else a number within +-1e30, as given.  sign 0: any
+ * (mscale, mscale_all_dim: 0 counts as not given, as transformers' truthiness
+ * test reads it); 1: 0 (Python's `x or default`: not given) or at least 1e-30
+ * (beta_fast, beta_slow); 2: at least 1e-30 (attention_factor, which
+ * transformers takes as it is, 0 included). */
+static int rope_opt(const cJSON *o, const char *where, const char *key, int sign, double *out, const char *path) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key);
+    *out = 0;
+    if (!j || cJSON_IsNull(j)) return 0;
+    if (!cJSON_IsNumber(j) || !isfinite(j->valuedouble) || fabs(j->valuedouble) > 1e30)
+        return err_set("%s: field '%s.%s' must be a number", path, where, key);
+    const double v = j->valuedouble;
+    if ((sign == 1 && v != 0 && v < 1e-30) || (sign == 2 && v < 1e-30))
+        return err_set("%s: field '%s.%s' %g must be positive", path, where, key, v);
+    *out = v;
     return 0;
 }
 
@@ -90,21 +177,31 @@ static int parse_rope(const cJSON *o, const char *where, const char *path, RopeP
     }
     if (strcmp(t, "llama3") == 0) {
         rp->kind = ROPE_LLAMA3;
-        double orig = 0;
         if (rope_param(o, where, "factor", &rp->factor, path) != 0 ||
             rope_param(o, where, "low_freq_factor", &rp->low, path) != 0 ||
-            rope_param(o, where, "high_freq_factor", &rp->high, path) != 0 ||
-            rope_param(o, where, "original_max_position_embeddings", &orig, path) != 0)
+            rope_param(o, where, "high_freq_factor", &rp->high, path) != 0 || rope_orig(o, where, path, &rp->orig) != 0)
             return -1;
-        if (orig != floor(orig) || orig > 1e9)
-            return err_set("%s: %s.original_max_position_embeddings must be a positive integer", path, where);
         if (!(rp->high > rp->low))
             return err_set("%s: %s.high_freq_factor %g must be above low_freq_factor %g (llama3's smooth band "
                            "divides by their difference)", path, where, rp->high, rp->low);
-        rp->orig = (int)orig;
         return 0;
     }
-    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3)", path, t, where);
+    if (strcmp(t, "yarn") == 0) {
+        rp->kind = ROPE_YARN;
+        if (rope_param(o, where, "factor", &rp->factor, path) != 0 || rope_orig(o, where, path, &rp->orig) != 0 ||
+            rope_opt(o, where, "attention_factor", 2, &rp->attn, path) != 0 ||
+            rope_opt(o, where, "beta_fast", 1, &rp->beta_fast, path) != 0 ||
+            rope_opt(o, where, "beta_slow", 1, &rp->beta_slow, path) != 0 ||
+            rope_opt(o, where, "mscale", 0, &rp->mscale, path) != 0 ||
+            rope_opt(o, where, "mscale_all_dim", 0, &rp->mscale_all, path) != 0)
+            return -1;
+        const cJSON *tr = cJSON_GetObjectItemCaseSensitive(o, "truncate");
+        if (tr && !cJSON_IsNull(tr) && !cJSON_IsBool(tr))
+            return err_set("%s: field '%s.truncate' must be true or false", path, where);
+        rp->truncate = !tr || cJSON_IsTrue(tr);
+        return 0;
+    }
+    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3, yarn)", path, t, where);
 }
 
 /* quantization_config.modules_to_not_convert (BitNet): transformers keeps a
@@ -278,7 +375,9 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     }
     if (rpa.given && rpb.given &&
         (rpa.kind != rpb.kind || rpa.factor != rpb.factor || rpa.low != rpb.low || rpa.high != rpb.high ||
-         rpa.orig != rpb.orig)) {
+         rpa.orig != rpb.orig || rpa.attn != rpb.attn || rpa.beta_fast != rpb.beta_fast ||
+         rpa.beta_slow != rpb.beta_slow || rpa.mscale != rpb.mscale || rpa.mscale_all != rpb.mscale_all ||
+         rpa.truncate != rpb.truncate)) {
         err_set("%s: rope_parameters and rope_scaling describe different RoPE scalings", path);
         goto done;
     }
@@ -287,7 +386,8 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     cfg->rope_factor = rpu->factor;
     cfg->rope_low = rpu->low;
     cfg->rope_high = rpu->high;
-    cfg->rope_orig_ctx = rpu->orig;
+    /* (absent: max_position_embeddings, LlamaConfig's 2048 where that is absent too) */
+    cfg->rope_orig_ctx = rpu->orig ? rpu->orig : cfg->max_pos ? cfg->max_pos : 2048;
     double th_top = 0, th_nested = 0;
     if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
     if (nested && get_num(nested, "rope_parameters.rope_theta", &th_nested, path) < 0) goto done;
@@ -304,6 +404,17 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     if (cfg->rope_theta < 1.0 || cfg->rope_theta > 1e30) {
         err_set("%s: rope_theta %g is outside [1, 1e30]", path, cfg->rope_theta);
         goto done;
+    }
+    if (cfg->rope_kind == ROPE_YARN && yarn_finish(cfg, rpu, path) != 0) goto done;
+    /* (LlamaConfig takes a partial_rotary_factor into the rope parameters, but Llama's
+     * attention rotates whole heads: transformers cannot run one other than 1) */
+    for (int k = 0; k < 3; k++) {
+        const cJSON *o = k == 0 ? root : k == 1 ? rp : rs;
+        const cJSON *pr = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "partial_rotary_factor") : NULL;
+        if (pr && !cJSON_IsNull(pr) && !(cJSON_IsNumber(pr) && pr->valuedouble == 1.0)) {
+            err_set("%s: partial_rotary_factor other than 1 is not supported (Llama rotates whole heads)", path);
+            goto done;
+        }
     }
 
     const cJSON *ha = cJSON_GetObjectItemCaseSensitive(root, "hidden_act");

@@ -14,12 +14,14 @@ typedef enum { BITNET_SCALE_NONE = 0, BITNET_BITLINEAR, BITNET_AUTOBITLINEAR } B
  * the checkpoint has lm_head.weight, and reported). */
 typedef enum { TIE_ABSENT = -1, TIE_FALSE = 0, TIE_TRUE = 1 } Tie;
 /* RoPE's frequencies (rope_inv_freq, forward.h): transformers' rope types
- * "default" (1 / theta^(2i/d)), "linear" (those over factor) and "llama3"
+ * "default" (1 / theta^(2i/d)), "linear" (those over factor), "llama3"
  * (Llama 3.1+: frequencies of wavelength above original / low_freq_factor
  * over factor, below original / high_freq_factor kept, a smooth blend
- * between); ROPE_FACTORS: a GGUF's rope_freqs.weight, llama.cpp's divisor a
- * frequency (its converter writes them for llama3). */
-typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS } RopeKind;
+ * between) and "yarn" (the dims below the correction range kept, those above
+ * over factor, a linear ramp between; cos and sin times an attention factor);
+ * ROPE_FACTORS: a GGUF's rope_freqs.weight, llama.cpp's divisor a frequency
+ * (its converter writes them for llama3). */
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS, ROPE_YARN } RopeKind;
 #define ROPE_MAX_FACTORS 256 /* ROPE_FACTORS: head_dim / 2 at most */
 
 typedef struct {
@@ -36,9 +38,12 @@ typedef struct {
     float eps;        /* rms_norm_eps */
     double rope_theta;
     RopeKind rope_kind;
-    double rope_factor;                 /* linear, llama3: factor */
-    double rope_low, rope_high;         /* llama3: low_freq_factor, high_freq_factor */
-    int rope_orig_ctx;                  /* llama3: original_max_position_embeddings */
+    double rope_factor;                 /* linear, llama3, yarn: factor */
+    double rope_low, rope_high;         /* llama3: low_freq_factor, high_freq_factor;
+                                         * yarn: the correction range's dims (after
+                                         * truncation and the bounds, as transformers) */
+    int rope_orig_ctx;                  /* llama3, yarn: original_max_position_embeddings */
+    double rope_attn;                   /* yarn: the attention factor on cos and sin */
     float rope_ff[ROPE_MAX_FACTORS];    /* ROPE_FACTORS: head_dim / 2 divisors */
     HiddenAct act;
     Tie tie;
@@ -67,6 +72,8 @@ typedef struct {
 /* RoPE's default frequency i of c, 1 / theta^(2i / head_dim), in transformers'
  * float32 arithmetic: what every rope type scales. */
 float rope_default_freq(const ModelConfig *c, int i);
+/* The factor on RoPE's cos and sin: yarn's attention factor, else 1. */
+float rope_attention_factor(const ModelConfig *c);
 /* Where frequency `freq` (a default one, rope_default_freq) falls in c's llama3
  * scaling, in transformers' float32 arithmetic (its wavelength 2 pi / freq
  * as torch forms it: the reciprocal, then the product): 0 below original /

@@ -126,6 +126,22 @@ void rope_inv_freq(const ModelConfig *c, float *inv) {
             v = b / f;
         } else if (c->rope_kind == ROPE_FACTORS) {
             v = b / c->rope_ff[i];
+        } else if (c->rope_kind == ROPE_YARN) {
+            /* transformers' _compute_yarn_parameters in float32, one operation a statement:
+             * extrapolation 1 / pos, interpolation 1 / (factor pos), blended by 1 - the
+             * linear ramp over the correction range (rope_low .. rope_high, in double) */
+            const float pos = powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+            float interp = f * pos;
+            interp = 1.0f / interp;
+            const double hi = c->rope_high == c->rope_low ? c->rope_high + 0.001 : c->rope_high;
+            float ramp = (float)i - (float)c->rope_low;
+            ramp = ramp / (float)(hi - c->rope_low);
+            ramp = ramp < 0.0f ? 0.0f : ramp > 1.0f ? 1.0f : ramp;
+            const float ext = 1.0f - ramp;
+            float a = 1.0f - ext;
+            a = interp * a;
+            const float d = b * ext;
+            v = a + d;
         } else if (c->rope_kind == ROPE_LLAMA3) {
             /* transformers' _compute_llama3_parameters: the low band divided by factor, the
              * smooth one (1 - s) v / factor + s v, one operation a statement */
@@ -144,7 +160,8 @@ void rope_inv_freq(const ModelConfig *c, float *inv) {
 }
 
 /* RoPE tables cos/sin (len, head_dim/2) with transformers' arithmetic:
- * inv_freq_i from rope_inv_freq in fp32, angle = pos * inv_freq_i in fp32. */
+ * inv_freq_i from rope_inv_freq in fp32, angle = pos * inv_freq_i in fp32,
+ * cos and sin times the attention factor (yarn's; 1 otherwise). */
 static int rope_ensure(Model *m, int64_t len) {
     if (len <= m->rope_len) return 0;
     int64_t cap = max64(len, max64(2 * m->rope_len, 4096));
@@ -163,11 +180,12 @@ static int rope_ensure(Model *m, int64_t len) {
         return -1;
     }
     rope_inv_freq(&m->cfg, inv);
+    const float att = rope_attention_factor(&m->cfg); /* (yarn's; transformers: emb.cos() * it) */
     for (int i = 0; i < half; i++) {
         for (int64_t p = 0; p < cap; p++) {
             float a = (float)p * inv[i];
-            c[p * half + i] = (float)cos((double)a);
-            sn[p * half + i] = (float)sin((double)a);
+            c[p * half + i] = (float)cos((double)a) * att;
+            sn[p * half + i] = (float)sin((double)a) * att;
         }
     }
     mem_free(inv);
