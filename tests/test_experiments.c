@@ -1438,6 +1438,23 @@ TEST(metrics_by_hand) {
     CHECK_MSG(fabs(kl - want) <= 1e-6, "KL %.9g, want %.9g", kl, want);
     const float a[2] = {2.0f, 0.0f}, b[2] = {1.0f, 0.0f};
     CHECK(rel_l2_row(a, b, 2) == 1.0 && rel_l2_row(b, a, 2) == 0.5);
+    /* rows that are not log-probabilities: each normalised by its own log-sum-exp
+     * (p = (1/2, 1/2), q = (1/4, 3/4): KL = 1/2 ln(4/3); by the other row's, 0 after
+     * the clamp) */
+    const float zr[2] = {0.0f, 0.0f}, zq[2] = {7.0f, 7.0f + logf(3.0f)};
+    const double kl2 = kl_ref_run(zr, log(2.0), zq, 7.0 + log(4.0), 2);
+    CHECK_MSG(fabs(kl2 - 0.5 * log(4.0 / 3.0)) <= 1e-6, "KL %.9g, want %.9g", kl2, 0.5 * log(4.0 / 3.0));
+    /* every element counted, the last one too: ||(3, 0, -1)|| / ||(0, 0, 5)|| = sqrt(10) / 5,
+     * ||(0, 2)|| / ||(1, 0)|| = 2; a zero reference: the difference's norm, 0 for 0 */
+    const float c3[3] = {3.0f, 0.0f, 4.0f}, d3[3] = {0.0f, 0.0f, 5.0f}, e2[2] = {1.0f, 2.0f}, f2[2] = {1.0f, 0.0f},
+                g2[2] = {3.0f, 4.0f}, zero[2] = {0.0f, 0.0f};
+    CHECK_MSG(fabs(rel_l2_row(c3, d3, 3) - sqrt(10.0) / 5.0) <= 1e-12, "%.12g", rel_l2_row(c3, d3, 3));
+    CHECK(rel_l2_row(e2, f2, 2) == 2.0 && rel_l2_row(g2, zero, 2) == 5.0 && rel_l2_row(zero, zero, 2) == 0.0);
+    /* the log-sum-exp shifted by the row's maximum, wherever it is: no overflow */
+    const float big[2] = {0.0f, 1000.0f}, big2[2] = {1000.0f, 0.0f}, low[2] = {-1000.0f, -1000.0f};
+    CHECK_MSG(logsumexp_f32(big, 2) == 1000.0 && logsumexp_f32(big2, 2) == 1000.0 &&
+                  fabs(logsumexp_f32(low, 2) - (-1000.0 + log(2.0))) <= 1e-12,
+              "%.17g %.17g %.17g", logsumexp_f32(big, 2), logsumexp_f32(big2, 2), logsumexp_f32(low, 2));
 }
 
 /* exp-throughput's decode rate is the batch's generated tokens over its steps'

@@ -390,3 +390,88 @@ TEST(kv_policy_marks_prompt_and_generated_tokens) {
     }
     model_free(&m);
 }
+
+/* kv_check, the stress tests' oracle, finds each kind of broken state: a
+ * leaked block, one owned twice, a length past its blocks, a block free twice
+ * (its detection had never run: dropping any branch passed the suite). */
+TEST(kv_check_detects_corruption) {
+    for (int k = 0; k < 4; k++) {
+        KvCache kv;
+        REQUIRE(kv_init(&kv, 1, 1, 2, 4, 4) == 0);
+        const int a = kv_seq_new(&kv);
+        REQUIRE(kv_seq_reserve(&kv, a, 8) == 0 && kv.seqs[a].n_blocks == 2 && kv.n_free == 2);
+        kv_seq_set_len(&kv, a, 8);
+        REQUIRE(kv_check(&kv) == 0);
+        static const char *const want[] = {"leaked", "owned twice", "length 9 but only 2 blocks",
+                                           "on the free list twice"};
+        if (k == 0) kv.n_free--;                                      /* a free block dropped */
+        if (k == 1) kv.seqs[a].blocks[1] = kv.seqs[a].blocks[0];      /* (and block 1 leaked after) */
+        if (k == 2) kv.seqs[a].len = 9;                               /* past 2 blocks of 4 */
+        if (k == 3) kv.free_list[1] = kv.free_list[0];                /* one free block twice */
+        CHECK_MSG(kv_check(&kv) == -1 && strstr(err_msg(), want[k]), "case %d: %s", k, err_msg());
+        kv_free(&kv);
+    }
+}
+
+/* One token held is enough to keep a layer's pages: a policy that would give
+ * them back (host pages) or change their kind (a backend's pages) is refused
+ * with a single token too, and the page stays. */
+TEST(kv_set_policy_one_held_token) {
+    KvPolicy part;
+    REQUIRE(kv_policy_parse("all@layers=1-2", &part) == 0);
+    for (int tables = 0; tables < 2; tables++) {
+        KvCache kv;
+        REQUIRE((tables ? kv_init_tables : kv_init)(&kv, 3, 2, 8, 4, 6) == 0);
+        const int sq = kv_seq_new(&kv);
+        REQUIRE(kv_seq_reserve(&kv, sq, 1) == 0);
+        if (!tables) {
+            float kr[16], vr[16];
+            for (int i = 0; i < 16; i++) kr[i] = 0.5f * (float)i, vr[i] = -(float)i;
+            kv_write_token(&kv, 1, sq, 0, kr, vr, 0);
+        }
+        kv_seq_set_len(&kv, sq, 1);
+        CHECK_MSG(kv_set_policy(&kv, &part) == -1 && strstr(err_msg(), "holds 1 tokens"), "%s: %s",
+                  tables ? "tables" : "host pages", err_msg());
+        CHECK(kv.policy.kind == KVP_NONE && (tables || (kv.k[1] && kv.v[1])));
+        kv_free(&kv);
+    }
+}
+
+/* KV bytes a token takes, layer by layer under the policy: per head a f32
+ * row pair 2 x 8 x 4 = 64 bytes, a ternary one (TKV, ternary_format.h) 2 x
+ * ceil(8 / 4) code bytes + 2 f16 scales (one K group of 16 channels, one V)
+ * = 8 bytes; two heads, three layers. */
+TEST(kv_bytes_per_token_by_layer) {
+    static const struct {
+        const char *pol;
+        int decode;
+        size_t want;
+    } cs[] = {{"none", 0, 3 * 128},           {"all@layers=1-2", 0, 128 + 2 * 16}, {"all@layers=1-2", 1, 160},
+              {"all@layers=0", 1, 16 + 2 * 128}, {"decoder@layers=1", 1, 272},      {"decoder@layers=1", 0, 384},
+              {"encoder", 0, 3 * 16},         {"encoder", 1, 3 * 128}};
+    for (size_t i = 0; i < sizeof cs / sizeof cs[0]; i++) {
+        KvCache kv;
+        KvPolicy p;
+        REQUIRE(kv_init(&kv, 3, 2, 8, 4, 2) == 0 && kv_policy_parse(cs[i].pol, &p) == 0);
+        REQUIRE(kv_set_policy(&kv, &p) == 0);
+        const size_t got = kv_bytes_per_token(&kv, cs[i].decode);
+        CHECK_MSG(got == cs[i].want, "%s, decode %d: %zu bytes, want %zu", cs[i].pol, cs[i].decode, got, cs[i].want);
+        kv_free(&kv);
+    }
+}
+
+/* A pool of no blocks, or blocks of no tokens, is refused (both counts >= 1);
+ * an id one past the last sequence made is not live, whatever its slot holds. */
+TEST(kv_init_refuses_empty_pools_and_seq_ids_past_the_end) {
+    KvCache kv;
+    CHECK(kv_init(&kv, 1, 1, 4, 4, 0) == -1 && strstr(err_msg(), "must be >= 1"));
+    CHECK(kv_init_tables(&kv, 1, 1, 4, 4, 0) == -1 && strstr(err_msg(), "must be >= 1"));
+    CHECK(kv_init(&kv, 1, 1, 4, 0, 4) == -1);
+    REQUIRE(kv_init(&kv, 1, 1, 4, 4, 4) == 0);
+    REQUIRE(kv_seq_new(&kv) == 0 && kv_seq_new(&kv) == 1);
+    REQUIRE(kv.seq_cap > 2);
+    kv.seqs[2].active = 1; /* (a slot past n_seqs: never made) */
+    CHECK(kv_seq_live(&kv, 1) == 0 && kv_seq_live(&kv, 2) == -1 && kv_seq_live(&kv, -1) == -1);
+    kv.seqs[2].active = 0;
+    kv_free(&kv);
+}

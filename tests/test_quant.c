@@ -242,6 +242,35 @@ TEST(quant_rule_ties_and_population_hand) {
     check_rule(QR_L2OPT, c, (const int8_t[]){1, 0, 0, 0, 0, 0}, 2.0f);
 }
 
+/* std's threshold factor, pinned from both sides: sigma of {1, -1, 1, -1, 0.47,
+ * 0.47} = sqrt(4.4418 / 6 - 0.1566667^2) = 0.846024, 0.6 sigma = 0.5076 drops 0.47
+ * (0.5 sigma, 0.4230, would keep it); sigma of {..., 0.55, 0.55} = sqrt(4.605 / 6 -
+ * 0.1833333^2) = 0.856674, 0.6 sigma = 0.5140 keeps 0.55 (0.7 sigma, 0.5997, would
+ * drop it): scales 1 and 5.1 / 6.  A constant group: variance 0 (the reference's
+ * var.clamp(min=0): fp32 leaves -3e-8 for 5 x 0.7), threshold 0, all kept at the
+ * mean |w|.  And an empty group is refused by every rule. */
+TEST(quant_rule_std_factor_and_edges_hand) {
+    const float a[6] = {1.0f, -1.0f, 1.0f, -1.0f, 0.47f, 0.47f}, b[6] = {1.0f, -1.0f, 1.0f, -1.0f, 0.55f, 0.55f};
+    check_rule(QR_STD, a, (const int8_t[]){1, -1, 1, -1, 0, 0}, 1.0f);
+    check_rule(QR_STD, b, (const int8_t[]){1, -1, 1, -1, 1, 1}, 0.85f);
+    /* (5 x 0.7 and 7 x 0.3: fp32's E[w^2] - mean^2 comes out below 0 for both) */
+    const float c[7] = {0.7f, 0.7f, 0.7f, 0.7f, 0.7f, 0.3f, 0.3f};
+    int8_t q[7];
+    float s = -1;
+    for (int k = 0; k < 2; k++) {
+        const float *g = k ? (const float[]){0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f, 0.3f} : c;
+        const int n = k ? 7 : 5;
+        REQUIRE(quant_rule_ref(QR_STD, g, n, q, &s) == 0);
+        int all = 1;
+        for (int i = 0; i < n; i++) all = all && q[i] == 1;
+        CHECK_MSG(all && close_rel(s, g[0]), "%d x %g: scale %.9g", n, (double)g[0], (double)s);
+    }
+    for (int r = 0; r < QR_COUNT; r++)
+        CHECK_MSG(quant_rule_ref((QuantRule)r, a, 0, q, &s) == -1 && strstr(err_msg(), "empty group") &&
+                      quant_rule_ref((QuantRule)r, a, -1, q, &s) == -1,
+                  "%s", quant_rule_name((QuantRule)r));
+}
+
 TEST(quant_rule_absmax_hand) {
     /* d = 1; w/d = 0.5 -> 0 and -0.5 -> -0 (half to even), 0.75 -> 1 */
     const float w[6] = {0.5f, -1.0f, 0.25f, 0.75f, -0.5f, 0.0f};
