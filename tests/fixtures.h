@@ -52,12 +52,13 @@ float *fixture_forced_logits(const char *dir, const ModelLoadOpts *opts, const i
                              const int32_t *gen, int64_t n_gen, int *vocab);
 /* data/llama-tiny/rope.reference.json's RoPE scalings (transformers' logits of
  * llama-tiny under them in rope_<variant>.ref_logits.f32): "llama3", "linear",
- * "yarn" (original 256, the defaults), "yarn_opts" (every optional key). */
+ * "yarn" (original 256, the defaults), "yarn_opts" (every optional key),
+ * "dynamic" (factor 2: the default frequencies within max_position_embeddings). */
 /* A checkpoint folder in the test's scratch directory: llama-tiny's weights and
  * tokenizer (symlinked) under a config.json carrying the variant's scaling —
  * in rope_parameters as transformers 5 writes it, or (legacy) as transformers
- * 4 did: rope_scaling beside a top-level rope_theta, linear's and yarn's type
- * as "type" (yarn's with YaRN checkpoints' "finetuned": true beside it).
+ * 4 did: rope_scaling beside a top-level rope_theta, linear's, yarn's and
+ * dynamic's type as "type" (yarn's with YaRN checkpoints' "finetuned": true).
  * NULL on an error (printed). */
 const char *fixture_rope_dir(const char *variant, int legacy);
 /* The variant's inverse frequencies as transformers computed them into inv

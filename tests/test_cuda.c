@@ -1758,7 +1758,7 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
     oracle(BITNET_DIR, 1, 1.0, 0.95);
 }
 
-/* The GPU forward under scaled RoPE (transformers' llama3, linear and yarn types,
+/* The GPU forward under scaled RoPE (transformers' llama3, linear, yarn and dynamic types,
  * yarn's attention factor on cos and sin; the device's rotation tables come from
  * the host's) against transformers' logits:
  * the prefill's window and a decode step through the fused attention, fp32
@@ -1766,8 +1766,8 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
 TEST(gpu_rope_scaled_logits_match_transformers) {
     SKIP_WITHOUT_GPU();
     fixture_backend.device = ENGINE_CUDA;
-    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic"};
+    for (int k = 0; k < 5; k++) {
         double all, worst, dec;
         REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
         printf("    %s on the GPU: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n",

@@ -361,8 +361,8 @@ TEST(ppl_protocols_agree_position_by_position) {
  * arithmetic; rope.reference.json holds the model's own inv_freq buffer), for
  * the default rope and both spellings of each scaling. */
 TEST(rope_scaled_inv_freq_match_transformers) {
-    static const char *const vs[] = {"default", "llama3", "linear", "yarn", "yarn_opts"};
-    for (int k = 0; k < 5; k++)
+    static const char *const vs[] = {"default", "llama3", "linear", "yarn", "yarn_opts", "dynamic"};
+    for (int k = 0; k < 6; k++)
         for (int legacy = 0; legacy < (k ? 2 : 1); legacy++) {
             float want[64], got[64];
             const int n = fixture_rope_inv_freq(vs[k], want, 64);
@@ -418,8 +418,8 @@ TEST(rope_llama3_inv_freq_match_transformers_real_scalings) {
  * rope_*.ref_logits.f32: 0.49 and 0.83 rel L2 away from the unscaled model's),
  * the prefill's window and a decode step's: the unscaled fixture's fp32 bound. */
 TEST(rope_scaled_logits_match_transformers) {
-    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts"};
-    for (int k = 0; k < 4; k++) {
+    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic"};
+    for (int k = 0; k < 5; k++) {
         double all, worst, dec;
         REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
         printf("    %s: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n", vs[k], all,
@@ -459,5 +459,33 @@ TEST(rope_yarn_tp2_logits_match_transformers) {
     CHECK(test_run(cmd, &said) == 0 && said &&
           strstr(said, "rope scaling yarn, factor 4, original_max_position_embeddings 256, correction dims 0 .. 7, "
                        "attention factor 1.13862944"));
+    free(said);
+}
+
+/* dynamic NTK scaling past max_position_embeddings (llama-tiny's 1024), where
+ * transformers rescales theta call by call, is refused before any work, the
+ * run's exit 1 naming it; a window that ends at position 1023 runs. */
+TEST(rope_dynamic_refuses_positions_past_max_position_embeddings) {
+    const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
+    const char *dir = fixture_rope_dir("dynamic", 1);
+    REQUIRE(dir);
+    for (int w = 0; w < 2; w++) {
+        char cmd[4096], out[700], *said = NULL;
+        snprintf(out, sizeof out, "%s/dyn-%d.f32", test_tmpdir(), w);
+        snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window %d --windows 0:1 --out %s", bin, dir,
+                 test_path(TOKENS_FILE), w ? 1025 : 1024, out);
+        const int rc = test_run(cmd, &said);
+        if (w)
+            CHECK_MSG(rc == 1 && said && strstr(said, "position 1024 under dynamic RoPE scaling: past "
+                                                      "max_position_embeddings 1024"), "rc %d: %s", rc, said ? said : "");
+        else
+            CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
+        free(said);
+    }
+    char cmd[4096], *said = NULL;
+    snprintf(cmd, sizeof cmd, "%s info --model %s", bin, dir);
+    CHECK(test_run(cmd, &said) == 0 && said &&
+          strstr(said, "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to "
+                       "max_position_embeddings 1024"));
     free(said);
 }

@@ -1094,14 +1094,17 @@ TEST(gguf_rope_scaling_round_trip_matches_transformers) {
     b.cfg.rope_orig_ctx = 256;
     snprintf(path, sizeof path, "%s/b3.gguf", test_tmpdir());
     CHECK(gguf_write_model(&b, path, 0) != 0 && strstr(err_msg(), "llama.cpp reads rope_freqs.weight for llama only"));
-    {   /* yarn: no GGUF form (ternlab's reader does not read llama.cpp's YaRN); nothing written */
+    /* yarn, dynamic: no GGUF form (ternlab's reader does not read llama.cpp's YaRN; llama.cpp has
+     * no dynamic scaling); nothing written */
+    for (int k = 0; k < 2; k++) {
         Model y;
         char yp[600];
-        const char *ydir = fixture_rope_dir("yarn", 0);
+        const char *v = k ? "dynamic" : "yarn", *ydir = fixture_rope_dir(v, 0);
         REQUIRE(ydir && model_load(ydir, NULL, &y) == 0);
-        snprintf(yp, sizeof yp, "%s/yarn.gguf", test_tmpdir());
-        CHECK_MSG(gguf_write_model(&y, yp, 0) != 0 && strstr(err_msg(), "yarn RoPE scaling is not written as GGUF"),
-                  "%s", err_msg());
+        snprintf(yp, sizeof yp, "%s/%s.gguf", test_tmpdir(), v);
+        CHECK_MSG(gguf_write_model(&y, yp, 0) != 0 && strstr(err_msg(), "RoPE scaling is not written as GGUF") &&
+                      strstr(err_msg(), v),
+                  "%s: %s", v, err_msg());
         CHECK(access(yp, F_OK) != 0);
         model_free(&y);
     }

@@ -304,6 +304,16 @@ TEST(loader_config_rope_scaling) {
                   c.rope_low == 0 && c.rope_high == 7,
               "%s", err_msg());
     CHECK_MSG(parse_with(",\"partial_rotary_factor\":1.0", &c) == 0, "%s", err_msg());
+    /* dynamic: factor, the limit max_position_embeddings (2048 absent); theta x 1^(32 / 30) */
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}", &c) == 0 &&
+                  c.rope_kind == ROPE_DYNAMIC && c.rope_factor == 2.0 && c.rope_orig_ctx == 2048 &&
+                  rope_base(&c) == 10000.0 && rope_positions_check(&c, 2047) == 0 &&
+                  rope_positions_check(&c, 2048) == -1,
+              "%s", err_msg());
+    expect_config_error("\"hidden_size\":256", "\"hidden_size\":16,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}",
+                        "dynamic RoPE scaling with head_dim 2");
+    expect_config_error("\"rope_theta\":10000.0", "\"rope_theta\":10000.0,\"rope_scaling\":{\"type\":\"dynamic\"}",
+                        "missing field 'rope_scaling.factor'");
     expect_config_error("\"rope_theta\":10000.0", "\"rope_theta\":1.0,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0}",
                         "yarn with rope_theta 1");
     /* the same scaling in both: one; another in each: refused */
@@ -386,8 +396,8 @@ TEST(loader_config_transformers_defaults) {
                         "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"longrope\",\"factor\":2.0}",
                         "the rope type 'longrope' in rope_parameters is not supported");
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
-                        "\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}",
-                        "the rope type 'dynamic' in rope_scaling is not supported");
+                        "\"rope_scaling\":{\"type\":\"su\",\"factor\":2.0}",
+                        "the rope type 'su' in rope_scaling is not supported");
     snprintf(buf, sizeof buf, "%.*s,\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"default\"}}",
              (int)strlen(good_config) - 1, good_config);
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0, "%s", err_msg());

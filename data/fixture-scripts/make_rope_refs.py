@@ -3,7 +3,7 @@
 # loader's rope-scaling tests.  Runs from the repository root (on a GPU where
 # there is one, else on the CPU; "made" in the JSON says which):
 #   OUT=DIR python3 data/fixture-scripts/make_rope_refs.py          (writes to DIR)
-#   OUT=DIR ONLY=yarn,yarn_opts python3 ...   (those variants; the others' entries kept)
+#   OUT=DIR ONLY=yarn,yarn_opts,dynamic python3 ...   (those variants; the others' entries kept)
 # Same weights as data/llama-tiny; only config.json changes.  Each variant's
 # logits of perplexity window 0 (tokens 0..255 of wikitext2-test.tokens.i32),
 # fp32 forward, and the model's own inv_freq buffer go into rope.reference.json
@@ -33,9 +33,12 @@ VARIANTS = {
     # every optional key: betas, no truncation, the factor from mscale / mscale_all_dim
     "yarn_opts": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
                   "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False},
+    # dynamic NTK (Llama 2 fine-tunes' "type": "dynamic"): up to max_position_embeddings (1024)
+    # transformers keeps the default frequencies (theta scaled by 1)
+    "dynamic": {"rope_type": "dynamic", "factor": 2.0},
 }
 # variants whose references were made earlier (on an H100, whose logits may differ from
-# a CPU's in the last bits): ONLY=yarn,yarn_opts runs the rest and keeps theirs
+# a CPU's in the last bits): ONLY=yarn,yarn_opts,dynamic runs those and keeps the others' entries
 ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
 
 raw = open("data/wikitext2-test.tokens.i32", "rb").read(4 * T)
@@ -92,7 +95,7 @@ for name, rp in VARIANTS.items():
     del leg["rope_parameters"]
     leg["rope_theta"] = theta
     rs = dict(rp)
-    if name in ("linear", "yarn"):
+    if name in ("linear", "yarn", "dynamic"):
         rs["type"] = rs.pop("rope_type")
     if name == "yarn":
         rs["finetuned"] = True  # (a key of YaRN checkpoints' configs that transformers ignores)

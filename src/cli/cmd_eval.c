@@ -452,6 +452,9 @@ int cmd_info(int argc, char **argv) {
     printf("rms_norm_eps %g  rope_theta %g  hidden_act %s  max_position_embeddings %d\n",
            (double)c->eps, c->rope_theta, c->act == ACT_SILU ? "silu" : "relu2", c->max_pos);
     if (c->rope_kind == ROPE_LINEAR) printf("rope scaling linear, factor %g\n", c->rope_factor);
+    else if (c->rope_kind == ROPE_DYNAMIC)
+        printf("rope scaling dynamic, factor %g: the default frequencies (theta %.17g) up to "
+               "max_position_embeddings %d, positions past it refused\n", c->rope_factor, rope_base(c), c->rope_orig_ctx);
     else if (c->rope_kind == ROPE_YARN)
         printf("rope scaling yarn, factor %g, original_max_position_embeddings %d, correction dims %g .. %g, "
                "attention factor %.9g\n", c->rope_factor, c->rope_orig_ctx, c->rope_low, c->rope_high, c->rope_attn);

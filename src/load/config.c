@@ -126,6 +126,26 @@ static int yarn_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
 
 float rope_attention_factor(const ModelConfig *c) { return c->rope_kind == ROPE_YARN ? (float)c->rope_attn : 1.0f; }
 
+double rope_base(const ModelConfig *c) {
+    if (c->rope_kind != ROPE_DYNAMIC) return c->rope_theta;
+    /* (_compute_dynamic_ntk_parameters at seq_len = max_position_embeddings, Python's order) */
+    const double L = (double)c->rope_orig_ctx, f = c->rope_factor;
+    double t = f * L;
+    t = t / L;
+    t = t - (f - 1);
+    const double e = (double)c->head_dim / (double)(c->head_dim - 2);
+    return c->rope_theta * pow(t, e);
+}
+
+int rope_positions_check(const ModelConfig *c, int64_t max_pos) {
+    if (c->rope_kind == ROPE_DYNAMIC && max_pos >= c->rope_orig_ctx)
+        return err_set("position %lld under dynamic RoPE scaling: past max_position_embeddings %d transformers "
+                       "rescales the frequencies call by call (the cached keys keep the old ones); not supported: "
+                       "use windows / prompts of at most %d tokens", (long long)max_pos, c->rope_orig_ctx,
+                       c->rope_orig_ctx);
+    return 0;
+}
+
 /* original_max_position_embeddings of a llama3 / yarn object: 0 where absent
  * or null (transformers' standardize_rope_params then sets max_position_embeddings). */
 static int rope_orig(const cJSON *o, const char *where, const char *path, int *orig) {
@@ -186,6 +206,10 @@ static int parse_rope(const cJSON *o, const char *where, const char *path, RopeP
                            "divides by their difference)", path, where, rp->high, rp->low);
         return 0;
     }
+    if (strcmp(t, "dynamic") == 0) {
+        rp->kind = ROPE_DYNAMIC;
+        return rope_param(o, where, "factor", &rp->factor, path);
+    }
     if (strcmp(t, "yarn") == 0) {
         rp->kind = ROPE_YARN;
         if (rope_param(o, where, "factor", &rp->factor, path) != 0 || rope_orig(o, where, path, &rp->orig) != 0 ||
@@ -201,7 +225,7 @@ static int parse_rope(const cJSON *o, const char *where, const char *path, RopeP
         rp->truncate = !tr || cJSON_IsTrue(tr);
         return 0;
     }
-    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3, yarn)", path, t, where);
+    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3, yarn, dynamic)", path, t, where);
 }
 
 /* quantization_config.modules_to_not_convert (BitNet): transformers keeps a
@@ -406,6 +430,17 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
     if (cfg->rope_kind == ROPE_YARN && yarn_finish(cfg, rpu, path) != 0) goto done;
+    if (cfg->rope_kind == ROPE_DYNAMIC) {
+        if (cfg->head_dim == 2) { /* (its exponent d / (d - 2)) */
+            err_set("%s: dynamic RoPE scaling with head_dim 2", path);
+            goto done;
+        }
+        const double b = rope_base(cfg);
+        if (!(b >= 1.0 && b <= 1e30)) {
+            err_set("%s: dynamic RoPE scaling's theta %g is outside [1, 1e30]", path, b);
+            goto done;
+        }
+    }
     /* (LlamaConfig takes a partial_rotary_factor into the rope parameters, but Llama's
      * attention rotates whole heads: transformers cannot run one other than 1) */
     for (int k = 0; k < 3; k++) {

@@ -17,11 +17,14 @@ typedef enum { TIE_ABSENT = -1, TIE_FALSE = 0, TIE_TRUE = 1 } Tie;
  * "default" (1 / theta^(2i/d)), "linear" (those over factor), "llama3"
  * (Llama 3.1+: frequencies of wavelength above original / low_freq_factor
  * over factor, below original / high_freq_factor kept, a smooth blend
- * between) and "yarn" (the dims below the correction range kept, those above
- * over factor, a linear ramp between; cos and sin times an attention factor);
+ * between), "yarn" (the dims below the correction range kept, those above
+ * over factor, a linear ramp between; cos and sin times an attention factor)
+ * and "dynamic" (NTK: theta scaled for the sequence's length, which up to
+ * max_position_embeddings leaves the default frequencies; longer sequences
+ * change them call by call, and are refused: rope_positions_check);
  * ROPE_FACTORS: a GGUF's rope_freqs.weight, llama.cpp's divisor a frequency
  * (its converter writes them for llama3). */
-typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS, ROPE_YARN } RopeKind;
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS, ROPE_YARN, ROPE_DYNAMIC } RopeKind;
 #define ROPE_MAX_FACTORS 256 /* ROPE_FACTORS: head_dim / 2 at most */
 
 typedef struct {
@@ -38,11 +41,12 @@ typedef struct {
     float eps;        /* rms_norm_eps */
     double rope_theta;
     RopeKind rope_kind;
-    double rope_factor;                 /* linear, llama3, yarn: factor */
+    double rope_factor;                 /* linear, llama3, yarn, dynamic: factor */
     double rope_low, rope_high;         /* llama3: low_freq_factor, high_freq_factor;
                                          * yarn: the correction range's dims (after
                                          * truncation and the bounds, as transformers) */
-    int rope_orig_ctx;                  /* llama3, yarn: original_max_position_embeddings */
+    int rope_orig_ctx;                  /* llama3, yarn: original_max_position_embeddings;
+                                         * dynamic: max_position_embeddings (2048 absent) */
     double rope_attn;                   /* yarn: the attention factor on cos and sin */
     float rope_ff[ROPE_MAX_FACTORS];    /* ROPE_FACTORS: head_dim / 2 divisors */
     HiddenAct act;
@@ -74,6 +78,14 @@ typedef struct {
 float rope_default_freq(const ModelConfig *c, int i);
 /* The factor on RoPE's cos and sin: yarn's attention factor, else 1. */
 float rope_attention_factor(const ModelConfig *c);
+/* The theta c's frequencies are computed from: dynamic's, transformers'
+ * theta ((factor L / L) - (factor - 1))^(d / (d - 2)) at L =
+ * max_position_embeddings in double; else rope_theta. */
+double rope_base(const ModelConfig *c);
+/* 0 where a forward may place tokens at positions up to max_pos under c's
+ * RoPE; -1 with err_set past what it supports (dynamic: positions from
+ * max_position_embeddings on, where transformers rescales per call). */
+int rope_positions_check(const ModelConfig *c, int64_t max_pos);
 /* Where frequency `freq` (a default one, rope_default_freq) falls in c's llama3
  * scaling, in transformers' float32 arithmetic (its wavelength 2 pi / freq
  * as torch forms it: the reciprocal, then the product): 0 below original /

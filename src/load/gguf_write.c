@@ -478,6 +478,10 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
         return err_set("%s: a model with yarn RoPE scaling is not written as GGUF: llama.cpp's YaRN "
                        "(rope.scaling.type yarn) is not read by ternlab's GGUF reader, so the file could not "
                        "be checked against this model (write safetensors: --out DIR)", out_path);
+    if (c->rope_kind == ROPE_DYNAMIC)
+        return err_set("%s: a model with dynamic RoPE scaling is not written as GGUF: llama.cpp has no such "
+                       "scaling, and a file without it would lose the limit at max_position_embeddings "
+                       "(write safetensors: --out DIR)", out_path);
     if (bitnet && rope_ff)
         return err_set("%s: a BitNet model with per-frequency RoPE scaling (llama3) has no GGUF form: "
                        "llama.cpp reads rope_freqs.weight for llama only", out_path);

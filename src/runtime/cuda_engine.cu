@@ -1412,6 +1412,7 @@ int chain_run(Engine *e, CE *g, const int *seq, const int64_t *pos0, const int32
     RunState *s = &e->rs;
     int64_t max_pos = 0;
     for (int64_t b = 0; b < B; b++) max_pos = std::max(max_pos, pos0[b] + steps - 1);
+    if (rope_positions_check(&m->cfg, max_pos) != 0) return err_prefix("decode: ");
     if (ensure_rope(g, const_cast<Model *>(m), max_pos + 1) != 0) return -1; /* none inside the chain */
     TRY(chain_buffers(g, B));
     std::vector<int> tok((size_t)B);

@@ -77,6 +77,7 @@ int fwd_prepare_tokens(const Model *m, KvCache *kv, const int *tok, const int *s
         if (pos[i] < 0) return err_set("forward: token %lld at position %lld", (long long)i, (long long)pos[i]);
         mp = max64(mp, pos[i]);
     }
+    if (rope_positions_check(&m->cfg, mp) != 0) return err_prefix("forward: ");
     /* all or nothing: out of blocks, the sequences give back what this call took
      * (a scheduler that preempts and retries had found the pool emptied).  A
      * later failure of the call (a GPU table or RoPE growth) leaves its blocks
@@ -126,6 +127,8 @@ void rope_inv_freq(const ModelConfig *c, float *inv) {
             v = b / f;
         } else if (c->rope_kind == ROPE_FACTORS) {
             v = b / c->rope_ff[i];
+        } else if (c->rope_kind == ROPE_DYNAMIC) { /* (the default's form from dynamic's theta) */
+            v = 1.0f / powf((float)rope_base(c), (float)(2 * i) / (float)c->head_dim);
         } else if (c->rope_kind == ROPE_YARN) {
             /* transformers' _compute_yarn_parameters in float32, one operation a statement:
              * extrapolation 1 / pos, interpolation 1 / (factor pos), blended by 1 - the
