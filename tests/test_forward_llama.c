@@ -482,7 +482,21 @@ TEST(rope_dynamic_refuses_positions_past_max_position_embeddings) {
             CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
         free(said);
     }
+    /* generate: refused before any work where its last fed token (the prompt's 2 + 1024 - 2)
+     * would sit at position 1024; 8 new tokens run */
     char cmd[4096], *said = NULL;
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 1024", bin, dir);
+    int rc = test_run(cmd, &said);
+    CHECK_MSG(rc == 1 && said && strstr(said, "position 1024 under dynamic RoPE scaling") &&
+                  !strstr(said, "forward: "), /* (not the forward's, after 1021 steps) */
+              "rc %d: %s", rc, said ? said : "");
+    free(said);
+    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 8", bin, dir);
+    said = NULL;
+    rc = test_run(cmd, &said);
+    CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
+    free(said);
+    said = NULL;
     snprintf(cmd, sizeof cmd, "%s info --model %s", bin, dir);
     CHECK(test_run(cmd, &said) == 0 && said &&
           strstr(said, "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to "

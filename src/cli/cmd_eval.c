@@ -367,6 +367,13 @@ int cmd_generate(int argc, char **argv) {
         model_free(&m);
         return fail("generate");
     }
+    /* the positions the run feeds (the prompt's and every generated token's but the last)
+     * against what the RoPE supports, before any work (dynamic: up to max_position_embeddings) */
+    if (rope_positions_check(&m.cfg, plen + o.max_new - 2) != 0) {
+        free(prompt);
+        model_free(&m);
+        return fail("generate");
+    }
     if (o.kv_blocks) { /* the pool against what the run caches, before any work (as ppl checks it):
                         * a short one had failed once the decode ran out of blocks, the tokens lost */
         /* (each sequence caches its prompt and every generated token but the last) */
