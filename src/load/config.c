@@ -139,7 +139,7 @@ double rope_base(const ModelConfig *c) {
 
 int rope_positions_check(const ModelConfig *c, int64_t max_pos) {
     if (c->rope_kind == ROPE_DYNAMIC && max_pos >= c->rope_orig_ctx)
-        return err_set("position %lld under dynamic RoPE scaling: past max_position_embeddings %d transformers "
+        return err_set("position %lld under dynamic RoPE scaling: past max_position_embeddings %d, transformers "
                        "rescales the frequencies call by call (the cached keys keep the old ones); not supported: "
                        "use windows / prompts of at most %d tokens", (long long)max_pos, c->rope_orig_ctx,
                        c->rope_orig_ctx);
