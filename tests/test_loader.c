@@ -279,8 +279,25 @@ TEST(loader_config_rope_scaling) {
     CHECK_MSG(parse_with(",\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,\"low_freq_factor\":1.0,"
                          "\"high_freq_factor\":4.0}", &c) == 0 && c.rope_orig_ctx == 2048,
               "%s", err_msg());
-    CHECK_MSG(parse_with(",\"max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,"
-                         "\"original_max_position_embeddings\":null}", &c) == 0 && c.rope_orig_ctx == 4096,
+    CHECK_MSG(parse_with(",\"max_position_embeddings\":4096,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0}", &c) ==
+                      0 && c.rope_orig_ctx == 4096,
+              "%s", err_msg());
+    /* a top-level one over the object's (standardize_rope_params, run again as transformers
+     * computes the frequencies, takes it); null refused (transformers' computation fails on it) */
+    CHECK_MSG(parse_with(",\"original_max_position_embeddings\":1024,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,"
+                         "\"original_max_position_embeddings\":256}", &c) == 0 && c.rope_orig_ctx == 1024,
+              "%s", err_msg());
+    CHECK_MSG(parse_with(",\"original_max_position_embeddings\":1024,\"rope_scaling\":{\"rope_type\":\"llama3\",\"factor\":8.0,"
+                         "\"low_freq_factor\":1.0,\"high_freq_factor\":4.0}", &c) == 0 && c.rope_orig_ctx == 1024,
+              "%s", err_msg());
+    /* (not dynamic's, which is max_position_embeddings) */
+    CHECK_MSG(parse_with(",\"original_max_position_embeddings\":1024,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}", &c) ==
+                      0 && c.rope_orig_ctx == 2048,
+              "%s", err_msg());
+    /* partial_rotary_factor: ignored by the default frequencies; under a scaled type it must leave
+     * int(head_dim x it) = head_dim (32 x 1.001 = 32.03) */
+    CHECK_MSG(parse_with(",\"partial_rotary_factor\":0.5", &c) == 0 && c.rope_kind == ROPE_DEFAULT, "%s", err_msg());
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0,\"partial_rotary_factor\":1.001}", &c) == 0,
               "%s", err_msg());
     /* yarn (head_dim 32, theta 1e4, original 256), by hand: correction dims at 32 and 1
      * rotations 32 ln(256 / 64 pi) / (2 ln 1e4) = 0.4196 and 32 ln(256 / 2 pi) / (2 ln 1e4)
@@ -339,9 +356,15 @@ TEST(loader_config_rope_scaling) {
          "yarn's attention factor -2.9"},
         {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0,\"mscale\":\"1\"}",
          "'rope_scaling.mscale' must be a number"},
-        {",\"partial_rotary_factor\":0.5", "partial_rotary_factor other than 1 is not supported"},
-        {",\"rope_parameters\":{\"rope_theta\":10000.0,\"partial_rotary_factor\":0.5}",
-         "partial_rotary_factor other than 1"},
+        {",\"partial_rotary_factor\":0.5,\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0}",
+         "partial_rotary_factor 0.5 rotates 16 of head_dim 32 dims under a scaled RoPE"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,\"partial_rotary_factor\":0.99}",
+         "partial_rotary_factor 0.99 rotates 31 of head_dim 32"},
+        {",\"partial_rotary_factor\":\"half\"", "partial_rotary_factor must be a positive number"},
+        {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0,\"original_max_position_embeddings\":null}",
+         "rope_scaling.original_max_position_embeddings must be a positive integer"},
+        {",\"original_max_position_embeddings\":null,\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":2.0}",
+         ": original_max_position_embeddings must be a positive integer"},
         /* the same type, another optional key */
         {",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":4.0},\"rope_parameters\":{\"rope_type\":\"yarn\","
          "\"factor\":4.0,\"truncate\":false}", "describe different RoPE scalings"},

@@ -146,14 +146,18 @@ int rope_positions_check(const ModelConfig *c, int64_t max_pos) {
     return 0;
 }
 
-/* original_max_position_embeddings of a llama3 / yarn object: 0 where absent
- * or null (transformers' standardize_rope_params then sets max_position_embeddings). */
+/* original_max_position_embeddings of a llama3 / yarn object (where: "rope_scaling",
+ * ...) or of the top level (where NULL): 0 where absent (transformers'
+ * standardize_rope_params then sets max_position_embeddings); null refused
+ * (transformers keeps the None, and its computation fails on it). */
 static int rope_orig(const cJSON *o, const char *where, const char *path, int *orig) {
     const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, "original_max_position_embeddings");
+    char name[64];
+    snprintf(name, sizeof name, "%s%soriginal_max_position_embeddings", where ? where : "", where ? "." : "");
     *orig = 0;
-    if (!j || cJSON_IsNull(j)) return 0;
+    if (!j) return 0;
     if (!cJSON_IsNumber(j) || j->valuedouble != floor(j->valuedouble) || j->valuedouble < 1 || j->valuedouble > 1e9)
-        return err_set("%s: %s.original_max_position_embeddings must be a positive integer", path, where);
+        return err_set("%s: %s must be a positive integer", path, name);
     *orig = (int)j->valuedouble;
     return 0;
 }
@@ -410,8 +414,13 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
     cfg->rope_factor = rpu->factor;
     cfg->rope_low = rpu->low;
     cfg->rope_high = rpu->high;
-    /* (absent: max_position_embeddings, LlamaConfig's 2048 where that is absent too) */
-    cfg->rope_orig_ctx = rpu->orig ? rpu->orig : cfg->max_pos ? cfg->max_pos : 2048;
+    /* llama3 / yarn: a top-level original_max_position_embeddings over the object's
+     * (transformers' standardize_rope_params, run again as the frequencies are computed,
+     * takes it: Phi-3's form); absent from both, max_position_embeddings, LlamaConfig's
+     * 2048 where that is absent too */
+    int orig_top = 0;
+    if ((rpu->kind == ROPE_LLAMA3 || rpu->kind == ROPE_YARN) && rope_orig(root, NULL, path, &orig_top) != 0) goto done;
+    cfg->rope_orig_ctx = orig_top ? orig_top : rpu->orig ? rpu->orig : cfg->max_pos ? cfg->max_pos : 2048;
     double th_top = 0, th_nested = 0;
     if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
     if (nested && get_num(nested, "rope_parameters.rope_theta", &th_nested, path) < 0) goto done;
@@ -441,13 +450,22 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
             goto done;
         }
     }
-    /* (LlamaConfig takes a partial_rotary_factor into the rope parameters, but Llama's
-     * attention rotates whole heads: transformers cannot run one other than 1) */
+    /* partial_rotary_factor: LlamaConfig takes it into the rope parameters; Llama's default
+     * frequencies ignore it, the scaled types' rotate int(head_dim x it) dims, which Llama's
+     * attention (whole heads) cannot apply unless that is head_dim */
     for (int k = 0; k < 3; k++) {
         const cJSON *o = k == 0 ? root : k == 1 ? rp : rs;
         const cJSON *pr = cJSON_IsObject(o) ? cJSON_GetObjectItemCaseSensitive(o, "partial_rotary_factor") : NULL;
-        if (pr && !cJSON_IsNull(pr) && !(cJSON_IsNumber(pr) && pr->valuedouble == 1.0)) {
-            err_set("%s: partial_rotary_factor other than 1 is not supported (Llama rotates whole heads)", path);
+        if (!pr || cJSON_IsNull(pr)) continue;
+        if (!cJSON_IsNumber(pr) || !(pr->valuedouble > 0 && pr->valuedouble <= 1e6)) {
+            err_set("%s: partial_rotary_factor must be a positive number", path);
+            goto done;
+        }
+        const double rot = (double)cfg->head_dim * pr->valuedouble;
+        if (cfg->rope_kind != ROPE_DEFAULT && floor(rot) != (double)cfg->head_dim) {
+            err_set("%s: partial_rotary_factor %g rotates %.0f of head_dim %d dims under a scaled RoPE "
+                    "(Llama rotates whole heads: transformers cannot run it)", path, pr->valuedouble, floor(rot),
+                    cfg->head_dim);
             goto done;
         }
     }
