@@ -1379,15 +1379,30 @@ TEST(exp_kv_run_file_numbers_agree) {
         for (int i = 0; i < 16; i++) CHECK_MSG(pos[i] == 15 + i, "%s: position %d is %g", values[vi], i, pos[i]);
         double *lt = xmalloc(sizeof(double) * 16 * 2048), *lr = xmalloc(sizeof(double) * 16 * 2048);
         REQUIRE(h5_read_f64s(f, "/logits/test", lt, 16 * 2048) == 0 && h5_read_f64s(f, "/logits/ref", lr, 16 * 2048) == 0);
-        double rl = 0;
+        double rl = 0, agree = 0;
         for (int r = 0; r < 16; r++) {
-            double d2 = 0, r2 = 0;
+            double d2 = 0, r2 = 0, mt = -INFINITY, mr = -INFINITY, st = 0, sr = 0, klr = 0;
+            int at = 0, ar = 0;
             for (int k = 0; k < 2048; k++) {
                 const double a = lt[r * 2048 + k], b = lr[r * 2048 + k];
                 d2 += (a - b) * (a - b), r2 += b * b;
+                if (a > mt) mt = a, at = k; /* (the first maximum, as argmax) */
+                if (b > mr) mr = b, ar = k;
             }
             rl += sqrt(d2 / r2) / 16;
+            agree += (at == ar) / 16.0;
+            /* this row's KL(ref || test) from the dumped logits, each by its own log-sum-exp */
+            for (int k = 0; k < 2048; k++) st += exp(lt[r * 2048 + k] - mt), sr += exp(lr[r * 2048 + k] - mr);
+            for (int k = 0; k < 2048; k++) {
+                const double lpr = lr[r * 2048 + k] - mr - log(sr), lpt = lt[r * 2048 + k] - mt - log(st);
+                klr += exp(lpr) * (lpr - lpt);
+            }
+            CHECK_MSG(fabs(kl[r] - klr) <= 1e-5 * klr + 1e-7, "%s: row %d's kl %.9g, KL(ref || test) from the logits %.9g",
+                      values[vi], r, kl[r], klr);
         }
+        const double t1 = read_scalar(f, "/metrics/top1_agree");
+        CHECK_MSG(fabs(t1 - agree) <= 1e-12, "%s: top1_agree %.6f, from the logits %.6f", values[vi], t1, agree);
+        if (vi == 1) CHECK_MSG(agree < 1, "all: every top-1 agrees (%g)", agree);
         const double got = read_scalar(f, "/metrics/logit_rel_l2");
         CHECK_MSG(fabs(got - rl) <= 1e-5 * (rl + 1e-9), "%s: logit_rel_l2 %.9g, from the logits %.9g", values[vi], got, rl);
         if (vi == 0)
@@ -1401,6 +1416,14 @@ TEST(exp_kv_run_file_numbers_agree) {
         CHECK(read_group_attr_str(f, "/", "protocol", proto, sizeof proto) == 0 && strcmp(proto, "kv-split-half") == 0);
         kv = read_scalar(f, "/kv/bytes_per_token");
         CHECK_MSG(fabs(kv - bpt[vi]) <= 1e-9 * bpt[vi], "%s: %.6f bytes a token, want %.6f", values[vi], kv, bpt[vi]);
+    }
+    /* two windows: the second's rows at its own positions, w T + T / 2 - 1 + j (window 32) */
+    {
+        const char *f2 = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=2 logit_rows=32");
+        double p2[32];
+        REQUIRE(h5_dataset_len(f2, "/logits/positions") == 32 && h5_read_f64s(f2, "/logits/positions", p2, 32) == 0);
+        for (int j = 0; j < 32; j++)
+            CHECK_MSG(p2[j] == (j < 16 ? 15 + j : 32 + 15 + (j - 16)), "two windows: position %d is %g", j, p2[j]);
     }
     /* the config's capacity budget overridden (mem is in the shipped config, so it can be) */
     const char *f = run_exp("exp_kv_ternary", LLAMA_DIR, "none", "max_windows=1 mem=1GiB");

@@ -4,6 +4,7 @@
 #include "fixtures.h"
 #include "core/err.h"
 #include "core/mem.h"
+#include "eval/metrics.h"
 #include "eval/ppl.h"
 #include "load/config.h"
 #include "load/tokens.h"
@@ -502,4 +503,76 @@ TEST(rope_dynamic_refuses_positions_past_max_position_embeddings) {
           strstr(said, "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to "
                        "max_position_embeddings 1024"));
     free(said);
+}
+
+/* Windows over several forward calls (an engine of 256 tokens a call: one
+ * window each): nll_out holds every window's scored positions in place, each
+ * transformers' -log softmax from its logits (ref_logits.f32, windows 0 and 1),
+ * and on_logits is told each window's own index — first_window on; the window
+ * count skips first_window whole windows and never goes below 0. */
+typedef struct {
+    int64_t seen[4];
+    int n;
+} WinSeen;
+static int record_window(void *ctx, int64_t w, const float *lg, const int32_t *ids, int T, int V, int r0) {
+    WinSeen *s = ctx;
+    if (s->n < 4) s->seen[s->n] = w;
+    s->n++;
+    return 0;
+}
+TEST(ppl_nll_out_over_calls_matches_transformers) {
+    enum { T = 256, PER = T - 1 };
+    PplOpts c = {.window = T, .first_window = 1};
+    CHECK(ppl_window_count(1024, &c) == 3);
+    c.max_windows = 2;
+    CHECK(ppl_window_count(1024, &c) == 2);
+    c.max_windows = 0, c.first_window = 4;
+    CHECK(ppl_window_count(1024, &c) == 0);
+    c.first_window = 5;
+    CHECK(ppl_window_count(1024, &c) == 0);
+    Model m;
+    Engine e;
+    REQUIRE(fixture_engine(LLAMA_DIR, NULL, T, 16, 1, T, &m, &e) == 0);
+    const int V = m.cfg.vocab;
+    int32_t *tok;
+    int64_t n;
+    float *ref = NULL;
+    REQUIRE(tokens_load(test_path(TOKENS_FILE), V, &tok, &n) == 0);
+    REQUIRE(fixture_read_f32(LLAMA_DIR "/ref_logits.f32", &ref) >= (int64_t)2 * T * V);
+    float buf[2 * PER + 1];
+    for (int i = 0; i <= 2 * PER; i++) buf[i] = NAN;
+    WinSeen s = {{0}, 0};
+    PplOpts o = {.window = T, .max_windows = 2, .nll_out = buf, .on_logits = record_window, .ctx = &s};
+    PplResult r;
+    REQUIRE(eval_ppl(&e, tok, n, &o, &r) == 0 && r.n_windows == 2);
+    double worst = 0;
+    for (int w = 0; w < 2; w++)
+        for (int t = 0; t < PER; t++) {
+            const float *row = ref + ((int64_t)w * T + t) * V;
+            const double want = logsumexp_f32(row, V) - (double)row[tok[w * T + t + 1]];
+            const double d = fabs((double)buf[w * PER + t] - want);
+            worst = isnan(d) ? INFINITY : fmax(worst, d);
+        }
+    printf("    nll_out over two calls against transformers: worst |diff| %.3g\n", worst);
+    CHECK_MSG(worst <= 1e-3, "worst |diff| %g", worst);
+    CHECK(isnan(buf[2 * PER])); /* (nothing past the scored positions) */
+    CHECK_MSG(s.n == 2 && s.seen[0] == 0 && s.seen[1] == 1, "%d windows seen: %lld %lld", s.n, (long long)s.seen[0],
+              (long long)s.seen[1]);
+    /* from window 1: its index and its positions */
+    s.n = 0;
+    for (int i = 0; i <= 2 * PER; i++) buf[i] = NAN;
+    PplOpts o1 = {.window = T, .first_window = 1, .max_windows = 1, .nll_out = buf, .on_logits = record_window, .ctx = &s};
+    REQUIRE(eval_ppl(&e, tok, n, &o1, &r) == 0 && r.n_windows == 1);
+    worst = 0;
+    for (int t = 0; t < PER; t++) {
+        const float *row = ref + ((int64_t)T + t) * V;
+        const double d = fabs((double)buf[t] - (logsumexp_f32(row, V) - (double)row[tok[T + t + 1]]));
+        worst = isnan(d) ? INFINITY : fmax(worst, d);
+    }
+    CHECK_MSG(worst <= 1e-3 && isnan(buf[PER]), "window 1: worst |diff| %g", worst);
+    CHECK_MSG(s.n == 1 && s.seen[0] == 1, "%d windows seen, the first %lld", s.n, (long long)s.seen[0]);
+    free(ref);
+    free(tok);
+    engine_free(&e);
+    model_free(&m);
 }

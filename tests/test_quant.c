@@ -378,6 +378,28 @@ TEST(quant_packed_padding_is_zero_code) {
     CHECK(tern_from_codes(badq, s, 1, 3, QG_ROW, DT_F32, &m) < 0);
 }
 
+/* The same for a BitNet packed matrix (its loader fills only the columns it
+ * has: a row of 70 left its padding to the allocation, which decodes as -1
+ * unless that is the zero code), and the scale range of a row-scaled matrix
+ * (its minimum feeds the run files' per-linear statistics). */
+TEST(quant_bitnet_padding_and_scale_range) {
+    uint8_t packed[70];
+    memset(packed, 0x55, sizeof packed); /* every field code 1: value 0 */
+    TernaryMatrix m;
+    REQUIRE(tern_from_bitnet_packed(packed, 4, 70, 1.0f, 0, &m) == 0);
+    CHECK(m.row_bytes == 64);
+    for (int r = 0; r < 4; r++)
+        for (int k = 0; k < 256; k++) CHECK_MSG(tern_get(m.codes + r * 64, k) == 0, "row %d column %d", r, k);
+    tern_free(&m);
+    const int8_t q[12] = {0};
+    const float sc[3] = {3.0f, 1.0f, 2.0f};
+    float lo = 0, hi = 0;
+    REQUIRE(tern_from_codes(q, sc, 3, 4, QG_ROW, DT_F32, &m) == 0);
+    tern_scale_range(&m, &lo, &hi);
+    CHECK_MSG(lo == 1.0f && hi == 3.0f, "scale range %g .. %g", (double)lo, (double)hi);
+    tern_free(&m);
+}
+
 /* ---- Golden check 2 (packing side): sentinels around packed buffers ----- */
 
 #define SENT 0xA5
