@@ -11,9 +11,11 @@
 
 const char *arch_name(Arch a) { return a == ARCH_BITNET ? "bitnet" : "llama"; }
 
-float rope_default_freq(const ModelConfig *c, int i) {
-    return 1.0f / powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
+float rope_theta_pow(const ModelConfig *c, int i) {
+    return powf((float)rope_base(c), (float)(2 * i) / (float)c->head_dim);
 }
+
+float rope_default_freq(const ModelConfig *c, int i) { return 1.0f / rope_theta_pow(c, i); }
 
 int rope_llama3_band(const ModelConfig *c, float freq, float *smooth) {
     /* (the constants as torch holds python floats against a float32 tensor) */

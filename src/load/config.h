@@ -73,8 +73,10 @@ typedef struct {
     char ternlab_spec[256];
 } ModelConfig;
 
-/* RoPE's default frequency i of c, 1 / theta^(2i / head_dim), in transformers'
- * float32 arithmetic: what every rope type scales. */
+/* theta^(2i / head_dim) in transformers' float32 arithmetic (theta: rope_base,
+ * dynamic's own where the type is dynamic), and the default frequency i of c,
+ * its reciprocal: what every rope type scales. */
+float rope_theta_pow(const ModelConfig *c, int i);
 float rope_default_freq(const ModelConfig *c, int i);
 /* The factor on RoPE's cos and sin: yarn's attention factor, else 1. */
 float rope_attention_factor(const ModelConfig *c);

@@ -121,19 +121,16 @@ void rmsnorm_rows(float *out, const float *x, const float *w, int64_t n, int64_t
 void rope_inv_freq(const ModelConfig *c, float *inv) {
     const float f = (float)c->rope_factor;
     for (int i = 0; i < c->head_dim / 2; i++) {
-        const float b = rope_default_freq(c, i);
+        const float pos = rope_theta_pow(c, i), b = 1.0f / pos; /* (rope_default_freq) */
         float v = b, s;
         if (c->rope_kind == ROPE_LINEAR) {
             v = b / f;
         } else if (c->rope_kind == ROPE_FACTORS) {
             v = b / c->rope_ff[i];
-        } else if (c->rope_kind == ROPE_DYNAMIC) { /* (the default's form from dynamic's theta) */
-            v = 1.0f / powf((float)rope_base(c), (float)(2 * i) / (float)c->head_dim);
         } else if (c->rope_kind == ROPE_YARN) {
             /* transformers' _compute_yarn_parameters in float32, one operation a statement:
              * extrapolation 1 / pos, interpolation 1 / (factor pos), blended by 1 - the
              * linear ramp over the correction range (rope_low .. rope_high, in double) */
-            const float pos = powf((float)c->rope_theta, (float)(2 * i) / (float)c->head_dim);
             float interp = f * pos;
             interp = 1.0f / interp;
             const double hi = c->rope_high == c->rope_low ? c->rope_high + 0.001 : c->rope_high;
