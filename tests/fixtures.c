@@ -42,7 +42,8 @@ const char *fixture_rope_dir(const char *variant, int legacy) {
         cJSON *th = cJSON_DetachItemFromObject(scal, "rope_theta");
         cJSON_DeleteItemFromObject(cfg, "rope_parameters");
         cJSON_AddItemToObject(cfg, "rope_theta", th);
-        if (!strcmp(variant, "linear") || !strcmp(variant, "yarn") || !strcmp(variant, "dynamic")) {
+        if (!strcmp(variant, "linear") || !strcmp(variant, "yarn") || !strcmp(variant, "dynamic") ||
+            !strncmp(variant, "longrope", 8)) {
             cJSON *t = cJSON_DetachItemFromObject(scal, "rope_type");
             cJSON_AddItemToObject(scal, "type", t);
         }

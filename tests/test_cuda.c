@@ -1766,8 +1766,8 @@ TEST(gpu_bitnet_logits_bf16_match_transformers) {
 TEST(gpu_rope_scaled_logits_match_transformers) {
     SKIP_WITHOUT_GPU();
     fixture_backend.device = ENGINE_CUDA;
-    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic"};
-    for (int k = 0; k < 5; k++) {
+    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic", "longrope"};
+    for (int k = 0; k < 6; k++) {
         double all, worst, dec;
         REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
         printf("    %s on the GPU: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n",

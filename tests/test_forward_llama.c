@@ -356,14 +356,15 @@ TEST(ppl_protocols_agree_position_by_position) {
     model_free(&m);
 }
 
-/* ---- scaled RoPE: transformers' linear, llama3 and yarn rope types ---------- */
+/* ---- scaled RoPE: transformers' linear, llama3, yarn, dynamic, longrope types */
 
 /* The inverse frequencies equal transformers' bit for bit (its float32
  * arithmetic; rope.reference.json holds the model's own inv_freq buffer), for
  * the default rope and both spellings of each scaling. */
 TEST(rope_scaled_inv_freq_match_transformers) {
-    static const char *const vs[] = {"default", "llama3", "linear", "yarn", "yarn_opts", "dynamic"};
-    for (int k = 0; k < 6; k++)
+    static const char *const vs[] = {"default", "llama3", "linear",   "yarn",
+                                     "yarn_opts", "dynamic", "longrope", "longrope_opts"};
+    for (int k = 0; k < 8; k++)
         for (int legacy = 0; legacy < (k ? 2 : 1); legacy++) {
             float want[64], got[64];
             const int n = fixture_rope_inv_freq(vs[k], want, 64);
@@ -379,10 +380,11 @@ TEST(rope_scaled_inv_freq_match_transformers) {
             while (same < n && got[same] == want[same]) same++;
             CHECK_MSG(same == n, "%s%s: frequency %d is %.9g, transformers' %.9g", vs[k], legacy ? " (legacy)" : "",
                       same, same < n ? (double)got[same] : 0.0, same < n ? (double)want[same] : 0.0);
-            /* the factor on cos and sin: yarn's, bit for bit in double, 1 elsewhere */
+            /* the factor on cos and sin: yarn's and longrope's, bit for bit in double, 1 elsewhere */
             const double att = k ? fixture_rope_attention(vs[k]) : 1.0;
             CHECK_MSG(att > 0 && rope_attention_factor(&c) == (float)att &&
-                          (c.rope_kind != ROPE_YARN || c.rope_attn == att),
+                          (c.rope_kind != ROPE_YARN || c.rope_attn == att) &&
+                          (c.rope_kind != ROPE_LONGROPE || c.rope_attn == att),
                       "%s: attention factor %.17g, transformers' %.17g", vs[k], (double)rope_attention_factor(&c), att);
         }
 }
@@ -416,11 +418,12 @@ TEST(rope_llama3_inv_freq_match_transformers_real_scalings) {
 }
 
 /* The forward under each scaling against transformers' logits (data/llama-tiny/
- * rope_*.ref_logits.f32: 0.49 and 0.83 rel L2 away from the unscaled model's),
+ * rope_*.ref_logits.f32: 0.40 .. 0.83 rel L2 away from the unscaled model's,
+ * dynamic's equal to it up to 1024 tokens),
  * the prefill's window and a decode step's: the unscaled fixture's fp32 bound. */
 TEST(rope_scaled_logits_match_transformers) {
-    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic"};
-    for (int k = 0; k < 5; k++) {
+    static const char *const vs[] = {"llama3", "linear", "yarn", "yarn_opts", "dynamic", "longrope"};
+    for (int k = 0; k < 6; k++) {
         double all, worst, dec;
         REQUIRE(fixture_rope_oracle(vs[k], &all, &worst, &dec) == 0);
         printf("    %s: logits rel L2 %.3g overall, worst row %.3g; decode step at position 99 %.3g\n", vs[k], all,
@@ -464,45 +467,60 @@ TEST(rope_yarn_tp2_logits_match_transformers) {
 }
 
 /* dynamic NTK scaling past max_position_embeddings (llama-tiny's 1024), where
- * transformers rescales theta call by call, is refused before any work, the
- * run's exit 1 naming it; a window that ends at position 1023 runs. */
-TEST(rope_dynamic_refuses_positions_past_max_position_embeddings) {
+ * transformers rescales theta call by call, and longrope past its original
+ * length (512), where it takes the long factors call by call, are refused
+ * before any work, the run's exit 1 naming it; a window that ends at the last
+ * position before the limit runs. */
+TEST(rope_dynamic_and_longrope_refuse_positions_past_their_limit) {
     const char *bin = getenv("TERNLAB_BIN") ? getenv("TERNLAB_BIN") : "build/ternlab";
-    const char *dir = fixture_rope_dir("dynamic", 1);
-    REQUIRE(dir);
-    for (int w = 0; w < 2; w++) {
-        char cmd[4096], out[700], *said = NULL;
-        snprintf(out, sizeof out, "%s/dyn-%d.f32", test_tmpdir(), w);
-        snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window %d --windows 0:1 --out %s", bin, dir,
-                 test_path(TOKENS_FILE), w ? 1025 : 1024, out);
-        const int rc = test_run(cmd, &said);
-        if (w)
-            CHECK_MSG(rc == 1 && said && strstr(said, "position 1024 under dynamic RoPE scaling: past "
-                                                      "max_position_embeddings 1024"), "rc %d: %s", rc, said ? said : "");
-        else
-            CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
+    static const struct {
+        const char *variant, *refusal, *info;
+        int limit;
+    } vs[] = {
+        {"dynamic", "under dynamic RoPE scaling: past max_position_embeddings 1024",
+         "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to max_position_embeddings 1024",
+         1024},
+        {"longrope", "under longrope RoPE scaling: past original_max_position_embeddings 512",
+         "rope scaling longrope, factor 2, original_max_position_embeddings 512: the short factors, attention factor "
+         "1.05409255",
+         512},
+    };
+    for (int v = 0; v < 2; v++) {
+        const char *dir = fixture_rope_dir(vs[v].variant, 1);
+        const int L = vs[v].limit;
+        char cmd[4096], out[700], want[160], *said = NULL;
+        REQUIRE(dir);
+        snprintf(want, sizeof want, "position %d %s", L, vs[v].refusal);
+        for (int w = 0; w < 2; w++) {
+            snprintf(out, sizeof out, "%s/lim-%d-%d.f32", test_tmpdir(), v, w);
+            snprintf(cmd, sizeof cmd, "%s logits --model %s --tokens %s --window %d --windows 0:1 --out %s", bin, dir,
+                     test_path(TOKENS_FILE), L + w, out);
+            const int rc = test_run(cmd, &said);
+            if (w)
+                CHECK_MSG(rc == 1 && said && strstr(said, want), "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");
+            else
+                CHECK_MSG(rc == 0, "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");
+            free(said);
+            said = NULL;
+        }
+        /* generate: refused before any work where its last fed token (the prompt's 2 + L - 2)
+         * would sit at position L; 8 new tokens run */
+        snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new %d", bin, dir, L);
+        int rc = test_run(cmd, &said);
+        CHECK_MSG(rc == 1 && said && strstr(said, want) && !strstr(said, "forward: "), /* (not the forward's, after
+                                                                                          L - 3 steps) */
+                  "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");
+        free(said);
+        snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 8", bin, dir);
+        said = NULL;
+        rc = test_run(cmd, &said);
+        CHECK_MSG(rc == 0, "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");
+        free(said);
+        said = NULL;
+        snprintf(cmd, sizeof cmd, "%s info --model %s", bin, dir);
+        CHECK_MSG(test_run(cmd, &said) == 0 && said && strstr(said, vs[v].info), "%s", said ? said : "");
         free(said);
     }
-    /* generate: refused before any work where its last fed token (the prompt's 2 + 1024 - 2)
-     * would sit at position 1024; 8 new tokens run */
-    char cmd[4096], *said = NULL;
-    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 1024", bin, dir);
-    int rc = test_run(cmd, &said);
-    CHECK_MSG(rc == 1 && said && strstr(said, "position 1024 under dynamic RoPE scaling") &&
-                  !strstr(said, "forward: "), /* (not the forward's, after 1021 steps) */
-              "rc %d: %s", rc, said ? said : "");
-    free(said);
-    snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 8", bin, dir);
-    said = NULL;
-    rc = test_run(cmd, &said);
-    CHECK_MSG(rc == 0, "rc %d: %s", rc, said ? said : "");
-    free(said);
-    said = NULL;
-    snprintf(cmd, sizeof cmd, "%s info --model %s", bin, dir);
-    CHECK(test_run(cmd, &said) == 0 && said &&
-          strstr(said, "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to "
-                       "max_position_embeddings 1024"));
-    free(said);
 }
 
 /* Windows over several forward calls (an engine of 256 tokens a call: one

@@ -1094,12 +1094,13 @@ TEST(gguf_rope_scaling_round_trip_matches_transformers) {
     b.cfg.rope_orig_ctx = 256;
     snprintf(path, sizeof path, "%s/b3.gguf", test_tmpdir());
     CHECK(gguf_write_model(&b, path, 0) != 0 && strstr(err_msg(), "llama.cpp reads rope_freqs.weight for llama only"));
-    /* yarn, dynamic: no GGUF form (ternlab's reader does not read llama.cpp's YaRN; llama.cpp has
-     * no dynamic scaling); nothing written */
-    for (int k = 0; k < 2; k++) {
+    /* yarn, dynamic, longrope: no GGUF form (ternlab's reader does not read llama.cpp's YaRN;
+     * llama.cpp has no dynamic scaling, and LongRoPE only in Phi-3's form); nothing written */
+    static const char *const no_gguf[] = {"yarn", "dynamic", "longrope"};
+    for (int k = 0; k < 3; k++) {
         Model y;
         char yp[600];
-        const char *v = k ? "dynamic" : "yarn", *ydir = fixture_rope_dir(v, 0);
+        const char *v = no_gguf[k], *ydir = fixture_rope_dir(v, 0);
         REQUIRE(ydir && model_load(ydir, NULL, &y) == 0);
         snprintf(yp, sizeof yp, "%s/%s.gguf", test_tmpdir(), v);
         CHECK_MSG(gguf_write_model(&y, yp, 0) != 0 && strstr(err_msg(), "RoPE scaling is not written as GGUF") &&

@@ -327,6 +327,45 @@ TEST(loader_config_rope_scaling) {
                   rope_base(&c) == 10000.0 && rope_positions_check(&c, 2047) == 0 &&
                   rope_positions_check(&c, 2048) == -1,
               "%s", err_msg());
+    /* longrope (head_dim 32: 16 factors each): the short ones as float32; the attention factor
+     * given, else from factor, else from max_position_embeddings / original (2048 / 512 = 4:
+     * sqrt(1 + ln 4 / ln 512) = sqrt(11 / 9)); 1 at factor <= 1; the original length top level
+     * over the object's; positions from it on refused */
+    char lr[1024], sf[200] = "", lf[200] = "";
+    for (int i = 0; i < 16; i++) {
+        snprintf(sf + strlen(sf), sizeof sf - strlen(sf), "%s%g", i ? "," : "", 1.0 + 0.1 * i);
+        snprintf(lf + strlen(lf), sizeof lf - strlen(lf), "%s%d", i ? "," : "", 2 + i);
+    }
+    static const struct {
+        const char *extra, *top;
+        double att, factor;
+        int orig;
+    } lrc[] = {
+        {"", "", 1.1055415967851334, 4, 512},
+        {",\"factor\":8", "", 1.1547005383792515, 8, 512},
+        {",\"factor\":0.5", "", 1.0, 0.5, 512},
+        {",\"factor\":8,\"attention_factor\":1.25", "", 1.25, 8, 512},
+        {"", ",\"original_max_position_embeddings\":1024", 1.0488088481701516, 2, 1024},
+    };
+    for (size_t i = 0; i < sizeof lrc / sizeof lrc[0]; i++) {
+        snprintf(lr, sizeof lr, "%s,\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":512,"
+                 "\"short_factor\":[%s],\"long_factor\":[%s]%s}", lrc[i].top, sf, lf, lrc[i].extra);
+        const int rc = parse_with(lr, &c);
+        CHECK_MSG(rc == 0 && c.rope_kind == ROPE_LONGROPE && c.rope_orig_ctx == lrc[i].orig &&
+                      c.rope_factor == lrc[i].factor && fabs(c.rope_attn - lrc[i].att) < 1e-15 &&
+                      rope_attention_factor(&c) == (float)lrc[i].att && c.rope_ff[0] == 1.0f &&
+                      c.rope_ff[15] == (float)2.5 && c.rope_ff[7] == (float)1.7 &&
+                      rope_positions_check(&c, lrc[i].orig - 1) == 0 && rope_positions_check(&c, lrc[i].orig) == -1,
+                  "case %zu: %s: orig %d, factor %g, attention %.17g", i, err_msg(), c.rope_orig_ctx, c.rope_factor,
+                  c.rope_attn);
+    }
+    /* the frequencies: 1 / (short factor x theta^(2i/d)) in float32 */
+    float inv[16];
+    rope_inv_freq(&c, inv);
+    for (int i = 0; i < 16; i++) {
+        const float d = (float)(1.0 + 0.1 * i) * powf(10000.0f, (float)(2 * i) / 32.0f);
+        CHECK_MSG(inv[i] == 1.0f / d, "frequency %d: %.9g against %.9g", i, (double)inv[i], (double)(1.0f / d));
+    }
     expect_config_error("\"hidden_size\":256", "\"hidden_size\":16,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}",
                         "dynamic RoPE scaling with head_dim 2");
     expect_config_error("\"rope_theta\":10000.0", "\"rope_theta\":10000.0,\"rope_scaling\":{\"type\":\"dynamic\"}",
@@ -391,6 +430,27 @@ TEST(loader_config_rope_scaling) {
         {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0},\"rope_parameters\":{\"rope_theta\":10000.0}",
          "rope_scaling beside rope_parameters.rope_theta"},
         {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":1e-40}", "'rope_scaling.factor' 1e-40 is outside"},
+        /* longrope: both lists, head_dim / 2 numbers each, each positive */
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"long_factor\":[1]}", "missing field 'rope_scaling.short_factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1]}", "missing field 'rope_scaling.long_factor'"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1]}",
+         "short_factor and long_factor must hold head_dim / 2 = 16 numbers each (1 and 1 given)"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":1,\"long_factor\":[1]}",
+         "'rope_scaling.short_factor' must be a list of numbers"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1,0],\"long_factor\":[1]}",
+         "'rope_scaling.short_factor' entry 1 must be a number within [1e-30, 1e30]"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[\"2\"]}",
+         "'rope_scaling.long_factor' entry 0 must be a number"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1],\"attention_factor\":0}",
+         "'rope_scaling.attention_factor' 0 must be positive"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1],\"factor\":-2}",
+         "'rope_scaling.factor' -2 must be positive"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1]},"
+         "\"rope_parameters\":{\"rope_type\":\"longrope\",\"short_factor\":[2],\"long_factor\":[1]}",
+         "describe different RoPE scalings"},
+        {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1,1]},"
+         "\"rope_parameters\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1]}",
+         "describe different RoPE scalings"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         CHECK_MSG(parse_with(bad[i].extra, &c) != 0, "accepted: %s", bad[i].extra);
@@ -416,8 +476,8 @@ TEST(loader_config_transformers_defaults) {
     snprintf(buf, sizeof buf, "%.*s%s", (int)(p - good_config), good_config, p + strlen(",\"num_key_value_heads\":4"));
     CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.n_kv_heads == 8 && c.n_heads == 8, "%s", err_msg());
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
-                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"longrope\",\"factor\":2.0}",
-                        "the rope type 'longrope' in rope_parameters is not supported");
+                        "\"rope_parameters\":{\"rope_theta\":10000.0,\"type\":\"proportional\",\"factor\":2.0}",
+                        "the rope type 'proportional' in rope_parameters is not supported");
     expect_config_error("\"tie_word_embeddings\":false", "\"tie_word_embeddings\":false,"
                         "\"rope_scaling\":{\"type\":\"su\",\"factor\":2.0}",
                         "the rope type 'su' in rope_scaling is not supported");

@@ -1,5 +1,5 @@
 # Reference logits of llama-tiny under scaled RoPE (transformers' "llama3",
-# "linear" and "yarn" rope types), computed by PyTorch + transformers, for the
+# "linear", "yarn", "dynamic" and "longrope" rope types), computed by PyTorch + transformers, for the
 # loader's rope-scaling tests.  Runs from the repository root (on a GPU where
 # there is one, else on the CPU; "made" in the JSON says which):
 #   OUT=DIR python3 data/fixture-scripts/make_rope_refs.py          (writes to DIR)
@@ -7,7 +7,8 @@
 # Same weights as data/llama-tiny; only config.json changes.  Each variant's
 # logits of perplexity window 0 (tokens 0..255 of wikitext2-test.tokens.i32),
 # fp32 forward, and the model's own inv_freq buffer go into rope.reference.json
-# and rope_<variant>.ref_logits.f32 (f32 [256, 2048]).
+# and rope_<variant>.ref_logits.f32 (f32 [256, 2048]); the variants in
+# FREQ_ONLY only their inv_freq and attention factor (no logits file).
 import json, os, shutil, sys, tempfile
 
 import torch
@@ -36,7 +37,18 @@ VARIANTS = {
     # dynamic NTK (Llama 2 fine-tunes' "type": "dynamic"): up to max_position_embeddings (1024)
     # transformers keeps the default frequencies (theta scaled by 1)
     "dynamic": {"rope_type": "dynamic", "factor": 2.0},
+    # LongRoPE (Phi-3's) up to its original length 512: each frequency over its short factor
+    # (1 .. 3.055, float32-rounded); the long ones (past 512) unused in a 256-token window.
+    # No factor: max_position_embeddings / original = 2, attention factor sqrt(1 + ln 2 / ln 512)
+    "longrope": {"rope_type": "longrope", "original_max_position_embeddings": 512,
+                 "short_factor": [round(1.0 + 0.137 * i, 3) for i in range(16)],
+                 "long_factor": [round(1.0 + 4.1 * i, 3) for i in range(16)]},
+    # factor given (16: attention factor sqrt(1 + ln 16 / ln 512)), other short factors
+    "longrope_opts": {"rope_type": "longrope", "original_max_position_embeddings": 512, "factor": 16.0,
+                      "short_factor": [round(0.9 + 0.071 * i * i / 15, 4) for i in range(16)],
+                      "long_factor": [round(2.0 + 3.3 * i, 3) for i in range(16)]},
 }
+FREQ_ONLY = {"longrope_opts"}
 # variants whose references were made earlier (on an H100, whose logits may differ from
 # a CPU's in the last bits): ONLY=yarn,yarn_opts,dynamic runs those and keeps the others' entries
 ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
@@ -95,7 +107,7 @@ for name, rp in VARIANTS.items():
     del leg["rope_parameters"]
     leg["rope_theta"] = theta
     rs = dict(rp)
-    if name in ("linear", "yarn", "dynamic"):
+    if name in ("linear", "yarn", "dynamic", "longrope", "longrope_opts"):
         rs["type"] = rs.pop("rope_type")
     if name == "yarn":
         rs["finetuned"] = True  # (a key of YaRN checkpoints' configs that transformers ignores)
@@ -105,10 +117,12 @@ for name, rp in VARIANTS.items():
     rel = float((lg - lg0).norm() / lg0.norm())
     print(name, "inv_freq", inv, "attention_scaling", att, "legacy spelling same:", same,
           "rel L2 against default rope", rel)
-    assert same and (att == 1.0) == (rp["rope_type"] != "yarn")
-    open(os.path.join(OUT, f"rope_{name}.ref_logits.f32"), "wb").write(lg.contiguous().numpy().tobytes())
+    assert same and (att == 1.0) == (rp["rope_type"] not in ("yarn", "longrope"))
+    if name not in FREQ_ONLY:
+        open(os.path.join(OUT, f"rope_{name}.ref_logits.f32"), "wb").write(lg.contiguous().numpy().tobytes())
     ref["variants"][name] = {"rope_parameters": cfg["rope_parameters"], "inv_freq": inv,
-                             "attention_scaling": att, "rel_l2_vs_default_rope": rel}
+                             "attention_scaling": att, "rel_l2_vs_default_rope": rel,
+                             "logits": name not in FREQ_ONLY}
 ref["default_inv_freq"] = inv0
 json.dump(ref, open(os.path.join(OUT, "rope.reference.json"), "w"), indent=1)
 print("wrote", sorted(os.listdir(OUT)))

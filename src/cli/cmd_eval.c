@@ -465,6 +465,10 @@ int cmd_info(int argc, char **argv) {
     else if (c->rope_kind == ROPE_YARN)
         printf("rope scaling yarn, factor %g, original_max_position_embeddings %d, correction dims %g .. %g, "
                "attention factor %.9g\n", c->rope_factor, c->rope_orig_ctx, c->rope_low, c->rope_high, c->rope_attn);
+    else if (c->rope_kind == ROPE_LONGROPE)
+        printf("rope scaling longrope, factor %g, original_max_position_embeddings %d: the short factors, "
+               "attention factor %.9g; positions past it (the long factors) refused\n", c->rope_factor,
+               c->rope_orig_ctx, c->rope_attn);
     else if (c->rope_kind == ROPE_LLAMA3)
         printf("rope scaling llama3, factor %g, low_freq_factor %g, high_freq_factor %g, "
                "original_max_position_embeddings %d\n", c->rope_factor, c->rope_low, c->rope_high, c->rope_orig_ctx);

@@ -63,6 +63,10 @@ typedef struct {
      * read them: null, 0); truncate 1 absent or true, 0 false or null */
     double attn, beta_fast, beta_slow, mscale, mscale_all;
     int truncate;
+    /* longrope: short_factor and long_factor as float32 (torch.tensor's), their lengths;
+     * factor 0 where not given (attn as yarn's) */
+    float sf[ROPE_MAX_FACTORS], lf[ROPE_MAX_FACTORS];
+    int nsf, nlf;
 } RopeParams;
 
 static int rope_param(const cJSON *o, const char *where, const char *key, double *out, const char *path) {
@@ -126,7 +130,41 @@ static int yarn_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
     return 0;
 }
 
-float rope_attention_factor(const ModelConfig *c) { return c->rope_kind == ROPE_YARN ? (float)c->rope_attn : 1.0f; }
+/* longrope's short factors (the frequencies up to the original length; the long
+ * ones, past it, are refused there: rope_positions_check) and its attention
+ * factor: given, else from factor (given, else max_position_embeddings over the
+ * original length; LlamaConfig's 2048 where absent) as transformers'
+ * _compute_longrope_parameters in double: sqrt(1 + ln factor / ln original),
+ * 1 at factor <= 1.  0, or -1 with err_set. */
+static int longrope_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
+    const int half = c->head_dim / 2;
+    if (rp->nsf != half || rp->nlf != half)
+        return err_set("%s: longrope's short_factor and long_factor must hold head_dim / 2 = %d numbers each "
+                       "(%d and %d given)", path, half, rp->nsf, rp->nlf);
+    double f = rp->factor;
+    if (f == 0) f = (double)(c->max_pos ? c->max_pos : 2048) / (double)c->rope_orig_ctx;
+    double att = rp->attn;
+    if (att == 0) {
+        if (f <= 1.0) {
+            att = 1.0;
+        } else {
+            if (c->rope_orig_ctx == 1)
+                return err_set("%s: longrope with original_max_position_embeddings 1 (its attention factor "
+                               "divides by ln 1)", path);
+            double a = log(f) / log((double)c->rope_orig_ctx);
+            a = 1 + a;
+            att = sqrt(a);
+        }
+    }
+    memcpy(c->rope_ff, rp->sf, sizeof(float) * (size_t)half);
+    c->rope_factor = f;
+    c->rope_attn = att;
+    return 0;
+}
+
+float rope_attention_factor(const ModelConfig *c) {
+    return c->rope_kind == ROPE_YARN || c->rope_kind == ROPE_LONGROPE ? (float)c->rope_attn : 1.0f;
+}
 
 double rope_base(const ModelConfig *c) {
     if (c->rope_kind != ROPE_DYNAMIC) return c->rope_theta;
@@ -145,6 +183,11 @@ int rope_positions_check(const ModelConfig *c, int64_t max_pos) {
                        "rescales the frequencies call by call (the cached keys keep the old ones); not supported: "
                        "use windows / prompts of at most %d tokens", (long long)max_pos, c->rope_orig_ctx,
                        c->rope_orig_ctx);
+    if (c->rope_kind == ROPE_LONGROPE && max_pos >= c->rope_orig_ctx)
+        return err_set("position %lld under longrope RoPE scaling: past original_max_position_embeddings %d, "
+                       "transformers switches to the long factors call by call (the cached keys keep the short "
+                       "ones); not supported: use windows / prompts of at most %d tokens", (long long)max_pos,
+                       c->rope_orig_ctx, c->rope_orig_ctx);
     return 0;
 }
 
@@ -180,6 +223,26 @@ static int rope_opt(const cJSON *o, const char *where, const char *key, int sign
     if ((sign == 1 && v != 0 && v < 1e-30) || (sign == 2 && v < 1e-30))
         return err_set("%s: field '%s.%s' %g must be positive", path, where, key, v);
     *out = v;
+    return 0;
+}
+
+/* longrope's short_factor / long_factor: a list of at most ROPE_MAX_FACTORS
+ * numbers, each within [1e-30, 1e30] (a frequency's divisor), as float32. */
+static int rope_factor_list(const cJSON *o, const char *where, const char *key, float *out, int *n,
+                            const char *path) {
+    const cJSON *j = cJSON_GetObjectItemCaseSensitive(o, key), *e;
+    *n = 0;
+    if (!j || cJSON_IsNull(j)) return err_set("%s: missing field '%s.%s' (the rope type needs it)", path, where, key);
+    if (!cJSON_IsArray(j)) return err_set("%s: field '%s.%s' must be a list of numbers", path, where, key);
+    cJSON_ArrayForEach(e, j) {
+        if (*n == ROPE_MAX_FACTORS)
+            return err_set("%s: field '%s.%s' holds more than %d numbers (head_dim %d at most)", path, where, key,
+                           ROPE_MAX_FACTORS, 2 * ROPE_MAX_FACTORS);
+        if (!cJSON_IsNumber(e) || !(e->valuedouble >= 1e-30 && e->valuedouble <= 1e30))
+            return err_set("%s: field '%s.%s' entry %d must be a number within [1e-30, 1e30]", path, where, key,
+                           *n);
+        out[(*n)++] = (float)e->valuedouble;
+    }
     return 0;
 }
 
@@ -231,7 +294,18 @@ static int parse_rope(const cJSON *o, const char *where, const char *path, RopeP
         rp->truncate = !tr || cJSON_IsTrue(tr);
         return 0;
     }
-    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3, yarn, dynamic)", path, t, where);
+    if (strcmp(t, "longrope") == 0) {
+        rp->kind = ROPE_LONGROPE;
+        return rope_factor_list(o, where, "short_factor", rp->sf, &rp->nsf, path) != 0 ||
+                       rope_factor_list(o, where, "long_factor", rp->lf, &rp->nlf, path) != 0 ||
+                       rope_orig(o, where, path, &rp->orig) != 0 ||
+                       rope_opt(o, where, "factor", 2, &rp->factor, path) != 0 ||
+                       rope_opt(o, where, "attention_factor", 2, &rp->attn, path) != 0
+                   ? -1
+                   : 0;
+    }
+    return err_set("%s: the rope type '%s' in %s is not supported (default, linear, llama3, yarn, dynamic, "
+                   "longrope)", path, t, where);
 }
 
 /* quantization_config.modules_to_not_convert (BitNet): transformers keeps a
@@ -407,7 +481,9 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         (rpa.kind != rpb.kind || rpa.factor != rpb.factor || rpa.low != rpb.low || rpa.high != rpb.high ||
          rpa.orig != rpb.orig || rpa.attn != rpb.attn || rpa.beta_fast != rpb.beta_fast ||
          rpa.beta_slow != rpb.beta_slow || rpa.mscale != rpb.mscale || rpa.mscale_all != rpb.mscale_all ||
-         rpa.truncate != rpb.truncate)) {
+         rpa.truncate != rpb.truncate || rpa.nsf != rpb.nsf || rpa.nlf != rpb.nlf ||
+         memcmp(rpa.sf, rpb.sf, sizeof(float) * (size_t)rpa.nsf) != 0 ||
+         memcmp(rpa.lf, rpb.lf, sizeof(float) * (size_t)rpa.nlf) != 0)) {
         err_set("%s: rope_parameters and rope_scaling describe different RoPE scalings", path);
         goto done;
     }
@@ -421,7 +497,9 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
      * takes it: Phi-3's form); absent from both, max_position_embeddings, LlamaConfig's
      * 2048 where that is absent too */
     int orig_top = 0;
-    if ((rpu->kind == ROPE_LLAMA3 || rpu->kind == ROPE_YARN) && rope_orig(root, NULL, path, &orig_top) != 0) goto done;
+    if ((rpu->kind == ROPE_LLAMA3 || rpu->kind == ROPE_YARN || rpu->kind == ROPE_LONGROPE) &&
+        rope_orig(root, NULL, path, &orig_top) != 0)
+        goto done;
     cfg->rope_orig_ctx = orig_top ? orig_top : rpu->orig ? rpu->orig : cfg->max_pos ? cfg->max_pos : 2048;
     double th_top = 0, th_nested = 0;
     if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
@@ -441,6 +519,7 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         goto done;
     }
     if (cfg->rope_kind == ROPE_YARN && yarn_finish(cfg, rpu, path) != 0) goto done;
+    if (cfg->rope_kind == ROPE_LONGROPE && longrope_finish(cfg, rpu, path) != 0) goto done;
     if (cfg->rope_kind == ROPE_DYNAMIC) {
         if (cfg->head_dim == 2) { /* (its exponent d / (d - 2)) */
             err_set("%s: dynamic RoPE scaling with head_dim 2", path);

@@ -21,11 +21,15 @@ typedef enum { TIE_ABSENT = -1, TIE_FALSE = 0, TIE_TRUE = 1 } Tie;
  * over factor, a linear ramp between; cos and sin times an attention factor)
  * and "dynamic" (NTK: theta scaled for the sequence's length, which up to
  * max_position_embeddings leaves the default frequencies; longer sequences
- * change them call by call, and are refused: rope_positions_check);
+ * change them call by call, and are refused: rope_positions_check) and
+ * "longrope" (Phi-3's LongRoPE: each default frequency divided by its
+ * short_factor up to original_max_position_embeddings, cos and sin times an
+ * attention factor; past it transformers switches to long_factor call by
+ * call, refused as dynamic's);
  * ROPE_FACTORS: a GGUF's rope_freqs.weight, llama.cpp's divisor a frequency
  * (its converter writes them for llama3). */
-typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS, ROPE_YARN, ROPE_DYNAMIC } RopeKind;
-#define ROPE_MAX_FACTORS 256 /* ROPE_FACTORS: head_dim / 2 at most */
+typedef enum { ROPE_DEFAULT = 0, ROPE_LINEAR, ROPE_LLAMA3, ROPE_FACTORS, ROPE_YARN, ROPE_DYNAMIC, ROPE_LONGROPE } RopeKind;
+#define ROPE_MAX_FACTORS 256 /* ROPE_FACTORS, ROPE_LONGROPE: head_dim / 2 at most */
 
 typedef struct {
     Arch arch;
@@ -45,10 +49,11 @@ typedef struct {
     double rope_low, rope_high;         /* llama3: low_freq_factor, high_freq_factor;
                                          * yarn: the correction range's dims (after
                                          * truncation and the bounds, as transformers) */
-    int rope_orig_ctx;                  /* llama3, yarn: original_max_position_embeddings;
+    int rope_orig_ctx;                  /* llama3, yarn, longrope: original_max_position_embeddings;
                                          * dynamic: max_position_embeddings (2048 absent) */
-    double rope_attn;                   /* yarn: the attention factor on cos and sin */
-    float rope_ff[ROPE_MAX_FACTORS];    /* ROPE_FACTORS: head_dim / 2 divisors */
+    double rope_attn;                   /* yarn, longrope: the attention factor on cos and sin */
+    float rope_ff[ROPE_MAX_FACTORS];    /* ROPE_FACTORS: head_dim / 2 divisors; longrope: its
+                                         * short_factor, as float32 */
     HiddenAct act;
     Tie tie;
     /* The linears are BitNet's BitLinear (quantization_config.quant_method
@@ -78,7 +83,7 @@ typedef struct {
  * its reciprocal: what every rope type scales. */
 float rope_theta_pow(const ModelConfig *c, int i);
 float rope_default_freq(const ModelConfig *c, int i);
-/* The factor on RoPE's cos and sin: yarn's attention factor, else 1. */
+/* The factor on RoPE's cos and sin: yarn's or longrope's attention factor, else 1. */
 float rope_attention_factor(const ModelConfig *c);
 /* The theta c's frequencies are computed from: dynamic's, transformers'
  * theta ((factor L / L) - (factor - 1))^(d / (d - 2)) at L =
@@ -86,7 +91,9 @@ float rope_attention_factor(const ModelConfig *c);
 double rope_base(const ModelConfig *c);
 /* 0 where a forward may place tokens at positions up to max_pos under c's
  * RoPE; -1 with err_set past what it supports (dynamic: positions from
- * max_position_embeddings on, where transformers rescales per call). */
+ * max_position_embeddings on, where transformers rescales per call;
+ * longrope: from original_max_position_embeddings on, where it takes the
+ * long factors per call). */
 int rope_positions_check(const ModelConfig *c, int64_t max_pos);
 /* Where frequency `freq` (a default one, rope_default_freq) falls in c's llama3
  * scaling, in transformers' float32 arithmetic (its wavelength 2 pi / freq

@@ -478,6 +478,10 @@ int gguf_write_model(const Model *m, const char *out_path, int tq1) {
         return err_set("%s: a model with yarn RoPE scaling is not written as GGUF: llama.cpp's YaRN "
                        "(rope.scaling.type yarn) is not read by ternlab's GGUF reader, so the file could not "
                        "be checked against this model (write safetensors: --out DIR)", out_path);
+    if (c->rope_kind == ROPE_LONGROPE)
+        return err_set("%s: a model with longrope RoPE scaling is not written as GGUF: llama.cpp's llama "
+                       "architecture has no LongRoPE (its short and long factors are Phi-3's tensors), so the "
+                       "file would lose the scaling (write safetensors: --out DIR)", out_path);
     if (c->rope_kind == ROPE_DYNAMIC)
         return err_set("%s: a model with dynamic RoPE scaling is not written as GGUF: llama.cpp has no such "
                        "scaling, and a file without it would lose the limit at max_position_embeddings "

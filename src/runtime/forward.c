@@ -127,6 +127,10 @@ void rope_inv_freq(const ModelConfig *c, float *inv) {
             v = b / f;
         } else if (c->rope_kind == ROPE_FACTORS) {
             v = b / c->rope_ff[i];
+        } else if (c->rope_kind == ROPE_LONGROPE) {
+            /* transformers' _compute_longrope_parameters: 1 / (short_factor theta^(2i/d)) */
+            const float d = c->rope_ff[i] * pos;
+            v = 1.0f / d;
         } else if (c->rope_kind == ROPE_YARN) {
             /* transformers' _compute_yarn_parameters in float32, one operation a statement:
              * extrapolation 1 / pos, interpolation 1 / (factor pos), blended by 1 - the
@@ -161,7 +165,7 @@ void rope_inv_freq(const ModelConfig *c, float *inv) {
 
 /* RoPE tables cos/sin (len, head_dim/2) with transformers' arithmetic:
  * inv_freq_i from rope_inv_freq in fp32, angle = pos * inv_freq_i in fp32,
- * cos and sin times the attention factor (yarn's; 1 otherwise). */
+ * cos and sin times the attention factor (yarn's, longrope's; 1 otherwise). */
 static int rope_ensure(Model *m, int64_t len) {
     if (len <= m->rope_len) return 0;
     int64_t cap = max64(len, max64(2 * m->rope_len, 4096));
@@ -180,7 +184,7 @@ static int rope_ensure(Model *m, int64_t len) {
         return -1;
     }
     rope_inv_freq(&m->cfg, inv);
-    const float att = rope_attention_factor(&m->cfg); /* (yarn's; transformers: emb.cos() * it) */
+    const float att = rope_attention_factor(&m->cfg); /* (yarn's, longrope's; transformers: emb.cos() * it) */
     for (int i = 0; i < half; i++) {
         for (int64_t p = 0; p < cap; p++) {
             float a = (float)p * inv[i];
