@@ -66,6 +66,14 @@ put("config", "minimal-top-theta", json.dumps({
     "model_type": "llama", "hidden_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
     "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 100, "rms_norm_eps": 1e-6,
     "rope_theta": 500000.0, "hidden_act": "silu", "rope_scaling": None}))
+# llama-tiny's config under each scaled RoPE of data/llama-tiny/rope.reference.json
+with open("data/llama-tiny/config.json") as f:
+    tiny = json.load(f)
+with open("data/llama-tiny/rope.reference.json") as f:
+    rope_variants = json.load(f)["variants"]
+for v in ("llama3", "linear", "yarn_opts", "dynamic", "longrope_opts"):
+    put("config", f"llama-tiny-rope-{v}", json.dumps(dict(tiny, rope_parameters=rope_variants[v]["rope_parameters"]),
+                                                     indent=1))
 
 # ---- tokens: byte 0 mode (even = list, odd = file), bytes 1-2 vocab-1 ------
 V = struct.pack("<H", 2047)
