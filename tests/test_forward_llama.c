@@ -362,9 +362,9 @@ TEST(ppl_protocols_agree_position_by_position) {
  * arithmetic; rope.reference.json holds the model's own inv_freq buffer), for
  * the default rope and both spellings of each scaling. */
 TEST(rope_scaled_inv_freq_match_transformers) {
-    static const char *const vs[] = {"default", "llama3", "linear",   "yarn",
-                                     "yarn_opts", "dynamic", "longrope", "longrope_opts"};
-    for (int k = 0; k < 8; k++)
+    static const char *const vs[] = {"default", "llama3",  "linear",   "yarn",         "yarn_opts",
+                                     "yarn_null", "dynamic", "longrope", "longrope_opts"};
+    for (int k = 0; k < 9; k++)
         for (int legacy = 0; legacy < (k ? 2 : 1); legacy++) {
             float want[64], got[64];
             const int n = fixture_rope_inv_freq(vs[k], want, 64);

@@ -320,6 +320,10 @@ TEST(loader_config_rope_scaling) {
                          "\"attention_factor\":1.5,\"beta_fast\":0,\"mscale\":1}", &c) == 0 && c.rope_attn == 1.5 &&
                   c.rope_low == 0 && c.rope_high == 7,
               "%s", err_msg());
+    /* factor null: max_position_embeddings (2048 absent) over the original length, 4 here */
+    CHECK_MSG(parse_with(",\"rope_scaling\":{\"rope_type\":\"yarn\",\"factor\":null,\"original_max_position_embeddings\":512}",
+                         &c) == 0 && c.rope_factor == 4.0 && fabs(c.rope_attn - 1.1386294361119891) < 1e-15,
+              "%s: factor %g", err_msg(), c.rope_factor);
     CHECK_MSG(parse_with(",\"partial_rotary_factor\":1.0", &c) == 0, "%s", err_msg());
     /* dynamic: factor, the limit max_position_embeddings (2048 absent); theta x 1^(32 / 30) */
     CHECK_MSG(parse_with(",\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2.0}", &c) == 0 &&

@@ -34,6 +34,8 @@ VARIANTS = {
     # every optional key: betas, no truncation, the factor from mscale / mscale_all_dim
     "yarn_opts": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 256,
                   "beta_fast": 16.0, "beta_slow": 2.0, "mscale": 1.0, "mscale_all_dim": 0.5, "truncate": False},
+    # factor null (DeepSeek-V3's form): max_position_embeddings / original = 1024 / 512 = 2
+    "yarn_null": {"rope_type": "yarn", "factor": None, "original_max_position_embeddings": 512},
     # dynamic NTK (Llama 2 fine-tunes' "type": "dynamic"): up to max_position_embeddings (1024)
     # transformers keeps the default frequencies (theta scaled by 1)
     "dynamic": {"rope_type": "dynamic", "factor": 2.0},
@@ -48,7 +50,7 @@ VARIANTS = {
                       "short_factor": [round(0.9 + 0.071 * i * i / 15, 4) for i in range(16)],
                       "long_factor": [round(2.0 + 3.3 * i, 3) for i in range(16)]},
 }
-FREQ_ONLY = {"longrope_opts"}
+FREQ_ONLY = {"longrope_opts", "yarn_null"}
 # variants whose references were made earlier (on an H100, whose logits may differ from
 # a CPU's in the last bits): ONLY=yarn,yarn_opts,dynamic runs those and keeps the others' entries
 ONLY = [v for v in os.environ.get("ONLY", "").split(",") if v]
@@ -118,6 +120,9 @@ for name, rp in VARIANTS.items():
     print(name, "inv_freq", inv, "attention_scaling", att, "legacy spelling same:", same,
           "rel L2 against default rope", rel)
     assert same and (att == 1.0) == (rp["rope_type"] not in ("yarn", "longrope"))
+    if name == "yarn_null":  # (the same as factor 2 given)
+        same2 = run(dict(base_cfg, rope_parameters=dict(rp, factor=2.0, rope_theta=theta)))
+        assert same2[1] == inv and same2[2] == att
     if name not in FREQ_ONLY:
         open(os.path.join(OUT, f"rope_{name}.ref_logits.f32"), "wb").write(lg.contiguous().numpy().tobytes())
     ref["variants"][name] = {"rope_parameters": cfg["rope_parameters"], "inv_freq": inv,

@@ -80,6 +80,12 @@ static int rope_param(const cJSON *o, const char *where, const char *key, double
     return 0;
 }
 
+/* yarn's factor null, longrope's absent: max_position_embeddings (LlamaConfig's
+ * 2048 where absent) over the original length, as transformers derives it */
+static double rope_ratio_factor(const ModelConfig *c) {
+    return (double)(c->max_pos ? c->max_pos : 2048) / (double)c->rope_orig_ctx;
+}
+
 /* transformers' _compute_yarn_parameters in double as Python runs it, one
  * operation a statement: get_mscale, 0.1 * m * ln(scale) + 1 (1 at scale <= 1) */
 static double yarn_mscale(double scale, double m) {
@@ -104,13 +110,14 @@ static double yarn_corr_dim(double rot, int dim, double theta, int orig) {
  * beta_fast .. beta_slow rotations over the original length, floored / ceiled
  * under truncate, bounded to 0 .. head_dim - 1) into c.  0, or -1 with err_set. */
 static int yarn_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
+    const double f = rp->factor != 0 ? rp->factor : rope_ratio_factor(c);
     double att = rp->attn;
     if (att == 0) {
         if (rp->mscale != 0 && rp->mscale_all != 0) {
-            const double num = yarn_mscale(rp->factor, rp->mscale), den = yarn_mscale(rp->factor, rp->mscale_all);
+            const double num = yarn_mscale(f, rp->mscale), den = yarn_mscale(f, rp->mscale_all);
             att = num / den;
         } else {
-            att = yarn_mscale(rp->factor, 1);
+            att = yarn_mscale(f, 1);
         }
     }
     if (!(att >= 1e-30 && att <= 1e30))
@@ -127,6 +134,7 @@ static int yarn_finish(ModelConfig *c, const RopeParams *rp, const char *path) {
     c->rope_low = low > 0 ? low : 0;
     c->rope_high = high < c->head_dim - 1 ? high : c->head_dim - 1;
     c->rope_attn = att;
+    c->rope_factor = f;
     return 0;
 }
 
@@ -141,8 +149,7 @@ static int longrope_finish(ModelConfig *c, const RopeParams *rp, const char *pat
     if (rp->nsf != half || rp->nlf != half)
         return err_set("%s: longrope's short_factor and long_factor must hold head_dim / 2 = %d numbers each "
                        "(%d and %d given)", path, half, rp->nsf, rp->nlf);
-    double f = rp->factor;
-    if (f == 0) f = (double)(c->max_pos ? c->max_pos : 2048) / (double)c->rope_orig_ctx;
+    const double f = rp->factor != 0 ? rp->factor : rope_ratio_factor(c);
     double att = rp->attn;
     if (att == 0) {
         if (f <= 1.0) {
@@ -281,7 +288,10 @@ static int parse_rope(const cJSON *o, const char *where, const char *path, RopeP
     }
     if (strcmp(t, "yarn") == 0) {
         rp->kind = ROPE_YARN;
-        if (rope_param(o, where, "factor", &rp->factor, path) != 0 || rope_orig(o, where, path, &rp->orig) != 0 ||
+        /* factor null: derived (rope_ratio_factor); absent: refused (transformers' KeyError) */
+        const cJSON *fj = cJSON_GetObjectItemCaseSensitive(o, "factor");
+        if ((!cJSON_IsNull(fj) && rope_param(o, where, "factor", &rp->factor, path) != 0) ||
+            rope_orig(o, where, path, &rp->orig) != 0 ||
             rope_opt(o, where, "attention_factor", 2, &rp->attn, path) != 0 ||
             rope_opt(o, where, "beta_fast", 1, &rp->beta_fast, path) != 0 ||
             rope_opt(o, where, "beta_slow", 1, &rp->beta_slow, path) != 0 ||
