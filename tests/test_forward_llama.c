@@ -477,10 +477,10 @@ TEST(rope_dynamic_and_longrope_refuse_positions_past_their_limit) {
         const char *variant, *refusal, *info;
         int limit;
     } vs[] = {
-        {"dynamic", "under dynamic RoPE scaling: past max_position_embeddings 1024",
+        {"dynamic", "under dynamic RoPE scaling: a sequence longer than max_position_embeddings 1024",
          "rope scaling dynamic, factor 2: the default frequencies (theta 10000) up to max_position_embeddings 1024",
          1024},
-        {"longrope", "under longrope RoPE scaling: past original_max_position_embeddings 512",
+        {"longrope", "under longrope RoPE scaling: a sequence longer than original_max_position_embeddings 512",
          "rope scaling longrope, factor 2, original_max_position_embeddings 512: the short factors, attention factor "
          "1.05409255",
          512},
@@ -504,14 +504,15 @@ TEST(rope_dynamic_and_longrope_refuse_positions_past_their_limit) {
             said = NULL;
         }
         /* generate: refused before any work where its last fed token (the prompt's 2 + L - 2)
-         * would sit at position L; 8 new tokens run */
+         * would sit at position L */
         snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new %d", bin, dir, L);
         int rc = test_run(cmd, &said);
         CHECK_MSG(rc == 1 && said && strstr(said, want) && !strstr(said, "forward: "), /* (not the forward's, after
                                                                                           L - 3 steps) */
                   "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");
         free(said);
-        snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new 8", bin, dir);
+        /* 8 new tokens run; for longrope L - 1, whose last fed token sits at position L - 1 */
+        snprintf(cmd, sizeof cmd, "%s generate --model %s --prompt 1,2 --max-new %d", bin, dir, v ? L - 1 : 8);
         said = NULL;
         rc = test_run(cmd, &said);
         CHECK_MSG(rc == 0, "%s: rc %d: %s", vs[v].variant, rc, said ? said : "");

@@ -334,7 +334,7 @@ TEST(loader_config_rope_scaling) {
     /* longrope (head_dim 32: 16 factors each): the short ones as float32; the attention factor
      * given, else from factor, else from max_position_embeddings / original (2048 / 512 = 4:
      * sqrt(1 + ln 4 / ln 512) = sqrt(11 / 9)); 1 at factor <= 1; the original length top level
-     * over the object's; positions from it on refused */
+     * over the object's; positions from it on refused; bit for bit in double */
     char lr[1024], sf[200] = "", lf[200] = "";
     for (int i = 0; i < 16; i++) {
         snprintf(sf + strlen(sf), sizeof sf - strlen(sf), "%s%g", i ? "," : "", 1.0 + 0.1 * i);
@@ -350,13 +350,19 @@ TEST(loader_config_rope_scaling) {
         {",\"factor\":0.5", "", 1.0, 0.5, 512},
         {",\"factor\":8,\"attention_factor\":1.25", "", 1.25, 8, 512},
         {"", ",\"original_max_position_embeddings\":1024", 1.0488088481701516, 2, 1024},
+        /* irregular values (transformers' _compute_longrope_parameters' own results), where
+         * another order of the formula's operations parts from it */
+        {",\"factor\":7.77", ",\"original_max_position_embeddings\":3000", 1.1207497244036848, 7.77, 3000},
+        {",\"factor\":6", ",\"original_max_position_embeddings\":1000", 1.1222226829501716, 6, 1000},
+        {"", ",\"max_position_embeddings\":7777,\"original_max_position_embeddings\":3001", 1.0577941772631076,
+         7777.0 / 3001, 3001},
     };
     for (size_t i = 0; i < sizeof lrc / sizeof lrc[0]; i++) {
         snprintf(lr, sizeof lr, "%s,\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":512,"
                  "\"short_factor\":[%s],\"long_factor\":[%s]%s}", lrc[i].top, sf, lf, lrc[i].extra);
         const int rc = parse_with(lr, &c);
         CHECK_MSG(rc == 0 && c.rope_kind == ROPE_LONGROPE && c.rope_orig_ctx == lrc[i].orig &&
-                      c.rope_factor == lrc[i].factor && fabs(c.rope_attn - lrc[i].att) < 1e-15 &&
+                      c.rope_factor == lrc[i].factor && c.rope_attn == lrc[i].att &&
                       rope_attention_factor(&c) == (float)lrc[i].att && c.rope_ff[0] == 1.0f &&
                       c.rope_ff[15] == (float)2.5 && c.rope_ff[7] == (float)1.7 &&
                       rope_positions_check(&c, lrc[i].orig - 1) == 0 && rope_positions_check(&c, lrc[i].orig) == -1,
@@ -369,6 +375,31 @@ TEST(loader_config_rope_scaling) {
     for (int i = 0; i < 16; i++) {
         const float d = (float)(1.0 + 0.1 * i) * powf(10000.0f, (float)(2 * i) / 32.0f);
         CHECK_MSG(inv[i] == 1.0f / d, "frequency %d: %.9g against %.9g", i, (double)inv[i], (double)(1.0f / d));
+    }
+    /* the original length 1 with a factor above 1: transformers' ln 1 division, refused */
+    snprintf(lr, sizeof lr, ",\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":1,"
+             "\"short_factor\":[%s],\"long_factor\":[%s],\"factor\":2}", sf, lf);
+    CHECK_MSG(parse_with(lr, &c) != 0 && strstr(err_msg(), "longrope with original_max_position_embeddings 1"), "%s",
+              err_msg());
+    snprintf(lr, sizeof lr, ",\"rope_scaling\":{\"type\":\"longrope\",\"original_max_position_embeddings\":1,"
+             "\"short_factor\":[%s],\"long_factor\":[%s],\"factor\":2,\"attention_factor\":1.5}", sf, lf);
+    CHECK_MSG(parse_with(lr, &c) == 0 && c.rope_attn == 1.5, "%s", err_msg());
+    /* a rope_theta in rope_scaling alone, or equal to the top level's, is the theta */
+    expect_config_error("\"rope_theta\":10000.0", "\"rope_scaling\":{\"type\":\"linear\",\"factor\":2,\"rope_theta\":-1}",
+                        "field 'rope_scaling.rope_theta' must be a positive number");
+    for (int t = 0; t < 2; t++) {
+        snprintf(lr, sizeof lr, ",\"rope_scaling\":{\"type\":\"linear\",\"factor\":2,\"rope_theta\":%s}",
+                 t ? "10000" : "10000.0");
+        CHECK_MSG(parse_with(lr, &c) == 0 && c.rope_theta == 10000.0, "%s", err_msg());
+    }
+    {
+        char buf[2048];
+        const char *th = strstr(good_config, "\"rope_theta\":10000.0");
+        REQUIRE(th);
+        snprintf(buf, sizeof buf, "%.*s\"rope_scaling\":{\"type\":\"linear\",\"factor\":2,\"rope_theta\":500000}%s",
+                 (int)(th - good_config), good_config, th + strlen("\"rope_theta\":10000.0"));
+        CHECK_MSG(config_parse(buf, "c.json", &c) == 0 && c.rope_theta == 500000.0 && c.rope_kind == ROPE_LINEAR,
+                  "%s", err_msg());
     }
     expect_config_error("\"hidden_size\":256", "\"hidden_size\":16,\"rope_scaling\":{\"type\":\"dynamic\",\"factor\":2}",
                         "dynamic RoPE scaling with head_dim 2");
@@ -449,6 +480,10 @@ TEST(loader_config_rope_scaling) {
          "'rope_scaling.attention_factor' 0 must be positive"},
         {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1],\"factor\":-2}",
          "'rope_scaling.factor' -2 must be positive"},
+        /* a rope_theta in rope_scaling: the object's (transformers 5) against the top level's (4.x) */
+        {",\"rope_scaling\":{\"rope_type\":\"linear\",\"factor\":2.0,\"rope_theta\":500000.0}",
+         "rope_theta 10000 at the top level contradicts rope_scaling.rope_theta 500000"},
+        {",\"max_position_embeddings\":null", "'max_position_embeddings' must be a positive integer (null given)"},
         {",\"rope_scaling\":{\"rope_type\":\"longrope\",\"short_factor\":[1],\"long_factor\":[1]},"
          "\"rope_parameters\":{\"rope_type\":\"longrope\",\"short_factor\":[2],\"long_factor\":[1]}",
          "describe different RoPE scalings"},

@@ -461,13 +461,13 @@ int cmd_info(int argc, char **argv) {
     if (c->rope_kind == ROPE_LINEAR) printf("rope scaling linear, factor %g\n", c->rope_factor);
     else if (c->rope_kind == ROPE_DYNAMIC)
         printf("rope scaling dynamic, factor %g: the default frequencies (theta %.17g) up to "
-               "max_position_embeddings %d, positions past it refused\n", c->rope_factor, rope_base(c), c->rope_orig_ctx);
+               "max_position_embeddings %d tokens, longer sequences refused\n", c->rope_factor, rope_base(c), c->rope_orig_ctx);
     else if (c->rope_kind == ROPE_YARN)
         printf("rope scaling yarn, factor %g, original_max_position_embeddings %d, correction dims %g .. %g, "
                "attention factor %.9g\n", c->rope_factor, c->rope_orig_ctx, c->rope_low, c->rope_high, c->rope_attn);
     else if (c->rope_kind == ROPE_LONGROPE)
         printf("rope scaling longrope, factor %g, original_max_position_embeddings %d: the short factors, "
-               "attention factor %.9g; positions past it (the long factors) refused\n", c->rope_factor,
+               "attention factor %.9g; longer sequences (the long factors) refused\n", c->rope_factor,
                c->rope_orig_ctx, c->rope_attn);
     else if (c->rope_kind == ROPE_LLAMA3)
         printf("rope scaling llama3, factor %g, low_freq_factor %g, high_freq_factor %g, "

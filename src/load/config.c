@@ -186,13 +186,13 @@ double rope_base(const ModelConfig *c) {
 
 int rope_positions_check(const ModelConfig *c, int64_t max_pos) {
     if (c->rope_kind == ROPE_DYNAMIC && max_pos >= c->rope_orig_ctx)
-        return err_set("position %lld under dynamic RoPE scaling: past max_position_embeddings %d, transformers "
-                       "rescales the frequencies call by call (the cached keys keep the old ones); not supported: "
+        return err_set("position %lld under dynamic RoPE scaling: a sequence longer than max_position_embeddings %d, "
+                       "where transformers rescales the frequencies call by call (the cached keys keep the old ones); not supported: "
                        "use windows / prompts of at most %d tokens", (long long)max_pos, c->rope_orig_ctx,
                        c->rope_orig_ctx);
     if (c->rope_kind == ROPE_LONGROPE && max_pos >= c->rope_orig_ctx)
-        return err_set("position %lld under longrope RoPE scaling: past original_max_position_embeddings %d, "
-                       "transformers switches to the long factors call by call (the cached keys keep the short "
+        return err_set("position %lld under longrope RoPE scaling: a sequence longer than "
+                       "original_max_position_embeddings %d, where transformers switches to the long factors call by call (the cached keys keep the short "
                        "ones); not supported: use windows / prompts of at most %d tokens", (long long)max_pos,
                        c->rope_orig_ctx, c->rope_orig_ctx);
     return 0;
@@ -444,6 +444,12 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
                 cfg->n_heads, cfg->n_kv_heads);
         goto done;
     }
+    /* (null refused: transformers' config refuses it, and the scaled RoPE types derive
+     * from it where it is absent) */
+    if (cJSON_IsNull(cJSON_GetObjectItemCaseSensitive(root, "max_position_embeddings"))) {
+        err_set("%s: field 'max_position_embeddings' must be a positive integer (null given)", path);
+        goto done;
+    }
     if (get_int(root, "max_position_embeddings", &cfg->max_pos, 0, path) < 0) goto done;
 
     double eps = 0;
@@ -511,16 +517,24 @@ int config_parse(const char *json, const char *path, ModelConfig *cfg) {
         rope_orig(root, NULL, path, &orig_top) != 0)
         goto done;
     cfg->rope_orig_ctx = orig_top ? orig_top : rpu->orig ? rpu->orig : cfg->max_pos ? cfg->max_pos : 2048;
+    /* a rope_theta in rope_scaling (rope_parameters then holds none: refused above) is the
+     * nested one: transformers 5 takes that object for rope_parameters, theta included, where
+     * 4.x had taken the top level's; both given and different is refused as a contradiction */
+    const char *nested_name = "rope_parameters.rope_theta";
+    if (!nested && cJSON_IsObject(rs)) {
+        nested = cJSON_GetObjectItemCaseSensitive(rs, "rope_theta");
+        nested_name = "rope_scaling.rope_theta";
+    }
     double th_top = 0, th_nested = 0;
     if (top && get_num(top, "rope_theta", &th_top, path) < 0) goto done;
-    if (nested && get_num(nested, "rope_parameters.rope_theta", &th_nested, path) < 0) goto done;
+    if (nested && get_num(nested, nested_name, &th_nested, path) < 0) goto done;
     if (!top && !nested) {
         err_set("%s: missing field 'rope_theta' (top level or in 'rope_parameters')", path);
         goto done;
     }
     if (top && nested && th_top != th_nested) {
-        err_set("%s: rope_theta %g at the top level contradicts rope_parameters.rope_theta %g",
-                path, th_top, th_nested);
+        err_set("%s: rope_theta %g at the top level contradicts %s %g", path, th_top, nested_name,
+                th_nested);
         goto done;
     }
     cfg->rope_theta = nested ? th_nested : th_top;
