@@ -2555,6 +2555,34 @@ TEST(gpu_decode_chain_equals_steps) {
     model_free(&m);
 }
 
+/* The chained decode's own RoPE limit (generate refuses upfront; a caller of
+ * cuda_engine_decode_chain reaches this one): steps that would reach position
+ * 1024 under dynamic scaling or 512 under longrope (llama-tiny's limits) are
+ * refused before any KV block is reserved, the message naming the scaling. */
+TEST(gpu_decode_chain_refuses_positions_past_the_rope_limit) {
+    SKIP_WITHOUT_GPU();
+    fixture_backend.device = ENGINE_CUDA;
+    static const char *const vs[] = {"dynamic", "longrope"};
+    const int64_t limit[] = {1024, 512};
+    for (int v = 0; v < 2; v++) {
+        Model m;
+        Engine e;
+        const char *dir = fixture_rope_dir(vs[v], 0);
+        /* (a KV cache that reaches past the limit: its own check does not refuse first) */
+        REQUIRE(dir && fixture_engine(dir, NULL, 64, 16, 1, 1040, &m, &e) == 0);
+        int seq[1] = {kv_seq_new(&e.kv)};
+        int64_t pos[1] = {limit[v] - 2};
+        int32_t tk[1] = {1}, out[3];
+        char want[96];
+        snprintf(want, sizeof want, "decode: position %lld under %s RoPE scaling", (long long)limit[v], vs[v]);
+        CHECK_MSG(cuda_engine_decode_chain(&e, seq, pos, tk, 1, 3, out, NULL) != 0 && strstr(err_msg(), want),
+                  "%s: '%s'", vs[v], err_msg());
+        CHECK(e.kv.seqs[seq[0]].n_blocks == 0);
+        engine_free(&e);
+        model_free(&m);
+    }
+}
+
 /* ---- tensor parallelism over GPUs (NCCL) --------------------------------- */
 
 #define SKIP_WITHOUT_GPUS(k)                                                      \
